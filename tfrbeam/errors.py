@@ -1,0 +1,92 @@
+"""Errors raised by tfrbeam: each names the file, offset, row or key it is about and how to fix it."""
+
+from __future__ import annotations
+
+
+class TfrbeamError(Exception):
+    """Base class of every error tfrbeam raises on purpose."""
+
+
+class RecordError(TfrbeamError):
+    """A TFRecord file could not be read at a given record.
+
+    Attributes:
+      path: the file (or a description of the stream) being read.
+      offset: byte offset of the start of the bad record; for a compressed file it is the
+        offset in the decompressed stream.
+      check: which check failed, one of CHECKS.
+      detail: extra evidence (expected and actual values).
+    """
+
+    CHECKS: tuple[str, ...] = ()
+
+    def __init__(self, path: str, offset: int, check: str, detail: str = "", compressed: bool = False):
+        self.path = path
+        self.offset = offset
+        self.check = check
+        self.detail = detail
+        self.compressed = compressed
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        where = "decompressed offset" if self.compressed else "offset"
+        message = f"{self.path}: {self.DESCRIPTIONS[self.check]} in the record at {where} {self.offset}"
+        if self.detail:
+            message += f" ({self.detail})"
+        if self.offset == 0 and self.check != "truncated_stream":
+            message += (
+                ". The very first record is bad: this file may not be a TFRecord file at all, "
+                "or it may be compressed (pass compression='gzip' or 'zlib')"
+            )
+        return message + "."
+
+    DESCRIPTIONS: dict[str, str] = {}
+
+    def __reduce__(self):  # keep pickling (Beam ships errors between processes) exact
+        return (type(self), (self.path, self.offset, self.check, self.detail, self.compressed))
+
+
+class CorruptRecordError(RecordError):
+    """A record's length CRC or data CRC does not match: the bytes on disk are damaged."""
+
+    CHECKS = ("length_crc", "data_crc")
+    DESCRIPTIONS = {
+        "length_crc": "length CRC mismatch (the 8-byte length header is damaged)",
+        "data_crc": "data CRC mismatch (the payload or its CRC footer is damaged)",
+    }
+
+
+class TruncatedRecordError(RecordError):
+    """The file ends inside a record, or a compressed stream ends before its end marker."""
+
+    CHECKS = ("truncated_header", "truncated_payload", "truncated_footer", "truncated_stream")
+    DESCRIPTIONS = {
+        "truncated_header": "file ends inside the 12-byte header",
+        "truncated_payload": "file ends inside the payload",
+        "truncated_footer": "file ends inside the 4-byte data CRC footer",
+        "truncated_stream": "compressed stream ends early or lacks its trailer",
+    }
+
+
+class UnsupportedCompressionError(TfrbeamError, ValueError):
+    """A compression codec other than none, gzip or zlib was asked for."""
+
+
+class ExampleDecodeError(TfrbeamError, ValueError):
+    """Bytes that should hold a tf.train.Example (or SequenceExample) are malformed."""
+
+
+class ExampleEncodeError(TfrbeamError, ValueError):
+    """A value cannot be written as a tf.train.Example feature."""
+
+
+class ArrowConversionError(TfrbeamError, ValueError):
+    """An Arrow column or value has no Example feature mapping (or the reverse)."""
+
+
+class ConfigError(TfrbeamError, ValueError):
+    """A build config is invalid; the message names the key path, the value and what is allowed."""
+
+
+class OutputExistsError(TfrbeamError):
+    """Output files of an earlier run are in the way; rerun with overwrite=True to replace them."""
