@@ -49,10 +49,11 @@ class RecordError(TfrbeamError):
 class CorruptRecordError(RecordError):
     """A record's length CRC or data CRC does not match: the bytes on disk are damaged."""
 
-    CHECKS = ("length_crc", "data_crc")
+    CHECKS = ("length_crc", "data_crc", "compressed_stream")
     DESCRIPTIONS = {
         "length_crc": "length CRC mismatch (the 8-byte length header is damaged)",
         "data_crc": "data CRC mismatch (the payload or its CRC footer is damaged)",
+        "compressed_stream": "the compressed stream is corrupt",
     }
 
 
