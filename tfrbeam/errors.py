@@ -69,6 +69,10 @@ class TruncatedRecordError(RecordError):
     }
 
 
+class RecordTooLargeError(TfrbeamError, ValueError):
+    """A payload does not fit a TFRecord (at most 2 GiB - 1 bytes)."""
+
+
 class UnsupportedCompressionError(TfrbeamError, ValueError):
     """A compression codec other than none, gzip or zlib was asked for."""
 

@@ -26,7 +26,13 @@ from typing import BinaryIO, Union
 
 import crc32c as _crc32c
 
-from tfrbeam.errors import CorruptRecordError, RecordError, TruncatedRecordError, UnsupportedCompressionError
+from tfrbeam.errors import (
+    CorruptRecordError,
+    RecordError,
+    RecordTooLargeError,
+    TruncatedRecordError,
+    UnsupportedCompressionError,
+)
 
 _LOG = logging.getLogger(__name__)
 
@@ -90,11 +96,18 @@ class _LengthHeaders(dict):
 _HEADERS = _LengthHeaders()
 
 
+def _too_large(length: int) -> RecordTooLargeError:
+    return RecordTooLargeError(
+        f"a record payload of {length} bytes exceeds the TFRecord limit of {MAX_PAYLOAD_SIZE} bytes "
+        "(2 GiB - 1); split the value across several records or features"
+    )
+
+
 def frame_record(payload: bytes | bytearray | memoryview) -> bytes:
     """One framed record: header, payload and footer."""
     length = len(payload)
     if length > MAX_PAYLOAD_SIZE:
-        raise ValueError(f"record payload of {length} bytes exceeds the {MAX_PAYLOAD_SIZE}-byte limit")
+        raise _too_large(length)
     return b"".join((_HEADERS[length], payload, _pack_crc(masked_crc32c(payload))))
 
 
@@ -106,7 +119,7 @@ def frame_records(payloads: Iterable[bytes | bytearray | memoryview]) -> bytes:
     for payload in payloads:
         length = len(payload)
         if length > MAX_PAYLOAD_SIZE:
-            raise ValueError(f"record payload of {length} bytes exceeds the {MAX_PAYLOAD_SIZE}-byte limit")
+            raise _too_large(length)
         append(headers[length])
         append(payload)
         crc = _crc(payload)
