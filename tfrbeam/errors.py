@@ -77,6 +77,10 @@ class UnsupportedCompressionError(TfrbeamError, ValueError):
     """A compression codec other than none, gzip or zlib was asked for."""
 
 
+class RecordIndexError(TfrbeamError, ValueError):
+    """A read index file (``.tfrbeam-index/<name>.idx``) is malformed; readers ignore it and log why."""
+
+
 class ExampleDecodeError(TfrbeamError, ValueError):
     """Bytes that should hold a tf.train.Example (or SequenceExample) are malformed."""
 
