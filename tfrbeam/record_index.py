@@ -1,0 +1,261 @@
+"""The read index: a sparse list of record start offsets that lets readers split a TFRecord file exactly.
+
+An uncompressed TFRecord file has no marker a reader dropped at a byte offset can trust to find
+the next record: a payload may contain bytes that look like a valid record. tfrbeam's writers
+therefore store, next to each uncompressed file they write, one ``(offset, record number)`` entry
+for the first record that starts at or after every ``INDEX_INTERVAL_BYTES`` boundary. A reader
+given a byte range starts at the entry at or before the range start and walks record headers
+forward, so split points land exactly on record starts.
+
+Location: ``<dir>/.tfrbeam-index/<file name>.idx`` for ``<dir>/<file name>``. The hidden sibling
+directory is not matched by the globs people use for shards (``<prefix>-*``, ``*.tfrecord*``,
+``<dir>/*`` on object stores, where ``*`` does not cross ``/``), and TensorFlow never opens it.
+
+Format (little-endian), version 1::
+
+    magic        8 bytes  b"TFRBIDX1"
+    version      uint32   1
+    interval     uint32   bytes between index boundaries when written (informational)
+    file_size    uint64   size of the data file the index describes
+    mtime        float64  data file modification time in seconds, NaN when unknown
+    num_records  uint64   records in the data file
+    num_entries  uint64
+    entries      num_entries x (offset uint64, record_number uint64), both strictly increasing
+    crc          uint32   masked CRC32C of every byte before it
+
+An index whose size or mtime does not match its data file is stale; a malformed one raises
+``RecordIndexError`` from ``parse_index``. ``load_index`` logs and ignores both: readers then treat
+the file as unindexed. This module has no Beam imports (the TF-free dataset reader uses it too).
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import logging
+import math
+import os
+import posixpath
+import struct
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from tfrbeam.errors import RecordIndexError
+from tfrbeam.records import RECORD_OVERHEAD, masked_crc32c
+
+_LOG = logging.getLogger(__name__)
+
+INDEX_INTERVAL_BYTES = 1 << 20
+INDEX_DIR_NAME = ".tfrbeam-index"
+INDEX_SUFFIX = ".idx"
+INDEX_MAGIC = b"TFRBIDX1"
+INDEX_VERSION = 1
+# Readers and writers may see the same mtime through different float conversions.
+MTIME_TOLERANCE_SECONDS = 1e-3
+
+_HEADER = struct.Struct("<8sIIQdQQ")
+_CRC = struct.Struct("<I")
+_ENTRY_DTYPE = np.dtype("<u8")
+
+
+def index_path_for(data_path: str) -> str:
+    """Where the read index of ``data_path`` lives: ``<dir>/.tfrbeam-index/<name>.idx``."""
+    path = os.fspath(data_path)
+    pathmod = posixpath if "://" in path else os.path
+    directory, name = pathmod.split(path)
+    if not name:
+        raise ValueError(f"{path!r} names a directory, not a data file")
+    return pathmod.join(directory, INDEX_DIR_NAME, name + INDEX_SUFFIX)
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordIndex:
+    """A parsed read index: sparse record start offsets of one data file, and what that file was."""
+
+    file_size: int
+    mtime: float | None
+    num_records: int
+    offsets: tuple[int, ...]
+    record_numbers: tuple[int, ...]
+    interval: int = INDEX_INTERVAL_BYTES
+
+    def is_current(self, file_size: int, mtime: float | None) -> bool:
+        """Whether this index still describes a file of this size and mtime (an unknown mtime is not compared)."""
+        if file_size != self.file_size:
+            return False
+        if mtime is None or self.mtime is None:
+            return True
+        return abs(float(mtime) - self.mtime) <= MTIME_TOLERANCE_SECONDS
+
+    def entry_at_or_before(self, offset: int) -> tuple[int, int]:
+        """The indexed ``(offset, record_number)`` closest at or before ``offset``; (0, 0), the first record, if none."""
+        position = bisect.bisect_right(self.offsets, offset) - 1
+        if position < 0:
+            return 0, 0
+        return self.offsets[position], self.record_numbers[position]
+
+    def restricted_to(self, start: int, stop: int) -> RecordIndex:
+        """The entries a reader of byte range [start, stop) can use: the one at or before start and those inside."""
+        first = max(bisect.bisect_right(self.offsets, start) - 1, 0)
+        last = bisect.bisect_left(self.offsets, stop)
+        return dataclasses.replace(
+            self, offsets=self.offsets[first:last], record_numbers=self.record_numbers[first:last]
+        )
+
+
+class IndexBuilder:
+    """Collects record starts while a file is written and keeps one per ``interval`` bytes.
+
+    Feed it every record start with ``add`` (or whole framed batches with ``add_batch``); it keeps
+    the first record that starts at or after each multiple of ``interval``.
+    """
+
+    def __init__(self, interval: int = INDEX_INTERVAL_BYTES):
+        if not 0 < interval < 2**32:
+            raise ValueError(f"index interval must be between 1 and 2**32 - 1 bytes, got {interval}")
+        self.interval = interval
+        self._offsets: list[int] = []
+        self._record_numbers: list[int] = []
+        self._next_boundary = 0
+
+    def add(self, offset: int, record_number: int) -> None:
+        """Offer the record starting at ``offset``; kept when it is the first at or past the next boundary."""
+        if offset < self._next_boundary:
+            return
+        self._keep(int(offset), int(record_number))
+
+    def add_batch(self, start_offset: int, first_record_number: int, payload_lengths: Sequence[int] | np.ndarray) -> None:
+        """Offer a batch of consecutive records framed in one piece, starting at ``start_offset``."""
+        lengths = np.asarray(payload_lengths, dtype=np.int64)
+        if lengths.size == 0:
+            return
+        ends = np.cumsum(lengths + RECORD_OVERHEAD) + int(start_offset)
+        starts = np.empty_like(ends)
+        starts[0] = start_offset
+        starts[1:] = ends[:-1]
+        last_start = int(starts[-1])
+        if last_start < self._next_boundary:
+            return
+        boundaries = np.arange(self._next_boundary, last_start + 1, self.interval, dtype=np.int64)
+        positions = np.unique(np.searchsorted(starts, boundaries, side="left"))
+        for position in positions.tolist():
+            self.add(int(starts[position]), int(first_record_number) + position)
+
+    def _keep(self, offset: int, record_number: int) -> None:
+        if self._offsets and (offset <= self._offsets[-1] or record_number <= self._record_numbers[-1]):
+            raise ValueError(
+                f"record starts must be added in increasing order: got offset {offset} (record {record_number}) "
+                f"after offset {self._offsets[-1]} (record {self._record_numbers[-1]})"
+            )
+        self._offsets.append(offset)
+        self._record_numbers.append(record_number)
+        self._next_boundary = (offset // self.interval + 1) * self.interval
+
+    def to_bytes(self, file_size: int, mtime: float | None, num_records: int) -> bytes:
+        """Serialise the index of a finished file of ``file_size`` bytes and ``num_records`` records."""
+        if self._offsets and (self._offsets[-1] >= file_size or self._record_numbers[-1] >= num_records):
+            raise ValueError(
+                f"the last indexed record (offset {self._offsets[-1]}, record {self._record_numbers[-1]}) lies "
+                f"outside a file of {file_size} bytes and {num_records} records"
+            )
+        entries = np.empty((len(self._offsets), 2), dtype=_ENTRY_DTYPE)
+        entries[:, 0] = self._offsets
+        entries[:, 1] = self._record_numbers
+        stored_mtime = math.nan if mtime is None else float(mtime)
+        body = _HEADER.pack(
+            INDEX_MAGIC, INDEX_VERSION, self.interval, file_size, stored_mtime, num_records, len(self._offsets)
+        ) + entries.tobytes()
+        return body + _CRC.pack(masked_crc32c(body))
+
+
+def parse_index(data: bytes, index_path: str) -> RecordIndex:
+    """Parse and check an index file's bytes; raise ``RecordIndexError`` naming ``index_path`` on anything wrong."""
+
+    def fail(reason: str) -> RecordIndexError:
+        return RecordIndexError(f"{index_path}: not a valid tfrbeam read index: {reason}; delete it to silence this")
+
+    if len(data) < _HEADER.size + _CRC.size:
+        raise fail(f"{len(data)} bytes is shorter than the {_HEADER.size + _CRC.size}-byte minimum")
+    magic, version, interval, file_size, mtime, num_records, num_entries = _HEADER.unpack_from(data)
+    if magic != INDEX_MAGIC:
+        raise fail(f"magic {magic!r} is not {INDEX_MAGIC!r}")
+    if version != INDEX_VERSION:
+        raise fail(f"format version {version} is not the supported version {INDEX_VERSION}")
+    expected_size = _HEADER.size + 16 * num_entries + _CRC.size
+    if len(data) != expected_size:
+        raise fail(f"{num_entries} entries need {expected_size} bytes, the file has {len(data)}")
+    stored_crc = _CRC.unpack_from(data, len(data) - _CRC.size)[0]
+    if masked_crc32c(memoryview(data)[: len(data) - _CRC.size]) != stored_crc:
+        raise fail("checksum mismatch (the file is damaged)")
+    entries = np.frombuffer(data, dtype=_ENTRY_DTYPE, count=2 * num_entries, offset=_HEADER.size).reshape(-1, 2)
+    offsets = tuple(entries[:, 0].tolist())
+    record_numbers = tuple(entries[:, 1].tolist())
+    _check_entries(offsets, record_numbers, file_size, num_records, fail)
+    return RecordIndex(
+        file_size=file_size,
+        mtime=None if math.isnan(mtime) else mtime,
+        num_records=num_records,
+        offsets=offsets,
+        record_numbers=record_numbers,
+        interval=interval or INDEX_INTERVAL_BYTES,
+    )
+
+
+def _check_entries(
+    offsets: tuple[int, ...],
+    record_numbers: tuple[int, ...],
+    file_size: int,
+    num_records: int,
+    fail: Callable[[str], RecordIndexError],
+) -> None:
+    """Entries must increase, fit the file, and leave at least 16 bytes (an empty record) per record between them."""
+    if num_records * RECORD_OVERHEAD > file_size:
+        raise fail(f"{num_records} records cannot fit in {file_size} bytes")
+    previous_offset, previous_number = -1, -1
+    for offset, number in zip(offsets, record_numbers):
+        if offset <= previous_offset or number <= previous_number:
+            raise fail(f"entries do not increase at offset {offset} (record {number})")
+        if offset >= file_size or number >= num_records:
+            raise fail(f"entry at offset {offset} (record {number}) lies outside the file")
+        if offset < number * RECORD_OVERHEAD or (previous_offset >= 0 and offset - previous_offset < (number - previous_number) * RECORD_OVERHEAD):
+            raise fail(f"entry at offset {offset} (record {number}) leaves less than 16 bytes per record")
+        previous_offset, previous_number = offset, number
+
+
+def load_index(
+    data_path: str,
+    file_size: int,
+    mtime: float | None,
+    read_bytes: Callable[[str], bytes | None] | None = None,
+) -> RecordIndex | None:
+    """The current index of ``data_path``, or None when it is missing, malformed or stale (the last two are logged).
+
+    ``read_bytes(path)`` returns a file's bytes or None when it does not exist; the default reads a
+    local file. The Beam source passes one that goes through Beam's FileSystems.
+    """
+    index_path = index_path_for(data_path)
+    data = (read_bytes or _read_local)(index_path)
+    if data is None:
+        return None
+    try:
+        index = parse_index(data, index_path)
+    except RecordIndexError as exc:
+        _LOG.warning("ignoring the read index of %s: %s", data_path, exc)
+        return None
+    if not index.is_current(file_size, mtime):
+        _LOG.warning(
+            "ignoring the stale read index %s: it describes a file of %d bytes (mtime %s), %s is %d bytes (mtime %s); "
+            "the file was changed after the index was written",
+            index_path, index.file_size, index.mtime, data_path, file_size, mtime,
+        )
+        return None
+    return index
+
+
+def _read_local(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None
