@@ -1,0 +1,12 @@
+"""Apache Beam IO for TFRecord files and tf.train.Example datasets (imports apache_beam)."""
+
+from __future__ import annotations
+
+# Reading (source helper).
+from tfrbeam.beam.source import ReadAllFromTFRecord, ReadFromTFRecord, TFRecordSource
+
+__all__ = [
+    "ReadAllFromTFRecord",
+    "ReadFromTFRecord",
+    "TFRecordSource",
+]
