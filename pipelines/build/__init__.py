@@ -1,0 +1,1 @@
+"""The dataset build: a YAML config turns Parquet/CSV into shuffled, split, sharded TFRecord datasets."""

@@ -1,0 +1,640 @@
+"""The build config: YAML (plus `--set key.path=value` overrides) parsed into frozen dataclasses.
+
+Everything is checked before any pipeline starts. Every problem is reported as a ConfigError line
+`key.path: <what is wrong> (<what is allowed>)`; all problems of a config are reported at once.
+"""
+
+from __future__ import annotations
+
+import codecs
+import difflib
+import math
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+import yaml
+
+from tfrbeam.beam.tabular_read import DEFAULT_SPLIT_BYTES, CsvOptions, InputConfig
+from tfrbeam.errors import ConfigError
+from tfrbeam.feature_spec import FEATURE_TYPES, ON_NULL_ACTIONS, FeatureSpec
+
+__all__ = [
+    "BuildConfig",
+    "ConfigError",
+    "CsvOptions",
+    "ErrorsConfig",
+    "FeatureSpec",
+    "InputConfig",
+    "OutputConfig",
+    "ShuffleConfig",
+    "apply_overrides",
+    "config_to_dict",
+    "load_config",
+    "parse_config",
+    "parse_size",
+]
+
+INPUT_FORMATS = ("csv", "parquet")
+COMPRESSIONS = ("none", "gzip", "zlib")
+BAD_RECORD_ACTIONS = ("fail", "skip", "dead_letter")
+DEFAULT_MAX_BYTES_PER_SHARD = 256 << 20
+# skip/dead_letter without an explicit limit still fail a build whose rows are mostly bad (a wrong
+# type in the config would otherwise quietly produce an empty dataset).
+DEFAULT_MAX_BAD_FRACTION_WHEN_KEEPING_GOING = 0.1
+SPLIT_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+               "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+_INT64_MAX = (1 << 63) - 1
+
+
+@dataclass(frozen=True)
+class ShuffleConfig:
+    """The seeded global shuffle; the same seed and input always give the same order."""
+
+    enabled: bool = True
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class OutputConfig:
+    """Where and how shards are written.
+
+    Exactly one of num_shards (an int for every split, or one per split) and max_bytes_per_shard is
+    set; when the config gives neither, max_bytes_per_shard is 256 MiB. compression is None, "gzip"
+    or "zlib" (the config's "none" becomes None).
+    """
+
+    path: str
+    num_shards: int | dict[str, int] | None = None
+    max_bytes_per_shard: int | None = DEFAULT_MAX_BYTES_PER_SHARD
+    compression: str | None = None
+
+    def shards_for(self, split: str) -> int | None:
+        """The shard count of one split, or None when shards are sized by max_bytes_per_shard."""
+        if isinstance(self.num_shards, dict):
+            return self.num_shards[split]
+        return self.num_shards
+
+
+@dataclass(frozen=True)
+class ErrorsConfig:
+    """What a bad row does: fail the build, be skipped, or be written to {output}/_errors/."""
+
+    on_bad_record: str = "fail"
+    max_bad_fraction: float = 0.0
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    """A whole dataset build. features None means: every input column, types inferred."""
+
+    input: InputConfig
+    output: OutputConfig
+    features: tuple[FeatureSpec, ...] | None = None
+    shuffle: ShuffleConfig = field(default_factory=ShuffleConfig)
+    splits: dict[str, float] = field(default_factory=lambda: {"train": 1.0})
+    split_key: tuple[str, ...] | None = None
+    errors: ErrorsConfig = field(default_factory=ErrorsConfig)
+
+    def feature(self, name: str) -> FeatureSpec:
+        for spec in self.features or ():
+            if spec.name == name:
+                return spec
+        raise KeyError(name)
+
+
+# ----------------------------------------------------------------------------------------- loading
+
+
+def load_config(path: str, overrides: list[str] | tuple[str, ...] = ()) -> BuildConfig:
+    """Read a YAML config file, apply `key.path=value` overrides and validate everything."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError as error:
+        raise ConfigError(f"cannot read the config file {path}: {error.strerror or error}") from error
+    raw = parse_yaml(text, path)
+    return parse_config(apply_overrides(raw, overrides), where=path)
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A SafeLoader that refuses duplicate mapping keys (plain YAML silently keeps the last one)."""
+
+
+def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    loader.flatten_mapping(node)
+    mapping: dict = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in mapping:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r} (each key may appear once)", key_node.start_mark)
+        mapping[key] = loader.construct_object(value_node, deep=deep)
+    return mapping
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
+
+
+def parse_yaml(text: str, where: str = "<config>") -> Any:
+    """YAML text to Python objects; syntax errors and duplicate keys become a ConfigError with the line."""
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{where}: not valid YAML: {error}") from error
+
+
+def apply_overrides(raw: Any, overrides: list[str] | tuple[str, ...]) -> dict:
+    """Return a copy of the raw config with each `key.path=value` set; values are parsed as YAML."""
+    result = _deep_copy(raw if raw is not None else {})
+    if not isinstance(result, dict):
+        raise ConfigError(f"the config must be a mapping of sections (input, features, ...), got {_show(raw)}")
+    for override in overrides:
+        key_path, sep, text = override.partition("=")
+        keys = key_path.strip().split(".")
+        if not sep or not all(keys):
+            raise ConfigError(f"--set {override!r}: expected key.path=value, e.g. --set shuffle.seed=7")
+        value = parse_yaml(text, f"--set {override!r}") if text.strip() else None
+        node = result
+        for depth, key in enumerate(keys[:-1]):
+            child = node.get(key)
+            if child is None:
+                child = node[key] = {}
+            if not isinstance(child, dict):
+                at = ".".join(keys[: depth + 1])
+                raise ConfigError(f"--set {override!r}: {at} is {_show(child)}, not a mapping, so it has no key {keys[depth + 1]!r}")
+            node = child
+        node[keys[-1]] = value
+    return result
+
+
+def _deep_copy(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _deep_copy(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_deep_copy(item) for item in value]
+    return value
+
+
+def parse_size(value: Any) -> int:
+    """A byte count from an int or a string like "256MiB", "1GB", "512 KiB" (KB = 1000, KiB = 1024)."""
+    if isinstance(value, bool):
+        raise ValueError("a boolean is not a size")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        match = _SIZE.match(value)
+        if match:
+            number, unit = match.groups()
+            size = float(number) * _SIZE_UNITS[(unit or "b").lower()]
+            if size == int(size):
+                return int(size)
+    raise ValueError("not a size")
+
+
+# ------------------------------------------------------------------------------------- validation
+
+
+class _Checker:
+    """Collects every problem of a raw config with its key path, so one error lists them all."""
+
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+
+    def fail(self, path: str, message: str) -> None:
+        self.problems.append(f"{path}: {message}")
+
+    def mapping(self, raw: Any, path: str, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> dict:
+        """The mapping at path (None = empty); unknown keys and missing required keys are problems."""
+        if raw is None:
+            raw = {}
+        if not isinstance(raw, dict):
+            self.fail(path or "(top level)", f"expected a mapping with keys {', '.join(allowed)}, got {_show(raw)}")
+            return {}
+        for key in raw:
+            if key not in allowed:
+                where = f"{path}.{key}" if path else str(key)
+                hint = difflib.get_close_matches(str(key), allowed, n=1)
+                suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
+                self.fail(where, f"unknown key (allowed: {', '.join(allowed)}){suggestion}")
+        for key in required:
+            if raw.get(key) is None:
+                self.fail(f"{path}.{key}" if path else key, "is required")
+        return raw
+
+    def choice(self, raw: dict, key: str, path: str, allowed: tuple[str, ...], default: str) -> str | None:
+        """One of allowed (default when absent); None after reporting a value that is not allowed."""
+        value = raw.get(key, default)
+        if value is None:
+            return default
+        if value not in allowed:
+            hint = difflib.get_close_matches(str(value), allowed, n=1, cutoff=0.75)
+            suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
+            self.fail(f"{path}.{key}", f"{_show(value)} is not one of {', '.join(allowed)}{suggestion}")
+            return None
+        return value
+
+    def boolean(self, raw: dict, key: str, path: str, default: bool) -> bool:
+        value = raw.get(key, default)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            self.fail(f"{path}.{key}", f"{_show(value)} is not a boolean (true or false)")
+            return default
+        return value
+
+    def integer(self, raw: dict, key: str, path: str, default: int | None, minimum: int, maximum: int = _INT64_MAX) -> int | None:
+        value = raw.get(key, default)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.fail(f"{path}.{key}", f"{_show(value)} is not an integer (allowed: {minimum} to {maximum})")
+            return default
+        if not minimum <= value <= maximum:
+            self.fail(f"{path}.{key}", f"{_show(value)} is out of range (allowed: {minimum} to {maximum})")
+            return default
+        return value
+
+    def number(self, raw: dict, key: str, path: str, default: float, low: float, high: float) -> float:
+        value = raw.get(key, default)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+            self.fail(f"{path}.{key}", f"{_show(value)} is not a number from {low} to {high}")
+            return default
+        return float(value)
+
+    def string(self, raw: dict, key: str, path: str, default: str | None) -> str | None:
+        value = raw.get(key, default)
+        if value is None:
+            return default
+        if not isinstance(value, str) or not value:
+            self.fail(f"{path}.{key}", f"{_show(value)} is not a non-empty string")
+            return default
+        return value
+
+    def char(self, raw: dict, key: str, path: str, default: str | None, nullable: bool) -> str | None:
+        """A single character; null (or false) means none when nullable."""
+        if key not in raw:
+            return default
+        value = raw[key]
+        if (value is None or value is False) and nullable:
+            return None
+        if not isinstance(value, str) or len(value) != 1 or value in "\r\n":
+            allowed = "a single character other than a line break" + (", or null for none" if nullable else "")
+            self.fail(f"{path}.{key}", f"{_show(value)} is not {allowed}")
+            return default
+        return value
+
+    def names(self, raw: dict, key: str, path: str, allow_single: bool = False) -> tuple[str, ...] | None:
+        """A list of unique non-empty strings (or one string when allow_single); None stays None."""
+        value = raw.get(key)
+        if value is None:
+            return None
+        if allow_single and isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not value or not all(isinstance(item, str) and item for item in value):
+            self.fail(f"{path}.{key}", f"{_show(value)} is not a non-empty list of non-empty strings")
+            return None
+        duplicates = sorted({item for item in value if value.count(item) > 1})
+        if duplicates:
+            self.fail(f"{path}.{key}", f"{_show(value)} names {', '.join(map(repr, duplicates))} more than once")
+            return None
+        return tuple(value)
+
+
+_TOP_KEYS = ("input", "features", "shuffle", "splits", "split_key", "output", "errors")
+_INPUT_KEYS = ("format", "path", "csv", "columns", "split_bytes")
+_CSV_KEYS = ("delimiter", "quote_char", "escape_char", "header", "column_names", "null_values", "skip_rows", "encoding")
+_FEATURE_KEYS = ("type", "source", "on_null", "default", "separator", "length")
+_SHUFFLE_KEYS = ("enabled", "seed")
+_OUTPUT_KEYS = ("path", "num_shards", "max_bytes_per_shard", "compression")
+_ERRORS_KEYS = ("on_bad_record", "max_bad_fraction")
+
+
+def parse_config(raw: Any, where: str = "<config>") -> BuildConfig:
+    """Validate a raw (YAML-loaded) config and build the BuildConfig; all problems raise one ConfigError."""
+    check = _Checker()
+    top = check.mapping(raw, "", _TOP_KEYS, required=("input", "output"))
+    input_config = _parse_input(check, top.get("input"))
+    features = _parse_features(check, top.get("features"), input_config)
+    shuffle = _parse_shuffle(check, top.get("shuffle"))
+    splits = _parse_splits(check, top.get("splits"))
+    split_key = check.names(top, "split_key", "split_key", allow_single=True)
+    output = _parse_output(check, top.get("output"), splits)
+    errors = _parse_errors(check, top.get("errors"))
+    if check.problems:
+        count = len(check.problems)
+        heading = f"{where}: {count} problem{'s' if count > 1 else ''} in the build config:\n  "
+        raise ConfigError(heading + "\n  ".join(check.problems))
+    return BuildConfig(input=input_config, output=output, features=features, shuffle=shuffle,
+                       splits=splits, split_key=split_key, errors=errors)
+
+
+def _parse_input(check: _Checker, raw: Any) -> InputConfig:
+    section = check.mapping(raw, "input", _INPUT_KEYS, required=("path",) if raw is not None else ())
+    path = check.string(section, "path", "input", "")
+    default_format = _format_from_path(path or "")
+    fmt = section.get("format") or default_format
+    if fmt is None:
+        check.fail("input.format", f"is required: {path!r} does not end in .csv, .tsv or .parquet (allowed: {', '.join(INPUT_FORMATS)})")
+        fmt = "csv"
+    else:
+        fmt = check.choice({"format": fmt}, "format", "input", INPUT_FORMATS, "csv") or "csv"
+    if fmt != "csv" and section.get("csv") is not None:
+        check.fail("input.csv", f"CSV options are only for input.format csv, but the format is {fmt}")
+    csv = _parse_csv(check, section.get("csv"), default_delimiter="\t" if (path or "").lower().endswith(".tsv") else ",")
+    columns = check.names(section, "columns", "input")
+    split_bytes = _size(check, section, "split_bytes", "input", DEFAULT_SPLIT_BYTES)
+    return InputConfig(format=fmt, path=path or "", csv=csv, columns=columns, split_bytes=split_bytes)
+
+
+def _format_from_path(path: str) -> str | None:
+    lower = path.lower()
+    if lower.endswith((".csv", ".tsv", ".csv.gz", ".txt")):
+        return "csv"
+    if lower.endswith((".parquet", ".pq", ".parq")):
+        return "parquet"
+    return None
+
+
+def _parse_csv(check: _Checker, raw: Any, default_delimiter: str) -> CsvOptions:
+    section = check.mapping(raw, "input.csv", _CSV_KEYS)
+    path = "input.csv"
+    delimiter = check.char(section, "delimiter", path, default_delimiter, nullable=False)
+    quote_char = check.char(section, "quote_char", path, '"', nullable=True)
+    escape_char = check.char(section, "escape_char", path, None, nullable=True)
+    header = check.boolean(section, "header", path, True)
+    column_names = check.names(section, "column_names", path)
+    if not header and column_names is None:
+        check.fail(f"{path}.column_names", "is required when header is false (list the column names in file order)")
+    chars = {"delimiter": delimiter, "quote_char": quote_char, "escape_char": escape_char}
+    used = [(name, char) for name, char in chars.items() if char is not None]
+    for index, (name, char) in enumerate(used):
+        for other, other_char in used[index + 1:]:
+            if char == other_char:
+                check.fail(f"{path}.{other}", f"{_show(char)} is also the {name}; they must differ")
+    null_values = section.get("null_values")
+    if null_values is None:
+        null_values = ()
+    elif not isinstance(null_values, list) or not all(isinstance(item, str) for item in null_values):
+        check.fail(f"{path}.null_values", f"{_show(null_values)} is not a list of strings (e.g. [\"\", \"NA\"]); "
+                   "quote values YAML would read as something else, like 'null' or '1'")
+        null_values = ()
+    skip_rows = check.integer(section, "skip_rows", path, 0, minimum=0)
+    encoding = check.string(section, "encoding", path, "utf-8")
+    try:
+        codecs.lookup(encoding)
+    except LookupError:
+        check.fail(f"{path}.encoding", f"{_show(encoding)} is not an encoding Python knows (e.g. utf-8, latin-1, cp1252)")
+        encoding = "utf-8"
+    return CsvOptions(delimiter=delimiter, quote_char=quote_char, escape_char=escape_char, header=header,
+                      column_names=column_names, null_values=tuple(null_values), skip_rows=skip_rows,
+                      encoding=encoding)
+
+
+def _parse_features(check: _Checker, raw: Any, input_config: InputConfig) -> tuple[FeatureSpec, ...] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not raw:
+        check.fail("features", f"expected a mapping of feature name to its settings (or leave features out to "
+                   f"take every input column), got {_show(raw)}")
+        return None
+    specs = []
+    for name, settings in raw.items():
+        path = f"features.{name}"
+        if not isinstance(name, str) or not name:
+            check.fail(path, "a feature name must be a non-empty string")
+            continue
+        specs.append(_parse_feature(check, name, settings, path, input_config))
+    return tuple(specs)
+
+
+def _parse_feature(check: _Checker, name: str, raw: Any, path: str, input_config: InputConfig) -> FeatureSpec:
+    section = check.mapping(raw, path, _FEATURE_KEYS)
+    type_name = section.get("type")
+    if type_name is not None and type_name not in FEATURE_TYPES:
+        hint = {"string": "bytes", "str": "bytes", "int": "int64", "integer": "int64", "float32": "float",
+                "float64": "float", "double": "float", "bool": "int64"}.get(str(type_name).lower())
+        suggestion = f"; use {hint}" if hint else ""
+        check.fail(f"{path}.type", f"{_show(type_name)} is not one of {', '.join(FEATURE_TYPES)}{suggestion}")
+        type_name = None
+    source = check.string(section, "source", path, name)
+    on_null = check.choice(section, "on_null", path, ON_NULL_ACTIONS, "error")
+    separator = section.get("separator")
+    if separator is not None and (not isinstance(separator, str) or not separator):
+        check.fail(f"{path}.separator", f"{_show(separator)} is not a non-empty string")
+        separator = None
+    length = check.integer(section, "length", path, None, minimum=1)
+    if length is not None and separator is None and input_config.format == "csv":
+        check.fail(f"{path}.length", "is only allowed with separator (a CSV column is one string; "
+                   "set separator to split it into a list of this length)")
+    is_list = separator is not None or length is not None
+    default = section.get("default")
+    if on_null is None:  # already reported; checking default against it would only add noise
+        on_null, default = "error", None
+    elif on_null == "default":
+        if default is None:
+            check.fail(f"{path}.default", f"is required when on_null is default (a value of type {type_name or 'the feature'})")
+        elif type_name is not None:
+            default = _check_default(check, f"{path}.default", default, type_name, is_list, length)
+    elif default is not None:
+        check.fail(f"{path}.default", f"is only used with on_null: default, but on_null is {on_null}")
+        default = None
+    return FeatureSpec(name=name, type=type_name, source=source, on_null=on_null, default=default,
+                       separator=separator, length=length, is_list=is_list)
+
+
+def _check_default(check: _Checker, path: str, value: Any, type_name: str, is_list: bool, length: int | None) -> Any:
+    """The default converted to its stored form (tuple for lists), or None after reporting a problem."""
+    if is_list:
+        if not isinstance(value, list):
+            check.fail(path, f"{_show(value)} is not a list of {type_name} values (the feature is a list)")
+            return None
+        if length is not None and len(value) != length:
+            check.fail(path, f"{_show(value)} has {len(value)} values but length is {length}")
+            return None
+        items = [_default_item(item, type_name) for item in value]
+        if any(item is None for item in items):
+            check.fail(path, f"{_show(value)} is not a list of {type_name} values ({_TYPE_WORDS[type_name]})")
+            return None
+        return tuple(items)
+    item = _default_item(value, type_name)
+    if item is None:
+        check.fail(path, f"{_show(value)} is not a {type_name} value ({_TYPE_WORDS[type_name]})")
+    return item
+
+
+_TYPE_WORDS = {"int64": "an integer from -2**63 to 2**63-1", "float": "a number", "bytes": "a string"}
+
+
+def _default_item(value: Any, type_name: str) -> Any:
+    if isinstance(value, bool):
+        return None
+    if type_name == "int64":
+        return value if isinstance(value, int) and -_INT64_MAX - 1 <= value <= _INT64_MAX else None
+    if type_name == "float":
+        return float(value) if isinstance(value, (int, float)) and not math.isinf(value) else None
+    if isinstance(value, bytes):
+        return value
+    return value.encode("utf-8") if isinstance(value, str) else None
+
+
+def _parse_shuffle(check: _Checker, raw: Any) -> ShuffleConfig:
+    section = check.mapping(raw, "shuffle", _SHUFFLE_KEYS)
+    enabled = check.boolean(section, "enabled", "shuffle", True)
+    seed = check.integer(section, "seed", "shuffle", 0, minimum=0, maximum=(1 << 64) - 1)
+    return ShuffleConfig(enabled=enabled, seed=seed)
+
+
+def _parse_splits(check: _Checker, raw: Any) -> dict[str, float]:
+    if raw is None:
+        return {"train": 1.0}
+    if not isinstance(raw, dict) or not raw:
+        check.fail("splits", f"expected a mapping of split name to fraction, e.g. {{train: 0.8, eval: 0.2}}, got {_show(raw)}")
+        return {"train": 1.0}
+    splits: dict[str, float] = {}
+    for name, fraction in raw.items():
+        path = f"splits.{name}"
+        if not isinstance(name, str) or not SPLIT_NAME.match(name):
+            check.fail(path, f"{_show(name)} is not a valid split name (a letter, then letters, digits, _ or -; "
+                       "it becomes part of file names)")
+            continue
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
+            check.fail(path, f"{_show(fraction)} is not a fraction greater than 0 and at most 1")
+            continue
+        splits[name] = float(fraction)
+    lowered = [name.lower() for name in splits]
+    for name in splits:
+        if lowered.count(name.lower()) > 1:
+            check.fail(f"splits.{name}", "differs from another split name only in case (file names would clash)")
+    if len(splits) == len(raw) and abs(math.fsum(splits.values()) - 1.0) > 1e-9:
+        check.fail("splits", f"fractions {', '.join(f'{k}: {v:g}' for k, v in splits.items())} sum to "
+                   f"{math.fsum(splits.values()):.12g}, not 1")
+    return splits
+
+
+def _parse_output(check: _Checker, raw: Any, splits: dict[str, float]) -> OutputConfig:
+    section = check.mapping(raw, "output", _OUTPUT_KEYS, required=("path",) if raw is not None else ())
+    path = check.string(section, "path", "output", "") or ""
+    raw_shards = section.get("num_shards")
+    num_shards: int | dict[str, int] | None = None
+    if isinstance(raw_shards, dict):
+        num_shards = {}
+        for split, count in raw_shards.items():
+            if split not in splits:
+                check.fail(f"output.num_shards.{split}", f"is not a split name (splits: {', '.join(splits)})")
+            elif isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                check.fail(f"output.num_shards.{split}", f"{_show(count)} is not a positive integer")
+            else:
+                num_shards[split] = count
+        missing = [split for split in splits if split not in raw_shards]
+        if missing:
+            check.fail("output.num_shards", f"gives no shard count for split{'s' if len(missing) > 1 else ''} "
+                       f"{', '.join(missing)} (give every split a count, or one integer for all)")
+    elif raw_shards is not None:
+        num_shards = check.integer(section, "num_shards", "output", None, minimum=1, maximum=1_000_000)
+    raw_max_bytes = section.get("max_bytes_per_shard")
+    max_bytes = _size(check, section, "max_bytes_per_shard", "output", None)
+    if raw_shards is not None and raw_max_bytes is not None:
+        check.fail("output.max_bytes_per_shard", "cannot be set together with num_shards (set one of them)")
+    if raw_shards is None and raw_max_bytes is None:
+        max_bytes = DEFAULT_MAX_BYTES_PER_SHARD
+    compression = check.choice(section, "compression", "output", COMPRESSIONS, "none") or "none"
+    return OutputConfig(path=path, num_shards=num_shards, max_bytes_per_shard=max_bytes,
+                        compression=None if compression == "none" else compression)
+
+
+def _parse_errors(check: _Checker, raw: Any) -> ErrorsConfig:
+    section = check.mapping(raw, "errors", _ERRORS_KEYS)
+    action = check.choice(section, "on_bad_record", "errors", BAD_RECORD_ACTIONS, "fail") or "fail"
+    default_fraction = 0.0 if action == "fail" else DEFAULT_MAX_BAD_FRACTION_WHEN_KEEPING_GOING
+    fraction = check.number(section, "max_bad_fraction", "errors", default_fraction, 0.0, 1.0)
+    return ErrorsConfig(on_bad_record=action, max_bad_fraction=fraction)
+
+
+def _size(check: _Checker, section: dict, key: str, path: str, default: int | None) -> int | None:
+    value = section.get(key)
+    if value is None:
+        return default
+    try:
+        size = parse_size(value)
+    except ValueError:
+        size = 0
+    if size < 1:
+        check.fail(f"{path}.{key}", f"{_show(value)} is not a positive size (an integer number of bytes, "
+                   "or a string like \"256MiB\", \"1GB\", \"512KiB\")")
+        return default
+    return size
+
+
+def _show(value: Any) -> str:
+    """A value as the user wrote it: strings quoted, YAML null as null."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value)
+
+
+# ----------------------------------------------------------------------------------- serialising
+
+
+def config_to_dict(config: BuildConfig) -> dict:
+    """The full resolved config as plain YAML/JSON data; parse_config(config_to_dict(c)) == c."""
+    csv = config.input.csv
+    input_section: dict[str, Any] = {"format": config.input.format, "path": config.input.path}
+    if config.input.format == "csv":
+        input_section["csv"] = {
+            "delimiter": csv.delimiter, "quote_char": csv.quote_char, "escape_char": csv.escape_char,
+            "header": csv.header, "column_names": _list_or_none(csv.column_names),
+            "null_values": list(csv.null_values), "skip_rows": csv.skip_rows, "encoding": csv.encoding,
+        }
+    input_section["columns"] = _list_or_none(config.input.columns)
+    input_section["split_bytes"] = config.input.split_bytes
+    features = None
+    if config.features is not None:
+        features = {spec.name: _feature_to_dict(spec) for spec in config.features}
+    output = config.output
+    return {
+        "input": input_section,
+        "features": features,
+        "shuffle": {"enabled": config.shuffle.enabled, "seed": config.shuffle.seed},
+        "splits": dict(config.splits),
+        "split_key": _list_or_none(config.split_key),
+        "output": {
+            "path": output.path,
+            "num_shards": dict(output.num_shards) if isinstance(output.num_shards, dict) else output.num_shards,
+            "max_bytes_per_shard": output.max_bytes_per_shard,
+            "compression": output.compression or "none",
+        },
+        "errors": {"on_bad_record": config.errors.on_bad_record, "max_bad_fraction": config.errors.max_bad_fraction},
+    }
+
+
+def _feature_to_dict(spec: FeatureSpec) -> dict:
+    default = spec.default
+    as_text: Callable[[Any], Any] = lambda v: v.decode("utf-8", "backslashreplace") if isinstance(v, bytes) else v
+    if isinstance(default, tuple):
+        default = [as_text(item) for item in default]
+    else:
+        default = as_text(default)
+    result: dict[str, Any] = {"type": spec.type, "source": spec.source, "on_null": spec.on_null}
+    if spec.on_null == "default":
+        result["default"] = default
+    if spec.separator is not None:
+        result["separator"] = spec.separator
+    if spec.length is not None:
+        result["length"] = spec.length
+    return result
+
+
+def _list_or_none(values: tuple[str, ...] | None) -> list[str] | None:
+    return list(values) if values is not None else None
+
+
+def with_features(config: BuildConfig, features: tuple[FeatureSpec, ...]) -> BuildConfig:
+    """A copy of the config with its features replaced (used once they are resolved on the input schema)."""
+    return replace(config, features=features)
