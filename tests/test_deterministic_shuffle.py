@@ -1,0 +1,234 @@
+"""The seeded shuffle, hash splits and exactly balanced shards (tfrbeam/beam/deterministic_shuffle.py)."""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import os
+import pathlib
+import random
+
+import apache_beam as beam
+import numpy as np
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tfrbeam.beam.deterministic_shuffle import (
+    KeyedRecords,
+    KeyedRecordsCoder,
+    ShardingSpec,
+    WriteShuffledShards,
+    bucket_bits_for,
+    content_digests,
+    input_order_keys,
+    make_plan,
+    seeded_sort_keys,
+    shard_file_name,
+    split_indices,
+    _BucketCounts,
+)
+from tfrbeam.record_index import index_path_for, parse_index
+from tfrbeam.records import RECORD_OVERHEAD, read_records
+
+
+def _pieces(payloads: list[bytes], piece_sizes: list[int], fractions, seed: int | None) -> list[KeyedRecords]:
+    """Cut payloads into pieces and key them as the build does (content digest, split, seeded key)."""
+    pieces, start, row = [], 0, 0
+    for size in piece_sizes:
+        chunk = payloads[start:start + size]
+        start += size
+        if not chunk:
+            continue
+        data = np.frombuffer(b"".join(chunk), dtype=np.uint8)
+        offsets = np.zeros(len(chunk) + 1, np.int64)
+        np.cumsum([len(item) for item in chunk], out=offsets[1:])
+        digests = content_digests(data, offsets)
+        split = split_indices(digests[:, 0], fractions)
+        if seed is None:
+            key = input_order_keys(0, np.arange(row, row + len(chunk)))
+        else:
+            key = seeded_sort_keys(digests[:, 1], seed)
+        row += len(chunk)
+        pieces.append(KeyedRecords(split, key, offsets, data))
+    return pieces
+
+
+def _run(pieces: list[KeyedRecords], spec: ShardingSpec, temp_dir: pathlib.Path, options: list[str] | None = None) -> None:
+    with beam.Pipeline(options=PipelineOptions(options or [])) as pipeline:
+        _ = (
+            pipeline
+            | beam.Create(pieces).with_output_types(KeyedRecords)
+            | WriteShuffledShards(spec, str(temp_dir))
+        )
+
+
+def _read_split(temp_dir: pathlib.Path, split: str) -> list[list[bytes]]:
+    files = sorted((temp_dir / split).glob(f"{split}-*"))
+    return [list(read_records(str(path))) for path in files]
+
+
+def _dataset(count: int, rng: random.Random) -> list[bytes]:
+    payloads = [rng.randbytes(rng.randint(0, 40)) for _ in range(count)]
+    payloads += payloads[:25]  # duplicates are kept
+    rng.shuffle(payloads)
+    return payloads
+
+
+def _spec(**overrides) -> ShardingSpec:
+    values = dict(splits=("train", "eval"), num_shards=(3, 2), max_bytes_per_shard=None, ordered=False)
+    values.update(overrides)
+    return ShardingSpec(**values)
+
+
+def test_split_fractions_are_honoured_within_sampling_error():
+    hashes = np.random.default_rng(1).integers(0, 2**64, 200_000, dtype=np.uint64, endpoint=False)
+    counts = np.bincount(split_indices(hashes, [0.7, 0.2, 0.1]), minlength=3) / len(hashes)
+    np.testing.assert_allclose(counts, [0.7, 0.2, 0.1], atol=0.005)
+    assert split_indices(np.array([0, 2**64 - 1], np.uint64), [0.5, 0.5]).tolist() == [0, 1]
+
+
+def test_seeded_keys_are_a_bijection_that_changes_with_the_seed():
+    hashes = np.arange(100_000, dtype=np.uint64)
+    keys = seeded_sort_keys(hashes, 42)
+    assert len(np.unique(keys)) == len(hashes)
+    np.testing.assert_array_equal(keys, seeded_sort_keys(hashes, 42))
+    order_a, order_b = np.argsort(keys), np.argsort(seeded_sort_keys(hashes, 43))
+    assert abs(np.corrcoef(order_a, order_b)[0, 1]) < 0.02
+    assert abs(np.corrcoef(order_a, hashes.astype(np.float64))[0, 1]) < 0.02
+
+
+def test_content_digest_is_blake2b_of_each_record():
+    records = [b"", b"a", b"hello world" * 10]
+    offsets = np.cumsum([0] + [len(item) for item in records])
+    digests = content_digests(b"".join(records), offsets)
+    for record, digest in zip(records, digests):
+        expected = hashlib.blake2b(record, digest_size=16, person=b"tfrbeam/v1").digest()
+        assert digest.astype("<u8").tobytes() == expected
+
+
+def test_input_order_keys_sort_by_file_then_row():
+    keys = np.concatenate([input_order_keys(1, np.array([0, 5])), input_order_keys(0, np.array([7, 2**39]))])
+    assert np.argsort(keys).tolist() == [2, 3, 0, 1]
+    with pytest.raises(ValueError, match="row numbers"):
+        input_order_keys(0, np.array([2**41]))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.binary(max_size=30), max_size=20))
+def test_keyed_records_coder_round_trips(payloads):
+    offsets = np.cumsum([0] + [len(item) for item in payloads]).astype(np.int64)
+    records = KeyedRecords(
+        np.arange(len(payloads), dtype=np.uint16), np.arange(len(payloads), dtype=np.uint64) * 7, offsets,
+        np.frombuffer(b"".join(payloads), dtype=np.uint8),
+    )
+    coder = KeyedRecordsCoder()
+    decoded = coder.decode(coder.encode(records))
+    for field in ("split", "key", "offsets", "data"):
+        np.testing.assert_array_equal(getattr(decoded, field), getattr(records, field))
+
+
+def test_shard_names_and_bucket_bits():
+    assert shard_file_name("train", 3, 8, None) == "train-00003-of-00008.tfrecord"
+    assert shard_file_name("eval", 0, 123456, "gzip") == "eval-000000-of-123456.tfrecord.gz"
+    assert bucket_bits_for(8) == 10 and bucket_bits_for(1 << 20) == 24
+
+
+def test_byte_cap_plan_keeps_every_shard_under_the_cap():
+    rng = random.Random(3)
+    payloads = [rng.randbytes(rng.choice([10, 10, 10, 900])) for _ in range(3000)]
+    spec = _spec(splits=("train",), num_shards=(None,), max_bytes_per_shard=20_000)
+    combine = _BucketCounts(spec)
+    accumulator = combine.create_accumulator()
+    for piece in _pieces(payloads, [700] * 5, [1.0], seed=5):
+        accumulator = combine.add_input(accumulator, piece)
+    plan = make_plan(combine.extract_output(accumulator), spec).splits[0]
+    total = sum(len(item) + RECORD_OVERHEAD for item in payloads)
+    assert plan.num_examples == 3000 and plan.num_bytes == total
+    assert plan.num_shards >= -(-total // 20_000)
+    # Each shard's exact bytes: sort by the seeded key as the writers do.
+    pieces = _pieces(payloads, [3000], [1.0], seed=5)
+    order = np.argsort(pieces[0].key, kind="stable")
+    sizes = np.diff(pieces[0].offsets)[order] + RECORD_OVERHEAD
+    for shard in range(plan.num_shards):
+        assert sizes[plan.shard_start(shard):plan.shard_start(shard + 1)].sum() <= 20_000
+
+
+def test_byte_cap_smaller_than_a_record_is_refused():
+    spec = _spec(splits=("train",), num_shards=(None,), max_bytes_per_shard=50)
+    combine = _BucketCounts(spec)
+    accumulator = combine.add_input(combine.create_accumulator(), _pieces([b"x" * 100], [1], [1.0], seed=0)[0])
+    with pytest.raises(ValueError, match="larger than output.max_bytes_per_shard=50"):
+        make_plan(combine.extract_output(accumulator), spec)
+
+
+def test_shuffled_shards_are_exactly_balanced_complete_and_sorted(tmp_path):
+    payloads = _dataset(1500, random.Random(7))
+    fractions = [0.8, 0.2]
+    spec = _spec(bucket_bits=10)
+    _run(_pieces(payloads, [400, 1, 600, 525], fractions, seed=11), spec, tmp_path / "a")
+    written = {split: _read_split(tmp_path / "a", split) for split in ("train", "eval")}
+    assert [len(written["train"]), len(written["eval"])] == [3, 2]
+    for shards in written.values():
+        sizes = [len(shard) for shard in shards]
+        assert max(sizes) - min(sizes) <= 1
+    everything = [record for shards in written.values() for shard in shards for record in shard]
+    assert collections.Counter(everything) == collections.Counter(payloads)
+    # The whole split, read shard after shard, is in (seeded key, bytes) order.
+    for index, split in enumerate(("train", "eval")):
+        records = [record for shard in written[split] for record in shard]
+        keyed = [(int(k), r) for r, k, s in _keys_of(records, fractions, 11)]
+        assert keyed == sorted(keyed) and all(s == index for _, _, s in _keys_of(records, fractions, 11))
+    # Uncompressed shards get a read index next to them.
+    first = sorted((tmp_path / "a" / "train").glob("train-*"))[0]
+    index = parse_index(pathlib.Path(index_path_for(str(first))).read_bytes(), "idx")
+    assert index.num_records == len(written["train"][0]) and index.mtime is None
+
+
+def _keys_of(records, fractions, seed):
+    offsets = np.cumsum([0] + [len(item) for item in records]).astype(np.int64)
+    digests = content_digests(b"".join(records), offsets)
+    return list(zip(records, seeded_sort_keys(digests[:, 1], seed), split_indices(digests[:, 0], fractions)))
+
+
+def _file_bytes(directory: pathlib.Path) -> dict[str, bytes]:
+    return {
+        str(path.relative_to(directory)): path.read_bytes()
+        for path in sorted(directory.rglob("*")) if path.is_file()
+    }
+
+
+def test_output_bytes_do_not_depend_on_batching_or_piece_order_and_change_with_seed(tmp_path):
+    payloads = _dataset(900, random.Random(8))
+    spec = _spec(compression="gzip")
+    pieces = _pieces(payloads, [300, 300, 325], [0.5, 0.5], seed=1)
+    _run(pieces, spec, tmp_path / "a")
+    _run(list(reversed(_pieces(payloads, [1, 99, 700, 125], [0.5, 0.5], seed=1))), spec, tmp_path / "b")
+    _run(_pieces(payloads, [925], [0.5, 0.5], seed=2), spec, tmp_path / "c")
+    first, second, other_seed = (_file_bytes(tmp_path / name) for name in "abc")
+    assert first == second
+    assert first.keys() == other_seed.keys() and first != other_seed
+    # Same splits under another seed: only the order inside each split changes.
+    for split in ("train", "eval"):
+        assert collections.Counter(r for s in _read_split(tmp_path / "a", split) for r in s) == collections.Counter(
+            r for s in _read_split(tmp_path / "c", split) for r in s
+        )
+
+
+def test_ordered_mode_keeps_input_order_and_balance(tmp_path):
+    payloads = [f"row-{i}".encode() for i in range(10_000)]
+    spec = _spec(splits=("train",), num_shards=(7,), ordered=True)
+    _run(_pieces(payloads, [4500, 10, 5490], [1.0], seed=None), spec, tmp_path)
+    shards = _read_split(tmp_path, "train")
+    assert [record for shard in shards for record in shard] == payloads
+    assert {len(shard) for shard in shards} <= {1428, 1429}
+
+
+def test_more_shards_than_records_writes_empty_shards(tmp_path):
+    spec = _spec(splits=("train", "eval"), num_shards=(5, 2), bucket_bits=12)
+    _run(_pieces([b"a", b"b", b"c"], [3], [0.999999, 0.000001], seed=3), spec, tmp_path)
+    train, evaluation = _read_split(tmp_path, "train"), _read_split(tmp_path, "eval")
+    assert sorted(len(shard) for shard in train) == [0, 0, 1, 1, 1]
+    assert evaluation == [[], []]
+    assert os.path.getsize(tmp_path / "eval" / "eval-00000-of-00002.tfrecord") == 0

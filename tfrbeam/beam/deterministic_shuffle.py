@@ -1,0 +1,637 @@
+"""Seeded global shuffle, hash splits and exactly balanced shards, written to a temp location.
+
+How a record finds its place (the same on every runner, worker count, input order and batching):
+
+- Content digest: blake2b-128 of the serialized Example (personalised ``tfrbeam/v1``). Its first
+  64 bits place the record in a split; its second 64 bits, passed through a bijective 64-bit mixer
+  keyed by the seed (four rounds of xor-with-a-seed-derived-key then the splitmix64 finaliser), are
+  the sort key. The output order is sorted by (sort key, record bytes): a uniformly random
+  permutation for each seed. Identical records get identical keys, so duplicates are kept and sit
+  next to each other (and always fall in the same split: no train/eval leakage).
+- Splits: the split hash (of ``split_key``'s values, or of the whole record) is compared with the
+  cumulative fractions scaled to 2**64. It does not depend on the seed: changing the seed
+  reorders examples within splits but never moves one between splits.
+- Without shuffling the sort key is ``input file index << 40 | row number`` (file index = position
+  of the path in the sorted input list), so examples keep input file order, then row order.
+
+Exact balance: every split's records are counted per bucket (hash mode: the top ``bucket_bits``
+bits of the sort key; ordered mode: blocks of consecutive rows of one input piece) by a combine
+that carries only counts. From those counts the plan gives each bucket its first global rank; shard
+s of k receives global ranks ``[ceil(s*n/k), ceil((s+1)*n/k))``, so shard sizes differ by at most
+one record. Each piece sends every record to the shard(s) its bucket's rank range overlaps (in
+ordered mode the exact rank is known); a shard writer sorts what it got by (key, bytes) and keeps
+its exact rank range. Boundary buckets travel to two shards, which costs about 1/64 of a shard
+each with the default bucket count.
+
+What crosses the GroupByKey is one element per (input piece, shard): the records' bytes as one
+buffer plus numpy arrays of keys and offsets, with a coder that is a few memcpys. No element is
+larger than one input piece (bounded by the producer), no worker holds more than one shard.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import math
+import struct
+import time
+import typing
+from collections.abc import Iterable, Iterator, Sequence
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from tfrbeam.record_index import IndexBuilder, index_path_for
+from tfrbeam.records import RECORD_OVERHEAD, RecordWriter, frame_records
+
+__all__ = [
+    "KeyedRecords",
+    "KeyedRecordsCoder",
+    "ShardFile",
+    "ShardPlan",
+    "ShardingSpec",
+    "SplitPlan",
+    "WriteShuffledShards",
+    "bucket_bits_for",
+    "content_digests",
+    "input_order_keys",
+    "seeded_sort_keys",
+    "shard_file_name",
+    "split_indices",
+]
+
+_LOG = logging.getLogger(__name__)
+
+_DIGEST_PERSON = b"tfrbeam/v1"
+_SHUFFLE_PERSON = b"tfrbeam-shuffle"
+# Ordered mode: one histogram bucket per this many consecutive rows of a piece and split.
+ORDERED_BLOCK_ROWS = 4096
+FILE_INDEX_BITS = 24
+ROW_NUMBER_BITS = 64 - FILE_INDEX_BITS
+MIN_BUCKET_BITS = 10
+MAX_BUCKET_BITS = 24
+# Frame and write this many records at a time, so a writer holds one shard plus one block.
+_WRITE_BLOCK_RECORDS = 8192
+_FRAMED_SHARD_KEY_BITS = 32
+
+
+# ------------------------------------------------------------------------------ keys (no Beam)
+
+
+def content_digests(data: np.ndarray | bytes, offsets: np.ndarray) -> np.ndarray:
+    """blake2b-128 of every record in ``data`` (bounded by ``offsets``) as an (n, 2) uint64 array."""
+    buffer = data if isinstance(data, np.ndarray) else np.frombuffer(data, dtype=np.uint8)
+    view = memoryview(np.ascontiguousarray(buffer, dtype=np.uint8))
+    bounds = np.asarray(offsets, dtype=np.int64).tolist()
+    blake = hashlib.blake2b
+    digests = b"".join([
+        blake(view[start:end], digest_size=16, person=_DIGEST_PERSON).digest()
+        for start, end in zip(bounds, bounds[1:])
+    ])
+    return np.frombuffer(digests, dtype="<u8").reshape(-1, 2).astype(np.uint64, copy=False)
+
+
+def _splitmix_finalize(values: np.ndarray) -> np.ndarray:
+    values = values ^ (values >> np.uint64(30))
+    values = values * np.uint64(0xBF58476D1CE4E5B9)
+    values = values ^ (values >> np.uint64(27))
+    values = values * np.uint64(0x94D049BB133111EB)
+    return values ^ (values >> np.uint64(31))
+
+
+def seeded_sort_keys(content_hashes: np.ndarray, seed: int) -> np.ndarray:
+    """Sort keys from 64-bit content hashes: a bijection keyed by ``seed`` (vectorised, no per-row Python)."""
+    round_keys = np.frombuffer(
+        hashlib.blake2b(int(seed).to_bytes(8, "little"), digest_size=32, person=_SHUFFLE_PERSON).digest(), dtype="<u8"
+    ).astype(np.uint64)
+    values = np.asarray(content_hashes, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for round_key in round_keys:
+            values = _splitmix_finalize(values ^ round_key)
+    return values
+
+
+def input_order_keys(file_index: int, row_numbers: np.ndarray) -> np.ndarray:
+    """Sort keys that keep input order: the file's index in the sorted input list, then the row number."""
+    rows = np.asarray(row_numbers, dtype=np.int64)
+    if not 0 <= file_index < 1 << FILE_INDEX_BITS:
+        raise ValueError(f"input file index {file_index} needs more than {FILE_INDEX_BITS} bits (too many input files)")
+    if rows.size and (rows.min() < 0 or rows.max() >= 1 << ROW_NUMBER_BITS):
+        raise ValueError(f"row numbers must be in [0, 2**{ROW_NUMBER_BITS}), got {rows.min()}..{rows.max()}")
+    return (np.uint64(file_index) << np.uint64(ROW_NUMBER_BITS)) | rows.astype(np.uint64)
+
+
+def split_indices(split_hashes: np.ndarray, fractions: Sequence[float]) -> np.ndarray:
+    """The split of each record: hash / 2**64 falls into the cumulative fraction intervals."""
+    cumulative = [math.fsum(fractions[: i + 1]) for i in range(len(fractions) - 1)]
+    thresholds = np.array([min(int(round(c * 2**64)), 2**64 - 1) for c in cumulative], dtype=np.uint64)
+    return np.searchsorted(thresholds, np.asarray(split_hashes, dtype=np.uint64), side="right").astype(np.uint16)
+
+
+def bucket_bits_for(max_shards: int) -> int:
+    """Hash buckets for a split written in up to ``max_shards`` shards: about 64 buckets per shard."""
+    wanted = math.ceil(math.log2(max(1, max_shards) * 64))
+    return min(MAX_BUCKET_BITS, max(MIN_BUCKET_BITS, wanted))
+
+
+def shard_file_name(split: str, shard: int, num_shards: int, compression: str | None) -> str:
+    """``{split}-{shard:05d}-of-{num_shards:05d}.tfrecord`` plus ``.gz`` / ``.zlib`` when compressed."""
+    width = max(5, len(str(num_shards)))
+    suffix = {None: "", "gzip": ".gz", "zlib": ".zlib"}[compression]
+    return f"{split}-{shard:0{width}d}-of-{num_shards:0{width}d}.tfrecord{suffix}"
+
+
+# ---------------------------------------------------------------------------- the shuffled unit
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class KeyedRecords:
+    """Serialized records of one input piece (or its part bound for one shard) with split and sort key.
+
+    ``data`` holds the payloads back to back, ``offsets`` their n + 1 bounds; ``split`` (uint16)
+    and ``key`` (uint64) are per record.
+    """
+
+    split: np.ndarray
+    key: np.ndarray
+    offsets: np.ndarray
+    data: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.key)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def take(self, positions: np.ndarray) -> KeyedRecords:
+        """The records at ``positions``, in that order, copied into one new buffer."""
+        positions = np.asarray(positions, dtype=np.int64)
+        bounds = self.offsets
+        starts = bounds[positions]
+        ends = bounds[positions + 1]
+        view = memoryview(self.data)
+        data = b"".join([view[s:e] for s, e in zip(starts.tolist(), ends.tolist())])
+        new_offsets = np.zeros(len(positions) + 1, dtype=np.int64)
+        np.cumsum(ends - starts, out=new_offsets[1:])
+        return KeyedRecords(self.split[positions], self.key[positions], new_offsets, np.frombuffer(data, dtype=np.uint8))
+
+    @classmethod
+    def empty(cls) -> KeyedRecords:
+        return cls(np.zeros(0, np.uint16), np.zeros(0, np.uint64), np.zeros(1, np.int64), np.zeros(0, np.uint8))
+
+
+_KEYED_HEADER = struct.Struct("<QQ")
+
+
+class KeyedRecordsCoder(beam.coders.Coder):
+    """Encodes KeyedRecords as a 16-byte header and four raw arrays: a memcpy per element, not per record."""
+
+    def encode(self, value: KeyedRecords) -> bytes:
+        count = len(value.key)
+        data = np.ascontiguousarray(value.data, dtype=np.uint8)
+        return b"".join((
+            _KEYED_HEADER.pack(count, data.size),
+            np.ascontiguousarray(value.split, dtype="<u2").tobytes(),
+            np.ascontiguousarray(value.key, dtype="<u8").tobytes(),
+            np.ascontiguousarray(value.offsets, dtype="<i8").tobytes(),
+            data.tobytes(),
+        ))
+
+    def decode(self, encoded: bytes) -> KeyedRecords:
+        count, size = _KEYED_HEADER.unpack_from(encoded)
+        position = _KEYED_HEADER.size
+        split = np.frombuffer(encoded, dtype="<u2", count=count, offset=position)
+        position += 2 * count
+        key = np.frombuffer(encoded, dtype="<u8", count=count, offset=position)
+        position += 8 * count
+        offsets = np.frombuffer(encoded, dtype="<i8", count=count + 1, offset=position)
+        position += 8 * (count + 1)
+        data = np.frombuffer(encoded, dtype=np.uint8, count=size, offset=position)
+        return KeyedRecords(split, key, offsets, data)
+
+    def is_deterministic(self) -> bool:
+        return True
+
+    def to_type_hint(self):
+        return KeyedRecords
+
+
+beam.coders.registry.register_coder(KeyedRecords, KeyedRecordsCoder)
+
+
+# ----------------------------------------------------------------------------------- the plan
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardingSpec:
+    """What the shuffle must produce: splits, shard counts (or a byte cap), bucketing and file format."""
+
+    splits: tuple[str, ...]
+    num_shards: tuple[int | None, ...]  # per split; None everywhere when max_bytes_per_shard is set
+    max_bytes_per_shard: int | None
+    ordered: bool  # shuffle disabled: keys are input positions, buckets are row blocks of a piece
+    bucket_bits: int = MIN_BUCKET_BITS
+    compression: str | None = None
+    write_index: bool = True
+
+    def __post_init__(self) -> None:
+        if len(self.num_shards) != len(self.splits):
+            raise ValueError("num_shards needs one entry per split")
+        if self.max_bytes_per_shard is None and any(count is None for count in self.num_shards):
+            raise ValueError("every split needs a shard count when max_bytes_per_shard is not set")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SplitPlan:
+    """One split's layout: its buckets (sorted ids, first global rank, record count) and shard count."""
+
+    name: str
+    num_examples: int
+    num_bytes: int  # framed, uncompressed
+    num_shards: int
+    bucket_ids: np.ndarray
+    bucket_starts: np.ndarray
+    bucket_counts: np.ndarray
+
+    def shard_start(self, shard: int) -> int:
+        """First global rank of ``shard``: ceil(shard * n / k)."""
+        return -(-shard * self.num_examples // self.num_shards)
+
+    def shard_of(self, ranks: np.ndarray) -> np.ndarray:
+        return (np.asarray(ranks, dtype=np.int64) * self.num_shards) // max(self.num_examples, 1)
+
+    def bucket_positions(self, bucket_ids: np.ndarray) -> np.ndarray:
+        positions = np.searchsorted(self.bucket_ids, bucket_ids)
+        if len(bucket_ids) and (positions.max() >= len(self.bucket_ids) or np.any(self.bucket_ids[positions] != bucket_ids)):
+            raise RuntimeError(
+                f"split {self.name}: a record's bucket is missing from the counts; the input changed between the "
+                "two reads of one pipeline run (recompute gave other records)"
+            )
+        return positions
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ShardPlan:
+    """The whole layout, computed once from the bucket counts and read by routers and writers."""
+
+    spec: ShardingSpec
+    splits: tuple[SplitPlan, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardFile:
+    """One written shard, still in the temp location; commit moves it to ``relative_path``."""
+
+    split: str
+    shard: int
+    num_shards: int
+    relative_path: str
+    temp_path: str
+    temp_index_path: str | None
+    num_examples: int
+    num_bytes: int
+    sha256: str
+
+
+# -------------------------------------------------------------------------------- bucket counts
+
+
+def _record_buckets(records: KeyedRecords, spec: ShardingSpec) -> np.ndarray:
+    """The bucket id of each record: top key bits (hash mode) or the first key of its row block (ordered)."""
+    if not spec.ordered:
+        return records.key >> np.uint64(64 - spec.bucket_bits)
+    order = np.lexsort((records.key, records.split))
+    sorted_split = records.split[order]
+    sorted_key = records.key[order]
+    position = np.arange(len(order))
+    group_start = np.searchsorted(sorted_split, sorted_split, side="left")
+    within = position - group_start
+    block_first = group_start + within - within % ORDERED_BLOCK_ROWS
+    buckets = np.empty(len(order), dtype=np.uint64)
+    buckets[order] = sorted_key[block_first]
+    return buckets
+
+
+def _histogram(records: KeyedRecords, spec: ShardingSpec) -> tuple[np.ndarray, ...]:
+    """Per (split, bucket): record count, framed bytes and largest framed record."""
+    if not len(records):
+        return _empty_histogram()
+    buckets = _record_buckets(records, spec)
+    framed = records.lengths + RECORD_OVERHEAD
+    return _reduce(records.split.astype(np.uint16), buckets, np.ones(len(records), np.int64), framed, framed)
+
+
+def _empty_histogram() -> tuple[np.ndarray, ...]:
+    return (np.zeros(0, np.uint16), np.zeros(0, np.uint64), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
+
+
+def _reduce(split, bucket, count, size, largest) -> tuple[np.ndarray, ...]:
+    if not len(split):
+        return _empty_histogram()
+    order = np.lexsort((bucket, split))
+    split, bucket, count, size, largest = split[order], bucket[order], count[order], size[order], largest[order]
+    starts = np.flatnonzero(np.r_[True, (split[1:] != split[:-1]) | (bucket[1:] != bucket[:-1])])
+    return (
+        split[starts], bucket[starts], np.add.reduceat(count, starts), np.add.reduceat(size, starts),
+        np.maximum.reduceat(largest, starts),
+    )
+
+
+class _BucketCounts(beam.CombineFn):
+    """Combines per-piece histograms into one; the accumulator holds arrays, never records."""
+
+    def __init__(self, spec: ShardingSpec):
+        self._spec = spec
+
+    def create_accumulator(self):
+        return [_empty_histogram()]
+
+    def add_input(self, accumulator, records: KeyedRecords):
+        accumulator.append(_histogram(records, self._spec))
+        return self._compact(accumulator) if len(accumulator) > 64 else accumulator
+
+    def merge_accumulators(self, accumulators):
+        merged = [part for accumulator in accumulators for part in accumulator]
+        return self._compact(merged)
+
+    def extract_output(self, accumulator):
+        return self._compact(accumulator)[0]
+
+    @staticmethod
+    def _compact(accumulator):
+        columns = [np.concatenate([part[i] for part in accumulator]) for i in range(5)]
+        return [_reduce(*columns)]
+
+
+def make_plan(histogram: tuple[np.ndarray, ...], spec: ShardingSpec) -> ShardPlan:
+    """Shard counts and bucket ranks of every split from the combined counts."""
+    split_ids, bucket_ids, counts, sizes, largest = histogram
+    plans = []
+    for index, name in enumerate(spec.splits):
+        rows = split_ids == index
+        ids, split_counts = bucket_ids[rows], counts[rows]
+        starts = np.zeros(len(split_counts), dtype=np.int64)
+        np.cumsum(split_counts[:-1], out=starts[1:])
+        total = int(split_counts.sum())
+        total_bytes = int(sizes[rows].sum())
+        num_shards = spec.num_shards[index]
+        if num_shards is None:
+            num_shards = _shards_for_byte_cap(name, starts, split_counts, sizes[rows], largest[rows], spec.max_bytes_per_shard)
+        plans.append(SplitPlan(name, total, total_bytes, int(num_shards), ids, starts, split_counts))
+        _LOG.info("split %s: %d examples, %d bytes, %d shards", name, total, total_bytes, num_shards)
+    return ShardPlan(spec, tuple(plans))
+
+
+def _shards_for_byte_cap(name, starts, counts, sizes, largest, cap) -> int:
+    """The smallest shard count (searched upward) whose every shard provably stays within ``cap`` bytes.
+
+    A shard's bytes are bounded by the bytes of the buckets its rank range touches, and by its
+    record count times the largest record in them; shards are balanced by count.
+    """
+    total = int(counts.sum())
+    if total == 0:
+        return 1
+    if int(largest.max()) > cap:
+        raise ValueError(
+            f"split {name}: one record is {int(largest.max())} bytes framed, larger than "
+            f"output.max_bytes_per_shard={cap}; raise the cap"
+        )
+    byte_starts = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=byte_starts[1:])
+    shards = max(1, math.ceil(int(sizes.sum()) / cap))
+    while shards < total:
+        lows = -(-np.arange(shards + 1, dtype=np.int64) * total // shards)
+        first = np.searchsorted(starts, lows[:-1], side="right") - 1
+        last = np.searchsorted(starts, lows[1:] - 1, side="right") - 1
+        bucket_bound = byte_starts[last + 1] - byte_starts[first]
+        largest_in = np.array([int(largest[a:b + 1].max()) for a, b in zip(first.tolist(), last.tolist())])
+        count_bound = (lows[1:] - lows[:-1]) * largest_in
+        if np.all(np.minimum(bucket_bound, count_bound) <= cap):
+            return shards
+        shards += max(1, shards // 100)
+    return total
+
+
+# ------------------------------------------------------------------------------------ routing
+
+
+def _shard_key(split: int, shard: int) -> int:
+    return (split << _FRAMED_SHARD_KEY_BITS) | shard
+
+
+class _RouteToShards(beam.DoFn):
+    """Sends each record of a piece to the shard(s) its bucket's rank range overlaps, one element per shard."""
+
+    def __init__(self, spec: ShardingSpec):
+        self._spec = spec
+
+    def process(self, records: KeyedRecords, plan: ShardPlan) -> Iterator[tuple[int, KeyedRecords]]:
+        if not len(records):
+            return
+        buckets = _record_buckets(records, self._spec)
+        first = np.empty(len(records), dtype=np.int64)
+        last = np.empty(len(records), dtype=np.int64)
+        for index, split_plan in enumerate(plan.splits):
+            rows = np.flatnonzero(records.split == index)
+            if not rows.size:
+                continue
+            positions = split_plan.bucket_positions(buckets[rows])
+            starts = split_plan.bucket_starts[positions]
+            if self._spec.ordered:
+                ranks = starts + self._rank_in_block(records, rows)
+                first[rows] = last[rows] = split_plan.shard_of(ranks)
+            else:
+                first[rows] = split_plan.shard_of(starts)
+                last[rows] = split_plan.shard_of(starts + split_plan.bucket_counts[positions] - 1)
+        copies = last - first + 1
+        record_of_copy = np.repeat(np.arange(len(records)), copies)
+        copy_base = np.repeat(np.cumsum(copies) - copies, copies)
+        shard_of_copy = first[record_of_copy] + (np.arange(len(record_of_copy)) - copy_base)
+        group_key = (records.split[record_of_copy].astype(np.int64) << _FRAMED_SHARD_KEY_BITS) | shard_of_copy
+        order = np.argsort(group_key, kind="stable")
+        sorted_keys = group_key[order]
+        bounds = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1], True])
+        for start, end in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            yield int(sorted_keys[start]), records.take(record_of_copy[order[start:end]])
+
+    @staticmethod
+    def _rank_in_block(records: KeyedRecords, rows: np.ndarray) -> np.ndarray:
+        """Ordered mode: a record's position within its row block (see ``_record_buckets``)."""
+        keys = records.key[rows]
+        order = np.argsort(keys, kind="stable")
+        within = np.empty(len(rows), dtype=np.int64)
+        within[order] = np.arange(len(rows)) % ORDERED_BLOCK_ROWS
+        return within
+
+
+def _empty_shards(plan: ShardPlan) -> Iterator[tuple[int, KeyedRecords]]:
+    """One empty element per shard, so every shard (even one with no records) is written."""
+    for index, split_plan in enumerate(plan.splits):
+        for shard in range(split_plan.num_shards):
+            yield _shard_key(index, shard), KeyedRecords.empty()
+
+
+# ------------------------------------------------------------------------------------ writing
+
+
+class _HashingFile:
+    """Write-through wrapper that counts and sha256-hashes every byte written to the file."""
+
+    def __init__(self, handle):
+        self._handle = handle
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data) -> int:
+        self.sha256.update(data)
+        self.size += len(data)
+        self._handle.write(data)
+        return len(data)
+
+    def flush(self) -> None:
+        self._handle.flush()
+
+    def close(self) -> None:
+        self._handle.close()
+
+
+def _sorted_positions(keys: np.ndarray, payload: typing.Callable[[int], bytes]) -> np.ndarray:
+    """Positions sorted by (key, record bytes); only runs of equal keys (duplicates) are compared by bytes."""
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    ties = np.flatnonzero(sorted_keys[1:] == sorted_keys[:-1])
+    if ties.size:
+        run_starts = ties[np.r_[True, ties[1:] != ties[:-1] + 1]]
+        for run_start in run_starts.tolist():
+            run_end = run_start + 1
+            while run_end < len(order) and sorted_keys[run_end] == sorted_keys[run_start]:
+                run_end += 1
+            order[run_start:run_end] = sorted(order[run_start:run_end].tolist(), key=payload)
+    return order
+
+
+class _Received:
+    """The records one shard writer received, addressed by a flat position across all parts."""
+
+    def __init__(self, parts: list[KeyedRecords]):
+        self.views = [memoryview(part.data) for part in parts]
+        if parts:
+            self.keys = np.concatenate([part.key for part in parts])
+            self.part_of = np.repeat(np.arange(len(parts)), [len(part) for part in parts])
+            self.starts = np.concatenate([part.offsets[:-1] for part in parts])
+            self.ends = np.concatenate([part.offsets[1:] for part in parts])
+        else:
+            self.keys = np.zeros(0, np.uint64)
+            self.part_of = self.starts = self.ends = np.zeros(0, np.int64)
+
+    def payload(self, position: int) -> bytes:
+        return bytes(self.views[self.part_of[position]][self.starts[position]:self.ends[position]])
+
+    def payloads(self, positions: np.ndarray) -> list[memoryview]:
+        views = self.views
+        return [
+            views[part][start:end]
+            for part, start, end in zip(
+                self.part_of[positions].tolist(), self.starts[positions].tolist(), self.ends[positions].tolist()
+            )
+        ]
+
+
+class _WriteShard(beam.DoFn):
+    """Sorts one shard's records by (key, bytes), keeps its exact rank range and writes it to the temp dir."""
+
+    def __init__(self, temp_dir: str):
+        self._temp_dir = temp_dir
+
+    def process(self, element: tuple[int, Iterable[KeyedRecords]], plan: ShardPlan) -> Iterator[ShardFile]:
+        shard_key, parts = element
+        split_index, shard = shard_key >> _FRAMED_SHARD_KEY_BITS, shard_key & ((1 << _FRAMED_SHARD_KEY_BITS) - 1)
+        split_plan = plan.splits[split_index]
+        parts = [part for part in parts if len(part)]
+        low, high = split_plan.shard_start(shard), split_plan.shard_start(shard + 1)
+        received = _Received(parts)
+        order = _sorted_positions(received.keys, received.payload)
+        first_rank = self._first_rank_received(split_plan, low, high, plan.spec.ordered)
+        if len(order) < high - first_rank or (plan.spec.ordered and len(order) != high - low):
+            raise RuntimeError(
+                f"split {split_plan.name} shard {shard}: received {len(order)} records for ranks {low}..{high} "
+                f"(first received rank {first_rank}); the input changed during the run"
+            )
+        yield self._write(split_plan, shard, plan.spec, received, order[low - first_rank:high - first_rank])
+
+    @staticmethod
+    def _first_rank_received(split_plan: SplitPlan, low: int, high: int, ordered: bool) -> int:
+        """Global rank of the smallest record this shard receives: whole buckets arrive in hash mode."""
+        if ordered or high <= low:
+            return low
+        bucket = int(np.searchsorted(split_plan.bucket_starts, low, side="right")) - 1
+        return int(split_plan.bucket_starts[bucket])
+
+    def _write(self, split_plan: SplitPlan, shard: int, spec: ShardingSpec, received: _Received, kept: np.ndarray) -> ShardFile:
+        started = time.monotonic()
+        name = shard_file_name(split_plan.name, shard, split_plan.num_shards, spec.compression)
+        relative_path = f"{split_plan.name}/{name}"
+        temp_path = FileSystems.join(self._temp_dir, split_plan.name, name)
+        index = IndexBuilder() if spec.write_index and spec.compression is None else None
+        handle = _HashingFile(FileSystems.create(temp_path, compression_type=CompressionTypes.UNCOMPRESSED))
+        writer = RecordWriter(handle, spec.compression)
+        for start in range(0, len(kept), _WRITE_BLOCK_RECORDS):
+            payloads = received.payloads(kept[start:start + _WRITE_BLOCK_RECORDS])
+            if index is not None:
+                index.add_batch(writer.bytes_written, writer.records_written, [len(item) for item in payloads])
+            writer.write_framed(frame_records(payloads), len(payloads))
+        writer.close()
+        handle.close()
+        temp_index_path = None
+        if index is not None:
+            temp_index_path = index_path_for(temp_path)
+            with FileSystems.create(temp_index_path, compression_type=CompressionTypes.UNCOMPRESSED) as index_file:
+                # mtime None: a rename (a copy on object stores) changes it, and reruns stay byte-identical.
+                index_file.write(index.to_bytes(handle.size, None, len(kept)))
+        beam.metrics.Metrics.counter("tfrbeam", "examples_written").inc(len(kept))
+        _LOG.info(
+            "wrote %s: %d examples, %d bytes in %.1f s", relative_path, len(kept), handle.size, time.monotonic() - started
+        )
+        return ShardFile(
+            split=split_plan.name, shard=shard, num_shards=split_plan.num_shards, relative_path=relative_path,
+            temp_path=temp_path, temp_index_path=temp_index_path, num_examples=len(kept), num_bytes=handle.size,
+            sha256=handle.sha256.hexdigest(),
+        )
+
+
+class WriteShuffledShards(beam.PTransform):
+    """PCollection[KeyedRecords] -> shuffled, split, exactly balanced shard files in ``temp_dir``.
+
+    Returns a dict: ``files`` (PCollection[ShardFile], one per shard, empty shards included) and
+    ``plan`` (a one-element PCollection[ShardPlan]).
+    """
+
+    def __init__(self, spec: ShardingSpec, temp_dir: str):
+        super().__init__()
+        self._spec = spec
+        self._temp_dir = temp_dir
+
+    def expand(self, pieces):
+        plan = (
+            pieces
+            | "CountPerBucket" >> beam.CombineGlobally(_BucketCounts(self._spec))
+            | "PlanShards" >> beam.Map(make_plan, self._spec)
+        )
+        plan_side = beam.pvalue.AsSingleton(plan)
+        routed = (
+            pieces
+            | "RouteToShards" >> beam.ParDo(_RouteToShards(self._spec), plan_side)
+            .with_output_types(typing.Tuple[int, KeyedRecords])
+        )
+        every_shard = plan | "EveryShard" >> beam.FlatMap(_empty_shards).with_output_types(typing.Tuple[int, KeyedRecords])
+        files = (
+            (routed, every_shard)
+            | "WithEmptyShards" >> beam.Flatten()
+            | "GroupByShard" >> beam.GroupByKey()
+            | "WriteShards" >> beam.ParDo(_WriteShard(self._temp_dir), plan_side)
+        )
+        return {"files": files, "plan": plan}
