@@ -99,3 +99,11 @@ class ConfigError(TfrbeamError, ValueError):
 
 class OutputExistsError(TfrbeamError):
     """Output files of an earlier run are in the way; rerun with overwrite=True to replace them."""
+
+
+class BadRecordError(TfrbeamError, ValueError):
+    """An input row could not be converted and the build's ``errors.on_bad_record`` is ``fail``."""
+
+
+class TooManyBadRecordsError(TfrbeamError):
+    """More input rows were bad than ``errors.max_bad_fraction`` allows; nothing was published."""
