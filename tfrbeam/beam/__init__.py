@@ -5,8 +5,12 @@ from __future__ import annotations
 # Reading (source helper).
 from tfrbeam.beam.source import ReadAllFromTFRecord, ReadFromTFRecord, TFRecordSource
 
+# Writing (sink helper).
+from tfrbeam.beam.sink import WriteToTFRecord
+
 __all__ = [
     "ReadAllFromTFRecord",
     "ReadFromTFRecord",
     "TFRecordSource",
+    "WriteToTFRecord",
 ]

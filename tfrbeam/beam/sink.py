@@ -1,0 +1,841 @@
+"""An atomic, size-aware, sharded TFRecord sink for Apache Beam, a drop-in for Beam's ``WriteToTFRecord``.
+
+How a write works (README text, kept in sync with the code below):
+
+1. **Framing.** Records are framed in large batches inside each bundle (one ``bytes`` blob plus
+   the payload lengths per ~4 MiB), so Beam's per-element cost is paid per batch, not per record.
+2. **Temporary files.** Batches are written to files in a hidden sibling directory of the output,
+   ``<dir>/.tfrbeam-temp-<basename>-<id>/``, whose ``<id>`` is fixed when the pipeline is built
+   (so a replayed or retried bundle never creates a second directory). With ``num_shards=N`` the
+   batches cross one GroupByKey keyed by shard number and each shard is written by one worker;
+   otherwise every bundle writes its own files, starting a new one whenever the next record
+   would exceed ``max_records_per_shard`` / ``max_bytes_per_shard``. Only the file names and
+   sizes of *committed* bundles reach the next step: a failed or replayed bundle's files are
+   never renamed and are removed with the directory.
+3. **Finalize** (one step that runs after every shard is complete) names the shards, checks the
+   output prefix, renames the temporary files to their final names, writes the read index next
+   to each uncompressed shard, and deletes the temporary directory. It is idempotent: a shard
+   whose final file exists and whose temporary file is gone was renamed by an earlier attempt
+   and is left alone, so running it twice (as Beam may on a retry) gives the same result.
+4. **Reruns.** Files that match this sink's naming pattern (any shard count) but are not this
+   run's shards belong to an earlier run. They are refused with ``OutputExistsError`` when the
+   pipeline is built (when the prefix is known then) and again at finalize; with
+   ``overwrite=True`` finalize deletes them and their read-index files once the new shards are
+   complete, so a ``-of-00003`` set is never mixed with a ``-of-00002`` one.
+
+A failed pipeline renames nothing, so it leaves no final shard; its hidden temporary directory
+stays (Beam has no failure hook), is never matched by shard globs, is reported by the next run
+into the same prefix and removed by one with ``overwrite=True``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import io
+import logging
+import re
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Union
+
+import apache_beam as beam
+import numpy as np
+from apache_beam import coders
+from apache_beam.io.filesystem import CompressionTypes, FileMetadata
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
+from apache_beam.options.value_provider import ValueProvider
+from apache_beam.pvalue import AsList
+from apache_beam.transforms import window
+from apache_beam.utils.windowed_value import WindowedValue
+
+from tfrbeam.beam.source import compression_for_file, resolve_compression
+from tfrbeam.errors import ConfigError, OutputExistsError, TfrbeamError
+from tfrbeam.record_index import IndexBuilder, index_path_for
+from tfrbeam.records import RECORD_OVERHEAD, RecordWriter, frame_records
+
+__all__ = ["WriteToTFRecord", "FramedBatch", "frame_batch", "WriteFramedBatches"]
+
+_LOG = logging.getLogger(__name__)
+
+METRICS_NAMESPACE = "tfrbeam"
+DEFAULT_SHARD_NAME_TEMPLATE = "-SSSSS-of-NNNNN"
+TEMP_DIR_PREFIX = ".tfrbeam-temp-"
+# Records buffered per bundle before they are framed into one batch.
+_FRAME_BATCH_BYTES = 4 << 20
+# With num_shards=N, bytes buffered per bundle (all shards together) before batches are emitted.
+_SHARD_BUFFER_BYTES = 64 << 20
+_MAX_IO_THREADS = 32
+_LENGTH_DTYPE = np.dtype("<u4")
+
+StrOrProvider = Union[str, ValueProvider]
+
+# A batch of framed records: (framed bytes, payload lengths as little-endian uint32 bytes).
+# A plain tuple of bytes crosses Beam's coders natively, with no pickling.
+FramedBatch = tuple[bytes, bytes]
+
+
+def frame_batch(payloads: Sequence[bytes | bytearray | memoryview]) -> FramedBatch:
+    """Frame records into one ``FramedBatch``."""
+    lengths = np.fromiter(map(len, payloads), dtype=_LENGTH_DTYPE, count=len(payloads))
+    return frame_records(payloads), lengths.tobytes()
+
+
+def _lengths_of(batch: FramedBatch) -> np.ndarray:
+    return np.frombuffer(batch[1], dtype=_LENGTH_DTYPE)
+
+
+def _record_ends(lengths: np.ndarray) -> np.ndarray:
+    """Offset just past each framed record of a batch, relative to the batch start."""
+    return np.cumsum(lengths.astype(np.int64) + RECORD_OVERHEAD)
+
+
+def _resolve(value: StrOrProvider) -> str:
+    return value.get() if isinstance(value, ValueProvider) else value
+
+
+# --------------------------------------------------------------------------------------------
+# Naming
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardNaming:
+    """Final file names ``prefix + template(shard, count) + suffix`` as Beam's file sinks make them.
+
+    In the template the first run of ``S`` is the zero-padded shard number and the first run of
+    ``N`` the zero-padded shard count; ``''`` means one unsharded file named ``prefix + suffix``.
+    """
+
+    prefix: str
+    suffix: str
+    template: str
+
+    def __post_init__(self) -> None:
+        if self.template and not re.search("S+", self.template):
+            raise ValueError(f"shard_name_template {self.template!r} has no shard number placeholder (a run of S)")
+        if self.template and re.search("[UWV]", self.template):
+            raise ValueError(
+                f"shard_name_template {self.template!r} uses U, W or V (uuid and window placeholders of "
+                "Beam's streaming writes); this sink writes bounded PCollections only: use S and N"
+            )
+
+    def _parts(self) -> list[tuple[str, str]]:
+        """The template split into ("S" | "N" | "text", text) pieces."""
+        parts: list[tuple[str, str]] = []
+        rest = self.template
+        runs = {}
+        for letter in "SN":
+            match = re.search(f"{letter}+", rest)
+            if match:
+                runs[match.start()] = (letter, match.group(0))
+        position = 0
+        for start in sorted(runs):
+            letter, run = runs[start]
+            parts.append(("text", rest[position:start]))
+            parts.append((letter, run))
+            position = start + len(run)
+        parts.append(("text", rest[position:]))
+        return [part for part in parts if part[1]]
+
+    def name(self, shard: int, num_shards: int) -> str:
+        """The final name of shard ``shard`` of ``num_shards``."""
+        pieces = []
+        for kind, text in self._parts():
+            if kind == "S":
+                pieces.append(f"{shard:0{len(text)}d}")
+            elif kind == "N":
+                pieces.append(f"{num_shards:0{len(text)}d}")
+            else:
+                pieces.append(text)
+        return self.prefix + "".join(pieces) + self.suffix
+
+    def glob(self) -> str:
+        """A glob that matches this naming for every shard number and count (a superset; see ``matches``)."""
+        middle = "".join("*" if kind in "SN" else text for kind, text in self._parts())
+        return self.prefix + middle + self.suffix
+
+    def matches(self, path: str) -> bool:
+        """Whether ``path`` is a shard name this naming can produce, for any shard count."""
+        middle = "".join(
+            rf"\d{{{len(text)},}}" if kind in "SN" else re.escape(text) for kind, text in self._parts()
+        )
+        return re.fullmatch(re.escape(self.prefix) + middle + re.escape(self.suffix), path) is not None
+
+
+# --------------------------------------------------------------------------------------------
+# The sink's configuration
+
+
+@dataclasses.dataclass(frozen=True)
+class TempShard:
+    """A finished temporary shard file, as a writer hands it to finalize."""
+
+    path: str
+    shard: int | None  # the shard number when num_shards is fixed; None when the count follows the data
+    records: int
+    framed_bytes: int
+    index: IndexBuilder | None  # record starts, for the read index of uncompressed output
+
+
+@dataclasses.dataclass(frozen=True)
+class SinkSpec:
+    """Everything the writers and finalize need; pickled into the pipeline's DoFns."""
+
+    file_path_prefix: StrOrProvider
+    file_name_suffix: StrOrProvider
+    shard_name_template: str
+    num_shards: int
+    compression_type: str
+    compression: str | None
+    max_records_per_shard: int | None
+    max_bytes_per_shard: int | None
+    overwrite: bool
+    run_id: str
+
+    def naming(self) -> ShardNaming:
+        return ShardNaming(_resolve(self.file_path_prefix), _resolve(self.file_name_suffix), self.shard_name_template)
+
+    def codec(self) -> str | None:
+        """None, "gzip" or "zlib" for this output; refuses codecs TensorFlow cannot read."""
+        final_name = self.naming().name(0, max(self.num_shards, 1))
+        requested = "auto" if self.compression is None else self.compression
+        return compression_for_file(resolve_compression(self.compression_type, requested), final_name)
+
+    def temp_dir(self) -> str:
+        directory, basename = FileSystems.split(_resolve(self.file_path_prefix))
+        return FileSystems.join(directory, f"{TEMP_DIR_PREFIX}{basename}-{self.run_id}")
+
+    def temp_dir_glob(self) -> str:
+        """Files inside the temporary directories of every run into this prefix (matches list files only)."""
+        directory, basename = FileSystems.split(_resolve(self.file_path_prefix))
+        return FileSystems.join(directory, f"{TEMP_DIR_PREFIX}{basename}-*", "*")
+
+    def existing_outputs(self) -> dict[str, FileMetadata]:
+        """Files that match this sink's naming pattern now, by path."""
+        naming = self.naming()
+        found = _match(naming.glob())
+        return {path: meta for path, meta in found.items() if naming.matches(path)}
+
+
+# --------------------------------------------------------------------------------------------
+# Filesystem helpers
+
+
+def _match(pattern: str) -> dict[str, FileMetadata]:
+    results = FileSystems.match([pattern])
+    return {meta.path: meta for result in results for meta in result.metadata_list}
+
+
+def _exists(path: str) -> bool:
+    return FileSystems.exists(path)
+
+
+def _write_bytes(path: str, data: bytes) -> None:
+    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        handle.write(data)
+
+
+def _read_bytes(path: str) -> bytes:
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        return handle.read()
+
+
+def _same_content(left: str, right: str) -> bool:
+    """Whether two files hold the same bytes (read in chunks: used only when both names exist)."""
+    with FileSystems.open(left, compression_type=CompressionTypes.UNCOMPRESSED) as a, FileSystems.open(
+        right, compression_type=CompressionTypes.UNCOMPRESSED
+    ) as b:
+        while True:
+            chunk_a, chunk_b = a.read(1 << 20), b.read(1 << 20)
+            if chunk_a != chunk_b:
+                return False
+            if not chunk_a:
+                return True
+
+
+def _delete_quietly(paths: Iterable[str]) -> None:
+    """Delete those of ``paths`` that exist (a retried finalize may have deleted some already)."""
+    existing = [path for path in paths if _exists(path)]
+    if existing:
+        FileSystems.delete(existing)
+
+
+def _delete_dir(directory: str) -> None:
+    """Delete a directory and everything in it; a missing one (a retried finalize) is fine."""
+    # Local directories are deleted recursively by name; object stores delete everything under "dir/".
+    has_dirs = FileSystems.get_filesystem(directory).has_dirs()
+    try:
+        FileSystems.delete([directory if has_dirs else directory.rstrip("/") + "/"])
+    except Exception:
+        if _match(FileSystems.join(directory, "*")):
+            _LOG.warning("could not delete the temporary directory %s", directory, exc_info=True)
+
+
+def _in_threads(function, items: Sequence[Any]) -> list[Any]:
+    """Run ``function`` over ``items`` on a few threads: object stores take ~50 ms per call."""
+    if len(items) <= 1:
+        return [function(item) for item in items]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(_MAX_IO_THREADS, len(items))) as pool:
+        return list(pool.map(function, items))
+
+
+def _empty_shard_bytes(compression: str | None) -> bytes:
+    buffer = io.BytesIO()
+    RecordWriter(buffer, compression).close()
+    return buffer.getvalue()
+
+
+def _describe(paths: Sequence[str], limit: int = 10) -> str:
+    shown = ", ".join(paths[:limit])
+    return shown + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
+
+
+def _output_exists_error(spec: SinkSpec, paths: Sequence[str]) -> OutputExistsError:
+    return OutputExistsError(
+        f"{len(paths)} file(s) of an earlier run match this sink's output pattern {spec.naming().glob()}: "
+        f"{_describe(paths)}. Writing now would leave a mix of two runs' shards. Pass overwrite=True to "
+        "remove them (with their read-index files) once this run's shards are complete, or write to "
+        "another file_path_prefix."
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Writing temporary shards
+
+
+class _TempShardWriter:
+    """Writes framed batches to one temporary shard file and builds its read index."""
+
+    def __init__(self, spec: SinkSpec, compression: str | None, shard: int | None):
+        name = f"shard-{shard:05d}-" if shard is not None else ""
+        self.path = FileSystems.join(spec.temp_dir(), f"{name}{uuid.uuid4().hex}.tfrecord")
+        self.shard = shard
+        self._handle = FileSystems.create(self.path, compression_type=CompressionTypes.UNCOMPRESSED)
+        self._writer = RecordWriter(self._handle, compression)
+        self._index = IndexBuilder() if compression is None else None
+
+    @property
+    def records(self) -> int:
+        return self._writer.records_written
+
+    @property
+    def framed_bytes(self) -> int:
+        return self._writer.bytes_written
+
+    def write(self, framed: bytes | memoryview, lengths: np.ndarray) -> None:
+        if self._index is not None:
+            self._index.add_batch(self._writer.bytes_written, self._writer.records_written, lengths)
+        self._writer.write_framed(framed, len(lengths))
+
+    def close(self) -> TempShard:
+        self._writer.close()
+        self._handle.close()
+        return TempShard(self.path, self.shard, self.records, self.framed_bytes, self._index)
+
+    def discard(self) -> None:
+        """Close and delete a file that will never be committed (the bundle failed)."""
+        try:
+            self._handle.close()
+            FileSystems.delete([self.path])
+        except Exception:  # cleanup of a failing bundle must not hide the bundle's own error
+            _LOG.warning("could not delete the temporary file %s of a failed bundle", self.path, exc_info=True)
+
+
+class _FrameRecordsFn(beam.DoFn):
+    """Buffers a bundle's records and emits them framed, ~4 MiB per ``FramedBatch``."""
+
+    def __init__(self, coder: coders.Coder):
+        self._coder = None if isinstance(coder, coders.BytesCoder) else coder
+
+    def start_bundle(self) -> None:
+        self._payloads: list[bytes] = []
+        self._size = 0
+
+    def process(self, element: Any) -> Iterator[FramedBatch]:
+        payload = element if self._coder is None else self._coder.encode(element)
+        self._payloads.append(payload)
+        self._size += len(payload)
+        if self._size >= _FRAME_BATCH_BYTES:
+            yield self._take()
+
+    def finish_bundle(self) -> Iterator[WindowedValue]:
+        if self._payloads:
+            yield WindowedValue(self._take(), window.GlobalWindow().max_timestamp(), [window.GlobalWindow()])
+
+    def _take(self) -> FramedBatch:
+        payloads, self._payloads, self._size = self._payloads, [], 0
+        try:
+            return frame_batch(payloads)
+        except TypeError as exc:
+            bad = next((p for p in payloads if not isinstance(p, (bytes, bytearray, memoryview))), None)
+            raise TypeError(
+                f"WriteToTFRecord writes bytes records, got a {type(bad).__name__}: {bad!r:.80}. Encode elements "
+                "to bytes first, or pass a coder= that does (e.g. coders.ProtoCoder for protos)"
+            ) from exc
+
+
+class _WriteBundleShardsFn(beam.DoFn):
+    """Writes a bundle's batches to temporary shards, starting a new one before a size limit is exceeded."""
+
+    def __init__(self, spec: SinkSpec):
+        self._spec = spec
+
+    def setup(self) -> None:
+        self._compression = self._spec.codec()
+        self._max_records = self._spec.max_records_per_shard or 0
+        self._max_bytes = self._spec.max_bytes_per_shard or 0
+
+    def start_bundle(self) -> None:
+        self._writer: _TempShardWriter | None = None
+
+    def process(self, batch: FramedBatch) -> Iterator[TempShard]:
+        data, lengths = memoryview(batch[0]), _lengths_of(batch)
+        if not (self._max_records or self._max_bytes):
+            self._current().write(data, lengths)
+            return
+        ends = _record_ends(lengths)
+        first, consumed = 0, 0
+        while first < len(lengths):
+            writer = self._current()
+            take = self._records_that_fit(writer, ends, first, consumed)
+            if take == 0:
+                if writer.records == 0:
+                    raise ConfigError(
+                        f"max_bytes_per_shard={self._max_bytes} is smaller than one record of "
+                        f"{int(lengths[first]) + RECORD_OVERHEAD} framed bytes ({int(lengths[first])}-byte payload "
+                        f"+ {RECORD_OVERHEAD} bytes of framing); raise the limit so every shard can hold a record"
+                    )
+                yield self._close()
+                continue
+            end = int(ends[first + take - 1])
+            writer.write(data[consumed:end], lengths[first:first + take])
+            first, consumed = first + take, end
+
+    def _records_that_fit(self, writer: _TempShardWriter, ends: np.ndarray, first: int, consumed: int) -> int:
+        take = len(ends) - first
+        if self._max_records:
+            take = min(take, self._max_records - writer.records)
+        if self._max_bytes:
+            room = self._max_bytes - writer.framed_bytes
+            fits = int(np.searchsorted(ends[first:first + take], consumed + room, side="right"))
+            take = min(take, fits)
+        return max(take, 0)
+
+    def _current(self) -> _TempShardWriter:
+        if self._writer is None:
+            self._writer = _TempShardWriter(self._spec, self._compression, None)
+        return self._writer
+
+    def _close(self) -> TempShard:
+        writer, self._writer = self._writer, None
+        return writer.close()
+
+    def finish_bundle(self) -> Iterator[WindowedValue]:
+        if self._writer is not None:
+            yield WindowedValue(self._close(), window.GlobalWindow().max_timestamp(), [window.GlobalWindow()])
+
+    def teardown(self) -> None:
+        writer = getattr(self, "_writer", None)
+        if writer is not None:
+            self._writer = None
+            writer.discard()
+
+
+class _SplitByShardFn(beam.DoFn):
+    """Splits each batch into ``num_shards`` contiguous slices and buffers them per shard.
+
+    Slice sizes differ by at most one record and the remainder rotates, so shards stay balanced
+    to within a record per batch. What crosses the GroupByKey is one batch per shard per ~64 MiB
+    of a bundle's data, never one element per record.
+    """
+
+    def __init__(self, num_shards: int):
+        self._num_shards = num_shards
+
+    def start_bundle(self) -> None:
+        self._pieces: dict[int, list[tuple[memoryview, np.ndarray]]] = {}
+        self._buffered = 0
+        self._next_shard = int.from_bytes(uuid.uuid4().bytes[:4], "little") % self._num_shards
+
+    def process(self, batch: FramedBatch) -> Iterator[tuple[int, FramedBatch]]:
+        data, lengths = memoryview(batch[0]), _lengths_of(batch)
+        ends = np.concatenate(([0], _record_ends(lengths)))
+        count, shards = len(lengths), self._num_shards
+        base, extra = divmod(count, shards)
+        first = 0
+        for step in range(min(count, shards)):
+            take = base + (1 if step < extra else 0)
+            shard = (self._next_shard + step) % shards
+            self._pieces.setdefault(shard, []).append(
+                (data[int(ends[first]):int(ends[first + take])], lengths[first:first + take])
+            )
+            first += take
+        self._next_shard = (self._next_shard + extra) % shards
+        self._buffered += len(data)
+        if self._buffered >= _SHARD_BUFFER_BYTES:
+            yield from self._drain()
+
+    def finish_bundle(self) -> Iterator[WindowedValue]:
+        for element in self._drain():
+            yield WindowedValue(element, window.GlobalWindow().max_timestamp(), [window.GlobalWindow()])
+
+    def _drain(self) -> Iterator[tuple[int, FramedBatch]]:
+        pieces, self._pieces, self._buffered = self._pieces, {}, 0
+        for shard, parts in pieces.items():
+            framed = b"".join(part for part, _ in parts)
+            lengths = np.concatenate([part_lengths for _, part_lengths in parts])
+            yield shard, (framed, lengths.astype(_LENGTH_DTYPE, copy=False).tobytes())
+
+
+class _WriteGroupedShardFn(beam.DoFn):
+    """Writes all batches of one shard number to one temporary file."""
+
+    def __init__(self, spec: SinkSpec):
+        self._spec = spec
+
+    def setup(self) -> None:
+        self._compression = self._spec.codec()
+
+    def process(self, element: tuple[int, Iterable[FramedBatch]]) -> Iterator[TempShard]:
+        shard, batches = element
+        writer = _TempShardWriter(self._spec, self._compression, shard)
+        try:
+            for batch in batches:
+                writer.write(batch[0], _lengths_of(batch))
+        except BaseException:
+            writer.discard()
+            raise
+        yield writer.close()
+
+
+# --------------------------------------------------------------------------------------------
+# Finalize
+
+
+@dataclasses.dataclass(frozen=True)
+class _Move:
+    """One final shard: its temporary file (None for an empty shard finalize creates) and final name."""
+
+    dst: str
+    shard: TempShard | None
+
+
+class Finalizer:
+    """Names, checks and renames the temporary shards of one write; safe to run more than once."""
+
+    def __init__(self, spec: SinkSpec):
+        self.spec = spec
+        self.naming = spec.naming()
+        self.compression = spec.codec()
+        self.temp_dir = spec.temp_dir()
+
+    def plan(self, temp_shards: Iterable[TempShard]) -> list[_Move]:
+        """Final names in shard order; the same committed shards always give the same plan."""
+        shards = sorted(temp_shards, key=lambda s: (-1 if s.shard is None else s.shard, s.path))
+        if self.spec.num_shards:
+            by_number: dict[int, TempShard] = {}
+            for shard in shards:
+                if shard.shard in by_number:
+                    raise TfrbeamError(
+                        f"two temporary files claim shard {shard.shard}: {by_number[shard.shard].path} and "
+                        f"{shard.path}; the runner committed a shard twice, refusing to duplicate records"
+                    )
+                by_number[shard.shard] = shard
+            count = self.spec.num_shards
+            return [_Move(self.naming.name(i, count), by_number.get(i)) for i in range(count)]
+        count = max(len(shards), 1)
+        if not shards:
+            return [_Move(self.naming.name(0, 1), None)]
+        return [_Move(self.naming.name(i, count), shard) for i, shard in enumerate(shards)]
+
+    def run(self, temp_shards: Iterable[TempShard]) -> list[str]:
+        """Finalize the write; returns the final file names in shard order."""
+        moves = self.plan(temp_shards)
+        existing = self.spec.existing_outputs()
+        temp_files = set(_match(FileSystems.join(self.temp_dir, "*")))
+        pending, replace = self._classify(moves, existing, temp_files)
+        ours = {move.dst for move in moves}
+        stale = sorted(path for path in existing if path not in ours)
+        in_the_way = sorted(stale + [move.dst for move in replace])
+        if in_the_way and not self.spec.overwrite:
+            raise _output_exists_error(self.spec, in_the_way)
+        if in_the_way:
+            _LOG.warning("overwrite=True: removing %d file(s) of an earlier run: %s", len(in_the_way), _describe(in_the_way))
+            _delete_quietly(in_the_way + [index_path_for(path) for path in in_the_way])
+        self._rename(pending + replace)
+        finals = _match(self.naming.glob())
+        self._write_indexes(moves, finals)
+        self._remove_temp_dirs()
+        self._count(moves, finals)
+        _LOG.info("wrote %d shard(s) to %s", len(moves), self.naming.glob())
+        return [move.dst for move in moves]
+
+    def _classify(
+        self, moves: list[_Move], existing: dict[str, FileMetadata], temp_files: set[str]
+    ) -> tuple[list[_Move], list[_Move]]:
+        """Split moves into (to rename, to rename over a different file in the way); drop those already done."""
+        pending: list[_Move] = []
+        replace: list[_Move] = []
+        empty = _empty_shard_bytes(self.compression)
+        for move in moves:
+            if move.dst not in existing:
+                if move.shard is not None and move.shard.path not in temp_files:
+                    raise TfrbeamError(
+                        f"neither the temporary file {move.shard.path} nor the final file {move.dst} exists: "
+                        "the temporary directory was removed while the pipeline ran (another run into the same "
+                        "prefix with overwrite=True?); rerun the pipeline"
+                    )
+                pending.append(move)
+            elif move.shard is None:
+                # An empty shard: an identical file in place is as good as ours.
+                if existing[move.dst].size_in_bytes != len(empty) or _read_bytes(move.dst) != empty:
+                    replace.append(move)
+            elif move.shard.path in temp_files:
+                if _same_content(move.shard.path, move.dst):
+                    _delete_quietly([move.shard.path])  # an interrupted copy-then-delete rename
+                else:
+                    replace.append(move)
+            # else: renamed by an earlier attempt of this finalize.
+        return pending, replace
+
+    def _rename(self, moves: list[_Move]) -> None:
+        empties = [move for move in moves if move.shard is None]
+        sources = {move.dst: self._empty_source(move) for move in empties}
+        sources.update({move.dst: move.shard.path for move in moves if move.shard is not None})
+        pairs = [(sources[move.dst], move.dst) for move in moves]
+        _in_threads(lambda pair: FileSystems.rename([pair[0]], [pair[1]]), pairs)
+
+    def _empty_source(self, move: _Move) -> str:
+        path = FileSystems.join(self.temp_dir, f"empty-{uuid.uuid4().hex}.tfrecord")
+        _write_bytes(path, _empty_shard_bytes(self.compression))
+        return path
+
+    def _write_indexes(self, moves: list[_Move], finals: dict[str, FileMetadata]) -> None:
+        """Write each uncompressed shard's read index (from the file as renamed); drop stale ones otherwise."""
+        if self.compression is not None:
+            _delete_quietly([index_path_for(move.dst) for move in moves])
+            return
+
+        def write(move: _Move) -> None:
+            meta = finals[move.dst]
+            builder = move.shard.index if move.shard is not None else IndexBuilder()
+            records = move.shard.records if move.shard is not None else 0
+            data = builder.to_bytes(meta.size_in_bytes, meta.last_updated_in_seconds or None, records)
+            _write_bytes(index_path_for(move.dst), data)
+
+        _in_threads(write, moves)
+
+    def _remove_temp_dirs(self) -> None:
+        leftovers = sorted(
+            {self._temp_dir_of(path) for path in _match(self.spec.temp_dir_glob())} - {self.temp_dir, None}
+        )
+        if leftovers and not self.spec.overwrite:
+            _LOG.warning(
+                "temporary directories of earlier, failed runs into this prefix remain: %s; a run with "
+                "overwrite=True removes them", _describe(leftovers),
+            )
+        for directory in [self.temp_dir] + (leftovers if self.spec.overwrite else []):
+            _delete_dir(directory)
+
+    def _temp_dir_of(self, path: str) -> str | None:
+        """The temporary directory of a run into this prefix that a matched path is, or lies in; else None."""
+        directory, basename = FileSystems.split(self.temp_dir)
+        relative = path[len(directory):].lstrip("/")
+        head = relative.split("/", 1)[0]
+        prefix_base = FileSystems.split(_resolve(self.spec.file_path_prefix))[1]
+        if re.fullmatch(re.escape(f"{TEMP_DIR_PREFIX}{prefix_base}-") + "[0-9a-f]{32}", head):
+            return FileSystems.join(directory, head)
+        return None
+
+    def _count(self, moves: list[_Move], finals: dict[str, FileMetadata]) -> None:
+        Metrics.counter(METRICS_NAMESPACE, "shards_written").inc(len(moves))
+        Metrics.counter(METRICS_NAMESPACE, "records_written").inc(
+            sum(move.shard.records for move in moves if move.shard is not None)
+        )
+        Metrics.counter(METRICS_NAMESPACE, "bytes_written").inc(sum(finals[move.dst].size_in_bytes for move in moves))
+
+
+def _finalize(_: Any, spec: SinkSpec, temp_shards: list[TempShard]) -> list[str]:
+    return Finalizer(spec).run(temp_shards)
+
+
+# --------------------------------------------------------------------------------------------
+# Transforms
+
+
+class WriteFramedBatches(beam.PTransform):
+    """Writes a PCollection of ``FramedBatch`` (already framed records) as shards; see ``WriteToTFRecord``.
+
+    The batch-level entry point: ``WriteExamples`` frames whole Arrow record batches at once and
+    hands them here, so no per-record element ever exists in the pipeline.
+    """
+
+    def __init__(self, spec: SinkSpec):
+        super().__init__()
+        self._spec = spec
+
+    def expand(self, batches: beam.PCollection) -> beam.PCollection:
+        spec = self._spec
+        batches = batches | "GlobalWindow" >> beam.WindowInto(window.GlobalWindows())
+        if spec.num_shards:
+            temp_shards = (
+                batches
+                | "SplitByShard" >> beam.ParDo(_SplitByShardFn(spec.num_shards))
+                | "GroupByShard" >> beam.GroupByKey()
+                | "WriteShards" >> beam.ParDo(_WriteGroupedShardFn(spec))
+            )
+        else:
+            temp_shards = batches | "WriteBundleShards" >> beam.ParDo(_WriteBundleShardsFn(spec))
+        return (
+            batches.pipeline
+            | "Once" >> beam.Create([None])
+            | "Finalize" >> beam.FlatMap(_finalize, spec, AsList(temp_shards)).with_output_types(str)
+        )
+
+
+def make_sink_spec(
+    file_path_prefix: StrOrProvider,
+    file_name_suffix: StrOrProvider = "",
+    num_shards: int = 0,
+    shard_name_template: str | None = None,
+    compression_type: str = CompressionTypes.AUTO,
+    compression: str | None = None,
+    max_records_per_shard: int | None = None,
+    max_bytes_per_shard: int | None = None,
+    overwrite: bool = False,
+) -> SinkSpec:
+    """Check the sink arguments (as Beam does, plus ours) and build the spec; errors name the argument."""
+    if not isinstance(file_path_prefix, (str, ValueProvider)):
+        raise TypeError(f"file_path_prefix must be a string or ValueProvider; got {file_path_prefix!r} instead")
+    if not isinstance(file_name_suffix, (str, ValueProvider)):
+        raise TypeError(f"file_name_suffix must be a string or ValueProvider; got {file_name_suffix!r} instead")
+    if not CompressionTypes.is_valid_compression_type(compression_type):
+        raise TypeError(f"compression_type must be CompressionType object but was {type(compression_type)}")
+    resolve_compression(compression_type, "auto" if compression is None else compression)  # refuse bad codecs now
+    if num_shards is None or int(num_shards) < 0:
+        raise ValueError(f"num_shards must be 0 (let the sink decide) or a positive count, got {num_shards!r}")
+    for name, limit in (("max_records_per_shard", max_records_per_shard), ("max_bytes_per_shard", max_bytes_per_shard)):
+        if limit is not None and int(limit) <= 0:
+            raise ValueError(f"{name} must be a positive number, got {limit!r}")
+    template = DEFAULT_SHARD_NAME_TEMPLATE if shard_name_template is None else shard_name_template
+    limited = max_records_per_shard is not None or max_bytes_per_shard is not None
+    if template == "":
+        if limited:
+            raise ConfigError(
+                "shard_name_template='' writes exactly one unsharded file, so max_records_per_shard / "
+                "max_bytes_per_shard cannot split it; use a template with S (shard number) or drop the limits"
+            )
+        num_shards = 1  # as Beam: an unsharded name means one file
+    elif limited and num_shards:
+        raise ConfigError(
+            f"num_shards={num_shards} fixes the shard count while max_records_per_shard / max_bytes_per_shard let "
+            "the data decide it; pass one or the other"
+        )
+    spec = SinkSpec(
+        file_path_prefix=file_path_prefix,
+        file_name_suffix=file_name_suffix,
+        shard_name_template=template,
+        num_shards=int(num_shards),
+        compression_type=compression_type,
+        compression=compression,
+        max_records_per_shard=None if max_records_per_shard is None else int(max_records_per_shard),
+        max_bytes_per_shard=None if max_bytes_per_shard is None else int(max_bytes_per_shard),
+        overwrite=bool(overwrite),
+        run_id=uuid.uuid4().hex,
+    )
+    spec.naming()  # validates the template
+    if _is_static(spec):
+        spec.codec()  # refuses unsupported codecs when the pipeline is built
+    return spec
+
+
+def _is_static(spec: SinkSpec) -> bool:
+    return all(
+        not isinstance(value, ValueProvider) or value.is_accessible()
+        for value in (spec.file_path_prefix, spec.file_name_suffix)
+    )
+
+
+def check_no_earlier_output(spec: SinkSpec) -> None:
+    """Refuse, before the pipeline runs, an output prefix that holds shards of an earlier run."""
+    if spec.overwrite or not _is_static(spec):
+        return
+    try:
+        existing = sorted(spec.existing_outputs())
+    except Exception:  # e.g. no credentials for gs:// at build time: finalize checks again
+        _LOG.warning("could not list %s to check for earlier output; finalize will check", spec.naming().glob(), exc_info=True)
+        return
+    if existing:
+        raise _output_exists_error(spec, existing)
+
+
+class WriteToTFRecord(beam.PTransform):
+    """Writes bytes records (or ``coder``-encoded elements) as sharded TFRecord files, atomically.
+
+    Takes the arguments of ``apache_beam.io.tfrecordio.WriteToTFRecord`` with the same meaning, so
+    switching is a change of import, and returns a PCollection of the final file names. Beyond it:
+
+    - ``compression``: None, "gzip" or "zlib" (tfrbeam's spelling; or use ``compression_type``).
+      Codecs TensorFlow cannot read (bzip2, zstd, lzma) raise ``UnsupportedCompressionError``.
+    - ``max_records_per_shard`` / ``max_bytes_per_shard``: no shard exceeds them (bytes count the
+      framed, uncompressed record bytes: payload + 16 per record). Not combinable with
+      ``num_shards``, which fixes the count: exactly that many files, empty ones included.
+    - ``overwrite``: output of an earlier run under this prefix (any shard count) raises
+      ``OutputExistsError`` unless True, which removes it once this run's shards are complete.
+      Beam's sink instead deletes only files with the *new* shard count, silently.
+
+    Uncompressed shards get a read index in ``<dir>/.tfrbeam-index/``, so tfrbeam's reader splits
+    them exactly. Unbounded (streaming) input is not supported. See the module docstring for how
+    temporary files and finalize make the write atomic and idempotent.
+    """
+
+    def __init__(
+        self,
+        file_path_prefix: StrOrProvider,
+        coder: coders.Coder = coders.BytesCoder(),
+        file_name_suffix: StrOrProvider = "",
+        num_shards: int = 0,
+        shard_name_template: str | None = None,
+        compression_type: str = CompressionTypes.AUTO,
+        triggering_frequency: int | None = None,
+        *,
+        compression: str | None = None,
+        max_records_per_shard: int | None = None,
+        max_bytes_per_shard: int | None = None,
+        overwrite: bool = False,
+    ):
+        super().__init__()
+        if triggering_frequency is not None:
+            raise ValueError(
+                "triggering_frequency is for Beam's streaming writes; tfrbeam's WriteToTFRecord writes bounded "
+                "PCollections only. Use apache_beam.io.WriteToTFRecord for unbounded input."
+            )
+        self._coder = coder
+        self._spec = make_sink_spec(
+            file_path_prefix, file_name_suffix, num_shards, shard_name_template, compression_type,
+            compression, max_records_per_shard, max_bytes_per_shard, overwrite,
+        )
+
+    def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
+        if not pcoll.is_bounded:
+            raise ValueError(
+                "tfrbeam's WriteToTFRecord writes bounded PCollections only; use apache_beam.io.WriteToTFRecord "
+                "with triggering_frequency for streaming input"
+            )
+        check_no_earlier_output(self._spec)
+        return (
+            pcoll
+            | "FrameRecords" >> beam.ParDo(_FrameRecordsFn(self._coder))
+            | "Write" >> WriteFramedBatches(self._spec)
+        )
+
+    def display_data(self) -> dict[str, Any]:
+        spec = self._spec
+        return {
+            "file_pattern": beam.transforms.display.DisplayDataItem(
+                str(spec.file_path_prefix) + spec.shard_name_template + str(spec.file_name_suffix), label="File Pattern"
+            ),
+            "shards": beam.transforms.display.DisplayDataItem(spec.num_shards, label="Number of Shards"),
+            "compression": beam.transforms.display.DisplayDataItem(str(spec.compression or spec.compression_type)),
+        }
