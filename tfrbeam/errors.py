@@ -107,3 +107,7 @@ class BadRecordError(TfrbeamError, ValueError):
 
 class TooManyBadRecordsError(TfrbeamError):
     """More input rows were bad than ``errors.max_bad_fraction`` allows; nothing was published."""
+
+
+class InputError(TfrbeamError, ValueError):
+    """An input file (CSV or Parquet) cannot be read at all: names the file, what is wrong and, where known, where."""
