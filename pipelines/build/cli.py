@@ -1,0 +1,137 @@
+"""``python -m pipelines.build CONFIG.yaml [--set key.path=value ...] [--overwrite] [Beam options ...]``.
+
+Also ``tfrbeam build ...``. Options this command does not know go to Beam's PipelineOptions; the
+runner defaults to the DirectRunner. Config and output-directory problems are reported in one
+line with exit status 2 before any pipeline starts; a failed build (a bad row with
+``on_bad_record: fail``, too many bad rows) is reported in one line with exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import sys
+import time
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, TestOptions
+
+from pipelines.build.config import load_config
+from pipelines.build.manifest import read_manifest
+from pipelines.build.pipeline import BuildRun, build_pipeline
+from tfrbeam import errors as tfrbeam_errors
+from tfrbeam.errors import ConfigError, OutputExistsError, TfrbeamError
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+_PROG = "tfrbeam build"
+_OUR_ERROR_LINE = re.compile(
+    r"(?:tfrbeam\.errors\.)?(" + "|".join(
+        name for name, value in vars(tfrbeam_errors).items() if isinstance(value, type) and issubclass(value, TfrbeamError)
+    ) + r"): (.+)"
+)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=_PROG, description="Build a shuffled, split, sharded TFRecord dataset from Parquet or CSV.",
+        epilog="Other options (e.g. --runner DataflowRunner --project P --region R --temp_location gs://... "
+        "--setup_file ./setup.py, or --direct_num_workers 2 --direct_running_mode multi_processing) go to Beam.",
+    )
+    parser.add_argument("config", metavar="CONFIG.yaml", help="the build config")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
+                        help="override one config value (YAML syntax), e.g. --set shuffle.seed=7; repeatable")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace a different dataset (or other files) in output.path")
+    parser.add_argument("--quiet", action="store_true", help="log warnings only")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a dataset build; returns the exit status."""
+    args, beam_args = _parser().parse_known_args(sys.argv[1:] if argv is None else argv)
+    _configure_logging(args.quiet)
+    try:
+        config = load_config(args.config, args.overrides)
+    except ConfigError as error:
+        return _fail(str(error), EXIT_USAGE)
+    options = PipelineOptions(beam_args)
+    if not options.view_as(StandardOptions).runner:
+        options.view_as(StandardOptions).runner = "DirectRunner"
+    started = time.monotonic()
+    pipeline = beam.Pipeline(options=options)
+    try:
+        run = build_pipeline(pipeline, config, overwrite=args.overwrite or getattr(config.output, "overwrite", False))
+    except (ConfigError, OutputExistsError) as error:
+        return _fail(str(error), EXIT_USAGE)
+    except TfrbeamError as error:
+        return _fail(str(error), EXIT_FAILED)
+    logging.getLogger(__name__).info(
+        "building %s from %d input file(s) with %s", run.output_path, len(run.inputs), run.runner
+    )
+    try:
+        pipeline.run().wait_until_finish()
+    except Exception as error:  # noqa: BLE001 - every runner wraps worker errors differently
+        return _fail(_one_line(error), EXIT_FAILED)
+    if options.view_as(TestOptions).dry_run:
+        print(f"dry run: the job graph for {run.output_path} was built; nothing ran")
+        return EXIT_OK
+    manifest = read_manifest(run.output_path)
+    if manifest is None:
+        print(f"submitted; the manifest will be {run.manifest_path} when the job finishes")
+        return EXIT_OK
+    print(summary_table(manifest, time.monotonic() - started, run))
+    return EXIT_OK
+
+
+def _configure_logging(quiet: bool) -> None:
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
+    level = logging.WARNING if quiet else logging.INFO
+    for name in ("pipelines", "tfrbeam"):
+        logging.getLogger(name).setLevel(level)
+
+
+def _one_line(error: BaseException) -> str:
+    """Our error's message from whatever a runner raised: the exception chain first, then its text."""
+    seen = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, TfrbeamError):
+            return f"{type(current).__name__}: {current}"
+        current = current.__cause__ or current.__context__
+    matches = _OUR_ERROR_LINE.findall(str(error))
+    if matches:
+        name, message = matches[-1]
+        return f"{name}: {message.strip()}"
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return f"{type(error).__name__}: {lines[-1] if lines else error!r}"
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"{_PROG}: error: {message}", file=sys.stderr)
+    return code
+
+
+def summary_table(manifest: dict, seconds: float, run: BuildRun) -> str:
+    """The end-of-build table: rows read, examples, shards and bytes per split, bad rows, time and speed."""
+    rows_read = manifest["rows_read"]
+    lines = [f"{'split':<12}{'examples':>12}{'shards':>8}{'bytes':>16}"]
+    for name, split in manifest["splits"].items():
+        lines.append(f"{name:<12}{split['num_examples']:>12,}{len(split['shards']):>8}{split['num_bytes']:>16,}")
+    total_examples = sum(split["num_examples"] for split in manifest["splits"].values())
+    total_bytes = sum(split["num_bytes"] for split in manifest["splits"].values())
+    total_shards = sum(len(split["shards"]) for split in manifest["splits"].values())
+    lines.append(f"{'total':<12}{total_examples:>12,}{total_shards:>8}{total_bytes:>16,}")
+    bad = manifest["bad_records"]
+    bad_line = f"bad rows:   {bad['count']:,} ({bad['action']})"
+    if bad.get("dead_letter_path"):
+        bad_line += f" -> {bad['dead_letter_path']}"
+    rate = rows_read / seconds if seconds > 0 else 0.0
+    lines += [
+        f"rows read:  {rows_read:,}",
+        bad_line,
+        f"time:       {seconds:.1f} s ({rate:,.0f} rows/s, runner {manifest['runner']})",
+        f"manifest:   {run.manifest_path}",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,125 @@
+"""Write the small demo dataset the example configs read: ``python -m pipelines.demo_data demo_data``.
+
+A made-up flights table, the same bytes on every run: ``csv/flights-0000{0,1,2}.csv`` (quoted
+fields with commas, empty fields as nulls, ``;``- and ``|``-separated lists, and three broken rows
+for the dead-letter demo) and ``parquet/flights-0000{0,1}.parquet`` (native list columns, nulls,
+and a few null labels that the Parquet example sends to the dead letters).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import logging
+import os
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+_LOG = logging.getLogger(__name__)
+
+CSV_FILES = 3
+PARQUET_FILES = 2
+DEFAULT_ROWS = 3000
+EMBEDDING_SIZE = 4
+_CARRIERS = ("AA", "B6", "DL", "UA", "WN")
+_AIRPORTS = (
+    ("ATL", "Atlanta, GA"), ("BOS", "Boston, MA"), ("DCA", "Washington, DC"), ("DEN", "Denver, CO"),
+    ("JFK", "New York, NY"), ("LAX", "Los Angeles, CA"), ("ORD", "Chicago, IL"), ("SEA", "Seattle, WA"),
+)
+_TAGS = ("redeye", "holiday", "\"quoted\"", "wifi", "late")
+CSV_HEADER = ("flight_id", "carrier", "origin", "origin_city", "dest", "distance", "dep_delay", "tailnum",
+              "cancelled", "embedding", "tags")
+# Rows (0-based within the middle CSV file) replaced by broken ones, with what is wrong.
+_BROKEN_CSV_ROWS = {
+    17: lambda row: row[:5] + ["unknown"] + row[6:],  # distance is not a number
+    345: lambda row: row[:-2],  # two columns missing
+    678: lambda row: row[:9] + ["0.5;0.25;0.125"] + row[10:],  # embedding has 3 values, not 4
+}
+
+
+def demo_table(num_rows: int = DEFAULT_ROWS, seed: int = 2024) -> pa.Table:
+    """The demo rows as an Arrow table (lists as lists, nulls as nulls)."""
+    rng = np.random.default_rng(seed)
+    origin = rng.integers(0, len(_AIRPORTS), num_rows)
+    dest = (origin + rng.integers(1, len(_AIRPORTS), num_rows)) % len(_AIRPORTS)
+    delay = np.round(rng.normal(5.0, 20.0, num_rows), 1)
+    tail = [f"N{number}{letter}" for number, letter in zip(rng.integers(100, 999, num_rows), rng.choice(list("ABCDEFGH"), num_rows))]
+    tag_counts = rng.integers(0, 4, num_rows)
+    tags = [[_TAGS[i] for i in rng.choice(len(_TAGS), count, replace=False)] for count in tag_counts]
+    embedding = np.round(rng.normal(0.0, 1.0, (num_rows, EMBEDDING_SIZE)), 3).astype(np.float32)
+    label_null = rng.random(num_rows) < 0.004
+    return pa.table({
+        "flight_id": pa.array(np.arange(1, num_rows + 1), pa.int64()),
+        "carrier": pa.array(rng.choice(_CARRIERS, num_rows).tolist(), pa.string()),
+        "origin": pa.array([_AIRPORTS[i][0] for i in origin], pa.string()),
+        "origin_city": pa.array([_AIRPORTS[i][1] for i in origin], pa.string()),
+        "dest": pa.array([_AIRPORTS[i][0] for i in dest], pa.string()),
+        "distance": pa.array(np.round(rng.uniform(150.0, 2800.0, num_rows), 1)),
+        "dep_delay": pa.array(delay, mask=rng.random(num_rows) < 0.05),
+        "tailnum": pa.array(tail, pa.string(), mask=rng.random(num_rows) < 0.03),
+        "cancelled": pa.array((rng.random(num_rows) < 0.02).astype(np.int64)),
+        "embedding": pa.array(embedding.tolist(), pa.list_(pa.float32())),
+        "tags": pa.array(tags, pa.list_(pa.string())),
+        "label": pa.array(rng.integers(0, 2, num_rows), mask=label_null),
+    })
+
+
+def _csv_cell(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return ";".join(f"{item:.6g}" for item in value) if value and isinstance(value[0], float) else "|".join(value)
+    return str(value)
+
+
+def _csv_text(rows: list[dict], broken: dict) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_HEADER)
+    for position, row in enumerate(rows):
+        cells = [_csv_cell(row[name]) for name in CSV_HEADER]
+        if position in broken:
+            cells = broken[position](cells)
+        writer.writerow(cells)
+    return out.getvalue()
+
+
+def write_demo_data(out_dir: str, num_rows: int = DEFAULT_ROWS) -> list[str]:
+    """Write the CSV and Parquet demo files under ``out_dir``; returns their paths."""
+    table = demo_table(num_rows)
+    rows = table.to_pylist()
+    paths = []
+    os.makedirs(os.path.join(out_dir, "csv"), exist_ok=True)
+    os.makedirs(os.path.join(out_dir, "parquet"), exist_ok=True)
+    per_file = -(-num_rows // CSV_FILES)
+    for index in range(CSV_FILES):
+        path = os.path.join(out_dir, "csv", f"flights-{index:05d}.csv")
+        broken = _BROKEN_CSV_ROWS if index == 1 else {}
+        with open(path, "w", encoding="utf-8", newline="") as handle:
+            handle.write(_csv_text(rows[index * per_file:(index + 1) * per_file], broken))
+        paths.append(path)
+    per_file = -(-num_rows // PARQUET_FILES)
+    for index in range(PARQUET_FILES):
+        path = os.path.join(out_dir, "parquet", f"flights-{index:05d}.parquet")
+        part = table.slice(index * per_file, per_file)
+        pq.write_table(part, path, row_group_size=500, compression="snappy")
+        paths.append(path)
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipelines.demo_data", description=__doc__.splitlines()[0])
+    parser.add_argument("out_dir", nargs="?", default="demo_data", help="directory to write (default: demo_data)")
+    parser.add_argument("--rows", type=int, default=DEFAULT_ROWS, help=f"rows in total (default: {DEFAULT_ROWS})")
+    args = parser.parse_args(argv)
+    paths = write_demo_data(args.out_dir, args.rows)
+    print(f"wrote {len(paths)} demo files under {args.out_dir}/ (csv/ and parquet/, {args.rows} rows each)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
