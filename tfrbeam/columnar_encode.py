@@ -283,13 +283,13 @@ def _varint(values: np.ndarray | int, rows: Rows = None, lengths: np.ndarray | N
     if len(values) == 0:
         return _Slot(width=0, lengths=0)
     smallest, largest = int(values.min()), int(values.max())
-    if smallest == largest:
-        return _const(encode_varint(largest), rows)
+    if smallest == largest:  # int64 bits seen as uint64: wrap back for encode_varint
+        return _const(encode_varint(largest - (1 << 64) if largest > _INT64_MAX else largest), rows)
     if largest < 0x80:
         return _fixed(values.astype(np.uint8)[:, None], rows)
     if lengths is None:
         lengths = _varint_lengths(values, largest)
-    width = len(encode_varint(largest))
+    width = int(lengths.max())
     byte_index = _BYTE_INDEX[:width]
     # Computed transposed (width, n) so each pass runs over contiguous rows of n values. A byte
     # below the last one has its top bit forced to 1, so the low 7 bits need no separate mask.
