@@ -1,3 +1,53 @@
-"""tfrbeam: TensorFlow-free TFRecord and tf.train.Example tools and Apache Beam IO."""
+"""tfrbeam: TensorFlow-free TFRecord and tf.train.Example tools, Apache Beam IO and dataset builds.
+
+Names are imported lazily, so ``import tfrbeam`` stays cheap and the format core never pulls in
+Apache Beam: ``tfrbeam.read_records`` loads only the framing module, ``tfrbeam.WriteToTFRecord``
+loads Beam.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    # framing
+    "RecordWriter": "tfrbeam.records",
+    "RecordReader": "tfrbeam.records",
+    "read_records": "tfrbeam.records",
+    "masked_crc32c": "tfrbeam.records",
+    # Example codec
+    "encode_example": "tfrbeam.example",
+    "decode_example": "tfrbeam.example",
+    "encode_sequence_example": "tfrbeam.example",
+    "decode_sequence_example": "tfrbeam.example",
+    "record_batch_to_examples": "tfrbeam.columnar_encode",
+    "encode_record_batch": "tfrbeam.columnar_encode",
+    "examples_to_record_batch": "tfrbeam.columnar_decode",
+    # Beam IO
+    "TFRecordSource": "tfrbeam.beam.source",
+    "ReadFromTFRecord": "tfrbeam.beam.source",
+    "ReadAllFromTFRecord": "tfrbeam.beam.source",
+    "WriteToTFRecord": "tfrbeam.beam.sink",
+    "ReadExamples": "tfrbeam.beam.examples_read",
+    "WriteExamples": "tfrbeam.beam.examples_write",
+    # training-side reader
+    "open_dataset": "tfrbeam.dataset",
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tfrbeam' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -1,0 +1,189 @@
+"""The work behind ``tfrbeam verify``, ``cat`` and ``inspect``: check, print and profile TFRecord files.
+
+No Beam here; the CLI module only parses arguments and prints what these functions return.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import glob
+import math
+import os
+from collections.abc import Callable, Iterator
+
+from tfrbeam.errors import ExampleDecodeError, RecordError, TfrbeamError
+from tfrbeam.example import decode_example, decode_sequence_example
+from tfrbeam.records import RecordReader
+
+MANIFEST_NAME = "dataset_info.json"
+_TF_DTYPES = {"int64": "tf.int64", "float": "tf.float32", "bytes": "tf.string"}
+
+
+class NoInputError(TfrbeamError, FileNotFoundError):
+    """A path or pattern given on the command line matches no file."""
+
+
+def expand_record_paths(arguments: list[str]) -> list[str]:
+    """Files named by paths, globs and directories (recursively; hidden and ``_``-prefixed entries skipped)."""
+    files: list[str] = []
+    for argument in arguments:
+        if os.path.isdir(argument):
+            found = _files_below(argument)
+        elif os.path.isfile(argument):
+            found = [argument]
+        else:
+            found = sorted(path for path in glob.glob(argument, recursive=True) if os.path.isfile(path))
+        if not found:
+            raise NoInputError(f"{argument}: no such file, directory or matching files")
+        files.extend(found)
+    return list(dict.fromkeys(files))
+
+
+def _files_below(directory: str) -> list[str]:
+    found = []
+    for root, dirs, names in os.walk(directory):
+        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
+        for name in sorted(names):
+            if not name.startswith((".", "_")) and name != MANIFEST_NAME:
+                found.append(os.path.join(root, name))
+    return found
+
+
+@dataclasses.dataclass(frozen=True)
+class FileReport:
+    """The outcome of verifying one file."""
+
+    path: str
+    records: int
+    payload_bytes: int
+    file_bytes: int
+    problem: str | None = None
+
+
+def verify_file(
+    path: str, examples: bool = False, progress: Callable[[int, int], None] | None = None
+) -> FileReport:
+    """Read every record of ``path`` checking CRCs (and, with ``examples``, that each parses as an Example)."""
+    size = os.path.getsize(path)
+    reader = RecordReader(path)
+    try:
+        with reader:
+            for count, (offset, payload) in enumerate(reader.records_with_offsets(), 1):
+                if examples:
+                    _check_example(path, offset, payload)
+                if progress is not None and count % 4096 == 0:
+                    progress(reader.offset, size)
+    except (RecordError, ExampleDecodeError) as error:
+        return FileReport(path, reader.stats.records, reader.stats.payload_bytes, size, str(error))
+    return FileReport(path, reader.stats.records, reader.stats.payload_bytes, size)
+
+
+def _check_example(path: str, offset: int, payload: bytes) -> None:
+    try:
+        decode_example(payload)
+    except ExampleDecodeError as error:
+        raise ExampleDecodeError(f"{path}: the record at offset {offset} is not a tf.train.Example: {error}") from error
+
+
+def iter_decoded(paths: list[str], sequence: bool = False) -> Iterator[tuple[str, int, object]]:
+    """Yield ``(path, offset, decoded)`` for every record, decoded with kinds."""
+    for path in paths:
+        with RecordReader(path) as reader:
+            for offset, payload in reader.records_with_offsets():
+                try:
+                    decoded = decode_sequence_example(payload, kinds=True) if sequence else decode_example(payload, kinds=True)
+                except ExampleDecodeError as error:
+                    raise ExampleDecodeError(f"{path}: the record at offset {offset} does not decode: {error}") from error
+                yield path, offset, decoded
+
+
+def value_to_json(kind: str | None, value: object) -> object:
+    """A JSON-safe value: bytes as text when valid UTF-8, else ``{"base64": ...}``; non-finite floats as strings."""
+    if kind == "bytes":
+        assert isinstance(value, bytes)
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return {"base64": base64.b64encode(value).decode("ascii")}
+    if kind == "float":
+        assert isinstance(value, float)
+        if math.isnan(value):
+            return "NaN"
+        if math.isinf(value):
+            return "Infinity" if value > 0 else "-Infinity"
+    return value
+
+
+def features_to_json(features: dict[str, tuple[str | None, list]], with_kinds: bool = False) -> dict:
+    """Render ``decode_example(..., kinds=True)`` output as a JSON-ready dict, features sorted by name."""
+    rendered = {}
+    for name in sorted(features):
+        kind, values = features[name]
+        json_values = [value_to_json(kind, value) for value in values]
+        rendered[name] = {"kind": kind, "values": json_values} if with_kinds else json_values
+    return rendered
+
+
+@dataclasses.dataclass
+class FeatureStats:
+    """What ``inspect`` learns about one feature across records."""
+
+    kinds: set[str | None] = dataclasses.field(default_factory=set)
+    present: int = 0
+    min_count: int | None = None
+    max_count: int | None = None
+
+    def add(self, kind: str | None, count: int) -> None:
+        self.kinds.add(kind)
+        self.present += 1
+        self.min_count = count if self.min_count is None else min(self.min_count, count)
+        self.max_count = count if self.max_count is None else max(self.max_count, count)
+
+    def kind(self) -> str | None:
+        known = self.kinds - {None}
+        return known.pop() if len(known) == 1 else (None if not known else "mixed:" + ",".join(sorted(known)))
+
+    def parse_spec(self, total: int) -> str:
+        """A ``tf.io.parse_example`` feature for this feature, ready to paste."""
+        kind = self.kind()
+        if kind not in _TF_DTYPES:
+            return f"# cannot suggest: kinds seen {sorted(map(str, self.kinds))}"
+        dtype = _TF_DTYPES[kind]
+        if self.present == total and self.min_count == self.max_count:
+            shape = "[]" if self.min_count == 1 else f"[{self.min_count}]"
+            return f"tf.io.FixedLenFeature({shape}, {dtype})"
+        return f"tf.io.VarLenFeature({dtype})"
+
+
+@dataclasses.dataclass
+class InspectReport:
+    """Record count, sizes and per-feature statistics of a set of files."""
+
+    files: list[str]
+    records: int = 0
+    payload_bytes: int = 0
+    file_bytes: int = 0
+    features: dict[str, FeatureStats] = dataclasses.field(default_factory=dict)
+
+    def parse_example_spec(self) -> dict[str, str]:
+        return {name: stats.parse_spec(self.records) for name, stats in sorted(self.features.items())}
+
+
+def inspect_files(paths: list[str], limit: int | None = None) -> InspectReport:
+    """Profile the Examples in ``paths`` (all records, or the first ``limit``)."""
+    report = InspectReport(files=paths, file_bytes=sum(os.path.getsize(path) for path in paths))
+    for path in paths:
+        with RecordReader(path) as reader:
+            for offset, payload in reader.records_with_offsets():
+                if limit is not None and report.records >= limit:
+                    return report
+                try:
+                    features = decode_example(payload, kinds=True)
+                except ExampleDecodeError as error:
+                    raise ExampleDecodeError(f"{path}: the record at offset {offset} does not decode: {error}") from error
+                report.records += 1
+                report.payload_bytes += len(payload)
+                for name, (kind, values) in features.items():
+                    report.features.setdefault(name, FeatureStats()).add(kind, len(values))
+    return report
