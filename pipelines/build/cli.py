@@ -15,13 +15,13 @@ import sys
 import time
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, TestOptions
+from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions, StandardOptions, TestOptions
 
 from pipelines.build.config import load_config
 from pipelines.build.manifest import read_manifest
-from pipelines.build.pipeline import BuildRun, build_pipeline
+from pipelines.build.pipeline import BuildRun, build_pipeline, remove_temp_dir
 from tfrbeam import errors as tfrbeam_errors
-from tfrbeam.errors import ConfigError, OutputExistsError, TfrbeamError
+from tfrbeam.errors import ConfigError, OutputExistsError, TfrbeamError, TooManyBadRecordsError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 _PROG = "tfrbeam build"
@@ -44,20 +44,19 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--overwrite", action="store_true",
                         help="replace a different dataset (or other files) in output.path")
     parser.add_argument("--quiet", action="store_true", help="log warnings only")
+    parser.add_argument("--verbose", action="store_true", help="also show Beam's own log (worker tracebacks included)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run a dataset build; returns the exit status."""
     args, beam_args = _parser().parse_known_args(sys.argv[1:] if argv is None else argv)
-    _configure_logging(args.quiet)
+    _configure_logging(args.quiet, args.verbose)
     try:
         config = load_config(args.config, args.overrides)
     except ConfigError as error:
         return _fail(str(error), EXIT_USAGE)
-    options = PipelineOptions(beam_args)
-    if not options.view_as(StandardOptions).runner:
-        options.view_as(StandardOptions).runner = "DirectRunner"
+    options = _pipeline_options(beam_args)
     started = time.monotonic()
     pipeline = beam.Pipeline(options=options)
     try:
@@ -72,7 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         pipeline.run().wait_until_finish()
     except Exception as error:  # noqa: BLE001 - every runner wraps worker errors differently
-        return _fail(_one_line(error), EXIT_FAILED)
+        message = _one_line(error)
+        if not message.startswith(TooManyBadRecordsError.__name__):  # that one keeps its dead letters for a look
+            remove_temp_dir(run)
+        return _fail(message, EXIT_FAILED)
     if options.view_as(TestOptions).dry_run:
         print(f"dry run: the job graph for {run.output_path} was built; nothing ran")
         return EXIT_OK
@@ -84,11 +86,24 @@ def main(argv: list[str] | None = None) -> int:
     return EXIT_OK
 
 
-def _configure_logging(quiet: bool) -> None:
+def _pipeline_options(beam_args: list[str]) -> PipelineOptions:
+    """Beam options with our defaults: the DirectRunner; an embedded job server runs its workers in this process."""
+    options = PipelineOptions(beam_args)
+    if not options.view_as(StandardOptions).runner:
+        options.view_as(StandardOptions).runner = "DirectRunner"
+    portable = options.view_as(PortableOptions)
+    if portable.job_endpoint == "embed" and not portable.environment_type:
+        portable.environment_type = "LOOPBACK"  # the default would start a Docker container per worker
+    return options
+
+
+def _configure_logging(quiet: bool, verbose: bool) -> None:
     logging.basicConfig(format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
     level = logging.WARNING if quiet else logging.INFO
     for name in ("pipelines", "tfrbeam"):
         logging.getLogger(name).setLevel(level)
+    # Beam logs a failing DoFn's traceback before raising; the one-line error below says it all.
+    logging.getLogger("apache_beam").setLevel(logging.INFO if verbose else logging.CRITICAL)
 
 
 def _one_line(error: BaseException) -> str:
@@ -98,14 +113,17 @@ def _one_line(error: BaseException) -> str:
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         if isinstance(current, TfrbeamError):
-            return f"{type(current).__name__}: {current}"
+            return f"{type(current).__name__}: {_WHILE_RUNNING.sub('', str(current)).strip()}"
         current = current.__cause__ or current.__context__
     matches = _OUR_ERROR_LINE.findall(str(error))
     if matches:
         name, message = matches[-1]
-        return f"{name}: {message.strip()}"
+        return f"{name}: {_WHILE_RUNNING.sub('', message).strip()}"
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     return f"{type(error).__name__}: {lines[-1] if lines else error!r}"
+
+
+_WHILE_RUNNING = re.compile(r"\s*\[while running '[^\]]*'\]\s*$")
 
 
 def _fail(message: str, code: int) -> int:

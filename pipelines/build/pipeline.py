@@ -61,7 +61,7 @@ from tfrbeam.errors import BadRecordError, ConfigError, OutputExistsError, TooMa
 from tfrbeam.feature_spec import BadRow, FeatureSpec, convert_batch
 from tfrbeam.record_index import INDEX_DIR_NAME
 
-__all__ = ["BuildRun", "build_pipeline", "check_output_dir", "TEMP_DIR_PREFIX"]
+__all__ = ["BuildRun", "TEMP_DIR_PREFIX", "build_pipeline", "check_output_dir", "remove_temp_dir"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -440,6 +440,11 @@ class _CommitDataset(beam.DoFn):
         run = self._run
         leftovers = [join_path(run.output_path, name) for name in _entries(run.output_path) if name.startswith(TEMP_DIR_PREFIX)]
         _delete_quietly(sorted(set(leftovers) | {run.temp_dir}))
+
+
+def remove_temp_dir(run: BuildRun) -> None:
+    """Remove a failed run's temp dir (its partial shards); the next successful build would too."""
+    _delete_quietly([run.temp_dir])
 
 
 def _move_files(moves: list[tuple[str, str]]) -> None:

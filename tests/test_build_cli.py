@@ -1,0 +1,77 @@
+"""The build command: config errors before any pipeline, runners giving identical bytes, Dataflow's job graph."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+
+import apache_beam as beam
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipelines.build.cli import main as build_main
+from pipelines.build.config import load_config
+from pipelines.build.pipeline import build_pipeline
+from pipelines.demo_data import write_demo_data
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+DEMO_CONFIG = str(REPO_ROOT / "configs" / "demo.yaml")
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> pathlib.Path:
+    directory = tmp_path_factory.mktemp("cli")
+    write_demo_data(str(directory / "demo_data"), num_rows=600)
+    return directory
+
+
+@pytest.fixture(autouse=True)
+def in_workdir(workdir, monkeypatch):
+    monkeypatch.chdir(workdir)
+
+
+def shard_bytes(dataset: pathlib.Path) -> dict[str, bytes]:
+    manifest = json.loads((dataset / "dataset_info.json").read_text())
+    return {shard["path"]: (dataset / shard["path"]).read_bytes() for split in manifest["splits"].values() for shard in split["shards"]}
+
+
+def test_config_errors_are_one_report_before_any_pipeline(workdir, capsys):
+    code = build_main([DEMO_CONFIG, "--set", "features.dep_delay.on_null=zero", "--set", "output.path=out/bad"])
+    assert code == 2
+    error = capsys.readouterr().err
+    assert error.startswith("tfrbeam build: error: ") and "features.dep_delay.on_null: 'zero' is not one of omit, default, error" in error
+    assert not (workdir / "out" / "bad").exists()
+    assert build_main([DEMO_CONFIG, "--set", "split_key=[nope]", "--set", "output.path=out/bad"]) == 2
+    assert "split_key: 'nope' is not a feature" in capsys.readouterr().err
+    assert not (workdir / "out" / "bad").exists()
+
+
+def test_multi_processing_workers_write_the_same_bytes(workdir):
+    assert build_main([DEMO_CONFIG, "--quiet", "--set", "output.path=out/inproc"]) == 0
+    assert build_main([DEMO_CONFIG, "--quiet", "--set", "output.path=out/multi",
+                       "--direct_num_workers=2", "--direct_running_mode=multi_processing"]) == 0
+    assert shard_bytes(workdir / "out" / "inproc") == shard_bytes(workdir / "out" / "multi")
+
+
+def test_portable_runner_with_an_embedded_job_server(workdir, capsys):
+    assert build_main([DEMO_CONFIG, "--quiet", "--set", "output.path=out/portable",
+                       "--runner=PortableRunner", "--job_endpoint=embed"]) == 0
+    assert "runner PortableRunner" in capsys.readouterr().out
+    assert build_main([DEMO_CONFIG, "--quiet", "--set", "output.path=out/direct"]) == 0
+    assert shard_bytes(workdir / "out" / "portable") == shard_bytes(workdir / "out" / "direct")
+
+
+def test_dataflow_job_graph_builds_offline(workdir):
+    config = load_config(DEMO_CONFIG, ["output.path=out/dataflow"])
+    options = PipelineOptions([
+        "--runner=DataflowRunner", "--project=fake-project", "--region=us-central1",
+        "--temp_location=gs://fake-bucket/tmp", f"--setup_file={REPO_ROOT / 'setup.py'}", "--dry_run=True",
+    ])
+    pipeline = beam.Pipeline(options=options)
+    run = build_pipeline(pipeline, config)
+    result = pipeline.run()
+    steps = {transform.unique_name for transform in result.job.proto_pipeline.components.transforms.values()}
+    for name in ("ReadInputs", "ConvertAndKey", "Shuffle/GroupByShard", "Shuffle/WriteShards", "Commit"):
+        assert name in steps
+    assert run.runner == "DataflowRunner" and not os.path.exists(run.manifest_path)

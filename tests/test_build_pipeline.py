@@ -1,0 +1,229 @@
+"""End-to-end dataset builds (pipelines/build): read back, compared row by row with the input."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import pathlib
+import shutil
+
+import numpy as np
+import pytest
+
+from pipelines.build.cli import main as build_main
+from pipelines.build.manifest import verify_dataset
+from pipelines.demo_data import demo_table, write_demo_data
+from tfrbeam.example import decode_example
+from tfrbeam.records import read_records
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+CONFIGS = REPO_ROOT / "configs"
+# flight_id of the three rows the demo data breaks on purpose (rows 17, 345 and 678 of the middle CSV file).
+BROKEN_FLIGHT_IDS = {1018, 1346, 1679}
+
+
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory) -> pathlib.Path:
+    directory = tmp_path_factory.mktemp("demo")
+    write_demo_data(str(directory / "demo_data"))
+    return directory
+
+
+def build(workdir: pathlib.Path, config: str, *args: str) -> int:
+    """Run the build command in ``workdir`` (config paths in configs/ are relative to it)."""
+    previous = os.getcwd()
+    os.chdir(workdir)
+    try:
+        return build_main([str(CONFIGS / config), "--quiet", *args])
+    finally:
+        os.chdir(previous)
+
+
+def read_split(dataset: pathlib.Path, split: str) -> list[bytes]:
+    manifest = json.loads((dataset / "dataset_info.json").read_text())
+    return [
+        record
+        for shard in manifest["splits"][split]["shards"]
+        for record in read_records(str(dataset / shard["path"]))
+    ]
+
+
+def canonical(example: dict) -> tuple:
+    return tuple(sorted((name, tuple(values)) for name, values in example.items()))
+
+
+def expected_demo_examples() -> collections.Counter:
+    """The demo config's Examples computed straight from the generated table, not through the pipeline."""
+    f32 = lambda value: float(np.float32(value))  # noqa: E731
+    expected = collections.Counter()
+    for row in demo_table().to_pylist():
+        if row["flight_id"] in BROKEN_FLIGHT_IDS:
+            continue
+        example = {
+            "flight_id": [row["flight_id"]], "carrier": [row["carrier"].encode()], "origin": [row["origin"].encode()],
+            "dest": [row["dest"].encode()], "distance": [f32(row["distance"])],
+            "dep_delay": [f32(row["dep_delay"]) if row["dep_delay"] is not None else 0.0],
+            "cancelled": [row["cancelled"]], "embedding": [f32(value) for value in row["embedding"]],
+        }
+        if row["tailnum"] is not None:
+            example["tailnum"] = [row["tailnum"].encode()]
+        expected[canonical(example)] += 1
+    return expected
+
+
+def test_demo_build_writes_every_good_row_once_with_dead_letters(demo_dir, capsys):
+    assert build(demo_dir, "demo.yaml", "--set", "output.path=out/demo") == 0
+    dataset = demo_dir / "out" / "demo"
+    summary = capsys.readouterr().out
+    assert "rows read:  3,000" in summary and "bad rows:   3 (dead_letter)" in summary
+    assert str(pathlib.Path("out/demo/dataset_info.json")) in summary
+    records = read_split(dataset, "train") + read_split(dataset, "eval")
+    assert collections.Counter(canonical(decode_example(record)) for record in records) == expected_demo_examples()
+    manifest = json.loads((dataset / "dataset_info.json").read_text())
+    assert manifest["rows_read"] == 3000 and manifest["bad_records"]["count"] == 3
+    assert [len(split["shards"]) for split in manifest["splits"].values()] == [4, 1]
+    train_sizes = [shard["num_examples"] for shard in manifest["splits"]["train"]["shards"]]
+    assert max(train_sizes) - min(train_sizes) <= 1
+    assert 0.08 < manifest["splits"]["eval"]["num_examples"] / 2997 < 0.12
+    assert manifest["parse_example_spec"]["embedding"] == "tf.io.FixedLenFeature([4], tf.float32)"
+    assert manifest["parse_example_spec"]["tailnum"] == "tf.io.VarLenFeature(tf.string)"
+    assert manifest["features"]["tailnum"] == {"type": "bytes", "shape": [], "always_present": False}
+    assert {item["path"] for item in manifest["inputs"]} == {f"demo_data/csv/flights-0000{i}.csv" for i in range(3)}
+    assert manifest["seed"] == 42 and manifest["config"]["shuffle"]["seed"] == 42
+    dead = [json.loads(line) for path in sorted((dataset / "_errors").iterdir()) for line in path.read_text().splitlines()]
+    assert [(row["file"], row["line"]) for row in dead] == [
+        ("demo_data/csv/flights-00001.csv", 19), ("demo_data/csv/flights-00001.csv", 347),
+        ("demo_data/csv/flights-00001.csv", 680),
+    ][: len(dead)] and len(dead) == 3
+    assert "unknown" in dead[0]["raw"] and dead[0]["reason"]
+    assert not [name for name in os.listdir(dataset) if name.startswith(".tfrbeam-tmp")]
+    assert verify_dataset(str(dataset)) == []
+
+
+def _shard_bytes(dataset: pathlib.Path) -> dict[str, bytes]:
+    return {
+        str(path.relative_to(dataset)): path.read_bytes()
+        for path in sorted(dataset.rglob("*")) if path.is_file() and path.name != "dataset_info.json"
+    }
+
+
+def test_reruns_input_file_order_and_seeds(demo_dir, tmp_path):
+    assert build(demo_dir, "demo.yaml", "--set", "output.path=out/a") == 0
+    # The same files under other names, so they list in the opposite order.
+    renamed = tmp_path / "demo_data" / "csv"
+    renamed.mkdir(parents=True)
+    for index, source in enumerate(sorted((demo_dir / "demo_data" / "csv").iterdir())):
+        shutil.copy(source, renamed / f"flights-{9 - index:05d}.csv")
+    assert build(tmp_path, "demo.yaml", "--set", "output.path=out/b") == 0
+    assert build(demo_dir, "demo.yaml", "--set", "output.path=out/a") == 0  # a rerun into the same directory
+    assert build(demo_dir, "demo.yaml", "--set", "output.path=out/c", "--set", "shuffle.seed=43") == 0
+    first, moved, other_seed = _shard_bytes(demo_dir / "out" / "a"), _shard_bytes(tmp_path / "out" / "b"), _shard_bytes(demo_dir / "out" / "c")
+    dead_letters = {name for name in first if name.startswith("_errors")}
+    assert {k: v for k, v in first.items() if k not in dead_letters} == {k: v for k, v in moved.items() if not k.startswith("_errors")}
+    assert first.keys() == other_seed.keys()
+    assert first["train/train-00000-of-00004.tfrecord"] != other_seed["train/train-00000-of-00004.tfrecord"]
+    for split in ("train", "eval"):  # the seed reorders, it never moves an example between splits
+        assert collections.Counter(read_split(demo_dir / "out" / "a", split)) == collections.Counter(
+            read_split(demo_dir / "out" / "c", split))
+
+
+def test_unshuffled_build_keeps_input_order(demo_dir):
+    assert build(demo_dir, "demo.yaml", "--set", "output.path=out/ordered", "--set", "shuffle.enabled=false",
+                 "--set", "splits={train: 1.0}", "--set", "output.num_shards=3") == 0
+    ids = [decode_example(record)["flight_id"][0] for record in read_split(demo_dir / "out" / "ordered", "train")]
+    assert ids == sorted(ids) and len(ids) == 2997
+
+
+def test_skip_counts_bad_rows_without_dead_letters(demo_dir):
+    assert build(demo_dir, "demo.yaml", "--set", "output.path=out/skip", "--set", "errors.on_bad_record=skip") == 0
+    manifest = json.loads((demo_dir / "out" / "skip" / "dataset_info.json").read_text())
+    assert manifest["bad_records"] == {"count": 3, "action": "skip", "dead_letter_path": None, "files": []}
+    assert not (demo_dir / "out" / "skip" / "_errors").exists()
+
+
+def test_too_many_bad_rows_fails_before_anything_is_published(demo_dir, capsys):
+    assert build(demo_dir, "demo.yaml", "--set", "output.path=out/strict", "--set", "errors.max_bad_fraction=0.0005") == 1
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("tfrbeam build: error: TooManyBadRecordsError: 3 of 3000 input rows") and "\n" not in error
+    out = demo_dir / "out" / "strict"
+    assert not (out / "dataset_info.json").exists() and not (out / "train").exists()
+    kept = [path for path in out.rglob("*.jsonl")]
+    assert len(kept) == 1 and ".tfrbeam-tmp-" in str(kept[0])  # the dead letters stay for a look
+
+
+def test_fail_on_bad_row_names_file_and_line(demo_dir, capsys):
+    assert build(demo_dir, "demo.yaml", "--set", "output.path=out/fail", "--set", "errors.on_bad_record=fail") == 1
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("tfrbeam build: error: BadRecordError: demo_data/csv/flights-00001.csv:19: ")
+    assert "\n" not in error and "unknown" in error
+    assert not (demo_dir / "out" / "fail" / "dataset_info.json").exists()
+
+
+def test_a_different_dataset_is_refused_unless_overwrite(demo_dir, capsys):
+    assert build(demo_dir, "demo.yaml", "--set", "output.path=out/over") == 0
+    capsys.readouterr()
+    assert build(demo_dir, "demo.yaml", "--set", "output.path=out/over", "--set", "output.num_shards=2") == 2
+    assert "holds a different dataset" in capsys.readouterr().err
+    assert build(demo_dir, "demo.yaml", "--set", "output.path=out/over", "--set", "output.num_shards=2", "--overwrite") == 0
+    dataset = demo_dir / "out" / "over"
+    assert sorted(path.name for path in (dataset / "train").glob("train-*")) == [
+        "train-00000-of-00002.tfrecord", "train-00001-of-00002.tfrecord"]  # the 4 old shards are gone
+    assert verify_dataset(str(dataset)) == []
+    # A directory with foreign files is refused too.
+    foreign = demo_dir / "out" / "foreign"
+    foreign.mkdir(parents=True)
+    (foreign / "notes.txt").write_text("mine")
+    assert build(demo_dir, "demo.yaml", "--set", "output.path=out/foreign") == 2
+    assert "is not empty (notes.txt)" in capsys.readouterr().err
+
+
+def test_verify_dataset_finds_damage(demo_dir):
+    assert build(demo_dir, "demo.yaml", "--set", "output.path=out/verify") == 0
+    dataset = demo_dir / "out" / "verify"
+    shard = dataset / "train" / "train-00001-of-00004.tfrecord"
+    data = bytearray(shard.read_bytes())
+    data[100] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    (dataset / "train" / "train-00009-of-00009.tfrecord").write_bytes(b"")
+    (dataset / "eval" / "eval-00000-of-00001.tfrecord").unlink()
+    problems = "\n".join(verify_dataset(str(dataset)))
+    assert "train-00001-of-00004.tfrecord: sha256" in problems and "CRC" in problems.upper()
+    assert "train-00009-of-00009.tfrecord: in split directory train/ but not listed" in problems
+    assert "eval-00000-of-00001.tfrecord: listed in the manifest but missing" in problems
+    assert verify_dataset(str(demo_dir / "nothing"))[0].endswith("no manifest (not a tfrbeam dataset, or its build did not finish)")
+
+
+def test_csv_example_config(demo_dir):
+    assert build(demo_dir, "csv_example.yaml") == 0
+    dataset = demo_dir / "out" / "csv_example"
+    manifest = json.loads((dataset / "dataset_info.json").read_text())
+    assert manifest["compression"] == "gzip" and manifest["bad_records"]["count"] == 3
+    assert [shard["path"] for shard in manifest["splits"]["validation"]["shards"]] == [
+        "validation/validation-00000-of-00001.tfrecord.gz"]
+    tails = {}
+    for split in ("train", "validation", "test"):
+        for record in read_split(dataset, split):
+            example = decode_example(record)
+            assert len(example["embedding"]) == 4
+            for tail in example.get("tailnum", []):
+                tails.setdefault(tail, set()).add(split)
+    assert tails and all(len(splits) == 1 for splits in tails.values())  # split_key: one split per aircraft
+    assert sum(split["num_examples"] for split in manifest["splits"].values()) == 2997
+    assert verify_dataset(str(dataset)) == []
+
+
+def test_parquet_example_config(demo_dir):
+    assert build(demo_dir, "parquet_example.yaml") == 0
+    dataset = demo_dir / "out" / "parquet_example"
+    manifest = json.loads((dataset / "dataset_info.json").read_text())
+    null_labels = sum(1 for row in demo_table().to_pylist() if row["label"] is None)
+    assert manifest["bad_records"]["count"] == null_labels > 0
+    train = manifest["splits"]["train"]
+    assert len(train["shards"]) > 1 and all(shard["num_bytes"] <= 64 * 1024 for shard in train["shards"])
+    sizes = [shard["num_examples"] for shard in train["shards"]]
+    assert max(sizes) - min(sizes) <= 1
+    examples = [decode_example(record) for split in ("train", "eval") for record in read_split(dataset, split)]
+    assert len(examples) == 3000 - null_labels
+    assert any(example["tags"] == [] for example in examples) and any(b"UNKNOWN" in example["tailnum"] for example in examples)
+    assert manifest["parse_example_spec"]["dep_delay"] == "tf.io.VarLenFeature(tf.float32)"
