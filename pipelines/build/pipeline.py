@@ -55,10 +55,10 @@ from tfrbeam.beam.deterministic_shuffle import (
     seeded_sort_keys,
     split_indices,
 )
-from tfrbeam.beam.tabular_read import ReadTabular, list_inputs, resolve_features
+from tfrbeam.beam.tabular_read import InputFile, ReadTabular, convert_source_batch, inspect_input, list_inputs
 from tfrbeam.columnar_encode import encode_record_batch
-from tfrbeam.errors import BadRecordError, ConfigError, OutputExistsError, TooManyBadRecordsError
-from tfrbeam.feature_spec import BadRow, FeatureSpec, convert_batch
+from tfrbeam.errors import ArrowConversionError, BadRecordError, ConfigError, OutputExistsError, TooManyBadRecordsError
+from tfrbeam.feature_spec import FeatureSpec, infer_spec, resolve_spec, source_type
 from tfrbeam.record_index import INDEX_DIR_NAME
 
 __all__ = ["BuildRun", "TEMP_DIR_PREFIX", "build_pipeline", "check_output_dir", "remove_temp_dir"]
@@ -106,7 +106,7 @@ def build_pipeline(pipeline: beam.Pipeline, config: BuildConfig, *, overwrite: b
     OutputExistsError (the output holds another dataset and ``overwrite`` is false) before anything runs.
     """
     inputs = list_inputs(config.input.path)
-    features = tuple(resolve_features(config, inputs))
+    features, columns = resolve_features(config, inputs)
     _check_split_key(config, features)
     resolved = with_features(config, features)
     check_output_dir(config.output.path, config_to_dict(resolved), overwrite)
@@ -119,10 +119,9 @@ def build_pipeline(pipeline: beam.Pipeline, config: BuildConfig, *, overwrite: b
         runner=runner if isinstance(runner, str) else type(runner).__name__, started=_utc_now(),
     )
     spec = _sharding_spec(resolved, sum(item.size for item in inputs))
-    columns = sorted({spec_.source.split(".")[0] for spec_ in features})
     converted = (
         pipeline
-        | "ReadInputs" >> ReadTabular(config.input, columns)
+        | "ReadInputs" >> ReadTabular(config.input, columns, inputs=inputs)
         | "ConvertAndKey" >> beam.ParDo(_ConvertAndKey(run, spec, [item.path for item in inputs]))
         .with_outputs(_BAD_ROWS, _STATS, main=_PIECES)
     )
@@ -145,6 +144,51 @@ def build_pipeline(pipeline: beam.Pipeline, config: BuildConfig, *, overwrite: b
         )
     )
     return run
+
+
+def resolve_features(config: BuildConfig, inputs: list[InputFile]) -> tuple[tuple[FeatureSpec, ...], list[str]]:
+    """The features with types and list shapes settled on the first input file, and the input columns they read.
+
+    Features the config omits are every input column with its inferred type (Parquet: the schema;
+    CSV: int64, else float, else bytes by a sample of the first file), null meaning absent.
+    """
+    sample = inspect_input(config.input, files=inputs)
+    schema, is_csv = sample.schema, config.input.format == "csv"
+
+    def text_sample(column: str):
+        return sample.sample.column(column) if is_csv and sample.sample is not None and column in sample.sample.schema.names else None
+
+    specs = config.features
+    if specs is None:
+        if is_csv:
+            specs = tuple(FeatureSpec(name=name, type=None, source=name, on_null="omit") for name in schema.names)
+        else:
+            try:
+                return tuple(infer_spec(field.name, field.type, field.nullable) for field in schema), list(schema.names)
+            except ArrowConversionError as error:
+                raise ConfigError(f"features: {error} (in {sample.path})") from error
+    resolved, columns = [], []
+    for spec in specs:
+        arrow_type = source_type(schema, spec.source)
+        if arrow_type is None:
+            raise ConfigError(
+                f"features.{spec.name}.source: column {spec.source!r} is not in {sample.path} "
+                f"(its columns: {', '.join(schema.names)})"
+            )
+        try:
+            resolved.append(resolve_spec(spec, arrow_type, text_sample(spec.source), infer_from_text=is_csv))
+        except ArrowConversionError as error:
+            raise ConfigError(f"features.{spec.name}: {error}") from error
+        columns.append(_top_level_column(schema, spec.source))
+    return tuple(resolved), sorted(set(columns))
+
+
+def _top_level_column(schema, source: str) -> str:
+    """The input column a source reads: itself, or the struct column of a "column.field" source."""
+    if source in schema.names:
+        return source
+    parts = source.split(".")
+    return next(".".join(parts[:cut]) for cut in range(len(parts) - 1, 0, -1) if ".".join(parts[:cut]) in schema.names)
 
 
 def _check_split_key(config: BuildConfig, features: tuple[FeatureSpec, ...]) -> None:
@@ -248,13 +292,14 @@ class _ConvertAndKey(beam.DoFn):
         self._started = self._last_log = time.monotonic()
 
     def process(self, source) -> Iterator[Any]:
-        converted = convert_batch(source.batch, self._features, source)
+        converted = convert_source_batch(source, self._features)
         bad_rows = converted.bad_rows
-        yield beam.pvalue.TaggedOutput(_STATS, (source.batch.num_rows, len(bad_rows)))
+        rows_read = source.batch.num_rows + len(source.bad_rows)  # the reader's rejects are not in the batch
+        yield beam.pvalue.TaggedOutput(_STATS, (rows_read, len(bad_rows)))
         if bad_rows:
             beam.metrics.Metrics.counter("tfrbeam", "bad_rows").inc(len(bad_rows))
             if self._action == "fail":
-                first = bad_rows[0]
+                first = min(bad_rows, key=lambda row: row.line)
                 raise BadRecordError(
                     f"{first.describe()} (errors.on_bad_record is fail; set it to skip or dead_letter to keep going)"
                 )
@@ -262,10 +307,10 @@ class _ConvertAndKey(beam.DoFn):
                 yield beam.pvalue.TaggedOutput(_BAD_ROWS, (self._input_index.get(source.path, -1), bad_rows))
         batch = converted.batch
         if batch.num_rows:
-            yield from self._pieces(source, batch, bad_rows)
-        self._progress(source.batch.num_rows)
+            yield from self._pieces(source, batch, converted.kept_rows)
+        self._progress(rows_read)
 
-    def _pieces(self, source, batch, bad_rows: list[BadRow]) -> Iterator[KeyedRecords]:
+    def _pieces(self, source, batch, kept_rows: np.ndarray) -> Iterator[KeyedRecords]:
         encoded = encode_record_batch(batch)
         data, offsets = encoded.data, encoded.offsets
         digests = content_digests(data, offsets)
@@ -278,7 +323,7 @@ class _ConvertAndKey(beam.DoFn):
         if self._seed is not None:
             keys = seeded_sort_keys(digests[:, 1], self._seed)
         else:
-            keys = input_order_keys(self._input_index[source.path], self._good_lines(source, bad_rows))
+            keys = input_order_keys(self._input_index[source.path], np.asarray(source.lines, dtype=np.int64)[kept_rows])
         start = 0
         while start < len(keys):
             end = int(np.searchsorted(offsets, offsets[start] + self._piece_bytes, side="right")) - 1
@@ -286,13 +331,6 @@ class _ConvertAndKey(beam.DoFn):
             base = offsets[start]
             yield KeyedRecords(split[start:end], keys[start:end], offsets[start:end + 1] - base, data[base:offsets[end]])
             start = end
-
-    @staticmethod
-    def _good_lines(source, bad_rows: list[BadRow]) -> np.ndarray:
-        lines = np.asarray(source.lines, dtype=np.int64)
-        if not bad_rows:
-            return lines
-        return lines[~np.isin(lines, [row.line for row in bad_rows])]
 
     def _progress(self, rows: int) -> None:
         self._rows += rows
