@@ -1,0 +1,12 @@
+"""Read TFRecord datasets of tf.train.Examples for training, without TensorFlow.
+
+``open_dataset(path)`` gives batches as numpy arrays (or Arrow record batches), read in
+parallel, interleaved, shuffled and prefetched like tf.data, shardable across data-parallel
+workers and resumable from a saved position. This package never imports Apache Beam.
+"""
+
+from tfrbeam.dataset.columns import Ragged
+from tfrbeam.dataset.pipeline import Dataset, open_dataset
+from tfrbeam.dataset.spec import FixedLenFeature, VarLenFeature, infer_feature_spec
+
+__all__ = ["Dataset", "FixedLenFeature", "Ragged", "VarLenFeature", "infer_feature_spec", "open_dataset"]

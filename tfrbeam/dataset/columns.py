@@ -1,0 +1,327 @@
+"""Columnar batches in flight: nested value arrays with row lengths, and the shuffle buffer over them.
+
+Inside the reader every feature of a block of records is a ``Column``: a flat ``leaf`` array plus
+zero or more levels of lengths (outermost first). A fixed-shape numeric feature has no levels
+(``leaf`` is ``[rows, *shape]``); a variable-length numeric feature has one (values per row); a
+bytes feature keeps its bytes in a ``uint8`` leaf with a last level of byte lengths per value.
+That form concatenates by concatenating arrays, gathers rows with vectorised index arithmetic
+and crosses process boundaries as a few numpy buffers (no Python object per value).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import numpy as np
+
+
+class Ragged(NamedTuple):
+    """A batch of variable-length rows: ``values`` back to back and each row's length.
+
+    Row ``i`` is ``values[offsets[i]:offsets[i + 1]]``. A NamedTuple, so PyTorch's default
+    collate/convert and JAX tree utilities treat it as a container of two arrays.
+    """
+
+    values: np.ndarray
+    lengths: np.ndarray
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """Row start offsets into ``values``, n + 1 of them."""
+        return _offsets(self.lengths)
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.lengths)
+
+    def row(self, index: int) -> np.ndarray:
+        offsets = self.offsets
+        return self.values[offsets[index]:offsets[index + 1]]
+
+    def to_list(self) -> list[np.ndarray]:
+        """Every row as its own array (slow: for inspection and tests)."""
+        return np.split(self.values, self.offsets[1:-1]) if len(self.lengths) else []
+
+    def to_padded(self, length: int | None = None, pad_value: object = None) -> np.ndarray:
+        """Dense ``[rows, length]`` array, truncating longer rows and padding shorter ones.
+
+        ``length`` defaults to the longest row; ``pad_value`` to 0, 0.0 or b"" by dtype.
+        """
+        return pad_rows(self.values, self.lengths, length, pad_value)
+
+
+def pad_rows(values: np.ndarray, lengths: np.ndarray, length: int | None, pad_value: object = None) -> np.ndarray:
+    """Rows given as flat values plus lengths, as a dense array padded (or cut) to ``length``."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    width = int(lengths.max()) if length is None and len(lengths) else int(length or 0)
+    if pad_value is None:
+        pad_value = b"" if values.dtype == object else 0
+    out = np.full((len(lengths), width), pad_value, dtype=values.dtype)
+    kept = np.minimum(lengths, width)
+    column = ranges(np.zeros(len(lengths), dtype=np.int64), kept)
+    row = np.repeat(np.arange(len(lengths), dtype=np.int64), kept)
+    out[row, column] = values[ranges(_offsets(lengths)[:-1], kept)]
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Column:
+    """One feature of a block of rows: ``leaf`` values and the lengths of each nesting level."""
+
+    leaf: np.ndarray
+    levels: tuple[np.ndarray, ...] = ()
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.levels[0]) if self.levels else len(self.leaf)
+
+    def take(self, rows: np.ndarray) -> Column:
+        """The rows at positions ``rows`` (any order, repeats allowed)."""
+        index = np.asarray(rows, dtype=np.int64)
+        levels = []
+        for lengths in self.levels:
+            taken = lengths[index]
+            levels.append(taken)
+            index = ranges(_offsets(lengths)[:-1][index], taken)
+        return Column(self.leaf[index], tuple(levels))
+
+    def slice(self, start: int, stop: int) -> Column:
+        """Rows ``start:stop`` without an index array."""
+        levels = []
+        for lengths in self.levels:
+            offsets = _offsets(lengths)
+            levels.append(lengths[start:stop])
+            start, stop = int(offsets[start]), int(offsets[stop])
+        return Column(self.leaf[start:stop], tuple(levels))
+
+
+def concat_columns(columns: list[Column]) -> Column:
+    """Rows of several columns of the same feature, one after another."""
+    if len(columns) == 1:
+        return columns[0]
+    depth = len(columns[0].levels)
+    levels = tuple(np.concatenate([column.levels[level] for column in columns]) for level in range(depth))
+    return Column(np.concatenate([column.leaf for column in columns]), levels)
+
+
+Block = dict  # feature name -> Column, every column with the same number of rows
+
+
+def block_rows(block: Block) -> int:
+    return next(iter(block.values())).num_rows
+
+
+def take_block(block: Block, rows: np.ndarray) -> Block:
+    return {name: column.take(rows) for name, column in block.items()}
+
+
+def slice_block(block: Block, start: int, stop: int) -> Block:
+    return {name: column.slice(start, stop) for name, column in block.items()}
+
+
+def concat_blocks(blocks: list[Block]) -> Block:
+    if len(blocks) == 1:
+        return blocks[0]
+    return {name: concat_columns([block[name] for block in blocks]) for name in blocks[0]}
+
+
+def _offsets(lengths: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=out[1:])
+    return out
+
+
+def ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Concatenation of ``arange(starts[i], starts[i] + lengths[i])`` over i, vectorised."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    if len(lengths) and total == len(lengths) * int(lengths[0]) and (lengths == lengths[0]).all():
+        width = int(lengths[0])
+        return (np.asarray(starts, dtype=np.int64)[:, None] + np.arange(width, dtype=np.int64)).reshape(-1)
+    shift = np.repeat(np.asarray(starts, dtype=np.int64) - _offsets(lengths)[:-1], lengths)
+    shift += np.arange(total, dtype=np.int64)
+    return shift
+
+
+class RowQueue:
+    """First in, first out: blocks go in, batches of any size come out in arrival order."""
+
+    def __init__(self) -> None:
+        self._blocks: list[Block] = []
+        self._head = 0  # rows of self._blocks[0] already taken
+        self.size = 0
+
+    def add(self, block: Block) -> None:
+        rows = block_rows(block)
+        if rows:
+            self._blocks.append(block)
+            self.size += rows
+
+    def snapshot(self) -> Block:
+        """Every row held, in order, without removing any."""
+        return _rows_from(self._blocks, self._head)
+
+    def pop(self, count: int) -> Block:
+        pieces: list[Block] = []
+        needed = min(count, self.size)
+        while needed:
+            block = self._blocks[0]
+            rows = block_rows(block)
+            take = min(needed, rows - self._head)
+            pieces.append(block if take == rows else slice_block(block, self._head, self._head + take))
+            self._head += take
+            needed -= take
+            self.size -= take
+            if self._head == rows:
+                self._blocks.pop(0)
+                self._head = 0
+        return concat_blocks(pieces)
+
+
+def _rows_from(blocks: list[Block], head: int) -> Block:
+    first = slice_block(blocks[0], head, block_rows(blocks[0]))
+    return concat_blocks([first] + blocks[1:])
+
+
+class _PooledColumn:
+    """One feature inside the shuffle pool, with nested levels kept as (start, length) pointers.
+
+    Level 0 is indexed by pool slot; deeper levels and the leaf are append-only arenas, so
+    removing a row moves two numbers per level-0 slot instead of its values. Arenas are rebuilt
+    from the live rows when they fill up (amortised O(1) per row).
+    """
+
+    def __init__(self, template: Column, slots: int):
+        self.depth = len(template.levels)
+        if self.depth == 0:
+            self.leaf = np.empty((slots,) + template.leaf.shape[1:], dtype=template.leaf.dtype)
+            return
+        self.starts = [np.empty(slots, dtype=np.int64)] + [np.empty(0, dtype=np.int64) for _ in range(self.depth - 1)]
+        self.lengths = [np.empty(slots, dtype=np.int64)] + [np.empty(0, dtype=np.int64) for _ in range(self.depth - 1)]
+        self.fill = [0] * self.depth  # used entries of the arenas of levels 1.. (index 0 unused)
+        self.leaf = np.empty((0,) + template.leaf.shape[1:], dtype=template.leaf.dtype)
+        self.leaf_fill = 0
+
+    def put(self, slot: int, column: Column, live: int) -> None:
+        """Store ``column``'s rows in slots ``slot:slot + rows``; ``live`` slots before it are in use."""
+        rows = column.num_rows
+        if self.depth == 0:
+            self.leaf[slot:slot + rows] = column.leaf
+            return
+        if not self._fits(column):
+            self._rebuild(live, column)
+        for level, lengths in enumerate(column.levels):
+            target = self.fill[level + 1] if level + 1 < self.depth else self.leaf_fill
+            begin = slot if level == 0 else self.fill[level]
+            end = begin + len(lengths)
+            self.starts[level][begin:end] = _offsets(lengths)[:-1] + target
+            self.lengths[level][begin:end] = lengths
+            if level:
+                self.fill[level] = end
+        self.leaf[self.leaf_fill:self.leaf_fill + len(column.leaf)] = column.leaf
+        self.leaf_fill += len(column.leaf)
+
+    def _fits(self, column: Column) -> bool:
+        if self.leaf_fill + len(column.leaf) > len(self.leaf):
+            return False
+        return all(self.fill[level] + len(column.levels[level]) <= len(self.starts[level]) for level in range(1, self.depth))
+
+    def _rebuild(self, live: int, incoming: Column) -> None:
+        """Compact the arenas to the live rows and make room (doubling) for ``incoming``."""
+        current = self.take(np.arange(live, dtype=np.int64))
+        for level in range(1, self.depth):
+            need = len(current.levels[level]) + len(incoming.levels[level])
+            size = max(2 * need, 1024)
+            self.starts[level] = np.empty(size, dtype=np.int64)
+            self.lengths[level] = np.empty(size, dtype=np.int64)
+            self.fill[level] = 0
+        need = len(current.leaf) + len(incoming.leaf)
+        self.leaf = np.empty((max(2 * need, 4096),) + self.leaf.shape[1:], dtype=self.leaf.dtype)
+        self.leaf_fill = 0
+        if live:
+            self.put(0, current, 0)
+
+    def take(self, slots: np.ndarray) -> Column:
+        if self.depth == 0:
+            return Column(self.leaf[slots])
+        index = slots
+        levels = []
+        for level in range(self.depth):
+            lengths = self.lengths[level][index]
+            levels.append(lengths)
+            index = ranges(self.starts[level][index], lengths)
+        return Column(self.leaf[index], tuple(levels))
+
+    def move(self, holes: np.ndarray, movers: np.ndarray) -> None:
+        if self.depth == 0:
+            self.leaf[holes] = self.leaf[movers]
+        else:
+            self.starts[0][holes] = self.starts[0][movers]
+            self.lengths[0][holes] = self.lengths[0][movers]
+
+
+class ShufflePool:
+    """A shuffle buffer of rows: blocks go in, uniformly random rows come out, a batch at a time.
+
+    Like tf.data's shuffle buffer, each row that leaves is drawn uniformly from the rows held
+    (at least ``capacity`` of them until the input runs dry); drawing a whole batch at once
+    (without replacement) keeps it vectorised. All draws come from ``rng``, so the output
+    order is a pure function of the input order and the seed.
+    """
+
+    def __init__(self, capacity: int, rng: np.random.Generator):
+        self.capacity = capacity
+        self.rng = rng
+        self.size = 0
+        self._columns: dict[str, _PooledColumn] | None = None
+        self._slots = 0
+
+    def add(self, block: Block) -> None:
+        rows = block_rows(block)
+        if not rows:
+            return
+        if self._columns is None:
+            self._slots = self.capacity + rows
+            self._columns = {name: _PooledColumn(column, self._slots) for name, column in block.items()}
+        if self.size + rows > self._slots:
+            self._grow(self.size + rows)
+        for name, column in block.items():
+            self._columns[name].put(self.size, column, self.size)
+        self.size += rows
+
+    def _grow(self, needed: int) -> None:
+        """More slots (rare: only when blocks are larger than the ones the pool was sized for)."""
+        assert self._columns is not None
+        live = {name: pooled.take(np.arange(self.size, dtype=np.int64)) for name, pooled in self._columns.items()}
+        self._slots = max(needed, 2 * self._slots)
+        self._columns = {name: _PooledColumn(column, self._slots) for name, column in live.items()}
+        for name, column in live.items():
+            self._columns[name].put(0, column, 0)
+
+    def snapshot(self) -> Block:
+        """Every row held, slot by slot, without drawing (the random stream is untouched)."""
+        assert self._columns is not None
+        slots = np.arange(self.size, dtype=np.int64)
+        return {name: pooled.take(slots) for name, pooled in self._columns.items()}
+
+    def pop(self, count: int) -> Block:
+        """Remove ``count`` rows drawn uniformly without replacement, in the order drawn."""
+        assert self._columns is not None
+        count = min(count, self.size)
+        picked = self.rng.choice(self.size, size=count, replace=False) if count < self.size else self.rng.permutation(self.size)
+        picked = picked.astype(np.int64, copy=False)
+        out = {name: pooled.take(picked) for name, pooled in self._columns.items()}
+        # Fill the holes below the new end with the surviving rows above it (swap-remove).
+        end = self.size - count
+        holes = picked[picked < end]
+        tail_kept = np.ones(count, dtype=bool)
+        tail_kept[picked[picked >= end] - end] = False
+        movers = np.flatnonzero(tail_kept) + end
+        if len(holes):
+            for pooled in self._columns.values():
+                pooled.move(holes, movers)
+        self.size = end
+        return out

@@ -1,0 +1,74 @@
+"""Turning in-flight blocks into what the caller asked for: numpy arrays, ``Ragged`` rows or Arrow."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pyarrow as pa
+
+from tfrbeam.dataset.columns import Block, Column, Ragged, _offsets, pad_rows
+from tfrbeam.dataset.spec import Feature, FixedLenFeature
+
+Padding = Mapping[str, "int | None"]
+
+
+def _binary_array(leaf: np.ndarray, byte_lengths: np.ndarray) -> pa.Array:
+    """Values given as bytes back to back plus lengths, as an Arrow binary array (large past 2 GiB)."""
+    offsets = _offsets(byte_lengths)
+    large = offsets[-1] >= 2**31
+    return (pa.LargeBinaryArray if large else pa.BinaryArray).from_buffers(
+        pa.large_binary() if large else pa.binary(),
+        len(byte_lengths),
+        [None, pa.py_buffer(offsets if large else offsets.astype(np.int32)), pa.py_buffer(leaf)],
+    )
+
+
+def _bytes_objects(leaf: np.ndarray, byte_lengths: np.ndarray) -> np.ndarray:
+    """A numpy object array of ``bytes``, one per value, via Arrow's C++ conversion."""
+    out = _binary_array(leaf, byte_lengths).to_numpy(zero_copy_only=False)
+    return out if out.dtype == object else out.astype(object)
+
+
+def to_numpy(block: Block, features: Mapping[str, Feature], padded: Padding) -> dict[str, np.ndarray | Ragged]:
+    """Fixed-length features as dense arrays, variable-length ones as ``Ragged`` (or padded on request)."""
+    out: dict[str, np.ndarray | Ragged] = {}
+    for name, feature in features.items():
+        column = block[name]
+        if isinstance(feature, FixedLenFeature):
+            if feature.dtype == "bytes":
+                values = _bytes_objects(column.leaf, column.levels[-1])
+                out[name] = values.reshape((column.num_rows,) + feature.shape)
+            else:
+                out[name] = column.leaf
+            continue
+        values = _bytes_objects(column.leaf, column.levels[-1]) if feature.dtype == "bytes" else column.leaf
+        lengths = column.levels[0]
+        if name in padded:
+            out[name] = pad_rows(values, lengths, padded[name])
+        else:
+            out[name] = Ragged(values, lengths)
+    return out
+
+
+def to_arrow(block: Block, features: Mapping[str, Feature]) -> pa.RecordBatch:
+    """The block as an Arrow RecordBatch: scalars, fixed_size_list for fixed shapes, list for variable."""
+    arrays = []
+    for name, feature in features.items():
+        arrays.append(_arrow_column(block[name], feature))
+    return pa.RecordBatch.from_arrays(arrays, names=list(features))
+
+
+def _arrow_column(column: Column, feature: Feature) -> pa.Array:
+    if feature.dtype == "bytes":
+        values: pa.Array = _binary_array(column.leaf, column.levels[-1])
+        row_lengths = column.levels[0] if len(column.levels) == 2 else None
+    else:
+        values = pa.array(column.leaf.reshape(-1), type=pa.int64() if feature.dtype == "int64" else pa.float32())
+        row_lengths = column.levels[0] if column.levels else None
+    if isinstance(feature, FixedLenFeature):
+        for size in reversed(feature.shape):
+            values = pa.FixedSizeListArray.from_arrays(values, size)
+        return values
+    assert row_lengths is not None
+    return pa.ListArray.from_arrays(pa.array(_offsets(row_lengths).astype(np.int32)), values)
