@@ -12,7 +12,10 @@ The bytes equal protobuf's deterministic serialization (see notes/WIRE.md).
 from __future__ import annotations
 
 import dataclasses
-from typing import Union
+import functools
+import itertools
+import threading
+from typing import Callable, Union
 
 import numpy as np
 import pyarrow as pa
@@ -22,18 +25,19 @@ from tfrbeam.example import encode_varint
 
 __all__ = ["EncodedExamples", "encode_record_batch", "record_batch_to_examples"]
 
-# Rows encoded together; bounds the numpy temporaries and keeps them mostly in cache.
-_ROWS_PER_CHUNK = 16384
-# Upper bound on the padded block (bytes) compacted in one pass.
-_PADDED_BYTES_PER_PASS = 8 << 20
+# Rows encoded together: bounds the numpy temporaries; larger chunks pay less Python overhead.
+_ROWS_PER_CHUNK = 65536
+# Upper bound on the padded block (bytes) compacted in one pass (wide rows use several passes).
+_PADDED_BYTES_PER_PASS = 64 << 20
 # A ragged value is padded when padding at most this factor over its real bytes (plus slack).
 _PAD_WASTE_FACTOR = 4
 _PAD_SLACK_PER_ROW = 64
 
 _INT64_MAX = (1 << 63) - 1
 _VARINT_THRESHOLDS = [np.uint64(1 << (7 * k)) for k in range(1, 10)]
-_SHIFTS = (np.arange(10, dtype=np.uint64) * np.uint64(7))[:, None]
-_BYTE_INDEX = np.arange(10)[:, None]
+_SHIFTS = [np.uint64(7 * k) for k in range(10)]
+# Distinct values up to which varints and feature headers come from a lookup table.
+_LOOKUP_LIMIT = 4096
 
 _BYTES_LIST_TAG = b"\x0a"
 _FLOAT_LIST_TAG = b"\x12"
@@ -63,9 +67,9 @@ class EncodedExamples:
 
     def to_list(self) -> list[bytes]:
         """Every record as its own `bytes` object, in row order."""
-        raw = self.data.tobytes()
-        bounds = self.offsets.tolist()
-        return [raw[start:end] for start, end in zip(bounds, bounds[1:])]
+        # Arrow creates the bytes objects in C++, a third faster than slicing in Python.
+        buffers = [None, pa.py_buffer(self.offsets), pa.py_buffer(self.data)]
+        return pa.Array.from_buffers(pa.large_binary(), len(self), buffers).to_pylist()
 
 
 def record_batch_to_examples(batch: pa.RecordBatch | pa.Table) -> list[bytes]:
@@ -224,20 +228,32 @@ Rows = Union[np.ndarray, None]  # (n,) bool: the rows a piece is written in; Non
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
+class _PerRow:
+    """Per-row content of a slot: row i holds table[index[i]], or table[i] when index is None.
+
+    A small `table` with an `index` is a lookup table (a varint per distinct value, a header
+    per distinct length); a sliding-window view of a data buffer with start offsets is a gather.
+    """
+
+    table: np.ndarray  # (k, width) uint8 or bool, last axis contiguous
+    index: np.ndarray | None = None
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
 class _Slot:
     """A run of `width` bytes reserved in every row's padded block.
 
-    Either `const` (the same bytes in every row) or `block` (n, width) uint8 holds the bytes;
-    `valid` (n, width) bool marks the real ones (None: all of them); `rows` limits the rows.
-    `lengths` is the number of real bytes per row (0 outside `rows`), an int when constant.
+    The bytes come from `const` (the same in every row), `content` or `writer` (fills rows
+    first..last into a (rows, width) view). `valid` marks the real bytes (None: all of them);
+    `rows` limits the rows the slot is written in.
     """
 
     width: int
-    lengths: np.ndarray | int
     rows: Rows = None
     const: bytes | None = None
-    block: np.ndarray | None = None
-    valid: np.ndarray | None = None
+    content: _PerRow | None = None
+    writer: Callable[[np.ndarray, int, int], None] | None = None
+    valid: _PerRow | None = None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -250,19 +266,21 @@ class _Ragged:
 
 
 _Piece = Union[_Slot, _Ragged]
+_EMPTY = _Slot(width=0)
 
 
-def _row_lengths(rows: Rows, width: int) -> np.ndarray | int:
-    return width if rows is None else rows * np.int64(width)
+def _masked(lengths: np.ndarray | int, rows: Rows) -> np.ndarray | int:
+    """Per-row lengths with absent rows counted as 0."""
+    return lengths if rows is None else rows * lengths
 
 
 def _const(value: bytes, rows: Rows = None) -> _Slot:
-    return _Slot(width=len(value), lengths=_row_lengths(rows, len(value)), rows=rows, const=value)
+    return _Slot(width=len(value), rows=rows, const=value)
 
 
 def _fixed(block: np.ndarray, rows: Rows = None) -> _Slot:
     """Bytes of equal width in every row: block (n, width) uint8."""
-    return _Slot(width=block.shape[1], lengths=_row_lengths(rows, block.shape[1]), rows=rows, block=block)
+    return _Slot(width=block.shape[1], rows=rows, content=_PerRow(block))
 
 
 def _varint_lengths(values: np.ndarray, largest: int) -> np.ndarray:
@@ -275,72 +293,125 @@ def _varint_lengths(values: np.ndarray, largest: int) -> np.ndarray:
     return lengths
 
 
-def _varint(values: np.ndarray | int, rows: Rows = None, lengths: np.ndarray | None = None) -> _Slot:
-    """Varints of non-negative int64 or uint64 `values` (n,), one per row."""
+def _write_varints(values: np.ndarray, lengths: np.ndarray, destination: np.ndarray, first: int, last: int) -> None:
+    """Varint bytes of uint64 values first..last into destination (rows, width), byte by byte.
+
+    A byte before the last has its top bit forced to 1, so the low 7 bits need no mask; bytes
+    past a value's length are left as junk for the validity mask to drop.
+    """
+    values = values[first:last]
+    continues = lengths[first:last] - 1
+    for position in range(destination.shape[1]):
+        byte = (values >> _SHIFTS[position]).astype(np.uint8)
+        byte |= (continues > position).view(np.uint8) << 7
+        destination[:, position] = byte
+
+
+def _prefix_valid(width: int, lengths: np.ndarray) -> np.ndarray:
+    """(len(lengths), width) bool: the first lengths[i] bytes of row i."""
+    return np.arange(width) < lengths[:, None]
+
+
+_VALID_BY_LENGTH = _prefix_valid(10, np.arange(11))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Keyed:
+    """Rows keyed into a lookup table: row i is entry index[i], whose length is lengths[...]."""
+
+    index: np.ndarray  # (n,) intp
+    lengths: np.ndarray  # (k,) int64
+
+
+def _varint_lookup(values: np.ndarray) -> tuple[_Slot, _Keyed] | None:
+    """Varints of int64 (or uint64) values from a table of their distinct range, when small."""
+    signed = values.view(np.int64)
+    smallest, largest = int(signed.min()), int(signed.max())
+    if largest - smallest >= min(_LOOKUP_LIMIT, len(values)):
+        return None
+    table_values = np.arange(smallest, largest + 1, dtype=np.int64).view(np.uint64)
+    lengths = _varint_lengths(table_values, int(table_values.max()))
+    width = int(lengths.max())
+    table = np.empty((len(table_values), width), np.uint8)
+    _write_varints(table_values, lengths, table, 0, len(table_values))
+    index = (signed - smallest).astype(np.intp)
+    valid = None if lengths.min() == width else _PerRow(_prefix_valid(width, lengths), index)
+    return _Slot(width=width, content=_PerRow(table, index), valid=valid), _Keyed(index, lengths.astype(np.int64))
+
+
+def _varint(values: np.ndarray | int, rows: Rows = None) -> _Slot:
+    """Varints of int64 or uint64 `values` (n,), one per row (int64 bits, negatives as 10 bytes)."""
     if isinstance(values, (int, np.integer)):
         return _const(encode_varint(int(values)), rows)
-    values = values.view(np.uint64) if values.dtype == np.int64 else values
     if len(values) == 0:
-        return _Slot(width=0, lengths=0)
-    smallest, largest = int(values.min()), int(values.max())
-    if smallest == largest:  # int64 bits seen as uint64: wrap back for encode_varint
-        return _const(encode_varint(largest - (1 << 64) if largest > _INT64_MAX else largest), rows)
-    if largest < 0x80:
+        return _EMPTY
+    signed = values.view(np.int64)
+    smallest, largest = int(signed.min()), int(signed.max())
+    if smallest == largest:
+        return _const(encode_varint(smallest), rows)
+    if smallest >= 0 and largest < 0x80:
         return _fixed(values.astype(np.uint8)[:, None], rows)
-    if lengths is None:
-        lengths = _varint_lengths(values, largest)
+    looked_up = _varint_lookup(values)
+    if looked_up is not None:
+        return dataclasses.replace(looked_up[0], rows=rows)
+    unsigned = values.view(np.uint64)
+    lengths = _varint_lengths(unsigned, int(unsigned.max()))
     width = int(lengths.max())
-    byte_index = _BYTE_INDEX[:width]
-    # Computed transposed (width, n) so each pass runs over contiguous rows of n values. A byte
-    # below the last one has its top bit forced to 1, so the low 7 bits need no separate mask.
-    shifted = (values[None, :] >> _SHIFTS[:width]).astype(np.uint8)
-    block = shifted | (byte_index < (lengths.astype(np.int64) - 1)).view(np.uint8) << 7
-    valid = byte_index < lengths
-    row_lengths = lengths.astype(np.int64) if rows is None else lengths * rows
-    return _Slot(width=width, lengths=row_lengths, rows=rows, block=block.T, valid=valid.T)
+    return _Slot(
+        width=width,
+        rows=rows,
+        writer=functools.partial(_write_varints, unsigned, lengths),
+        valid=_PerRow(_VALID_BY_LENGTH[:, :width], lengths),
+    )
 
 
-def _ragged(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, rows: Rows) -> _Piece:
-    """Variable-length bytes per row; padded into a slot unless that would waste too much."""
-    if rows is not None:
-        lengths = lengths * rows
+def _length_of_varint(values: np.ndarray | int) -> np.ndarray | int:
+    if isinstance(values, (int, np.integer)):
+        return len(encode_varint(int(values)))
+    return _varint_lengths(values.view(np.uint64), int(values.max(initial=0))).astype(np.int64)
+
+
+def _ragged(
+    data: np.ndarray,
+    starts: np.ndarray,
+    lengths: np.ndarray,
+    rows: Rows,
+    keyed_valid: Callable[[int], _PerRow | None] | None = None,
+) -> _Piece:
+    """Variable-length bytes per row; padded into a slot unless that would waste too much.
+
+    `keyed_valid(width)` may give the padded slot's validity keyed like the feature header.
+    """
+    lengths = _masked(lengths, rows)
     count = len(lengths)
     width = int(lengths.max()) if count else 0
     if width == 0:
-        return _Slot(width=0, lengths=0)
+        return _EMPTY
     padded = count * width
     real = int(lengths.sum())
     if padded > _PAD_WASTE_FACTOR * real + _PAD_SLACK_PER_ROW * count or padded > _PADDED_BYTES_PER_PASS * 8:
         return _Ragged(data=data, starts=starts, lengths=lengths)
-    return _Slot(
-        width=width,
-        lengths=lengths,
-        rows=rows,
-        block=_padded_rows(data, starts, width),
-        valid=None if real == padded else np.arange(width) < lengths[:, None],
-    )
+    valid = None if keyed_valid is None else keyed_valid(width)
+    if valid is None and real != padded:
+        valid = _PerRow(_prefix_valid(width, lengths))
+    return _Slot(width=width, rows=rows, content=_padded_rows(data, starts, lengths, width), valid=valid)
 
 
-def _padded_rows(data: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
-    """(n, width) block of data[starts[i] : starts[i] + width], zero past the end of data."""
+def _padded_rows(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, width: int) -> _PerRow:
+    """Rows data[starts[i] : starts[i] + width] (junk past lengths[i]) as a gather or a view."""
     count = len(starts)
     first = int(starts[0])
-    if int(starts[-1]) == first + (count - 1) * width and first + count * width <= len(data):
+    if first + count * width <= len(data) and bool((lengths == width).all()):
         if count == 1 or bool((np.diff(starts) == width).all()):
-            return data[first : first + count * width].reshape(count, width)
-    last_full = len(data) - width  # windows starting after this would run past the end
-    if last_full >= 0:
-        windows = np.lib.stride_tricks.sliding_window_view(data, width)
-        block = windows[np.minimum(starts, last_full)]
-    else:
-        block = np.empty((count, width), np.uint8)
-    overrun = np.flatnonzero(starts > last_full)
-    if len(overrun):
-        base = max(last_full, 0)
-        tail = np.zeros(2 * width + 1, np.uint8)
-        tail[: len(data) - base] = data[base:]
-        block[overrun] = np.lib.stride_tricks.sliding_window_view(tail, width)[starts[overrun] - base]
-    return block
+            return _PerRow(data[first : first + count * width].reshape(count, width))
+    # Copy the span the rows use, plus room so that every row's window fits.
+    present = lengths > 0
+    low = int(starts[present].min())
+    high = int((starts + lengths)[present].max())
+    span = np.zeros(high - low + width, np.uint8)
+    span[: high - low] = data[low:high]
+    windows = np.lib.stride_tricks.sliding_window_view(span, width)
+    return _PerRow(windows, np.where(present, starts - low, 0))
 
 
 def _assemble(count: int, pieces: list[_Piece], expected_size: int) -> np.ndarray:
@@ -348,50 +419,112 @@ def _assemble(count: int, pieces: list[_Piece], expected_size: int) -> np.ndarra
 
     `expected_size` is the total computed from the lengths; a mismatch is a bug in this module.
     """
-    slots = [piece for piece in pieces if isinstance(piece, _Slot) and piece.width]
-    compact = _compact_slots(count, slots)
-    if any(isinstance(piece, _Ragged) for piece in pieces):
-        compact = _splice_ragged(count, pieces, compact)
+    slots: list[_Slot] = []
+    raggeds: list[_Ragged] = []
+    run_ends: list[int] = []  # slots before each ragged piece
+    for piece in pieces:
+        if isinstance(piece, _Ragged):
+            raggeds.append(piece)
+            run_ends.append(len(slots))
+        elif piece.width:
+            slots.append(piece)
+    compact, run_lengths = _compact_slots(count, slots, run_ends)
+    if raggeds:
+        compact = _splice_ragged(count, run_lengths, raggeds, compact)
     if len(compact) != expected_size:
         raise AssertionError(f"columnar encoder produced {len(compact)} bytes, expected {expected_size}")
     return compact
 
 
-def _compact_slots(count: int, slots: list[_Slot]) -> np.ndarray:
-    """Row-major concatenation of the real bytes of `slots`, via padded blocks and a mask."""
+def _compact_slots(count: int, slots: list[_Slot], run_ends: list[int]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Row-major concatenation of the real bytes of `slots`, via padded blocks and a mask.
+
+    Also returns, for the runs of slots split at `run_ends`, each row's byte count per run.
+    """
     width = sum(slot.width for slot in slots)
+    bounds = list(itertools.pairwise(itertools.accumulate((slot.width for slot in slots), initial=0)))
+    run_bounds = [bounds[end][0] if end < len(slots) else width for end in run_ends]
+    run_lengths = [np.zeros(count, np.int64) for _ in range(len(run_ends) + 1)] if run_ends else []
     if width == 0 or count == 0:
-        return np.zeros(0, np.uint8)
+        return np.zeros(0, np.uint8), run_lengths
     template = np.zeros(width, np.uint8)
     template_valid = np.zeros(width, bool)
-    bounds = []
-    position = 0
-    for slot in slots:
-        start, position = position, position + slot.width
-        bounds.append((start, position))
+    for slot, (start, stop) in zip(slots, bounds):
         if slot.const is not None:
-            template[start:position] = np.frombuffer(slot.const, np.uint8)
-        template_valid[start:position] = slot.valid is None
+            template[start:stop] = np.frombuffer(slot.const, np.uint8)
+        template_valid[start:stop] = slot.valid is None
+    contents = _merged_by_index([(slot.content, start, stop) for slot, (start, stop) in zip(slots, bounds)])
+    writers = [(slot.writer, start, stop) for slot, (start, stop) in zip(slots, bounds) if slot.writer]
+    valids = _merged_by_index([(slot.valid, start, stop) for slot, (start, stop) in zip(slots, bounds)])
     runs = _runs_of_rows(slots, bounds)
     step = max(1, _PADDED_BYTES_PER_PASS // width)
     parts = []
     for first in range(0, count, step):
         last = min(count, first + step)
-        padded = np.empty((last - first, width), np.uint8)
+        padded = _scratch("padded", (last - first, width), np.uint8)
         padded[...] = template
-        valid = np.empty((last - first, width), bool)
+        valid = _scratch("valid", (last - first, width), bool)
         valid[...] = template_valid
-        for slot, (start, stop) in zip(slots, bounds):
-            if slot.block is not None:
-                padded[:, start:stop] = slot.block[first:last]
-            if slot.valid is not None:
-                valid[:, start:stop] = slot.valid[first:last]
+        for content, start, stop in contents:
+            _write_rows(padded[:, start:stop], content, first, last)
+        for writer, start, stop in writers:
+            writer(padded[:, start:stop], first, last)
+        for content, start, stop in valids:
+            _write_rows(valid[:, start:stop].view(np.uint8), content, first, last)
         for rows, start, stop in runs:
             absent = np.flatnonzero(~rows[first:last])
             if len(absent):
                 valid[absent, start:stop] = False
+        for run, (start, stop) in enumerate(itertools.pairwise([0, *run_bounds, width]) if run_ends else []):
+            run_lengths[run][first:last] = valid[:, start:stop].sum(axis=1)
         parts.append(padded[valid])
-    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+    return (parts[0] if len(parts) == 1 else np.concatenate(parts)), run_lengths
+
+
+_SCRATCH = threading.local()
+
+
+def _scratch(name: str, shape: tuple[int, int], dtype: type) -> np.ndarray:
+    """A reusable per-thread work array: fresh large arrays would pay page faults every pass."""
+    size = shape[0] * shape[1] * np.dtype(dtype).itemsize
+    buffer = getattr(_SCRATCH, name, None)
+    if buffer is None or len(buffer) < size:
+        buffer = np.empty(size, np.uint8)
+        setattr(_SCRATCH, name, buffer)
+    return buffer[:size].view(dtype).reshape(shape)
+
+
+def _write_rows(destination: np.ndarray, content: _PerRow, first: int, last: int) -> None:
+    """Copy content rows first..last into destination (rows, width), a whole row per element."""
+    width = destination.shape[1]
+    table = content.table.view(np.uint8) if content.table.dtype == bool else content.table
+    if table.strides[-1] != 1:  # a transposed block: no whole-row view, copy element-wise
+        destination[...] = table[first:last] if content.index is None else table[content.index[first:last]]
+        return
+    target = destination.view(f"V{width}")[:, 0]
+    if content.index is None:
+        # Rows as single opaque width-byte elements: one copy per row instead of one per byte.
+        target[...] = table[first:last].view(f"V{width}")[:, 0]
+    elif table.flags.c_contiguous:
+        # np.take copies whole rows (one memmove each), far faster than fancy indexing.
+        target[...] = np.take(table, content.index[first:last], axis=0).view(f"V{width}")[:, 0]
+    else:  # overlapping windows of a buffer: np.take would copy them all first
+        target[...] = table.view(f"V{width}")[content.index[first:last], 0]
+
+
+def _merged_by_index(entries: list[tuple[_PerRow | None, int, int]]) -> list[tuple[_PerRow, int, int]]:
+    """Drop empty entries; neighbours keyed by the same index merge into one wider table."""
+    merged: list[tuple[_PerRow, int, int]] = []
+    for content, start, stop in entries:
+        if content is None:
+            continue
+        if merged and content.index is not None and merged[-1][0].index is content.index and merged[-1][2] == start:
+            previous = merged[-1][0]
+            table = np.concatenate([previous.table, content.table], axis=1)
+            merged[-1] = (_PerRow(table, content.index), merged[-1][1], stop)
+        else:
+            merged.append((content, start, stop))
+    return merged
 
 
 def _runs_of_rows(slots: list[_Slot], bounds: list[tuple[int, int]]) -> list[tuple[np.ndarray, int, int]]:
@@ -407,24 +540,15 @@ def _runs_of_rows(slots: list[_Slot], bounds: list[tuple[int, int]]) -> list[tup
     return runs
 
 
-def _splice_ragged(count: int, pieces: list[_Piece], compact: np.ndarray) -> np.ndarray:
+def _splice_ragged(count: int, run_lengths: list[np.ndarray], raggeds: list[_Ragged], compact: np.ndarray) -> np.ndarray:
     """Insert ragged pieces between the compacted slot bytes with one gather over segments."""
     # Per row the output is: slot run 0, ragged 0, slot run 1, ragged 1, ..., slot run R.
-    run_lengths: list[np.ndarray] = [np.zeros(count, np.int64)]
-    raggeds: list[_Ragged] = []
-    for piece in pieces:
-        if isinstance(piece, _Ragged):
-            raggeds.append(piece)
-            run_lengths.append(np.zeros(count, np.int64))
-        elif piece.width:
-            run_lengths[-1] = run_lengths[-1] + piece.lengths
     slot_row_lengths = np.sum(run_lengths, axis=0)
-    slot_row_starts = np.cumsum(slot_row_lengths) - slot_row_lengths
+    run_start = np.cumsum(slot_row_lengths) - slot_row_lengths
     sources = [compact]
     segment_starts = np.empty((count, 2 * len(raggeds) + 1), np.int64)
     segment_lengths = np.empty_like(segment_starts)
     source_base = len(compact)
-    run_start = slot_row_starts
     for index, run_length in enumerate(run_lengths):
         segment_starts[:, 2 * index] = run_start
         segment_lengths[:, 2 * index] = run_length
@@ -460,10 +584,32 @@ def _encode_rows(columns: list[_Column], count: int, row_base: int) -> tuple[np.
         pieces.extend(column_pieces)
         features_length += entry_lengths
     header = [_const(b"\x0a"), _varint(features_length)]
-    row_lengths = 1 + _varint_lengths(features_length.view(np.uint64), int(features_length.max(initial=0))) + features_length
     offsets = np.zeros(count + 1, np.int64)
-    np.cumsum(row_lengths, out=offsets[1:])
+    np.cumsum(1 + _length_of_varint(features_length) + features_length, out=offsets[1:])
     return _assemble(count, header + pieces, int(offsets[-1])), offsets
+
+
+# How a feature's list message starts, before its payload (the values proper):
+_PACKED = "packed"  # int64/float lists: 0a, payload length, payload; nothing when empty
+_BYTES_VALUE = "bytes_value"  # a single bytes value: 0a, its length, its bytes (even when empty)
+_ITEMS = "items"  # a bytes list: the payload is the encoded items themselves
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Payload:
+    """A feature's values as written, minus the list message's own tag, length and prefix.
+
+    `lengths` is the payload byte count per row (an int when constant; anything for absent
+    rows), or `keyed` gives it through a lookup index shared with the payload's own table.
+    `build(valid)` makes the pieces; `valid(width)` may supply a padded payload's validity
+    keyed like the header (None when the header has no table).
+    """
+
+    kind_tag: bytes
+    framing: str
+    lengths: np.ndarray | int | None
+    build: Callable[[Callable[[int], _PerRow | None]], list[_Piece]]
+    keyed: _Keyed | None = None
 
 
 def _feature_entry(column: _Column, row_base: int) -> tuple[list[_Piece], np.ndarray | int]:
@@ -471,35 +617,127 @@ def _feature_entry(column: _Column, row_base: int) -> tuple[list[_Piece], np.nda
     array = _decoded(column.array)
     rows = _present_rows(array)
     if column.is_list:
-        kind_tag, body, body_length = _list_body(column, array, rows, row_base)
+        payload = _list_payload(column, array, rows, row_base)
     elif column.kind == "int64":
-        kind_tag, (body, body_length) = _INT64_LIST_TAG, _int64_scalar_body(column, array, rows, row_base)
+        payload = _int64_payload(column, array, rows, row_base)
     elif column.kind == "float":
-        kind_tag, (body, body_length) = _FLOAT_LIST_TAG, _float_scalar_body(array, rows)
+        payload = _float_payload(array, rows)
     else:
-        kind_tag, (body, body_length) = _BYTES_LIST_TAG, _bytes_scalar_body(array, rows)
-    # Entry = 0a len(E) [key, 12 len(F) [kind len(L) [body]]]: each length covers what follows.
-    feature_length = 1 + _length_of_varint(body_length) + body_length
-    entry_length = len(column.key_prefix) + _length_of_varint(feature_length) + feature_length
-    pieces = [
+        payload = _bytes_payload(array, rows)
+    header_slots, entry_lengths, payload_valid = _entry_header(column.key_prefix, payload, rows)
+    return [*header_slots, *payload.build(payload_valid)], entry_lengths
+
+
+def _no_valid(width: int) -> None:
+    return None
+
+
+def _entry_header(key_prefix: bytes, payload: _Payload, rows: Rows):
+    """Slots of a map entry's bytes before the payload, each row's entry length, and how to key
+    the payload's validity.
+
+    Entry = 0a len(E) [key, 12 len(F) [kind len(L) [list prefix, payload]]], where each length
+    covers what follows. All of them are functions of the payload length P, so when P takes
+    few distinct values the header is one lookup table indexed by P (and so is the validity
+    of a padded payload: its first P bytes); otherwise it is built from per-row varints.
+    """
+    lengths = payload.lengths
+    if isinstance(lengths, (int, np.integer)):
+        fields, entry_length = _header_fields(key_prefix, payload.kind_tag, payload.framing, int(lengths))
+        return [_const(b"".join(fields), rows)], _masked(entry_length, rows), _no_valid
+    if payload.keyed is not None:
+        index, key_lengths = payload.keyed.index, payload.keyed.lengths
+        smallest, largest = int(key_lengths.min()), int(key_lengths.max())
+    else:
+        present = lengths if rows is None else lengths[rows]
+        if len(present) == 0:
+            return [], 0, _no_valid
+        smallest, largest = int(present.min()), int(present.max())
+        if largest - smallest >= min(_LOOKUP_LIMIT, len(lengths)):
+            slots, entry_lengths = _header_varints(key_prefix, payload, rows)
+            return slots, _masked(entry_lengths, rows), _no_valid
+        index = lengths - smallest
+        if rows is not None:
+            index[~rows] = 0
+        index = index.astype(np.intp, copy=False)
+        key_lengths = np.arange(smallest, largest + 1)
+    table, table_valid, table_entry_lengths = _header_table(key_prefix, payload.kind_tag, payload.framing, smallest, largest)
+    if payload.keyed is not None:
+        table, table_valid, table_entry_lengths = (
+            part[key_lengths - smallest] for part in (table, table_valid, table_entry_lengths)
+        )
+    valid = None if table_valid.all() else _PerRow(table_valid, index)
+    header = _Slot(width=table.shape[1], rows=rows, content=_PerRow(table, index), valid=valid)
+
+    def payload_valid(width: int) -> _PerRow:
+        return _PerRow(_prefix_valid(width, key_lengths), index)
+
+    return [header], _masked(table_entry_lengths[index], rows), payload_valid
+
+
+def _header_fields(key_prefix: bytes, kind_tag: bytes, framing: str, payload_length: int) -> tuple[tuple[bytes, ...], int]:
+    """The header's fields for one payload length, and the whole entry's length."""
+    if framing == _ITEMS or (framing == _PACKED and payload_length == 0):
+        list_prefix = b""
+    else:
+        list_prefix = b"\x0a" + encode_varint(payload_length)
+    list_length = len(list_prefix) + payload_length
+    feature_length = 1 + len(encode_varint(list_length)) + list_length
+    entry_length = len(key_prefix) + len(encode_varint(feature_length)) + feature_length
+    fields = (b"\x0a", encode_varint(entry_length), key_prefix, encode_varint(feature_length), kind_tag,
+              encode_varint(list_length), list_prefix)  # fmt: skip
+    return fields, 1 + len(encode_varint(entry_length)) + entry_length
+
+
+@functools.lru_cache(maxsize=1024)
+def _header_table(key_prefix: bytes, kind_tag: bytes, framing: str, smallest: int, largest: int):
+    """Headers of payload lengths smallest..largest: bytes (k, width), validity, entry lengths.
+
+    Each field is left-aligned in a column as wide as its widest value; the arrays are shared
+    between calls (cached), so they are read-only.
+    """
+    headers = [_header_fields(key_prefix, kind_tag, framing, length) for length in range(smallest, largest + 1)]
+    widths = [max(len(fields[position]) for fields, _ in headers) for position in range(len(headers[0][0]))]
+    table = b"".join(field.ljust(width, b"\0") for fields, _ in headers for field, width in zip(fields, widths))
+    valid = b"".join(b"\1" * len(field) + b"\0" * (width - len(field)) for fields, _ in headers for field, width in zip(fields, widths))
+    shape = (len(headers), sum(widths))
+    entry_lengths = np.array([entry for _, entry in headers], np.int64)
+    return np.frombuffer(table, np.uint8).reshape(shape), np.frombuffer(valid, bool).reshape(shape), entry_lengths
+
+
+def _header_varints(key_prefix: bytes, payload: _Payload, rows: Rows) -> tuple[list[_Slot], np.ndarray]:
+    """Header slots built from per-row varints (payload lengths too varied for a table)."""
+    lengths = payload.lengths
+    if payload.framing == _ITEMS:
+        prefix: list[_Slot] = []
+        list_length = lengths
+    else:
+        prefix_rows = rows
+        prefix_length = 1 + _length_of_varint(lengths)
+        if payload.framing == _PACKED:
+            nonempty = lengths > 0
+            prefix_length = prefix_length * nonempty
+            if not _all_rows(nonempty, rows):
+                prefix_rows = nonempty if rows is None else nonempty & rows
+        prefix = [_const(b"\x0a", prefix_rows), _varint(lengths, prefix_rows)]
+        list_length = prefix_length + lengths
+    feature_length = 1 + _length_of_varint(list_length) + list_length
+    entry_length = len(key_prefix) + _length_of_varint(feature_length) + feature_length
+    slots = [
         _const(b"\x0a", rows),
         _varint(entry_length, rows),
-        _const(column.key_prefix, rows),
+        _const(key_prefix, rows),
         _varint(feature_length, rows),
-        _const(kind_tag, rows),
-        _varint(body_length, rows),
-        *body,
+        _const(payload.kind_tag, rows),
+        _varint(list_length, rows),
+        *prefix,
     ]
-    total = 1 + _length_of_varint(entry_length) + entry_length
-    if rows is not None:
-        total = total * rows
-    return pieces, total
+    return slots, 1 + _length_of_varint(entry_length) + entry_length
 
 
-def _length_of_varint(values: np.ndarray | int) -> np.ndarray | int:
-    if isinstance(values, (int, np.integer)):
-        return len(encode_varint(int(values)))
-    return _varint_lengths(values.view(np.uint64), int(values.max(initial=0))).astype(np.int64)
+def _all_rows(flags: np.ndarray, rows: Rows) -> bool:
+    """Whether `flags` holds in every row present (every row when `rows` is None)."""
+    return bool(flags.all()) if rows is None else bool(flags[rows].all())
 
 
 def _present_rows(array: pa.Array) -> Rows:
@@ -590,66 +828,6 @@ def _buffer_bytes(buffer: pa.Buffer | None) -> np.ndarray:
     return np.zeros(0, np.uint8) if buffer is None else np.frombuffer(buffer, np.uint8)
 
 
-def _int64_scalar_body(column: _Column, array: pa.Array, rows: Rows, row_base: int):
-    values, too_large = _int64_values(array)
-    if too_large is not None:
-        if rows is not None:
-            too_large &= rows
-        if too_large.any():
-            index = int(np.argmax(too_large))
-            raise _out_of_range_error(column, row_base + index, int(values[index]), None)
-    lengths = _varint_lengths(values, int(values.max(initial=0)))
-    # Int64List = 0a, byte count of the packed varints (one value: 1..10, one byte), the varint.
-    body = [_const(b"\x0a", rows), _fixed(lengths[:, None], rows), _varint(values, rows, lengths)]
-    return body, 2 + lengths.astype(np.int64)
-
-
-def _float_scalar_body(array: pa.Array, rows: Rows):
-    values = _float32_values(array)
-    body = [_const(b"\x0a\x04", rows), _fixed(values.view(np.uint8).reshape(-1, 4), rows)]
-    return body, 6
-
-
-def _bytes_scalar_body(array: pa.Array, rows: Rows):
-    data, starts, lengths = _bytes_values(array)
-    body = [_const(b"\x0a", rows), _varint(lengths, rows), _ragged(data, starts, lengths, rows)]
-    return body, 1 + _length_of_varint(lengths) + lengths
-
-
-def _list_body(column: _Column, array: pa.Array, rows: Rows, row_base: int):
-    """Kind tag, body pieces and body lengths of a list column."""
-    starts, counts, items = _list_layout(array, rows)
-    items = _decoded(items)
-    if items.null_count:
-        found = _first_flagged(~_present_rows(items), starts, counts)
-        if found is not None:
-            raise ArrowConversionError(
-                f"column {column.name!r}, row {row_base + found[0]}: the list holds a null at position "
-                f"{found[1]}; Example lists cannot hold nulls, so fill them first (pc.fill_null) or drop the row"
-            )
-    if column.kind == "float":
-        values = _float32_values(items).view(np.uint8)
-        body_starts, byte_counts = 4 * starts, 4 * counts
-    else:
-        values, item_offsets = _list_items(column, items, starts, counts, row_base)
-        body_starts = item_offsets[starts]
-        byte_counts = item_offsets[starts + counts] - body_starts
-    if column.kind == "bytes":
-        # BytesList is the repeated items themselves; there is no packed wrapper.
-        return _BYTES_LIST_TAG, [_ragged(values, body_starts, byte_counts, None)], byte_counts
-    # A packed list is 0a, byte count, payload; an empty list is no bytes at all.
-    nonempty = counts > 0
-    packed_rows = rows if _all_rows(nonempty, rows) else nonempty
-    body = [_const(b"\x0a", packed_rows), _varint(byte_counts, packed_rows), _ragged(values, body_starts, byte_counts, None)]
-    body_length = nonempty * (1 + _length_of_varint(byte_counts)) + byte_counts
-    return (_FLOAT_LIST_TAG if column.kind == "float" else _INT64_LIST_TAG), body, body_length
-
-
-def _all_rows(flags: np.ndarray, rows: Rows) -> bool:
-    """Whether `flags` holds in every row present (every row when `rows` is None)."""
-    return bool(flags.all()) if rows is None else bool(flags[rows].all())
-
-
 def _list_items(column: _Column, items: pa.Array, starts: np.ndarray, counts: np.ndarray, row_base: int):
     """Encoded items of an int64 or bytes list column (each a varint, or 0a len bytes) and the
     offsets of each item's encoding within them."""
@@ -661,8 +839,8 @@ def _list_items(column: _Column, items: pa.Array, starts: np.ndarray, counts: np
                 row, position = found
                 value = int(item_values[starts[row] + position])
                 raise _out_of_range_error(column, row_base + row, value, position)
+        item_pieces = [_varint(item_values)]
         item_lengths = _varint_lengths(item_values, int(item_values.max(initial=0)))
-        item_pieces = [_varint(item_values, None, item_lengths)]
     else:
         data, item_starts, value_lengths = _bytes_values(items)
         item_pieces = [_const(b"\x0a"), _varint(value_lengths), _ragged(data, item_starts, value_lengths, None)]
@@ -705,3 +883,64 @@ def _list_layout(array: pa.Array, rows: Rows) -> tuple[np.ndarray, np.ndarray, p
     low = int(starts[present].min())
     high = int((starts + counts)[present].max())
     return np.where(present, starts - low, 0), counts, items.slice(low, high - low)
+
+
+def _int64_payload(column: _Column, array: pa.Array, rows: Rows, row_base: int) -> _Payload:
+    values, too_large = _int64_values(array)
+    if too_large is not None:
+        if rows is not None:
+            too_large &= rows
+        if too_large.any():
+            index = int(np.argmax(too_large))
+            raise _out_of_range_error(column, row_base + index, int(values[index]), None)
+    looked_up = _varint_lookup(values) if len(values) else None
+    if looked_up is not None:
+        # Values and headers share one index: the whole entry is one table lookup per row.
+        slot, keyed = looked_up
+        slot = dataclasses.replace(slot, rows=rows)
+        return _Payload(_INT64_LIST_TAG, _PACKED, None, lambda valid: [_with_valid(slot, valid)], keyed)
+    lengths = _varint_lengths(values, int(values.max(initial=0))).astype(np.int64)
+    return _Payload(_INT64_LIST_TAG, _PACKED, lengths, lambda valid: [_with_valid(_varint(values, rows), valid)])
+
+
+def _with_valid(slot: _Slot, valid: Callable[[int], _PerRow | None]) -> _Slot:
+    """The slot with its validity taken from the feature header's lookup table, when it has one."""
+    keyed = valid(slot.width) if slot.width else None
+    return slot if keyed is None else dataclasses.replace(slot, valid=keyed)
+
+
+def _float_payload(array: pa.Array, rows: Rows) -> _Payload:
+    values = _float32_values(array).view(np.uint8).reshape(-1, 4)
+    return _Payload(_FLOAT_LIST_TAG, _PACKED, 4, lambda valid: [_fixed(values, rows)])
+
+
+def _bytes_payload(array: pa.Array, rows: Rows) -> _Payload:
+    data, starts, lengths = _bytes_values(array)
+    return _Payload(_BYTES_LIST_TAG, _BYTES_VALUE, lengths, lambda valid: [_ragged(data, starts, lengths, rows, valid)])
+
+
+def _list_payload(column: _Column, array: pa.Array, rows: Rows, row_base: int) -> _Payload:
+    """The payload of a list column: packed float32s or varints, or the encoded bytes items."""
+    starts, counts, items = _list_layout(array, rows)
+    items = _decoded(items)
+    if items.null_count:
+        found = _first_flagged(~_present_rows(items), starts, counts)
+        if found is not None:
+            raise ArrowConversionError(
+                f"column {column.name!r}, row {row_base + found[0]}: the list holds a null at position "
+                f"{found[1]}; Example lists cannot hold nulls, so fill them first (pc.fill_null) or drop the row"
+            )
+    if column.kind == "float":
+        values = _float32_values(items).view(np.uint8)
+        body_starts, byte_counts = 4 * starts, 4 * counts
+    else:
+        values, item_offsets = _list_items(column, items, starts, counts, row_base)
+        body_starts = item_offsets[starts]
+        byte_counts = item_offsets[starts + counts] - body_starts
+    if column.kind == "float" and isinstance(array.type, pa.FixedSizeListType) and rows is None:
+        byte_counts = 4 * array.type.list_size  # the same in every row: a constant header
+    tag, framing = {"float": (_FLOAT_LIST_TAG, _PACKED), "int64": (_INT64_LIST_TAG, _PACKED)}.get(
+        column.kind, (_BYTES_LIST_TAG, _ITEMS)
+    )
+    body_counts = np.broadcast_to(byte_counts, starts.shape)
+    return _Payload(tag, framing, byte_counts, lambda valid: [_ragged(values, body_starts, body_counts, rows, valid)])
