@@ -63,6 +63,9 @@ _KIND_TYPES = {KIND_BYTES: pa.binary(), KIND_FLOAT: pa.float32(), KIND_INT64: pa
 # against the record end.
 _PAD = 320
 _MAX_ERROR_RECORDS = 5
+# Records walked and decoded together. The walk revisits every record once per map entry, so a
+# chunk's bytes should stay in cache between steps; larger chunks cut numpy call overhead.
+_CHUNK_RECORDS = 8192
 
 _U64 = np.uint64
 _LOW_BYTES_MASK = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [2**64 - 1], dtype=np.uint64)
@@ -176,6 +179,10 @@ class _RecordBuffer:
         data = data_buffer if data_buffer is not None else b""
         return cls.from_buffer(data, offsets.astype(np.int64))
 
+    def chunk(self, start: int, stop: int) -> _RecordBuffer:
+        """Records [start, stop) of the batch (the same buffer)."""
+        return _RecordBuffer(self.buf, self.starts[start:stop], self.ends[start:stop])
+
     def record_bytes(self, index: int) -> bytes:
         return self.buf[self.starts[index] : self.ends[index]].tobytes()
 
@@ -215,15 +222,21 @@ class _Piece:
         return self if self.kind == kind else _Piece.empty(kind, self.rec)
 
 
+def _concat_ordered(pieces: list[_Piece]) -> _Piece:
+    """One piece from pieces of one kind whose records ascend from piece to piece."""
+    if len(pieces) == 1:
+        return pieces[0]
+    kind = pieces[0].kind
+    data = None if kind != KIND_BYTES else np.concatenate([p.data for p in pieces])
+    return _Piece(kind, *(np.concatenate([getattr(p, f) for p in pieces]) for f in ("rec", "counts", "values")), data)
+
+
 def _concat_pieces(pieces: list[_Piece]) -> _Piece:
     """One piece from pieces of one kind over disjoint record sets, in record order."""
     if len(pieces) == 1:
         return pieces[0]
-    kind = pieces[0].kind
-    rec = np.concatenate([p.rec for p in pieces])
-    counts = np.concatenate([p.counts for p in pieces])
-    values = np.concatenate([p.values for p in pieces])
-    data = None if kind != KIND_BYTES else np.concatenate([p.data for p in pieces])
+    merged = _concat_ordered(pieces)
+    kind, rec, counts, values, data = merged.kind, merged.rec, merged.counts, merged.values, merged.data
     order = np.argsort(rec, kind="stable")
     if (order == np.arange(len(order))).all():
         return _Piece(kind, rec, counts, values, data)
@@ -432,9 +445,9 @@ class _StepEntries:
 
     @classmethod
     def located(cls, ok, entry_end, name_start, name_len, kind, empty, list_start, single_len) -> _StepEntries:
-        """Entries as located; an empty Feature has no kind and an empty list at the entry end."""
+        """Entries as located; an empty Feature has no kind (its list start is never used)."""
         return cls(ok, entry_end, name_start, name_len, np.where(empty, KIND_NONE, kind).astype(np.int8),
-                   np.where(empty, entry_end, list_start), single_len)
+                   list_start, single_len)
 
     def patch(self, where: np.ndarray, other: _StepEntries) -> None:
         for field in dataclasses.fields(self):
@@ -522,12 +535,13 @@ class _Walk:
         ok &= value[:, 0] == 0x12
         ok &= entry_end <= fend
         ok &= value_pos + feature_len == entry_end - 2
-        ok &= empty | ((kind > 0) & (list_start + value[:, 3] == entry_end))
+        list_len = value[:, 3].astype(pos.dtype)
+        ok &= empty | ((kind > 0) & (list_start + list_len == entry_end))
+        # Where ok and not empty, the list fills the entry: one run iff 0x0a, run length + 2 == list length.
         run_len = value[:, 5].astype(pos.dtype)
-        single = (value[:, 4] == 0x0A) & (list_start + run_len == entry_end - 2)
-        single &= ~empty
+        single = (value[:, 4] == 0x0A) & (run_len + 2 == list_len)
         return _StepEntries.located(ok, entry_end, name_start, name_len, kind, empty, list_start,
-                                    np.where(single, run_len, -1).astype(pos.dtype))
+                                    np.where(single & ~empty, run_len, -1))
 
     def _entries_generic(self, pos: np.ndarray, fend: np.ndarray) -> _StepEntries:
         """Locate canonical entries with any length encodings, byte by byte (vectorised)."""
@@ -945,8 +959,12 @@ def _walk_features(data, start, end, wanted, features) -> None:
             pos = _skip(data, pos, end, field, wire_type)
 
 
-def _fallback_pieces(batch: _RecordBuffer, records: np.ndarray, wanted: Optional[set[bytes]]) -> dict[bytes, list[_Piece]]:
-    """Decode the given records with the exact walker; values go through the shared decoders."""
+def _fallback_pieces(batch: _RecordBuffer, records: np.ndarray, wanted: Optional[set[bytes]],
+                     base: int) -> dict[bytes, list[_Piece]]:
+    """Decode the given records with the exact walker; values go through the shared decoders.
+
+    ``base`` is the batch index of the chunk's first record (error messages name batch indexes).
+    """
     per_feature: dict[bytes, dict[int, tuple[list[int], list[int], list[int], list[int]]]] = {}
     for index in records.tolist():
         data = batch.record_bytes(index)
@@ -954,16 +972,16 @@ def _fallback_pieces(batch: _RecordBuffer, records: np.ndarray, wanted: Optional
             features = _walk_record(data, wanted)
         except _Malformed as error:
             raise ExampleDecodeError(
-                f"record {index}: malformed tf.train.Example at byte {error.offset} of {len(data)}: {error.what}"
+                f"record {base + index}: malformed tf.train.Example at byte {error.offset} of {len(data)}: {error.what}"
             ) from None
-        base = int(batch.starts[index])
+        record_start = int(batch.starts[index])
         for name, (kind, runs) in features.items():
             rec, owner, starts, lengths = per_feature.setdefault(name, {}).setdefault(kind, ([], [], [], []))
             slot = len(rec)
             rec.append(index)
             for run_start, run_end in runs:
                 owner.append(slot)
-                starts.append(base + run_start)
+                starts.append(record_start + run_start)
                 lengths.append(run_end - run_start)
     pieces: dict[bytes, list[_Piece]] = {}
     for name, by_kind in per_feature.items():
@@ -1001,7 +1019,22 @@ class _Feature:
 
 
 def _decode_features(batch: _RecordBuffer, wanted: Optional[set[bytes]], exact_only: bool = False) -> dict[bytes, _Feature]:
-    """Walk and decode the batch: fast path for canonical records, exact walker for the rest."""
+    """Decode the batch chunk by chunk; each feature's pieces are joined in record order."""
+    by_name: dict[bytes, dict[int, list[_Piece]]] = {}
+    for base in range(0, batch.num_records, _CHUNK_RECORDS):
+        chunk = batch.chunk(base, base + _CHUNK_RECORDS)
+        for name, pieces in _decode_chunk(chunk, wanted, exact_only, base).items():
+            for piece in pieces:
+                by_name.setdefault(name, {}).setdefault(piece.kind, []).append(piece)
+    return {name: _Feature(name.decode("utf-8"), [_concat_ordered(group) for group in by_kind.values()])
+            for name, by_kind in by_name.items()}
+
+
+def _decode_chunk(batch: _RecordBuffer, wanted: Optional[set[bytes]], exact_only: bool, base: int) -> dict[bytes, list[_Piece]]:
+    """Walk and decode one chunk: fast path for canonical records, exact walker for the rest.
+
+    Returns {name: pieces (one per kind)} with batch record indexes (chunk index + ``base``).
+    """
     walk = _Walk(batch, wanted)
     if exact_only:
         walk.fallback[:] = True
@@ -1015,16 +1048,18 @@ def _decode_features(batch: _RecordBuffer, wanted: Optional[set[bytes]], exact_o
         by_name[walk.names[fid]] = [piece for piece in kept if len(piece.rec)]
     fallback = np.flatnonzero(walk.fallback)
     if fallback.size:
-        for name, pieces in _fallback_pieces(batch, fallback, wanted).items():
+        for name, pieces in _fallback_pieces(batch, fallback, wanted, base).items():
             by_name.setdefault(name, []).extend(pieces)
     features = {}
     for name, pieces in by_name.items():
-        if not pieces:
-            continue
-        merged = {}
+        merged: dict[int, list[_Piece]] = {}
         for piece in pieces:
             merged.setdefault(piece.kind, []).append(piece)
-        features[name] = _Feature(name.decode("utf-8"), [_concat_pieces(group) for group in merged.values()])
+        features[name] = []
+        for group in merged.values():
+            piece = _concat_pieces(group)
+            piece.rec = piece.rec.astype(np.int64) + base
+            features[name].append(piece)
     return features
 
 
