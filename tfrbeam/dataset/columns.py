@@ -107,6 +107,48 @@ def concat_columns(columns: list[Column]) -> Column:
 
 Block = dict  # feature name -> Column, every column with the same number of rows
 
+PACKED_KEY = "__dense__"
+
+
+@dataclasses.dataclass(frozen=True)
+class DenseLayout:
+    """Packs every fixed-shape numeric column of a block into one row-major byte matrix.
+
+    Moving a block's dense features as one ``[rows, row bytes]`` uint8 matrix makes every
+    gather, swap and pickle one numpy call instead of one per feature (the shuffle buffer's hot
+    path); a structured dtype view of it splits it back into columns.
+    """
+
+    fields: tuple[tuple[str, str, tuple[int, ...]], ...]  # (name, dtype, shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype([(name, dtype, shape) for name, dtype, shape in self.fields])
+
+    def pack(self, block: Block) -> Block:
+        """The block with its dense columns moved into one structured array under ``PACKED_KEY``."""
+        if not self.fields:
+            return block
+        out = dict(block)
+        rows = out[self.fields[0][0]].num_rows
+        dtype = self.dtype
+        records = np.empty(rows, dtype=dtype)
+        for name, _, _ in self.fields:
+            records[name] = out.pop(name).leaf
+        out[PACKED_KEY] = Column(records.view(np.uint8).reshape(rows, dtype.itemsize))
+        return out
+
+    def unpack(self, block: Block) -> Block:
+        """The block with the packed records split back into contiguous columns."""
+        if PACKED_KEY not in block:
+            return block
+        out = dict(block)
+        matrix = out.pop(PACKED_KEY).leaf
+        records = np.ascontiguousarray(matrix).view(self.dtype).reshape(len(matrix))
+        for name, _, _ in self.fields:
+            out[name] = Column(np.ascontiguousarray(records[name]))
+        return out
+
 
 def block_rows(block: Block) -> int:
     return next(iter(block.values())).num_rows
@@ -134,14 +176,11 @@ def _offsets(lengths: np.ndarray) -> np.ndarray:
 
 def ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Concatenation of ``arange(starts[i], starts[i] + lengths[i])`` over i, vectorised."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    total = int(lengths.sum())
-    if total == 0:
+    if not len(lengths):
         return np.zeros(0, dtype=np.int64)
-    if len(lengths) and total == len(lengths) * int(lengths[0]) and (lengths == lengths[0]).all():
-        width = int(lengths[0])
-        return (np.asarray(starts, dtype=np.int64)[:, None] + np.arange(width, dtype=np.int64)).reshape(-1)
-    shift = np.repeat(np.asarray(starts, dtype=np.int64) - _offsets(lengths)[:-1], lengths)
+    ends = np.cumsum(lengths)
+    total = int(ends[-1])
+    shift = np.repeat(starts - (ends - lengths), lengths)
     shift += np.arange(total, dtype=np.int64)
     return shift
 
@@ -246,7 +285,7 @@ class _PooledColumn:
 
     def take(self, slots: np.ndarray) -> Column:
         if self.depth == 0:
-            return Column(self.leaf[slots])
+            return Column(np.take(self.leaf, slots, axis=0))
         index = slots
         levels = []
         for level in range(self.depth):
@@ -257,7 +296,7 @@ class _PooledColumn:
 
     def move(self, holes: np.ndarray, movers: np.ndarray) -> None:
         if self.depth == 0:
-            self.leaf[holes] = self.leaf[movers]
+            self.leaf[holes] = np.take(self.leaf, movers, axis=0)
         else:
             self.starts[0][holes] = self.starts[0][movers]
             self.lengths[0][holes] = self.lengths[0][movers]

@@ -28,7 +28,7 @@ import numpy as np
 
 from tfrbeam.dataset.columns import Block, Column, RowQueue, ShufflePool, block_rows, concat_blocks, take_block
 from tfrbeam.dataset.output import to_arrow, to_numpy
-from tfrbeam.dataset.reader import ID_KEY, BlockDecoder, Segment, SegmentBlock, count_records, read_segment, split_ids
+from tfrbeam.dataset.reader import ID_KEY, RAW_KEY, BlockDecoder, Segment, count_records, dense_layout, read_segment, split_ids
 from tfrbeam.dataset.spec import FixedLenFeature, PathSpec, Source, VarLenFeature, resolve_source
 from tfrbeam.dataset.workers import DONE, END, ERROR, Job, ProcessWorkers, ReadPlan, SlotStart, ThreadWorkers, produce
 from tfrbeam.errors import ConfigError
@@ -61,6 +61,7 @@ class Options:
     padded: Mapping[str, int | None]
     executor: str
     num_workers: int
+    raw: bool = False
 
     order_fields = ("batch_size", "cycle_length", "block_length", "shuffle_files", "shuffle_buffer", "seed", "drop_remainder")
 
@@ -87,11 +88,14 @@ def open_dataset(
     executor: Literal["auto", "threads", "processes"] = "auto",
     num_workers: int | None = None,
     block_length: int = DEFAULT_BLOCK_LENGTH,
+    raw: bool = False,
 ) -> Dataset:
     """Open a TFRecord dataset of tf.train.Examples for training: a ``tfrbeam build`` directory or a glob.
 
     See the README section "Reading datasets for training" for every argument.
     """
+    if raw:
+        feature_spec = {RAW_KEY: FixedLenFeature((), "bytes")}
     source = resolve_source(path_or_pattern, split, feature_spec, compression, skip_corrupt)
     features = _select(source.features, columns)
     padding = _padding(padded, features)
@@ -121,6 +125,7 @@ def open_dataset(
         padded=padding,
         executor=executor,
         num_workers=max(1, workers),
+        raw=raw,
     )
     segments = tuple(Segment(shard.path, shard.compression) for shard in source.files)
     counts = tuple(shard.num_records for shard in source.files)
@@ -268,7 +273,7 @@ class Dataset:
         description = {
             "segments": [dataclasses.astuple(segment) for segment in self.segments],
             "features": sorted(self.features),
-            "options": {name: getattr(self.options, name) for name in Options.order_fields},
+            "options": {name: getattr(self.options, name) for name in Options.order_fields + ("raw",)},
             "cycle": min(self.options.cycle_length, max(len(self.segments), 1)),
             "shard": self._shard_key,
         }
@@ -344,7 +349,8 @@ class Dataset:
         return self._workers
 
     def _plan(self) -> ReadPlan:
-        return ReadPlan(self.segments, BlockDecoder(self.features), self.options.block_length, self.options.skip_corrupt)
+        decoder = BlockDecoder(self.features, raw=self.options.raw)
+        return ReadPlan(self.segments, decoder, self.options.block_length, self.options.skip_corrupt)
 
     def _cycle(self) -> int:
         return max(1, min(self.options.cycle_length, len(self.segments)))
@@ -480,9 +486,7 @@ class _EpochRun:
             state.pointer = (state.pointer + 1) % len(state.alive)
             segment, record = split_ids(message.ids[-1:])
             state.progress[slot] = (int(segment[0]), int(record[0]) + 1)
-            block = dict(message.block) if message.block is not None else {}
-            block[ID_KEY] = Column(message.ids)
-            self.buffer.add(block)
+            self.buffer.add(message.block if message.block is not None else {ID_KEY: Column(message.ids)})
         self.draining = True
         while self.buffer.size:
             if limit is not None and emitted >= limit:
@@ -517,7 +521,7 @@ class _EpochRun:
         """Swap the id-only buffer for one holding the same records decoded, in the same slots."""
         if not self.buffer.size:
             return
-        ids = self.buffer.snapshot()[ID_KEY].leaf
+        ids = self.buffer.snapshot()[ID_KEY].leaf  # the id-only buffer holds nothing else
         segments, records = split_ids(ids)
         pieces: list[Block] = []
         positions: list[np.ndarray] = []
@@ -538,7 +542,6 @@ class _EpochRun:
             positions.append(where)
         order = np.argsort(np.concatenate(positions), kind="stable")
         restored = take_block(concat_blocks(pieces), order)
-        restored[ID_KEY] = Column(ids)
         self.buffer = ShufflePool(self.options.shuffle_buffer, self.rng) if self.shuffling else RowQueue()
         self.buffer.add(restored)
 
@@ -579,6 +582,7 @@ class _PassIterator:
         self._stop = threading.Event()
         self._finished = False
         self._tuner = _Tuner(dataset, self._queue) if options.autotune else None
+        self._layout = dense_layout(dataset.features)
         self._thread = threading.Thread(target=self._produce, args=(position,), daemon=True, name="tfrbeam-dataset")
         self._thread.start()
 
@@ -611,6 +615,7 @@ class _PassIterator:
 
     def _convert(self, block: Block) -> Any:
         features = self.dataset.features
+        block = self._layout.unpack(block)
         if self.dataset.options.output == "arrow":
             return to_arrow(block, features)
         return to_numpy(block, features, self.dataset.options.padded)

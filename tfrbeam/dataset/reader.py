@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import itertools
 import logging
 import os
 from collections.abc import Iterator, Mapping
@@ -20,16 +19,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tfrbeam.columnar_decode import examples_to_record_batch
-from tfrbeam.dataset.columns import Block, Column
-from tfrbeam.dataset.spec import Feature, FixedLenFeature, arrow_field
+from tfrbeam.dataset.columns import Block, Column, DenseLayout
+from tfrbeam.dataset.spec import NUMPY_DTYPES, Feature, FixedLenFeature, arrow_field
 from tfrbeam.errors import ArrowConversionError, ExampleDecodeError
 from tfrbeam.record_index import load_index
-from tfrbeam.records import RecordReader, SkippedRegion
+from tfrbeam.dataset.framing import offset_of_record, record_blocks
+from tfrbeam.records import SkippedRegion
 
 _LOG = logging.getLogger(__name__)
 
 RECORD_BITS = 40
 ID_KEY = "__id__"
+RAW_KEY = "record"
 
 
 def record_ids(segment_index: int, first: int, count: int) -> np.ndarray:
@@ -51,22 +52,44 @@ class Segment:
     stop: int | None = None
 
 
+def dense_layout(features: Mapping[str, Feature]) -> DenseLayout:
+    """The packed layout of the record ids and every fixed-shape numeric feature."""
+    dense = [(ID_KEY, "<i8", ())]
+    dense += [
+        (name, NUMPY_DTYPES[feature.dtype].str, feature.shape)
+        for name, feature in features.items()
+        if isinstance(feature, FixedLenFeature) and feature.dtype != "bytes"
+    ]
+    return DenseLayout(tuple(dense))
+
+
 @dataclasses.dataclass(frozen=True)
 class BlockDecoder:
     """Decodes blocks of serialized Examples into columns, for the selected features only."""
 
     features: Mapping[str, Feature]
+    raw: bool = False  # hand out each record's bytes as feature RAW_KEY instead of decoding
 
     @property
     def schema(self) -> pa.Schema:
         return pa.schema([arrow_field(name, feature) for name, feature in self.features.items()])
 
-    def decode(self, data: bytes, offsets: np.ndarray, path: str, record_offsets: list[int]) -> Block:
+    @property
+    def layout(self) -> DenseLayout:
+        return dense_layout(self.features)
+
+    def decode(self, data: bytes, offsets: np.ndarray, path: str, record_offsets: list[int], ids: np.ndarray) -> Block:
+        """The records' features (dense ones packed with the ids, see ``DenseLayout``)."""
+        if self.raw:
+            block = {RAW_KEY: Column(np.frombuffer(data, dtype=np.uint8), (np.diff(offsets),)), ID_KEY: Column(ids)}
+            return self.layout.pack(block)
         try:
             batch = examples_to_record_batch((data, offsets), self.schema)
         except (ExampleDecodeError, ArrowConversionError) as exc:
             raise self._locate_error(data, offsets, path, record_offsets, exc) from exc
-        return {name: _to_column(batch.column(i), feature) for i, (name, feature) in enumerate(self.features.items())}
+        block = {name: _to_column(batch.column(i), feature) for i, (name, feature) in enumerate(self.features.items())}
+        block[ID_KEY] = Column(ids)
+        return self.layout.pack(block)
 
     def _locate_error(self, data: bytes, offsets: np.ndarray, path: str, record_offsets: list[int], exc: Exception) -> Exception:
         """Find the first failing record of a block to name its file and byte offset."""
@@ -140,55 +163,40 @@ def read_segment(
     skip_corrupt: bool = False,
     first: int | None = None,
 ) -> Iterator[SegmentBlock]:
-    """Blocks of up to ``block_length`` records of ``segment`` from record ``first`` (default: its start)."""
+    """Blocks of up to ``block_length`` records of ``segment`` from record ``first`` (default: its start).
+
+    Without a decoder only record ids come out, and nothing is checked (fast-forwarding).
+    """
     first = segment.start if first is None else first
-    stop = segment.stop
-    if stop is not None and first >= stop:
+    limit = None if segment.stop is None else segment.stop - first
+    if limit is not None and limit <= 0:
         return
-    skipped: list[SkippedRegion] = []
-    reader = _open_at(segment, first, skip_corrupt, skipped.append)
-    with reader:
-        records = reader.records_with_offsets()
-        number = first
-        while True:
-            want = block_length if stop is None else min(block_length, stop - number)
-            if want <= 0:
-                return
-            chunk = list(itertools.islice(records, want))
-            if not chunk:
-                if skipped:
-                    yield SegmentBlock(record_ids(segment_index, number, 0), None, skipped)
-                return
-            ids = record_ids(segment_index, number, len(chunk))
-            number += len(chunk)
-            block = None
-            if decoder is not None:
-                offsets, payloads = zip(*chunk)
-                lengths = np.fromiter(map(len, payloads), dtype=np.int64, count=len(payloads))
-                bounds = np.zeros(len(payloads) + 1, dtype=np.int64)
-                np.cumsum(lengths, out=bounds[1:])
-                block = decoder.decode(b"".join(payloads), bounds, segment.path, list(offsets))
-            yield SegmentBlock(ids, block, skipped)
-            skipped = []
-            if len(chunk) < want:
-                return
+    skipped: list[SkippedRegion] = []  # filled by the framing layer as it skips damaged bytes
+    offset, skip = _position_of(segment, first)
+    blocks = record_blocks(
+        segment.path, segment.compression, offset, block_length, limit,
+        verify=decoder is not None, skip_corrupt=skip_corrupt, on_skip=skipped.append, skip_records=skip,
+    )
+    number = first
+    for data, bounds, record_offsets in blocks:
+        count = len(record_offsets)
+        ids = record_ids(segment_index, number, count)
+        number += count
+        block = None if decoder is None else decoder.decode(data, bounds, segment.path, record_offsets.tolist(), ids)
+        yield SegmentBlock(ids, block, skipped[:])
+        skipped.clear()
+    if skipped:
+        yield SegmentBlock(record_ids(segment_index, number, 0), None, skipped[:])
 
 
-def _open_at(segment: Segment, first: int, skip_corrupt: bool, on_skip) -> RecordReader:
-    """A reader positioned at record ``first``: via the read index where one is current, else by walking headers."""
+def _position_of(segment: Segment, first: int) -> tuple[int, int]:
+    """(byte offset, records still to skip from there) of record ``first``: via the read index and a header walk."""
+    if not first:
+        return 0, 0
     if segment.compression is not None:
-        # A compressed stream cannot be entered in the middle: decompress from the start and skip.
-        reader = RecordReader(segment.path, segment.compression, skip_corrupt=skip_corrupt, on_skip=on_skip)
-        for _ in itertools.islice(reader.records_with_offsets(), first):
-            pass
-        return reader
-    offset, number = _indexed_position(segment.path, first) if first else (0, 0)
-    if number < first:
-        with RecordReader(segment.path, None, verify=False, start_offset=offset, skip_corrupt=skip_corrupt) as walker:
-            for _ in itertools.islice(walker.records_with_offsets(), first - number):
-                pass
-            offset = walker.offset
-    return RecordReader(segment.path, None, skip_corrupt=skip_corrupt, on_skip=on_skip, start_offset=offset)
+        return 0, first  # a compressed stream cannot be entered in the middle
+    offset, number = _indexed_position(segment.path, first)
+    return offset_of_record(segment.path, offset, first - number), 0
 
 
 def _indexed_position(path: str, record: int) -> tuple[int, int]:
@@ -216,5 +224,4 @@ def count_records(path: str, compression: str | None) -> int:
             index = None
         if index is not None:
             return index.num_records
-    with RecordReader(path, compression, verify=False) as reader:
-        return sum(1 for _ in reader.records_with_offsets())
+    return sum(len(offsets) for _, _, offsets in record_blocks(path, compression, 0, 1 << 16, None, verify=False))
