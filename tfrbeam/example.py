@@ -51,6 +51,11 @@ Feature with no kind set decodes to ``[]`` (kind ``None``). TensorFlow's C++ par
 - an unknown field inside Features: protobuf ignores it; TF fails "Could not parse example input".
 - an unknown field inside a Feature: protobuf ignores it; TF fails "Unsupported datatype.".
 Unknown fields at the Example level, duplicate names and split Features agree with TF.
+
+Decoding uses whichever protobuf runtime is installed; the default (upb) is what the above and
+our tests describe. Under the rare pure-Python runtime (PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=
+python) protobuf itself decodes every float32 NaN as the one canonical NaN and allows less nesting
+of unknown groups. Encoding never uses protobuf and is the same everywhere.
 """
 
 from __future__ import annotations
@@ -187,7 +192,7 @@ def _float32_bytes(values: Sequence[Any]) -> bytes:
     if _STRUCT_IS_NUMPY and len(values) < 256:
         try:
             return struct.pack(f"<{len(values)}f", *values)
-        except OverflowError:
+        except (OverflowError, struct.error):
             pass  # beyond float32's range (becomes ±inf) or an int beyond float64's: numpy decides
     return _narrow_with_numpy(values)
 
@@ -672,7 +677,7 @@ def decode_sequence_example(data: bytes, kinds: bool = False) -> tuple[dict[str,
 # ---------------------------------------------------------------------------------------------
 
 _VARINT, _I64, _LEN, _START_GROUP, _END_GROUP, _I32 = range(6)
-_MAX_DEPTH = 100  # upb's default recursion limit
+_MAX_DEPTH = 100  # upb's default recursion limit; only unknown groups can nest that deep here
 
 
 class _WireProblem(Exception):
@@ -716,8 +721,6 @@ class _WireWalker:
         True when that content was cut short by the end of the enclosing message, in which case
         the span stops there and the problem is raised once the caller has walked it.
         """
-        if depth > _MAX_DEPTH:
-            raise _WireProblem(f"messages nested deeper than {_MAX_DEPTH} levels", pos, path)
         while pos < end:
             tag_pos = pos
             number, wire_type, pos = self.tag(pos, end, path)
