@@ -69,14 +69,29 @@ def record_blocks(
     ``verify=False`` checks nothing and leaves the payloads out (a fast walk over headers).
     """
     if compression is not None or skip_corrupt or skip_records:
-        reader = RecordReader(path, compression, verify=verify, skip_corrupt=skip_corrupt, on_skip=on_skip, start_offset=start_offset)
-        with reader:
-            records = reader.records_with_offsets()
-            for _ in itertools.islice(records, skip_records):
-                pass
-            yield from _blocks_from_reader(records, block_length, limit, keep_payloads=verify)
-        return
-    yield from _fast_blocks(path, start_offset, block_length, limit, verify)
+        yield from _reader_blocks(path, compression, start_offset, block_length, limit, verify, skip_corrupt, on_skip, skip_records)
+    else:
+        yield from _fast_blocks(path, start_offset, block_length, limit, verify)
+
+
+def _reader_blocks(
+    path: str,
+    compression: str | None,
+    start_offset: int,
+    block_length: int,
+    limit: int | None,
+    verify: bool,
+    skip_corrupt: bool = False,
+    on_skip: Callable[[SkippedRegion], None] | None = None,
+    skip_records: int = 0,
+) -> Iterator[RecordBlock]:
+    """The same blocks through ``RecordReader``: any compression, skipping, and every error as it reports it."""
+    reader = RecordReader(path, compression, verify=verify, skip_corrupt=skip_corrupt, on_skip=on_skip, start_offset=start_offset)
+    with reader:
+        records = reader.records_with_offsets()
+        for _ in itertools.islice(records, skip_records):
+            pass
+        yield from _blocks_from_reader(records, block_length, limit, keep_payloads=verify)
 
 
 def _blocks_from_reader(records: Iterator[tuple[int, bytes]], block_length: int, limit: int | None, keep_payloads: bool) -> Iterator[RecordBlock]:
@@ -133,7 +148,7 @@ def _fast_blocks(path: str, start_offset: int, block_length: int, limit: int | N
         else:
             return
     # Slow path from the first record not handed out: it raises (or skips) with the exact offset.
-    yield from record_blocks(path, None, base + pos, block_length, remaining, verify=verify)
+    yield from _reader_blocks(path, None, base + pos, block_length, remaining, verify)
 
 
 def _file_size(handle) -> int:
