@@ -30,6 +30,11 @@ def _bytes_objects(leaf: np.ndarray, byte_lengths: np.ndarray) -> np.ndarray:
     return out if out.dtype == object else out.astype(object)
 
 
+def _writable(array: np.ndarray) -> np.ndarray:
+    """Arrays that still view Arrow's (read-only) buffers are copied: callers, and torch, may write to them."""
+    return array if array.flags.writeable else array.copy()
+
+
 def to_numpy(block: Block, features: Mapping[str, Feature], padded: Padding) -> dict[str, np.ndarray | Ragged]:
     """Fixed-length features as dense arrays, variable-length ones as ``Ragged`` (or padded on request)."""
     out: dict[str, np.ndarray | Ragged] = {}
@@ -40,14 +45,14 @@ def to_numpy(block: Block, features: Mapping[str, Feature], padded: Padding) -> 
                 values = _bytes_objects(column.leaf, column.levels[-1])
                 out[name] = values.reshape((column.num_rows,) + feature.shape)
             else:
-                out[name] = column.leaf
+                out[name] = _writable(column.leaf)
             continue
-        values = _bytes_objects(column.leaf, column.levels[-1]) if feature.dtype == "bytes" else column.leaf
+        values = _bytes_objects(column.leaf, column.levels[-1]) if feature.dtype == "bytes" else _writable(column.leaf)
         lengths = column.levels[0]
         if name in padded:
             out[name] = pad_rows(values, lengths, padded[name])
         else:
-            out[name] = Ragged(values, lengths)
+            out[name] = Ragged(values, _writable(lengths))
     return out
 
 
