@@ -22,6 +22,7 @@ from tfrbeam.beam.deterministic_shuffle import (
     WriteShuffledShards,
     bucket_bits_for,
     content_digests,
+    frame_gathered,
     input_order_keys,
     make_plan,
     seeded_sort_keys,
@@ -30,7 +31,7 @@ from tfrbeam.beam.deterministic_shuffle import (
     _BucketCounts,
 )
 from tfrbeam.record_index import index_path_for, parse_index
-from tfrbeam.records import RECORD_OVERHEAD, read_records
+from tfrbeam.records import RECORD_OVERHEAD, frame_records, read_records
 
 
 def _pieces(payloads: list[bytes], piece_sizes: list[int], fractions, seed: int | None) -> list[KeyedRecords]:
@@ -55,12 +56,12 @@ def _pieces(payloads: list[bytes], piece_sizes: list[int], fractions, seed: int 
     return pieces
 
 
-def _run(pieces: list[KeyedRecords], spec: ShardingSpec, temp_dir: pathlib.Path, options: list[str] | None = None) -> None:
-    with beam.Pipeline(options=PipelineOptions(options or [])) as pipeline:
+def _run(pieces: list[KeyedRecords], spec: ShardingSpec, temp_dir: pathlib.Path, spill: bool = False) -> None:
+    with beam.Pipeline(options=PipelineOptions([])) as pipeline:
         _ = (
             pipeline
             | beam.Create(pieces).with_output_types(KeyedRecords)
-            | WriteShuffledShards(spec, str(temp_dir))
+            | WriteShuffledShards(spec, str(temp_dir), spill=spill)
         )
 
 
@@ -127,6 +128,8 @@ def test_keyed_records_coder_round_trips(payloads):
     decoded = coder.decode(coder.encode(records))
     for field in ("split", "key", "offsets", "data"):
         np.testing.assert_array_equal(getattr(decoded, field), getattr(records, field))
+    spilled = coder.decode(coder.encode(KeyedRecords(records.split, records.key, records.offsets, None, "gs://b/x.bin", 7)))
+    assert spilled.data is None and (spilled.spill_path, spilled.spill_offset) == ("gs://b/x.bin", 7)
 
 
 def test_shard_names_and_bucket_bits():
@@ -195,7 +198,7 @@ def _keys_of(records, fractions, seed):
 def _file_bytes(directory: pathlib.Path) -> dict[str, bytes]:
     return {
         str(path.relative_to(directory)): path.read_bytes()
-        for path in sorted(directory.rglob("*")) if path.is_file()
+        for path in sorted(directory.rglob("*")) if path.is_file() and path.parent.name != "spill"
     }
 
 
@@ -204,10 +207,11 @@ def test_output_bytes_do_not_depend_on_batching_or_piece_order_and_change_with_s
     spec = _spec(compression="gzip")
     pieces = _pieces(payloads, [300, 300, 325], [0.5, 0.5], seed=1)
     _run(pieces, spec, tmp_path / "a")
-    _run(list(reversed(_pieces(payloads, [1, 99, 700, 125], [0.5, 0.5], seed=1))), spec, tmp_path / "b")
+    _run(list(reversed(_pieces(payloads, [1, 99, 700, 125], [0.5, 0.5], seed=1))), spec, tmp_path / "b", spill=True)
     _run(_pieces(payloads, [925], [0.5, 0.5], seed=2), spec, tmp_path / "c")
     first, second, other_seed = (_file_bytes(tmp_path / name) for name in "abc")
-    assert first == second
+    assert first == second  # also: bytes spilled to files or shuffled through the GroupByKey, the same output
+    assert len(list((tmp_path / "b" / "spill").iterdir())) == 4
     assert first.keys() == other_seed.keys() and first != other_seed
     # Same splits under another seed: only the order inside each split changes.
     for split in ("train", "eval"):
@@ -219,10 +223,11 @@ def test_output_bytes_do_not_depend_on_batching_or_piece_order_and_change_with_s
 def test_ordered_mode_keeps_input_order_and_balance(tmp_path):
     payloads = [f"row-{i}".encode() for i in range(10_000)]
     spec = _spec(splits=("train",), num_shards=(7,), ordered=True)
-    _run(_pieces(payloads, [4500, 10, 5490], [1.0], seed=None), spec, tmp_path)
-    shards = _read_split(tmp_path, "train")
-    assert [record for shard in shards for record in shard] == payloads
-    assert {len(shard) for shard in shards} <= {1428, 1429}
+    for spill in (False, True):
+        _run(_pieces(payloads, [4500, 10, 5490], [1.0], seed=None), spec, tmp_path / str(spill), spill=spill)
+        shards = _read_split(tmp_path / str(spill), "train")
+        assert [record for shard in shards for record in shard] == payloads
+        assert {len(shard) for shard in shards} <= {1428, 1429}
 
 
 def test_more_shards_than_records_writes_empty_shards(tmp_path):
@@ -232,3 +237,15 @@ def test_more_shards_than_records_writes_empty_shards(tmp_path):
     assert sorted(len(shard) for shard in train) == [0, 0, 1, 1, 1]
     assert evaluation == [[], []]
     assert os.path.getsize(tmp_path / "eval" / "eval-00000-of-00002.tfrecord") == 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.binary(max_size=300), max_size=30), st.randoms(use_true_random=False))
+def test_frame_gathered_equals_frame_records(payloads, rng):
+    offsets = np.cumsum([0] + [len(item) for item in payloads]).astype(np.int64)
+    order = list(range(len(payloads)))
+    rng.shuffle(order)
+    starts, ends = offsets[order], offsets[np.array(order, dtype=np.int64) + 1]
+    view = memoryview(b"".join(payloads))
+    expected = frame_records([view[s:e] for s, e in zip(starts.tolist(), ends.tolist())])
+    assert frame_gathered(view, starts, ends) == expected

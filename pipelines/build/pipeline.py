@@ -29,7 +29,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import StandardOptions
+from apache_beam.options.pipeline_options import PortableOptions, StandardOptions
 
 import tfrbeam
 from pipelines.build.config import BuildConfig, config_to_dict, with_features
@@ -99,8 +99,13 @@ def _utc_now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def build_pipeline(pipeline: beam.Pipeline, config: BuildConfig, *, overwrite: bool = False) -> BuildRun:
+def build_pipeline(
+    pipeline: beam.Pipeline, config: BuildConfig, *, overwrite: bool = False, spill: bool | None = None
+) -> BuildRun:
     """Add the dataset build described by ``config`` to ``pipeline``; returns what was fixed at construction.
+
+    ``spill`` (default: on for the local runners) keeps the records' bytes in files under the temp
+    dir while only keys and offsets go through Beam; see ``uses_local_workers``.
 
     Raises ConfigError (features that do not fit the input, an unknown split_key) and
     OutputExistsError (the output holds another dataset and ``overwrite`` is false) before anything runs.
@@ -123,10 +128,12 @@ def build_pipeline(pipeline: beam.Pipeline, config: BuildConfig, *, overwrite: b
         pipeline
         | "ReadInputs" >> ReadTabular(config.input, columns, inputs=inputs)
         | "ConvertAndKey" >> beam.ParDo(_ConvertAndKey(run, spec, [item.path for item in inputs]))
-        .with_outputs(_BAD_ROWS, _STATS, main=_PIECES)
+        .with_output_types(KeyedRecords).with_outputs(_BAD_ROWS, _STATS, main=_PIECES)
     )
     pieces = converted[_PIECES]
-    shards = pieces | "Shuffle" >> WriteShuffledShards(spec, run.temp_dir)
+    if spill is None:
+        spill = uses_local_workers(pipeline.options)
+    shards = pieces | "Shuffle" >> WriteShuffledShards(spec, run.temp_dir, spill=spill)
     stats = converted[_STATS] | "CountRows" >> beam.CombineGlobally(_sum_counts)
     dead_letters = (
         converted[_BAD_ROWS]
@@ -144,6 +151,25 @@ def build_pipeline(pipeline: beam.Pipeline, config: BuildConfig, *, overwrite: b
         )
     )
     return run
+
+
+_LOCAL_RUNNERS = ("DirectRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner", "FnApiRunner", "PrismRunner")
+
+
+def uses_local_workers(options) -> bool:
+    """Whether every worker runs on this machine (Beam's local runners, or a portable job server embedded here).
+
+    Then the records' bytes are spilled to files under the temp dir instead of going through the
+    runner's GroupByKey: the local runners copy every element several times through their data
+    plane and hold each stage's output in memory, which would cost several times the dataset in
+    RAM. Distributed runners shuffle the bytes themselves (and no element exceeds one piece).
+    """
+    runner = options.view_as(StandardOptions).runner
+    name = runner if isinstance(runner, str) else type(runner).__name__ if runner else "DirectRunner"
+    name = name.rsplit(".", 1)[-1]
+    if name in _LOCAL_RUNNERS:
+        return True
+    return name == "PortableRunner" and options.view_as(PortableOptions).job_endpoint == "embed"
 
 
 def resolve_features(config: BuildConfig, inputs: list[InputFile]) -> tuple[tuple[FeatureSpec, ...], list[str]]:

@@ -37,15 +37,17 @@ import math
 import struct
 import time
 import typing
+import uuid
 from collections.abc import Iterable, Iterator, Sequence
 
 import apache_beam as beam
+import crc32c
 import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from tfrbeam.record_index import IndexBuilder, index_path_for
-from tfrbeam.records import RECORD_OVERHEAD, RecordWriter, frame_records
+from tfrbeam.records import MAX_PAYLOAD_SIZE, RECORD_OVERHEAD, RecordWriter, frame_records, masked_crc32c
 
 __all__ = [
     "KeyedRecords",
@@ -76,6 +78,7 @@ MAX_BUCKET_BITS = 24
 # Frame and write this many records at a time, so a writer holds one shard plus one block.
 _WRITE_BLOCK_RECORDS = 8192
 _FRAMED_SHARD_KEY_BITS = 32
+SPILL_DIR_NAME = "spill"
 
 
 # ------------------------------------------------------------------------------ keys (no Beam)
@@ -144,6 +147,47 @@ def shard_file_name(split: str, shard: int, num_shards: int, compression: str | 
     return f"{split}-{shard:0{width}d}-of-{num_shards:0{width}d}.tfrecord{suffix}"
 
 
+_crc32c = crc32c.crc32c
+_pack_length = struct.Struct("<Q").pack
+
+
+def frame_gathered(view: memoryview, starts: np.ndarray, ends: np.ndarray) -> bytes:
+    """TFRecord frames of the payloads ``view[starts[i]:ends[i]]``, in that order, as one buffer.
+
+    The same bytes as ``records.frame_records``, faster: the bytes between two payloads (one
+    record's CRC footer and the next one's header) are built for all records at once with numpy,
+    leaving one slice and one crc32c call per record in Python.
+    """
+    count = len(starts)
+    payloads = [view[start:end] for start, end in zip(starts.tolist(), ends.tolist())]
+    lengths = np.asarray(ends, dtype=np.int64) - np.asarray(starts, dtype=np.int64)
+    if count == 0:
+        return b""
+    if int(lengths.max()) > MAX_PAYLOAD_SIZE:
+        return frame_records(payloads)  # raises its RecordTooLargeError
+    crcs = np.fromiter(map(_crc32c, payloads), dtype=np.uint64, count=count)
+    unique_lengths, which = np.unique(lengths, return_inverse=True)
+    length_crcs = np.array([masked_crc32c(_pack_length(int(length))) for length in unique_lengths], dtype="<u4")
+    # Row i holds record i-1's footer and record i's header: 4 + 8 + 4 bytes.
+    between = np.zeros((count + 1, 16), dtype=np.uint8)
+    between[1:, 0:4] = _mask(crcs).astype("<u4").view(np.uint8).reshape(count, 4)
+    between[:-1, 4:12] = lengths.astype("<u8").view(np.uint8).reshape(count, 8)
+    between[:-1, 12:16] = length_crcs[which.ravel()].view(np.uint8).reshape(count, 4)
+    separators = between.view("V16").ravel().tolist()
+    parts: list = [None] * (2 * count + 1)
+    parts[0] = separators[0][4:]
+    parts[2:-1:2] = separators[1:-1]
+    parts[-1] = separators[-1][:4]
+    parts[1::2] = payloads
+    return b"".join(parts)
+
+
+def _mask(crcs: np.ndarray) -> np.ndarray:
+    """TFRecord's CRC mask over an array: rotate right by 15 bits and add a constant, mod 2**32."""
+    crcs = crcs.astype(np.uint64)
+    return (((crcs >> np.uint64(15)) | (crcs << np.uint64(17))) + np.uint64(0xA282EAD8)) & np.uint64(0xFFFFFFFF)
+
+
 # ---------------------------------------------------------------------------- the shuffled unit
 
 
@@ -151,14 +195,19 @@ def shard_file_name(split: str, shard: int, num_shards: int, compression: str | 
 class KeyedRecords:
     """Serialized records of one input piece (or its part bound for one shard) with split and sort key.
 
-    ``data`` holds the payloads back to back, ``offsets`` their n + 1 bounds; ``split`` (uint16)
-    and ``key`` (uint64) are per record.
+    ``offsets`` holds the n + 1 bounds of the records, starting at 0; ``split`` (uint16) and
+    ``key`` (uint64) are per record. Records are Example payloads, or once prepared for the
+    shuffle (``framed``) whole TFRecord frames, so shard writers only concatenate. The bytes are
+    in memory (``data``) or spilled: ``[spill_offset, spill_offset + offsets[-1])`` of ``spill_path``.
     """
 
     split: np.ndarray
     key: np.ndarray
     offsets: np.ndarray
-    data: np.ndarray
+    data: np.ndarray | None
+    spill_path: str = ""
+    spill_offset: int = 0
+    framed: bool = False
 
     def __len__(self) -> int:
         return len(self.key)
@@ -167,51 +216,90 @@ class KeyedRecords:
     def lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
 
-    def take(self, positions: np.ndarray) -> KeyedRecords:
-        """The records at ``positions``, in that order, copied into one new buffer."""
-        positions = np.asarray(positions, dtype=np.int64)
-        bounds = self.offsets
-        starts = bounds[positions]
-        ends = bounds[positions + 1]
-        view = memoryview(self.data)
-        data = b"".join([view[s:e] for s, e in zip(starts.tolist(), ends.tolist())])
-        new_offsets = np.zeros(len(positions) + 1, dtype=np.int64)
-        np.cumsum(ends - starts, out=new_offsets[1:])
-        return KeyedRecords(self.split[positions], self.key[positions], new_offsets, np.frombuffer(data, dtype=np.uint8))
+    @property
+    def num_bytes(self) -> int:
+        return int(self.offsets[-1])
+
+    def slice(self, start: int, end: int) -> KeyedRecords:
+        """Records ``start:end`` without copying payloads (a view, or a narrower range of the spill file)."""
+        first, last = int(self.offsets[start]), int(self.offsets[end])
+        offsets = self.offsets[start:end + 1] - first
+        if self.data is None:
+            return KeyedRecords(self.split[start:end], self.key[start:end], offsets, None, self.spill_path,
+                                self.spill_offset + first, self.framed)
+        return KeyedRecords(self.split[start:end], self.key[start:end], offsets, self.data[first:last], framed=self.framed)
+
+    @property
+    def framed_lengths(self) -> np.ndarray:
+        """Each record's size as a TFRecord frame."""
+        return self.lengths if self.framed else self.lengths + RECORD_OVERHEAD
+
+    def sorted_and_framed(self) -> KeyedRecords:
+        """The payloads framed as TFRecords, ordered by (split, key), in one new buffer."""
+        if self.framed:
+            raise ValueError("these records are framed already")
+        order = np.lexsort((self.key, self.split))
+        starts, ends = self.offsets[order], self.offsets[order + 1]
+        data = frame_gathered(memoryview(self.payloads()), starts, ends)
+        offsets = np.zeros(len(order) + 1, dtype=np.int64)
+        np.cumsum(ends - starts + RECORD_OVERHEAD, out=offsets[1:])
+        return KeyedRecords(self.split[order], self.key[order], offsets, np.frombuffer(data, dtype=np.uint8), framed=True)
+
+    def payloads(self) -> np.ndarray:
+        """The payload bytes, read from the spill file when spilled."""
+        if self.data is not None:
+            return self.data
+        with FileSystems.open(self.spill_path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+            handle.seek(self.spill_offset)
+            data = handle.read(self.num_bytes)
+        if len(data) != self.num_bytes:
+            raise RuntimeError(f"{self.spill_path}: spill file ends {self.num_bytes - len(data)} bytes early (was it deleted?)")
+        return np.frombuffer(data, dtype=np.uint8)
+
+    def spilled_to(self, path: str) -> KeyedRecords:
+        """Write the payloads to ``path`` and return the records pointing there."""
+        with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+            handle.write(memoryview(np.ascontiguousarray(self.data)))
+        return KeyedRecords(self.split, self.key, self.offsets, None, path, 0, self.framed)
 
     @classmethod
     def empty(cls) -> KeyedRecords:
         return cls(np.zeros(0, np.uint16), np.zeros(0, np.uint64), np.zeros(1, np.int64), np.zeros(0, np.uint8))
 
 
-_KEYED_HEADER = struct.Struct("<QQ")
+_KEYED_HEADER = struct.Struct("<QQQI??")
 
 
 class KeyedRecordsCoder(beam.coders.Coder):
-    """Encodes KeyedRecords as a 16-byte header and four raw arrays: a memcpy per element, not per record."""
+    """Encodes KeyedRecords as a header and raw arrays: a few memcpys per element, not a coder call per record."""
 
     def encode(self, value: KeyedRecords) -> bytes:
         count = len(value.key)
-        data = np.ascontiguousarray(value.data, dtype=np.uint8)
+        spilled = value.data is None
+        data = b"" if spilled else np.ascontiguousarray(value.data, dtype=np.uint8).tobytes()
+        path = value.spill_path.encode("utf-8")
         return b"".join((
-            _KEYED_HEADER.pack(count, data.size),
+            _KEYED_HEADER.pack(count, len(data), value.spill_offset, len(path), spilled, value.framed),
+            path,
             np.ascontiguousarray(value.split, dtype="<u2").tobytes(),
             np.ascontiguousarray(value.key, dtype="<u8").tobytes(),
             np.ascontiguousarray(value.offsets, dtype="<i8").tobytes(),
-            data.tobytes(),
+            data,
         ))
 
     def decode(self, encoded: bytes) -> KeyedRecords:
-        count, size = _KEYED_HEADER.unpack_from(encoded)
+        count, size, spill_offset, path_size, spilled, framed = _KEYED_HEADER.unpack_from(encoded)
         position = _KEYED_HEADER.size
+        path = bytes(encoded[position:position + path_size]).decode("utf-8")
+        position += path_size
         split = np.frombuffer(encoded, dtype="<u2", count=count, offset=position)
         position += 2 * count
         key = np.frombuffer(encoded, dtype="<u8", count=count, offset=position)
         position += 8 * count
         offsets = np.frombuffer(encoded, dtype="<i8", count=count + 1, offset=position)
         position += 8 * (count + 1)
-        data = np.frombuffer(encoded, dtype=np.uint8, count=size, offset=position)
-        return KeyedRecords(split, key, offsets, data)
+        data = None if spilled else np.frombuffer(encoded, dtype=np.uint8, count=size, offset=position)
+        return KeyedRecords(split, key, offsets, data, path, spill_offset, framed)
 
     def is_deterministic(self) -> bool:
         return True
@@ -301,19 +389,12 @@ class ShardFile:
 
 
 def _record_buckets(records: KeyedRecords, spec: ShardingSpec) -> np.ndarray:
-    """The bucket id of each record: top key bits (hash mode) or the first key of its row block (ordered)."""
+    """The bucket id of each record of a sorted piece: top key bits (hash mode) or its row block's first key (ordered)."""
     if not spec.ordered:
         return records.key >> np.uint64(64 - spec.bucket_bits)
-    order = np.lexsort((records.key, records.split))
-    sorted_split = records.split[order]
-    sorted_key = records.key[order]
-    position = np.arange(len(order))
-    group_start = np.searchsorted(sorted_split, sorted_split, side="left")
-    within = position - group_start
-    block_first = group_start + within - within % ORDERED_BLOCK_ROWS
-    buckets = np.empty(len(order), dtype=np.uint64)
-    buckets[order] = sorted_key[block_first]
-    return buckets
+    position = np.arange(len(records))
+    within = position - np.searchsorted(records.split, records.split, side="left")
+    return records.key[position - within % ORDERED_BLOCK_ROWS]
 
 
 def _histogram(records: KeyedRecords, spec: ShardingSpec) -> tuple[np.ndarray, ...]:
@@ -321,7 +402,7 @@ def _histogram(records: KeyedRecords, spec: ShardingSpec) -> tuple[np.ndarray, .
     if not len(records):
         return _empty_histogram()
     buckets = _record_buckets(records, spec)
-    framed = records.lengths + RECORD_OVERHEAD
+    framed = records.framed_lengths
     return _reduce(records.split.astype(np.uint16), buckets, np.ones(len(records), np.int64), framed, framed)
 
 
@@ -423,8 +504,23 @@ def _shard_key(split: int, shard: int) -> int:
     return (split << _FRAMED_SHARD_KEY_BITS) | shard
 
 
+class _PreparePieces(beam.DoFn):
+    """Frames each piece's records and sorts them by (split, key), so that every shard's part is one range; spills if asked."""
+
+    def __init__(self, spill_dir: str | None):
+        self._spill_dir = spill_dir
+
+    def process(self, records: KeyedRecords) -> Iterator[KeyedRecords]:
+        if not len(records):
+            return
+        prepared = records.sorted_and_framed()
+        if self._spill_dir is not None:
+            prepared = prepared.spilled_to(FileSystems.join(self._spill_dir, f"{uuid.uuid4().hex}.bin"))
+        yield prepared
+
+
 class _RouteToShards(beam.DoFn):
-    """Sends each record of a piece to the shard(s) its bucket's rank range overlaps, one element per shard."""
+    """Sends each sorted piece's records to the shard(s) its buckets' rank ranges overlap: one slice per shard."""
 
     def __init__(self, spec: ShardingSpec):
         self._spec = spec
@@ -433,39 +529,29 @@ class _RouteToShards(beam.DoFn):
         if not len(records):
             return
         buckets = _record_buckets(records, self._spec)
-        first = np.empty(len(records), dtype=np.int64)
-        last = np.empty(len(records), dtype=np.int64)
+        split_bounds = np.searchsorted(records.split, np.arange(len(plan.splits) + 1))
         for index, split_plan in enumerate(plan.splits):
-            rows = np.flatnonzero(records.split == index)
-            if not rows.size:
+            begin, end = int(split_bounds[index]), int(split_bounds[index + 1])
+            if begin == end:
                 continue
-            positions = split_plan.bucket_positions(buckets[rows])
+            positions = split_plan.bucket_positions(buckets[begin:end])
             starts = split_plan.bucket_starts[positions]
             if self._spec.ordered:
-                ranks = starts + self._rank_in_block(records, rows)
-                first[rows] = last[rows] = split_plan.shard_of(ranks)
+                first = last = split_plan.shard_of(starts + self._rank_in_block(end - begin))
             else:
-                first[rows] = split_plan.shard_of(starts)
-                last[rows] = split_plan.shard_of(starts + split_plan.bucket_counts[positions] - 1)
-        copies = last - first + 1
-        record_of_copy = np.repeat(np.arange(len(records)), copies)
-        copy_base = np.repeat(np.cumsum(copies) - copies, copies)
-        shard_of_copy = first[record_of_copy] + (np.arange(len(record_of_copy)) - copy_base)
-        group_key = (records.split[record_of_copy].astype(np.int64) << _FRAMED_SHARD_KEY_BITS) | shard_of_copy
-        order = np.argsort(group_key, kind="stable")
-        sorted_keys = group_key[order]
-        bounds = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1], True])
-        for start, end in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-            yield int(sorted_keys[start]), records.take(record_of_copy[order[start:end]])
+                first = split_plan.shard_of(starts)
+                last = split_plan.shard_of(starts + split_plan.bucket_counts[positions] - 1)
+            # Both are non-decreasing along the sorted records, so each shard's records are one range.
+            for shard in range(int(first[0]), int(last[-1]) + 1):
+                low = begin + int(np.searchsorted(last, shard, side="left"))
+                high = begin + int(np.searchsorted(first, shard, side="right"))
+                if high > low:
+                    yield _shard_key(index, shard), records.slice(low, high)
 
     @staticmethod
-    def _rank_in_block(records: KeyedRecords, rows: np.ndarray) -> np.ndarray:
+    def _rank_in_block(count: int) -> np.ndarray:
         """Ordered mode: a record's position within its row block (see ``_record_buckets``)."""
-        keys = records.key[rows]
-        order = np.argsort(keys, kind="stable")
-        within = np.empty(len(rows), dtype=np.int64)
-        within[order] = np.arange(len(rows)) % ORDERED_BLOCK_ROWS
-        return within
+        return np.arange(count, dtype=np.int64) % ORDERED_BLOCK_ROWS
 
 
 def _empty_shards(plan: ShardPlan) -> Iterator[tuple[int, KeyedRecords]]:
@@ -499,7 +585,7 @@ class _HashingFile:
         self._handle.close()
 
 
-def _sorted_positions(keys: np.ndarray, payload: typing.Callable[[int], bytes]) -> np.ndarray:
+def _sorted_positions(keys: np.ndarray, record_bytes: typing.Callable[[int], bytes]) -> np.ndarray:
     """Positions sorted by (key, record bytes); only runs of equal keys (duplicates) are compared by bytes."""
     order = np.argsort(keys, kind="stable")
     sorted_keys = keys[order]
@@ -510,7 +596,7 @@ def _sorted_positions(keys: np.ndarray, payload: typing.Callable[[int], bytes]) 
             run_end = run_start + 1
             while run_end < len(order) and sorted_keys[run_end] == sorted_keys[run_start]:
                 run_end += 1
-            order[run_start:run_end] = sorted(order[run_start:run_end].tolist(), key=payload)
+            order[run_start:run_end] = sorted(order[run_start:run_end].tolist(), key=record_bytes)
     return order
 
 
@@ -518,7 +604,9 @@ class _Received:
     """The records one shard writer received, addressed by a flat position across all parts."""
 
     def __init__(self, parts: list[KeyedRecords]):
-        self.views = [memoryview(part.data) for part in parts]
+        if not all(part.framed for part in parts):
+            raise ValueError("shard writers take framed records (see _PreparePieces)")
+        self.views = [memoryview(part.payloads()) for part in parts]
         if parts:
             self.keys = np.concatenate([part.key for part in parts])
             self.part_of = np.repeat(np.arange(len(parts)), [len(part) for part in parts])
@@ -528,10 +616,10 @@ class _Received:
             self.keys = np.zeros(0, np.uint64)
             self.part_of = self.starts = self.ends = np.zeros(0, np.int64)
 
-    def payload(self, position: int) -> bytes:
+    def frame(self, position: int) -> bytes:
         return bytes(self.views[self.part_of[position]][self.starts[position]:self.ends[position]])
 
-    def payloads(self, positions: np.ndarray) -> list[memoryview]:
+    def frames(self, positions: np.ndarray) -> list[memoryview]:
         views = self.views
         return [
             views[part][start:end]
@@ -554,7 +642,7 @@ class _WriteShard(beam.DoFn):
         parts = [part for part in parts if len(part)]
         low, high = split_plan.shard_start(shard), split_plan.shard_start(shard + 1)
         received = _Received(parts)
-        order = _sorted_positions(received.keys, received.payload)
+        order = _sorted_positions(received.keys, received.frame)
         first_rank = self._first_rank_received(split_plan, low, high, plan.spec.ordered)
         if len(order) < high - first_rank or (plan.spec.ordered and len(order) != high - low):
             raise RuntimeError(
@@ -580,10 +668,10 @@ class _WriteShard(beam.DoFn):
         handle = _HashingFile(FileSystems.create(temp_path, compression_type=CompressionTypes.UNCOMPRESSED))
         writer = RecordWriter(handle, spec.compression)
         for start in range(0, len(kept), _WRITE_BLOCK_RECORDS):
-            payloads = received.payloads(kept[start:start + _WRITE_BLOCK_RECORDS])
+            frames = received.frames(kept[start:start + _WRITE_BLOCK_RECORDS])
             if index is not None:
-                index.add_batch(writer.bytes_written, writer.records_written, [len(item) for item in payloads])
-            writer.write_framed(frame_records(payloads), len(payloads))
+                index.add_batch(writer.bytes_written, writer.records_written, [len(item) - RECORD_OVERHEAD for item in frames])
+            writer.write_framed(b"".join(frames), len(frames))
         writer.close()
         handle.close()
         temp_index_path = None
@@ -610,12 +698,15 @@ class WriteShuffledShards(beam.PTransform):
     ``plan`` (a one-element PCollection[ShardPlan]).
     """
 
-    def __init__(self, spec: ShardingSpec, temp_dir: str):
+    def __init__(self, spec: ShardingSpec, temp_dir: str, spill: bool = False):
         super().__init__()
         self._spec = spec
         self._temp_dir = temp_dir
+        self._spill = spill
 
     def expand(self, pieces):
+        spill_dir = FileSystems.join(self._temp_dir, SPILL_DIR_NAME) if self._spill else None
+        pieces = pieces | "SortPieces" >> beam.ParDo(_PreparePieces(spill_dir)).with_output_types(KeyedRecords)
         plan = (
             pieces
             | "CountPerBucket" >> beam.CombineGlobally(_BucketCounts(self._spec))
