@@ -260,6 +260,27 @@ def test_nondeterministic_mode_still_reads_every_record_once(files):
         dataset.state_dict()
 
 
+def test_autotune_moves_decode_parallelism_and_prefetch_depth(files):
+    import queue
+
+    from tfrbeam.dataset.pipeline import _Tuner
+
+    dataset = open_dataset(str(files / "*.tfrecord"), num_parallel_reads=3, num_workers=3, executor="threads")
+    workers = dataset._get_workers()
+    prefetch: queue.Queue = queue.Queue(2)
+    tuner = _Tuner(dataset, prefetch, now=0.0)
+    prefetch.put(1)
+    prefetch.put(2)
+    tuner.observe(0.0, now=1.5)  # the caller never waits and batches pile up: give a worker back
+    assert workers.limit.allowed == 2
+    tuner.observe(0.5, now=3.0)  # the caller waits a third of the time: more parallelism first
+    assert workers.limit.allowed == 3 and prefetch.maxsize == 2
+    tuner.observe(0.5, now=4.5)  # still waiting with every worker busy: deeper prefetch
+    assert prefetch.maxsize == 4
+    assert dataset.stats["workers_allowed"] == 3 and dataset.stats["prefetch"] == 4
+    dataset.close()
+
+
 def test_a_state_from_another_configuration_is_refused(files):
     one = open_dataset(str(files / "*.tfrecord"), batch_size=8, seed=1, executor="threads")
     other = open_dataset(str(files / "*.tfrecord"), batch_size=9, seed=1, executor="threads")

@@ -40,6 +40,7 @@ STATE_VERSION = 1
 DEFAULT_CYCLE_LENGTH = 8
 DEFAULT_BLOCK_LENGTH = 4096
 MAX_PREFETCH = 64
+AUTO_PROCESSES_BYTES = 64 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -335,7 +336,10 @@ class Dataset:
     def _executor(self) -> str:
         if self.options.executor != "auto":
             return self.options.executor
-        return "processes" if self.options.num_workers > 1 and _total_bytes(self.segments) > 64 << 20 else "threads"
+        # Measured on the 1M-record table (see the README): processes win once there is enough data
+        # to pay for their start-up (~1 s); they need POSIX file descriptor passing.
+        big = _total_bytes(self.segments) > AUTO_PROCESSES_BYTES
+        return "processes" if os.name == "posix" and self.options.num_workers > 1 and big else "threads"
 
     def _get_workers(self) -> ThreadWorkers | ProcessWorkers:
         if self._workers is None:
@@ -355,13 +359,13 @@ class Dataset:
     def _cycle(self) -> int:
         return max(1, min(self.options.cycle_length, len(self.segments)))
 
-    def epoch_order(self, epoch: int) -> list[int]:
+    def _epoch_order(self, epoch: int) -> list[int]:
         """Segment indices in the order epoch ``epoch`` reads them (shuffled by (seed, epoch) if asked)."""
         if not self.options.shuffle_files:
             return list(range(len(self.segments)))
         return _rng(self.options.seed, epoch, "files").permutation(len(self.segments)).tolist()
 
-    def epoch_batches(self, epoch: int, skip: int = 0) -> Iterator[Block]:
+    def _epoch_batches(self, epoch: int, skip: int = 0) -> Iterator[Block]:
         """The batches (with their record ids under ``__id__``) of epoch ``epoch``, from batch ``skip`` on."""
         if not self.segments:
             return
@@ -443,7 +447,7 @@ class _EpochRun:
         self.dataset = dataset
         options = dataset.options
         self.options = options
-        order = dataset.epoch_order(epoch)
+        order = dataset._epoch_order(epoch)
         cycle = dataset._cycle()
         self.interleave = _Interleave([tuple(order[slot::cycle]) for slot in range(cycle)], list(range(cycle)))
         self.shuffling = options.shuffle_buffer > 1
@@ -592,7 +596,7 @@ class _PassIterator:
             epoch, batch, taken = position["epoch"], position["batch"], position["taken"]
             epochs, limit = dataset._epochs, dataset._limit
             while (epochs is None or epoch < position["pass_start"] + epochs) and (limit is None or taken < limit):
-                for block in dataset.epoch_batches(epoch, skip=batch):
+                for block in dataset._epoch_batches(epoch, skip=batch):
                     if limit is not None and taken >= limit:
                         break
                     output = self._convert(block)
@@ -692,15 +696,16 @@ class _Tuner:
 
     WINDOW = 1.0
 
-    def __init__(self, dataset: Dataset, prefetch: queue.Queue):
+    def __init__(self, dataset: Dataset, prefetch: queue.Queue, now: float | None = None):
         self.dataset = dataset
         self.prefetch = prefetch
-        self.window_start = time.perf_counter()
+        self.window_start = time.perf_counter() if now is None else now
         self.waited = 0.0
 
-    def observe(self, waited: float) -> None:
+    def observe(self, waited: float, now: float | None = None) -> None:
+        """Account ``waited`` seconds the caller spent blocked on the next batch; adjust at each window's end."""
         self.waited += waited
-        now = time.perf_counter()
+        now = time.perf_counter() if now is None else now
         elapsed = now - self.window_start
         if elapsed < self.WINDOW:
             return
