@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     pipeline = beam.Pipeline(options=options)
     try:
-        run = build_pipeline(pipeline, config, overwrite=args.overwrite or getattr(config.output, "overwrite", False))
+        run = build_pipeline(pipeline, config, overwrite=args.overwrite)
     except (ConfigError, OutputExistsError) as error:
         return _fail(str(error), EXIT_USAGE)
     except TfrbeamError as error:

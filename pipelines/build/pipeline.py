@@ -79,7 +79,8 @@ class BuildRun:
     config: BuildConfig
     features: tuple[FeatureSpec, ...]
     inputs: tuple[dict[str, Any], ...]
-    output_path: str
+    output_path: str  # as the config gives it (for messages and the manifest)
+    output_root: str  # the same, absolute for local paths: workers may run in another directory
     temp_dir: str
     runner: str
     started: str
@@ -116,11 +117,12 @@ def build_pipeline(
     resolved = with_features(config, features)
     check_output_dir(config.output.path, config_to_dict(resolved), overwrite)
     runner = pipeline.options.view_as(StandardOptions).runner or "DirectRunner"
+    output_root = config.output.path if _is_remote(config.output.path) else os.path.abspath(config.output.path)
     run = BuildRun(
         config=resolved, features=features,
         inputs=tuple({"path": item.path, "size": item.size, "mtime": item.mtime} for item in inputs),
-        output_path=config.output.path,
-        temp_dir=join_path(config.output.path, TEMP_DIR_PREFIX + uuid.uuid4().hex[:12]),
+        output_path=config.output.path, output_root=output_root,
+        temp_dir=join_path(output_root, TEMP_DIR_PREFIX + uuid.uuid4().hex[:12]),
         runner=runner if isinstance(runner, str) else type(runner).__name__, started=_utc_now(),
     )
     spec = _sharding_spec(resolved, sum(item.size for item in inputs))
@@ -275,7 +277,7 @@ def check_output_dir(output_path: str, resolved_config: dict, overwrite: bool) -
         differing = _differing_keys(previous or {}, _normalized(resolved_config))
         raise OutputExistsError(
             f"{output_path} holds a different dataset (its config differs at {', '.join(differing) or 'the top level'}); "
-            "pass --overwrite (or set output.overwrite) to replace it, or choose another output.path"
+            "pass --overwrite to replace it, or choose another output.path"
         )
     others = [name for name in _entries(output_path) if not name.startswith(TEMP_DIR_PREFIX)]
     if others:
@@ -428,15 +430,15 @@ class _CommitDataset(beam.DoFn):
                 f"errors.max_bad_fraction={limit:g} allows; nothing was written to {run.output_path}{kept}"
             )
         self._replace_old_dataset(plan)
-        moves = [(item.temp_path, join_path(run.output_path, *item.relative_path.split("/"))) for item in files]
+        moves = [(item.temp_path, join_path(run.output_root, *item.relative_path.split("/"))) for item in files]
         moves += [
-            (item.temp_index_path, join_path(run.output_path, item.split, INDEX_DIR_NAME, posixpath.basename(item.temp_index_path)))
+            (item.temp_index_path, join_path(run.output_root, item.split, INDEX_DIR_NAME, posixpath.basename(item.temp_index_path)))
             for item in files if item.temp_index_path
         ]
-        moves += [(item.temp_path, join_path(run.output_path, *item.relative_path.split("/"))) for item in dead_letters]
+        moves += [(item.temp_path, join_path(run.output_root, *item.relative_path.split("/"))) for item in dead_letters]
         _move_files(moves)
         manifest = self._manifest(files, plan, rows_read, bad, dead_letters)
-        write_manifest(run.output_path, manifest)
+        write_manifest(run.output_root, manifest)
         self._remove_temp_dirs()
         _LOG.info("wrote %s", run.manifest_path)
         yield manifest
@@ -448,11 +450,11 @@ class _CommitDataset(beam.DoFn):
     def _replace_old_dataset(self, plan: ShardPlan) -> None:
         """Delete the old manifest first, then the split directories and dead letters the new dataset replaces."""
         run = self._run
-        old = read_manifest(run.output_path)
-        stale = [manifest_path(run.output_path)]
+        old = read_manifest(run.output_root)
+        stale = [manifest_path(run.output_root)]
         splits = set(run.config.splits) | set((old or {}).get("splits", {}))
-        stale += [join_path(run.output_path, split) for split in sorted(splits)]
-        stale.append(join_path(run.output_path, ERRORS_DIR_NAME))
+        stale += [join_path(run.output_root, split) for split in sorted(splits)]
+        stale.append(join_path(run.output_root, ERRORS_DIR_NAME))
         _delete_quietly([path for path in stale if FileSystems.exists(path)])
 
     def _manifest(self, files: list[ShardFile], plan: ShardPlan, rows_read: int, bad: int, dead_letters) -> dict:
@@ -502,7 +504,7 @@ class _CommitDataset(beam.DoFn):
     def _remove_temp_dirs(self) -> None:
         """Remove this run's temp dir and those left by interrupted earlier builds."""
         run = self._run
-        leftovers = [join_path(run.output_path, name) for name in _entries(run.output_path) if name.startswith(TEMP_DIR_PREFIX)]
+        leftovers = [join_path(run.output_root, name) for name in _entries(run.output_root) if name.startswith(TEMP_DIR_PREFIX)]
         _delete_quietly(sorted(set(leftovers) | {run.temp_dir}))
 
 
