@@ -377,7 +377,7 @@ def test_other_sequences_are_lists_and_the_name_cache_stays_bounded(monkeypatch)
 
 
 def test_kinds_for_absent_names_are_ignored_and_name_order_does_not_matter():
-    kinds = {"zzz": "int64", "a": "float"}
+    kinds = {"zzz": "int64", "a": "float", "absent_and_misspelt": "integer"}  # checked only when used
     forward = encode_example({"a": 1, "b": [b"x"], "c": 2.5}, kinds)
     backward = encode_example({"c": 2.5, "b": [b"x"], "a": 1}, kinds)
     assert forward == backward

@@ -2,10 +2,13 @@
 and a protobuf (upb) decoder with precise error messages.
 
 Encoding is canonical (see notes/WIRE.md): the bytes are exactly protobuf's
-``SerializeToString(deterministic=True)`` of the same Example built with our generated classes
-(feature map entries sorted by the name's UTF-8 bytes), so the same values always give the same
-bytes, in any process, whatever PYTHONHASHSEED or dict insertion order. A message is not built
-per call: that is slower, and protobuf's non-deterministic map order differs between processes.
+``SerializeToString(deterministic=True)`` of the same Example built with our generated classes,
+with feature map entries sorted by the name's UTF-8 bytes, so the same values always give the same
+bytes, in any process, whatever PYTHONHASHSEED or dict insertion order. That is the order of C++,
+Java and pure-Python protobuf; upb (Python's default runtime) has a comparator quirk that puts a
+name after every longer name it is a proper prefix of ("ab" before "a"), so only for such names
+do its bytes differ from ours (protocolbuffers/protobuf#26621). A message is not built per call:
+that is slower, and protobuf's non-deterministic map order differs between processes.
 
 Value rules (what ``encode_example`` accepts for one feature):
 
@@ -444,20 +447,21 @@ def _sorted_items(values: Mapping[str, Any], where: str) -> list[tuple[str, Any]
         raise ExampleEncodeError(f"{where} name {bad!r} is a {type(bad).__name__}; names must be str") from None
 
 
-def _check_kinds(kinds: Mapping[str, Any] | None, argument: str, per_step: bool = False) -> Mapping[str, Any] | None:
-    """The kinds mapping, after checking every kind is one of KINDS or None (or, per_step, a list of those)."""
-    if kinds is None:
-        return None
-    if not isinstance(kinds, Mapping):
-        raise ExampleEncodeError(f"{argument} must be a mapping of feature name to kind, got {type(kinds).__name__}")
-    for name, kind in kinds.items():
-        declared = kind if per_step and isinstance(kind, (list, tuple)) else (kind,)
-        for each in declared:
-            if each is not None and (not isinstance(each, str) or each not in KINDS):
-                raise ExampleEncodeError(f"{argument}[{name!r}] = {kind!r} is not a feature kind; use one of "
-                                         f"{', '.join(map(repr, KINDS))} (or None for a Feature with no kind)"
-                                         + ("; or a list of those, one per step" if per_step else ""))
-    return kinds
+_KIND_CHOICES = (_UNDECLARED, None, BYTES, FLOAT, INT64)  # a tuple: `in` also works for unhashables
+
+
+def _check_kinds_mapping(kinds: Any, argument: str) -> Mapping[str, Any] | None:
+    """kinds itself must be a mapping (or None); each kind is checked when its feature is encoded,
+    so a schema-wide mapping costs nothing per row for the names a row does not have."""
+    if kinds is None or isinstance(kinds, Mapping):
+        return kinds
+    raise ExampleEncodeError(f"{argument} must be a mapping of feature name to kind, got {type(kinds).__name__}")
+
+
+def _bad_kind(argument: str, name: str, kind: Any, per_step: bool = False) -> ExampleEncodeError:
+    return ExampleEncodeError(f"{argument}[{name!r}] = {kind!r} is not a feature kind; use one of "
+                              f"{', '.join(map(repr, KINDS))} (or None for a Feature with no kind)"
+                              + ("; or a list of those, one per step" if per_step else ""))
 
 
 def _append_entry(parts: list[bytes], key: bytes, message: bytes) -> None:
@@ -477,6 +481,8 @@ def _features_body(items: list[tuple[str, Any]], kinds: Mapping[str, Any] | None
             continue
         entry = cache.get(name) or _name_entry(name, where)
         kind = _UNDECLARED if kinds is None else kinds.get(name, _UNDECLARED)
+        if kind not in _KIND_CHOICES:
+            raise _bad_kind("kinds", name, kind)
         value_type = type(value)
         try:
             # Scalar fast paths: the whole entry prefix is precomputed for the name.
@@ -528,7 +534,7 @@ def encode_example(features: Mapping[str, Any], kinds: Mapping[str, str | None] 
     module docstring gives the value rules; the result is deterministic across processes.
     """
     # The Features field's tag (field 1, length-delimited) is the Example's own framing.
-    return _features_bytes(features, _check_kinds(kinds, "kinds"), "feature")
+    return _features_bytes(features, _check_kinds_mapping(kinds, "kinds"), "feature")
 
 
 def encode_sequence_example(
@@ -547,20 +553,29 @@ def encode_sequence_example(
     ``feature_list_kinds[name]`` may also be a list with one kind per step (None: a step with no
     kind), the shape ``decode_sequence_example(data, kinds=True)`` gives, for exact round trips.
     """
-    context_field = _features_bytes(context, _check_kinds(kinds, "kinds"), "context feature")
-    list_kinds = _check_kinds(feature_list_kinds, "feature_list_kinds", per_step=True)
+    context_field = _features_bytes(context, _check_kinds_mapping(kinds, "kinds"), "context feature")
+    list_kinds = _check_kinds_mapping(feature_list_kinds, "feature_list_kinds")
     parts: list[bytes] = []
     for name, steps in _sorted_items(feature_lists, "feature list"):
         if steps is None:
             continue
         key = _name_entry(name, "feature list").key
         kind = _UNDECLARED if list_kinds is None else list_kinds.get(name, _UNDECLARED)
+        if not _is_list_kind(kind):
+            raise _bad_kind("feature_list_kinds", name, kind, per_step=True)
         try:
             _append_entry(parts, key, _feature_list_bytes(steps, kind))
         except _BadValue as err:
             raise ExampleEncodeError(f"feature list {name!r}: {err}") from (err.__cause__ or err)
     body = b"".join(parts)
     return context_field + _FIELD2 + _uvarint(len(body)) + body
+
+
+def _is_list_kind(kind: Any) -> bool:
+    """A feature list's declared kind: one kind (or None, or undeclared), or a list of kinds per step."""
+    if isinstance(kind, (list, tuple)):
+        return all(each in _KIND_CHOICES[1:] for each in kind)
+    return kind in _KIND_CHOICES
 
 
 def _feature_list_bytes(steps: Any, kind: Any) -> bytes:
