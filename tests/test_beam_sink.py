@@ -1,4 +1,4 @@
-"""tfrbeam's TFRecord sink: shard counts, size limits, exactly-once output, rerun rules, atomic finalize."""
+"""tfrbeam's TFRecord sink and WriteExamples: shard counts, size limits, exactly-once output, rerun rules, atomic finalize."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import re
 
 import apache_beam as beam
 import numpy as np
+import pyarrow as pa
 import pytest
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.metrics.metric import MetricsFilter
@@ -19,8 +20,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tfrbeam.beam import sink
+from tfrbeam.beam.examples_write import WriteExamples, _FrameExamplesFn
 from tfrbeam.beam.sink import Finalizer, ShardNaming, WriteToTFRecord, frame_batch, make_sink_spec
-from tfrbeam.errors import ConfigError, OutputExistsError, UnsupportedCompressionError
+from tfrbeam.columnar_encode import encode_record_batch
+from tfrbeam.errors import ArrowConversionError, ConfigError, ExampleEncodeError, OutputExistsError, UnsupportedCompressionError
+from tfrbeam.example import encode_example
 from tfrbeam.record_index import INDEX_DIR_NAME, index_path_for, load_index
 from tfrbeam.records import RECORD_OVERHEAD, read_records
 
@@ -421,3 +425,37 @@ def test_shard_naming_follows_beam_templates():
     assert short.name(7, 9) == "p_07" and short.matches("p_07") and not short.matches("p_07-of-09")
     single = ShardNaming("/d/file.gz", "", "")
     assert single.name(0, 1) == "/d/file.gz" == single.glob() and single.matches("/d/file.gz")
+
+
+# --------------------------------------------------------------------------------------------
+# WriteExamples
+
+
+def test_write_examples_from_record_batches_and_dicts(tmp_path):
+    batch = pa.record_batch({
+        "id": pa.array(range(40), pa.int64()),
+        "tags": pa.array([[b"a"] * (i % 3) for i in range(40)], pa.list_(pa.binary())),
+        "score": pa.array([i / 8 for i in range(40)], pa.float32()),
+    })
+    dicts = [{"id": 1000 + i, "score": [float(i)], "tags": []} for i in range(5)]
+    kinds = {"id": "int64", "score": "float", "tags": "bytes"}
+    prefix = str(tmp_path / "examples")
+    pipeline = beam.Pipeline()
+    _ = (
+        pipeline
+        | beam.Create([batch, batch.slice(0, 0), pa.Table.from_batches([batch.slice(5, 3)])] + dicts)
+        | WriteExamples(prefix, kinds=kinds, num_shards=2)
+    )
+    pipeline.run().wait_until_finish()
+    expected = encode_record_batch(batch).to_list() + encode_record_batch(batch.slice(5, 3)).to_list()
+    expected += [encode_example(example, kinds) for example in dicts]
+    assert _read_all(_shards(prefix)) == collections.Counter(expected)  # byte for byte the codec's output
+
+
+def test_write_examples_refuses_what_it_cannot_encode():
+    encoder = _FrameExamplesFn({"id": "float"})
+    encoder.start_bundle()
+    with pytest.raises(ArrowConversionError, match="column 'id' has Arrow type int64.*kinds declares 'float'"):
+        list(encoder.process(pa.record_batch({"id": pa.array([1], pa.int64())})))
+    with pytest.raises(ExampleEncodeError, match="takes dicts .* or pyarrow RecordBatches/Tables, got a int"):
+        list(encoder.process(42))

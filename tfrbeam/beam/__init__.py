@@ -6,11 +6,13 @@ from __future__ import annotations
 from tfrbeam.beam.source import ReadAllFromTFRecord, ReadFromTFRecord, TFRecordSource
 
 # Writing (sink helper).
+from tfrbeam.beam.examples_write import WriteExamples
 from tfrbeam.beam.sink import WriteToTFRecord
 
 __all__ = [
     "ReadAllFromTFRecord",
     "ReadFromTFRecord",
     "TFRecordSource",
+    "WriteExamples",
     "WriteToTFRecord",
 ]

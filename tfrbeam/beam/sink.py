@@ -36,7 +36,7 @@ import io
 import logging
 import re
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Union
 
 import apache_beam as beam
@@ -44,9 +44,10 @@ import numpy as np
 from apache_beam import coders
 from apache_beam.io.filesystem import CompressionTypes, FileMetadata
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.io.localfilesystem import LocalFileSystem
 from apache_beam.metrics import Metrics
 from apache_beam.options.value_provider import ValueProvider
-from apache_beam.pvalue import AsList
+from apache_beam.pvalue import AsList, AsSingleton
 from apache_beam.transforms import window
 from apache_beam.utils.windowed_value import WindowedValue
 
@@ -55,7 +56,7 @@ from tfrbeam.errors import ConfigError, OutputExistsError, TfrbeamError
 from tfrbeam.record_index import IndexBuilder, index_path_for
 from tfrbeam.records import RECORD_OVERHEAD, RecordWriter, frame_records
 
-__all__ = ["WriteToTFRecord", "FramedBatch", "frame_batch", "WriteFramedBatches"]
+__all__ = ["FrameRecordsFn", "FramedBatch", "WriteFramedBatches", "WriteToTFRecord", "frame_batch", "make_sink_spec"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -342,28 +343,32 @@ class _TempShardWriter:
             _LOG.warning("could not delete the temporary file %s of a failed bundle", self.path, exc_info=True)
 
 
-class _FrameRecordsFn(beam.DoFn):
-    """Buffers a bundle's records and emits them framed, ~4 MiB per ``FramedBatch``."""
+class FrameRecordsFn(beam.DoFn):
+    """Buffers a bundle's records and emits them framed, ~4 MiB per ``FramedBatch``.
 
-    def __init__(self, coder: coders.Coder):
-        self._coder = None if isinstance(coder, coders.BytesCoder) else coder
+    ``encode`` turns an element into its record bytes (None: elements are bytes already).
+    """
+
+    def __init__(self, encode: Callable[[Any], bytes] | None = None):
+        self._encode = encode
 
     def start_bundle(self) -> None:
         self._payloads: list[bytes] = []
         self._size = 0
 
     def process(self, element: Any) -> Iterator[FramedBatch]:
-        payload = element if self._coder is None else self._coder.encode(element)
+        payload = element if self._encode is None else self._encode(element)
         self._payloads.append(payload)
         self._size += len(payload)
         if self._size >= _FRAME_BATCH_BYTES:
-            yield self._take()
+            yield self.take()
 
     def finish_bundle(self) -> Iterator[WindowedValue]:
         if self._payloads:
-            yield WindowedValue(self._take(), window.GlobalWindow().max_timestamp(), [window.GlobalWindow()])
+            yield in_global_window(self.take())
 
-    def _take(self) -> FramedBatch:
+    def take(self) -> FramedBatch:
+        """The buffered records as one framed batch; the buffer is emptied."""
         payloads, self._payloads, self._size = self._payloads, [], 0
         try:
             return frame_batch(payloads)
@@ -373,6 +378,11 @@ class _FrameRecordsFn(beam.DoFn):
                 f"WriteToTFRecord writes bytes records, got a {type(bad).__name__}: {bad!r:.80}. Encode elements "
                 "to bytes first, or pass a coder= that does (e.g. coders.ProtoCoder for protos)"
             ) from exc
+
+
+def in_global_window(value: Any) -> WindowedValue:
+    """``value`` as an element of the global window, for output from ``finish_bundle``."""
+    return WindowedValue(value, window.GlobalWindow().max_timestamp(), [window.GlobalWindow()])
 
 
 class _WriteBundleShardsFn(beam.DoFn):
@@ -433,7 +443,7 @@ class _WriteBundleShardsFn(beam.DoFn):
 
     def finish_bundle(self) -> Iterator[WindowedValue]:
         if self._writer is not None:
-            yield WindowedValue(self._close(), window.GlobalWindow().max_timestamp(), [window.GlobalWindow()])
+            yield in_global_window(self._close())
 
     def teardown(self) -> None:
         writer = getattr(self, "_writer", None)
@@ -478,7 +488,7 @@ class _SplitByShardFn(beam.DoFn):
 
     def finish_bundle(self) -> Iterator[WindowedValue]:
         for element in self._drain():
-            yield WindowedValue(element, window.GlobalWindow().max_timestamp(), [window.GlobalWindow()])
+            yield in_global_window(element)
 
     def _drain(self) -> Iterator[tuple[int, FramedBatch]]:
         pieces, self._pieces, self._buffered = self._pieces, {}, 0
@@ -677,7 +687,21 @@ class WriteFramedBatches(beam.PTransform):
 
     def expand(self, batches: beam.PCollection) -> beam.PCollection:
         spec = self._spec
-        batches = batches | "GlobalWindow" >> beam.WindowInto(window.GlobalWindows())
+        if not batches.is_bounded:
+            raise ValueError(
+                "tfrbeam's sinks write bounded PCollections only; use apache_beam.io.WriteToTFRecord with "
+                "triggering_frequency for streaming input"
+            )
+        if _is_static(spec) and _is_local(spec):
+            check_no_earlier_output(spec)  # before the pipeline runs
+        # Remote prefixes are checked as the pipeline starts (listing gs:// while the pipeline is
+        # built would need credentials there): writers wait for the check through a side input.
+        checked = batches.pipeline | "Start" >> beam.Create([None]) | "CheckOutput" >> beam.Map(_check_before_writing, spec)
+        batches = (
+            batches
+            | "AfterOutputCheck" >> beam.Map(lambda batch, _: batch, AsSingleton(checked))
+            | "GlobalWindow" >> beam.WindowInto(window.GlobalWindows())
+        )
         if spec.num_shards:
             temp_shards = (
                 batches
@@ -758,16 +782,21 @@ def _is_static(spec: SinkSpec) -> bool:
 
 
 def check_no_earlier_output(spec: SinkSpec) -> None:
-    """Refuse, before the pipeline runs, an output prefix that holds shards of an earlier run."""
-    if spec.overwrite or not _is_static(spec):
+    """Refuse an output prefix that holds shards of an earlier run (raises OutputExistsError)."""
+    if spec.overwrite:
         return
-    try:
-        existing = sorted(spec.existing_outputs())
-    except Exception:  # e.g. no credentials for gs:// at build time: finalize checks again
-        _LOG.warning("could not list %s to check for earlier output; finalize will check", spec.naming().glob(), exc_info=True)
-        return
+    existing = sorted(spec.existing_outputs())
     if existing:
         raise _output_exists_error(spec, existing)
+
+
+def _is_local(spec: SinkSpec) -> bool:
+    return isinstance(FileSystems.get_filesystem(_resolve(spec.file_path_prefix)), LocalFileSystem)
+
+
+def _check_before_writing(_: Any, spec: SinkSpec) -> bool:
+    check_no_earlier_output(spec)
+    return True
 
 
 class WriteToTFRecord(beam.PTransform):
@@ -818,17 +847,8 @@ class WriteToTFRecord(beam.PTransform):
         )
 
     def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
-        if not pcoll.is_bounded:
-            raise ValueError(
-                "tfrbeam's WriteToTFRecord writes bounded PCollections only; use apache_beam.io.WriteToTFRecord "
-                "with triggering_frequency for streaming input"
-            )
-        check_no_earlier_output(self._spec)
-        return (
-            pcoll
-            | "FrameRecords" >> beam.ParDo(_FrameRecordsFn(self._coder))
-            | "Write" >> WriteFramedBatches(self._spec)
-        )
+        encode = None if isinstance(self._coder, coders.BytesCoder) else self._coder.encode
+        return pcoll | "FrameRecords" >> beam.ParDo(FrameRecordsFn(encode)) | "Write" >> WriteFramedBatches(self._spec)
 
     def display_data(self) -> dict[str, Any]:
         spec = self._spec
