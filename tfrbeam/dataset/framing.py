@@ -160,14 +160,14 @@ def _walk(buffer: bytes, pos: int, want: int) -> tuple[list[int], int, bool]:
     starts: list[int] = []
     append = starts.append
     size = len(buffer)
+    last_header = size - HEADER_SIZE
     unpack = _unpack_length
-    while len(starts) < want and pos + HEADER_SIZE <= size:
-        length = unpack(buffer, pos)[0]
-        if length > MAX_PAYLOAD_SIZE:
-            return starts, pos, True
-        end = pos + length + RECORD_OVERHEAD
-        if end > size:
+    for _ in range(want):
+        if pos > last_header:
             break
+        end = pos + unpack(buffer, pos)[0] + RECORD_OVERHEAD
+        if end > size:
+            return starts, pos, unpack(buffer, pos)[0] > MAX_PAYLOAD_SIZE
         append(pos)
         pos = end
     return starts, pos, False
@@ -191,8 +191,8 @@ def _check_block(buffer: bytes, starts: list[int], verify: bool) -> tuple[bytes 
     header_bytes = raw[heads[:, None] + np.arange(8)]
     if (masked_crc32c_rows(header_bytes) != _gather_u32(raw, heads + 8)).any():
         return None
-    view = memoryview(buffer)
-    payloads = [view[start + HEADER_SIZE:start + HEADER_SIZE + length] for start, length in zip(starts, lengths.tolist())]
+    first = heads + HEADER_SIZE
+    payloads = [buffer[begin:end] for begin, end in zip(first.tolist(), (first + lengths).tolist())]
     computed = np.fromiter(map(_crc, payloads), dtype=np.uint64, count=len(payloads))
     rotated = ((computed >> 15) | (computed << 17)) & 0xFFFFFFFF
     if (((rotated + 0xA282EAD8) & 0xFFFFFFFF) != _gather_u32(raw, heads + HEADER_SIZE + lengths)).any():
