@@ -250,6 +250,23 @@ def test_extreme_values_and_edge_names():
     assert_matches_references(batch, record_batch_to_examples(batch))
 
 
+@pytest.mark.parametrize("boundary", [128, 16384])
+def test_lengths_crossing_varint_boundaries(boundary):
+    """Header lengths of 1 and 2 (or 2 and 3) varint bytes in one batch, scalar and list; with
+    more rows than distinct lengths, so that headers come from lookup tables."""
+    sizes = [boundary - 30, boundary - 3, boundary - 2, boundary - 1, boundary, boundary + 1, boundary + 40] * 60
+    batch = pa.record_batch(
+        {
+            "s": pa.array(["x" * size for size in sizes]),
+            "n": pa.array(["y" * size if index % 3 else None for index, size in enumerate(sizes)]),
+            "i": pa.array([list(range(size // 8)) for size in sizes], pa.list_(pa.int64())),
+            "f": pa.array([[0.25] * (size // 4) for size in sizes], pa.list_(pa.float32())),
+            "b": pa.array([[b"z" * (size // 2), b""] for size in sizes], pa.list_(pa.binary())),
+        }
+    )
+    assert_matches_references(batch, record_batch_to_examples(batch))
+
+
 def test_prefix_names_are_ordered_by_utf8_bytes_shorter_first():
     batch = pa.record_batch({"ab": [2], "a": [1], "": [0], "abc": [3], "b": [4]})
     record = record_batch_to_examples(batch)[0]

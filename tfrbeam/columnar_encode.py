@@ -38,6 +38,8 @@ _VARINT_THRESHOLDS = [np.uint64(1 << (7 * k)) for k in range(1, 10)]
 _SHIFTS = [np.uint64(7 * k) for k in range(10)]
 # Distinct values up to which varints and feature headers come from a lookup table.
 _LOOKUP_LIMIT = 4096
+# Distinct lengths up to which rows that must be copied exactly are copied group by group.
+_EXACT_LENGTH_GROUPS = 32
 
 _BYTES_LIST_TAG = b"\x0a"
 _FLOAT_LIST_TAG = b"\x12"
@@ -414,71 +416,155 @@ def _padded_rows(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, widt
     return _PerRow(windows, np.where(present, starts - low, 0))
 
 
-def _assemble(count: int, pieces: list[_Piece], expected_size: int) -> np.ndarray:
+def _assemble(count: int, pieces: list[_Piece], offsets: np.ndarray) -> np.ndarray:
     """Concatenate, for each of `count` rows in order, its bytes of every piece in order.
 
-    `expected_size` is the total computed from the lengths; a mismatch is a bug in this module.
+    Slots are laid out side by side in a padded block (constants from a template row, the rest
+    copied in column-wise). The slots then form stretches whose real bytes are contiguous (a
+    run of always-full slots ended by one of varying length), and each stretch is copied to
+    its place in the output with one whole-row copy per row: the junk padding it drags along
+    lands where a later stretch of the same row overwrites it. Where too few bytes follow for
+    that, rows are copied at their exact lengths instead. `offsets` (count + 1) are the row
+    boundaries computed from the lengths; the bytes written must add up to them.
     """
-    slots: list[_Slot] = []
-    raggeds: list[_Ragged] = []
-    run_ends: list[int] = []  # slots before each ragged piece
-    for piece in pieces:
-        if isinstance(piece, _Ragged):
-            raggeds.append(piece)
-            run_ends.append(len(slots))
-        elif piece.width:
-            slots.append(piece)
-    compact, run_lengths = _compact_slots(count, slots, run_ends)
-    if raggeds:
-        compact = _splice_ragged(count, run_lengths, raggeds, compact)
-    if len(compact) != expected_size:
-        raise AssertionError(f"columnar encoder produced {len(compact)} bytes, expected {expected_size}")
-    return compact
-
-
-def _compact_slots(count: int, slots: list[_Slot], run_ends: list[int]) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Row-major concatenation of the real bytes of `slots`, via padded blocks and a mask.
-
-    Also returns, for the runs of slots split at `run_ends`, each row's byte count per run.
-    """
+    out = np.empty(int(offsets[-1]), np.uint8)
+    slots = [piece for piece in pieces if isinstance(piece, _Slot) and piece.width]
+    stretches = _stretches(pieces)
+    lengths = [np.broadcast_to(stretch.lengths, (count,)) for stretch in stretches]
+    if sum(int(length.sum()) for length in lengths) != len(out):
+        raise AssertionError(f"columnar encoder pieces add up to the wrong size, expected {len(out)} bytes")
+    if count == 0 or len(out) == 0:
+        return out
+    # Where each stretch starts in the output, and how many bytes of its row follow it.
+    starts = []
+    position = offsets[:-1]
+    for length in lengths:
+        starts.append(position)
+        position = position + length
+    follows = [offsets[1:] - start - length for start, length in zip(starts, lengths)]
     width = sum(slot.width for slot in slots)
-    bounds = list(itertools.pairwise(itertools.accumulate((slot.width for slot in slots), initial=0)))
-    run_bounds = [bounds[end][0] if end < len(slots) else width for end in run_ends]
-    run_lengths = [np.zeros(count, np.int64) for _ in range(len(run_ends) + 1)] if run_ends else []
-    if width == 0 or count == 0:
-        return np.zeros(0, np.uint8), run_lengths
-    template = np.zeros(width, np.uint8)
-    template_valid = np.zeros(width, bool)
-    for slot, (start, stop) in zip(slots, bounds):
-        if slot.const is not None:
-            template[start:stop] = np.frombuffer(slot.const, np.uint8)
-        template_valid[start:stop] = slot.valid is None
-    contents = _merged_by_index([(slot.content, start, stop) for slot, (start, stop) in zip(slots, bounds)])
-    writers = [(slot.writer, start, stop) for slot, (start, stop) in zip(slots, bounds) if slot.writer]
-    valids = _merged_by_index([(slot.valid, start, stop) for slot, (start, stop) in zip(slots, bounds)])
-    runs = _runs_of_rows(slots, bounds)
-    step = max(1, _PADDED_BYTES_PER_PASS // width)
-    parts = []
+    step = max(1, _PADDED_BYTES_PER_PASS // max(width, 1))
     for first in range(0, count, step):
         last = min(count, first + step)
-        padded = _scratch("padded", (last - first, width), np.uint8)
-        padded[...] = template
-        valid = _scratch("valid", (last - first, width), bool)
-        valid[...] = template_valid
-        for content, start, stop in contents:
-            _write_rows(padded[:, start:stop], content, first, last)
-        for writer, start, stop in writers:
-            writer(padded[:, start:stop], first, last)
-        for content, start, stop in valids:
-            _write_rows(valid[:, start:stop].view(np.uint8), content, first, last)
-        for rows, start, stop in runs:
-            absent = np.flatnonzero(~rows[first:last])
-            if len(absent):
-                valid[absent, start:stop] = False
-        for run, (start, stop) in enumerate(itertools.pairwise([0, *run_bounds, width]) if run_ends else []):
-            run_lengths[run][first:last] = valid[:, start:stop].sum(axis=1)
-        parts.append(padded[valid])
-    return (parts[0] if len(parts) == 1 else np.concatenate(parts)), run_lengths
+        padded = _padded_block(slots, width, first, last)
+        for stretch, start, length, after in zip(stretches, starts, lengths, follows):
+            part = slice(first, last)
+            if stretch.ragged is not None:
+                ragged = stretch.ragged
+                _copy_segments(out, start[part], ragged.data, ragged.starts[part], length[part])
+            else:
+                source = padded[:, stretch.start : stretch.stop]
+                _place(out, start[part], source, length[part], after[part])
+    return out
+
+
+@dataclasses.dataclass
+class _Stretch:
+    """A part of every row whose real bytes are contiguous: padded block columns start..stop
+    (real bytes: the first `lengths` of them), or a ragged piece."""
+
+    start: int = 0
+    stop: int = 0
+    lengths: np.ndarray | int = 0
+    rows: Rows = None
+    closed: bool = False
+    ragged: _Ragged | None = None
+
+
+def _stretches(pieces: list[_Piece]) -> list[_Stretch]:
+    """Group pieces into stretches: full slots, then at most one slot of varying length.
+
+    A stretch may go on from slots present in every row to slots limited to some rows (an
+    absent row then ends after the first part), but not back.
+    """
+    stretches: list[_Stretch] = []
+    column = 0
+    for piece in pieces:
+        if isinstance(piece, _Ragged):
+            stretches.append(_Stretch(start=column, stop=column, lengths=piece.lengths, closed=True, ragged=piece))
+            continue
+        if not piece.width:
+            continue
+        current = stretches[-1] if stretches else None
+        joins = current is not None and not current.closed and (current.rows is None or piece.rows is current.rows)
+        if not joins:
+            current = _Stretch(start=column, stop=column)
+            stretches.append(current)
+        current.rows = piece.rows if piece.rows is not None else current.rows
+        current.stop += piece.width
+        current.lengths = current.lengths + _slot_lengths(piece)
+        current.closed = piece.valid is not None
+        column += piece.width
+    return stretches
+
+
+def _slot_lengths(slot: _Slot) -> np.ndarray | int:
+    """Real bytes of the slot in each row (0 in absent rows)."""
+    if slot.valid is None:
+        return _masked(slot.width, slot.rows)
+    per_entry = slot.valid.table.sum(axis=1, dtype=np.int64)
+    return _masked(per_entry if slot.valid.index is None else per_entry[slot.valid.index], slot.rows)
+
+
+def _padded_block(slots: list[_Slot], width: int, first: int, last: int) -> np.ndarray:
+    """Rows first..last of all slots side by side, junk where a slot's bytes are not real."""
+    template = np.zeros(width, np.uint8)
+    position = 0
+    for slot in slots:
+        if slot.const is not None:
+            template[position : position + slot.width] = np.frombuffer(slot.const, np.uint8)
+        position += slot.width
+    padded = _scratch("padded", (last - first, width), np.uint8)
+    padded[...] = template
+    bounds = list(itertools.pairwise(itertools.accumulate((slot.width for slot in slots), initial=0)))
+    for content, start, stop in _merged_by_index([(slot.content, a, b) for slot, (a, b) in zip(slots, bounds)]):
+        _write_rows(padded[:, start:stop], content, first, last)
+    for slot, (start, stop) in zip(slots, bounds):
+        if slot.writer is not None:
+            slot.writer(padded[:, start:stop], first, last)
+    return padded
+
+
+def _windows(buffer: np.ndarray, width: int) -> np.ndarray:
+    """Every `width`-byte window of a uint8 buffer as one opaque element, by start offset."""
+    windows = np.lib.stride_tricks.as_strided(buffer, shape=(len(buffer) - width + 1, width), strides=(1, 1))
+    return windows.view(f"V{width}")[:, 0]
+
+
+def _place(out: np.ndarray, starts: np.ndarray, source: np.ndarray, lengths: np.ndarray, follows: np.ndarray) -> None:
+    """Copy row i's first lengths[i] bytes of source (rows, width) to out[starts[i]:].
+
+    Rows with at least the junk's worth of bytes after them in their output row are copied
+    whole; the others at their exact lengths, grouped by length.
+    """
+    width = source.shape[1]
+    rows = source.view(f"V{width}")[:, 0]
+    whole = width - lengths <= follows
+    if whole.all():
+        _windows(out, width)[starts] = rows
+        return
+    picked = np.flatnonzero(whole)
+    if len(picked):
+        _windows(out, width)[starts[picked]] = rows[picked]
+    exact = np.flatnonzero(~whole & (lengths > 0))
+    sizes = lengths[exact]
+    distinct = np.flatnonzero(np.bincount(sizes))
+    if len(distinct) > _EXACT_LENGTH_GROUPS:
+        flat = np.ascontiguousarray(source).reshape(-1)
+        _copy_segments(out, starts[exact], flat, exact * width, sizes)
+        return
+    for size in distinct.tolist():
+        group = exact[sizes == size]
+        _windows(out, size)[starts[group]] = source[:, :size].view(f"V{size}")[group, 0]
+
+
+def _copy_segments(out: np.ndarray, destinations: np.ndarray, data: np.ndarray, sources: np.ndarray, lengths: np.ndarray) -> None:
+    """out[destinations[i]:][:lengths[i]] = data[sources[i]:][:lengths[i]], by byte index."""
+    total = int(lengths.sum())
+    if total == 0:
+        return
+    within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    out[np.repeat(destinations, lengths) + within] = data[np.repeat(sources, lengths) + within]
 
 
 _SCRATCH = threading.local()
@@ -527,50 +613,6 @@ def _merged_by_index(entries: list[tuple[_PerRow | None, int, int]]) -> list[tup
     return merged
 
 
-def _runs_of_rows(slots: list[_Slot], bounds: list[tuple[int, int]]) -> list[tuple[np.ndarray, int, int]]:
-    """Merge neighbouring slots limited to the same rows, so absent rows are masked once each."""
-    runs: list[tuple[np.ndarray, int, int]] = []
-    for slot, (start, stop) in zip(slots, bounds):
-        if slot.rows is None:
-            continue
-        if runs and runs[-1][0] is slot.rows and runs[-1][2] == start:
-            runs[-1] = (slot.rows, runs[-1][1], stop)
-        else:
-            runs.append((slot.rows, start, stop))
-    return runs
-
-
-def _splice_ragged(count: int, run_lengths: list[np.ndarray], raggeds: list[_Ragged], compact: np.ndarray) -> np.ndarray:
-    """Insert ragged pieces between the compacted slot bytes with one gather over segments."""
-    # Per row the output is: slot run 0, ragged 0, slot run 1, ragged 1, ..., slot run R.
-    slot_row_lengths = np.sum(run_lengths, axis=0)
-    run_start = np.cumsum(slot_row_lengths) - slot_row_lengths
-    sources = [compact]
-    segment_starts = np.empty((count, 2 * len(raggeds) + 1), np.int64)
-    segment_lengths = np.empty_like(segment_starts)
-    source_base = len(compact)
-    for index, run_length in enumerate(run_lengths):
-        segment_starts[:, 2 * index] = run_start
-        segment_lengths[:, 2 * index] = run_length
-        run_start = run_start + run_length
-        if index < len(raggeds):
-            ragged = raggeds[index]
-            present = ragged.lengths > 0
-            low = int(ragged.starts[present].min()) if present.any() else 0
-            high = int((ragged.starts + ragged.lengths)[present].max()) if present.any() else 0
-            sources.append(ragged.data[low:high])
-            segment_starts[:, 2 * index + 1] = np.where(present, ragged.starts - low, 0) + source_base
-            segment_lengths[:, 2 * index + 1] = ragged.lengths
-            source_base += high - low
-    segment_starts = segment_starts.ravel()
-    segment_lengths = segment_lengths.ravel()
-    total = int(segment_lengths.sum())
-    destinations = np.cumsum(segment_lengths) - segment_lengths
-    gather = np.repeat(segment_starts - destinations, segment_lengths)
-    gather += np.arange(total, dtype=np.int64)
-    return np.concatenate(sources)[gather]
-
-
 # ---------------------------------------------------------------------------------------------
 # Columns: the pieces of each feature entry, computed column-wise.
 
@@ -586,7 +628,7 @@ def _encode_rows(columns: list[_Column], count: int, row_base: int) -> tuple[np.
     header = [_const(b"\x0a"), _varint(features_length)]
     offsets = np.zeros(count + 1, np.int64)
     np.cumsum(1 + _length_of_varint(features_length) + features_length, out=offsets[1:])
-    return _assemble(count, header + pieces, int(offsets[-1])), offsets
+    return _assemble(count, header + pieces, offsets), offsets
 
 
 # How a feature's list message starts, before its payload (the values proper):
@@ -653,6 +695,9 @@ def _entry_header(key_prefix: bytes, payload: _Payload, rows: Rows):
         if len(present) == 0:
             return [], 0, _no_valid
         smallest, largest = int(present.min()), int(present.max())
+        if smallest == largest:  # one length in every present row: a constant header
+            fields, entry_length = _header_fields(key_prefix, payload.kind_tag, payload.framing, smallest)
+            return [_const(b"".join(fields), rows)], _masked(entry_length, rows), _no_valid
         if largest - smallest >= min(_LOOKUP_LIMIT, len(lengths)):
             slots, entry_lengths = _header_varints(key_prefix, payload, rows)
             return slots, _masked(entry_lengths, rows), _no_valid
@@ -669,8 +714,8 @@ def _entry_header(key_prefix: bytes, payload: _Payload, rows: Rows):
     valid = None if table_valid.all() else _PerRow(table_valid, index)
     header = _Slot(width=table.shape[1], rows=rows, content=_PerRow(table, index), valid=valid)
 
-    def payload_valid(width: int) -> _PerRow:
-        return _PerRow(_prefix_valid(width, key_lengths), index)
+    def payload_valid(width: int) -> _PerRow | None:
+        return None if int(key_lengths.min()) >= width else _PerRow(_prefix_valid(width, key_lengths), index)
 
     return [header], _masked(table_entry_lengths[index], rows), payload_valid
 
@@ -693,15 +738,16 @@ def _header_fields(key_prefix: bytes, kind_tag: bytes, framing: str, payload_len
 def _header_table(key_prefix: bytes, kind_tag: bytes, framing: str, smallest: int, largest: int):
     """Headers of payload lengths smallest..largest: bytes (k, width), validity, entry lengths.
 
-    Each field is left-aligned in a column as wide as its widest value; the arrays are shared
-    between calls (cached), so they are read-only.
+    Each header's bytes come first in its row (the real bytes of a slot are always a prefix);
+    the arrays are shared between calls (cached), so they are read-only.
     """
     headers = [_header_fields(key_prefix, kind_tag, framing, length) for length in range(smallest, largest + 1)]
-    widths = [max(len(fields[position]) for fields, _ in headers) for position in range(len(headers[0][0]))]
-    table = b"".join(field.ljust(width, b"\0") for fields, _ in headers for field, width in zip(fields, widths))
-    valid = b"".join(b"\1" * len(field) + b"\0" * (width - len(field)) for fields, _ in headers for field, width in zip(fields, widths))
-    shape = (len(headers), sum(widths))
+    rows = [b"".join(fields) for fields, _ in headers]
+    width = max(len(row) for row in rows)
+    table = b"".join(row.ljust(width, b"\0") for row in rows)
+    valid = b"".join(b"\1" * len(row) + b"\0" * (width - len(row)) for row in rows)
     entry_lengths = np.array([entry for _, entry in headers], np.int64)
+    shape = (len(rows), width)
     return np.frombuffer(table, np.uint8).reshape(shape), np.frombuffer(valid, bool).reshape(shape), entry_lengths
 
 
@@ -847,7 +893,7 @@ def _list_items(column: _Column, items: pa.Array, starts: np.ndarray, counts: np
         item_lengths = 1 + _length_of_varint(value_lengths) + value_lengths
     item_offsets = np.zeros(len(items) + 1, np.int64)
     np.cumsum(item_lengths, out=item_offsets[1:])
-    return _assemble(len(items), item_pieces, item_offsets[-1]), item_offsets
+    return _assemble(len(items), item_pieces, item_offsets), item_offsets
 
 
 def _first_flagged(flags: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> tuple[int, int] | None:
