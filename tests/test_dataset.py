@@ -70,8 +70,27 @@ SPEC = {
 }
 
 
-def ids_of(dataset) -> list[int]:
-    return [int(value) for batch in dataset for value in batch["id"]]
+def check_rows(batch: dict) -> None:
+    """Every row's features belong to its id (catches rows mixed up by the shuffle buffer or sharding)."""
+    ids = batch["id"].tolist()
+    if "name" in batch:
+        assert batch["name"].tolist() == [f"n{i}".encode() for i in ids]
+    if "x" in batch:
+        np.testing.assert_array_equal(batch["x"], np.array([[i, i / 2.0, -1.0] for i in ids], dtype=np.float32))
+    if "tags" in batch:
+        assert [row.tolist() for row in batch["tags"].to_list()] == [[b"t" * (1 + (i + j) % 3) for j in range(i % 4)] for i in ids]
+    if "opt" in batch:
+        assert [row.tolist() for row in batch["opt"].to_list()] == [[i, i + 1] if i % 3 == 0 else [] for i in ids]
+
+
+def ids_of(dataset, check: bool = True) -> list[int]:
+    """The record ids in the order the dataset yields them, checking each batch's rows on the way."""
+    out: list[int] = []
+    for batch in dataset:
+        if check:
+            check_rows(batch)
+        out += batch["id"].tolist()
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -297,7 +316,7 @@ def test_shuffle_buffer_of_the_dataset_size_decorrelates_position(tmp_path):
     correlation = np.corrcoef(np.arange(2000), order)[0, 1]
     assert abs(correlation) < 0.1
     # A small buffer (fed small blocks) keeps records near their position: the correlation stays high.
-    local = np.array(ids_of(open_dataset(str(tmp_path / "*.tfrecord"), feature_spec=SPEC, columns=["id"], batch_size=10,
+    local = np.array(ids_of(open_dataset(str(tmp_path / "*.tfrecord"), feature_spec=SPEC, batch_size=10,
                                          shuffle_buffer=20, block_length=10, seed=11, executor="threads")))
     assert np.corrcoef(np.arange(2000), local)[0, 1] > 0.99
 
