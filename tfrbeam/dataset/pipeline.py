@@ -93,7 +93,21 @@ def open_dataset(
 ) -> Dataset:
     """Open a TFRecord dataset of tf.train.Examples for training: a ``tfrbeam build`` directory or a glob.
 
-    See the README section "Reading datasets for training" for every argument.
+    - ``path_or_pattern``: a build directory (its ``dataset_info.json`` gives splits, shards,
+      record counts and the feature spec; ``split`` picks one), or a glob / file / list of files.
+    - ``feature_spec``: {name: FixedLenFeature | VarLenFeature | manifest-style dict}; default:
+      the manifest's, else inferred from the first 1000 records. ``columns`` decodes only those.
+    - Batches: ``batch_size`` records (the last one of an epoch smaller unless ``drop_remainder``),
+      as ``{name: numpy array | Ragged}`` (``output="numpy"``; ``padded`` pads variable-length
+      features: True, a list of names, or {name: length}) or ``pyarrow.RecordBatch`` (``"arrow"``).
+    - Order: ``num_parallel_reads`` files interleaved (default 8), ``block_length`` records from
+      each in turn, ``shuffle_files`` and a ``shuffle_buffer`` of records, all seeded by ``seed``
+      (random if None, but recorded in ``state_dict``). ``deterministic=False`` takes blocks in
+      the order workers finish them (not resumable).
+    - Work: ``executor`` "threads" or "processes" ("auto": processes for data over 64 MiB),
+      ``num_workers`` (default: CPU count), ``prefetch`` batches ahead (default 2), ``autotune``.
+    - ``skip_corrupt`` skips damaged records (see ``Dataset.skipped``) instead of raising;
+      ``raw=True`` yields each record's bytes as feature "record" (any payload, not just Examples).
     """
     if raw:
         feature_spec = {RAW_KEY: FixedLenFeature((), "bytes")}

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from tfrbeam.columnar_decode import examples_to_record_batch
-from tfrbeam.errors import ConfigError
+from tfrbeam.errors import ArrowConversionError, ConfigError, ExampleDecodeError
 from tfrbeam.records import RecordReader, normalize_compression
 
 _LOG = logging.getLogger(__name__)
@@ -254,7 +254,13 @@ def infer_feature_spec(files: Sequence[ShardFile], records: int = INFER_RECORDS,
             break
     if not payloads:
         raise ConfigError(f"cannot infer a feature spec: the files ({len(files)}, first {files[0].path if files else None!r}) hold no records")
-    batch = examples_to_record_batch(payloads)
+    try:
+        batch = examples_to_record_batch(payloads)
+    except (ArrowConversionError, ExampleDecodeError) as exc:
+        raise ConfigError(
+            f"cannot infer a feature spec from the first {len(payloads)} records of {files[0].path}: {exc}; "
+            "pass feature_spec= (or raw=True for payloads that are not tf.train.Examples)"
+        ) from exc
     features: dict[str, Feature] = {}
     for name, column in zip(batch.schema.names, batch.columns):
         value_type = column.type.value_type
