@@ -494,3 +494,12 @@ def test_fast_framing_matches_record_reader_and_hands_errors_over(monkeypatch, s
         else:
             assert error is None
         assert got == expected
+
+
+def test_importing_the_reader_does_not_import_beam():
+    import subprocess
+    import sys
+
+    code = "import sys, tfrbeam.dataset; print('apache_beam' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"
