@@ -23,7 +23,14 @@ from tfrbeam.beam import sink
 from tfrbeam.beam.examples_write import WriteExamples, _FrameExamplesFn
 from tfrbeam.beam.sink import Finalizer, ShardNaming, WriteToTFRecord, frame_batch, make_sink_spec
 from tfrbeam.columnar_encode import encode_record_batch
-from tfrbeam.errors import ArrowConversionError, ConfigError, ExampleEncodeError, OutputExistsError, UnsupportedCompressionError
+from tfrbeam.errors import (
+    ArrowConversionError,
+    ConfigError,
+    ExampleEncodeError,
+    OutputExistsError,
+    TfrbeamError,
+    UnsupportedCompressionError,
+)
 from tfrbeam.example import encode_example
 from tfrbeam.record_index import INDEX_DIR_NAME, index_path_for, load_index
 from tfrbeam.records import RECORD_OVERHEAD, read_records
@@ -459,3 +466,12 @@ def test_write_examples_refuses_what_it_cannot_encode():
         list(encoder.process(pa.record_batch({"id": pa.array([1], pa.int64())})))
     with pytest.raises(ExampleEncodeError, match="takes dicts .* or pyarrow RecordBatches/Tables, got a int"):
         list(encoder.process(42))
+
+
+def test_finalize_refuses_a_final_file_it_did_not_write(tmp_path):
+    spec = make_sink_spec(str(tmp_path / "out"), num_shards=1)
+    (shard,) = _temp_shards(spec, [[b"ours"]])
+    os.remove(shard.path)  # our temporary file vanished...
+    pathlib.Path(spec.naming().name(0, 1)).write_bytes(b"x" * 3)  # ...and a different file holds the name
+    with pytest.raises(TfrbeamError, match="another run wrote into the same prefix"):
+        Finalizer(spec).run([shard])

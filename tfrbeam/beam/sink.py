@@ -606,6 +606,12 @@ class Finalizer:
                     _delete_quietly([move.shard.path])  # an interrupted copy-then-delete rename
                 else:
                     replace.append(move)
+            elif self.compression is None and existing[move.dst].size_in_bytes != move.shard.framed_bytes:
+                raise TfrbeamError(
+                    f"the temporary file {move.shard.path} is gone and {move.dst} holds "
+                    f"{existing[move.dst].size_in_bytes} bytes, not this run's {move.shard.framed_bytes}: another "
+                    "run wrote into the same prefix at the same time; rerun the pipeline"
+                )
             # else: renamed by an earlier attempt of this finalize.
         return pending, replace
 
