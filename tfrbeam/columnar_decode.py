@@ -195,7 +195,7 @@ class _Piece:
     """Decoded values of one feature, for a set of records, all of one kind.
 
     ``rec`` lists the records holding the feature (ascending), ``counts`` their number of
-    values. ``values`` is int64 or float32 for those kinds; for bytes it holds each value's
+    values (both int32 in the fast path: a batch holds far fewer than 2**31 records). ``values`` is int64 or float32 for those kinds; for bytes it holds each value's
     length and ``data`` the values' bytes back to back.
     """
 
@@ -209,7 +209,7 @@ class _Piece:
     def empty(cls, kind: int, rec: np.ndarray) -> _Piece:
         values = np.zeros(0, dtype=np.float32 if kind == KIND_FLOAT else np.int64)
         data = np.zeros(0, dtype=np.uint8) if kind == KIND_BYTES else None
-        return cls(kind, rec, np.zeros(len(rec), dtype=np.int64), values, data)
+        return cls(kind, rec, np.zeros(len(rec), dtype=np.int32), values, data)
 
     def keep(self, mask: np.ndarray) -> _Piece:
         """The records of this piece where ``mask`` (one flag per record of the piece) is set."""
@@ -343,32 +343,29 @@ def _decode_varints(buf: np.ndarray, owner: np.ndarray, starts: np.ndarray, leng
     return counts, values, np.unique(owner[bad_runs])
 
 
-def _decode_single_varints(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray):
-    """Values of runs that each hold exactly one varint (1..10 bytes), or None if any does not.
+def _single_varints(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray):
+    """(value, ok) per run, ok where the run is exactly one varint (1..10 bytes).
 
     The common scalar case: one 8-byte window per value instead of per-byte work.
     """
-    if lengths.max() > 10:
-        return None
-    u64 = _unaligned_u64(buf)
-    window = u64[starts] & _LOW_BYTES_MASK[np.minimum(lengths, 8)]
-    if ((window & _CONTINUATION_BITS) != _EXPECTED_CONTINUATION[lengths]).any():
-        return None
+    window = _unaligned_u64(buf)[starts] & _LOW_BYTES_MASK[np.minimum(lengths, 8)]
+    ok = (window & _CONTINUATION_BITS) == _EXPECTED_CONTINUATION[np.minimum(lengths, 10)]
+    ok &= (lengths >= 1) & (lengths <= 10)
     if (lengths == 1).all():
-        return (window & _U64(0x7F)).view(np.int64)
+        return (window & _U64(0x7F)).view(np.int64), ok
     # Squeeze out the continuation bits: 7-bit groups -> 14-bit -> 28-bit -> 56-bit lanes.
     values = window & _U64(0x7F7F7F7F7F7F7F7F)
     values = (values & _U64(0x007F007F007F007F)) | ((values & _U64(0x7F007F007F007F00)) >> _U64(1))
     values = (values & _U64(0x00003FFF00003FFF)) | ((values & _U64(0x3FFF00003FFF0000)) >> _U64(2))
     values = (values & _U64(0x000000000FFFFFFF)) | ((values & _U64(0x0FFFFFFF00000000)) >> _U64(4))
-    if (lengths > 8).any():
-        long = np.flatnonzero(lengths > 8)
+    long = np.flatnonzero((lengths > 8) & (lengths <= 10))
+    if long.size:
+        ten = lengths[long] == 10
         ninth = buf[starts[long] + 8].astype(np.uint64)
-        tenth = np.where(lengths[long] == 10, buf[starts[long] + 9], 0).astype(np.uint64)
-        if ((ninth >= 0x80) != (lengths[long] == 10)).any() or (tenth >= 0x80).any():
-            return None
+        tenth = np.where(ten, buf[starts[long] + 9], 0).astype(np.uint64)
+        ok[long] &= ((ninth >= 0x80) == ten) & (tenth < 0x80)
         values[long] |= ((ninth & _U64(0x7F)) << _U64(56)) | (tenth << _U64(63))
-    return values.view(np.int64)
+    return values.view(np.int64), ok
 
 
 def _unaligned_u64(buf: np.ndarray) -> np.ndarray:
@@ -418,9 +415,10 @@ def _both(ok: np.ndarray, more: Optional[np.ndarray]) -> np.ndarray:
 @dataclasses.dataclass
 class _Entries:
     """Canonical map entries found by the walk for one feature (one per record holding it),
-    in chunks: one per step that met the feature."""
+    in chunks: one per uniform step that met the feature, one for all the mixed steps."""
 
     chunks: list[tuple[np.ndarray, ...]] = dataclasses.field(default_factory=list)
+    in_record_order: bool = True
 
     def columns(self) -> tuple[np.ndarray, ...]:
         """(record, kind, list start, list end, single-run payload length or -1), all chunks."""
@@ -456,6 +454,10 @@ class _StepEntries:
     def select(self, keep: np.ndarray) -> _StepEntries:
         return _StepEntries(*(getattr(self, field.name)[keep] for field in dataclasses.fields(self)))
 
+    @classmethod
+    def concat(cls, parts: list[_StepEntries]) -> _StepEntries:
+        return cls(*(np.concatenate([getattr(p, field.name) for p in parts]) for field in dataclasses.fields(cls)))
+
 
 class _Walk:
     """Lockstep parse of every canonical record of a batch down to each feature's list message."""
@@ -470,11 +472,17 @@ class _Walk:
         self.by_name: dict[bytes, int] = {}
         self.invalid_names: set[bytes] = set()
         self.entries: dict[int, _Entries] = {}
+        # Steps whose entries have several names (sparse or ragged records), grouped at the end.
+        self.mixed: list[tuple[np.ndarray, np.ndarray, _StepEntries]] = []
 
     def run(self) -> None:
         rec, pos, end = self._features_spans()
         while rec.size:
             rec, pos, end = self._step(rec, pos, end)
+        if self.mixed:
+            rec, keys, found = (np.concatenate([m[0] for m in self.mixed]), np.concatenate([m[1] for m in self.mixed]),
+                                _StepEntries.concat([m[2] for m in self.mixed]))
+            self._file_by_key(rec, keys, found)
 
     def _features_spans(self):
         """Records whose Example is one canonical ``features`` field: (records, start, end)."""
@@ -505,10 +513,16 @@ class _Walk:
                 rec, fend, head, found = rec[keep], fend[keep], head[keep], found.select(keep)
         if rec.size:
             if slow is None and (found.name_len <= 4).all():
-                keys = head & _HEAD_KEY_MASK[found.name_len]
+                keys = head & _HEAD_KEY_MASK[found.name_len]  # exact: the length and name bytes
+                uniform = bool((keys == keys[0]).all())
             else:
-                keys = self._name_keys(found.name_start, found.name_len)
-            self._assign(rec, keys, found)
+                keys = None
+                uniform = self._all_named_as_first(found.name_start, found.name_len)
+            if uniform:
+                self._file_by_key(rec, None, found)
+            else:
+                keys = self._name_keys(found.name_start, found.name_len) if keys is None else keys
+                self.mixed.append((rec, keys, found))
         more = found.entry_end < fend
         if more.all():
             return rec, found.entry_end, fend
@@ -562,33 +576,38 @@ class _Walk:
         return _StepEntries.located(ok, entry_end, name_start, name_len, kind, empty, list_start,
                                     np.full(len(pos), -1, dtype=np.int64))
 
-    def _assign(self, rec: np.ndarray, keys: np.ndarray, found: _StepEntries) -> None:
-        """Group one step's entries by feature name and file them under the feature ids."""
-        first = keys[0]
-        same = keys == first
-        if same.all():
-            self._file_group(rec, found, slice(None), 0)
-            return
-        dominant = np.flatnonzero(same)
-        self._file_group(rec, found, dominant, 0)
-        rest = np.flatnonzero(~same)
-        order = rest[np.argsort(keys[rest], kind="stable")]
-        sorted_keys = keys[order]
-        bounds = np.flatnonzero(sorted_keys[1:] != sorted_keys[:-1]) + 1
-        for lo, hi in zip(np.r_[0, bounds].tolist(), np.r_[bounds, len(order)].tolist()):
-            self._file_group(rec, found, order[lo:hi], int(order[lo]))
+    def _file_by_key(self, rec: np.ndarray, keys: Optional[np.ndarray], found: _StepEntries) -> None:
+        """Group entries by name key and file each group under its feature id (``keys`` None:
+        all entries are known to have one name)."""
+        if keys is None or (keys == keys[0]).all():
+            groups, in_order = [(0, len(rec))], True
+        else:
+            order = np.argsort(keys, kind="stable")
+            rec, keys, found = rec[order], keys[order], found.select(order)
+            bounds = np.flatnonzero(keys[1:] != keys[:-1]) + 1
+            groups, in_order = list(zip(np.r_[0, bounds].tolist(), np.r_[bounds, len(keys)].tolist())), False
+        collided = set() if keys is None else self._hash_collisions(keys, found, groups)
+        for index, (lo, hi) in enumerate(groups):
+            members = slice(lo, hi)
+            if index in collided:
+                self._file_exactly(rec[members], found.select(members))
+                continue
+            start = int(found.name_start[lo])
+            name = self.buf[start : start + int(found.name_len[lo])].tobytes()
+            self._file(name, rec[members], found.kind[members], found.list_start[members], found.entry_end[members],
+                       found.single_len[members], in_order)
 
-    def _file_group(self, rec: np.ndarray, found: _StepEntries, members, rep: int) -> None:
-        """File the entries ``members`` (one key, hence one name unless two long names collide)."""
-        start = int(found.name_start[rep])
-        name = self.buf[start : start + int(found.name_len[rep])].tobytes()
-        if len(name) >= 8 and not self._same_names(found.name_start[members], found.name_len[members], start, len(name)):
-            self._file_exactly(rec[members], found.select(members))
-            return
-        self._file(name, rec[members], found.kind[members], found.list_start[members], found.entry_end[members],
-                   found.single_len[members])
+    def _hash_collisions(self, keys: np.ndarray, found: _StepEntries, groups: list[tuple[int, int]]) -> set[int]:
+        """Groups (by index) of hashed long names whose members do not all share one name."""
+        hashed = keys >= _U64(1 << 63)
+        if not hashed.any():
+            return set()
+        lo = np.array([g[0] for g in groups])
+        first = np.repeat(lo, [g[1] - g[0] for g in groups])  # each entry's group representative
+        differs = hashed & ~self._names_equal(found.name_start, found.name_len, found.name_start[first], found.name_len[first])
+        return set(np.unique(np.searchsorted(lo, np.flatnonzero(differs), side="right") - 1).tolist())
 
-    def _file(self, name: bytes, rec, kind, list_start, list_end, single_len) -> None:
+    def _file(self, name: bytes, rec, kind, list_start, list_end, single_len, in_order: bool = True) -> None:
         fid = self.by_name.get(name)
         if fid is None and (name in self.invalid_names or not _is_utf8(name)):
             self.invalid_names.add(name)
@@ -598,7 +617,9 @@ class _Walk:
             fid = self.by_name[name] = len(self.names)
             self.names.append(name)
         if self.wanted is None or name in self.wanted:
-            self.entries.setdefault(fid, _Entries()).chunks.append((rec, kind, list_start, list_end, single_len))
+            entries = self.entries.setdefault(fid, _Entries())
+            entries.chunks.append((rec, kind, list_start, list_end, single_len))
+            entries.in_record_order &= in_order
 
     def _file_exactly(self, rec: np.ndarray, found: _StepEntries) -> None:
         """Group by the name bytes themselves (used only when two long names share a hash)."""
@@ -607,7 +628,7 @@ class _Walk:
             by_name.setdefault(self.buf[s : s + n].tobytes(), []).append(i)
         for name, index in by_name.items():
             m = np.array(index, dtype=np.int64)
-            self._file(name, rec[m], found.kind[m], found.list_start[m], found.entry_end[m], found.single_len[m])
+            self._file(name, rec[m], found.kind[m], found.list_start[m], found.entry_end[m], found.single_len[m], False)
 
     def _name_keys(self, name_start: np.ndarray, name_len: np.ndarray) -> np.ndarray:
         """A uint64 key per name: its length byte and bytes for names under 8 bytes, else a hash."""
@@ -628,14 +649,24 @@ class _Walk:
             digest ^= digest >> _U64(29)
         return digest
 
-    def _same_names(self, name_start: np.ndarray, name_len: np.ndarray, rep_start: int, rep_len: int) -> bool:
-        if (name_len != rep_len).any():
+    def _all_named_as_first(self, name_start: np.ndarray, name_len: np.ndarray) -> bool:
+        """Do all entries have the first entry's name (compared byte for byte, 8 at a time)?"""
+        first_len = int(name_len[0])
+        if not (name_len == first_len).all():
             return False
-        for word in range((rep_len + 7) // 8):
-            mask = _LOW_BYTES_MASK[min(rep_len - 8 * word, 8)]
-            if ((self.u64[name_start + 8 * word] & mask) != (self.u64[rep_start + 8 * word] & mask)).any():
+        for word in range((first_len + 7) // 8):
+            words = self.u64[name_start + 8 * word] & _LOW_BYTES_MASK[min(first_len - 8 * word, 8)]
+            if not (words == words[0]).all():
                 return False
         return True
+
+    def _names_equal(self, start_a: np.ndarray, len_a: np.ndarray, start_b: np.ndarray, len_b: np.ndarray) -> np.ndarray:
+        """Per pair: are the names at (start_a, len_a) and (start_b, len_b) the same bytes?"""
+        equal = len_a == len_b
+        for word in range(int(len_a.max() + 7) // 8):
+            mask = _LOW_BYTES_MASK[np.clip(len_a - 8 * word, 0, 8)]
+            equal &= (self.u64[start_a + 8 * word] & mask) == (self.u64[start_b + 8 * word] & mask)
+        return equal
 
 
 def _is_utf8(name: bytes) -> bool:
@@ -651,40 +682,48 @@ def _is_utf8(name: bytes) -> bool:
 
 def _fast_pieces(walk: _Walk) -> dict[int, list[_Piece]]:
     """Decode the values of every wanted feature found by the walk; non-canonical lists and
-    duplicate keys send their records to the fallback instead."""
-    num_records = walk.batch.num_records
+    duplicate keys send their records to the fallback instead.
+
+    Features whose every list is one short run (scalars, short lists) are decoded together per
+    kind, one vectorised call for all of them, which keeps wide sparse batches fast.
+    """
     pieces: dict[int, list[_Piece]] = {}
+    single_runs: dict[int, list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]] = {}
     for fid, entries in walk.entries.items():
         rec, kind, start, end, single_len = entries.columns()
-        if len(entries.chunks) > 1:
-            rec, kind, start, end, single_len = _in_record_order(walk, num_records, rec, kind, start, end, single_len)
+        if len(entries.chunks) > 1 or not entries.in_record_order:
+            rec, kind, start, end, single_len = _in_record_order(walk, rec, kind, start, end, single_len)
         kinds = kind[:1] if (kind == kind[0]).all() else np.unique(kind)
-        feature_pieces = []
         for k in kinds.tolist():
             if len(kinds) == 1:
                 parts = rec, start, end, single_len
             else:
                 select = kind == k
                 parts = rec[select], start[select], end[select], single_len[select]
-            feature_pieces.append(_decode_entries(walk, int(k), *parts))
-        pieces[fid] = feature_pieces
+            if k == KIND_NONE:
+                pieces.setdefault(fid, []).append(_Piece.empty(KIND_NONE, parts[0]))
+            elif (parts[3] >= 0).all():
+                single_runs.setdefault(k, []).append((fid, parts[0], parts[1] + 2, parts[3]))
+            else:
+                pieces.setdefault(fid, []).append(_decode_entries(walk, k, *parts[:3]))
+    for kind, runs in single_runs.items():
+        for fid, piece in _decode_single_runs(walk, kind, runs):
+            pieces.setdefault(fid, []).append(piece)
     return pieces
 
 
-def _in_record_order(walk: _Walk, num_records: int, rec: np.ndarray, *columns: np.ndarray):
+def _in_record_order(walk: _Walk, rec: np.ndarray, *columns: np.ndarray):
     """Sort a feature's entries by record; records holding the feature twice go to the fallback."""
-    seen = np.bincount(rec, minlength=num_records)
-    walk.fallback[seen > 1] = True
+    if len(rec) < 2 or (rec[1:] > rec[:-1]).all():
+        return (rec,) + columns
     order = np.argsort(rec, kind="stable")
-    return (rec[order],) + tuple(column[order] for column in columns)
+    rec = rec[order]
+    walk.fallback[rec[1:][rec[1:] == rec[:-1]]] = True
+    return (rec,) + tuple(column[order] for column in columns)
 
 
-def _decode_entries(walk: _Walk, kind: int, rec, start, end, single_len) -> _Piece:
-    """Values of one feature's canonical entries of one kind."""
-    if kind == KIND_NONE:
-        return _Piece.empty(KIND_NONE, rec)
-    if (single_len >= 0).all():
-        return _decode_single_runs(walk, kind, rec, start + 2, single_len)
+def _decode_entries(walk: _Walk, kind: int, rec, start, end) -> _Piece:
+    """Values of one feature's canonical entries of one kind, any list layout."""
     buf = walk.buf
     if kind == KIND_BYTES:
         owner, value_start, value_len, bad = _bytes_list_values(buf, start, end)
@@ -692,37 +731,68 @@ def _decode_entries(walk: _Walk, kind: int, rec, start, end, single_len) -> _Pie
         counts, lengths, data = _decode_bytes(buf, owner, value_start, value_len, len(rec))
         return _Piece(kind, rec, counts, lengths, data)
     payload_start, payload_len, ok = _packed_payloads(buf, start, end)
-    if not ok.all():
-        walk.fallback[rec[~ok]] = True
-        payload_len = np.where(ok, payload_len, 0)
-    return _decode_packed(walk, kind, rec, payload_start, payload_len)
-
-
-def _decode_single_runs(walk: _Walk, kind: int, rec, run_start, run_len) -> _Piece:
-    """Values of entries whose list is one field-1 run: one bytes value, or one packed run."""
-    if kind == KIND_BYTES:
-        return _Piece(kind, rec, np.ones(len(rec), dtype=np.int64), run_len, _gather(walk.buf, run_start, run_len))
-    return _decode_packed(walk, kind, rec, run_start, run_len)
-
-
-def _decode_packed(walk: _Walk, kind: int, rec, payload_start, payload_len) -> _Piece:
-    """Values of one packed run per record (float32s or varints)."""
-    buf = walk.buf
     if kind == KIND_FLOAT:
-        whole = payload_len % 4 == 0
-        if not whole.all():
-            walk.fallback[rec[~whole]] = True  # malformed: the exact walker reports it
-            payload_len = np.where(whole, payload_len, 0)
-        return _Piece(kind, rec, payload_len // 4, _gather(buf, payload_start, payload_len).view("<f4"))
-    nonempty = payload_len > 0
-    if nonempty.all():
-        single = _decode_single_varints(buf, payload_start, payload_len)
-        if single is not None:
-            return _Piece(kind, rec, np.ones(len(rec), dtype=np.int64), single)
+        ok &= payload_len % 4 == 0
+    if not ok.all():
+        walk.fallback[rec[~ok]] = True  # non-canonical, or malformed: the exact walker decides
+        payload_len = np.where(ok, payload_len, 0)
     owner = np.arange(len(rec), dtype=np.int64)
+    if kind == KIND_FLOAT:
+        counts, values = _decode_floats(buf, owner, payload_start, payload_len, len(rec))
+        return _Piece(kind, rec, counts, values)
     counts, values, bad = _decode_varints(buf, owner, payload_start, payload_len, len(rec))
     walk.fallback[rec[bad]] = True
     return _Piece(kind, rec, counts, values)
+
+
+def _decode_single_runs(walk: _Walk, kind: int, runs: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]):
+    """(feature id, piece) for features whose lists are each one run: a bytes value, or a packed
+    run of floats or varints. All features of the kind are decoded at once, then split."""
+    buf = walk.buf
+    sizes = [len(run[1]) for run in runs]
+    rec, start, length = (np.concatenate([run[i] for run in runs]) if len(runs) > 1 else runs[0][i] for i in (1, 2, 3))
+    if kind == KIND_BYTES:
+        parts = zip(_split(rec, sizes), _split(length, sizes), _split(_gather(buf, start, length), _part_sums(length, sizes)))
+        return [(run[0], _Piece(kind, r, np.ones(len(r), dtype=np.int32), n, d)) for run, (r, n, d) in zip(runs, parts)]
+    if kind == KIND_FLOAT:
+        whole = length % 4 == 0
+        if not whole.all():
+            walk.fallback[rec[~whole]] = True  # malformed: the exact walker reports it
+            length = np.where(whole, length, 0)
+        counts = length // 4
+        values = _gather(buf, start, length).view("<f4")
+        parts = zip(_split(rec, sizes), _split(counts, sizes), _split(values, _part_sums(counts, sizes)))
+        return [(run[0], _Piece(kind, r, c, v)) for run, (r, c, v) in zip(runs, parts)]
+    values, single = _single_varints(buf, start, length)
+    nonempty = length > 0
+    counts = nonempty.astype(np.int32)
+    if not nonempty.all():
+        values = values[nonempty]
+    out = []
+    parts = zip(_split(rec, sizes), _split(counts, sizes), _split(values, _part_sums(counts, sizes)),
+                _split(single | ~nonempty, sizes))
+    for run, (r, c, v, good) in zip(runs, parts):
+        # A run that is not one varint holds several (or is malformed): decode it the long way.
+        piece = _Piece(kind, r, c, v) if good.all() else _decode_entries(walk, kind, r, run[2] - 2, run[2] + run[3])
+        out.append((run[0], piece))
+    return out
+
+
+def _split(array: np.ndarray, sizes: list[int]) -> list[np.ndarray]:
+    """Consecutive parts of ``array`` of the given sizes (views)."""
+    if len(sizes) == 1:
+        return [array]
+    bounds = [0, *itertools.accumulate(sizes)]
+    return [array[lo:hi] for lo, hi in zip(bounds, bounds[1:])]
+
+
+def _part_sums(values: np.ndarray, sizes: list[int]) -> list[int]:
+    """Sum of ``values`` over each consecutive part of the given sizes."""
+    if len(sizes) == 1:
+        return [int(values.sum())]
+    ends = np.cumsum(sizes)
+    totals = np.concatenate(([0], np.cumsum(values, dtype=np.int64)))[ends]
+    return np.diff(totals, prepend=0).tolist()
 
 
 def _packed_payloads(buf: np.ndarray, start: np.ndarray, end: np.ndarray):
@@ -1058,7 +1128,7 @@ def _decode_chunk(batch: _RecordBuffer, wanted: Optional[set[bytes]], exact_only
         features[name] = []
         for group in merged.values():
             piece = _concat_pieces(group)
-            piece.rec = piece.rec.astype(np.int64) + base
+            piece.rec = (piece.rec + base).astype(np.int32, copy=False)  # int32 halves what chunks copy
             features[name].append(piece)
     return features
 
