@@ -27,8 +27,14 @@ __all__ = ["EncodedExamples", "encode_record_batch", "record_batch_to_examples"]
 
 # Rows encoded together: bounds the numpy temporaries; larger chunks pay less Python overhead.
 _ROWS_PER_CHUNK = 65536
-# Upper bound on the padded block (bytes) compacted in one pass (wide rows use several passes).
-_PADDED_BYTES_PER_PASS = 64 << 20
+# Rows of the padded block built and placed in one pass: small enough to stay in cache
+# between being written and being copied out (wide rows take fewer rows per pass).
+_PADDED_BYTES_PER_PASS = 4 << 20
+# ... but at least this many rows, so that tables with many columns pay the per-slot Python
+# overhead only a few times per chunk.
+_MIN_ROWS_PER_PASS = 4096
+# A value wider than this is never padded (copied byte by byte instead).
+_MAX_PADDED_WIDTH = 1 << 16
 # A ragged value is padded when padding at most this factor over its real bytes (plus slack).
 _PAD_WASTE_FACTOR = 4
 _PAD_SLACK_PER_ROW = 64
@@ -391,7 +397,7 @@ def _ragged(
         return _EMPTY
     padded = count * width
     real = int(lengths.sum())
-    if padded > _PAD_WASTE_FACTOR * real + _PAD_SLACK_PER_ROW * count or padded > _PADDED_BYTES_PER_PASS * 8:
+    if padded > _PAD_WASTE_FACTOR * real + _PAD_SLACK_PER_ROW * count or width > _MAX_PADDED_WIDTH:
         return _Ragged(data=data, starts=starts, lengths=lengths)
     valid = None if keyed_valid is None else keyed_valid(width)
     if valid is None and real != padded:
@@ -422,40 +428,41 @@ def _assemble(count: int, pieces: list[_Piece], offsets: np.ndarray) -> np.ndarr
     Slots are laid out side by side in a padded block (constants from a template row, the rest
     copied in column-wise). The slots then form stretches whose real bytes are contiguous (a
     run of always-full slots ended by one of varying length), and each stretch is copied to
-    its place in the output with one whole-row copy per row: the junk padding it drags along
-    lands where a later stretch of the same row overwrites it. Where too few bytes follow for
-    that, rows are copied at their exact lengths instead. `offsets` (count + 1) are the row
-    boundaries computed from the lengths; the bytes written must add up to them.
+    its place in the output with one whole-row copy per row. The junk padding it drags along
+    lands on bytes placed later: the rest of its row, or the next row's first stretch, which
+    holds only full slots (no junk) and is placed last. Rows without that much room are copied
+    at their exact lengths. `offsets` (count + 1) are the row boundaries computed from the
+    lengths; the pieces must add up to them.
     """
-    out = np.empty(int(offsets[-1]), np.uint8)
+    total = int(offsets[-1])
     slots = [piece for piece in pieces if isinstance(piece, _Slot) and piece.width]
     stretches = _stretches(pieces)
     lengths = [np.broadcast_to(stretch.lengths, (count,)) for stretch in stretches]
-    if sum(int(length.sum()) for length in lengths) != len(out):
-        raise AssertionError(f"columnar encoder pieces add up to the wrong size, expected {len(out)} bytes")
-    if count == 0 or len(out) == 0:
-        return out
-    # Where each stretch starts in the output, and how many bytes of its row follow it.
-    starts = []
-    position = offsets[:-1]
-    for length in lengths:
-        starts.append(position)
-        position = position + length
-    follows = [offsets[1:] - start - length for start, length in zip(starts, lengths)]
+    if sum(int(length.sum()) for length in lengths) != total:
+        raise AssertionError(f"columnar encoder pieces add up to the wrong size, expected {total} bytes")
+    slack = max(stretch.stop - stretch.start for stretch in stretches)  # the last row's junk lands here
+    out = np.empty(total + slack, np.uint8)
+    if count == 0 or total == 0:
+        return out[:total]
+    starts = list(itertools.accumulate(lengths[:-1], initial=offsets[:-1]))
+    first_length = int(lengths[0][0])
+    room = [offsets[1:] - start - length + first_length for start, length in zip(starts, lengths)]
+    for spare in room:
+        spare[-1] += slack - first_length
     width = sum(slot.width for slot in slots)
-    step = max(1, _PADDED_BYTES_PER_PASS // max(width, 1))
+    step = max(_MIN_ROWS_PER_PASS, _PADDED_BYTES_PER_PASS // max(width, 1))
+    order = [*range(1, len(stretches)), 0]
     for first in range(0, count, step):
         last = min(count, first + step)
+        part = slice(first, last)
         padded = _padded_block(slots, width, first, last)
-        for stretch, start, length, after in zip(stretches, starts, lengths, follows):
-            part = slice(first, last)
+        for index in order:
+            stretch, start, length = stretches[index], starts[index][part], lengths[index][part]
             if stretch.ragged is not None:
-                ragged = stretch.ragged
-                _copy_segments(out, start[part], ragged.data, ragged.starts[part], length[part])
-            else:
-                source = padded[:, stretch.start : stretch.stop]
-                _place(out, start[part], source, length[part], after[part])
-    return out
+                _copy_segments(out, start, stretch.ragged.data, stretch.ragged.starts[part], length)
+            elif stretch.stop > stretch.start:
+                _place(out, start, padded[:, stretch.start : stretch.stop], length, room[index][part])
+    return out[:total]
 
 
 @dataclasses.dataclass
@@ -475,9 +482,10 @@ def _stretches(pieces: list[_Piece]) -> list[_Stretch]:
     """Group pieces into stretches: full slots, then at most one slot of varying length.
 
     A stretch may go on from slots present in every row to slots limited to some rows (an
-    absent row then ends after the first part), but not back.
+    absent row then ends after the first part), but not back. The first stretch takes only
+    slots full in every row (possibly none), so it has one length everywhere and no junk.
     """
-    stretches: list[_Stretch] = []
+    stretches: list[_Stretch] = [_Stretch()]
     column = 0
     for piece in pieces:
         if isinstance(piece, _Ragged):
@@ -485,8 +493,11 @@ def _stretches(pieces: list[_Piece]) -> list[_Stretch]:
             continue
         if not piece.width:
             continue
-        current = stretches[-1] if stretches else None
-        joins = current is not None and not current.closed and (current.rows is None or piece.rows is current.rows)
+        current = stretches[-1]
+        if len(stretches) == 1:
+            joins = piece.valid is None and piece.rows is None
+        else:
+            joins = not current.closed and (current.rows is None or piece.rows is current.rows)
         if not joins:
             current = _Stretch(start=column, stop=column)
             stretches.append(current)
@@ -531,15 +542,15 @@ def _windows(buffer: np.ndarray, width: int) -> np.ndarray:
     return windows.view(f"V{width}")[:, 0]
 
 
-def _place(out: np.ndarray, starts: np.ndarray, source: np.ndarray, lengths: np.ndarray, follows: np.ndarray) -> None:
+def _place(out: np.ndarray, starts: np.ndarray, source: np.ndarray, lengths: np.ndarray, room: np.ndarray) -> None:
     """Copy row i's first lengths[i] bytes of source (rows, width) to out[starts[i]:].
 
-    Rows with at least the junk's worth of bytes after them in their output row are copied
-    whole; the others at their exact lengths, grouped by length.
+    Rows whose junk (width - lengths[i]) fits in the `room` after them that is placed later
+    are copied whole; the others at their exact lengths, grouped by length.
     """
     width = source.shape[1]
     rows = source.view(f"V{width}")[:, 0]
-    whole = width - lengths <= follows
+    whole = width - lengths <= room
     if whole.all():
         _windows(out, width)[starts] = rows
         return
