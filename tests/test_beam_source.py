@@ -11,6 +11,7 @@ import os
 import random
 
 import apache_beam as beam
+import pyarrow as pa
 import pytest
 from apache_beam.io import source_test_utils
 from apache_beam.io.filesystem import CompressionTypes
@@ -18,10 +19,15 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 
-from tfrbeam.beam import ReadAllFromTFRecord, ReadFromTFRecord, TFRecordSource
+from tfrbeam.beam import ReadAllFromTFRecord, ReadExamples, ReadFromTFRecord, TFRecordSource
+from tfrbeam.beam import source as source_module
+from tfrbeam.beam.examples_read import DecodeToRecordBatches, _ExampleSource
 from tfrbeam.beam.source import INDEXED, SCAN, WHOLE, ReadOptions, TFRecordFileSource, _ExpandIntoRanges
-from tfrbeam.errors import ConfigError, CorruptRecordError, RecordError, TfrbeamError, TruncatedRecordError, UnsupportedCompressionError
+from tfrbeam.columnar_decode import examples_to_record_batch
+from tfrbeam.columnar_encode import record_batch_to_examples
+from tfrbeam.errors import ConfigError, CorruptRecordError, ExampleDecodeError, RecordError, TfrbeamError, TruncatedRecordError, UnsupportedCompressionError
 from tfrbeam.record_index import INDEX_INTERVAL_BYTES, IndexBuilder, index_path_for
+from tfrbeam.example import decode_example
 from tfrbeam.records import RecordWriter, frame_records, read_records
 
 
@@ -224,15 +230,18 @@ def test_big_file_splits_exactly_near_record_boundaries_and_at_random_offsets(bi
         assert read(source, 0, x) + read(source, x, size) == payloads
 
 
-def test_big_file_read_by_pipelines_in_process_with_real_splits(big_file):
+@pytest.mark.parametrize("dynamic_splitting", [False, True])
+def test_big_file_read_by_pipelines_in_process_with_real_splits(big_file, dynamic_splitting, monkeypatch):
     path, payloads, _, size = big_file
     digests = [hashlib.sha256(p).hexdigest() for p in payloads]
+    # Ranges of 3 MB: the default path cuts the 10 MB file into 4; Beam's Read cuts it into ~3 MB bundles.
+    monkeypatch.setattr(source_module, "DEFAULT_DESIRED_BUNDLE_SIZE", 3 << 20)
+    assert len(list(TFRecordSource(path).split(beam.io.iobase.Read.get_desired_chunk_size(size)))) >= 3
+    transform = ReadFromTFRecord(path, dynamic_splitting=dynamic_splitting)
     result = run_pipeline(
-        lambda p: assert_that(p | ReadFromTFRecord(path) | beam.Map(lambda r: hashlib.sha256(r).hexdigest()), equal_to(digests))
+        lambda p: assert_that(p | transform | beam.Map(lambda r: hashlib.sha256(r).hexdigest()), equal_to(digests))
     )
     assert counters(result) == {"records_read": len(payloads), "bytes_read": size}
-    # Beam's Read splits a 10 MB source into ~3 MB bundles: the run above went through real splits.
-    assert len(list(TFRecordSource(path).split(beam.io.iobase.Read.get_desired_chunk_size(size)))) >= 3
 
 
 # ---------------------------------------------------------------------------------------------
@@ -481,14 +490,18 @@ CORRUPT_VECTORS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(CORRUPT_VECTORS))
-def test_every_corrupt_vector_fails_a_pipeline_with_our_error(tf_vectors, name):
+@pytest.mark.parametrize(
+    "name, dynamic_splitting",
+    [(name, False) for name in sorted(CORRUPT_VECTORS)] + [("corrupt_a_data_crc_bitflip.tfrecord", True)],
+)
+def test_every_corrupt_vector_fails_a_pipeline_with_our_error(tf_vectors, name, dynamic_splitting):
     error_type, where = CORRUPT_VECTORS[name]
     path = str(tf_vectors / name)
     with pytest.raises(RecordError) as info:
-        run_pipeline(lambda p: p | ReadFromTFRecord(path))
+        run_pipeline(lambda p: p | ReadFromTFRecord(path, dynamic_splitting=dynamic_splitting))
     assert type(info.value) is error_type
     assert path in str(info.value) and where in str(info.value)
+    assert info.value.path == path and str(info.value.offset) in where
 
 
 def test_skip_corrupt_reads_the_rest_and_counts_the_skips(tf_vectors):
@@ -560,3 +573,99 @@ def test_multi_processing_runner_reports_our_error_with_file_and_offset(tf_vecto
         run_pipeline(lambda p: p | ReadFromTFRecord(path), "--direct_num_workers=2", "--direct_running_mode=multi_processing")
     message = str(info.value)
     assert "CorruptRecordError" in message and f"{path}: length CRC mismatch" in message and "offset 164" in message
+
+
+# ---------------------------------------------------------------------------------------------
+# ReadExamples
+
+
+EXAMPLE_SCHEMA = pa.schema([("id", pa.int64()), ("x", pa.list_(pa.float32())), ("s", pa.binary())])
+
+
+def example_table(count: int) -> pa.RecordBatch:
+    rng = random.Random(count)
+    return pa.record_batch(
+        [
+            pa.array(range(count), pa.int64()),
+            pa.array([[rng.random() for _ in range(n % 4)] for n in range(count)], pa.list_(pa.float32())),
+            pa.array([rng.randbytes(n % 50) for n in range(count)], pa.binary()),
+        ],
+        schema=EXAMPLE_SCHEMA,
+    )
+
+
+def test_read_examples_record_batches_split_anywhere_give_the_exact_table(tmp_path):
+    table = example_table(1500)
+    path = tmp_path / "examples.tfrecord"
+    write_records(path, record_batch_to_examples(table), interval=4096)
+    size = os.path.getsize(path)
+    source = _ExampleSource(str(path), DecodeToRecordBatches(EXAMPLE_SCHEMA), 97)
+    for desired in (size, 10_000, 777):
+        bundles = list(source.split(desired_bundle_size=desired))
+        batches = [b for bundle in bundles for b in read(bundle.source, bundle.start_position, bundle.stop_position)]
+        assert all(0 < b.num_rows <= 97 and b.schema == EXAMPLE_SCHEMA for b in batches)
+        assert pa.Table.from_batches(batches).equals(pa.Table.from_batches([table])), desired
+    # A batch is claimed whole: a dynamic split lands between batches, and the two parts are exact.
+    (bundle,) = list(source.split(desired_bundle_size=size))
+    tracker = bundle.source.get_range_tracker(0, size)
+    reading = bundle.source.read(tracker)
+    first = next(reading)
+    split = tracker.try_split(size // 2)
+    assert split is not None
+    rest = [b for b in reading]
+    residual = read(bundle.source, size // 2, size)
+    assert pa.Table.from_batches([first, *rest, *residual]).equals(pa.Table.from_batches([table]))
+
+
+def test_read_examples_pipelines_give_record_batches_and_dicts(tmp_path, tf_vectors):
+    table = example_table(700)
+    path = tmp_path / "examples.tfrecord"
+    write_records(path, record_batch_to_examples(table))
+    vectors = str(tf_vectors / "examples.tfrecord")
+    expected_dicts = [repr(decode_example(record)) for record in read_records(vectors)]
+    expected_rows = [tuple(row.values()) for row in table.to_pylist()]
+
+    def build(pipeline):
+        batches = pipeline | "Batches" >> ReadExamples(str(path), output="record_batches", batch_size=64, schema=EXAMPLE_SCHEMA)
+        assert_that(batches | beam.Map(lambda b: b.num_rows <= 64), equal_to([True] * 11), label="BatchSizes")
+        rows = batches | beam.FlatMap(lambda b: [tuple(row.values()) for row in b.to_pylist()])
+        assert_that(rows, equal_to(expected_rows), label="Rows")
+        inferred = pipeline | "Inferred" >> ReadExamples(str(path), output="record_batches")
+        assert_that(inferred | beam.Map(lambda b: b.equals(examples_to_record_batch(record_batch_to_examples(table)))),
+                    equal_to([True]), label="Inferred")
+        dicts = pipeline | "Dicts" >> ReadExamples(vectors)
+        assert_that(dicts | beam.Map(repr), equal_to(expected_dicts), label="Dicts")
+
+    run_pipeline(build)
+
+
+def test_read_examples_names_the_file_and_offset_of_a_malformed_example(tmp_path):
+    good = record_batch_to_examples(example_table(3))
+    path = tmp_path / "bad.tfrecord"
+    starts = write_records(path, [good[0], good[1], b"\x0a\x05\x0a\x03", good[2]])
+    for decoder in (DecodeToRecordBatches(), DecodeToRecordBatches(EXAMPLE_SCHEMA)):
+        source = _ExampleSource(str(path), decoder, 10)
+        with pytest.raises(ExampleDecodeError, match=f"{path}: the record at offset {starts[2]}: "):
+            read(file_source_of(source))
+    with pytest.raises(ExampleDecodeError, match=f"{path}: the record at offset {starts[2]}: "):
+        run_pipeline(lambda p: p | ReadExamples(str(path)))
+
+
+def file_source_of(source):
+    (bundle,) = list(source.split(float("inf")))
+    return bundle.source
+
+
+def test_read_examples_refuses_bad_arguments(tmp_path):
+    path = tmp_path / "x.tfrecord"
+    write_records(path, [b""])
+    with pytest.raises(ConfigError, match="output"):
+        ReadExamples(str(path), output="tensors")
+    with pytest.raises(ConfigError, match="batch_size"):
+        ReadExamples(str(path), output="record_batches", batch_size=0)
+    with pytest.raises(ConfigError, match="schema"):
+        ReadExamples(str(path), output="dicts", schema=EXAMPLE_SCHEMA)
+    with pytest.raises(UnsupportedCompressionError):
+        ReadExamples(str(path), compression="bzip2")
+    with pytest.raises(FileNotFoundError):
+        ReadExamples(str(tmp_path / "missing-*"))

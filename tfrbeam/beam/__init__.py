@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 # Reading (source helper).
+from tfrbeam.beam.examples_read import ReadExamples
 from tfrbeam.beam.source import ReadAllFromTFRecord, ReadFromTFRecord, TFRecordSource
 
 # Writing (sink helper).
@@ -11,6 +12,7 @@ from tfrbeam.beam.sink import WriteToTFRecord
 
 __all__ = [
     "ReadAllFromTFRecord",
+    "ReadExamples",
     "ReadFromTFRecord",
     "TFRecordSource",
     "WriteExamples",

@@ -22,10 +22,13 @@ file and offset and counts them in the ``tfrbeam:corrupt_records_skipped`` metri
 
 from __future__ import annotations
 
+import bisect
+import contextlib
 import dataclasses
+import itertools
 import logging
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -35,10 +38,11 @@ from apache_beam.io.concat_source import ConcatSource
 from apache_beam.io.filebasedsource import FileBasedSource
 from apache_beam.io.filesystem import CompressionTypes, FileMetadata
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.io.range_trackers import OffsetRangeTracker, UnsplittableRangeTracker
+from apache_beam.io.range_trackers import OffsetRangeTracker
 from apache_beam.io.restriction_trackers import OffsetRange
 from apache_beam.metrics import Metrics
-from apache_beam.transforms import DoFn, ParDo, PTransform
+from apache_beam.options.value_provider import ValueProvider
+from apache_beam.transforms import Create, DoFn, ParDo, PTransform
 from apache_beam.transforms.display import DisplayDataItem
 from apache_beam.transforms.util import Reshuffle
 from apache_beam.typehints import Any as AnyHint
@@ -61,7 +65,6 @@ _LOG = logging.getLogger(__name__)
 METRICS_NAMESPACE = "tfrbeam"
 DEFAULT_DESIRED_BUNDLE_SIZE = 64 << 20
 _INFINITY = OffsetRangeTracker.OFFSET_INFINITY
-_METRICS_FLUSH_EVERY = 4096
 _unpack_header = struct.Struct("<QI").unpack
 _unpack_crc = struct.Struct("<I").unpack_from
 _SCAN_WINDOW = 1 << 16
@@ -137,13 +140,21 @@ class ReadOptions:
     split_unindexed: bool = False
     coder: coders.Coder = dataclasses.field(default_factory=coders.BytesCoder)
     with_filename: bool = False
+    # Example-level reads: records are read ``batch_size`` at a time and each batch becomes output
+    # elements through ``batch_decoder(path, offsets, payloads)`` (payloads may be memoryviews).
+    batch_size: int = 0
+    batch_decoder: Callable[[str, list[int], list], Iterable[Any]] | None = None
 
     def output_coder(self) -> coders.Coder:
+        if self.batch_decoder is not None:
+            return coders.FastPrimitivesCoder()
         if self.with_filename:
             return coders.TupleCoder([coders.StrUtf8Coder(), self.coder])
         return self.coder
 
     def output_type_hint(self) -> Any:
+        if self.batch_decoder is not None:
+            return AnyHint
         try:
             record_hint = self.coder.to_type_hint()
         except NotImplementedError:
@@ -195,26 +206,49 @@ def _open_raw(path: str) -> BinaryIO:
     return FileSystems.open(path, "application/octet-stream", compression_type=CompressionTypes.UNCOMPRESSED)
 
 
-class _ReadMetrics:
-    """Beam counters for one range, updated in batches so counting costs nothing per record."""
+_RECORDS_READ = Metrics.counter(METRICS_NAMESPACE, "records_read")
+_BYTES_READ = Metrics.counter(METRICS_NAMESPACE, "bytes_read")
+_CORRUPT_RECORDS_SKIPPED = Metrics.counter(METRICS_NAMESPACE, "corrupt_records_skipped")
 
-    records_read = Metrics.counter(METRICS_NAMESPACE, "records_read")
-    bytes_read = Metrics.counter(METRICS_NAMESPACE, "bytes_read")
-    corrupt_records_skipped = Metrics.counter(METRICS_NAMESPACE, "corrupt_records_skipped")
 
-    def __init__(self) -> None:
-        self.records = 0
-        self.payload_bytes = 0
+def _count_skip(region: SkippedRegion) -> None:
+    _CORRUPT_RECORDS_SKIPPED.inc()
 
-    def on_skip(self, region: SkippedRegion) -> None:
-        self.corrupt_records_skipped.inc()
 
-    def flush(self) -> None:
-        if self.records:
-            self.records_read.inc(self.records)
-            self.bytes_read.inc(self.payload_bytes + RECORD_OVERHEAD * self.records)
-        self.records = 0
-        self.payload_bytes = 0
+def _count_read(records: int, payload_bytes: int) -> None:
+    if records:
+        _RECORDS_READ.inc(records)
+        _BYTES_READ.inc(payload_bytes + RECORD_OVERHEAD * records)
+
+
+def _claim_prefix(tracker: iobase.RangeTracker, offsets: list[int]) -> int:
+    """Claim record starts in order; return how many were claimed before one fell past the range."""
+    if isinstance(tracker, _RecordRangeTracker):
+        return tracker.try_claim_prefix(offsets)
+    for count, offset in enumerate(offsets):
+        if not tracker.try_claim(offset):
+            return count
+    return len(offsets)
+
+
+@contextlib.contextmanager
+def _range_reader(
+    path: str, tracker: iobase.RangeTracker, options: ReadOptions, get_plan: Callable[[], FilePlan]
+) -> Iterator[RecordReader | None]:
+    """A RecordReader positioned at the first record start in the tracker's range (None: no record starts there)."""
+    compression = compression_for_file(options.compression, path)
+    start = tracker.start_position()
+    with _open_raw(path) as handle:
+        first = 0 if start == 0 else _first_record_start(handle, get_plan(), start, tracker.stop_position(), options)
+        if first is None:
+            yield None
+            return
+        tracker.set_split_points_unclaimed_callback(
+            lambda stop: 0 if stop <= tracker.last_attempted_record_start else iobase.RangeTracker.SPLIT_POINTS_UNKNOWN
+        )
+        yield RecordReader(
+            handle, compression, skip_corrupt=options.skip_corrupt, on_skip=_count_skip, start_offset=first, name=path
+        )
 
 
 def read_range(
@@ -223,39 +257,83 @@ def read_range(
     options: ReadOptions,
     get_plan: Callable[[], FilePlan],
 ) -> Iterator[Any]:
-    """Yield the records of ``path`` that start in the tracker's range, claiming each one.
+    """Yield the records of ``path`` that start in the tracker's range (decoded by the coder), claiming each one.
 
     ``get_plan`` is only called for ranges that start after byte 0 (reading from 0 needs no index).
     """
-    compression = compression_for_file(options.compression, path)
-    start = tracker.start_position()
-    metrics = _ReadMetrics()
-    with _open_raw(path) as handle:
-        first = 0 if start == 0 else _first_record_start(handle, get_plan(), start, tracker.stop_position(), options)
-        if first is None:
+    decode = None if type(options.coder) is coders.BytesCoder else options.coder.decode
+    with_filename = options.with_filename
+    try_claim = tracker.try_claim
+    with _range_reader(path, tracker, options, get_plan) as reader:
+        if reader is None:
             return
-        reader = RecordReader(
-            handle, compression, skip_corrupt=options.skip_corrupt, on_skip=metrics.on_skip,
-            start_offset=first, name=path,
-        )
-        tracker.set_split_points_unclaimed_callback(
-            lambda stop: 0 if stop <= reader.offset else iobase.RangeTracker.SPLIT_POINTS_UNKNOWN
-        )
-        decode = None if type(options.coder) is coders.BytesCoder else options.coder.decode
-        with_filename = options.with_filename
-        try_claim = tracker.try_claim
+        past_end: bytes | None = None  # the record that starts past the range: read, but not this range's
         try:
             for offset, payload in reader.records_with_offsets():
                 if not try_claim(offset):
+                    past_end = payload
                     break
-                metrics.records += 1
-                metrics.payload_bytes += len(payload)
-                if metrics.records >= _METRICS_FLUSH_EVERY:
-                    metrics.flush()
-                record = payload if decode is None else decode(payload)
-                yield (path, record) if with_filename else record
+                if decode is None and not with_filename:
+                    yield payload
+                else:
+                    record = payload if decode is None else decode(payload)
+                    yield (path, record) if with_filename else record
         finally:
-            metrics.flush()
+            unclaimed = [] if past_end is None else [past_end]
+            _count_read(reader.stats.records - len(unclaimed), reader.stats.payload_bytes - sum(map(len, unclaimed)))
+
+
+def read_range_batches(
+    path: str,
+    tracker: iobase.RangeTracker,
+    options: ReadOptions,
+    get_plan: Callable[[], FilePlan],
+    max_records: int,
+) -> Iterator[tuple[list[int], list[bytes]]]:
+    """Yield ``(offsets, payloads)`` batches of the records of ``path`` that start in the tracker's range.
+
+    All records of a batch are claimed, under one lock, before the batch is yielded: a dynamic
+    split lands between batches. ``get_plan`` is only called for ranges that start after byte 0.
+    """
+    with _range_reader(path, tracker, options, get_plan) as reader:
+        if reader is None:
+            return
+        records = reader.records_with_offsets()
+        while True:
+            batch = list(itertools.islice(records, max_records))
+            if not batch:
+                return
+            offsets, payloads = map(list, zip(*batch))
+            claimed = _claim_prefix(tracker, offsets)
+            if claimed:
+                _count_read(claimed, sum(map(len, payloads[:claimed])))
+                yield (offsets, payloads) if claimed == len(offsets) else (offsets[:claimed], payloads[:claimed])
+            if claimed < len(offsets):
+                return
+
+
+def read_range_decoded(
+    path: str,
+    tracker: iobase.RangeTracker,
+    options: ReadOptions,
+    get_plan: Callable[[], FilePlan],
+) -> Iterator[Any]:
+    """What ``options.batch_decoder`` makes of each batch of ``options.batch_size`` records in the range."""
+    assert options.batch_decoder is not None and options.batch_size > 0
+    for offsets, payloads in read_range_batches(path, tracker, options, get_plan, options.batch_size):
+        yield from options.batch_decoder(path, offsets, payloads)
+
+
+def read_elements(
+    path: str,
+    tracker: iobase.RangeTracker,
+    options: ReadOptions,
+    get_plan: Callable[[], FilePlan],
+) -> Iterator[Any]:
+    """The output elements of the tracker's range of ``path``: records, or decoded batches when the options say so."""
+    if options.batch_decoder is not None:
+        return read_range_decoded(path, tracker, options, get_plan)
+    return read_range(path, tracker, options, get_plan)
 
 
 def _first_record_start(handle: BinaryIO, plan: FilePlan, start: int, stop: int | float, options: ReadOptions) -> int | None:
@@ -351,6 +429,10 @@ def _header_problem(plan: FilePlan, position: int, header: bytes) -> TfrbeamErro
     return None
 
 
+def _never() -> bool:
+    return False
+
+
 class _RecordRangeTracker(OffsetRangeTracker):
     """An OffsetRangeTracker that refuses dynamic splits of files that must be read whole.
 
@@ -361,10 +443,52 @@ class _RecordRangeTracker(OffsetRangeTracker):
         super().__init__(start, stop)
         self._can_split = can_split
 
+    def try_claim(self, record_start):
+        """OffsetRangeTracker.try_claim without its per-call validation helper: records are read in order."""
+        with self._lock:
+            if record_start <= self._last_attempted_record_start:
+                raise ValueError(
+                    f"record start {record_start} is not after the last attempted one, {self._last_attempted_record_start}"
+                )
+            self._last_attempted_record_start = record_start
+            if record_start >= self._stop_offset:
+                return False
+            self._offset_of_last_split_point = record_start
+            self._last_record_start = record_start
+            self._split_points_seen += 1
+            return True
+
+    def try_claim_prefix(self, record_starts: list[int]) -> int:
+        """``try_claim`` each of the ascending ``record_starts`` in turn, under one lock; return how many succeeded."""
+        with self._lock:
+            if record_starts[0] <= self._last_attempted_record_start:
+                raise ValueError(
+                    f"record start {record_starts[0]} is not after the last attempted one, {self._last_attempted_record_start}"
+                )
+            claimed = bisect.bisect_left(record_starts, self._stop_offset)
+            self._last_attempted_record_start = record_starts[min(claimed, len(record_starts) - 1)]
+            if claimed:
+                self._offset_of_last_split_point = self._last_record_start = record_starts[claimed - 1]
+                self._split_points_seen += claimed
+            return claimed
+
     def try_split(self, split_offset):
         if not self._can_split():
             return None
         return super().try_split(split_offset)
+
+
+class _StaticRangeTracker(_RecordRangeTracker):
+    """The tracker of a range no one splits or watches (a plain DoFn reads it): claiming is a comparison."""
+
+    def __init__(self, start: int, stop: int | float):
+        super().__init__(start, stop, _never)
+
+    def try_claim(self, record_start):
+        return record_start < self._stop_offset
+
+    def try_claim_prefix(self, record_starts: list[int]) -> int:
+        return bisect.bisect_left(record_starts, self._stop_offset)
 
 
 class TFRecordFileSource(iobase.BoundedSource):
@@ -431,12 +555,12 @@ class TFRecordFileSource(iobase.BoundedSource):
     def get_range_tracker(self, start_position=None, stop_position=None):
         start = self._start if start_position is None else start_position
         if self._compression is not None:
-            return UnsplittableRangeTracker(OffsetRangeTracker(start, _INFINITY))
+            return _RecordRangeTracker(start, _INFINITY, _never)
         stop = self._stop if stop_position is None else stop_position
         return _RecordRangeTracker(start, stop, lambda: self.plan().mode != WHOLE)
 
     def read(self, range_tracker):
-        return read_range(self._path, range_tracker, self._options, self.plan)
+        return read_elements(self._path, range_tracker, self._options, self.plan)
 
     def default_output_coder(self):
         return self._options.output_coder()
@@ -486,6 +610,10 @@ class TFRecordSource(FileBasedSource):
     def options(self) -> ReadOptions:
         return self._options
 
+    @property
+    def file_pattern(self) -> ValueProvider:
+        return self._pattern
+
     def _validate(self):
         pattern = self._pattern.get()
         if not FileSystems.match([pattern], limits=[1])[0].metadata_list:
@@ -519,7 +647,7 @@ class TFRecordSource(FileBasedSource):
             metadata = FileSystems.match([file_name])[0].metadata_list[0]
             return plan_file(file_name, metadata.size_in_bytes, _mtime_of(metadata), self._options)
 
-        return read_range(file_name, offset_range_tracker, self._options, get_plan)
+        return read_elements(file_name, offset_range_tracker, self._options, get_plan)
 
     def default_output_coder(self):
         return self._options.output_coder()
@@ -551,9 +679,15 @@ class ReadFromTFRecord(PTransform):
     """Read the records of TFRecord files matching ``file_pattern`` (a drop-in for Beam's ReadFromTFRecord).
 
     Same arguments, defaults and meaning as ``apache_beam.io.tfrecordio.ReadFromTFRecord``, plus:
-    ``compression`` (our spelling of ``compression_type``), ``skip_corrupt``, ``split_unindexed``
-    and ``with_filename``. Differences: BZIP2 / ZSTD / LZMA are refused (TensorFlow cannot read
-    them), damaged or truncated files raise instead of losing records, and files are split.
+    ``compression`` (our spelling of ``compression_type``), ``skip_corrupt``, ``split_unindexed``,
+    ``with_filename`` and ``dynamic_splitting``. Differences: BZIP2 / ZSTD / LZMA are refused
+    (TensorFlow cannot read them), damaged or truncated files raise instead of losing records, and
+    large indexed files are split into ranges read in parallel.
+
+    By default the files are cut into ranges of ~64 MiB when the pipeline starts and each range is
+    read by a plain DoFn: Beam's per-record cost is lowest that way. ``dynamic_splitting=True``
+    reads through ``iobase.Read(TFRecordSource)`` instead: the runner can then split ranges while
+    they are read (dynamic work rebalancing) and sees progress, at ~2 us more per record.
     """
 
     def __init__(
@@ -567,15 +701,28 @@ class ReadFromTFRecord(PTransform):
         skip_corrupt: bool = False,
         split_unindexed: bool = False,
         with_filename: bool = False,
+        dynamic_splitting: bool = False,
     ):
         super().__init__()
         self._source = TFRecordSource(
             file_pattern, coder, compression_type, validate, compression=compression,
             skip_corrupt=skip_corrupt, split_unindexed=split_unindexed, with_filename=with_filename,
         )
+        self._dynamic_splitting = dynamic_splitting
+
+    @property
+    def source(self) -> TFRecordSource:
+        return self._source
 
     def expand(self, pbegin):
-        return pbegin.pipeline | iobase.Read(self._source).with_output_types(self._source.output_type_hint())
+        options = self._source.options
+        if self._dynamic_splitting:
+            return pbegin.pipeline | iobase.Read(self._source).with_output_types(options.output_type_hint())
+        return (
+            pbegin.pipeline
+            | "FilePattern" >> Create([self._source.file_pattern])
+            | "ReadRanges" >> _ReadRanges(options, DEFAULT_DESIRED_BUNDLE_SIZE)
+        )
 
 
 class ReadAllFromTFRecord(PTransform):
@@ -611,6 +758,18 @@ class ReadAllFromTFRecord(PTransform):
         self._desired_bundle_size = desired_bundle_size
 
     def expand(self, patterns):
+        return patterns | _ReadRanges(self._options, self._desired_bundle_size)
+
+
+class _ReadRanges(PTransform):
+    """Patterns -> ranges of their files (planned once) -> spread over workers -> records."""
+
+    def __init__(self, options: ReadOptions, desired_bundle_size: int):
+        super().__init__()
+        self._options = options
+        self._desired_bundle_size = desired_bundle_size
+
+    def expand(self, patterns):
         return (
             patterns
             | "ExpandIntoRanges" >> ParDo(_ExpandIntoRanges(self._options, self._desired_bundle_size))
@@ -627,6 +786,8 @@ class _ExpandIntoRanges(DoFn):
         self._desired_bundle_size = desired_bundle_size
 
     def process(self, element) -> Iterator[tuple[FilePlan, int, int | float]]:
+        if isinstance(element, ValueProvider):
+            element = element.get()
         if isinstance(element, FileMetadata):
             metadata_list = [element]
         else:
@@ -647,5 +808,11 @@ class _ReadRange(DoFn):
 
     def process(self, element) -> Iterator[Any]:
         plan, start, stop = element
-        tracker = OffsetRangeTracker(start, stop)
-        return read_range(plan.path, tracker, self._options, lambda: plan)
+        try:
+            yield from read_elements(plan.path, _StaticRangeTracker(start, stop), self._options, lambda: plan)
+        except TfrbeamError as exc:
+            # Beam re-raises a DoFn's error as a new one of the same type built from the message
+            # alone; ours cannot be rebuilt that way and would arrive as a RuntimeError. Marked as
+            # already annotated, it reaches the pipeline's caller as is, attributes included.
+            exc._tagged_with_step = True
+            raise
