@@ -666,3 +666,16 @@ def test_chunked_decoding_matches_the_oracle_and_names_batch_indexes(records, ch
             examples_to_record_batch(records + [b"\x0e"])
     finally:
         columnar_decode._CHUNK_RECORDS = original
+
+
+def test_short_entries_at_the_buffer_end_next_to_very_long_ones():
+    long_name = "n" * 700
+    records = [encode_example({long_name: [1], "v": [b"x" * 600] * 3}), encode_example({"ab": [2], "v": [b"y" * 590]}),
+               encode_example({"ab": [3], "v": b"z"})]
+    for order in (records, records[::-1]):
+        batch = assert_matches_oracle(order)
+        assert_paths_agree(order)
+        assert batch.num_rows == 3
+    spans = np.array([0, 5000]), np.array([700, 3])
+    buf = np.zeros(5003 + columnar_decode._PAD, dtype=np.uint8)
+    assert columnar_decode._gather(buf, *spans).size == 703

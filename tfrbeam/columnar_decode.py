@@ -284,7 +284,7 @@ def _gather(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndar
     if words == 1:
         block = u64[starts].reshape(count, 1)
     else:
-        block = u64[starts[:, None] + np.arange(0, 8 * words, 8, dtype=np.int64)]
+        block = _words_at(u64, starts[:, None] + np.arange(0, 8 * words, 8, dtype=np.int64))
     as_bytes = block.view(np.uint8).reshape(count, 8 * words)
     if total == longest * count:
         return np.ascontiguousarray(as_bytes[:, :longest]).reshape(-1)
@@ -366,6 +366,12 @@ def _single_varints(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray):
         ok[long] &= ((ninth >= 0x80) == ten) & (tenth < 0x80)
         values[long] |= ((ninth & _U64(0x7F)) << _U64(56)) | (tenth << _U64(63))
     return values.view(np.int64), ok
+
+
+def _words_at(u64: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """8-byte windows at ``positions``, for reads that may run past a short span's end into
+    others' bytes: positions beyond the buffer read its last window (those bytes are masked)."""
+    return u64[np.minimum(positions, len(u64) - 1)]
 
 
 def _unaligned_u64(buf: np.ndarray) -> np.ndarray:
@@ -644,7 +650,7 @@ class _Walk:
         digest = name_len.astype(np.uint64) * _U64(0x9E3779B97F4A7C15)
         for word in range(int(name_len.max() + 7) // 8):
             remaining = np.clip(name_len - 8 * word, 0, 8)
-            chunk = self.u64[name_start + 8 * word] & _LOW_BYTES_MASK[remaining]
+            chunk = _words_at(self.u64, name_start + 8 * word) & _LOW_BYTES_MASK[remaining]
             digest = (digest ^ chunk) * _U64(0xFF51AFD7ED558CCD)
             digest ^= digest >> _U64(29)
         return digest
@@ -665,7 +671,7 @@ class _Walk:
         equal = len_a == len_b
         for word in range(int(len_a.max() + 7) // 8):
             mask = _LOW_BYTES_MASK[np.clip(len_a - 8 * word, 0, 8)]
-            equal &= (self.u64[start_a + 8 * word] & mask) == (self.u64[start_b + 8 * word] & mask)
+            equal &= (_words_at(self.u64, start_a + 8 * word) & mask) == (_words_at(self.u64, start_b + 8 * word) & mask)
         return equal
 
 
