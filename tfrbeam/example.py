@@ -78,6 +78,8 @@ __all__ = [
     "BYTES",
     "FLOAT",
     "INT64",
+    "INT64_MAX",
+    "INT64_MIN",
     "KINDS",
     "decode_example",
     "decode_sequence_example",
