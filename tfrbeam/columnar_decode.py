@@ -1,18 +1,21 @@
 """Columnar decoder: many serialized tf.train.Example records -> one Arrow RecordBatch.
 
-The read hot path. Records are parsed all at once with numpy ("lockstep"): one cursor per record,
-advanced one Features map entry per step, so the number of Python-level steps is the largest
-feature count in the batch, not the number of records. Values are then gathered per feature
-straight from the record bytes (packed floats viewed as float32, packed varints decoded
-vectorised, bytes values cut by offsets).
+The read hot path. Records are parsed many at once with numpy ("lockstep"): one cursor per
+record, advanced one Features map entry per step, so the number of Python-level steps is the
+largest feature count, not the number of records. Each step reads two 8-byte windows per record
+(entry header and name; value header), feature names are grouped by exact short keys or
+verified hashes, and values are then gathered per feature straight from the record bytes (packed
+floats viewed as float32, varints decoded SWAR-style or vectorised, bytes cut by offsets). The
+batch is walked in chunks of records small enough to stay in cache between steps.
 
 Records in the canonical form our encoders and protobuf's deterministic serializer write take that
 path. Anything else protobuf accepts (unpacked or mixed packed/unpacked lists, duplicate keys,
-a Feature holding two kinds, unknown fields, Features split into chunks, over-long varints) is
-parsed by an exact per-record walker that follows Python protobuf (upb) field by field. Both
-walkers only *locate* values; the same vectorised decoders turn those locations into values, so
-the two paths give identical results (float bit patterns included: a signalling NaN is kept,
-where a round trip through Python floats would quiet it).
+a Feature holding two kinds, unknown fields, Features split into chunks, non-minimal varints) is
+parsed by an exact per-record walker that follows Python protobuf (upb) field by field, down to
+its quirk of dropping a map entry that carries an unknown field. Both walkers only *locate*
+values; the same vectorised decoders turn those locations into values, so the two paths give
+identical results (float bit patterns included: a signalling NaN is kept, where a round trip
+through Python floats would quiet it).
 
 Rules (also in the README):
 - Without a schema every feature becomes a list column of its kind (``list<int64>``,
@@ -21,13 +24,17 @@ Rules (also in the README):
   kind in every record of the batch becomes ``list<null>`` (empty lists and nulls). Two kinds
   for one feature across records -> ArrowConversionError naming the feature and the records.
 - With a schema the batch has exactly that schema. Integer, bool and temporal fields take
-  int64_list features, float fields float_list, binary/string fields bytes_list; a Feature with
-  no kind counts as zero values of the field's kind. Scalar fields take exactly one value per
+  int64_list features, float fields float_list, binary/string (large, view, fixed-size) fields
+  bytes_list, dictionary fields their value type's; a Feature with no kind counts as zero values
+  of the field's kind. Scalar fields take exactly one value per
   record (zero values or an absent feature -> null if the field is nullable, else an error);
   list, large_list and fixed_size_list fields take lists (fixed_size_list checks the length).
   Integer narrowing out of range, bool values other than 0/1 and invalid UTF-8 for string
   fields are errors, never a silent wrap. Features not in the schema are skipped: their Feature
   framing is checked, their values are not decoded or inspected.
+- Round trip: for a batch ``b`` the columnar encoder accepts,
+  ``examples_to_record_batch(record_batch_to_examples(b), schema=b.schema)`` equals ``b``
+  except that float64 values come back as the float32 the Example holds.
 - Malformed bytes -> ExampleDecodeError naming the record index (within the batch), the byte
   offset in the record and what was wrong.
 """
@@ -36,7 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any, Optional
 
 import numpy as np
@@ -45,13 +52,7 @@ import pyarrow.compute as pc
 
 from tfrbeam.errors import ArrowConversionError, ExampleDecodeError
 
-__all__ = [
-    "examples_to_record_batch",
-    "KIND_NONE",
-    "KIND_BYTES",
-    "KIND_FLOAT",
-    "KIND_INT64",
-]
+__all__ = ["examples_to_record_batch"]
 
 # Kind codes are the Feature field numbers of the oneof (0: no kind set).
 KIND_NONE, KIND_BYTES, KIND_FLOAT, KIND_INT64 = 0, 1, 2, 3
@@ -1118,11 +1119,11 @@ def _decode_chunk(batch: _RecordBuffer, wanted: Optional[set[bytes]], exact_only
         walk.run()
     fast = _fast_pieces(walk)
     by_name: dict[bytes, list[_Piece]] = {}
+    fallback = np.flatnonzero(walk.fallback)
     keep = ~walk.fallback
     for fid, pieces in fast.items():
-        kept = [piece if keep.all() else piece.keep(keep[piece.rec]) for piece in pieces]
+        kept = [piece.keep(keep[piece.rec]) for piece in pieces] if fallback.size else pieces
         by_name[walk.names[fid]] = [piece for piece in kept if len(piece.rec)]
-    fallback = np.flatnonzero(walk.fallback)
     if fallback.size:
         for name, pieces in _fallback_pieces(batch, fallback, wanted, base).items():
             by_name.setdefault(name, []).extend(pieces)
