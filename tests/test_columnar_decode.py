@@ -266,7 +266,7 @@ def consistent(records) -> bool:
 # ------------------------------------------------------------------------------------ tests
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(features(), min_size=1, max_size=12))
 def test_canonical_records_take_the_fast_path_and_match_the_oracle(batch_features):
     records = [canonical(f) for f in batch_features]
@@ -276,7 +276,7 @@ def test_canonical_records_take_the_fast_path_and_match_the_oracle(batch_feature
     assert_paths_agree(records)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.one_of(wire_records(), features().map(canonical)), min_size=1, max_size=10))
 def test_non_canonical_records_match_the_oracle_on_both_paths(records):
     assume(consistent(records))
@@ -284,7 +284,7 @@ def test_non_canonical_records_match_the_oracle_on_both_paths(records):
     assert_paths_agree(records)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(wire_records(), st.data())
 def test_damaged_records_fail_exactly_when_protobuf_fails(record, data):
     position = data.draw(st.integers(0, max(len(record) - 1, 0)))
