@@ -255,6 +255,16 @@ def test_epochs_reshuffle_and_repeat_take_and_iterating_again(files):
     assert len([batch for batch in taken]) == 4
 
 
+def test_breaking_off_a_pass_and_iterating_again_reads_the_next_epoch_whole(files):
+    dataset = open_dataset(str(files / "*.tfrecord"), batch_size=8, shuffle_buffer=40, seed=4, executor="threads")
+    iterator = iter(dataset)
+    next(iterator)
+    next(iterator)
+    second = ids_of(dataset)  # the abandoned pass is closed; this one is epoch 1, complete
+    reference = open_dataset(str(files / "*.tfrecord"), batch_size=8, shuffle_buffer=40, seed=4, executor="threads")
+    assert ids_of(reference.repeat(2))[TOTAL:] == second
+
+
 def test_resume_across_an_epoch_boundary_of_a_repeated_pass(files):
     def make():
         return open_dataset(str(files / "*.tfrecord"), batch_size=10, shuffle_buffer=30, seed=5, executor="threads").repeat(2)

@@ -21,6 +21,7 @@ import queue
 import secrets
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Callable, Literal
 
@@ -30,7 +31,7 @@ from tfrbeam.dataset.columns import Block, Column, RowQueue, ShufflePool, block_
 from tfrbeam.dataset.output import to_arrow, to_numpy
 from tfrbeam.dataset.reader import ID_KEY, RAW_KEY, BlockDecoder, Segment, count_records, dense_layout, read_segment, split_ids
 from tfrbeam.dataset.spec import FixedLenFeature, PathSpec, Source, VarLenFeature, resolve_source
-from tfrbeam.dataset.workers import DONE, END, ERROR, Job, ProcessWorkers, ReadPlan, SlotStart, ThreadWorkers, produce
+from tfrbeam.dataset.workers import DONE, END, ERROR, Cancelled, Job, ProcessWorkers, ReadPlan, SlotStart, ThreadWorkers, produce
 from tfrbeam.errors import ConfigError
 from tfrbeam.records import SkippedRegion
 
@@ -198,6 +199,7 @@ class Dataset:
         self._limit = limit
         self._position = {"epoch": 0, "batch": 0, "pass_start": 0, "taken": 0}
         self._resume_pending = False
+        self._iterator: weakref.ref | None = None
         self._workers: ThreadWorkers | ProcessWorkers | None = None
         self._lock = threading.Lock()
         self.skipped: list[SkippedRegion] = []
@@ -327,10 +329,18 @@ class Dataset:
                 fresh = position["epoch"] + (1 if position["batch"] else 0)
                 self._position = {"epoch": fresh, "batch": 0, "pass_start": fresh, "taken": 0}
             self._resume_pending = False
-        return _PassIterator(self)
+            previous = self._iterator() if self._iterator is not None else None
+        if previous is not None:
+            previous.close()  # one pass at a time: the workers serve a single consumer
+        iterator = _PassIterator(self)
+        self._iterator = weakref.ref(iterator)
+        return iterator
 
     def close(self) -> None:
-        """Stop the reader workers (processes are reused between epochs until then)."""
+        """Stop the current pass and the reader workers (processes are reused between epochs until then)."""
+        previous = self._iterator() if self._iterator is not None else None
+        if previous is not None:
+            previous.close()
         if self._workers is not None:
             self._workers.close()
             self._workers = None
@@ -379,14 +389,14 @@ class Dataset:
             return list(range(len(self.segments)))
         return _rng(self.options.seed, epoch, "files").permutation(len(self.segments)).tolist()
 
-    def _epoch_batches(self, epoch: int, skip: int = 0) -> Iterator[Block]:
+    def _epoch_batches(self, epoch: int, skip: int = 0, cancel: threading.Event | None = None) -> Iterator[Block]:
         """The batches (with their record ids under ``__id__``) of epoch ``epoch``, from batch ``skip`` on."""
         if not self.segments:
             return
         run = _EpochRun(self, epoch)
         if skip:
             run.fast_forward(skip)
-        batches = run.run(self._get_workers())
+        batches = run.run(self._get_workers(), cancel)
         try:
             yield from batches
         finally:
@@ -563,7 +573,7 @@ class _EpochRun:
         self.buffer = ShufflePool(self.options.shuffle_buffer, self.rng) if self.shuffling else RowQueue()
         self.buffer.add(restored)
 
-    def run(self, workers: ThreadWorkers | ProcessWorkers) -> Iterator[Block]:
+    def run(self, workers: ThreadWorkers | ProcessWorkers, cancel: threading.Event | None = None) -> Iterator[Block]:
         """The rest of the epoch, read and decoded by ``workers``."""
         count = workers.num_workers
         starts = self.interleave.starts()
@@ -573,7 +583,7 @@ class _EpochRun:
 
         def receive(slot: int | None) -> tuple[int, Any]:
             while True:
-                _, (got, message) = workers.get(None if slot is None else slot % count)
+                _, (got, message) = workers.get(None if slot is None else slot % count, cancel)
                 if isinstance(message, tuple) and message[0] == ERROR:
                     raise message[1]
                 if message == DONE:
@@ -610,7 +620,7 @@ class _PassIterator:
             epoch, batch, taken = position["epoch"], position["batch"], position["taken"]
             epochs, limit = dataset._epochs, dataset._limit
             while (epochs is None or epoch < position["pass_start"] + epochs) and (limit is None or taken < limit):
-                for block in dataset._epoch_batches(epoch, skip=batch):
+                for block in dataset._epoch_batches(epoch, skip=batch, cancel=self._stop):
                     if limit is not None and taken >= limit:
                         break
                     output = self._convert(block)
@@ -628,6 +638,8 @@ class _PassIterator:
                     continue
                 break
             self._put(("end", None, None))
+        except Cancelled:
+            return
         except BaseException as exc:
             self._put(("error", exc, None))
 

@@ -159,11 +159,11 @@ class ThreadWorkers:
         except BaseException as exc:  # handed to the consumer, which raises it
             _put(out, (number, (None, (ERROR, exc))), stop)
 
-    def get(self, worker: int | None) -> tuple[int, tuple[int | None, Any]]:
+    def get(self, worker: int | None, cancel: threading.Event | None = None) -> tuple[int, tuple[int | None, Any]]:
         """The next message of ``worker`` (None: of any worker) as (worker, (slot, payload))."""
         source = self._shared if worker is None else self._queues[worker]
         assert source is not None
-        return source.get()
+        return _get(source, cancel)
 
     def stop(self) -> None:
         self._stop.set()
@@ -184,6 +184,20 @@ def _put(out: queue.Queue, item: Any, stop: threading.Event) -> bool:
         except queue.Full:
             continue
     return False
+
+
+class Cancelled(Exception):
+    """The consumer gave up waiting: its pass over the data was closed."""
+
+
+def _get(source: queue.Queue, cancel: threading.Event | None) -> Any:
+    """``source.get()``, giving up with ``Cancelled`` once ``cancel`` is set."""
+    while True:
+        try:
+            return source.get(timeout=0.1)
+        except queue.Empty:
+            if cancel is not None and cancel.is_set():
+                raise Cancelled from None
 
 
 def _drain(out: queue.Queue) -> None:
@@ -294,8 +308,8 @@ class ProcessWorkers:
         for number, job in enumerate(jobs):
             self._send(number, ("job", self._job, job, self.readahead))
 
-    def get(self, worker: int | None) -> tuple[int, tuple[int | None, Any]]:
-        number, message = (self._shared if worker is None else self._queues[worker]).get()
+    def get(self, worker: int | None, cancel: threading.Event | None = None) -> tuple[int, tuple[int | None, Any]]:
+        number, message = _get(self._shared if worker is None else self._queues[worker], cancel)
         if message[1] == DONE:
             self._active.discard(number)
         elif number in self._active:
