@@ -369,6 +369,12 @@ def test_gzip_files_and_processes(tmp_path):
         assert processes.stats["executor"] == "processes"
         processes.load_state_dict(state)  # and a position saved with threads resumes with processes
         assert head + ids_of(processes) == whole
+        import os
+        import signal
+
+        os.kill(processes._workers._processes[0].pid, signal.SIGKILL)
+        with pytest.raises(RuntimeError, match="reader process 0 exited unexpectedly"):
+            ids_of(processes)  # a worker that dies is an error, not a hang
 
 
 # ----------------------------------------------------------------- TensorFlow-written files

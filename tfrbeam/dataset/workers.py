@@ -287,16 +287,23 @@ class ProcessWorkers:
                 job, message = connection.recv()
             except (EOFError, OSError):
                 if self._active:  # it died in the middle of a job
-                    (self._queues[number] if self._ordered else self._shared).put(
-                        (number, (None, (ERROR, RuntimeError(f"reader process {number} exited unexpectedly"))))
-                    )
+                    try:
+                        code = self._processes[number].wait(timeout=5)
+                    except subprocess.TimeoutExpired:
+                        code = None
+                    error = RuntimeError(f"tfrbeam reader process {number} exited unexpectedly (exit code {code})")
+                    (self._queues[number] if self._ordered else self._shared).put((number, (None, (ERROR, error))))
                 return
             if job == self._job:
                 (self._queues[number] if self._ordered else self._shared).put((number, message))
 
     def _send(self, number: int, command: tuple) -> None:
+        """Send a command; a worker that is gone is reported by its receiver thread, not here."""
         with self._send_lock:
-            self._connections[number].send(command)
+            try:
+                self._connections[number].send(command)
+            except OSError:
+                pass
 
     def start(self, jobs: Sequence[Job], ordered: bool) -> None:
         self.stop()
@@ -327,10 +334,7 @@ class ProcessWorkers:
             return
         self.stop()
         for number in range(len(self._connections)):
-            try:
-                self._send(number, ("exit", 0, None, 0))
-            except OSError:
-                pass
+            self._send(number, ("exit", 0, None, 0))
         for process in self._processes:
             try:
                 process.wait(timeout=5)
@@ -349,12 +353,16 @@ def _process_main(fd: int, token_read: int, token_write: int) -> None:
     connection = multiprocessing.connection.Connection(fd)
     plan: ReadPlan = pickle.loads(connection.recv_bytes())
     limit = _PipeLimit(0, (token_read, token_write))
+    try:
+        _serve(connection, plan, limit)
+    except (EOFError, BrokenPipeError, ConnectionResetError):
+        return  # the consumer went away: nothing left to do
+
+
+def _serve(connection: Any, plan: ReadPlan, limit: _PipeLimit) -> None:
     pending: tuple | None = None
     while True:
-        try:
-            command = pending or connection.recv()
-        except EOFError:
-            return
+        command = pending or connection.recv()
         pending = None
         kind, job_id, job, credits = command
         if kind == "exit":
@@ -375,6 +383,8 @@ def _process_main(fd: int, token_read: int, token_write: int) -> None:
             connection.send((job_id, (None, DONE)))
         except _Stopped:
             continue
+        except (BrokenPipeError, ConnectionResetError):
+            raise
         except BaseException as exc:  # sent to the consumer, which raises it
             try:
                 connection.send((job_id, (None, (ERROR, exc))))
