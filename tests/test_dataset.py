@@ -519,3 +519,25 @@ def test_importing_the_reader_does_not_import_beam():
     code = "import sys, tfrbeam.dataset; print('apache_beam' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+
+
+def test_reads_what_tfrbeam_build_writes(tmp_path, monkeypatch):
+    build = pytest.importorskip("pipelines.build.cli", reason="the build pipeline is not importable")
+    from pipelines.demo_data import write_demo_data
+
+    monkeypatch.chdir(tmp_path)
+    write_demo_data("demo_data", 600)
+    config = pathlib.Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"
+    assert build.main([str(config), "--set", f"output.path={tmp_path / 'out'}"]) == 0
+    info = json.loads((tmp_path / "out" / "dataset_info.json").read_text())
+    for split, entry in info["splits"].items():
+        dataset = open_dataset(tmp_path / "out", split, batch_size=32, shuffle_files=True, shuffle_buffer=100, seed=0)
+        assert dataset.num_records == entry["num_examples"] and len(dataset) == math.ceil(entry["num_examples"] / 32)
+        assert isinstance(dataset.features["tailnum"], VarLenFeature)  # some rows omit it
+        flights = [flight for batch in dataset for flight in batch["flight_id"].tolist()]
+        assert len(flights) == len(set(flights)) == entry["num_examples"]
+        union = []
+        for index in range(7):  # more workers than files: record ranges, seeking with the build's read index
+            shard = open_dataset(tmp_path / "out", split, batch_size=32).shard(7, index)
+            union += [flight for batch in shard for flight in batch["flight_id"].tolist()]
+        assert sorted(union) == sorted(flights)
