@@ -292,12 +292,12 @@ def test_nondeterministic_mode_still_reads_every_record_once(files):
 def test_autotune_moves_decode_parallelism_and_prefetch_depth(files):
     import queue
 
-    from tfrbeam.dataset.pipeline import _Tuner
+    from tfrbeam.dataset.passes import Tuner
 
     dataset = open_dataset(str(files / "*.tfrecord"), num_parallel_reads=3, num_workers=3, executor="threads")
     workers = dataset._get_workers()
     prefetch: queue.Queue = queue.Queue(2)
-    tuner = _Tuner(dataset, prefetch, now=0.0)
+    tuner = Tuner(dataset, prefetch, now=0.0)
     prefetch.put(1)
     prefetch.put(2)
     tuner.observe(0.0, now=1.5)  # the caller never waits and batches pile up: give a worker back

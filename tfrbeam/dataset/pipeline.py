@@ -1,6 +1,6 @@
 """``open_dataset`` and ``Dataset``: batches of a TFRecord dataset, interleaved, shuffled, prefetched, resumable.
 
-One epoch, in order: the dataset's segments (files, or record ranges of files) are shuffled with
+One epoch (``epoch.py``), in order: the dataset's segments (files, or record ranges of files) are shuffled with
 a generator seeded by (seed, epoch); slot ``s`` of the interleave reads segments ``s, s + C,
 s + 2C, ...`` of that order in blocks of ``block_length`` records; the consumer takes one block
 from each live slot in turn, pushes it into the shuffle buffer (or a FIFO), and cuts batches.
@@ -17,21 +17,18 @@ import json
 import logging
 import math
 import os
-import queue
 import secrets
 import threading
-import time
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
-import numpy as np
-
-from tfrbeam.dataset.columns import Block, Column, RowQueue, ShufflePool, block_rows, concat_blocks, take_block
-from tfrbeam.dataset.output import to_arrow, to_numpy
-from tfrbeam.dataset.reader import ID_KEY, RAW_KEY, BlockDecoder, Segment, count_records, dense_layout, read_segment, split_ids
+from tfrbeam.dataset.columns import Block
+from tfrbeam.dataset.epoch import EpochRun, epoch_rng, record_range_shard
+from tfrbeam.dataset.passes import PassIterator
+from tfrbeam.dataset.reader import RAW_KEY, BlockDecoder, Segment, count_records
 from tfrbeam.dataset.spec import FixedLenFeature, PathSpec, Source, VarLenFeature, resolve_source
-from tfrbeam.dataset.workers import DONE, END, ERROR, Cancelled, Job, ProcessWorkers, ReadPlan, SlotStart, ThreadWorkers, produce
+from tfrbeam.dataset.workers import ProcessWorkers, ReadPlan, ThreadWorkers
 from tfrbeam.errors import ConfigError
 from tfrbeam.records import SkippedRegion
 
@@ -40,7 +37,6 @@ _LOG = logging.getLogger(__name__)
 STATE_VERSION = 1
 DEFAULT_CYCLE_LENGTH = 8
 DEFAULT_BLOCK_LENGTH = 4096
-MAX_PREFETCH = 64
 AUTO_PROCESSES_BYTES = 64 << 20
 
 
@@ -232,7 +228,7 @@ class Dataset:
             )
         if mode != "record":
             raise ConfigError(f"shard by={by!r} is not one of 'auto', 'file', 'record'")
-        segments, counts = _record_range_shard(self.segments, self._segment_counts(), num_workers, index)
+        segments, counts = record_range_shard(self.segments, self._segment_counts(), num_workers, index)
         return self._derive(segments=segments, counts=counts, shard_key=self._shard_key + (("record", num_workers, index),))
 
     def repeat(self, count: int | None = None) -> Dataset:
@@ -332,7 +328,7 @@ class Dataset:
             previous = self._iterator() if self._iterator is not None else None
         if previous is not None:
             previous.close()  # one pass at a time: the workers serve a single consumer
-        iterator = _PassIterator(self)
+        iterator = PassIterator(self)
         self._iterator = weakref.ref(iterator)
         return iterator
 
@@ -387,13 +383,13 @@ class Dataset:
         """Segment indices in the order epoch ``epoch`` reads them (shuffled by (seed, epoch) if asked)."""
         if not self.options.shuffle_files:
             return list(range(len(self.segments)))
-        return _rng(self.options.seed, epoch, "files").permutation(len(self.segments)).tolist()
+        return epoch_rng(self.options.seed, epoch, "files").permutation(len(self.segments)).tolist()
 
     def _epoch_batches(self, epoch: int, skip: int = 0, cancel: threading.Event | None = None) -> Iterator[Block]:
         """The batches (with their record ids under ``__id__``) of epoch ``epoch``, from batch ``skip`` on."""
         if not self.segments:
             return
-        run = _EpochRun(self, epoch)
+        run = EpochRun(self, epoch)
         if skip:
             run.fast_forward(skip)
         batches = run.run(self._get_workers(), cancel)
@@ -411,344 +407,3 @@ def _total_bytes(segments: Sequence[Segment]) -> int:
         except OSError:
             pass
     return total
-
-
-def _rng(seed: int, epoch: int, purpose: str) -> np.random.Generator:
-    stream = {"files": 0, "buffer": 1}[purpose]
-    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, epoch, stream])))
-
-
-def _record_range_shard(
-    segments: tuple[Segment, ...], counts: list[int], num_workers: int, index: int
-) -> tuple[tuple[Segment, ...], tuple[int | None, ...]]:
-    """Worker ``index``'s contiguous share of all records, as record ranges of the segments."""
-    total = sum(counts)
-    low, high = index * total // num_workers, (index + 1) * total // num_workers
-    out: list[Segment] = []
-    out_counts: list[int | None] = []
-    base = 0
-    for position, (segment, count) in enumerate(zip(segments, counts)):
-        begin, end = max(low, base), min(high, base + count)
-        last = index == num_workers - 1 and position == len(segments) - 1
-        if begin < end or (last and segment.stop is None):
-            start = segment.start + begin - base
-            # The very last range stays open-ended, so records a count missed are still read once.
-            stop = None if last and segment.stop is None else segment.start + end - base
-            out.append(dataclasses.replace(segment, start=start, stop=stop))
-            out_counts.append(max(end - begin, 0))
-        base += count
-    return tuple(out), tuple(out_counts)
-
-
-@dataclasses.dataclass
-class _Interleave:
-    """The consumer's view of the interleave: live slots in turn order, whose turn it is, and how far each got."""
-
-    slots: list[tuple[int, ...]]
-    alive: list[int]
-    pointer: int = 0
-    progress: dict[int, tuple[int, int]] = dataclasses.field(default_factory=dict)
-
-    def starts(self) -> list[SlotStart]:
-        """Where each live slot continues, in turn order from the slot whose turn it is."""
-        order = self.alive[self.pointer:] + self.alive[:self.pointer]
-        out = []
-        for slot in order:
-            segments = self.slots[slot]
-            if slot in self.progress:
-                segment, record = self.progress[slot]
-                position = segments.index(segment)
-                out.append(SlotStart(slot, segments[position:], record))
-            else:
-                out.append(SlotStart(slot, segments, None))
-        return out
-
-
-class _EpochRun:
-    """One epoch's interleave, shuffle buffer and batching, able to fast-forward without decoding."""
-
-    def __init__(self, dataset: Dataset, epoch: int):
-        self.dataset = dataset
-        options = dataset.options
-        self.options = options
-        order = dataset._epoch_order(epoch)
-        cycle = dataset._cycle()
-        self.interleave = _Interleave([tuple(order[slot::cycle]) for slot in range(cycle)], list(range(cycle)))
-        self.shuffling = options.shuffle_buffer > 1
-        self.rng = _rng(options.seed, epoch, "buffer")
-        self.buffer: ShufflePool | RowQueue = ShufflePool(options.shuffle_buffer, self.rng) if self.shuffling else RowQueue()
-        self.threshold = max(options.shuffle_buffer, options.batch_size) if self.shuffling else options.batch_size
-        self.draining = False
-
-    def _consume(self, receive: Callable[[int | None], tuple[int, Any]], limit: int | None = None) -> Iterator[Block]:
-        """Feed blocks into the buffer in interleave order and cut batches; stop after ``limit`` batches."""
-        state = self.interleave
-        size = self.options.batch_size
-        emitted = 0
-        ordered = self.options.deterministic
-        while True:
-            while self.buffer.size >= self.threshold and not self.draining:
-                if limit is not None and emitted >= limit:
-                    return
-                yield self.buffer.pop(size)
-                emitted += 1
-            if not state.alive or self.draining:
-                break
-            wanted = state.alive[state.pointer]
-            slot, message = receive(wanted if ordered else None)
-            if message == END:
-                position = state.alive.index(slot)
-                state.alive.pop(position)
-                if position < state.pointer:
-                    state.pointer -= 1
-                if state.pointer >= len(state.alive):
-                    state.pointer = 0
-                continue
-            if ordered and slot != wanted:
-                raise RuntimeError(f"interleave out of order: expected slot {wanted}, got {slot}")
-            self.dataset.skipped.extend(message.skipped)
-            if not len(message.ids):
-                continue  # only news of skipped records: not a turn
-            if not ordered:
-                state.pointer = state.alive.index(slot)
-            state.pointer = (state.pointer + 1) % len(state.alive)
-            segment, record = split_ids(message.ids[-1:])
-            state.progress[slot] = (int(segment[0]), int(record[0]) + 1)
-            self.buffer.add(message.block if message.block is not None else {ID_KEY: Column(message.ids)})
-        self.draining = True
-        while self.buffer.size:
-            if limit is not None and emitted >= limit:
-                return
-            if self.options.drop_remainder and self.buffer.size < size:
-                return
-            yield self.buffer.pop(size)
-            emitted += 1
-
-    def fast_forward(self, batches: int) -> None:
-        """Replay the first ``batches`` batches from record ids only, then load the buffer's records."""
-        plan = self.dataset._plan()
-        cycle = len(self.interleave.slots)
-        workers = min(self.options.num_workers, cycle)
-        generators = [
-            produce(plan, Job(tuple(start for start in self.interleave.starts() if start.slot % workers == number), False))
-            for number in range(workers)
-        ]
-
-        def receive(slot: int | None) -> tuple[int, Any]:
-            assert slot is not None
-            return next(generators[slot % workers])
-
-        skipped_before = len(self.dataset.skipped)
-        done = sum(1 for _ in self._consume(receive, limit=batches))
-        del self.dataset.skipped[skipped_before:]  # they are counted again when the records are read for real
-        if done < batches:
-            raise ConfigError(f"the saved position is {batches} batches into the epoch, but the epoch has only {done}")
-        self._load_buffer(plan)
-
-    def _load_buffer(self, plan: ReadPlan) -> None:
-        """Swap the id-only buffer for one holding the same records decoded, in the same slots."""
-        if not self.buffer.size:
-            return
-        ids = self.buffer.snapshot()[ID_KEY].leaf  # the id-only buffer holds nothing else
-        segments, records = split_ids(ids)
-        pieces: list[Block] = []
-        positions: list[np.ndarray] = []
-        for segment_index in np.unique(segments).tolist():
-            where = np.flatnonzero(segments == segment_index)
-            wanted = records[where]
-            first, last = int(wanted.min()), int(wanted.max())
-            blocks: list[Block] = []
-            for item in read_segment(
-                plan.segments[segment_index], segment_index, plan.block_length, plan.decoder,
-                skip_corrupt=plan.skip_corrupt, first=first,
-            ):
-                if item.block is not None:
-                    blocks.append(item.block)
-                if len(item.ids) and int(split_ids(item.ids[-1:])[1][0]) >= last:
-                    break
-            pieces.append(take_block(concat_blocks(blocks), wanted - first))
-            positions.append(where)
-        order = np.argsort(np.concatenate(positions), kind="stable")
-        restored = take_block(concat_blocks(pieces), order)
-        self.buffer = ShufflePool(self.options.shuffle_buffer, self.rng) if self.shuffling else RowQueue()
-        self.buffer.add(restored)
-
-    def run(self, workers: ThreadWorkers | ProcessWorkers, cancel: threading.Event | None = None) -> Iterator[Block]:
-        """The rest of the epoch, read and decoded by ``workers``."""
-        count = workers.num_workers
-        starts = self.interleave.starts()
-        jobs = [Job(tuple(start for start in starts if start.slot % count == number), True) for number in range(count)]
-        ordered = self.options.deterministic
-        workers.start(jobs, ordered)
-
-        def receive(slot: int | None) -> tuple[int, Any]:
-            while True:
-                _, (got, message) = workers.get(None if slot is None else slot % count, cancel)
-                if isinstance(message, tuple) and message[0] == ERROR:
-                    raise message[1]
-                if message == DONE:
-                    continue
-                return got, message
-
-        batches = self._consume(receive)
-        try:
-            yield from batches
-        finally:
-            batches.close()
-            workers.stop()
-
-
-class _PassIterator:
-    """One pass over a dataset: batches produced by a background thread, ``prefetch`` of them ahead."""
-
-    def __init__(self, dataset: Dataset):
-        self.dataset = dataset
-        options = dataset.options
-        with dataset._lock:
-            position = dict(dataset._position)
-        self._queue: queue.Queue = queue.Queue(max(1, options.prefetch))
-        self._stop = threading.Event()
-        self._finished = False
-        self._tuner = _Tuner(dataset, self._queue) if options.autotune else None
-        self._layout = dense_layout(dataset.features)
-        self._thread = threading.Thread(target=self._produce, args=(position,), daemon=True, name="tfrbeam-dataset")
-        self._thread.start()
-
-    def _produce(self, position: dict[str, int]) -> None:
-        dataset = self.dataset
-        try:
-            epoch, batch, taken = position["epoch"], position["batch"], position["taken"]
-            epochs, limit = dataset._epochs, dataset._limit
-            while (epochs is None or epoch < position["pass_start"] + epochs) and (limit is None or taken < limit):
-                for block in dataset._epoch_batches(epoch, skip=batch, cancel=self._stop):
-                    if limit is not None and taken >= limit:
-                        break
-                    output = self._convert(block)
-                    batch += 1
-                    taken += 1
-                    if not self._put(("batch", output, {"epoch": epoch, "batch": batch, "taken": taken})):
-                        return
-                    if self._stop.is_set():
-                        return
-                else:
-                    epoch, batch = epoch + 1, 0
-                    self._put(("epoch", None, {"epoch": epoch, "batch": 0, "taken": taken}))
-                    if not dataset.segments:
-                        break
-                    continue
-                break
-            self._put(("end", None, None))
-        except Cancelled:
-            return
-        except BaseException as exc:
-            self._put(("error", exc, None))
-
-    def _convert(self, block: Block) -> Any:
-        features = self.dataset.features
-        block = self._layout.unpack(block)
-        if self.dataset.options.output == "arrow":
-            return to_arrow(block, features)
-        return to_numpy(block, features, self.dataset.options.padded)
-
-    def _put(self, item: tuple) -> bool:
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def __iter__(self) -> _PassIterator:
-        return self
-
-    def __next__(self) -> Any:
-        if self._finished:
-            raise StopIteration
-        while True:
-            started = time.perf_counter()
-            kind, payload, position = self._queue.get()
-            if self._tuner is not None:
-                self._tuner.observe(time.perf_counter() - started)
-            if kind == "batch":
-                self._advance(position)
-                return payload
-            if kind == "epoch":
-                self._advance(position)
-                continue
-            self._finish(kind == "end")
-            if kind == "error":
-                raise payload
-            raise StopIteration
-
-    def _advance(self, position: dict[str, int]) -> None:
-        with self.dataset._lock:
-            self.dataset._position.update(position)
-
-    def _finish(self, completed: bool) -> None:
-        self._finished = True
-        self.close()
-        if completed:
-            with self.dataset._lock:
-                current = self.dataset._position
-                next_epoch = current["epoch"] + (1 if current["batch"] else 0)
-                self.dataset._position = {"epoch": next_epoch, "batch": 0, "pass_start": next_epoch, "taken": 0}
-
-    def close(self) -> None:
-        self._stop.set()
-        while True:
-            try:
-                self._queue.get_nowait()
-            except queue.Empty:
-                break
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout=30)
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
-
-
-class _Tuner:
-    """Autotune: grow the prefetch depth while the caller waits for batches; give workers back when it never does.
-
-    Every window of about a second it looks at the share of time the caller spent waiting. Over
-    10 %: the readers are the bottleneck, so allow every worker to decode and double the prefetch
-    depth (up to 64). Under 1 % with the prefetch queue full: the caller is the bottleneck, so one
-    fewer worker decodes at a time (down to 1), leaving a core to the training step.
-    """
-
-    WINDOW = 1.0
-
-    def __init__(self, dataset: Dataset, prefetch: queue.Queue, now: float | None = None):
-        self.dataset = dataset
-        self.prefetch = prefetch
-        self.window_start = time.perf_counter() if now is None else now
-        self.waited = 0.0
-
-    def observe(self, waited: float, now: float | None = None) -> None:
-        """Account ``waited`` seconds the caller spent blocked on the next batch; adjust at each window's end."""
-        self.waited += waited
-        now = time.perf_counter() if now is None else now
-        elapsed = now - self.window_start
-        if elapsed < self.WINDOW:
-            return
-        share = self.waited / elapsed
-        self.window_start, self.waited = now, 0.0
-        workers = self.dataset._workers
-        if workers is None:
-            return
-        limit = workers.limit
-        if share > 0.10:
-            if limit.allowed < workers.num_workers:
-                limit.set_allowed(limit.allowed + 1)
-            elif self.prefetch.maxsize < MAX_PREFETCH:
-                with self.prefetch.mutex:
-                    self.prefetch.maxsize *= 2
-                    self.prefetch.not_full.notify_all()
-        elif share < 0.01 and self.prefetch.full() and limit.allowed > 1:
-            limit.set_allowed(limit.allowed - 1)
-        self.dataset.stats.update(workers_allowed=limit.allowed, prefetch=self.prefetch.maxsize)
-        _LOG.debug("autotune: waited %.1f%%, workers allowed %d, prefetch %d", 100 * share, limit.allowed, self.prefetch.maxsize)

@@ -23,7 +23,7 @@ import socket
 import subprocess
 import sys
 import threading
-import time
+
 from collections.abc import Iterator, Sequence
 from typing import Any
 
