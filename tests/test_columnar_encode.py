@@ -267,6 +267,23 @@ def test_lengths_crossing_varint_boundaries(boundary):
     assert_matches_references(batch, record_batch_to_examples(batch))
 
 
+@pytest.mark.parametrize("distinct_lengths", [5, 100])
+def test_rows_placed_at_exact_lengths(distinct_lengths):
+    """A lone string column leaves no room after a row for padding junk: rows are copied at
+    their exact lengths, grouped by length or byte by byte when lengths are too varied."""
+    strings = ["w" * (row % distinct_lengths) for row in range(300)]
+    batch = pa.record_batch({"only": pa.array(strings)})
+    assert_matches_references(batch, record_batch_to_examples(batch))
+
+
+def test_fixed_size_lists_with_and_without_nulls():
+    values = pa.array(np.arange(24, dtype=np.float32))
+    for mask in (None, pa.array([False, True, False, False, True, False])):
+        for items in (values, pa.array(np.arange(24) - 12), pa.array([str(v) for v in range(24)])):
+            batch = pa.record_batch({"fixed": pa.FixedSizeListArray.from_arrays(items, 4, mask=mask)})
+            assert_matches_references(batch, record_batch_to_examples(batch))
+
+
 def test_prefix_names_are_ordered_by_utf8_bytes_shorter_first():
     batch = pa.record_batch({"ab": [2], "a": [1], "": [0], "abc": [3], "b": [4]})
     record = record_batch_to_examples(batch)[0]
@@ -364,6 +381,8 @@ def test_empty_batches_and_batches_without_columns():
     empty = pa.record_batch({"x": pa.array([], pa.int64())})
     encoded = encode_record_batch(empty)
     assert len(encoded) == 0 and encoded.offsets.tolist() == [0] and encoded.to_list() == []
+    no_chunks = pa.table({"x": pa.chunked_array([], pa.string()), "y": pa.chunked_array([], pa.int8())})
+    assert record_batch_to_examples(no_chunks) == []
     no_columns = pa.table({"x": [1, 2, 3]}).drop(["x"])
     assert record_batch_to_examples(no_columns) == [b"\x0a\x00"] * 3
     all_null = pa.record_batch({"x": pa.array([None, None], pa.int64()), "y": pa.array([None, None], pa.string())})
@@ -384,6 +403,10 @@ def test_uint64_above_int64_max_names_column_and_row():
     with pytest.raises(ArrowConversionError, match=r"row 4: uint64 value 18446744073709551615 at list position 1"):
         lists = pa.array([[1], [], None, [2], [3, 2**64 - 1]], pa.list_(pa.uint64()))
         record_batch_to_examples(pa.record_batch({"l": lists}))
+    # Items under a null list row belong to no row.
+    items = pa.array([1, 2**64 - 1, 3], pa.uint64())
+    hidden_items = pa.ListArray.from_arrays(pa.array([0, 1, 2, 3], pa.int32()), items, mask=pa.array([False, True, False]))
+    assert len(record_batch_to_examples(pa.record_batch({"l": hidden_items}))) == 3
 
 
 def test_uint64_error_row_counts_across_chunks(monkeypatch):

@@ -347,10 +347,8 @@ def _varint_lookup(values: np.ndarray) -> tuple[_Slot, _Keyed] | None:
     return _Slot(width=width, content=_PerRow(table, index), valid=valid), _Keyed(index, lengths.astype(np.int64))
 
 
-def _varint(values: np.ndarray | int, rows: Rows = None) -> _Slot:
+def _varint(values: np.ndarray, rows: Rows = None) -> _Slot:
     """Varints of int64 or uint64 `values` (n,), one per row (int64 bits, negatives as 10 bytes)."""
-    if isinstance(values, (int, np.integer)):
-        return _const(encode_varint(int(values)), rows)
     if len(values) == 0:
         return _EMPTY
     signed = values.view(np.int64)
@@ -373,9 +371,8 @@ def _varint(values: np.ndarray | int, rows: Rows = None) -> _Slot:
     )
 
 
-def _length_of_varint(values: np.ndarray | int) -> np.ndarray | int:
-    if isinstance(values, (int, np.integer)):
-        return len(encode_varint(int(values)))
+def _length_of_varint(values: np.ndarray) -> np.ndarray:
+    """Bytes of the varint of each non-negative int64 value."""
     return _varint_lengths(values.view(np.uint64), int(values.max(initial=0))).astype(np.int64)
 
 
