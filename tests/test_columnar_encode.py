@@ -316,7 +316,9 @@ def test_one_thousand_columns():
     assert_matches_references(table, record_batch_to_examples(table))
 
 
-def test_uneven_sizes_take_the_ragged_path_and_stay_exact():
+@pytest.mark.parametrize("group_bytes", [1 << 20, 100])
+def test_uneven_sizes_take_the_ragged_path_and_stay_exact(monkeypatch, group_bytes):
+    monkeypatch.setattr(columnar_encode, "_SEGMENT_BYTES_PER_GROUP", group_bytes)
     long_value = "x" * 100_000
     strings = ["a", long_value, "", None] * 20
     ints = [[1] * 2000 if row % 9 == 0 else [row] for row in range(80)]

@@ -33,6 +33,11 @@ _PADDED_BYTES_PER_PASS = 4 << 20
 # ... but at least this many rows, so that tables with many columns pay the per-slot Python
 # overhead only a few times per chunk.
 _MIN_ROWS_PER_PASS = 4096
+_MAX_PASS_BYTES = 64 << 20
+# Ragged segments at least this long are copied one slice each; shorter ones by byte index in
+# groups of at most this many bytes.
+_LONG_SEGMENT = 4096
+_SEGMENT_BYTES_PER_GROUP = 1 << 20
 # A value wider than this is never padded (copied byte by byte instead).
 _MAX_PADDED_WIDTH = 1 << 16
 # A ragged value is padded when padding at most this factor over its real bytes (plus slack).
@@ -447,7 +452,7 @@ def _assemble(count: int, pieces: list[_Piece], offsets: np.ndarray) -> np.ndarr
     for spare in room:
         spare[-1] += slack - first_length
     width = sum(slot.width for slot in slots)
-    step = max(_MIN_ROWS_PER_PASS, _PADDED_BYTES_PER_PASS // max(width, 1))
+    step = max(1, _PADDED_BYTES_PER_PASS // max(width, 1), min(_MIN_ROWS_PER_PASS, _MAX_PASS_BYTES // max(width, 1)))
     order = [*range(1, len(stretches)), 0]
     for first in range(0, count, step):
         last = min(count, first + step)
@@ -567,12 +572,26 @@ def _place(out: np.ndarray, starts: np.ndarray, source: np.ndarray, lengths: np.
 
 
 def _copy_segments(out: np.ndarray, destinations: np.ndarray, data: np.ndarray, sources: np.ndarray, lengths: np.ndarray) -> None:
-    """out[destinations[i]:][:lengths[i]] = data[sources[i]:][:lengths[i]], by byte index."""
-    total = int(lengths.sum())
-    if total == 0:
-        return
-    within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    out[np.repeat(destinations, lengths) + within] = data[np.repeat(sources, lengths) + within]
+    """out[destinations[i]:][:lengths[i]] = data[sources[i]:][:lengths[i]].
+
+    Long segments are copied one slice each; short ones by byte index (16 bytes of index per
+    byte), in groups of at most _SEGMENT_BYTES_PER_GROUP bytes to bound that memory.
+    """
+    long = lengths >= _LONG_SEGMENT
+    if long.any():
+        for destination, source, length in zip(*(part[long].tolist() for part in (destinations, sources, lengths))):
+            out[destination : destination + length] = data[source : source + length]
+        destinations, sources, lengths = destinations[~long], sources[~long], lengths[~long]
+    ends = np.cumsum(lengths)
+    first = 0
+    while first < len(lengths):
+        base = int(ends[first - 1]) if first else 0
+        last = max(first + 1, int(np.searchsorted(ends, base + _SEGMENT_BYTES_PER_GROUP, side="right")))
+        group = slice(first, last)
+        total = int(ends[last - 1]) - base
+        within = np.arange(total, dtype=np.int64) - np.repeat(ends[group] - lengths[group] - base, lengths[group])
+        out[np.repeat(destinations[group], lengths[group]) + within] = data[np.repeat(sources[group], lengths[group]) + within]
+        first = last
 
 
 _SCRATCH = threading.local()
