@@ -17,7 +17,15 @@ so [A, B) + [B, C) reads exactly what [A, C) reads. Where a range starts depends
 
 Every record's CRCs are checked. Damage raises ``CorruptRecordError`` / ``TruncatedRecordError``
 naming the file and byte offset; ``skip_corrupt=True`` skips the damaged bytes instead, logs the
-file and offset and counts them in the ``tfrbeam:corrupt_records_skipped`` metric.
+file and offset and counts them in the ``tfrbeam:corrupt_records_skipped`` metric. Under
+skip_corrupt, neighbouring ranges resynchronise after damage by the same rule, so they still
+agree, except after a record whose payload both is damaged and embeds TFRecord framing.
+
+Two read paths share this code: ``TFRecordSource`` (a FileBasedSource: dynamic splitting and
+progress through ``iobase.Read``) and, by default in ``ReadFromTFRecord`` / ``ReadAllFromTFRecord``,
+ranges planned when the pipeline starts and read by a plain DoFn, which costs Beam less per record.
+Metrics (namespace "tfrbeam"): records_read, bytes_read (framed, uncompressed bytes of the
+records read) and corrupt_records_skipped (skip events), added when a range is finished.
 """
 
 from __future__ import annotations
