@@ -284,6 +284,13 @@ def test_fixed_size_lists_with_and_without_nulls():
             assert_matches_references(batch, record_batch_to_examples(batch))
 
 
+def test_every_varint_length_and_bit_position():
+    """Values 2^k - 1, 2^k and -2^k for every k: each varint length, every 7-bit group boundary."""
+    values = sorted({v for k in range(64) for v in (2**k - 1, min(2**k, INT64_MAX), -(2**k))})
+    batch = pa.record_batch({"v": pa.array(values, pa.int64()), "l": pa.array([values[i : i + 3] for i in range(len(values))], pa.list_(pa.int64()))})
+    assert_matches_references(batch, record_batch_to_examples(batch))
+
+
 def test_prefix_names_are_ordered_by_utf8_bytes_shorter_first():
     batch = pa.record_batch({"ab": [2], "a": [1], "": [0], "abc": [3], "b": [4]})
     record = record_batch_to_examples(batch)[0]

@@ -306,18 +306,41 @@ def _varint_lengths(values: np.ndarray, largest: int) -> np.ndarray:
     return lengths
 
 
-def _write_varints(values: np.ndarray, lengths: np.ndarray, destination: np.ndarray, first: int, last: int) -> None:
-    """Varint bytes of uint64 values first..last into destination (rows, width), byte by byte.
+def _continuation_bits(lengths: range, first_byte: int) -> np.ndarray:
+    """Per varint length, the 0x80 bits of bytes first_byte..first_byte + 7 as one uint64."""
+    return np.array(
+        [sum(0x80 << 8 * (byte - first_byte) for byte in range(first_byte, min(length - 1, first_byte + 8))) for length in lengths],
+        np.uint64,
+    )
 
-    A byte before the last has its top bit forced to 1, so the low 7 bits need no mask; bytes
-    past a value's length are left as junk for the validity mask to drop.
+
+_CONTINUATION_LOW = _continuation_bits(range(11), 0)
+_CONTINUATION_HIGH = _continuation_bits(range(11), 8)
+_U64 = np.uint64
+
+
+def _write_varints(values: np.ndarray, lengths: np.ndarray, destination: np.ndarray, first: int, last: int) -> None:
+    """Varint bytes of uint64 values first..last into destination (rows, width <= 10).
+
+    The 7-bit groups of the low 56 bits are spread into 8 bytes with three shift-and-mask
+    steps on whole uint64s, then the continuation bits of each length are OR-ed in; bytes
+    past a value's length are junk that no stretch copies.
     """
     values = values[first:last]
-    continues = lengths[first:last] - 1
-    for position in range(destination.shape[1]):
-        byte = (values >> _SHIFTS[position]).astype(np.uint8)
-        byte |= (continues > position).view(np.uint8) << 7
-        destination[:, position] = byte
+    lengths = lengths[first:last]
+    spread = values & _U64(0x00FFFFFFFFFFFFFF)
+    spread = (spread & _U64(0x000000000FFFFFFF)) | ((spread & _U64(0x00FFFFFFF0000000)) << _U64(4))
+    spread = (spread & _U64(0x00003FFF00003FFF)) | ((spread & _U64(0x0FFFC0000FFFC000)) << _U64(2))
+    spread = (spread & _U64(0x007F007F007F007F)) | ((spread & _U64(0x3F803F803F803F80)) << _U64(1))
+    spread |= _CONTINUATION_LOW[lengths]
+    words = np.empty((len(values), 2), np.uint64)
+    words[:, 0] = spread
+    width = destination.shape[1]
+    if width > 8:  # bytes 8 and 9: bits 56..62, then bit 63
+        top = values >> _U64(56)
+        words[:, 1] = (top & _U64(0x7F)) | ((top >> _U64(7)) << _U64(8)) | _CONTINUATION_HIGH[lengths]
+    rows = words.view(np.uint8)[:, :width]
+    destination.view(f"V{width}")[:, 0] = rows.view(f"V{width}")[:, 0]
 
 
 def _prefix_valid(width: int, lengths: np.ndarray) -> np.ndarray:
