@@ -1,12 +1,14 @@
 """Columnar fast path: encode Arrow record batches into tf.train.Example bytes with numpy passes.
 
 Every row's Example is laid out as one fixed-width padded block: each tag, length and varint of
-each feature gets a slot as wide as its widest value in the batch, filled column-wise with numpy,
-and a boolean mask marks which bytes of each slot are real. One mask compaction then yields all
-rows concatenated in row-major order, and the row offsets come from a cumulative sum of lengths
-computed arithmetically. Values too uneven in size to pad cheaply (a few very long strings or
-lists) are kept ragged and spliced in by one gather over segments. No Python loop runs over rows.
-The bytes equal protobuf's deterministic serialization (see notes/WIRE.md).
+each feature gets a slot as wide as its widest value in the batch, filled column-wise with numpy
+(constants from a template row; a feature's whole header, whose lengths all follow from its
+payload length, from one lookup table). Row lengths and offsets are computed arithmetically.
+The slots form stretches whose real bytes are contiguous; each stretch goes to its place in the
+output with one whole-row copy per row, dragging junk padding onto bytes written after it.
+Values too uneven in size to pad cheaply (a few very long strings or lists) stay ragged and are
+copied segment by segment. No Python loop runs over rows (except one per value of 4 KiB or
+more). The bytes equal protobuf's deterministic serialization, keys in UTF-8 order (WIRE.md).
 """
 
 from __future__ import annotations
@@ -46,7 +48,6 @@ _PAD_SLACK_PER_ROW = 64
 
 _INT64_MAX = (1 << 63) - 1
 _VARINT_THRESHOLDS = [np.uint64(1 << (7 * k)) for k in range(1, 10)]
-_SHIFTS = [np.uint64(7 * k) for k in range(10)]
 # Distinct values up to which varints and feature headers come from a lookup table.
 _LOOKUP_LIMIT = 4096
 # Distinct lengths up to which rows that must be copied exactly are copied group by group.
@@ -257,7 +258,8 @@ class _Slot:
     """A run of `width` bytes reserved in every row's padded block.
 
     The bytes come from `const` (the same in every row), `content` or `writer` (fills rows
-    first..last into a (rows, width) view). `valid` marks the real bytes (None: all of them);
+    first..last into a (rows, width) view). `valid` marks the real bytes, always a prefix of the
+    slot (None: all of them);
     `rows` limits the rows the slot is written in.
     """
 
