@@ -259,8 +259,7 @@ class _Slot:
 
     The bytes come from `const` (the same in every row), `content` or `writer` (fills rows
     first..last into a (rows, width) view). `valid` marks the real bytes, always a prefix of the
-    slot (None: all of them);
-    `rows` limits the rows the slot is written in.
+    slot (None: all of them); `rows` limits the rows the slot is written in.
     """
 
     width: int
