@@ -165,8 +165,9 @@ class _RecordBuffer:
                 f"record offsets must be non-decreasing and within the {raw.size}-byte buffer "
                 f"(got first {int(offsets[0])}, last {int(offsets[-1])})"
             )
-        buf = np.zeros(raw.size + _PAD, dtype=np.uint8)
+        buf = np.empty(raw.size + _PAD, dtype=np.uint8)
         buf[: raw.size] = raw
+        buf[raw.size :] = 0
         return cls(buf, offsets[:-1].copy(), offsets[1:].copy())
 
     @classmethod
@@ -552,17 +553,21 @@ class _Walk:
         kind = _KIND_OF_TAG[value[:, 2]]
         list_start = value_pos + 4
         empty = feature_len == 0
+        any_empty = bool(empty.any())  # empty Features are rare: skip their fix-ups when absent
         ok = (head & _HEAD_MASK) == _HEAD_EXPECTED
         ok &= value[:, 0] == 0x12
         ok &= entry_end <= fend
         ok &= value_pos + feature_len == entry_end - 2
         list_len = value[:, 3].astype(pos.dtype)
-        ok &= empty | ((kind > 0) & (list_start + list_len == entry_end))
+        list_ok = (kind > 0) & (list_start + list_len == entry_end)
+        ok &= (empty | list_ok) if any_empty else list_ok
         # Where ok and not empty, the list fills the entry: one run iff 0x0a, run length + 2 == list length.
         run_len = value[:, 5].astype(pos.dtype)
         single = (value[:, 4] == 0x0A) & (run_len + 2 == list_len)
-        return _StepEntries.located(ok, entry_end, name_start, name_len, kind, empty, list_start,
-                                    np.where(single & ~empty, run_len, -1))
+        if any_empty:
+            single &= ~empty
+            kind = np.where(empty, KIND_NONE, kind)
+        return _StepEntries(ok, entry_end, name_start, name_len, kind, list_start, np.where(single, run_len, -1))
 
     def _entries_generic(self, pos: np.ndarray, fend: np.ndarray) -> _StepEntries:
         """Locate canonical entries with any length encodings, byte by byte (vectorised)."""
