@@ -373,6 +373,7 @@ def test_gzip_files_and_processes(tmp_path):
         import signal
 
         os.kill(processes._workers._processes[0].pid, signal.SIGKILL)
+        processes._workers._processes[0].wait()
         with pytest.raises(RuntimeError, match="reader process 0 exited unexpectedly"):
             ids_of(processes)  # a worker that dies is an error, not a hang
 

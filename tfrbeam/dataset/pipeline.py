@@ -366,7 +366,7 @@ class Dataset:
             plan = self._plan()
             kind = self._executor()
             count = min(self.options.num_workers, self._cycle())
-            readahead = 2
+            readahead = 4  # blocks a worker may decode ahead of the consumer, per worker
             self._workers = (ProcessWorkers if kind == "processes" else ThreadWorkers)(plan, count, readahead)
             self.stats["executor"] = kind
             self.stats["workers"] = count

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import threading
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from tfrbeam.dataset.reader import BlockDecoder, Segment, SegmentBlock, read_segment
@@ -190,14 +190,16 @@ class Cancelled(Exception):
     """The consumer gave up waiting: its pass over the data was closed."""
 
 
-def _get(source: queue.Queue, cancel: threading.Event | None) -> Any:
-    """``source.get()``, giving up with ``Cancelled`` once ``cancel`` is set."""
+def _get(source: queue.Queue, cancel: threading.Event | None, check: Callable[[], None] | None = None) -> Any:
+    """``source.get()``, giving up with ``Cancelled`` once ``cancel`` is set; ``check`` may raise while waiting."""
     while True:
         try:
             return source.get(timeout=0.1)
         except queue.Empty:
             if cancel is not None and cancel.is_set():
                 raise Cancelled from None
+            if check is not None:
+                check()
 
 
 def _drain(out: queue.Queue) -> None:
@@ -264,6 +266,8 @@ class ProcessWorkers:
         self._ordered = True
         self._active: set[int] = set()
         self._send_lock = threading.Lock()
+        self._dead: dict[int, str] = {}
+        self._closing = False
         blob = pickle.dumps(plan, protocol=pickle.HIGHEST_PROTOCOL)
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(path for path in sys.path if path and os.path.isdir(path)))
         for number in range(num_workers):
@@ -286,13 +290,13 @@ class ProcessWorkers:
             try:
                 job, message = connection.recv()
             except (EOFError, OSError):
-                if self._active:  # it died in the middle of a job
-                    try:
-                        code = self._processes[number].wait(timeout=5)
-                    except subprocess.TimeoutExpired:
-                        code = None
-                    error = RuntimeError(f"tfrbeam reader process {number} exited unexpectedly (exit code {code})")
-                    (self._queues[number] if self._ordered else self._shared).put((number, (None, (ERROR, error))))
+                if self._closing:
+                    return
+                try:
+                    code = self._processes[number].wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    code = None
+                self._dead[number] = f"tfrbeam reader process {number} exited unexpectedly (exit code {code})"
                 return
             if job == self._job:
                 (self._queues[number] if self._ordered else self._shared).put((number, message))
@@ -307,6 +311,7 @@ class ProcessWorkers:
 
     def start(self, jobs: Sequence[Job], ordered: bool) -> None:
         self.stop()
+        self._raise_if_dead()
         self._job += 1
         self._ordered = ordered
         for out in self._queues + [self._shared]:
@@ -315,8 +320,12 @@ class ProcessWorkers:
         for number, job in enumerate(jobs):
             self._send(number, ("job", self._job, job, self.readahead))
 
+    def _raise_if_dead(self) -> None:
+        if self._dead:
+            raise RuntimeError("; ".join(self._dead.values()) + " (it may have run out of memory); open the dataset again")
+
     def get(self, worker: int | None, cancel: threading.Event | None = None) -> tuple[int, tuple[int | None, Any]]:
-        number, message = _get(self._shared if worker is None else self._queues[worker], cancel)
+        number, message = _get(self._shared if worker is None else self._queues[worker], cancel, self._raise_if_dead)
         if message[1] == DONE:
             self._active.discard(number)
         elif number in self._active:
@@ -332,6 +341,7 @@ class ProcessWorkers:
     def close(self) -> None:
         if not self._processes:
             return
+        self._closing = True
         self.stop()
         for number in range(len(self._connections)):
             self._send(number, ("exit", 0, None, 0))
