@@ -370,6 +370,7 @@ class Dataset:
             self._workers = (ProcessWorkers if kind == "processes" else ThreadWorkers)(plan, count, readahead)
             self.stats["executor"] = kind
             self.stats["workers"] = count
+            _LOG.info("reading %d segments with %d worker %s, %d files interleaved", len(self.segments), count, kind, self._cycle())
         return self._workers
 
     def _plan(self) -> ReadPlan:

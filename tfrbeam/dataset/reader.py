@@ -1,8 +1,8 @@
 """Reading one segment (a file, or a record range of one) as decoded blocks of consecutive records.
 
-Framing and CRC checks go through ``tfrbeam.records.RecordReader``; decoding through the columnar
-decoder with an Arrow schema built from the feature spec, so only the requested features are
-decoded. Every block carries the ids of its records (segment index << 40 | record number), which
+Framing and CRC checks go through ``framing.record_blocks`` (a fast path for uncompressed files
+that hands any damage to ``tfrbeam.records.RecordReader``); decoding through the columnar decoder
+with an Arrow schema built from the feature spec, so only the requested features are decoded. Every block carries the ids of its records (segment index << 40 | record number), which
 is what the exactly-once tests, resume and sharding reason about.
 """
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import logging
 import os
 from collections.abc import Iterator, Mapping
 
@@ -20,13 +19,11 @@ import pyarrow.compute as pc
 
 from tfrbeam.columnar_decode import examples_to_record_batch
 from tfrbeam.dataset.columns import Block, Column, DenseLayout
+from tfrbeam.dataset.framing import offset_of_record, record_blocks
 from tfrbeam.dataset.spec import NUMPY_DTYPES, Feature, FixedLenFeature, arrow_field
 from tfrbeam.errors import ArrowConversionError, ExampleDecodeError
 from tfrbeam.record_index import load_index
-from tfrbeam.dataset.framing import offset_of_record, record_blocks
 from tfrbeam.records import SkippedRegion
-
-_LOG = logging.getLogger(__name__)
 
 RECORD_BITS = 40
 ID_KEY = "__id__"

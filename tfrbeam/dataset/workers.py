@@ -297,6 +297,7 @@ class ProcessWorkers:
                 except subprocess.TimeoutExpired:
                     code = None
                 self._dead[number] = f"tfrbeam reader process {number} exited unexpectedly (exit code {code})"
+                _LOG.error("%s", self._dead[number])
                 return
             if job == self._job:
                 (self._queues[number] if self._ordered else self._shared).put((number, message))
