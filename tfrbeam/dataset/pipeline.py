@@ -201,6 +201,14 @@ class Dataset:
         self.skipped: list[SkippedRegion] = []
         self.stats = {"workers": options.num_workers, "prefetch": options.prefetch, "executor": None}
 
+    def __repr__(self) -> str:
+        records = "unknown" if self.num_records is None else f"{self.num_records:,}"
+        return (
+            f"Dataset({len(self.segments)} segments, {records} records, batch_size={self.options.batch_size}, "
+            f"features={list(self.features)}, shuffle_files={self.options.shuffle_files}, "
+            f"shuffle_buffer={self.options.shuffle_buffer}, seed={self.options.seed})"
+        )
+
     # ------------------------------------------------------------------ derived datasets
 
     def _derive(self, **changes: Any) -> Dataset:
