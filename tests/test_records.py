@@ -402,3 +402,22 @@ def test_missing_hardware_crc_warns_loudly(monkeypatch, caplog):
         warnings.simplefilter("always")
         records._warn_if_software_crc()
     assert not caught
+
+
+def test_resync_ignores_candidates_whose_length_does_not_fit_the_file():
+    # The first 8 bytes of an 8-byte payload pass as a header with a valid length CRC (the payload's
+    # data CRC follows them); the length they announce must not send the reader past the file.
+    payloads = [hashlib.sha256(str(i).encode()).digest()[:8] for i in range(100)]
+    framed = bytearray(frame_records(payloads))
+    framed[10 * 24 + 8] ^= 0x01  # the length CRC of record 10
+    reader = RecordReader(io.BytesIO(bytes(framed)), None, skip_corrupt=True)
+    assert list(reader) == payloads[:10] + payloads[11:]
+    assert reader.stats.skipped_bytes == 24
+    assert find_record_start(io.BytesIO(bytes(framed)), 1) == 24
+
+
+def test_short_read_streams_without_seek_still_resync():
+    payloads = [b"abcdefgh"] * 5
+    data = frame_records(payloads[:2]) + b"\x00junk" + frame_records(payloads[2:])
+    reader = RecordReader(ShortReads(data, [3]), None, skip_corrupt=True)
+    assert list(reader) == payloads and reader.stats.skipped_bytes == 5

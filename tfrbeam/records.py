@@ -43,6 +43,8 @@ MAX_PAYLOAD_SIZE = 2**31 - 1
 COMPRESSIONS = (None, "gzip", "zlib")
 _MASK_DELTA = 0xA282EAD8
 _READ_CHUNK = 1 << 20
+# A file object may allocate the whole size asked for, so a damaged length never asks for more.
+_MAX_READ_CALL = 64 << 20
 # TensorFlow's ZlibCompressionOptions: level Z_DEFAULT_COMPRESSION, window 15, mem_level 9.
 _TF_ZLIB_LEVEL = 6
 _TF_ZLIB_MEM_LEVEL = 9
@@ -371,6 +373,7 @@ class RecordReader:
         if start_offset:
             raw.seek(start_offset)
         self._stream = _Decompressor(raw, self.compression, self.path) if self.compression else raw
+        self._size = None if self.compression else _size_of(raw)
         self._buffer = b""
         self._pos = 0  # index into self._buffer of the next unread byte
         self._base = start_offset  # absolute stream offset of self._buffer[0]
@@ -406,7 +409,7 @@ class RecordReader:
         self._base += self._pos
         self._pos = 0
         while available < need:
-            chunk = self._read_stream(max(_READ_CHUNK, need - available))
+            chunk = self._read_stream(min(max(_READ_CHUNK, need - available), _MAX_READ_CALL))
             if not chunk:
                 self._eof = True
                 break
@@ -534,11 +537,28 @@ class RecordReader:
         length, length_crc = _unpack_header(buffer, pos)
         if masked_crc32c(buffer[pos:pos + 8]) != length_crc:
             return False
+        # The first 8 bytes of an 8-byte payload pass the length CRC (its data CRC follows them),
+        # so a candidate's length must also fit what is left of the file.
+        if length > MAX_PAYLOAD_SIZE or (self._size is not None and self.offset + RECORD_OVERHEAD + length > self._size):
+            return False
         if not self._fill(HEADER_SIZE + length + FOOTER_SIZE):
             return False
         buffer, pos = self._buffer, self._pos
         end = pos + HEADER_SIZE + length
         return masked_crc32c(buffer[pos + HEADER_SIZE:end]) == _unpack_crc(buffer, end)[0]
+
+
+def _size_of(fileobj: BinaryIO) -> int | None:
+    """Total size of a seekable file object, or None for a stream."""
+    try:
+        if not fileobj.seekable():
+            return None
+        position = fileobj.tell()
+        size = fileobj.seek(0, os.SEEK_END)
+        fileobj.seek(position)
+        return size
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 def _crc_detail(stored: int, length_bytes: bytes) -> str:
