@@ -7,7 +7,8 @@ a temp directory, then times full epochs of ``open_dataset`` (batches of 1024, a
 shuffle_files and a 10,000-record shuffle buffer) with thread and with process workers, and the
 pure-Python ``tfrecord`` package (pip install tfrecord) on a slice of the same files as the
 baseline. Prints records/s for each, and our best over the baseline. Timings on a shared machine
-are noisy: the best of ``--repeat`` runs is reported.
+are noisy: the best of ``--repeat`` runs is reported, and each run shows how many cores we used
+and how many other processes on the machine took meanwhile (from /proc/stat).
 """
 
 from __future__ import annotations
@@ -74,6 +75,12 @@ def _process_cpu(pid: int | None = None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _machine_busy_seconds() -> float:
+    """CPU seconds all processes on the machine have used (user + system + irq), from /proc/stat."""
+    values = [int(value) for value in pathlib.Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return (sum(values) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")
+
+
 def time_ours(root: pathlib.Path, executor: str, shuffle_buffer: int) -> dict[str, float]:
     """Steady-state records/s of one epoch (from its first batch on) and CPU microseconds per record.
 
@@ -86,13 +93,18 @@ def time_ours(root: pathlib.Path, executor: str, shuffle_buffer: int) -> dict[st
         first = len(next(iterator)["i0"])
         pids = [process.pid for process in getattr(dataset._workers, "_processes", [])]
         cpu_before = [_process_cpu()] + [_process_cpu(pid) for pid in pids]
+        machine_before = _machine_busy_seconds()
         started = time.perf_counter()
         records = 0
         for batch in iterator:
             records += len(batch["i0"])
         elapsed = time.perf_counter() - started
         cpu_after = [_process_cpu()] + [_process_cpu(pid) for pid in pids]
+        machine = _machine_busy_seconds() - machine_before
+    ours = sum(after - before for after, before in zip(cpu_after, cpu_before))
     return {
+        "cores": ours / elapsed,
+        "others_cores": (machine - ours) / elapsed,
         "rate": records / elapsed,
         "records": records + first,
         "main_us": (cpu_after[0] - cpu_before[0]) / records * 1e6,
@@ -160,11 +172,11 @@ def main() -> None:
             baselines.append(baseline)
     for executor, results in runs.items():
         best = max(results, key=lambda run: run["rate"])
-        listed = ", ".join(f"{run['rate']:,.0f}" for run in results)
+        listed = ", ".join(f"{run['rate']:,.0f} ({run['cores']:.2f} cores; others {run['others_cores']:.2f})" for run in results)
         cpu = best["main_us"] + best["workers_us"]
         print(
-            f"tfrbeam.dataset ({executor:9s}): best {best['rate']:>9,.0f} records/s (runs: {listed}); "
-            f"CPU per record {cpu:.2f} us ({best['main_us']:.2f} here + {best['workers_us']:.2f} in workers)"
+            f"tfrbeam.dataset ({executor:9s}): best {best['rate']:>9,.0f} records/s; CPU per record {cpu:.2f} us "
+            f"({best['main_us']:.2f} here + {best['workers_us']:.2f} in workers)\n    runs: {listed}"
         )
     ours = max(run["rate"] for results in runs.values() for run in results)
     resume_seconds = time_resume(root, args.shuffle_buffer, args.rows // 2048)
