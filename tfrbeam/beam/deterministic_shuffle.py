@@ -15,17 +15,20 @@ How a record finds its place (the same on every runner, worker count, input orde
   of the path in the sorted input list), so examples keep input file order, then row order.
 
 Exact balance: every split's records are counted per bucket (hash mode: the top ``bucket_bits``
-bits of the sort key; ordered mode: blocks of consecutive rows of one input piece) by a combine
-that carries only counts. From those counts the plan gives each bucket its first global rank; shard
-s of k receives global ranks ``[ceil(s*n/k), ceil((s+1)*n/k))``, so shard sizes differ by at most
-one record. Each piece sends every record to the shard(s) its bucket's rank range overlaps (in
-ordered mode the exact rank is known); a shard writer sorts what it got by (key, bytes) and keeps
-its exact rank range. Boundary buckets travel to two shards, which costs about 1/64 of a shard
-each with the default bucket count.
+bits of the sort key, about 64 buckets per shard; ordered mode: blocks of 4096 consecutive rows
+of one piece) by a combine that carries only counts. From those counts the plan gives each
+bucket its first global rank; shard s of k receives global ranks ``[ceil(s*n/k),
+ceil((s+1)*n/k))``, so shard sizes differ by at most one record. With ``max_bytes_per_shard``
+the plan picks the smallest k for which every shard provably fits.
 
-What crosses the GroupByKey is one element per (input piece, shard): the records' bytes as one
-buffer plus numpy arrays of keys and offsets, with a coder that is a few memcpys. No element is
-larger than one input piece (bounded by the producer), no worker holds more than one shard.
+Moving the bytes: each input piece is framed once as TFRecords and sorted by (split, key), so
+a shard's part of a piece is one contiguous slice. One element per (piece, shard) crosses the
+GroupByKey: the frames as one buffer plus numpy arrays of keys and offsets, with a coder that is
+a few memcpys; boundary buckets go to both neighbouring shards (about 1/64 of a shard each). A
+shard writer merges its slices by (key, frame bytes), keeps its exact rank range and only
+concatenates frames. No element is larger than one piece and no worker holds more than one
+shard. With ``spill=True`` (the local runners) the pieces' bytes go to files under the temp dir
+and only keys and offsets cross Beam; writers read their slices back.
 """
 
 from __future__ import annotations
