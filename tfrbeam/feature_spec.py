@@ -1,16 +1,64 @@
 """Feature specs and the vectorised conversion of input Arrow batches into feature columns (no Beam).
 
-A FeatureSpec says how one tf.train.Example feature is made from one input column; convert_batch
-applies a tuple of specs to a RecordBatch and separates the rows that cannot be converted.
+A FeatureSpec says how one tf.train.Example feature is made from one input column. convert_batch
+applies specs to a RecordBatch with pyarrow.compute kernels over whole columns, and separates the
+rows that cannot be converted (an unparsable number, a float in an int64 feature, an int64 out of
+range, a null where on_null is error, a list of the wrong length) as BadRows with their file, line,
+reason and raw text. Rows are only looked at one by one to word the reasons of bad rows.
+
+Rules (the README states them too):
+- Only the configured null values are null; zeros, "" and false are values.
+- int64 text must be an optional sign and decimal digits ("1.0", "1e3", "0x10" are bad rows);
+  float text is a decimal or exponent number, inf/infinity or nan (any case, optional sign).
+  No surrounding spaces. A float that overflows float32 (Example floats are 32-bit) is a bad row.
+- Arrow columns: integers and booleans map to int64 (false is 0, true is 1; a uint64 above
+  2**63-1 is a bad row), floats to float, strings/binary to bytes, lists of those to list
+  features. Declared types may cast: any scalar to bytes (its text form), integers/booleans to
+  float, decimals to float (rounded) or, with scale 0, to int64, dates/times/timestamps/
+  durations to int64 (the stored count: days for date32, ms for date64, the unit otherwise).
+  Floats are never cast to int64 (declare type: float). A struct field is a source written
+  "column.field".
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import json
+from dataclasses import dataclass, replace
+from typing import Any, Protocol, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tfrbeam.columnar_encode import _scalar_kind as _natural_type  # the encoder's own mapping, shared
+from tfrbeam.errors import ArrowConversionError
+
+__all__ = [
+    "BadRow",
+    "BatchProvenance",
+    "ConvertedBatch",
+    "FEATURE_TYPES",
+    "FeatureSpec",
+    "ON_NULL_ACTIONS",
+    "Provenance",
+    "convert_batch",
+    "infer_spec",
+    "infer_text_type",
+    "output_type",
+    "resolve_spec",
+    "source_column",
+    "source_type",
+]
 
 FEATURE_TYPES = ("int64", "float", "bytes")
 ON_NULL_ACTIONS = ("omit", "default", "error")
+
+_INT_TEXT = r"^[+-]?[0-9]+$"
+_FLOAT_TEXT = r"^[+-]?((([0-9]+\.?[0-9]*)|(\.[0-9]+))([eE][+-]?[0-9]+)?|[iI][nN][fF]([iI][nN][iI][tT][yY])?|[nN][aA][nN])$"
+_INFINITY_TEXT = r"^[+-]?[iI][nN][fF]"
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+_INT64_MAX_DIGITS = "9223372036854775807"
+_INT64_MIN_DIGITS = "9223372036854775808"
 
 
 @dataclass(frozen=True)
@@ -42,3 +90,585 @@ class FeatureSpec:
     def always_present(self) -> bool:
         """False when a row may lack the feature (a null with on_null: omit)."""
         return self.on_null != "omit"
+
+
+@dataclass(frozen=True)
+class BadRow:
+    """A row that could not be converted: where it is, why, and its raw text for the dead letters."""
+
+    path: str
+    line: int
+    reason: str
+    raw: str
+
+    def describe(self) -> str:
+        return f"{self.path}:{self.line}: {self.reason}"
+
+
+@dataclass(frozen=True, eq=False)
+class ConvertedBatch:
+    """Feature columns (named by feature) of the good rows, and the bad rows taken out of the batch.
+
+    kept_rows: the input row index of each output row (to take e.g. split_key columns from the input).
+    """
+
+    batch: pa.RecordBatch
+    bad_rows: list[BadRow]
+    kept_rows: np.ndarray
+
+
+class Provenance(Protocol):
+    """Where a batch's rows come from: the file, each row's line (or row number) and its raw text."""
+
+    path: str
+    lines: np.ndarray
+
+    def raw_text(self, rows: Sequence[int]) -> list[str]: ...
+
+
+@dataclass(frozen=True, eq=False)
+class BatchProvenance:
+    """Provenance for a batch in hand: rows numbered first_line, first_line + 1, ...; raw text as JSON."""
+
+    path: str
+    batch: pa.RecordBatch
+    first_line: int = 1
+
+    @property
+    def lines(self) -> np.ndarray:
+        return np.arange(self.first_line, self.first_line + self.batch.num_rows, dtype=np.int64)
+
+    def raw_text(self, rows: Sequence[int]) -> list[str]:
+        return rows_as_json(self.batch, rows)
+
+
+def rows_as_json(batch: pa.RecordBatch, rows: Sequence[int]) -> list[str]:
+    """The given rows rendered as JSON objects (bytes as text where UTF-8, else escaped)."""
+    taken = batch.take(pa.array(list(rows), pa.int64())).to_pylist()
+    return [json.dumps(row, default=_json_default, ensure_ascii=False) for row in taken]
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "backslashreplace")
+    return str(value)
+
+
+# ------------------------------------------------------------------------------------ type rules
+
+
+def output_type(spec: FeatureSpec) -> pa.DataType:
+    """The Arrow type convert_batch gives a feature's column (what the columnar encoder takes)."""
+    scalar = {"int64": pa.int64(), "float": pa.float32(), "bytes": pa.binary()}[spec.type or "bytes"]
+    return pa.list_(scalar) if spec.is_list else scalar
+
+
+def source_type(schema: pa.Schema, source: str) -> pa.DataType | None:
+    """The Arrow type of a source column, or of a struct field written "column.field.sub"; None if absent."""
+    found = _find_source(schema.names, source)
+    if found is None:
+        return None
+    head, fields = found
+    arrow_type = schema.field(head).type
+    for name in fields:
+        if not pa.types.is_struct(arrow_type) or arrow_type.get_field_index(name) < 0:
+            return None
+        arrow_type = arrow_type.field(name).type
+    return arrow_type
+
+
+def source_column(schema: pa.Schema, source: str) -> str | None:
+    """The top-level column a source reads ("s" for the struct field "s.a"); None if absent."""
+    found = _find_source(schema.names, source) if source_type(schema, source) is not None else None
+    return found[0] if found else None
+
+
+def _find_source(names: Sequence[str], source: str) -> tuple[str, list[str]] | None:
+    """(column, struct field path) of a source: an exact column name wins over a dotted path."""
+    if source in names:
+        return source, []
+    parts = source.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        head = ".".join(parts[:cut])
+        if head in names:
+            return head, parts[cut:]
+    return None
+
+
+def _is_text(arrow_type: pa.DataType) -> bool:
+    types = pa.types
+    return types.is_string(arrow_type) or types.is_large_string(arrow_type) or types.is_string_view(arrow_type)
+
+
+def _is_binary(arrow_type: pa.DataType) -> bool:
+    types = pa.types
+    return (types.is_binary(arrow_type) or types.is_large_binary(arrow_type) or types.is_binary_view(arrow_type)
+            or types.is_fixed_size_binary(arrow_type))
+
+
+def _is_list(arrow_type: pa.DataType) -> bool:
+    types = pa.types
+    return types.is_list(arrow_type) or types.is_large_list(arrow_type) or types.is_fixed_size_list(arrow_type)
+
+
+def _is_temporal(arrow_type: pa.DataType) -> bool:
+    types = pa.types
+    return (types.is_timestamp(arrow_type) or types.is_date(arrow_type) or types.is_time(arrow_type)
+            or types.is_duration(arrow_type))
+
+
+def _allowed_types(arrow_type: pa.DataType) -> tuple[str, ...]:
+    """The feature types a scalar Arrow type may be declared as (casts included)."""
+    if pa.types.is_dictionary(arrow_type):
+        return _allowed_types(arrow_type.value_type)
+    if pa.types.is_null(arrow_type):
+        return FEATURE_TYPES
+    if pa.types.is_integer(arrow_type) or pa.types.is_boolean(arrow_type):
+        return ("int64", "float", "bytes")
+    if pa.types.is_floating(arrow_type):
+        return ("float", "bytes")
+    if _is_text(arrow_type) or _is_binary(arrow_type):
+        return FEATURE_TYPES  # numbers are parsed from text by the rules above
+    if pa.types.is_decimal(arrow_type):
+        return ("float", "bytes", "int64") if arrow_type.scale == 0 else ("float", "bytes")
+    if _is_temporal(arrow_type):
+        return ("int64", "bytes")
+    return ()
+
+
+def _suggestion(column: str, arrow_type: pa.DataType) -> str:
+    """The config that would map a column of this Arrow type, or why none can."""
+    if pa.types.is_dictionary(arrow_type):
+        return _suggestion(column, arrow_type.value_type)
+    if pa.types.is_decimal(arrow_type):
+        return (f"declare it, e.g. features: {{{column}: {{type: float}}}} (rounded to 32-bit float) or "
+                f"{{type: bytes}} (exact decimal text)")
+    if _is_temporal(arrow_type):
+        unit = {"date32": "days", "date64": "milliseconds"}.get(str(arrow_type), "the type's unit")
+        return (f"declare it, e.g. features: {{{column}: {{type: int64}}}} (the stored count of {unit} "
+                f"since the epoch) or {{type: bytes}} (ISO 8601 text)")
+    if pa.types.is_struct(arrow_type):
+        fields = [arrow_type.field(i).name for i in range(arrow_type.num_fields)]
+        example = fields[0] if fields else "field"
+        return (f"map its fields one by one with a dotted source, e.g. features: "
+                f"{{{column}_{example}: {{type: ..., source: {column}.{example}}}}} (fields: {', '.join(fields)})")
+    if pa.types.is_map(arrow_type):
+        return "a map has no Example mapping; leave it out by listing the features you want in features"
+    if _is_list(arrow_type):
+        if pa.types.is_null(arrow_type.value_type):
+            return (f"every list item is null; declare the item type, e.g. features: "
+                    f"{{{column}: {{type: int64}}}} (a null item is still a bad row)")
+        return ("an Example feature is one flat list, so nested lists and lists of these items have no mapping; "
+                "leave the column out by listing the features you want in features")
+    if pa.types.is_null(arrow_type):
+        return f"every value is null; declare its type, e.g. features: {{{column}: {{type: float, on_null: omit}}}}"
+    return "leave it out by listing the features you want in features"
+
+
+def infer_spec(name: str, arrow_type: pa.DataType, nullable: bool = True, source: str | None = None) -> FeatureSpec:
+    """The feature a column of a typed (Parquet) schema becomes when the config does not declare it."""
+    source = source or name
+    is_list = _is_list(arrow_type)
+    item_type = arrow_type.value_type if is_list else arrow_type
+    feature_type = _natural_type(item_type)
+    if feature_type is None:
+        raise ArrowConversionError(
+            f"column {source!r} has Arrow type {arrow_type}, which has no Example feature mapping without a "
+            f"declared type: {_suggestion(name, arrow_type)}")
+    length = arrow_type.list_size if pa.types.is_fixed_size_list(arrow_type) else None
+    return FeatureSpec(name=name, type=feature_type, source=source, on_null="omit" if nullable else "error",
+                       length=length, is_list=is_list)
+
+
+def resolve_spec(spec: FeatureSpec, arrow_type: pa.DataType, text_sample: pa.Array | None = None,
+                 infer_from_text: bool = False) -> FeatureSpec:
+    """Complete a spec on its source's Arrow type (infer a missing type, mark lists) or say why it cannot map.
+
+    infer_from_text is true for CSV inputs: a string column without a declared type becomes
+    int64, else float, else bytes by what its values in text_sample (a sample of the file) parse as.
+    Typed (Parquet) columns keep their natural type.
+    """
+    if spec.separator is not None and not (_is_text(arrow_type) or _is_binary(arrow_type)):
+        raise ArrowConversionError(f"separator needs a string column, but column {spec.source!r} has Arrow type {arrow_type}")
+    if spec.length is not None and spec.separator is None and not _is_list(arrow_type):
+        raise ArrowConversionError(
+            f"length needs a separator or a list column, but column {spec.source!r} has Arrow type {arrow_type}")
+    item_type = arrow_type.value_type if _is_list(arrow_type) else arrow_type
+    allowed = _allowed_types(item_type)
+    if not allowed:
+        raise ArrowConversionError(
+            f"column {spec.source!r} has Arrow type {arrow_type}, which has no Example feature mapping: "
+            f"{_suggestion(spec.name, arrow_type)}")
+    feature_type = spec.type
+    if feature_type is None:
+        if infer_from_text and (_is_text(item_type) or _is_binary(item_type) or pa.types.is_null(item_type)):
+            sample = text_sample
+            if sample is not None and spec.separator is not None:
+                sample = pc.list_flatten(_split_text(_as_text(sample), spec.separator))
+            feature_type = infer_text_type(sample)
+        else:
+            feature_type = _natural_type(item_type)
+        if feature_type is None:
+            raise ArrowConversionError(
+                f"column {spec.source!r} has Arrow type {arrow_type}, which has no Example feature mapping without "
+                f"a declared type: {_suggestion(spec.name, arrow_type)}")
+    elif feature_type not in allowed:
+        why = ("a float column is never cast to int64 (that would silently drop fractions); declare type: float"
+               if feature_type == "int64" and pa.types.is_floating(item_type)
+               else f"allowed for it: {', '.join(allowed)}")
+        raise ArrowConversionError(f"type {feature_type} does not fit column {spec.source!r} of Arrow type {arrow_type}: {why}")
+    length = spec.length
+    if length is None and pa.types.is_fixed_size_list(arrow_type):
+        length = arrow_type.list_size
+    is_list = spec.separator is not None or _is_list(arrow_type)
+    return replace(spec, type=feature_type, is_list=is_list, length=length)
+
+
+def infer_text_type(values: pa.Array | None) -> str:
+    """int64 when every non-null value parses as one, else float when every one parses as a number, else bytes.
+
+    The same parsers convert the data later, so a value that does not parse as the type inferred
+    from a sample is a bad row then (the type never changes mid-build).
+    """
+    if values is None:
+        return "bytes"
+    text = _as_text(values)
+    if text.null_count == len(text):
+        return "bytes"
+    if _parse_int64(text)[1] is None:
+        return "int64"
+    if _parse_float(text)[1] is None:
+        return "float"
+    return "bytes"
+
+
+# ----------------------------------------------------------------------------------- conversion
+
+
+@dataclass
+class _Problems:
+    """Per-row reasons collected while converting the columns of one batch."""
+
+    count: int
+
+    def __post_init__(self) -> None:
+        self.bad = np.zeros(self.count, dtype=bool)
+        self.reasons: dict[int, list[str]] = {}
+
+    def add(self, rows: np.ndarray, reasons: Sequence[str]) -> None:
+        self.bad[rows] = True
+        for row, reason in zip(rows.tolist(), reasons):
+            self.reasons.setdefault(row, []).append(reason)
+
+
+def convert_batch(batch: pa.RecordBatch, specs: Sequence[FeatureSpec], provenance: Provenance) -> ConvertedBatch:
+    """Turn input columns into feature columns; bad rows come out separately with file, line, reason, raw text.
+
+    specs must be resolved (see resolve_spec). String columns declared int64 or float are parsed.
+    """
+    problems = _Problems(batch.num_rows)
+    columns = [_convert_column(spec, _source_column(batch, spec.source, provenance.path), problems) for spec in specs]
+    bad_rows = []
+    kept_rows = np.arange(batch.num_rows, dtype=np.int64)
+    if problems.bad.any():
+        kept_rows = np.flatnonzero(~problems.bad)
+        rows = np.flatnonzero(problems.bad)
+        raws = provenance.raw_text(rows)
+        lines = np.asarray(provenance.lines)
+        bad_rows = [BadRow(provenance.path, int(lines[row]), "; ".join(problems.reasons[row]), raw)
+                    for row, raw in zip(rows.tolist(), raws)]
+        keep = pa.array(~problems.bad)
+        columns = [column.filter(keep) for column in columns]
+    if not specs:
+        raise ArrowConversionError("no features to convert: a build needs at least one feature")
+    schema = pa.schema([pa.field(spec.name, output_type(spec)) for spec in specs])
+    return ConvertedBatch(batch=pa.RecordBatch.from_arrays(columns, schema=schema), bad_rows=bad_rows,
+                          kept_rows=kept_rows)
+
+
+def _source_column(batch: pa.RecordBatch, source: str, path: str) -> pa.Array:
+    found = _find_source(batch.schema.names, source)
+    if found is None:
+        raise ArrowConversionError(
+            f"{path}: has no column {source!r} (columns: {', '.join(batch.schema.names)}); "
+            "every input file must have the columns the features read")
+    head, fields = found
+    column = batch.column(head)
+    if fields:
+        column = pc.struct_field(column, fields)
+    if isinstance(column, pa.ChunkedArray):
+        column = pa.concat_arrays(column.chunks) if column.num_chunks != 1 else column.chunk(0)
+    if pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    return column
+
+
+def _convert_column(spec: FeatureSpec, column: pa.Array, problems: _Problems) -> pa.Array:
+    label = f"feature {spec.name!r}" + (f" (column {spec.source!r})" if spec.source != spec.name else "")
+    if spec.separator is not None:
+        values = _split_text(_as_text(column), spec.separator)
+    else:
+        values = column
+    if _is_list(values.type):
+        result = _convert_list(spec, values, problems, label)
+    else:
+        result = _convert_scalar(spec.type, values, problems, label)
+    return _apply_on_null(spec, result, column.is_null(), problems, label)
+
+
+def _split_text(text: pa.Array, separator: str) -> pa.Array:
+    """A string column split into lists; "" is the empty list, null stays null."""
+    split = _split_on_byte(text, separator)
+    if split is not None:
+        return split
+    parts = pc.split_pattern(text, separator)
+    empty = pc.fill_null(pc.equal(text, ""), False)
+    if not pc.any(empty).as_py():
+        return parts
+    offsets = np.asarray(parts.offsets)
+    lengths = np.diff(offsets)
+    lengths[np.asarray(empty)] = 0
+    keep = np.repeat(lengths > 0, np.diff(offsets))
+    items = parts.values.slice(offsets[0], offsets[-1] - offsets[0]).filter(pa.array(keep))
+    new_offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(new_offsets), items, mask=pc.is_null(text))
+
+
+def _split_on_byte(text: pa.Array, separator: str) -> pa.Array | None:
+    """The fast split for a one-byte separator: drop the separator bytes and cut the rest at their places.
+
+    Works on the buffers with numpy (no per-item allocation); None when it does not apply.
+    """
+    sep = separator.encode("utf-8")
+    if len(sep) != 1 or not (pa.types.is_string(text.type) or pa.types.is_binary(text.type)):
+        return None
+    count = len(text)
+    offsets = np.frombuffer(text.buffers()[1], np.int32, count + 1, offset=4 * text.offset).astype(np.int64)
+    lengths = np.diff(offsets)
+    valid = np.asarray(text.is_valid())
+    if (lengths[~valid] != 0).any():
+        return None
+    low, high = int(offsets[0]), int(offsets[-1])
+    data = text.buffers()[2]
+    segment = np.frombuffer(data, np.uint8, high - low, offset=low) if data is not None and high > low else np.zeros(0, np.uint8)
+    is_sep = segment == sep[0]
+    seps = np.flatnonzero(is_sep)
+    seps_before = np.searchsorted(seps, offsets - low, side="left")
+    items_per_row = np.where(lengths > 0, np.diff(seps_before) + 1, 0)
+    list_offsets = np.concatenate([[0], np.cumsum(items_per_row)])
+    item_offsets = np.empty(int(list_offsets[-1]) + 1, np.int64)
+    rows = np.flatnonzero(lengths > 0)
+    item_offsets[list_offsets[rows]] = offsets[rows] - low - seps_before[rows]
+    sep_rows = np.repeat(np.arange(count), np.diff(seps_before))
+    ordinal = np.arange(len(seps)) - seps_before[sep_rows]
+    item_offsets[list_offsets[sep_rows] + ordinal + 1] = seps - np.arange(len(seps))
+    item_offsets[-1] = (high - low) - len(seps)
+    compact = segment[~is_sep] if len(seps) else segment
+    if len(compact) > np.iinfo(np.int32).max:
+        return None
+    items = pa.Array.from_buffers(text.type, len(item_offsets) - 1,
+                                  [None, pa.py_buffer(item_offsets.astype(np.int32)), pa.py_buffer(compact)])
+    return pa.ListArray.from_arrays(pa.array(list_offsets.astype(np.int32)), items, mask=pa.array(~valid))
+
+
+def _convert_list(spec: FeatureSpec, lists: pa.Array, problems: _Problems, label: str) -> pa.Array:
+    valid = np.asarray(lists.is_valid())
+    counts = np.asarray(pc.fill_null(pc.list_value_length(lists), 0), dtype=np.int64)
+    items = pc.list_flatten(lists)
+    item_problems = _Problems(len(items))
+    converted = _convert_scalar(spec.type, items, item_problems, label)
+    null_items = np.asarray(items.is_null()) if items.null_count else np.zeros(len(items), dtype=bool)
+    flagged = np.flatnonzero(item_problems.bad | null_items)
+    if len(flagged):
+        item_rows = np.asarray(pc.list_parent_indices(lists))
+        starts = np.cumsum(counts) - counts
+        reasons = []
+        for item in flagged.tolist():
+            why = item_problems.reasons.get(item, [f"{label}: is null (an Example list cannot hold a null)"])
+            reasons.append(f"{label}: item {item - starts[item_rows[item]]} " + "; ".join(w.split(": ", 1)[1] for w in why))
+        problems.add(item_rows[flagged], reasons)
+    if spec.length is not None:
+        wrong = np.flatnonzero(valid & (counts != spec.length))
+        problems.add(wrong, [f"{label}: has {counts[row]} values, but length is {spec.length}" for row in wrong.tolist()])
+    if converted.null_count:
+        converted = pc.fill_null(converted, _zero(spec.type))  # only in rows already reported as bad
+    offsets = pa.array(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32))
+    return pa.ListArray.from_arrays(offsets, converted, type=output_type(spec), mask=pa.array(~valid))
+
+
+def _zero(feature_type: str) -> pa.Scalar:
+    return {"int64": pa.scalar(0, pa.int64()), "float": pa.scalar(0.0, pa.float32()),
+            "bytes": pa.scalar(b"", pa.binary())}[feature_type]
+
+
+def _convert_scalar(feature_type: str, values: pa.Array, problems: _Problems, label: str) -> pa.Array:
+    arrow_type = values.type
+    if pa.types.is_null(arrow_type):
+        return pa.nulls(len(values), _scalar_output(feature_type))
+    if feature_type == "bytes":
+        if _is_text(arrow_type) or (_is_binary(arrow_type) and not pa.types.is_fixed_size_binary(arrow_type)):
+            return values.cast(pa.binary())
+        if pa.types.is_fixed_size_binary(arrow_type):
+            return values.cast(pa.binary())
+        return pc.cast(pc.cast(values, pa.string()), pa.binary())
+    if _is_text(arrow_type) or _is_binary(arrow_type):
+        text = _as_text(values)
+        if feature_type == "int64":
+            parsed, bad = _parse_int64(text)
+            if bad is not None:
+                problems.add(bad, [f"{label}: {_quote(text[row])} is not an int64 ({_int_problem(text[row])})"
+                                   for row in bad.tolist()])
+            return parsed
+        parsed, bad = _parse_float(text)
+        if bad is not None:
+            problems.add(bad, [f"{label}: {_quote(text[row])} is not a number{_empty_hint(text[row])}"
+                               for row in bad.tolist()])
+        return _to_float32(parsed, problems, label, text)
+    if feature_type == "int64":
+        return _to_int64(values, problems, label)
+    if pa.types.is_boolean(arrow_type):
+        return pc.cast(pc.cast(values, pa.int8()), pa.float32())
+    if pa.types.is_integer(arrow_type) or pa.types.is_float16(arrow_type) or pa.types.is_float32(arrow_type):
+        return pc.cast(values, pa.float32(), safe=False)
+    return _to_float32(pc.cast(values, pa.float64(), safe=False), problems, label, None)
+
+
+def _scalar_output(feature_type: str) -> pa.DataType:
+    return {"int64": pa.int64(), "float": pa.float32(), "bytes": pa.binary()}[feature_type]
+
+
+def _as_text(values: pa.Array) -> pa.Array:
+    if pa.types.is_string(values.type):
+        return values
+    if _is_binary(values.type) and not pa.types.is_fixed_size_binary(values.type):
+        return values.cast(pa.binary()).view(pa.string())
+    return values.cast(pa.string())
+
+
+def _quote(value: pa.Scalar) -> str:
+    text = value.as_py()
+    return repr(text if len(text) <= 60 else text[:57] + "...")
+
+
+def _int_problem(value: pa.Scalar) -> str:
+    text = pa.array([value.as_py()], pa.string())
+    if pc.match_substring_regex(text, _INT_TEXT)[0].as_py():
+        return "out of the int64 range -2**63 .. 2**63-1"
+    if pc.match_substring_regex(text, _FLOAT_TEXT)[0].as_py():
+        return "a float value in an int64 feature is never rounded; declare type: float"
+    return "expected an optional sign and decimal digits" + _empty_hint(value)
+
+
+def _empty_hint(value: pa.Scalar) -> str:
+    if value.as_py() == "":
+        return "; an empty field is a value, add \"\" to input.csv.null_values to read it as null"
+    return ""
+
+
+def _data_contains(text: pa.Array, byte_values: bytes) -> bool:
+    """Whether any of the given bytes occurs in the character data of a string array (a fast scan)."""
+    offsets_buffer, data_buffer = text.buffers()[1], text.buffers()[2]
+    if data_buffer is None or len(text) == 0:
+        return False
+    bounds = np.frombuffer(offsets_buffer, dtype=np.int32, count=len(text) + 1, offset=4 * text.offset)
+    data = np.frombuffer(data_buffer, dtype=np.uint8, count=int(bounds[-1] - bounds[0]), offset=int(bounds[0]))
+    return any(bool((data == value).any()) for value in byte_values)
+
+
+def _parse_int64(text: pa.Array) -> tuple[pa.Array, np.ndarray | None]:
+    """Strings to int64 (nulls stay null); also the indices of the values that are not int64 text."""
+    try:
+        values = pc.cast(text, pa.int64())
+        if not _data_contains(text, b"xX"):  # Arrow also reads hexadecimal "0x10"; we do not
+            return values, None
+    except pa.ArrowInvalid:
+        pass
+    shaped = pc.match_substring_regex(text, _INT_TEXT)
+    digits = pc.replace_substring_regex(text, r"^[+-]?0*", "")
+    size = pc.binary_length(digits)
+    limit = pc.if_else(pc.starts_with(text, "-"), _INT64_MIN_DIGITS, _INT64_MAX_DIGITS)
+    in_range = pc.or_(pc.less(size, 19), pc.and_(pc.equal(size, 19), pc.less_equal(digits, limit)))
+    good = pc.and_(shaped, in_range)
+    bad = np.flatnonzero(np.asarray(pc.fill_null(pc.invert(good), False)))
+    cleaned = pc.if_else(good, pc.replace_substring_regex(text, r"^\+", ""), pa.scalar(None, pa.string()))
+    return pc.cast(cleaned, pa.int64()), (bad if len(bad) else None)
+
+
+def _parse_float(text: pa.Array) -> tuple[pa.Array, np.ndarray | None]:
+    """Strings to float64 (nulls stay null); also the indices of the values that are not number text."""
+    try:
+        return pc.cast(text, pa.float64()), None
+    except pa.ArrowInvalid:
+        pass
+    good = pc.match_substring_regex(text, _FLOAT_TEXT)
+    bad = np.flatnonzero(np.asarray(pc.fill_null(pc.invert(good), False)))
+    cleaned = pc.if_else(good, text, pa.scalar(None, pa.string()))
+    return pc.cast(cleaned, pa.float64()), (bad if len(bad) else None)
+
+
+def _to_float32(values: pa.Array, problems: _Problems, label: str, text: pa.Array | None) -> pa.Array:
+    """float64 to float32, making finite values beyond float32's range bad rows (never silent infinities)."""
+    numbers = np.asarray(values.fill_null(0.0)) if values.null_count else np.asarray(values)
+    overflow = np.abs(numbers) > _FLOAT32_MAX
+    if overflow.any():
+        finite_text = np.ones(len(values), dtype=bool)
+        if text is not None:
+            finite_text = ~np.asarray(pc.fill_null(pc.match_substring_regex(text, _INFINITY_TEXT), False))
+        rows = np.flatnonzero(overflow & finite_text)
+        if len(rows):
+            shown = [(_quote(text[row]) if text is not None else repr(float(numbers[row]))) for row in rows.tolist()]
+            problems.add(rows, [f"{label}: {value} is beyond the float32 range (Example floats are 32-bit)"
+                                for value in shown])
+    return pc.cast(values, pa.float32(), safe=False)
+
+
+def _to_int64(values: pa.Array, problems: _Problems, label: str) -> pa.Array:
+    arrow_type = values.type
+    if pa.types.is_boolean(arrow_type):
+        return pc.cast(values, pa.int64())
+    if _is_temporal(arrow_type):
+        width = pa.int32() if arrow_type.bit_width == 32 else pa.int64()
+        return pc.cast(values.view(width), pa.int64())
+    if pa.types.is_uint64(arrow_type):
+        numbers = np.asarray(values.fill_null(0)) if values.null_count else np.asarray(values)
+        rows = np.flatnonzero(numbers > np.uint64((1 << 63) - 1))
+        if len(rows):
+            problems.add(rows, [f"{label}: {int(numbers[row])} is out of the int64 range -2**63 .. 2**63-1"
+                                for row in rows.tolist()])
+            values = pc.if_else(pa.array(numbers > np.uint64((1 << 63) - 1)), pa.scalar(None, arrow_type), values)
+        return pc.cast(values, pa.int64(), safe=False)
+    if pa.types.is_decimal(arrow_type):
+        try:
+            return pc.cast(values, pa.int64())
+        except pa.ArrowInvalid:
+            return _decimal_to_int64_rowwise(values, problems, label)
+    return pc.cast(values, pa.int64())
+
+
+def _decimal_to_int64_rowwise(values: pa.Array, problems: _Problems, label: str) -> pa.Array:
+    """The failure path of a scale-0 decimal column: find the values beyond int64 one by one."""
+    limit = (1 << 63) - 1
+    numbers = values.to_pylist()
+    rows = [row for row, number in enumerate(numbers) if number is not None and not -limit - 1 <= number <= limit]
+    problems.add(np.asarray(rows, dtype=np.int64),
+                 [f"{label}: {numbers[row]} is out of the int64 range -2**63 .. 2**63-1" for row in rows])
+    mask = np.zeros(len(values), dtype=bool)
+    mask[rows] = True
+    return pc.cast(pc.if_else(pa.array(mask), pa.scalar(None, values.type), values), pa.int64())
+
+
+def _apply_on_null(spec: FeatureSpec, values: pa.Array, input_nulls: pa.Array, problems: _Problems,
+                   label: str) -> pa.Array:
+    """Input nulls left where on_null is omit, filled with the default, or made bad rows when it is error.
+
+    Values that failed to convert are null in values too, but their rows are already bad.
+    """
+    if not values.null_count:
+        return values
+    if spec.on_null == "default":
+        default = list(spec.default) if spec.is_list else spec.default
+        return pc.fill_null(values, pa.scalar(default, output_type(spec)))
+    if spec.on_null == "error":
+        rows = np.flatnonzero(np.asarray(input_nulls))
+        problems.add(rows, [f"{label}: is null (on_null: error; use omit or default to accept nulls)"] * len(rows))
+    return values

@@ -13,11 +13,19 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+import pyarrow as pa
 import yaml
 
-from tfrbeam.beam.tabular_read import DEFAULT_SPLIT_BYTES, CsvOptions, InputConfig
-from tfrbeam.errors import ConfigError
-from tfrbeam.feature_spec import FEATURE_TYPES, ON_NULL_ACTIONS, FeatureSpec
+from tfrbeam.beam.tabular_read import DEFAULT_SPLIT_BYTES, CsvOptions, InputConfig, InputFile, inspect_input
+from tfrbeam.errors import ArrowConversionError, ConfigError
+from tfrbeam.feature_spec import (
+    FEATURE_TYPES,
+    ON_NULL_ACTIONS,
+    FeatureSpec,
+    resolve_spec,
+    source_column,
+    source_type,
+)
 
 __all__ = [
     "BuildConfig",
@@ -33,6 +41,8 @@ __all__ = [
     "load_config",
     "parse_config",
     "parse_size",
+    "resolve_config",
+    "validate_against_schema",
 ]
 
 INPUT_FORMATS = ("csv", "parquet")
@@ -638,3 +648,86 @@ def _list_or_none(values: tuple[str, ...] | None) -> list[str] | None:
 def with_features(config: BuildConfig, features: tuple[FeatureSpec, ...]) -> BuildConfig:
     """A copy of the config with its features replaced (used once they are resolved on the input schema)."""
     return replace(config, features=features)
+
+
+# ------------------------------------------------------------------------ checks against the input
+
+
+def validate_against_schema(config: BuildConfig, schema: pa.Schema, sample: pa.RecordBatch | None = None,
+                            where: str = "the input") -> BuildConfig:
+    """Check sources, split_key and types against the input's schema; return the config with every feature resolved.
+
+    Features left out of the config become every input column (or input.columns); features
+    without a type get one (Parquet: from the schema; CSV: int64, else float, else bytes by what
+    every value of `sample` parses as). Unmappable types are reported with the config that
+    would map them. Raises one ConfigError listing every problem. In the result, input.columns
+    is the projection to read (the sources' columns and split_key) when the config left it out.
+    """
+    check = _Checker()
+    csv = config.input.format == "csv"
+    names = schema.names
+    for column in config.input.columns or ():
+        if column not in names:
+            check.fail("input.columns", f"{column!r} is not a column of {where} (columns: {_names(names)})")
+    specs = config.features
+    inferred = specs is None
+    if specs is None:
+        columns = [name for name in names if config.input.columns is None or name in config.input.columns]
+        specs = tuple(_inferred_spec(schema.field(name), config) for name in columns)
+    resolved = []
+    for spec in specs:
+        path = f"features.{spec.name}"
+        arrow_type = source_type(schema, spec.source)
+        if arrow_type is None:
+            hint = difflib.get_close_matches(spec.source, names, n=1)
+            suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
+            key = f"{path}.source" if spec.source != spec.name else path
+            check.fail(key, f"column {spec.source!r} is not in {where} (columns: {_names(names)}){suggestion}")
+            continue
+        if config.input.columns is not None and source_column(schema, spec.source) not in config.input.columns:
+            check.fail(path, f"reads column {spec.source!r}, which input.columns leaves out")
+        text = sample.column(spec.source) if sample is not None and spec.source in sample.schema.names else None
+        try:
+            spec_done = resolve_spec(spec, arrow_type, text_sample=text, infer_from_text=csv)
+        except ArrowConversionError as error:
+            check.fail(path + (" (inferred: features was left out)" if inferred else ""), str(error))
+            continue
+        if spec.type is None and spec.on_null == "default":
+            default = _check_default(check, f"{path}.default", spec.default, spec_done.type, spec_done.is_list,
+                                     spec_done.length)
+            spec_done = replace(spec_done, default=default)
+        resolved.append(spec_done)
+    for column in config.split_key or ():
+        if column not in names:
+            check.fail("split_key", f"column {column!r} is not in {where} (columns: {_names(names)})")
+    if not specs:
+        check.fail("features", f"{where} has no columns to make features of")
+    if check.problems:
+        count = len(check.problems)
+        raise ConfigError(f"{count} problem{'s' if count > 1 else ''} with the config on {where}:\n  "
+                          + "\n  ".join(check.problems))
+    input_config = config.input
+    if input_config.columns is None:
+        columns = [source_column(schema, spec.source) for spec in resolved] + list(config.split_key or ())
+        input_config = replace(input_config, columns=tuple(dict.fromkeys(columns)))
+    return replace(config, input=input_config, features=tuple(resolved))
+
+
+def _inferred_spec(field_: pa.Field, config: BuildConfig) -> FeatureSpec:
+    """A feature for a column the config leaves to inference; nulls are omitted where they can occur."""
+    if config.input.format == "csv":
+        nullable = bool(config.input.csv.null_values)
+    else:
+        nullable = field_.nullable
+    return FeatureSpec(name=field_.name, type=None, source=field_.name, on_null="omit" if nullable else "error")
+
+
+def _names(names: list[str], limit: int = 20) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f", ... ({len(names)} in all)" if len(names) > limit else "")
+
+
+def resolve_config(config: BuildConfig, files: list[InputFile] | None = None) -> BuildConfig:
+    """Read the first input file's schema (and a CSV sample) and validate_against_schema on it."""
+    sample = inspect_input(config.input, files=files)
+    return validate_against_schema(config, sample.schema, sample.sample, where=sample.path)

@@ -1,10 +1,72 @@
-"""Read Parquet and CSV inputs as Arrow RecordBatches that carry their file and line numbers."""
+"""Read Parquet and CSV inputs as Arrow RecordBatches that carry their file and line numbers.
+
+Parquet is read by row group (one Beam element per row group, column projection) with the
+Arrow types of the file. CSV is parsed by pyarrow.csv in blocks, every column as binary, so that
+typing and bad-row detection are ours (tfrbeam.feature_spec); each row keeps the physical line
+it starts on and its raw text, and rows with the wrong number of fields become bad rows.
+
+CSV splitting rule: a file larger than input.split_bytes is scanned in parallel, one range per
+split_bytes. If no range contains the quote character or the escape character (and the
+encoding is ASCII-compatible and the file uncompressed), no value can hold a line break, so
+every line break ends a row: the ranges are read in parallel, each owning the rows that start
+inside it, with line numbers from the scan's line-break counts. Otherwise the file is read
+whole by one worker, streamed block by block (a quote anywhere could open a value spanning
+lines, and only reading from the start tells). Files up to split_bytes are always read whole.
+
+Line numbers are physical lines (counting \\n, \\r\\n and a lone \\r) of the row's first line;
+skip_rows counts physical lines; blank lines are not rows.
+"""
 
 from __future__ import annotations
 
+import codecs
+import contextlib
+import csv
+import io
+import logging
+import threading
 from dataclasses import dataclass, field
+from typing import BinaryIO, Callable, Iterable, Iterator, Sequence
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pcsv
+import pyarrow.parquet as pq
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from tfrbeam.errors import ConfigError, InputError
+from tfrbeam.feature_spec import BadRow, ConvertedBatch, FeatureSpec, convert_batch, rows_as_json
+
+__all__ = [
+    "CsvOptions",
+    "InputConfig",
+    "InputFile",
+    "InputSample",
+    "ReadTabular",
+    "SourceBatch",
+    "convert_source_batch",
+    "csv_ranges",
+    "inspect_input",
+    "list_inputs",
+    "read_csv_file",
+    "read_csv_range",
+    "read_parquet_file",
+    "read_parquet_row_group",
+    "scan_csv_range",
+]
+
+_LOG = logging.getLogger(__name__)
 
 DEFAULT_SPLIT_BYTES = 64 << 20
+SAMPLE_ROWS = 10_000
+_CSV_BLOCK_BYTES = 4 << 20
+_READ_CHUNK_BYTES = 4 << 20
+_PARQUET_BATCH_ROWS = 65_536
+_CR, _LF = 13, 10
+_UTF8_BOM = b"\xef\xbb\xbf"
 
 
 @dataclass(frozen=True)
@@ -30,3 +92,926 @@ class InputConfig:
     csv: CsvOptions = field(default_factory=CsvOptions)
     columns: tuple[str, ...] | None = None
     split_bytes: int = DEFAULT_SPLIT_BYTES
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """One input file and its fingerprint for the manifest."""
+
+    path: str
+    size: int
+    mtime: float | None
+
+
+@dataclass(frozen=True, eq=False)
+class SourceBatch:
+    """Rows of one input file with their provenance.
+
+    lines: per row, the 1-based physical line it starts on (CSV) or its 1-based row number in
+    the file (Parquet). bad_rows: rows the reader itself rejected (CSV: wrong number of fields).
+    For CSV, raw holds the UTF-8 text of the batch's lines, starting at line raw_first_line, with
+    raw_line_starts the offset of each of those lines in raw (plus the end), and spans the number
+    of physical lines of each row; raw_text() slices a row's exact text from them.
+    """
+
+    path: str
+    lines: np.ndarray
+    batch: pa.RecordBatch
+    bad_rows: tuple[BadRow, ...] = ()
+    raw: bytes | None = None
+    raw_first_line: int = 0
+    raw_line_starts: np.ndarray | None = None
+    spans: np.ndarray | None = None
+
+    @property
+    def first_line(self) -> int:
+        return int(self.lines[0]) if len(self.lines) else 0
+
+    @property
+    def num_rows(self) -> int:
+        return self.batch.num_rows
+
+    def raw_text(self, rows: Sequence[int]) -> list[str]:
+        """The raw text of the given rows: the CSV lines as in the file, or the Parquet row as JSON."""
+        if self.raw is None:
+            return rows_as_json(self.batch, rows)
+        texts = []
+        for row in rows:
+            first = int(self.lines[row]) - self.raw_first_line
+            last = first + int(self.spans[row])
+            chunk = self.raw[self.raw_line_starts[first]:self.raw_line_starts[last]]
+            texts.append(_strip_line_break(chunk).decode("utf-8", "replace"))
+        return texts
+
+
+def convert_source_batch(source: SourceBatch, specs: Sequence[FeatureSpec]) -> ConvertedBatch:
+    """convert_batch on a SourceBatch; the reader's own bad rows come first in the result's bad_rows."""
+    converted = convert_batch(source.batch, specs, source)
+    if source.bad_rows:
+        return ConvertedBatch(batch=converted.batch, bad_rows=list(source.bad_rows) + converted.bad_rows,
+                              kept_rows=converted.kept_rows)
+    return converted
+
+
+def _strip_line_break(chunk: bytes) -> bytes:
+    if chunk.endswith(b"\r\n"):
+        return chunk[:-2]
+    if chunk.endswith((b"\n", b"\r")):
+        return chunk[:-1]
+    return chunk
+
+
+# --------------------------------------------------------------------------------------- listing
+
+
+def list_inputs(pattern: str) -> list[InputFile]:
+    """The files matching a glob (any Beam filesystem), sorted by path, with size and mtime."""
+    try:
+        matches = FileSystems.match([pattern])[0].metadata_list
+    except Exception as error:  # Beam raises BeamIOError and friends, with the cause inside
+        raise ConfigError(f"input.path: cannot list {pattern!r}: {error}") from error
+    files = sorted((InputFile(m.path, int(m.size_in_bytes), getattr(m, "last_updated_in_seconds", None))
+                    for m in matches), key=lambda f: f.path)
+    if not files:
+        raise ConfigError(f"input.path: {pattern!r} matches no files")
+    return files
+
+
+def _open(path: str) -> BinaryIO:
+    try:
+        return FileSystems.open(path, compression_type=CompressionTypes.AUTO)
+    except Exception as error:
+        raise InputError(f"{path}: cannot open: {error}") from error
+
+
+def _is_compressed(path: str) -> bool:
+    return CompressionTypes.detect_compression_type(path) != CompressionTypes.UNCOMPRESSED
+
+
+# -------------------------------------------------------------------------------------- CSV text
+
+
+def _splittable_encoding(encoding: str) -> bool:
+    """Whether every line break and ASCII character is the same single byte as in ASCII."""
+    name = codecs.lookup(encoding).name
+    return name in ("utf-8", "utf-8-sig", "ascii", "latin-1", "iso8859-1") or name.startswith(("iso8859-", "cp125"))
+
+
+def _utf8_chunks(raw: BinaryIO, encoding: str, at_file_start: bool, limit: int | None, path: str) -> Iterator[bytes]:
+    """The file's bytes from the current position as UTF-8 (transcoded if needed), BOM removed at the start."""
+    name = codecs.lookup(encoding).name
+    passthrough = name in ("utf-8", "utf-8-sig", "ascii")
+    decoder = None if passthrough else codecs.getincrementaldecoder(encoding)("strict")
+    remaining = limit
+    first = at_file_start
+    offset = 0
+    while remaining is None or remaining > 0:
+        size = _READ_CHUNK_BYTES if remaining is None else min(_READ_CHUNK_BYTES, remaining)
+        data = raw.read(size)
+        if not data:
+            break
+        if remaining is not None:
+            remaining -= len(data)
+        if first and passthrough:
+            while len(data) < 3 and _UTF8_BOM.startswith(data):
+                more = raw.read(3 - len(data))
+                if not more:
+                    break
+                data += more
+            if data.startswith(_UTF8_BOM):
+                data = data[3:]
+        first = False
+        if decoder is not None:
+            try:
+                data = decoder.decode(data).encode("utf-8")
+            except UnicodeDecodeError as error:
+                raise InputError(f"{path}: not valid {encoding} text at byte {offset + error.start}: {error.reason} "
+                                 "(set input.csv.encoding)") from error
+        offset += len(data)
+        if data:
+            yield data
+    if decoder is not None:
+        try:
+            tail = decoder.decode(b"", final=True).encode("utf-8")
+        except UnicodeDecodeError as error:
+            raise InputError(f"{path}: the file ends inside a {encoding} character (set input.csv.encoding)") from error
+        if tail:
+            yield tail
+
+
+class _LineTracker(io.RawIOBase):
+    """A read-only stream of UTF-8 CSV text that records where each physical line starts.
+
+    pyarrow reads it (from its own read-ahead thread, hence the lock); the reader asks it where
+    the n-th non-blank line is, and for the text of lines not yet released. A trailing \\r of a
+    chunk is held back until the next byte tells whether it is a \\r\\n.
+    """
+
+    def __init__(self, chunks: Iterable[bytes], special: bytes = b""):
+        super().__init__()
+        self._lock = threading.RLock()
+        self._chunks = iter(chunks)
+        self._special = [byte for byte in special]
+        self.special_seen = False
+        self._pending = bytearray()  # pulled, not yet handed out
+        self._held_cr = False
+        self._eof = False
+        self._pulled = 0  # stream offset just past the pulled bytes
+        self._handed = 0  # stream offset just past the bytes handed out
+        self._text = bytearray()  # pulled bytes from _text_base on
+        self._text_base = 0
+        self._starts = [np.zeros(1, np.int64)]  # stream offset of each line start from line _line_base on
+        self._line_base = 0
+        # Stream line index of each non-blank line, in order; until the first blank line the
+        # n-th non-blank line is simply line n and nothing is stored.
+        self._blank_seen = False
+        self._nonblank = [np.zeros(0, np.int64)]
+        self._nonblank_base = 0
+        self._last_start = 0
+        self._last_start_blank_candidate = True
+
+    # -- stream interface used by pyarrow
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        with self._lock:
+            view = memoryview(buffer)
+            while len(self._pending) < len(view) and not self._eof:
+                self._pull()
+            count = min(len(view), len(self._pending))
+            view[:count] = self._pending[:count]
+            del self._pending[:count]
+            self._handed += count
+            return count
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0:
+            while not self._eof:
+                self._pull()
+            size = len(self._pending)
+        buffer = bytearray(size)
+        count = self.readinto(buffer)
+        return bytes(buffer[:count])
+
+    def readline_bytes(self) -> bytes:
+        """One physical line with its line break (used for the preamble before pyarrow starts)."""
+        with self._lock:
+            return self._readline()
+
+    def _readline(self) -> bytes:
+        while True:
+            match = _first_line_break(self._pending, self._eof)
+            if match is not None or self._eof:
+                end = match if match is not None else len(self._pending)
+                line = bytes(self._pending[:end])
+                del self._pending[:end]
+                self._handed += end
+                return line
+            self._pull()
+
+    @property
+    def position(self) -> int:
+        return self._handed
+
+    # -- scanning
+    def _pull(self) -> None:
+        data = next(self._chunks, None)
+        if data is None:
+            self._eof = True
+            chunk = b"\r" if self._held_cr else b""
+            self._held_cr = False
+            if chunk:
+                self._scan(chunk)
+            self._finish()
+            return
+        if self._held_cr:
+            data = b"\r" + data
+            self._held_cr = False
+        if data.endswith(b"\r"):
+            self._held_cr = True
+            data = data[:-1]
+        if data:
+            self._scan(data)
+
+    def _scan(self, data: bytes) -> None:
+        if not self.special_seen and any(data.find(bytes([byte])) >= 0 for byte in self._special):
+            self.special_seen = True
+        base = self._pulled
+        self._pending += data
+        self._text += data
+        self._pulled += len(data)
+        if data.find(b"\r") < 0:
+            ends = _positions(data, b"\n")
+        else:
+            array = np.frombuffer(data, np.uint8)
+            is_lf = array == _LF
+            is_cr = array == _CR
+            lone_cr = is_cr.copy()
+            lone_cr[:-1] &= ~is_lf[1:]
+            ends = np.flatnonzero(is_lf | lone_cr)
+        if not len(ends):
+            return
+        ends = ends.astype(np.int64) + base
+        starts = np.concatenate([[self._last_start], ends[:-1] + 1])
+        content_end = ends.copy()
+        crlf = self._crlf_mask(ends, base)
+        content_end[crlf] -= 1
+        blank = content_end == starts
+        first_index = self._line_base + sum(len(s) for s in self._starts) - 1
+        indexes = np.arange(first_index, first_index + len(ends), dtype=np.int64)
+        if blank.any() and not self._blank_seen:
+            self._blank_seen = True
+            self._nonblank = [np.arange(self._line_base, first_index, dtype=np.int64)]
+            self._nonblank_base = self._line_base
+        if self._blank_seen:
+            self._nonblank.append(indexes[~blank])
+        self._starts.append(ends + 1)
+        self._last_start = int(ends[-1] + 1)
+
+    def _crlf_mask(self, ends: np.ndarray, base: int) -> np.ndarray:
+        """Which line-break ends (stream offsets of a \\n or lone \\r) are the \\n of a \\r\\n."""
+        text = np.frombuffer(self._text, np.uint8)
+        local = ends - self._text_base
+        previous = local - 1
+        ok = previous >= 0
+        result = np.zeros(len(ends), dtype=bool)
+        result[ok] = (text[local[ok]] == _LF) & (text[previous[ok]] == _CR)
+        return result
+
+    def _finish(self) -> None:
+        """At the end of the stream: a last line without a line break is a line when it has text."""
+        if self._pulled > self._last_start:
+            line_index = self._line_base + sum(len(s) for s in self._starts) - 1
+            if self._blank_seen:
+                self._nonblank.append(np.array([line_index], np.int64))
+            self._starts.append(np.array([self._pulled], np.int64))
+            self._last_start = self._pulled
+
+    # -- queries
+    def _all_starts(self) -> np.ndarray:
+        if len(self._starts) > 1:
+            self._starts = [np.concatenate(self._starts)]
+        return self._starts[0]
+
+    def _all_nonblank(self) -> np.ndarray:
+        if len(self._nonblank) > 1:
+            self._nonblank = [np.concatenate(self._nonblank)]
+        return self._nonblank[0]
+
+    def nonblank_lines(self, ordinals: np.ndarray) -> np.ndarray:
+        """Stream line index of the given non-blank lines (0 = the first non-blank line of the stream)."""
+        with self._lock:
+            if not self._blank_seen:
+                return np.asarray(ordinals, dtype=np.int64)
+            return self._all_nonblank()[ordinals - self._nonblank_base]
+
+    def count_nonblank_before(self, line: int) -> int:
+        with self._lock:
+            if not self._blank_seen:
+                return line
+            return self._nonblank_base + int(np.searchsorted(self._all_nonblank(), line))
+
+    def lines_text(self, first_line: int, end_line: int) -> tuple[bytes, np.ndarray]:
+        """The text of stream lines [first_line, end_line) and the offset of each line start in it (plus the end)."""
+        with self._lock:
+            return self._lines_text(first_line, end_line)
+
+    def _lines_text(self, first_line: int, end_line: int) -> tuple[bytes, np.ndarray]:
+        starts = self._all_starts()
+        local = starts[first_line - self._line_base:end_line - self._line_base + 1]
+        if len(local) < end_line - first_line + 1:  # the last line ends at the end of the stream
+            local = np.concatenate([local, [self._pulled]])
+        begin = int(local[0])
+        text = bytes(self._text[begin - self._text_base:int(local[-1]) - self._text_base])
+        return text, local - begin
+
+    def release(self, line: int) -> None:
+        """Forget everything before stream line `line` (rows before it have been emitted)."""
+        with self._lock:
+            self._release(line)
+
+    def _release(self, line: int) -> None:
+        starts = self._all_starts()
+        drop = line - self._line_base
+        if drop <= 0 or drop >= len(starts):
+            return
+        cut = int(starts[drop]) - self._text_base
+        del self._text[:cut]
+        self._text_base += cut
+        self._starts = [starts[drop:]]
+        self._line_base = line
+        if not self._blank_seen:
+            return
+        nonblank = self._all_nonblank()
+        gone = int(np.searchsorted(nonblank, line))
+        self._nonblank = [nonblank[gone:]]
+        self._nonblank_base += gone
+
+
+def _positions(data: bytes, needle: bytes) -> np.ndarray:
+    return np.flatnonzero(np.frombuffer(data, np.uint8) == needle[0])
+
+
+def _first_line_break(data: bytearray, eof: bool) -> int | None:
+    """The length of the first line including its break, or None when more bytes are needed to tell."""
+    lf = data.find(b"\n")
+    cr = data.find(b"\r")
+    if cr >= 0 and (lf < 0 or cr < lf):
+        if cr + 1 < len(data):
+            return cr + 2 if data[cr + 1] == _LF else cr + 1
+        return cr + 1 if eof else None
+    return lf + 1 if lf >= 0 else None
+
+
+# ------------------------------------------------------------------------------------ CSV header
+
+
+@dataclass(frozen=True)
+class _Preamble:
+    """What comes before the data rows: column names, and the line and (raw) offset where data starts."""
+
+    names: tuple[str, ...]
+    data_line: int  # 1-based physical line of the first data byte
+    data_offset: int  # byte offset in the tracked stream where data starts
+
+
+def _read_preamble(tracker: _LineTracker, options: CsvOptions, path: str, decode: Callable[[bytes], str]) -> _Preamble:
+    """Consume skip_rows lines, blank lines and the header record; the names come from the header or the config."""
+    line = 1
+    for _ in range(options.skip_rows):
+        if not tracker.readline_bytes():
+            break
+        line += 1
+    names: tuple[str, ...] | None = options.column_names
+    if options.header:
+        header_lines: list[bytes] = []
+        while True:
+            first = tracker.readline_bytes()
+            if not first:
+                raise InputError(f"{path}: no header line (the file is empty after {options.skip_rows} skipped lines); "
+                                 "set input.csv.header: false and column_names if it has none")
+            if _strip_line_break(first):
+                header_lines.append(first)
+                break
+            line += 1
+        parsed = _parse_header(header_lines, tracker, options, path, decode)
+        line += len(header_lines)
+        if names is not None and len(names) != len(parsed):
+            raise InputError(f"{path}: the header has {len(parsed)} columns ({', '.join(parsed)}) but "
+                             f"input.csv.column_names lists {len(names)}")
+        names = names or parsed
+    assert names is not None
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise InputError(f"{path}: column names {', '.join(map(repr, duplicates))} appear more than once in the "
+                         "header; set input.csv.column_names to name every column uniquely")
+    return _Preamble(names=tuple(names), data_line=line, data_offset=tracker.position)
+
+
+def _parse_header(lines: list[bytes], tracker: _LineTracker, options: CsvOptions, path: str,
+                  decode: Callable[[bytes], str]) -> tuple[str, ...]:
+    """Parse the header record with the csv module, pulling more lines while a quoted name is open."""
+
+    def more_lines() -> Iterator[str]:
+        for index, line in enumerate(lines):
+            text = decode(line)
+            yield text[1:] if index == 0 and text.startswith("\ufeff") else text
+        while True:
+            line = tracker.readline_bytes()
+            if not line:
+                return
+            lines.append(line)
+            yield decode(line)
+
+    reader = csv.reader(more_lines(), delimiter=options.delimiter, quotechar=options.quote_char or '"',
+                        quoting=csv.QUOTE_MINIMAL if options.quote_char else csv.QUOTE_NONE,
+                        escapechar=options.escape_char, doublequote=True, strict=False)
+    try:
+        record = next(reader)
+    except (csv.Error, StopIteration) as error:
+        raise InputError(f"{path}: cannot parse the header line: {error}") from error
+    return tuple(record)
+
+
+def _decoder_for(encoding: str) -> Callable[[bytes], str]:
+    def decode(line: bytes) -> str:
+        return line.decode(encoding, "replace")
+
+    return decode
+
+
+# -------------------------------------------------------------------------------------- CSV rows
+
+
+def _parse_options(options: CsvOptions, quoting: bool, on_invalid) -> pcsv.ParseOptions:
+    return pcsv.ParseOptions(
+        delimiter=options.delimiter,
+        quote_char=options.quote_char if (quoting and options.quote_char) else False,
+        double_quote=True,
+        escape_char=options.escape_char if (quoting and options.escape_char) else False,
+        newlines_in_values=quoting,
+        ignore_empty_lines=True,
+        invalid_row_handler=on_invalid,
+    )
+
+
+def _read_rows(path: str, tracker: _LineTracker, preamble: _Preamble, options: CsvOptions, first_file_line: int,
+               quoting: bool, columns: Sequence[str] | None) -> Iterator[SourceBatch]:
+    """Parse the rows after the preamble with pyarrow and give every row its physical line and raw text.
+
+    Rows are numbered by pyarrow from 1 (invalid ones included); row j starts on the j-th
+    non-blank line after the data start, counting only the first non-blank line of each row, so
+    a row's line follows from the spans of the rows before it (1 line unless a quoted value
+    holds line breaks).
+    """
+    names = list(preamble.names)
+    invalid: dict[int, tuple[int, int, str]] = {}
+    invalid_lock = threading.Lock()  # pyarrow parses ahead on another thread
+
+    def on_invalid(row) -> str:
+        if row.number is None:
+            raise InputError(f"{path}: pyarrow did not number an invalid row; cannot place it")
+        with invalid_lock:
+            invalid[row.number] = (row.expected_columns, row.actual_columns, row.text)
+        return "skip"
+
+    null_values = list(options.null_values)
+    reader_options = pcsv.ReadOptions(use_threads=False, block_size=_CSV_BLOCK_BYTES, column_names=names)
+    convert_options = pcsv.ConvertOptions(
+        column_types={name: pa.binary() for name in names}, null_values=null_values,
+        strings_can_be_null=bool(null_values), quoted_strings_can_be_null=False, check_utf8=False)
+    if columns is not None:
+        missing = [name for name in columns if name not in names]
+        if missing:
+            raise InputError(f"{path}: has no column {', '.join(map(repr, missing))} (columns: {', '.join(names)})")
+    keep = [name for name in names if columns is None or name in set(columns)]
+    ordinal = tracker.count_nonblank_before(preamble.data_line - first_file_line)
+    try:
+        reader = pcsv.open_csv(tracker, read_options=reader_options,
+                               parse_options=_parse_options(options, quoting, on_invalid),
+                               convert_options=convert_options)
+    except pa.ArrowInvalid as error:
+        if str(error).startswith("Empty CSV file"):  # nothing but blank lines after the preamble
+            return
+        raise InputError(f"{path}: cannot parse the CSV in its first rows: {error}") from error
+    try:
+        yield from _numbered_batches(path, tracker, reader, invalid, invalid_lock, keep, ordinal, first_file_line)
+    finally:
+        reader.close()  # stop pyarrow's read-ahead thread now, not at garbage collection
+
+
+def _numbered_batches(path: str, tracker: _LineTracker, reader, invalid: dict, invalid_lock: threading.Lock,
+                      keep: list[str], ordinal: int, first_file_line: int) -> Iterator[SourceBatch]:
+    """The batches of a pyarrow CSV reader with every row's line, and the invalid rows placed between them."""
+    record = 1
+    last_line = 0
+    try:
+        batches: Iterator[pa.RecordBatch] = iter(reader)
+        while True:
+            batch = next(batches, None)
+            with invalid_lock:
+                numbers = sorted(number for number in invalid if number >= record)
+                known = {number: invalid[number] for number in numbers}
+            if batch is None:
+                if numbers:
+                    yield _assemble(path, tracker, _empty_batch(keep), record, numbers, known, ordinal,
+                                    first_file_line, None)
+                return
+            rows = batch.num_rows
+            if rows == 0:
+                continue
+            last = record + rows - 1
+            inside = []
+            for number in numbers:
+                if number > last:
+                    break
+                inside.append(number)
+                last += 1
+            spans = _row_spans(batch) if tracker.special_seen else None
+            source = _assemble(path, tracker, batch.select(keep), record, inside, known, ordinal, first_file_line, spans)
+            ordinal += _count_nonblank(record, last, inside, known, spans)
+            if len(source.lines):
+                last_line = int(source.lines[-1])
+            with invalid_lock:
+                for number in inside:
+                    del invalid[number]
+            record = last + 1
+            yield source
+    except pa.ArrowInvalid as error:
+        where = f"after line {last_line}" if last_line else "in its first rows"
+        hint = (f" (a row longer than {_CSV_BLOCK_BYTES >> 20} MiB, or a quote that is never closed)"
+                if "straddl" in str(error) else "")
+        raise InputError(f"{path}: cannot parse the CSV {where}: {error}{hint}") from error
+
+
+def _row_spans(batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: physical lines it spans, and blank lines inside its quoted values."""
+    lines = np.ones(batch.num_rows, dtype=np.int64)
+    blanks = np.zeros(batch.num_rows, dtype=np.int64)
+    for column in batch.columns:
+        if not _has_line_break(column):
+            continue
+        breaks, blank = _line_breaks(column)
+        lines += breaks
+        blanks += blank
+    return lines, blanks
+
+
+def _has_line_break(column: pa.Array) -> bool:
+    data = column.buffers()[2]
+    if data is None or len(column) == 0:
+        return False
+    bounds = np.frombuffer(column.buffers()[1], dtype=np.int32, count=len(column) + 1, offset=4 * column.offset)
+    text = data.slice(int(bounds[0]), int(bounds[-1] - bounds[0])).to_pybytes()  # a copy, then memchr
+    return text.find(b"\n") >= 0 or text.find(b"\r") >= 0
+
+
+def _line_breaks(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """Line breaks in each value (\\r\\n, \\n or \\r), and how many of them end a blank line."""
+    normal = pc.replace_substring(pc.replace_substring(values, "\r\n", "\n"), "\r", "\n")
+    breaks = np.asarray(pc.fill_null(pc.count_substring(normal, "\n"), 0), dtype=np.int64)
+    runs = np.asarray(pc.fill_null(pc.count_substring_regex(normal, "\n+"), 0), dtype=np.int64)
+    return breaks, breaks - runs
+
+
+def _text_spans(text: str) -> tuple[int, int]:
+    breaks, blanks = _line_breaks(pa.array([text.encode("utf-8")], pa.binary()))
+    return 1 + int(breaks[0]), int(blanks[0])
+
+
+def _record_layout(record: int, last: int, inside: list[int], invalid: dict, spans) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For records record..last: which are invalid, the physical lines each spans, and its non-blank lines."""
+    count = last - record + 1
+    is_invalid = np.zeros(count, dtype=bool)
+    is_invalid[[number - record for number in inside]] = True
+    lines = np.ones(count, dtype=np.int64)
+    blanks = np.zeros(count, dtype=np.int64)
+    if spans is not None:
+        lines[~is_invalid], blanks[~is_invalid] = spans
+    for number in inside:
+        lines[number - record], blanks[number - record] = _text_spans(invalid[number][2])
+    return is_invalid, lines, lines - blanks
+
+
+def _count_nonblank(record: int, last: int, inside: list[int], invalid: dict, spans) -> int:
+    return int(_record_layout(record, last, inside, invalid, spans)[2].sum())
+
+
+def _assemble(path: str, tracker: _LineTracker, batch: pa.RecordBatch, record: int, inside: list[int],
+              invalid: dict, ordinal: int, first_file_line: int, spans) -> SourceBatch:
+    last = record + batch.num_rows + len(inside) - 1
+    is_invalid, lines, nonblank = _record_layout(record, last, inside, invalid, spans)
+    ordinals = ordinal + np.concatenate([[0], np.cumsum(nonblank)[:-1]]).astype(np.int64)
+    stream_lines = tracker.nonblank_lines(ordinals) if len(ordinals) else np.zeros(0, np.int64)
+    if not len(stream_lines):
+        return SourceBatch(path=path, lines=np.zeros(0, np.int64), batch=batch)
+    first, end = int(stream_lines[0]), int(stream_lines[-1] + lines[-1])
+    raw, starts = tracker.lines_text(first, end)
+    tracker.release(end)
+    bad_rows = []
+    for position in np.flatnonzero(is_invalid).tolist():
+        expected, actual, _ = invalid[record + position]
+        local = int(stream_lines[position]) - first
+        text = _strip_line_break(raw[starts[local]:starts[local + int(lines[position])]]).decode("utf-8", "replace")
+        bad_rows.append(BadRow(path, first_file_line + int(stream_lines[position]),
+                               f"has {actual} field{'s' if actual != 1 else ''}, expected {expected}", text))
+    return SourceBatch(path=path, lines=(stream_lines[~is_invalid] + first_file_line).astype(np.int64), batch=batch,
+                       bad_rows=tuple(bad_rows), raw=raw, raw_first_line=first + first_file_line,
+                       raw_line_starts=starts, spans=lines[~is_invalid])
+
+
+def read_csv_file(path: str, options: CsvOptions, columns: Sequence[str] | None = None) -> Iterator[SourceBatch]:
+    """Every row of a CSV file, streamed block by block from the start (quoted line breaks are fine)."""
+    with _open(path) as raw:
+        special = _special_bytes(options)
+        tracker = _LineTracker(_utf8_chunks(raw, options.encoding, True, None, path), special)
+        preamble = _read_preamble(tracker, options, path, _decoder_for("utf-8"))
+        yield from _read_rows(path, tracker, preamble, options, 1, True, columns)
+
+
+def _special_bytes(options: CsvOptions) -> bytes:
+    return "".join(char for char in (options.quote_char, options.escape_char) if char).encode("utf-8")
+
+
+# ------------------------------------------------------------------------------- CSV byte ranges
+
+
+@dataclass(frozen=True)
+class RangeScan:
+    """One byte range of a CSV file: its line breaks and whether a quote or escape character occurs in it."""
+
+    path: str
+    start: int
+    end: int
+    line_breaks: int
+    has_special: bool
+
+
+def csv_ranges(size: int, split_bytes: int) -> list[tuple[int, int]]:
+    """The byte ranges a file is scanned (and, when safe, read) in."""
+    bounds = list(range(0, size, split_bytes)) + [size]
+    return list(zip(bounds, bounds[1:])) or [(0, 0)]
+
+
+def scan_csv_range(path: str, start: int, end: int, options: CsvOptions) -> RangeScan:
+    """Count the line breaks ending in [start, end) (a \\n, or a \\r not followed by \\n) and look for quotes."""
+    special = _special_bytes(options)
+    breaks = 0
+    found = False
+    with _open(path) as raw:
+        raw.seek(start)
+        position = start
+        while position < end:
+            data = raw.read(min(_READ_CHUNK_BYTES, end - position))
+            if not data:
+                break
+            position += len(data)
+            breaks += data.count(b"\n") + data.count(b"\r") - data.count(b"\r\n")
+            if data.endswith(b"\r"):
+                following = raw.read(1)
+                raw.seek(position)
+                if following == b"\n":
+                    breaks -= 1  # its \n ends the line break, in this range or the next
+            found = found or any(data.find(bytes([byte])) >= 0 for byte in special)
+    return RangeScan(path, start, end, breaks, found)
+
+
+def _record_boundary(raw: BinaryIO, position: int) -> int:
+    """The first row start at or after position: just after the first line break ending at position - 1 or later."""
+    if position == 0:
+        return 0
+    raw.seek(position - 1)
+    offset = position - 1
+    pending = b""
+    while True:
+        data = raw.read(1 << 16)
+        if not data:
+            return offset + len(pending)
+        data = pending + data
+        match = _first_line_break(bytearray(data), False)
+        if match is not None:
+            return offset + match
+        if data.endswith(b"\r"):
+            pending = b"\r"
+            offset += len(data) - 1
+        else:
+            pending = b""
+            offset += len(data)
+
+
+def read_csv_range(path: str, start: int, end: int, line_breaks_before: int, options: CsvOptions,
+                   columns: Sequence[str] | None = None) -> Iterator[SourceBatch]:
+    """The rows starting in bytes [start, end) of a CSV file without quoted line breaks.
+
+    line_breaks_before is the number of line breaks ending before `start` (from scan_csv_range
+    of the earlier ranges); it makes the line numbers. Only safe when no quote or escape
+    character occurs in the file: then every line break ends a row.
+    """
+    with _open(path) as raw:
+        head = _LineTracker(_raw_chunks(raw, None))
+        preamble = _read_preamble(head, options, path, _decoder_for(options.encoding))
+        data_offset = preamble.data_offset
+        own_start = max(_record_boundary(raw, start), data_offset)
+        own_end = max(_record_boundary(raw, end), own_start) if end > own_start else own_start
+        if own_start >= own_end:
+            return
+        if own_start == data_offset:
+            first_line = preamble.data_line
+        else:
+            first_line = 1 + line_breaks_before + (1 if own_start > start else 0)
+        raw.seek(own_start)
+        tracker = _LineTracker(_utf8_chunks(raw, options.encoding, own_start == 0, own_end - own_start, path))
+        inline = _Preamble(names=preamble.names, data_line=first_line, data_offset=0)
+        yield from _read_rows(path, tracker, inline, options, first_line, False, columns)
+
+
+def _raw_chunks(raw: BinaryIO, limit: int | None) -> Iterator[bytes]:
+    raw.seek(0)
+    while True:
+        data = raw.read(1 << 16)
+        if not data:
+            return
+        yield data
+
+
+# ---------------------------------------------------------------------------------------- Parquet
+
+
+def _parquet_file(path: str, raw: BinaryIO) -> pq.ParquetFile:
+    try:
+        # Page CRCs are checked where the writer stored them: a damaged page fails instead of
+        # turning into wrong values.
+        return pq.ParquetFile(raw, page_checksum_verification=True)
+    except Exception as error:  # pyarrow raises ArrowInvalid, OSError, ... on malformed files
+        raise InputError(f"{path}: not a readable Parquet file: {error}") from error
+
+
+def parquet_row_groups(path: str) -> list[tuple[int, int]]:
+    """(row group index, number of rows before it) for each row group of a Parquet file."""
+    with _open(path) as raw:
+        metadata = _parquet_file(path, raw).metadata
+        groups, before = [], 0
+        for index in range(metadata.num_row_groups):
+            groups.append((index, before))
+            before += metadata.row_group(index).num_rows
+        return groups
+
+
+def read_parquet_row_group(path: str, group: int, rows_before: int, columns: Sequence[str] | None = None) -> Iterator[SourceBatch]:
+    """The rows of one row group as batches; lines are 1-based row numbers in the file."""
+    with _open(path) as raw:
+        parquet = _parquet_file(path, raw)
+        projection = _parquet_projection(parquet.schema_arrow, columns, path)
+        declared = parquet.metadata.row_group(group).num_rows
+        row = rows_before + 1
+        try:
+            for batch in parquet.iter_batches(batch_size=_PARQUET_BATCH_ROWS, row_groups=[group], columns=projection,
+                                              use_threads=False):
+                yield SourceBatch(path=path, lines=np.arange(row, row + batch.num_rows, dtype=np.int64), batch=batch)
+                row += batch.num_rows
+        except Exception as error:  # pyarrow raises OSError, ArrowInvalid, ... on damaged pages
+            raise InputError(f"{path}: cannot read row group {group} (rows {rows_before + 1} on): {error}") from error
+        if row - rows_before - 1 != declared:
+            raise InputError(f"{path}: row group {group} declares {declared} rows but its columns hold "
+                             f"{row - rows_before - 1}; the file is damaged")
+
+
+def read_parquet_file(path: str, columns: Sequence[str] | None = None) -> Iterator[SourceBatch]:
+    """Every row of a Parquet file, row group by row group."""
+    for group, before in parquet_row_groups(path):
+        yield from read_parquet_row_group(path, group, before, columns)
+
+
+def _parquet_projection(schema: pa.Schema, columns: Sequence[str] | None, path: str) -> list[str] | None:
+    if columns is None:
+        return None
+    missing = [name for name in columns if name not in schema.names]
+    if missing:
+        raise InputError(f"{path}: has no column {', '.join(map(repr, missing))} (columns: {', '.join(schema.names)})")
+    return list(dict.fromkeys(columns))
+
+
+# ------------------------------------------------------------------------------------ inspection
+
+
+@dataclass(frozen=True, eq=False)
+class InputSample:
+    """The schema of the first input file, and for CSV a sample of its rows (all binary) to infer types from."""
+
+    path: str
+    schema: pa.Schema
+    sample: pa.RecordBatch | None
+
+
+def inspect_input(input_config: InputConfig, sample_rows: int = SAMPLE_ROWS,
+                  files: Sequence[InputFile] | None = None) -> InputSample:
+    """Read the first input file's schema (Parquet footer; CSV header and the first sample_rows rows)."""
+    files = list(files) if files is not None else list_inputs(input_config.path)
+    path = files[0].path
+    if input_config.format == "parquet":
+        with _open(path) as raw:
+            return InputSample(path, _parquet_file(path, raw).schema_arrow, None)
+    batches, count = [], 0
+    with contextlib.closing(read_csv_file(path, input_config.csv)) as sources:
+        for source in sources:
+            batches.append(source.batch)
+            count += source.num_rows
+            if count >= sample_rows:
+                break
+    if not batches:  # a header and no rows (read_csv_file yields nothing): the names are still known
+        with _open(path) as raw:
+            tracker = _LineTracker(_utf8_chunks(raw, input_config.csv.encoding, True, None, path))
+            names = _read_preamble(tracker, input_config.csv, path, _decoder_for("utf-8")).names
+        batches = [_empty_batch(names)]
+    table = pa.Table.from_batches(batches).slice(0, sample_rows)
+    sample = pa.concat_batches(table.to_batches()) if table.num_rows else _empty_batch(table.schema.names)
+    return InputSample(path, table.schema, sample)
+
+
+def _empty_batch(names: Sequence[str]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([pa.array([], pa.binary()) for _ in names], names=list(names))
+
+
+# ------------------------------------------------------------------------------------------- Beam
+
+
+@dataclass(frozen=True)
+class _CsvPiece:
+    path: str
+    start: int
+    end: int
+    line_breaks_before: int
+    whole: bool
+
+
+class ReadTabular(beam.PTransform):
+    """Read the inputs of a build as SourceBatch elements (Parquet by row group, CSV by range or whole file).
+
+    columns limits what is read (Parquet projection; CSV columns dropped after parsing); None
+    means input_config.columns, and None there means every column. The input files are listed
+    when the transform is built (see .inputs, for the manifest).
+    """
+
+    def __init__(self, input_config: InputConfig, columns: Sequence[str] | None = None,
+                 inputs: Sequence[InputFile] | None = None):
+        super().__init__()
+        self.input_config = input_config
+        self.columns = tuple(columns) if columns is not None else input_config.columns
+        self.inputs = list(inputs) if inputs is not None else list_inputs(input_config.path)
+
+    def expand(self, pbegin):
+        files = pbegin | "ListFiles" >> beam.Create([(f.path, f.size) for f in self.inputs], reshuffle=False)
+        columns = self.columns
+        if self.input_config.format == "parquet":
+            return (files
+                    | "RowGroups" >> beam.FlatMap(lambda item: [(item[0], g, b) for g, b in parquet_row_groups(item[0])])
+                    | "SpreadRowGroups" >> beam.Reshuffle()
+                    | "ReadRowGroup" >> beam.FlatMap(lambda item: read_parquet_row_group(*item, columns=columns)))
+        options = self.input_config.csv
+        split_bytes = self.input_config.split_bytes
+        return (files
+                | "Ranges" >> beam.FlatMap(_ranges_of, split_bytes, options)
+                | "SpreadRanges" >> beam.Reshuffle()
+                | "ScanRanges" >> beam.Map(_scan_if_split, options)
+                | "ByFile" >> beam.GroupByKey()
+                | "PlanPieces" >> beam.FlatMap(_plan_pieces)
+                | "SpreadPieces" >> beam.Reshuffle()
+                | "ReadPiece" >> beam.FlatMap(_read_piece, options, columns))
+
+
+def _ranges_of(item: tuple[str, int], split_bytes: int, options: CsvOptions) -> list[tuple[str, tuple[int, int, int]]]:
+    path, size = item
+    if size <= split_bytes or _is_compressed(path) or not _splittable_encoding(options.encoding):
+        return [(path, (0, size, 1))]
+    ranges = csv_ranges(size, split_bytes)
+    return [(path, (start, end, len(ranges))) for start, end in ranges]
+
+
+def _scan_if_split(item, options: CsvOptions) -> tuple[str, RangeScan | None]:
+    path, (start, end, count) = item
+    if count == 1:
+        return path, None
+    return path, scan_csv_range(path, start, end, options)
+
+
+def _plan_pieces(item) -> list[_CsvPiece]:
+    path, scans = item
+    scans = [scan for scan in scans if scan is not None]
+    if not scans:
+        return [_CsvPiece(path, 0, -1, 0, True)]
+    scans.sort(key=lambda scan: scan.start)
+    if any(scan.has_special for scan in scans):
+        _LOG.info("%s: quote or escape characters occur, so it is read whole by one worker", path)
+        return [_CsvPiece(path, 0, -1, 0, True)]
+    pieces, before = [], 0
+    for scan in scans:
+        pieces.append(_CsvPiece(path, scan.start, scan.end, before, False))
+        before += scan.line_breaks
+    return pieces
+
+
+def _read_piece(piece: _CsvPiece, options: CsvOptions, columns) -> Iterator[SourceBatch]:
+    if piece.whole:
+        return read_csv_file(piece.path, options, columns)
+    return read_csv_range(piece.path, piece.start, piece.end, piece.line_breaks_before, options, columns)
