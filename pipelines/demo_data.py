@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=DEFAULT_ROWS, help=f"rows in total (default: {DEFAULT_ROWS})")
     args = parser.parse_args(argv)
     paths = write_demo_data(args.out_dir, args.rows)
-    print(f"wrote {len(paths)} demo files under {args.out_dir}/ (csv/ and parquet/, {args.rows} rows each)")
+    print(f"wrote {len(paths)} demo files under {args.out_dir}/: the same {args.rows} rows in csv/ and in parquet/")
     return 0
 
 
