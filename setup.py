@@ -31,6 +31,7 @@ setup(
         "test": [
             "pytest>=7",
             "hypothesis>=6.80",
+            "pytest-xdist>=3",
             "apache-beam[gcp]>=2.60",
         ],
     },
