@@ -151,6 +151,20 @@ def test_columns_padding_and_arrow_output(files):
     assert arrow.column("name").to_pylist() == [b"n0", b"n1", b"n2", b"n3", b"n4"]
 
 
+def test_multi_dimensional_and_fixed_length_bytes_features(tmp_path):
+    path = str(tmp_path / "m.tfrecord")
+    with RecordWriter(path) as writer:
+        for number in range(5):
+            writer.write(encode_example({"m": [float(number)] * 6, "pair": [b"x%d" % number, b"y"]}))
+    spec = {"m": FixedLenFeature((2, 3), "float"), "pair": FixedLenFeature((2,), "bytes")}
+    batch = next(iter(open_dataset(path, feature_spec=spec, batch_size=5, shuffle_buffer=5, seed=1, executor="threads")))
+    assert batch["m"].shape == (5, 2, 3) and batch["pair"].shape == (5, 2)
+    assert [row.tolist() for row in batch["pair"]] == [[b"x%d" % m[0, 0], b"y"] for m in batch["m"]]
+    arrow = next(iter(open_dataset(path, feature_spec=spec, batch_size=2, output="arrow", executor="threads")))
+    assert arrow.schema.field("m").type == pa.list_(pa.list_(pa.float32(), 3), 2)
+    assert arrow.column("pair").to_pylist() == [[b"x0", b"y"], [b"x1", b"y"]]
+
+
 def test_a_missing_fixed_feature_uses_its_default_or_names_the_file_and_offset(files):
     spec = dict(SPEC, opt=FixedLenFeature((2,), "int64", default_value=[-7, -8]))
     batch = next(iter(open_dataset(str(files / "*.tfrecord"), feature_spec=spec, batch_size=4, num_parallel_reads=1, executor="threads")))
