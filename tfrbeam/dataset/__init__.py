@@ -7,6 +7,6 @@ workers and resumable from a saved position. This package never imports Apache B
 
 from tfrbeam.dataset.columns import Ragged
 from tfrbeam.dataset.pipeline import Dataset, open_dataset
-from tfrbeam.dataset.spec import FixedLenFeature, VarLenFeature, infer_feature_spec
+from tfrbeam.dataset.spec import FixedLenFeature, VarLenFeature
 
-__all__ = ["Dataset", "FixedLenFeature", "Ragged", "VarLenFeature", "infer_feature_spec", "open_dataset"]
+__all__ = ["Dataset", "FixedLenFeature", "Ragged", "VarLenFeature", "open_dataset"]
