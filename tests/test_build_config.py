@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
+import pyarrow as pa
 import pytest
 
 from pipelines.build.config import (
@@ -18,6 +19,8 @@ from pipelines.build.config import (
     parse_config,
     parse_size,
     parse_yaml,
+    resolve_config,
+    validate_against_schema,
 )
 
 ISSUE_EXAMPLE = textwrap.dedent(
@@ -322,3 +325,88 @@ def test_quote_char_null_disables_quoting_and_escape_char_is_kept():
     config = parse_config(_with(input={"path": "a.csv", "csv": {"quote_char": None, "escape_char": "\\", "delimiter": "|"}}))
     assert config.input.csv.quote_char is None and config.input.csv.escape_char == "\\"
     assert config.input.csv.delimiter == "|"
+
+
+# ------------------------------------------------------------------------- checks against the input
+
+CSV_SCHEMA = pa.schema([(name, pa.binary()) for name in ("id", "delay", "tailnum", "emb")])
+CSV_SAMPLE = pa.record_batch(
+    [pa.array(values, pa.binary()) for values in (
+        [b"1", b"2"], [b"1.5", None], [b"N1", b""], [b"1;2", b"3;4"])], schema=CSV_SCHEMA)
+
+
+def _csv_config(**sections):
+    raw = {"input": {"path": "x.csv", "csv": {"null_values": ["NA"]}}, "output": {"path": "o"}}
+    raw.update(sections)
+    return parse_config(raw)
+
+
+def test_features_left_out_become_every_column_with_inferred_types():
+    resolved = validate_against_schema(_csv_config(), CSV_SCHEMA, CSV_SAMPLE)
+    assert [(s.name, s.type, s.on_null) for s in resolved.features] == [
+        ("id", "int64", "omit"), ("delay", "float", "omit"), ("tailnum", "bytes", "omit"), ("emb", "bytes", "omit")]
+    assert resolved.input.columns == ("id", "delay", "tailnum", "emb")
+    no_nulls = validate_against_schema(parse_config({"input": {"path": "x.csv"}, "output": {"path": "o"}}),
+                                       CSV_SCHEMA, CSV_SAMPLE)
+    assert {s.on_null for s in no_nulls.features} == {"error"}  # no null_values: nothing can be null
+
+
+def test_listed_features_get_types_lists_and_the_projection():
+    config = _csv_config(features={"emb": {"separator": ";"}, "d": {"source": "delay", "on_null": "default", "default": 0}},
+                         split_key=["tailnum"])
+    resolved = validate_against_schema(config, CSV_SCHEMA, CSV_SAMPLE)
+    assert resolved.feature("emb") == FeatureSpec("emb", "int64", "emb", separator=";", is_list=True)
+    assert resolved.feature("d") == FeatureSpec("d", "float", "delay", on_null="default", default=0.0)
+    assert resolved.input.columns == ("emb", "delay", "tailnum")
+
+
+@pytest.mark.parametrize(
+    "sections, message",
+    [
+        ({"features": {"delay": {"source": "dealy"}}}, "features.delay.source: column 'dealy' is not in the input (columns: id, delay, tailnum, emb); did you mean 'delay'?"),
+        ({"features": {"tailnmu": {"type": "bytes"}}}, "features.tailnmu: column 'tailnmu' is not in the input (columns: id, delay, tailnum, emb); did you mean 'tailnum'?"),
+        ({"split_key": ["carrier"]}, "split_key: column 'carrier' is not in the input (columns: id, delay, tailnum, emb)"),
+        ({"input": {"path": "x.csv", "columns": ["id", "nope"]}}, "input.columns: 'nope' is not a column of the input"),
+        ({"input": {"path": "x.csv", "columns": ["id"]}, "features": {"delay": {"type": "float"}}}, "features.delay: reads column 'delay', which input.columns leaves out"),
+        ({"features": {"id": {"on_null": "default", "default": "x"}}}, "features.id.default: 'x' is not a int64 value (an integer from -2**63 to 2**63-1)"),
+        ({"features": {"id": {"type": "int64", "separator": ";", "length": 2}}}, None),
+    ],
+)
+def test_schema_problems_name_the_key(sections, message):
+    config = _csv_config(**sections)
+    if message is None:
+        assert validate_against_schema(config, CSV_SCHEMA, CSV_SAMPLE).feature("id").shape == (2,)
+        return
+    with pytest.raises(ConfigError) as caught:
+        validate_against_schema(config, CSV_SCHEMA, CSV_SAMPLE)
+    assert message in str(caught.value)
+
+
+def test_parquet_schema_checks():
+    schema = pa.schema([pa.field("f", pa.float64()), pa.field("ts", pa.timestamp("ms")),
+                        pa.field("s", pa.struct([("a", pa.int32())])), pa.field("req", pa.int64(), nullable=False)])
+    config = parse_config({"input": {"path": "x.parquet"}, "output": {"path": "o"},
+                           "features": {"f": {"type": "int64"}, "ts": {}, "s_a": {"source": "s.a"}}})
+    with pytest.raises(ConfigError) as caught:
+        validate_against_schema(config, schema, where="x.parquet")
+    text = str(caught.value)
+    assert text.startswith("2 problems with the config on x.parquet:")
+    assert "features.f: type int64 does not fit column 'f' of Arrow type double: a float column is never cast" in text
+    assert "features.ts: column 'ts' has Arrow type timestamp[ms], which has no Example feature mapping" in text
+    fixed = parse_config({"input": {"path": "x.parquet"}, "output": {"path": "o"},
+                          "features": {"f": {"type": "float"}, "ts": {"type": "int64"}, "s_a": {"source": "s.a"}}})
+    resolved = validate_against_schema(fixed, schema)
+    assert [(s.name, s.type) for s in resolved.features] == [("f", "float"), ("ts", "int64"), ("s_a", "int64")]
+    assert resolved.input.columns == ("f", "ts", "s")
+    inferred = validate_against_schema(parse_config({"input": {"path": "x.parquet", "columns": ["f", "req"]},
+                                                     "output": {"path": "o"}}), schema)
+    assert [(s.name, s.on_null) for s in inferred.features] == [("f", "omit"), ("req", "error")]
+
+
+def test_resolve_config_reads_the_first_input_file(tmp_path):
+    (tmp_path / "b.csv").write_text("id,v\n1,x\n")
+    (tmp_path / "a.csv").write_text("id,w\n1,2.5\n")
+    resolved = resolve_config(parse_config({"input": {"path": str(tmp_path / "*.csv")}, "output": {"path": "o"}}))
+    assert [(s.name, s.type) for s in resolved.features] == [("id", "int64"), ("w", "float")]  # from a.csv
+    with pytest.raises(ConfigError, match="matches no files"):
+        resolve_config(parse_config({"input": {"path": str(tmp_path / "*.tsv")}, "output": {"path": "o"}}))

@@ -244,7 +244,8 @@ def _suggestion(column: str, arrow_type: pa.DataType) -> str:
         return (f"declare it, e.g. features: {{{column}: {{type: float}}}} (rounded to 32-bit float) or "
                 f"{{type: bytes}} (exact decimal text)")
     if _is_temporal(arrow_type):
-        unit = {"date32": "days", "date64": "milliseconds"}.get(str(arrow_type), "the type's unit")
+        unit = ("days" if pa.types.is_date32(arrow_type) else "milliseconds" if pa.types.is_date64(arrow_type)
+                else "the type's unit")
         return (f"declare it, e.g. features: {{{column}: {{type: int64}}}} (the stored count of {unit} "
                 f"since the epoch) or {{type: bytes}} (ISO 8601 text)")
     if pa.types.is_struct(arrow_type):
@@ -611,10 +612,11 @@ def _to_float32(values: pa.Array, problems: _Problems, label: str, text: pa.Arra
     numbers = np.asarray(values.fill_null(0.0)) if values.null_count else np.asarray(values)
     overflow = np.abs(numbers) > _FLOAT32_MAX
     if overflow.any():
-        finite_text = np.ones(len(values), dtype=bool)
-        if text is not None:
-            finite_text = ~np.asarray(pc.fill_null(pc.match_substring_regex(text, _INFINITY_TEXT), False))
-        rows = np.flatnonzero(overflow & finite_text)
+        if text is None:
+            overflow &= np.isfinite(numbers)
+        else:  # "1e400" parsed to infinity too; only the spelled-out infinities are infinite values
+            overflow &= ~np.asarray(pc.fill_null(pc.match_substring_regex(text, _INFINITY_TEXT), False))
+        rows = np.flatnonzero(overflow)
         if len(rows):
             shown = [(_quote(text[row]) if text is not None else repr(float(numbers[row]))) for row in rows.tolist()]
             problems.add(rows, [f"{label}: {value} is beyond the float32 range (Example floats are 32-bit)"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import csv
 import json
 import posixpath
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -58,7 +58,16 @@ def infer_config(input_path: str, format: str | None = None) -> str:
         csv_options, sniff_notes = _sniff_csv(files[0].path)
         input_config = InputConfig(format="csv", path=input_path, csv=csv_options)
         sample = inspect_input(input_config, files=files)
-        csv_options, features, left_out, null_notes = _csv_features(sample.sample, csv_options)
+        null_tokens = _null_tokens(_as_text(sample.sample.column(i)) for i in range(sample.sample.num_columns))
+        if null_tokens:  # read the sample again as the build will: quoted tokens stay values
+            input_config = replace(input_config, csv=replace(csv_options, null_values=tuple(null_tokens)))
+            sample = inspect_input(input_config, files=files)
+            if not any(sample.sample.column(i).null_count for i in range(sample.sample.num_columns)):
+                null_tokens = []
+                input_config = replace(input_config, csv=csv_options)
+        csv_options = input_config.csv
+        features, null_notes = _csv_features(sample.sample, null_tokens)
+        left_out: list[str] = []
         header = [f"# Inferred from the first {min(sample.sample.num_rows, SAMPLE_ROWS)} rows of {sample.path}.",
                   *sniff_notes, *null_notes,
                   "# Types were inferred from a sample: a later value that does not parse as its",
@@ -181,31 +190,24 @@ def _sniff_csv(path: str) -> tuple[CsvOptions, list[str]]:
     return CsvOptions(delimiter=delimiter, header=header, column_names=column_names, encoding=encoding), notes
 
 
-def _csv_features(sample: pa.RecordBatch, options: CsvOptions) -> tuple[CsvOptions, list[_Feature], list[str], list[str]]:
-    columns = {name: _as_text(sample.column(name)) for name in sample.schema.names}
-    null_tokens = _null_tokens(columns.values())
-    notes = []
+def _csv_features(sample: pa.RecordBatch, null_tokens: list[str]) -> tuple[list[_Feature], list[str]]:
+    """One feature per column of a sample read with the chosen null values, and the comments on nulls."""
     if null_tokens:
         shown = ", ".join(json.dumps(token) for token in null_tokens)
-        notes.append(f"# {shown} stand{'s' if len(null_tokens) == 1 else ''} in for missing numbers, so "
-                     f"{'it is a null value' if len(null_tokens) == 1 else 'they are null values'} in every column.")
+        notes = [f"# {shown} stand{'s' if len(null_tokens) == 1 else ''} in for missing numbers, so "
+                 f"{'it is a null value' if len(null_tokens) == 1 else 'they are null values'} in every column."]
     else:
-        notes.append("# No null values: empty fields and zeros are values. Add tokens to null_values to change that.")
-    options = CsvOptions(delimiter=options.delimiter, quote_char=options.quote_char, escape_char=options.escape_char,
-                         header=options.header, column_names=options.column_names, null_values=tuple(null_tokens),
-                         skip_rows=options.skip_rows, encoding=options.encoding)
+        notes = ["# No null values: empty fields and zeros are values. Add tokens to null_values to change that."]
     features = []
-    for name, text in columns.items():
-        nulls = pc.is_in(text, value_set=pa.array(null_tokens, pa.string())) if null_tokens else None
-        values = pc.if_else(nulls, pa.scalar(None, pa.string()), text) if nulls is not None else text
-        null_count = int(pc.sum(nulls).as_py() or 0) if nulls is not None else 0
-        on_null = "omit" if null_count else "error"
-        comment = (f"{null_count} of {len(text)} sampled rows are null: they leave the feature out" if null_count
-                   else "")
-        spec = FeatureSpec(name, infer_text_type(values), name, on_null=on_null)
+    for name in sample.schema.names:
+        values = _as_text(sample.column(name))
+        null_count = values.null_count
+        comment = (f"{null_count} of {len(values)} sampled rows are null: they leave the feature out"
+                   if null_count else "")
+        spec = FeatureSpec(name, infer_text_type(values), name, on_null="omit" if null_count else "error")
         list_spec = _list_feature(spec, values) if spec.type == "bytes" else None
         features.append(_Feature(list_spec or spec, comment))
-    return options, features, [], notes
+    return features, notes
 
 
 def _as_text(column: pa.Array) -> pa.Array:

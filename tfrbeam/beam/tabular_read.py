@@ -596,16 +596,18 @@ def _read_rows(path: str, tracker: _LineTracker, preamble: _Preamble, options: C
             return
         raise InputError(f"{path}: cannot parse the CSV in its first rows: {error}") from error
     try:
-        yield from _numbered_batches(path, tracker, reader, invalid, invalid_lock, keep, ordinal, first_file_line)
+        quote = options.quote_char if quoting and not options.escape_char else None
+        yield from _numbered_batches(path, tracker, reader, invalid, invalid_lock, keep, ordinal, first_file_line, quote)
     finally:
         reader.close()  # stop pyarrow's read-ahead thread now, not at garbage collection
 
 
 def _numbered_batches(path: str, tracker: _LineTracker, reader, invalid: dict, invalid_lock: threading.Lock,
-                      keep: list[str], ordinal: int, first_file_line: int) -> Iterator[SourceBatch]:
+                      keep: list[str], ordinal: int, first_file_line: int, quote: str | None) -> Iterator[SourceBatch]:
     """The batches of a pyarrow CSV reader with every row's line, and the invalid rows placed between them."""
     record = 1
     last_line = 0
+    last_row: tuple[int, int, str] | None = None  # (line, span, raw text) of the latest row
     try:
         batches: Iterator[pa.RecordBatch] = iter(reader)
         while True:
@@ -617,6 +619,7 @@ def _numbered_batches(path: str, tracker: _LineTracker, reader, invalid: dict, i
                 if numbers:
                     yield _assemble(path, tracker, _empty_batch(keep), record, numbers, known, ordinal,
                                     first_file_line, None)
+                _check_closed_quotes(path, last_row, quote)
                 return
             rows = batch.num_rows
             if rows == 0:
@@ -633,6 +636,8 @@ def _numbered_batches(path: str, tracker: _LineTracker, reader, invalid: dict, i
             ordinal += _count_nonblank(record, last, inside, known, spans)
             if len(source.lines):
                 last_line = int(source.lines[-1])
+                if quote:
+                    last_row = (last_line, int(source.spans[-1]), source.raw_text([source.num_rows - 1])[0])
             with invalid_lock:
                 for number in inside:
                     del invalid[number]
@@ -643,6 +648,20 @@ def _numbered_batches(path: str, tracker: _LineTracker, reader, invalid: dict, i
         hint = (f" (a row longer than {_CSV_BLOCK_BYTES >> 20} MiB, or a quote that is never closed)"
                 if "straddl" in str(error) else "")
         raise InputError(f"{path}: cannot parse the CSV {where}: {error}{hint}") from error
+
+
+def _check_closed_quotes(path: str, last_row: tuple[int, int, str] | None, quote: str | None) -> None:
+    """pyarrow ends a value whose quote never closes at the end of the file; we refuse that file.
+
+    The sign: the last row spans lines and holds an odd number of quote characters (complete
+    quoted fields hold an even number; a stray quote inside an unquoted field stays on its line).
+    """
+    if last_row is None or quote is None:
+        return
+    line, span, raw = last_row
+    if span > 1 and raw.count(quote) % 2:
+        raise InputError(f"{path}: a quote ({quote}) opened in the row on line {line} is never closed; the rest of "
+                         "the file would become one value. Fix the file or set input.csv.quote_char")
 
 
 def _row_spans(batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,160 @@
+"""infer-config: the written YAML is complete, commented, accepted unchanged and builds what it says."""
+
+from __future__ import annotations
+
+import datetime
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from pipelines.build.config import load_config, resolve_config
+from pipelines.build.infer import infer_config
+from tfrbeam.beam.tabular_read import convert_source_batch, read_csv_file, read_parquet_file
+from tfrbeam.errors import ConfigError, InputError
+
+
+def load(tmp_path, text: str):
+    path = tmp_path / "inferred.yaml"
+    path.write_text(text)
+    return load_config(str(path))
+
+
+def convert_all(config) -> tuple[int, int]:
+    """(good rows, bad rows) of the whole first input under a resolved config."""
+    path = config.input.path
+    if config.input.format == "parquet":
+        sources = read_parquet_file(path, config.input.columns)
+    else:
+        sources = read_csv_file(path, config.input.csv, config.input.columns)
+    good = bad = 0
+    for source in sources:
+        converted = convert_source_batch(source, config.features)
+        good, bad = good + converted.batch.num_rows, bad + len(converted.bad_rows)
+    return good, bad
+
+
+def test_csv_with_nulls_lists_and_types(tmp_path):
+    data = tmp_path / "flights.csv"
+    rows = ["id;carrier;delay;tail;emb;tags;flag"]
+    for i in range(50):
+        delay = "NA" if i % 7 == 0 else f"{i * 1.5}"
+        tail = "" if i % 5 == 0 else f"N{i}"
+        rows.append(f"{i};\"AA;x\";{delay};{tail};{i}.5|{i}|0;{i % 3};{'true' if i % 2 else 'false'}")
+    data.write_text("\n".join(rows) + "\n")
+    text = infer_config(str(data))
+    assert yaml.safe_load(text)["input"]["csv"]["delimiter"] == ";"
+    assert "# Inferred from the first 50 rows of" in text
+    assert '# "", "NA" stand in for missing numbers, so they are null values in every column.' not in text
+    assert '# "NA" stands in for missing numbers, so it is a null value in every column.' in text
+    assert "  delay: {type: float, on_null: omit}   # 8 of 50 sampled rows are null: they leave the feature out" in text
+    assert '  emb: {type: float, on_null: error, separator: "|", length: 3}' in text
+    assert "  tail: {type: bytes, on_null: error}" in text  # "" is a value: only NA was made null
+    assert "  flag: {type: bytes, on_null: error}" in text
+    config = resolve_config(load(tmp_path, text))
+    assert [(s.name, s.type, s.shape, s.on_null) for s in config.features] == [
+        ("id", "int64", (), "error"), ("carrier", "bytes", (), "error"), ("delay", "float", (), "omit"),
+        ("tail", "bytes", (), "error"), ("emb", "float", (3,), "error"), ("tags", "int64", (), "error"),
+        ("flag", "bytes", (), "error")]
+    assert config.input.csv.null_values == ("NA",)
+    assert convert_all(config) == (50, 0)
+
+
+def test_empty_fields_in_number_columns_become_null_values(tmp_path):
+    data = tmp_path / "x.csv"
+    data.write_text("a,b\n1,x\n,y\n3,\n")
+    text = infer_config(str(data))
+    assert '    null_values: [""]' in text
+    config = resolve_config(load(tmp_path, text))
+    assert [(s.name, s.type, s.on_null) for s in config.features] == [("a", "int64", "omit"), ("b", "bytes", "omit")]
+    assert convert_all(config) == (3, 0)
+
+
+def test_no_header_is_detected_and_names_are_made_up(tmp_path):
+    data = tmp_path / "x.tsv"
+    data.write_text("1\t2.5\tx\n3\t4\ty\n")
+    text = infer_config(str(data))
+    assert "# No header line was detected: the columns got names; rename them in column_names." in text
+    config = load(tmp_path, text)
+    assert config.input.csv.header is False and config.input.csv.delimiter == "\t"
+    assert config.input.csv.column_names == ("column_0", "column_1", "column_2")
+    assert [s.type for s in resolve_config(config).features] == ["int64", "float", "bytes"]
+
+
+def test_every_csv_spectrum_file(tmp_path, csv_spectrum):
+    for path in sorted((csv_spectrum / "csvs").glob("*.csv")):
+        config = resolve_config(load(tmp_path, infer_config(str(path))))
+        good, bad = convert_all(config)
+        assert bad == 0 and good >= 1, path.name
+
+
+def test_every_parquet_testing_data_file(tmp_path, parquet_testing):
+    outcomes = {}
+    for path in sorted((parquet_testing / "data").glob("*.parquet")):
+        text = infer_config(str(path))
+        config = resolve_config(load(tmp_path, text))
+        try:
+            outcomes[path.name] = convert_all(config)
+        except InputError as error:
+            assert str(path) in str(error)
+            outcomes[path.name] = "InputError"
+    assert outcomes["datapage_v1-corrupt-checksum.parquet"] == "InputError"
+    assert outcomes["rle-dict-uncompressed-corrupt-checksum.parquet"] == "InputError"
+    assert outcomes["alltypes_plain.parquet"] == (8, 0)  # its timestamp column now declared int64
+    assert outcomes["int96_from_spark.parquet"] == (6, 0)
+    assert outcomes["fixed_length_decimal.parquet"] == (24, 0)
+    assert outcomes["nested_structs.rust.parquet"] == (1, 0)  # one feature per struct field
+    assert outcomes["nested_lists.snappy.parquet"] == (3, 0)  # the nested list is left out, b is kept
+    assert outcomes["list_columns.parquet"] == (1, 2)  # null list items are bad rows
+    readable = [o for o in outcomes.values() if o != "InputError"]
+    assert len(readable) == 26
+
+
+def test_parquet_comments_say_what_casts_do(tmp_path):
+    table = pa.table({
+        "ts": pa.array([datetime.datetime(2020, 1, 1)], pa.timestamp("us")),
+        "day": pa.array([datetime.date(2020, 1, 2)]),
+        "price": pa.array([1], pa.decimal128(5, 2)),
+        "tags": pa.array([["a"]]),
+        "m": pa.array([[("k", 1)]], pa.map_(pa.string(), pa.int64())),
+        "req": pa.array([1], pa.int64()),
+    }, schema=pa.schema([("ts", pa.timestamp("us")), ("day", pa.date32()), ("price", pa.decimal128(5, 2)),
+                         ("tags", pa.list_(pa.string())), ("m", pa.map_(pa.string(), pa.int64())),
+                         pa.field("req", pa.int64(), nullable=False)]))
+    path = tmp_path / "t.parquet"
+    pq.write_table(table, path)
+    text = infer_config(str(path))
+    assert "  ts: {type: int64, on_null: omit}   # timestamp[us] as int64: the count of us (use type: bytes for ISO 8601 text)" in text
+    assert "  day: {type: int64, on_null: omit}   # date32[day] as int64: days since 1970-01-01" in text
+    assert "  price: {type: float, on_null: omit}   # decimal128(5, 2) as a 32-bit float, rounded" in text
+    assert "  tags: {type: bytes, on_null: omit}   # nullable in the schema" in text
+    assert "  # left out: m (map<string, int64 ('m')>): no Example feature can hold it" in text
+    assert "  req: {type: int64, on_null: error}\n" in text
+    config = resolve_config(load(tmp_path, text))
+    assert convert_all(config) == (1, 0)
+    assert config.feature("tags").shape is None
+
+
+def test_glob_input_and_format_override(tmp_path):
+    (tmp_path / "part-1.data").write_text("a\n1\n")
+    with pytest.raises(ConfigError, match="pass --format csv or --format parquet"):
+        infer_config(str(tmp_path / "*.data"))
+    text = infer_config(str(tmp_path / "*.data"), format="csv")
+    config = load(tmp_path, text)
+    assert config.input.path == str(tmp_path / "*.data") and config.input.format == "csv"
+    with pytest.raises(ConfigError, match="--format: 'json' is not one of csv, parquet"):
+        infer_config(str(tmp_path / "*.data"), format="json")
+
+
+def test_the_rest_of_the_config_is_complete_and_commented(tmp_path):
+    data = tmp_path / "x.csv"
+    data.write_text("a\n1\n")
+    text = infer_config(str(data))
+    raw = yaml.safe_load(text)
+    assert set(raw) == {"input", "features", "shuffle", "splits", "split_key", "output", "errors"}
+    assert raw["splits"] == {"train": 0.9, "eval": 0.1} and raw["shuffle"] == {"enabled": True, "seed": 42}
+    assert raw["output"] == {"path": "out/x", "num_shards": None, "max_bytes_per_shard": "256MiB", "compression": "none"}
+    assert all(line.startswith("#") or " #" in line or line.endswith(":") or line.startswith("  ") for line in text.splitlines())
+    config = load(tmp_path, text)
+    assert config.output.max_bytes_per_shard == 256 << 20 and config.errors.on_bad_record == "fail"
