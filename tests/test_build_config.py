@@ -352,8 +352,8 @@ def test_features_left_out_become_every_column_with_inferred_types():
 
 
 def test_listed_features_get_types_lists_and_the_projection():
-    config = _csv_config(features={"emb": {"separator": ";"}, "d": {"source": "delay", "on_null": "default", "default": 0}},
-                         split_key=["tailnum"])
+    config = _csv_config(features={"emb": {"separator": ";"}, "d": {"source": "delay", "on_null": "default", "default": 0},
+                                   "tailnum": {}}, split_key=["tailnum"])
     resolved = validate_against_schema(config, CSV_SCHEMA, CSV_SAMPLE)
     assert resolved.feature("emb") == FeatureSpec("emb", "int64", "emb", separator=";", is_list=True)
     assert resolved.feature("d") == FeatureSpec("d", "float", "delay", on_null="default", default=0.0)
@@ -365,7 +365,8 @@ def test_listed_features_get_types_lists_and_the_projection():
     [
         ({"features": {"delay": {"source": "dealy"}}}, "features.delay.source: column 'dealy' is not in the input (columns: id, delay, tailnum, emb); did you mean 'delay'?"),
         ({"features": {"tailnmu": {"type": "bytes"}}}, "features.tailnmu: column 'tailnmu' is not in the input (columns: id, delay, tailnum, emb); did you mean 'tailnum'?"),
-        ({"split_key": ["carrier"]}, "split_key: column 'carrier' is not in the input (columns: id, delay, tailnum, emb)"),
+        ({"split_key": ["carrier"]}, "split_key: 'carrier' is not a feature (features: id, delay, tailnum, emb); the split key is hashed from the converted values of the features it names"),
+        ({"features": {"d": {"source": "delay"}}, "split_key": ["delay"]}, "split_key: 'delay' is not a feature (features: d)"),
         ({"input": {"path": "x.csv", "columns": ["id", "nope"]}}, "input.columns: 'nope' is not a column of the input"),
         ({"input": {"path": "x.csv", "columns": ["id"]}, "features": {"delay": {"type": "float"}}}, "features.delay: reads column 'delay', which input.columns leaves out"),
         ({"features": {"id": {"on_null": "default", "default": "x"}}}, "features.id.default: 'x' is not a int64 value (an integer from -2**63 to 2**63-1)"),

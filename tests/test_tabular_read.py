@@ -237,9 +237,10 @@ def test_projection_drops_columns_and_refuses_unknown_ones(tmp_path):
 
 def _ranged(path: str, options: CsvOptions, split: int):
     size = len(open(path, "rb").read())
+    offset = tabular_read.csv_data_offset(path, options)
     sources, before = [], 0
     for start, end in csv_ranges(size, split):
-        scan = scan_csv_range(path, start, end, options)
+        scan = scan_csv_range(path, start, end, options, offset)
         assert not scan.has_special
         sources += list(read_csv_range(path, start, end, before, options))
         before += scan.line_breaks
@@ -279,6 +280,18 @@ def test_scan_counts_line_breaks_and_sees_quotes(tmp_path):
                                                          for start, end in csv_ranges(len(text), split)]
     size = len(text)
     assert not scan_csv_range(path, 0, size, CsvOptions(quote_char=None)).has_special
+    assert not scan_csv_range(path, 0, size, CsvOptions(), data_offset=10).has_special
+    assert scan_csv_range(path, 0, size, CsvOptions(), data_offset=9).has_special
+
+
+def test_quotes_in_the_header_do_not_stop_splitting(tmp_path):
+    path = write(tmp_path, '# note "x"\n"a","b,c"\n1,2\n3,4\n')
+    options = CsvOptions(skip_rows=1)
+    offset = tabular_read.csv_data_offset(path, options)
+    assert offset == len('# note "x"\n"a","b,c"\n')
+    scans = [scan_csv_range(path, start, end, options, offset) for start, end in csv_ranges(30, 4)]
+    assert not any(scan.has_special for scan in scans)
+    assert rows_of(_ranged(path, options, 4)) == [(3, {"a": "1", "b,c": "2"}), (4, {"a": "3", "b,c": "4"})]
 
 
 def _beam_rows(source):
@@ -440,3 +453,12 @@ def test_every_parquet_testing_bad_file_fails_with_our_error_in_a_subprocess(par
     assert "row group 0 declares 3 rows but its columns hold" in results["ARROW-GH-41317.parquet"]["message"]
     assert "not a readable Parquet file" in results["PARQUET-1481.parquet"]["message"]
     assert "Invalid or corrupted bit_width" in results["ARROW-GH-41321.parquet"]["message"]
+
+
+def test_gzipped_csv_is_read_whole(tmp_path):
+    import gzip
+
+    path = tmp_path / "data.csv.gz"
+    path.write_bytes(gzip.compress(b'a,b\n1,"x\ny"\n2,3\n'))
+    assert rows_of(read_csv_file(str(path), CsvOptions())) == [(2, {"a": "1", "b": "x\ny"}), (4, {"a": "2", "b": "3"})]
+    assert tabular_read._ranges_of((str(path), 10**9), 1000, CsvOptions()) == [(str(path), (0, 10**9, 1, 0))]

@@ -661,7 +661,8 @@ def validate_against_schema(config: BuildConfig, schema: pa.Schema, sample: pa.R
     without a type get one (Parquet: from the schema; CSV: int64, else float, else bytes by what
     every value of `sample` parses as). Unmappable types are reported with the config that
     would map them. Raises one ConfigError listing every problem. In the result, input.columns
-    is the projection to read (the sources' columns and split_key) when the config left it out.
+    is the projection to read (the sources' columns) when the config left it out. split_key
+    names features: the split is hashed from their converted values.
     """
     check = _Checker()
     csv = config.input.format == "csv"
@@ -697,9 +698,11 @@ def validate_against_schema(config: BuildConfig, schema: pa.Schema, sample: pa.R
                                      spec_done.length)
             spec_done = replace(spec_done, default=default)
         resolved.append(spec_done)
-    for column in config.split_key or ():
-        if column not in names:
-            check.fail("split_key", f"column {column!r} is not in {where} (columns: {_names(names)})")
+    feature_names = [spec.name for spec in specs]
+    for key in config.split_key or ():
+        if key not in feature_names:  # the split is hashed from converted feature values
+            check.fail("split_key", f"{key!r} is not a feature (features: {_names(feature_names)}); "
+                       "the split key is hashed from the converted values of the features it names")
     if not specs:
         check.fail("features", f"{where} has no columns to make features of")
     if check.problems:
@@ -708,7 +711,7 @@ def validate_against_schema(config: BuildConfig, schema: pa.Schema, sample: pa.R
                           + "\n  ".join(check.problems))
     input_config = config.input
     if input_config.columns is None:
-        columns = [source_column(schema, spec.source) for spec in resolved] + list(config.split_key or ())
+        columns = [source_column(schema, spec.source) for spec in resolved]
         input_config = replace(input_config, columns=tuple(dict.fromkeys(columns)))
     return replace(config, input=input_config, features=tuple(resolved))
 

@@ -6,15 +6,18 @@ typing and bad-row detection are ours (tfrbeam.feature_spec); each row keeps the
 it starts on and its raw text, and rows with the wrong number of fields become bad rows.
 
 CSV splitting rule: a file larger than input.split_bytes is scanned in parallel, one range per
-split_bytes. If no range contains the quote character or the escape character (and the
-encoding is ASCII-compatible and the file uncompressed), no value can hold a line break, so
-every line break ends a row: the ranges are read in parallel, each owning the rows that start
-inside it, with line numbers from the scan's line-break counts. Otherwise the file is read
-whole by one worker, streamed block by block (a quote anywhere could open a value spanning
-lines, and only reading from the start tells). Files up to split_bytes are always read whole.
+split_bytes. If no range holds the quote character or the escape character after the header
+(and the encoding is ASCII-compatible and the file uncompressed), no value can hold a line
+break, so every line break ends a row: the ranges are read in parallel with quoting off, each
+owning the rows that start inside it, with line numbers from the scan's line-break counts.
+Otherwise the file is read whole by one worker, streamed block by block (a quote anywhere could
+open a value spanning lines, and only reading from the start tells). Files up to split_bytes
+are always read whole. A quote still open at the end of a file fails it (pyarrow would make
+the rest of the file one value).
 
 Line numbers are physical lines (counting \\n, \\r\\n and a lone \\r) of the row's first line;
-skip_rows counts physical lines; blank lines are not rows.
+skip_rows counts physical lines; blank lines are not rows. Rows longer than 4 MiB (pyarrow's
+block) are refused with a clear error.
 """
 
 from __future__ import annotations
@@ -45,12 +48,15 @@ __all__ = [
     "InputConfig",
     "InputFile",
     "InputSample",
+    "RangeScan",
     "ReadTabular",
     "SourceBatch",
     "convert_source_batch",
+    "csv_data_offset",
     "csv_ranges",
     "inspect_input",
     "list_inputs",
+    "parquet_row_groups",
     "read_csv_file",
     "read_csv_range",
     "read_parquet_file",
@@ -773,8 +779,11 @@ def csv_ranges(size: int, split_bytes: int) -> list[tuple[int, int]]:
     return list(zip(bounds, bounds[1:])) or [(0, 0)]
 
 
-def scan_csv_range(path: str, start: int, end: int, options: CsvOptions) -> RangeScan:
-    """Count the line breaks ending in [start, end) (a \\n, or a \\r not followed by \\n) and look for quotes."""
+def scan_csv_range(path: str, start: int, end: int, options: CsvOptions, data_offset: int = 0) -> RangeScan:
+    """Count the line breaks ending in [start, end) (a \\n, or a \\r not followed by \\n) and look for quotes.
+
+    Quote and escape characters before data_offset (skipped lines, the header) do not count.
+    """
     special = _special_bytes(options)
     breaks = 0
     found = False
@@ -792,8 +801,20 @@ def scan_csv_range(path: str, start: int, end: int, options: CsvOptions) -> Rang
                 raw.seek(position)
                 if following == b"\n":
                     breaks -= 1  # its \n ends the line break, in this range or the next
-            found = found or any(data.find(bytes([byte])) >= 0 for byte in special)
+            data_start = max(0, data_offset - (position - len(data)))
+            found = found or any(data.find(bytes([byte]), data_start) >= 0 for byte in special)
     return RangeScan(path, start, end, breaks, found)
+
+
+def csv_data_offset(path: str, options: CsvOptions) -> int:
+    """The byte offset where a CSV file's rows start (after skipped lines, blank lines and the header)."""
+    with _open(path) as raw:
+        return _head_preamble(raw, options, path).data_offset
+
+
+def _head_preamble(raw: BinaryIO, options: CsvOptions, path: str) -> _Preamble:
+    """The preamble parsed from the raw bytes, so its data_offset is a byte offset in the file."""
+    return _read_preamble(_LineTracker(_raw_chunks(raw)), options, path, _decoder_for(options.encoding))
 
 
 def _record_boundary(raw: BinaryIO, position: int) -> int:
@@ -828,8 +849,7 @@ def read_csv_range(path: str, start: int, end: int, line_breaks_before: int, opt
     character occurs in the file: then every line break ends a row.
     """
     with _open(path) as raw:
-        head = _LineTracker(_raw_chunks(raw, None))
-        preamble = _read_preamble(head, options, path, _decoder_for(options.encoding))
+        preamble = _head_preamble(raw, options, path)
         data_offset = preamble.data_offset
         own_start = max(_record_boundary(raw, start), data_offset)
         own_end = max(_record_boundary(raw, end), own_start) if end > own_start else own_start
@@ -845,7 +865,7 @@ def read_csv_range(path: str, start: int, end: int, line_breaks_before: int, opt
         yield from _read_rows(path, tracker, inline, options, first_line, False, columns)
 
 
-def _raw_chunks(raw: BinaryIO, limit: int | None) -> Iterator[bytes]:
+def _raw_chunks(raw: BinaryIO) -> Iterator[bytes]:
     raw.seek(0)
     while True:
         data = raw.read(1 << 16)
@@ -999,19 +1019,21 @@ class ReadTabular(beam.PTransform):
                 | "ReadPiece" >> beam.FlatMap(_read_piece, options, columns))
 
 
-def _ranges_of(item: tuple[str, int], split_bytes: int, options: CsvOptions) -> list[tuple[str, tuple[int, int, int]]]:
+def _ranges_of(item: tuple[str, int], split_bytes: int, options: CsvOptions) -> list[tuple[str, tuple[int, int, int, int]]]:
+    """(path, (start, end, number of ranges, data offset)) for each range a file is scanned in."""
     path, size = item
     if size <= split_bytes or _is_compressed(path) or not _splittable_encoding(options.encoding):
-        return [(path, (0, size, 1))]
+        return [(path, (0, size, 1, 0))]
     ranges = csv_ranges(size, split_bytes)
-    return [(path, (start, end, len(ranges))) for start, end in ranges]
+    data_offset = csv_data_offset(path, options)
+    return [(path, (start, end, len(ranges), data_offset)) for start, end in ranges]
 
 
 def _scan_if_split(item, options: CsvOptions) -> tuple[str, RangeScan | None]:
-    path, (start, end, count) = item
+    path, (start, end, count, data_offset) = item
     if count == 1:
         return path, None
-    return path, scan_csv_range(path, start, end, options)
+    return path, scan_csv_range(path, start, end, options, data_offset)
 
 
 def _plan_pieces(item) -> list[_CsvPiece]:
