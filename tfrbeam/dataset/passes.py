@@ -138,9 +138,10 @@ class Tuner:
     """Autotune: grow the prefetch depth while the caller waits for batches; give workers back when it never does.
 
     Every window of about a second it looks at the share of time the caller spent waiting. Over
-    10 %: the readers are the bottleneck, so allow every worker to decode and double the prefetch
-    depth (up to 64). Under 1 % with the prefetch queue full: the caller is the bottleneck, so one
-    fewer worker decodes at a time (down to 1), leaving a core to the training step.
+    10 %: the readers are the bottleneck, so one more worker may decode at once or, when all may
+    already, the prefetch depth doubles (up to 64). Under 1 % with the prefetch queue full: the
+    caller is the bottleneck, so one fewer worker decodes at a time (down to 1), leaving a core
+    to the training step.
     """
 
     WINDOW = 1.0
