@@ -138,7 +138,7 @@ def _prepare_columns(batch: pa.RecordBatch | pa.Table) -> list[_Column]:
     columns = []
     for index, name in enumerate(names):
         field = batch.schema.field(index)
-        kind, is_list = _feature_kind(name, field.type)
+        kind, is_list = feature_kind(name, field.type)
         encoded_name = name.encode("utf-8")
         key_prefix = b"\x0a" + encode_varint(len(encoded_name)) + encoded_name + b"\x12"
         columns.append(_Column(name, key_prefix, kind, is_list, _single_array(batch.column(index))))
@@ -159,9 +159,10 @@ def _single_array(column: pa.Array | pa.ChunkedArray) -> pa.Array:
     return pa.concat_arrays(chunks)
 
 
-def _scalar_kind(arrow_type: pa.DataType) -> str | None:
+def scalar_kind(arrow_type: pa.DataType) -> str | None:
+    """The Example kind ("int64", "float", "bytes") of a scalar Arrow type, or None when it has none."""
     if pa.types.is_dictionary(arrow_type):
-        return _scalar_kind(arrow_type.value_type)
+        return scalar_kind(arrow_type.value_type)
     if pa.types.is_integer(arrow_type) or pa.types.is_boolean(arrow_type):
         return "int64"
     if pa.types.is_floating(arrow_type):
@@ -193,12 +194,13 @@ def _is_list_type(arrow_type: pa.DataType) -> bool:
     )
 
 
-def _feature_kind(name: str, arrow_type: pa.DataType) -> tuple[str, bool]:
-    kind = _scalar_kind(arrow_type)
+def feature_kind(name: str, arrow_type: pa.DataType) -> tuple[str, bool]:
+    """The Example kind of column ``name`` and whether it is a list; ArrowConversionError when unmappable."""
+    kind = scalar_kind(arrow_type)
     if kind is not None:
         return kind, False
     if _is_list_type(arrow_type):
-        kind = _scalar_kind(arrow_type.value_type)
+        kind = scalar_kind(arrow_type.value_type)
         if kind is not None:
             return kind, True
         raise ArrowConversionError(

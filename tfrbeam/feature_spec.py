@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tfrbeam.columnar_encode import _scalar_kind as _natural_type  # the encoder's own mapping, shared
+from tfrbeam.columnar_encode import scalar_kind as _natural_type  # the encoder's own mapping, shared
 from tfrbeam.errors import ArrowConversionError
 
 __all__ = [

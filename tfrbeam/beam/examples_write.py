@@ -18,7 +18,7 @@ import pyarrow as pa
 from apache_beam.io.filesystem import CompressionTypes
 
 from tfrbeam.beam.sink import FramedBatch, FrameRecordsFn, StrOrProvider, WriteFramedBatches, make_sink_spec
-from tfrbeam.columnar_encode import _feature_kind, encode_record_batch
+from tfrbeam.columnar_encode import feature_kind, encode_record_batch
 from tfrbeam.errors import ArrowConversionError, ExampleEncodeError
 from tfrbeam.example import encode_example
 from tfrbeam.records import frame_buffer
@@ -31,7 +31,7 @@ def check_batch_kinds(batch: pa.RecordBatch | pa.Table, kinds: Mapping[str, str 
     for field in batch.schema:
         if field.name not in kinds:
             continue
-        actual, _ = _feature_kind(field.name, field.type)
+        actual, _ = feature_kind(field.name, field.type)
         if actual != kinds[field.name]:
             raise ArrowConversionError(
                 f"column {field.name!r} has Arrow type {field.type}, which encodes as a {actual} feature, but "
