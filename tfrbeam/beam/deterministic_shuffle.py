@@ -289,11 +289,14 @@ class KeyedRecords:
             raise RuntimeError(f"{self.spill_path}: spill file ends {self.num_bytes - len(data)} bytes early (was it deleted?)")
         return np.frombuffer(data, dtype=np.uint8)
 
-    def spilled_to(self, path: str) -> KeyedRecords:
-        """Write the payloads to ``path`` and return the records pointing there."""
+    def spill(self, path: str) -> KeyedRecords:
+        """The records as they will be once spilled to ``path`` (no bytes in memory); ``write_spill`` writes them."""
+        return KeyedRecords(self.split, self.key, self.offsets, None, path, 0, self.framed)
+
+    def write_spill(self, path: str) -> None:
+        """Write the payloads to ``path`` (see ``spill``)."""
         with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
             handle.write(memoryview(np.ascontiguousarray(self.data)))
-        return KeyedRecords(self.split, self.key, self.offsets, None, path, 0, self.framed)
 
     @classmethod
     def empty(cls) -> KeyedRecords:
@@ -538,18 +541,47 @@ def _shard_key(split: int, shard: int) -> int:
 
 
 class _PreparePieces(beam.DoFn):
-    """Frames each piece's records and sorts them by (split, key), so that every shard's part is one range; spills if asked."""
+    """Frames each piece's records and sorts them by (split, key), so that every shard's part is one range; spills if asked.
+
+    Spill files are written by a background thread (the write releases the GIL and overlaps with
+    preparing the next piece; at most one more piece waits) and are complete when the bundle
+    finishes. Only shard writers read them, after a GroupByKey, so always in a later bundle.
+    """
 
     def __init__(self, spill_dir: str | None):
         self._spill_dir = spill_dir
+
+    def setup(self) -> None:
+        self._executor = None
+        if self._spill_dir is not None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="tfrbeam-spill")
+        self._pending: list[concurrent.futures.Future] = []
+
+    def start_bundle(self) -> None:
+        self._pending = []
 
     def process(self, records: KeyedRecords) -> Iterator[KeyedRecords]:
         if not len(records):
             return
         prepared = records.sorted_and_framed()
-        if self._spill_dir is not None:
-            prepared = prepared.spilled_to(FileSystems.join(self._spill_dir, f"{uuid.uuid4().hex}.bin"))
-        yield prepared
+        if self._executor is None:
+            yield prepared
+            return
+        path = FileSystems.join(self._spill_dir, f"{uuid.uuid4().hex}.bin")
+        self._wait_for_spills(keep=1)
+        self._pending.append(self._executor.submit(prepared.write_spill, path))
+        yield prepared.spill(path)
+
+    def finish_bundle(self) -> None:
+        self._wait_for_spills(keep=0)
+
+    def teardown(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+
+    def _wait_for_spills(self, keep: int) -> None:
+        while len(self._pending) > keep:
+            self._pending.pop(0).result()
 
 
 class _RouteToShards(beam.DoFn):
