@@ -1,6 +1,7 @@
 """Benchmark: tfrbeam.dataset reading the 1M-record benchmark table into numpy batches, shuffled.
 
-Run by hand:  python benchmarks/dataset.py [--rows 1000000] [--shards 8] [--repeat 3]
+Run by hand:  pip install tfrecord  # the baseline, optional
+              python benchmarks/dataset.py [--rows 1000000] [--shards 8] [--repeat 3] [--wait-idle 300]
 
 Writes the table (benchmarks/table.py) once as TFRecord shards with a dataset_info.json, cached in
 a temp directory, then times full epochs of ``open_dataset`` (batches of 1024, all 20 features,
@@ -81,6 +82,16 @@ def _machine_busy_seconds() -> float:
     return (sum(values) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")
 
 
+def wait_for_idle(limit_seconds: float) -> None:
+    """On a shared machine: wait (at most ``limit_seconds``) until other processes use under 0.15 cores for a second."""
+    deadline = time.monotonic() + limit_seconds
+    while time.monotonic() < deadline:
+        before = _machine_busy_seconds()
+        time.sleep(1.0)
+        if _machine_busy_seconds() - before < 0.15:
+            return
+
+
 def time_ours(root: pathlib.Path, executor: str, shuffle_buffer: int) -> dict[str, float]:
     """Steady-state records/s of one epoch (from its first batch on) and CPU microseconds per record.
 
@@ -157,6 +168,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--shuffle-buffer", type=int, default=10_000)
     parser.add_argument("--baseline-records", type=int, default=30_000)
+    parser.add_argument("--wait-idle", type=float, default=0.0, metavar="SECONDS",
+                        help="before each run, wait up to this long for the rest of the machine to go idle")
     args = parser.parse_args()
     root = write_dataset(args.rows, args.shards)
     print(f"dataset: {root} ({args.rows:,} records, {args.shards} shards); cpus: {os.cpu_count()}")
@@ -164,9 +177,11 @@ def main() -> None:
     baselines: list[float] = []
     for _ in range(args.repeat):  # interleaved, so that the load of a shared machine hits all alike
         for executor in runs:
+            wait_for_idle(args.wait_idle)
             run = time_ours(root, executor, args.shuffle_buffer)
             assert run["records"] == args.rows, f"read {run['records']} records, expected {args.rows}"
             runs[executor].append(run)
+        wait_for_idle(args.wait_idle)
         baseline = time_tfrecord_package(root, args.baseline_records)
         if baseline is not None:
             baselines.append(baseline)
