@@ -556,3 +556,16 @@ def test_reads_what_tfrbeam_build_writes(tmp_path, monkeypatch):
             shard = open_dataset(tmp_path / "out", split, batch_size=32).shard(7, index)
             union += [flight for batch in shard for flight in batch["flight_id"].tolist()]
         assert sorted(union) == sorted(flights)
+
+
+def test_a_saved_position_resumes_on_a_copy_of_the_dataset(files, tmp_path):
+    shutil.copytree(files, tmp_path / "copy")
+    original = open_dataset(str(files / "*.tfrecord"), batch_size=8, shuffle_buffer=30, seed=9, executor="threads")
+    whole = ids_of(open_dataset(str(files / "*.tfrecord"), batch_size=8, shuffle_buffer=30, seed=9, executor="threads"))
+    iterator = iter(original)
+    head = [int(v) for _, batch in zip(range(5), iterator) for v in batch["id"]]
+    state = original.state_dict()
+    iterator.close()
+    copy = open_dataset(str(tmp_path / "copy" / "*.tfrecord"), batch_size=8, shuffle_buffer=30, seed=9, executor="threads")
+    copy.load_state_dict(state)
+    assert head + ids_of(copy) == whole

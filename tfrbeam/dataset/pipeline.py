@@ -292,7 +292,8 @@ class Dataset:
 
     def _fingerprint(self) -> str:
         description = {
-            "segments": [dataclasses.astuple(segment) for segment in self.segments],
+            # Names and sizes, not full paths: a dataset copied elsewhere (say to a local disk) still resumes.
+            "segments": [(os.path.basename(segment.path), _size(segment.path), segment.start, segment.stop) for segment in self.segments],
             "features": sorted(self.features),
             "options": {name: getattr(self.options, name) for name in Options.order_fields + ("raw",)},
             "cycle": min(self.options.cycle_length, max(len(self.segments), 1)),
@@ -406,6 +407,13 @@ class Dataset:
             yield from batches
         finally:
             batches.close()
+
+
+def _size(path: str) -> int | None:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return None
 
 
 def _total_bytes(segments: Sequence[Segment]) -> int:
