@@ -34,6 +34,8 @@ setup(
             "pytest-xdist>=3",
             "apache-beam[gcp]>=2.60",
         ],
+        # Optional: the PyTorch adapter of tfrbeam.dataset (tfrbeam.dataset.torch).
+        "torch": ["torch>=2.0"],
     },
     entry_points={"console_scripts": ["tfrbeam=tfrbeam.cli:main"]},
     classifiers=[
