@@ -128,8 +128,12 @@ def test_keyed_records_coder_round_trips(payloads):
     decoded = coder.decode(coder.encode(records))
     for field in ("split", "key", "offsets", "data"):
         np.testing.assert_array_equal(getattr(decoded, field), getattr(records, field))
-    spilled = coder.decode(coder.encode(KeyedRecords(records.split, records.key, records.offsets, None, "gs://b/x.bin", 7)))
-    assert spilled.data is None and (spilled.spill_path, spilled.spill_offset) == ("gs://b/x.bin", 7)
+    spilled_records = KeyedRecords(records.split, records.key, records.offsets, None, "gs://b/é.bin", 7)
+    spilled = coder.decode(coder.encode(spilled_records))
+    assert spilled.data is None and (spilled.spill_path, spilled.spill_offset) == ("gs://b/é.bin", 7)
+    # Beam samples element sizes; the estimate is computed, and exact.
+    for value in (records, spilled_records, records.slice(len(payloads) // 2, len(payloads))):
+        assert coder.estimate_size(value) == len(coder.encode(value))
 
 
 def test_shard_names_and_bucket_bits():

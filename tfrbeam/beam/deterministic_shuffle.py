@@ -323,6 +323,12 @@ class KeyedRecordsCoder(beam.coders.Coder):
             data,
         ))
 
+    def estimate_size(self, value: KeyedRecords) -> int:
+        """The encoded size, computed: Beam samples element sizes, and the default encodes a whole piece to measure it."""
+        count = len(value.key)
+        data = 0 if value.data is None else value.num_bytes
+        return _KEYED_HEADER.size + len(value.spill_path.encode("utf-8")) + 18 * count + 8 + data
+
     def decode(self, encoded: bytes) -> KeyedRecords:
         count, size, spill_offset, path_size, spilled, framed = _KEYED_HEADER.unpack_from(encoded)
         position = _KEYED_HEADER.size
