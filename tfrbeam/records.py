@@ -521,11 +521,11 @@ class RecordReader:
         if self.on_skip is not None:
             self.on_skip(skipped)
 
-    def _scan_for_record(self, offset: int) -> bool:
-        """Move to the first offset >= ``offset`` where a whole valid record starts; False at EOF."""
+    def _scan_for_record(self, offset: int, limit: int | None = None) -> bool:
+        """Move to the first offset in [``offset``, ``limit``) where a whole valid record starts; False if none."""
         self._pos += offset - self.offset
         while True:
-            if not self._fill(HEADER_SIZE):
+            if not self._fill(HEADER_SIZE) or (limit is not None and self.offset >= limit):
                 self._pos = len(self._buffer)
                 return False
             if self._valid_record_here():
@@ -597,11 +597,4 @@ def find_record_start(fileobj: BinaryIO, offset: int, limit: int | None = None, 
     framing can fool it (the embedded record validates too).
     """
     reader = RecordReader(fileobj, None, start_offset=offset, name=name)
-    while True:
-        if not reader._fill(HEADER_SIZE):
-            return None
-        if limit is not None and reader.offset >= limit:
-            return None
-        if reader._valid_record_here():
-            return reader.offset
-        reader._pos += 1
+    return reader.offset if reader._scan_for_record(offset, limit) else None
