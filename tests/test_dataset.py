@@ -486,47 +486,6 @@ def test_torch_adapter(files):
     assert sorted(ids) == list(range(TOTAL))
 
 
-# ------------------------------------------------------------------------------- framing
-
-
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(
-    sizes=st.lists(st.integers(0, 300), max_size=40),
-    chunk=st.sampled_from([16, 31, 64, 257, 4096]),
-    block_length=st.integers(1, 7),
-    cut=st.one_of(st.none(), st.integers(1, 40)),
-)
-def test_fast_framing_matches_record_reader_and_hands_errors_over(monkeypatch, sizes, chunk, block_length, cut):
-    import tfrbeam.dataset.framing as framing
-    from tfrbeam.records import RecordReader
-
-    monkeypatch.setattr(framing, "READ_CHUNK", chunk)
-    with tempfile.TemporaryDirectory() as directory:
-        path = str(pathlib.Path(directory) / "f.tfrecord")
-        with RecordWriter(path) as writer:
-            for number, size in enumerate(sizes):
-                writer.write(bytes([number % 251]) * size)
-        if cut is not None:  # cut the file short: the fast path must hand the damage to RecordReader
-            data = pathlib.Path(path).read_bytes()
-            pathlib.Path(path).write_bytes(data[:max(len(data) - cut, 0)])
-        expected, error = [], None
-        try:
-            for offset, payload in RecordReader(path).records_with_offsets():
-                expected.append((offset, payload))
-        except TruncatedRecordError as exc:
-            error = exc
-        got = []
-        try:
-            for data, bounds, offsets in framing.record_blocks(path, None, 0, block_length, None):
-                assert len(offsets) <= block_length
-                got += [(int(offset), data[bounds[i]:bounds[i + 1]]) for i, offset in enumerate(offsets)]
-        except TruncatedRecordError as exc:
-            assert error is not None and (exc.offset, exc.check) == (error.offset, error.check)
-        else:
-            assert error is None
-        assert got == expected
-
-
 def test_importing_the_reader_does_not_import_beam():
     import subprocess
     import sys

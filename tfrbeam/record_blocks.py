@@ -1,0 +1,367 @@
+"""TFRecord records read a block at a time: payloads joined into one buffer, plus bounds and offsets.
+
+Batch readers (the dataset reader, the Beam source's Example reads) hand a block straight to the
+columnar decoder as ``(block.data, block.bounds)``, with no Python object per record.
+
+Uncompressed files take a fast path: a tight walk over record headers in a large read buffer,
+the length CRCs of the whole block checked at once with numpy, one hardware CRC call per
+payload, and the payloads joined into one buffer. At the first sign of trouble (a CRC mismatch,
+a truncated record, an absurd length) it hands the rest of the file, from the first record it
+has not yet handed out, to ``tfrbeam.records.RecordReader``, which raises or skips exactly as it
+always does: the records, errors (type, check, offset) and skips are those of ``RecordReader``.
+Compressed files, ``skip_corrupt`` and ``skip_records`` go through ``RecordReader`` throughout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import struct
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import BinaryIO, NamedTuple, Union
+
+import crc32c
+import numpy as np
+
+from tfrbeam.records import (
+    HEADER_SIZE,
+    MAX_PAYLOAD_SIZE,
+    RECORD_OVERHEAD,
+    RecordReader,
+    SkippedRegion,
+    masked_crc32c,
+    normalize_compression,
+)
+
+PathOrFile = Union[str, "os.PathLike[str]", BinaryIO]
+
+# Bytes read at a time (at least; a block larger than this is read whole). Large reads keep the
+# per-read cost negligible; the buffer holds about two blocks.
+READ_CHUNK = 4 << 20
+
+_unpack_length = struct.Struct("<Q").unpack_from
+_crc = crc32c.crc32c
+_NO_STOP = sys.maxsize
+
+
+class RecordBlock(NamedTuple):
+    """Consecutive records of one file: record i is ``data[bounds[i]:bounds[i + 1]]`` and starts at byte ``offsets[i]``.
+
+    ``data`` is None when the block was read with ``verify=False`` (headers only). ``(data,
+    bounds)`` is what ``tfrbeam.columnar_decode.examples_to_record_batch`` takes as one buffer.
+    """
+
+    data: bytes | memoryview | None
+    bounds: np.ndarray  # int64[n + 1], bounds[0] == 0
+    offsets: np.ndarray  # int64[n], absolute (uncompressed) offsets of the record headers
+
+    @classmethod
+    def from_payloads(cls, payloads: Sequence[bytes | bytearray | memoryview], offsets: Iterable[int]) -> RecordBlock:
+        """A block of the given payloads (joined) starting at the given offsets."""
+        lengths = np.fromiter(map(len, payloads), dtype=np.int64, count=len(payloads))
+        bounds = np.zeros(len(payloads) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=bounds[1:])
+        return cls(b"".join(payloads), bounds, np.fromiter(offsets, dtype=np.int64, count=len(payloads)))
+
+    @property
+    def num_records(self) -> int:
+        return len(self.offsets)
+
+    @property
+    def payload_bytes(self) -> int:
+        return int(self.bounds[-1])
+
+    @property
+    def end_offset(self) -> int:
+        """The offset just after the block's last record (its first offset when it is empty)."""
+        if not len(self.offsets):
+            return 0
+        return int(self.offsets[-1]) + int(self.bounds[-1] - self.bounds[-2]) + RECORD_OVERHEAD
+
+    def payload(self, index: int) -> bytes:
+        """Record ``index``'s payload as bytes (for error reports and record-by-record fallbacks)."""
+        assert self.data is not None, "a block read with verify=False holds no payloads"
+        return bytes(self.data[int(self.bounds[index]):int(self.bounds[index + 1])])
+
+    def prefix(self, count: int) -> RecordBlock:
+        """The block's first ``count`` records, sharing its buffer."""
+        if count >= len(self.offsets):
+            return self
+        data = None if self.data is None else memoryview(self.data)[: int(self.bounds[count])]
+        return RecordBlock(data, self.bounds[: count + 1], self.offsets[:count])
+
+
+def record_blocks(
+    source: PathOrFile,
+    compression: str | None = "auto",
+    start_offset: int = 0,
+    block_length: int = 4096,
+    limit: int | None = None,
+    *,
+    stop_offset: int | None = None,
+    verify: bool = True,
+    skip_corrupt: bool = False,
+    on_skip: Callable[[SkippedRegion], None] | None = None,
+    skip_records: int = 0,
+    name: str | None = None,
+) -> Iterator[RecordBlock]:
+    """Blocks of up to ``block_length`` records from ``start_offset`` (a record start), ``limit`` records in all.
+
+    ``source`` is a path or a seekable binary file (not closed here). Records starting at or
+    after ``stop_offset`` are neither read nor returned (a byte range's reader stops there).
+    The first ``skip_records`` records are read and dropped. ``compression``, ``verify``,
+    ``skip_corrupt``, ``on_skip`` and ``name`` mean what they mean for ``RecordReader``;
+    ``verify=False`` checks nothing and leaves the payloads out (a fast walk over headers).
+    Blocks are full (``block_length`` records) except at the end of the file, the range or the limit.
+    """
+    if block_length <= 0:
+        raise ValueError(f"block_length must be positive, got {block_length}")
+    label = name or (os.fspath(source) if isinstance(source, (str, os.PathLike)) else getattr(source, "name", "<stream>"))
+    compression = normalize_compression(compression, str(label))
+    with _opened(source) as handle:
+        if compression is not None or skip_corrupt or skip_records:
+            if compression is None:
+                handle.seek(start_offset)  # RecordReader seeks only to a non-zero start
+            reader = RecordReader(
+                handle, compression, verify=verify, skip_corrupt=skip_corrupt, on_skip=on_skip,
+                start_offset=start_offset, name=str(label),
+            )
+            yield from _reader_blocks(reader, block_length, limit, stop_offset, skip_records)
+        else:
+            yield from _fast_blocks(handle, str(label), start_offset, block_length, limit, stop_offset, verify)
+
+
+def offset_of_record(source: PathOrFile, start_offset: int, count: int, *, name: str | None = None) -> int:
+    """The offset just after ``count`` records from ``start_offset`` of an uncompressed file (headers only)."""
+    offset = start_offset
+    if count > 0:
+        for block in record_blocks(source, None, start_offset, count, count, verify=False, name=name):
+            offset = block.end_offset
+    return offset
+
+
+@contextlib.contextmanager
+def _opened(source: PathOrFile) -> Iterator[BinaryIO]:
+    if isinstance(source, (str, os.PathLike)):
+        with open(source, "rb") as handle:
+            yield handle
+    else:
+        yield source
+
+
+# --------------------------------------------------------------------------- RecordReader path
+
+
+def _reader_blocks(
+    reader: RecordReader, block_length: int, limit: int | None, stop_offset: int | None, skip_records: int = 0
+) -> Iterator[RecordBlock]:
+    """The same blocks through ``RecordReader``: any compression, skipping, and every error as it reports it."""
+    records = reader.records_with_offsets()
+    for _ in itertools.islice(records, skip_records):
+        pass
+    if stop_offset is not None:
+        records = _records_before(reader, records, stop_offset)
+    keep_payloads = reader.verify
+    remaining = limit
+    while remaining is None or remaining > 0:
+        want = block_length if remaining is None else min(block_length, remaining)
+        chunk = list(itertools.islice(records, want))
+        if not chunk:
+            return
+        offsets, payloads = zip(*chunk)
+        block = RecordBlock.from_payloads(payloads, offsets)
+        yield block if keep_payloads else block._replace(data=None)
+        if remaining is not None:
+            remaining -= len(chunk)
+        if len(chunk) < want:
+            return
+
+
+def _records_before(reader: RecordReader, records: Iterator[tuple[int, bytes]], stop: int) -> Iterator[tuple[int, bytes]]:
+    """The reader's records that start before ``stop``; none at or after it is read (a resync may land past it)."""
+    while reader.offset < stop:
+        item = next(records, None)
+        if item is None or item[0] >= stop:
+            return
+        yield item
+
+
+# --------------------------------------------------------------------------------- fast path
+
+
+class _Window:
+    """A read buffer: ``buffer[:end]`` holds the file's bytes from offset ``base``; ``eof`` once the file is read."""
+
+    def __init__(self, handle: BinaryIO, offset: int):
+        self.handle = handle
+        handle.seek(offset)
+        self.buffer = bytearray()
+        self.base = offset
+        self.end = 0
+        self.eof = False
+
+    def refill(self, keep_from: int, size: int) -> int:
+        """Drop the bytes before ``keep_from`` and read until ``size`` bytes are held (or the file ends).
+
+        Returns how far positions moved (subtract it from positions in the old buffer).
+        """
+        kept = self.end - keep_from
+        size = max(size, kept)
+        if len(self.buffer) < size:
+            grown = bytearray(size)
+            grown[:kept] = memoryview(self.buffer)[keep_from:self.end]
+            self.buffer = grown
+        elif keep_from:
+            self.buffer[:kept] = bytes(memoryview(self.buffer)[keep_from:self.end])  # a copy: the ranges may overlap
+        self.base += keep_from
+        self.end = kept
+        while self.end < size:
+            count = self._read_into(self.end)
+            if not count:
+                self.eof = True
+                break
+            self.end += count
+        return keep_from
+
+    def _read_into(self, at: int) -> int:
+        """Read into ``buffer[at:]``; how many bytes came (0 at the end of the file)."""
+        if hasattr(self.handle, "readinto"):
+            with memoryview(self.buffer) as view:
+                return self.handle.readinto(view[at:]) or 0
+        data = self.handle.read(len(self.buffer) - at) or b""
+        self.buffer[at:at + len(data)] = data
+        return len(data)
+
+
+def _fast_blocks(
+    handle: BinaryIO, name: str, start_offset: int, block_length: int, limit: int | None, stop_offset: int | None, verify: bool
+) -> Iterator[RecordBlock]:
+    window = _Window(handle, start_offset)
+    stop = _NO_STOP if stop_offset is None else stop_offset
+    pos = 0  # next record, as a position in window.buffer
+    remaining = limit
+    block_bytes = 0  # framed bytes of the last full block: how much to have in the buffer before the next
+    while remaining is None or remaining > 0:
+        want = block_length if remaining is None else min(block_length, remaining)
+        if window.end - pos < block_bytes and not window.eof:
+            pos -= window.refill(pos, max(READ_CHUNK, 2 * block_bytes))
+        starts, after = _walk(window.buffer, pos, want, window.end, stop - window.base)
+        while len(starts) < want and after < stop - window.base and not window.eof:
+            # The buffer ends inside the block: read more (unless the next header is already bad) and walk again.
+            need = _bytes_needed(window.buffer, after, window.end)
+            if need is None:
+                break
+            pos -= window.refill(pos, max(READ_CHUNK, 2 * (window.end - pos), after - pos + need))
+            starts, after = _walk(window.buffer, pos, want, window.end, stop - window.base)
+        if not starts:
+            if after >= stop - window.base or (window.eof and after == window.end):
+                return  # the range or the file ends here
+            break  # a bad header, or a record cut off by the end of the file
+        block = _check_block(window.buffer, starts, verify)
+        if block is None:
+            break  # a CRC mismatch in this block
+        data, bounds = block
+        yield RecordBlock(data, bounds, np.asarray(starts, dtype=np.int64) + window.base)
+        pos = after
+        if len(starts) == want:
+            block_bytes = max(block_bytes, after - starts[0])
+        if remaining is not None:
+            remaining -= len(starts)
+        if len(starts) < want and (after >= stop - window.base or window.eof and after == window.end):
+            return
+    else:
+        return
+    # From the first record not handed out, RecordReader raises (or reads on) with the exact offset.
+    handle.seek(window.base + pos)  # RecordReader seeks only to a non-zero start
+    reader = RecordReader(handle, None, verify=verify, start_offset=window.base + pos, name=name)
+    yield from _reader_blocks(reader, block_length, remaining, stop_offset)
+
+
+def _walk(buffer: bytearray, pos: int, want: int, end: int, stop: int) -> tuple[list[int], int]:
+    """Up to ``want`` record starts from ``pos``, before ``stop``, whose whole record lies before ``end``.
+
+    Returns them and the position after the last one (where the walk stopped).
+    """
+    starts: list[int] = []
+    append = starts.append
+    unpack = _unpack_length
+    last = min(end - HEADER_SIZE, stop - 1)
+    for _ in range(want):
+        if pos > last:
+            break
+        append(pos)
+        pos += unpack(buffer, pos)[0] + RECORD_OVERHEAD
+    # Only the last record can overrun the buffer: the walk stops right after it.
+    if pos > end:
+        pos = starts.pop()
+    return starts, pos
+
+
+def _bytes_needed(buffer: bytearray, pos: int, end: int) -> int | None:
+    """Bytes of the record at ``pos`` (a header's worth when it is cut off); None when its header is bad."""
+    if end - pos < HEADER_SIZE:
+        return HEADER_SIZE
+    length = _unpack_length(buffer, pos)[0]
+    if length > MAX_PAYLOAD_SIZE or masked_crc32c(buffer[pos:pos + 8]) != struct.unpack_from("<I", buffer, pos + 8)[0]:
+        return None
+    return length + RECORD_OVERHEAD
+
+
+def _check_block(buffer: bytearray, starts: list[int], verify: bool) -> tuple[bytes | None, np.ndarray] | None:
+    """(joined payloads, bounds) of the records at ``starts``, or None when a CRC does not match."""
+    raw = np.frombuffer(buffer, dtype=np.uint8)
+    heads = np.asarray(starts, dtype=np.int64)
+    lengths = _gather_u64(raw, heads).astype(np.int64)
+    bounds = np.zeros(len(starts) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=bounds[1:])
+    if not verify:
+        return None, bounds
+    if (_masked_crc32c_rows(raw[heads[:, None] + np.arange(8)]) != _gather_u32(raw, heads + 8)).any():
+        return None
+    first = heads + HEADER_SIZE
+    view = memoryview(buffer)
+    payloads: list[memoryview] = []
+    try:
+        payloads = list(map(view.__getitem__, map(slice, first.tolist(), (first + lengths).tolist())))
+        computed = np.fromiter(map(_crc, payloads), dtype=np.uint64, count=len(payloads))
+        rotated = ((computed >> 15) | (computed << 17)) & 0xFFFFFFFF
+        if (((rotated + 0xA282EAD8) & 0xFFFFFFFF) != _gather_u32(raw, heads + HEADER_SIZE + lengths)).any():
+            return None
+        data = b"".join(payloads)
+    finally:
+        payloads.clear()  # the views must go before the buffer can be refilled
+        view.release()
+    return data, bounds
+
+
+def _gather_u64(raw: np.ndarray, at: np.ndarray) -> np.ndarray:
+    return raw[at[:, None] + np.arange(8)].copy().view("<u8").reshape(-1)
+
+
+def _gather_u32(raw: np.ndarray, at: np.ndarray) -> np.ndarray:
+    return raw[at[:, None] + np.arange(4)].copy().view("<u4").reshape(-1)
+
+
+def _crc32c_table() -> np.ndarray:
+    table = np.zeros(256, dtype=np.uint32)
+    for byte in range(256):
+        crc = byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+        table[byte] = crc
+    return table
+
+
+_TABLE = _crc32c_table()
+
+
+def _masked_crc32c_rows(rows: np.ndarray) -> np.ndarray:
+    """Masked CRC32C of each row of a 2-D uint8 array (the 8-byte length fields of a block, at once)."""
+    crc = np.full(len(rows), 0xFFFFFFFF, dtype=np.uint32)
+    for column in range(rows.shape[1]):
+        crc = _TABLE[(crc ^ rows[:, column]) & 0xFF] ^ (crc >> np.uint32(8))
+    crc ^= np.uint32(0xFFFFFFFF)
+    rotated = ((crc >> np.uint32(15)) | (crc << np.uint32(17))).astype(np.uint64)
+    return ((rotated + 0xA282EAD8) & 0xFFFFFFFF).astype(np.uint32)
