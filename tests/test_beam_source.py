@@ -22,6 +22,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from tfrbeam.beam import ReadAllFromTFRecord, ReadExamples, ReadFromTFRecord, TFRecordSource
 from tfrbeam.beam import source as source_module
 from tfrbeam.beam.examples_read import DecodeToDicts, DecodeToRecordBatches, _ExampleSource
+from tfrbeam.record_blocks import RecordBlock
 from tfrbeam.beam.source import INDEXED, SCAN, WHOLE, ReadOptions, TFRecordFileSource, _ExpandIntoRanges
 from tfrbeam.columnar_decode import examples_to_record_batch
 from tfrbeam.columnar_encode import record_batch_to_examples
@@ -654,10 +655,10 @@ def test_read_examples_names_the_file_and_offset_of_a_malformed_example(tmp_path
 def test_dict_decoder_matches_decode_example_and_falls_back_on_mixed_kinds(tf_vectors):
     for name in ("examples.tfrecord", "examples_wire.tfrecord"):
         records = list(read_records(str(tf_vectors / name)))
-        decoded = list(DecodeToDicts()(name, list(range(len(records))), records))
+        decoded = list(DecodeToDicts()(name, RecordBlock.from_payloads(records, range(len(records)))))
         assert repr(decoded) == repr([decode_example(record) for record in records])  # repr: NaN != NaN
     mixed = [encode_example({"a": [1], "b": [b"x"]}), encode_example({"a": [1.5]})]  # "a": int64, then float
-    assert list(DecodeToDicts()("f", [0, 20], mixed)) == [{"a": [1], "b": [b"x"]}, {"a": [1.5]}]
+    assert list(DecodeToDicts()("f", RecordBlock.from_payloads(mixed, [0, 20]))) == [{"a": [1], "b": [b"x"]}, {"a": [1.5]}]
 
 
 def file_source_of(source):

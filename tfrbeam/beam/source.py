@@ -33,7 +33,6 @@ from __future__ import annotations
 import bisect
 import contextlib
 import dataclasses
-import itertools
 import logging
 import struct
 from collections.abc import Callable, Iterable, Iterator
@@ -57,6 +56,7 @@ from apache_beam.typehints import Any as AnyHint
 from apache_beam.typehints import Tuple as TupleHint
 
 from tfrbeam.errors import ConfigError, CorruptRecordError, TfrbeamError, TruncatedRecordError, UnsupportedCompressionError
+from tfrbeam.record_blocks import RecordBlock, record_blocks
 from tfrbeam.record_index import RecordIndex, index_path_for, load_index
 from tfrbeam.records import (
     HEADER_SIZE,
@@ -148,10 +148,10 @@ class ReadOptions:
     split_unindexed: bool = False
     coder: coders.Coder = dataclasses.field(default_factory=coders.BytesCoder)
     with_filename: bool = False
-    # Example-level reads: records are read ``batch_size`` at a time and each batch becomes output
-    # elements through ``batch_decoder(path, offsets, payloads)`` (payloads may be memoryviews).
+    # Example-level reads: records are read in blocks of ``batch_size`` (one buffer of payloads,
+    # see tfrbeam.record_blocks) and each block becomes output elements through ``batch_decoder(path, block)``.
     batch_size: int = 0
-    batch_decoder: Callable[[str, list[int], list], Iterable[Any]] | None = None
+    batch_decoder: Callable[[str, RecordBlock], Iterable[Any]] | None = None
 
     def output_coder(self) -> coders.Coder:
         if self.batch_decoder is not None:
@@ -240,11 +240,10 @@ def _claim_prefix(tracker: iobase.RangeTracker, offsets: list[int]) -> int:
 
 
 @contextlib.contextmanager
-def _range_reader(
+def _range_start(
     path: str, tracker: iobase.RangeTracker, options: ReadOptions, get_plan: Callable[[], FilePlan]
-) -> Iterator[RecordReader | None]:
-    """A RecordReader positioned at the first record start in the tracker's range (None: no record starts there)."""
-    compression = compression_for_file(options.compression, path)
+) -> Iterator[tuple[BinaryIO, int] | None]:
+    """The open file and the first record start in the tracker's range (None: no record starts there)."""
     start = tracker.start_position()
     with _open_raw(path) as handle:
         first = 0 if start == 0 else _first_record_start(handle, get_plan(), start, tracker.stop_position(), options)
@@ -254,6 +253,20 @@ def _range_reader(
         tracker.set_split_points_unclaimed_callback(
             lambda stop: 0 if stop <= tracker.last_attempted_record_start else iobase.RangeTracker.SPLIT_POINTS_UNKNOWN
         )
+        yield handle, first
+
+
+@contextlib.contextmanager
+def _range_reader(
+    path: str, tracker: iobase.RangeTracker, options: ReadOptions, get_plan: Callable[[], FilePlan]
+) -> Iterator[RecordReader | None]:
+    """A RecordReader positioned at the first record start in the tracker's range (None: no record starts there)."""
+    compression = compression_for_file(options.compression, path)
+    with _range_start(path, tracker, options, get_plan) as found:
+        if found is None:
+            yield None
+            return
+        handle, first = found
         yield RecordReader(
             handle, compression, skip_corrupt=options.skip_corrupt, on_skip=_count_skip, start_offset=first, name=path
         )
@@ -297,27 +310,34 @@ def read_range_batches(
     options: ReadOptions,
     get_plan: Callable[[], FilePlan],
     max_records: int,
-) -> Iterator[tuple[list[int], list[bytes]]]:
-    """Yield ``(offsets, payloads)`` batches of the records of ``path`` that start in the tracker's range.
+) -> Iterator[RecordBlock]:
+    """Yield blocks of up to ``max_records`` records of ``path`` that start in the tracker's range.
 
-    All records of a batch are claimed, under one lock, before the batch is yielded: a dynamic
-    split lands between batches. ``get_plan`` is only called for ranges that start after byte 0.
+    A block is the records' payloads joined in one buffer plus bounds and offsets (see
+    ``tfrbeam.record_blocks``): no Python object per record. All records of a block are claimed,
+    under one lock, before it is yielded, so a dynamic split lands between blocks; reading stops
+    at the first record the tracker refuses. Records starting at or after the range's stop are
+    not read at all. ``get_plan`` is only called for ranges that start after byte 0.
     """
-    with _range_reader(path, tracker, options, get_plan) as reader:
-        if reader is None:
+    compression = compression_for_file(options.compression, path)
+    stop = tracker.stop_position()
+    with _range_start(path, tracker, options, get_plan) as found:
+        if found is None:
             return
-        records = reader.records_with_offsets()
-        while True:
-            batch = list(itertools.islice(records, max_records))
-            if not batch:
-                return
-            offsets, payloads = map(list, zip(*batch))
-            claimed = _claim_prefix(tracker, offsets)
-            if claimed:
-                _count_read(claimed, sum(map(len, payloads[:claimed])))
-                yield (offsets, payloads) if claimed == len(offsets) else (offsets[:claimed], payloads[:claimed])
-            if claimed < len(offsets):
-                return
+        handle, first = found
+        blocks = record_blocks(
+            handle, compression, first, max_records, stop_offset=None if stop == _INFINITY else int(stop),
+            skip_corrupt=options.skip_corrupt, on_skip=_count_skip, name=path,
+        )
+        with contextlib.closing(blocks):
+            for block in blocks:
+                claimed = _claim_prefix(tracker, block.offsets.tolist())
+                if claimed:
+                    part = block.prefix(claimed)
+                    _count_read(claimed, part.payload_bytes)
+                    yield part
+                if claimed < block.num_records:
+                    return
 
 
 def read_range_decoded(
@@ -326,10 +346,10 @@ def read_range_decoded(
     options: ReadOptions,
     get_plan: Callable[[], FilePlan],
 ) -> Iterator[Any]:
-    """What ``options.batch_decoder`` makes of each batch of ``options.batch_size`` records in the range."""
+    """What ``options.batch_decoder`` makes of each block of up to ``options.batch_size`` records in the range."""
     assert options.batch_decoder is not None and options.batch_size > 0
-    for offsets, payloads in read_range_batches(path, tracker, options, get_plan, options.batch_size):
-        yield from options.batch_decoder(path, offsets, payloads)
+    for block in read_range_batches(path, tracker, options, get_plan, options.batch_size):
+        yield from options.batch_decoder(path, block)
 
 
 def read_elements(
