@@ -23,6 +23,8 @@ setup(
         # Generated protobuf modules carry no runtime version check and work on 4.25 to 6.x.
         "protobuf>=4.25,<7",
         "crc32c>=2.3",
+        # XXH3 output is frozen from xxHash 0.8.0, bundled from python-xxhash 2.0 on: the content hash of the shuffle.
+        "xxhash>=2.0",
         "pyarrow>=14",
         "numpy>=1.24",
         "PyYAML>=6",

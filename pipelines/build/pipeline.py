@@ -482,10 +482,10 @@ class _CommitDataset(beam.DoFn):
             "config": _normalized(config_to_dict(config)),
             "seed": config.shuffle.seed if config.shuffle.enabled else None,
             "order": (
-                "shuffled: sorted by a seed-keyed mix of each example's blake2b content hash, ties by bytes"
+                "shuffled: sorted by a seed-keyed mix of each example's XXH3-128 content hash, ties by bytes"
                 if config.shuffle.enabled else "input order: input files sorted by path, then row order"
             ),
-            "split_assignment": "blake2b hash of " + (
+            "split_assignment": "XXH3-128 hash of " + (
                 f"split_key {list(config.split_key)}" if config.split_key else "the whole example"
             ) + " against cumulative fractions; independent of the seed",
             "versions": {"tfrbeam": tfrbeam.__version__, "apache_beam": beam.__version__, "python": platform.python_version()},

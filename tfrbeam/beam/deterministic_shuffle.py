@@ -2,8 +2,12 @@
 
 How a record finds its place (the same on every runner, worker count, input order and batching):
 
-- Content digest: blake2b-128 of the serialized Example (personalised ``tfrbeam/v1``). Its first
-  64 bits place the record in a split; its second 64 bits, passed through a bijective 64-bit mixer
+- Content digest: XXH3-128 (xxHash >= 0.8, seed 0, canonical big-endian digest) of the
+  serialized Example, read as two little-endian 64-bit words. XXH3 passes SMHasher, so its bits
+  are well mixed for any content; it is not cryptographic (nobody crafts collisions against their
+  own dataset, and equal keys are still ordered by bytes). Per ~400-byte record it costs a
+  quarter of blake2b, which the build used before. The digest's first 64 bits place the record
+  in a split; its second 64 bits, passed through a bijective 64-bit mixer
   keyed by the seed (four rounds of xor-with-a-seed-derived-key then the splitmix64 finaliser), are
   the sort key. The output order is sorted by (sort key, record bytes): a uniformly random
   permutation for each seed. Identical records get identical keys, so duplicates are kept and sit
@@ -49,6 +53,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import apache_beam as beam
 import crc32c
 import numpy as np
+import xxhash
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
@@ -73,7 +78,6 @@ __all__ = [
 
 _LOG = logging.getLogger(__name__)
 
-_DIGEST_PERSON = b"tfrbeam/v1"
 _SHUFFLE_PERSON = b"tfrbeam-shuffle"
 # Ordered mode: one histogram bucket per this many consecutive rows of a piece and split.
 ORDERED_BLOCK_ROWS = 4096
@@ -109,20 +113,14 @@ def gc_paused() -> Iterator[None]:
 
 
 def content_digests(data: np.ndarray | bytes, offsets: np.ndarray) -> np.ndarray:
-    """blake2b-128 of every record in ``data`` (bounded by ``offsets``) as an (n, 2) uint64 array."""
+    """XXH3-128 of every record in ``data`` (bounded by ``offsets``) as an (n, 2) uint64 array."""
     buffer = data if isinstance(data, np.ndarray) else np.frombuffer(data, dtype=np.uint8)
     view = memoryview(np.ascontiguousarray(buffer, dtype=np.uint8))
     bounds = np.asarray(offsets, dtype=np.int64).tolist()
-    # Copying a configured empty hasher is a quarter cheaper than parsing the parameters per record.
-    fresh = hashlib.blake2b(digest_size=16, person=_DIGEST_PERSON).copy
+    digest = xxhash.xxh3_128_digest
     with gc_paused():
-        digests = b"".join([_digest_of(fresh(), view[start:end]) for start, end in zip(bounds, bounds[1:])])
+        digests = b"".join([digest(view[start:end]) for start, end in zip(bounds, bounds[1:])])
     return np.frombuffer(digests, dtype="<u8").reshape(-1, 2).astype(np.uint64, copy=False)
-
-
-def _digest_of(hasher, data) -> bytes:
-    hasher.update(data)
-    return hasher.digest()
 
 
 def _splitmix_finalize(values: np.ndarray) -> np.ndarray:
