@@ -227,3 +227,38 @@ def test_parquet_example_config(demo_dir):
     assert len(examples) == 3000 - null_labels
     assert any(example["tags"] == [] for example in examples) and any(b"UNKNOWN" in example["tailnum"] for example in examples)
     assert manifest["parse_example_spec"]["dep_delay"] == "tf.io.VarLenFeature(tf.float32)"
+
+
+def _write_config(directory: pathlib.Path, text: str) -> str:
+    path = directory / "inferred.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_inferred_csv_features_are_always_present_without_null_values(tmp_path, capsys):
+    (tmp_path / "rows.csv").write_text("a,b,c\n1,0.5,x\n0,0.0,\n2,1.5,z\n")
+    config = _write_config(tmp_path, f"input: {{format: csv, path: '{tmp_path}/rows.csv'}}\noutput: {{path: '{tmp_path}/out', num_shards: 1}}\n")
+    assert build_main([config, "--quiet"]) == 0
+    manifest = json.loads((tmp_path / "out" / "dataset_info.json").read_text())
+    assert {name: (f["type"], f["always_present"]) for name, f in manifest["features"].items()} == {
+        "a": ("int64", True), "b": ("float", True), "c": ("bytes", True),
+    }
+    rows = sorted(canonical(decode_example(r)) for r in read_split(tmp_path / "out", "train"))
+    assert rows == sorted([
+        canonical({"a": [1], "b": [0.5], "c": [b"x"]}),
+        canonical({"a": [0], "b": [0.0], "c": [b""]}),  # zeros and "" are values, never missing
+        canonical({"a": [2], "b": [1.5], "c": [b"z"]}),
+    ])
+
+
+def test_every_schema_problem_is_reported_before_the_pipeline(tmp_path, capsys):
+    (tmp_path / "rows.csv").write_text("a,b\n1,2\n")
+    config = _write_config(tmp_path, (
+        f"input: {{format: csv, path: '{tmp_path}/rows.csv'}}\n"
+        f"output: {{path: '{tmp_path}/out', num_shards: 1}}\n"
+        "features:\n  x: {type: int64, source: aa}\n  y: {type: float, source: bee}\n"
+    ))
+    assert build_main([config, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "2 problems" in err and "features.x.source" in err and "features.y.source" in err
+    assert not (tmp_path / "out").exists()

@@ -32,7 +32,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PortableOptions, StandardOptions
 
 import tfrbeam
-from pipelines.build.config import BuildConfig, config_to_dict, with_features
+from pipelines.build.config import BuildConfig, config_to_dict, resolve_config, with_features
 from pipelines.build.manifest import (
     ERRORS_DIR_NAME,
     MANIFEST_FORMAT,
@@ -55,10 +55,10 @@ from tfrbeam.beam.deterministic_shuffle import (
     seeded_sort_keys,
     split_indices,
 )
-from tfrbeam.beam.tabular_read import InputFile, ReadTabular, convert_source_batch, inspect_input, list_inputs
+from tfrbeam.beam.tabular_read import InputFile, ReadTabular, convert_source_batch, list_inputs
 from tfrbeam.columnar_encode import encode_record_batch
-from tfrbeam.errors import ArrowConversionError, BadRecordError, ConfigError, OutputExistsError, TooManyBadRecordsError
-from tfrbeam.feature_spec import FeatureSpec, infer_spec, resolve_spec, source_type
+from tfrbeam.errors import BadRecordError, ConfigError, OutputExistsError, TooManyBadRecordsError
+from tfrbeam.feature_spec import FeatureSpec
 from tfrbeam.record_index import INDEX_DIR_NAME
 
 __all__ = ["BuildRun", "TEMP_DIR_PREFIX", "build_pipeline", "check_output_dir", "remove_temp_dir"]
@@ -177,46 +177,12 @@ def uses_local_workers(options) -> bool:
 def resolve_features(config: BuildConfig, inputs: list[InputFile]) -> tuple[tuple[FeatureSpec, ...], list[str]]:
     """The features with types and list shapes settled on the first input file, and the input columns they read.
 
-    Features the config omits are every input column with its inferred type (Parquet: the schema;
-    CSV: int64, else float, else bytes by a sample of the first file), null meaning absent.
+    Delegates to the config's own schema check (every problem reported at once, defaults checked
+    against inferred types, input.columns honoured; inferred CSV features omit nulls only when
+    null_values are configured).
     """
-    sample = inspect_input(config.input, files=inputs)
-    schema, is_csv = sample.schema, config.input.format == "csv"
-
-    def text_sample(column: str):
-        return sample.sample.column(column) if is_csv and sample.sample is not None and column in sample.sample.schema.names else None
-
-    specs = config.features
-    if specs is None:
-        if is_csv:
-            specs = tuple(FeatureSpec(name=name, type=None, source=name, on_null="omit") for name in schema.names)
-        else:
-            try:
-                return tuple(infer_spec(field.name, field.type, field.nullable) for field in schema), list(schema.names)
-            except ArrowConversionError as error:
-                raise ConfigError(f"features: {error} (in {sample.path})") from error
-    resolved, columns = [], []
-    for spec in specs:
-        arrow_type = source_type(schema, spec.source)
-        if arrow_type is None:
-            raise ConfigError(
-                f"features.{spec.name}.source: column {spec.source!r} is not in {sample.path} "
-                f"(its columns: {', '.join(schema.names)})"
-            )
-        try:
-            resolved.append(resolve_spec(spec, arrow_type, text_sample(spec.source), infer_from_text=is_csv))
-        except ArrowConversionError as error:
-            raise ConfigError(f"features.{spec.name}: {error}") from error
-        columns.append(_top_level_column(schema, spec.source))
-    return tuple(resolved), sorted(set(columns))
-
-
-def _top_level_column(schema, source: str) -> str:
-    """The input column a source reads: itself, or the struct column of a "column.field" source."""
-    if source in schema.names:
-        return source
-    parts = source.split(".")
-    return next(".".join(parts[:cut]) for cut in range(len(parts) - 1, 0, -1) if ".".join(parts[:cut]) in schema.names)
+    resolved = resolve_config(config, files=inputs)
+    return resolved.features, sorted(resolved.input.columns)
 
 
 def _check_split_key(config: BuildConfig, features: tuple[FeatureSpec, ...]) -> None:
