@@ -42,7 +42,6 @@ setup(
     entry_points={"console_scripts": ["tfrbeam=tfrbeam.cli:main"]},
     classifiers=[
         "Programming Language :: Python :: 3",
-        "License :: OSI Approved :: Apache Software License",
         "Topic :: Scientific/Engineering :: Artificial Intelligence",
     ],
 )
