@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import BinaryIO, Union
 
 import crc32c as _crc32c
+import numpy as np
 
 from tfrbeam.errors import (
     CorruptRecordError,
@@ -46,6 +47,7 @@ _MASK_DELTA = 0xA282EAD8
 _READ_CHUNK = 1 << 20
 # A file object may allocate the whole size asked for, so a damaged length never asks for more.
 _MAX_READ_CALL = 64 << 20
+_SCAN_WINDOW = 1 << 16  # offsets whose lengths find_record_start checks at once
 # TensorFlow's ZlibCompressionOptions: level Z_DEFAULT_COMPRESSION, window 15, mem_level 9.
 _TF_ZLIB_LEVEL = 6
 _TF_ZLIB_MEM_LEVEL = 9
@@ -521,11 +523,11 @@ class RecordReader:
         if self.on_skip is not None:
             self.on_skip(skipped)
 
-    def _scan_for_record(self, offset: int, limit: int | None = None) -> bool:
-        """Move to the first offset in [``offset``, ``limit``) where a whole valid record starts; False if none."""
+    def _scan_for_record(self, offset: int) -> bool:
+        """Move to the first offset >= ``offset`` where a whole valid record starts; False at EOF."""
         self._pos += offset - self.offset
         while True:
-            if not self._fill(HEADER_SIZE) or (limit is not None and self.offset >= limit):
+            if not self._fill(HEADER_SIZE):
                 self._pos = len(self._buffer)
                 return False
             if self._valid_record_here():
@@ -589,12 +591,54 @@ def read_records(
         yield from reader
 
 
-def find_record_start(fileobj: BinaryIO, offset: int, limit: int | None = None, name: str | None = None) -> int | None:
-    """The first offset >= ``offset`` (and < ``limit``) of an uncompressed file where a valid record starts.
+def find_record_start(
+    fileobj: BinaryIO, offset: int, limit: int | None = None, name: str | None = None, size: int | None = None
+) -> int | None:
+    """The first offset >= ``offset`` (and < ``limit``) of an uncompressed file where a whole valid record starts.
 
-    A candidate must have a valid length CRC, a length that fits the file and a valid data CRC.
-    Used to split files that carry no record index; payloads that themselves embed TFRecord
-    framing can fool it (the embedded record validates too).
+    A candidate needs a length that fits the rest of the file (checked for a window of offsets at
+    once with numpy), a valid length CRC and a valid data CRC: the rule ``skip_corrupt``
+    resynchronises by, so a split reader and a skipping reader agree. Used to split files that
+    carry no record index; payloads that themselves embed TFRecord framing can fool it (the
+    embedded record validates too). ``size`` defaults to the file's size.
     """
-    reader = RecordReader(fileobj, None, start_offset=offset, name=name)
-    return reader.offset if reader._scan_for_record(offset, limit) else None
+    size = _size_of(fileobj) if size is None else size
+    if size is None:
+        raise ValueError(f"{name or _name_of(fileobj)}: find_record_start needs a seekable file")
+    end = size - RECORD_OVERHEAD + 1 if limit is None else min(limit, size - RECORD_OVERHEAD + 1)
+    position = offset
+    while position < end:
+        fileobj.seek(position)
+        window = _read_some(fileobj, min(_SCAN_WINDOW, end - position) + HEADER_SIZE - 1)
+        count = len(window) - HEADER_SIZE + 1
+        if count <= 0:
+            return None
+        lengths = np.ndarray((count,), dtype="<u8", buffer=window, strides=(1,))
+        room = (size - RECORD_OVERHEAD - position - np.arange(count, dtype=np.int64)).astype(np.uint64)
+        for candidate in np.flatnonzero(lengths <= room).tolist():
+            if _whole_record_at(fileobj, position + candidate, window[candidate:candidate + HEADER_SIZE]):
+                return position + candidate
+        position += count
+    return None
+
+
+def _whole_record_at(fileobj: BinaryIO, offset: int, header: bytes) -> bool:
+    """Whether a record with valid length and data CRCs starts at ``offset`` (its length is known to fit)."""
+    length, length_crc = _unpack_header(header)
+    if masked_crc32c(header[:8]) != length_crc:
+        return False
+    fileobj.seek(offset + HEADER_SIZE)
+    body = _read_exactly(fileobj, length + FOOTER_SIZE)
+    return len(body) == length + FOOTER_SIZE and masked_crc32c(memoryview(body)[:length]) == _unpack_crc(body, length)[0]
+
+
+def _read_exactly(fileobj: BinaryIO, size: int) -> bytes:
+    """Up to ``size`` bytes, looping over short reads; fewer only at end of file."""
+    parts, remaining = [], size
+    while remaining > 0:
+        chunk = _read_some(fileobj, min(remaining, _MAX_READ_CALL))
+        if not chunk:
+            break
+        parts.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(parts)

@@ -38,7 +38,6 @@ import struct
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, BinaryIO
 
-import numpy as np
 from apache_beam import coders
 from apache_beam.io import iobase
 from apache_beam.io.concat_source import ConcatSource
@@ -64,6 +63,7 @@ from tfrbeam.records import (
     RecordReader,
     SkippedRegion,
     compression_from_name,
+    find_record_start,
     masked_crc32c,
     normalize_compression,
 )
@@ -74,9 +74,6 @@ METRICS_NAMESPACE = "tfrbeam"
 DEFAULT_DESIRED_BUNDLE_SIZE = 64 << 20
 _INFINITY = OffsetRangeTracker.OFFSET_INFINITY
 _unpack_header = struct.Struct("<QI").unpack
-_unpack_crc = struct.Struct("<I").unpack_from
-_SCAN_WINDOW = 1 << 16
-
 # Codecs Beam can read and write but TensorFlow's TFRecordDataset cannot (it reads '', GZIP, ZLIB).
 _REFUSED_COMPRESSION_TYPES = {
     CompressionTypes.BZIP2: "BZIP2",
@@ -370,7 +367,7 @@ def _first_record_start(handle: BinaryIO, plan: FilePlan, start: int, stop: int 
         assert plan.index is not None
         return _walk_headers(handle, plan, start, options.skip_corrupt)
     if plan.mode == SCAN:
-        return scan_for_record_start(handle, start, plan.size, None if stop == _INFINITY else int(stop))
+        return find_record_start(handle, start, None if stop == _INFINITY else int(stop), name=plan.path, size=plan.size)
     raise TfrbeamError(
         f"{plan.path}: cannot start reading at byte {start}: the file has no current read index "
         f"({index_path_for(plan.path)}), so it is read whole and was not split. It may have changed or "
@@ -396,45 +393,11 @@ def _walk_headers(handle: BinaryIO, plan: FilePlan, start: int, skip_corrupt: bo
             continue
         if not skip_corrupt:
             raise problem
-        found = scan_for_record_start(handle, position + 1, plan.size)
+        found = find_record_start(handle, position + 1, name=plan.path, size=plan.size)
         if found is None:
             return None
         position = found
     return position
-
-
-def scan_for_record_start(handle: BinaryIO, start: int, size: int, limit: int | None = None) -> int | None:
-    """The first offset >= ``start`` (and < ``limit``) where a whole valid record starts, or None.
-
-    A candidate needs a length that fits in the rest of the file (checked for a whole window of
-    offsets at once with numpy), a valid length CRC and a valid data CRC. Same rule as
-    ``RecordReader``'s resynchronisation under skip_corrupt, so neighbouring ranges agree.
-    """
-    end = size - RECORD_OVERHEAD + 1 if limit is None else min(limit, size - RECORD_OVERHEAD + 1)
-    position = start
-    while position < end:
-        handle.seek(position)
-        window = handle.read(min(_SCAN_WINDOW, end - position) + HEADER_SIZE - 1)
-        count = len(window) - HEADER_SIZE + 1
-        if count <= 0:
-            return None
-        lengths = np.ndarray((count,), dtype="<u8", buffer=window, strides=(1,))
-        room = size - RECORD_OVERHEAD - position - np.arange(count, dtype=np.int64)
-        for candidate in np.flatnonzero(lengths <= room.astype(np.uint64)).tolist():
-            if _whole_record_at(handle, position + candidate, window[candidate:candidate + HEADER_SIZE]):
-                return position + candidate
-        position += count
-    return None
-
-
-def _whole_record_at(handle: BinaryIO, offset: int, header: bytes) -> bool:
-    """Whether a record with valid length and data CRCs starts at ``offset`` (its length is known to fit)."""
-    length, length_crc = _unpack_header(header)
-    if masked_crc32c(header[:8]) != length_crc:
-        return False
-    handle.seek(offset + HEADER_SIZE)
-    body = handle.read(length + 4)
-    return len(body) == length + 4 and masked_crc32c(memoryview(body)[:length]) == _unpack_crc(body, length)[0]
 
 
 def _header_problem(plan: FilePlan, position: int, header: bytes) -> TfrbeamError | None:
