@@ -583,7 +583,7 @@ def _parse_int64(text: pa.Array) -> tuple[pa.Array, np.ndarray | None]:
         if not _data_contains(text, b"xX"):  # Arrow also reads hexadecimal "0x10"; we do not
             return values, None
     except pa.ArrowInvalid:
-        pass
+        pass  # some value is not int64 text: find which below
     shaped = pc.match_substring_regex(text, _INT_TEXT)
     digits = pc.replace_substring_regex(text, r"^[+-]?0*", "")
     size = pc.binary_length(digits)
@@ -600,7 +600,7 @@ def _parse_float(text: pa.Array) -> tuple[pa.Array, np.ndarray | None]:
     try:
         return pc.cast(text, pa.float64()), None
     except pa.ArrowInvalid:
-        pass
+        pass  # some value is not number text: find which below
     good = pc.match_substring_regex(text, _FLOAT_TEXT)
     bad = np.flatnonzero(np.asarray(pc.fill_null(pc.invert(good), False)))
     cleaned = pc.if_else(good, text, pa.scalar(None, pa.string()))

@@ -159,8 +159,7 @@ def _reader_blocks(
 ) -> Iterator[RecordBlock]:
     """The same blocks through ``RecordReader``: any compression, skipping, and every error as it reports it."""
     records = reader.records_with_offsets()
-    for _ in itertools.islice(records, skip_records):
-        pass
+    next(itertools.islice(records, skip_records, skip_records), None)  # consume the first skip_records
     if stop_offset is not None:
         records = _records_before(reader, records, stop_offset)
     keep_payloads = reader.verify

@@ -118,7 +118,7 @@ def _parquet_field(name: str, source: str, arrow_type: pa.DataType, nullable: bo
         spec = infer_spec(name, arrow_type, nullable=nullable, source=source)
         return [_Feature(spec, null_comment)], ""
     except ArrowConversionError:
-        pass
+        pass  # no direct mapping: suggest a cast below
     cast = _parquet_cast(arrow_type)
     if cast is None:
         return [], f"{source} ({arrow_type}): no Example feature can hold it"

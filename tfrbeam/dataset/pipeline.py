@@ -417,10 +417,5 @@ def _size(path: str) -> int | None:
 
 
 def _total_bytes(segments: Sequence[Segment]) -> int:
-    total = 0
-    for segment in {segment.path for segment in segments}:
-        try:
-            total += os.path.getsize(segment)
-        except OSError:
-            pass
-    return total
+    """Bytes on disk of the dataset's files (a file that cannot be sized counts 0: reading it reports why)."""
+    return sum(_size(path) or 0 for path in {segment.path for segment in segments})

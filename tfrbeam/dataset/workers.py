@@ -230,11 +230,19 @@ class _PipeLimit:
         if change > 0:
             os.write(self.fds[1], b"x" * change)
         elif change < 0:
-            threading.Thread(target=os.read, args=(self.fds[0], -change), daemon=True).start()
+            threading.Thread(target=self._take, args=(-change,), daemon=True).start()
 
     def acquire(self) -> None:
-        while not os.read(self.fds[0], 1):
-            pass
+        """Take one permit, waiting for it."""
+        self._take(1)
+
+    def _take(self, count: int) -> None:
+        """Take ``count`` permits (a pipe read may return fewer bytes than asked, so loop)."""
+        while count > 0:
+            taken = os.read(self.fds[0], count)
+            if not taken:  # every write end is closed: the consumer process has gone
+                raise BrokenPipeError("the decode-limit pipe was closed: the dataset's consumer has exited")
+            count -= len(taken)
 
     def release(self) -> None:
         os.write(self.fds[1], b"x")
@@ -308,7 +316,7 @@ class ProcessWorkers:
             try:
                 self._connections[number].send(command)
             except OSError:
-                pass
+                _LOG.debug("reader process %d did not take a command; its receiver thread reports why", number)
 
     def start(self, jobs: Sequence[Job], ordered: bool) -> None:
         self.stop()
@@ -404,4 +412,4 @@ def _serve(connection: Any, plan: ReadPlan, limit: _PipeLimit) -> None:
 
 
 class _Stopped(Exception):
-    pass
+    """The consumer stopped or replaced the job a worker was producing for."""
