@@ -274,14 +274,19 @@ def test_scan_counts_line_breaks_and_sees_quotes(tmp_path):
     text = b"a\r\nb\rc\n\"d\"\r\n"  # the \r\n at 1-2 and 10-11 straddle range ends
     path = write(tmp_path, text)
     for split in (1, 2, 3, 5):
-        scans = [scan_csv_range(path, start, end, CsvOptions()) for start, end in csv_ranges(len(text), split)]
-        assert sum(scan.line_breaks for scan in scans) == 4
-        assert [scan.has_special for scan in scans] == [start <= 7 < end or start <= 9 < end
-                                                         for start, end in csv_ranges(len(text), split)]
+        ranges = csv_ranges(len(text), split)
+        scans = [scan_csv_range(path, start, end, CsvOptions(quote_char=None)) for start, end in ranges]
+        assert sum(scan.line_breaks for scan in scans) == 4 and not any(scan.has_special for scan in scans)
+        scans = [scan_csv_range(path, start, end, CsvOptions()) for start, end in ranges]
+        assert [scan.has_special for scan in scans] == [start <= 7 < end or start <= 9 < end for start, end in ranges]
+        # A range with a quote stops counting (the file is read whole); the others count the
+        # line breaks ending in them (a \r\n ends at its \n).
+        assert [scan.line_breaks for scan in scans] == [
+            None if scan.has_special else sum(scan.start <= end < scan.end for end in (2, 4, 6, 11)) for scan in scans]
     size = len(text)
-    assert not scan_csv_range(path, 0, size, CsvOptions(quote_char=None)).has_special
     assert not scan_csv_range(path, 0, size, CsvOptions(), data_offset=10).has_special
-    assert scan_csv_range(path, 0, size, CsvOptions(), data_offset=9).has_special
+    assert scan_csv_range(path, 0, size, CsvOptions(), data_offset=10).line_breaks == 4
+    assert scan_csv_range(path, 0, size, CsvOptions(), data_offset=9) == tabular_read.RangeScan(path, 0, size, None, True)
 
 
 def test_quotes_in_the_header_do_not_stop_splitting(tmp_path):

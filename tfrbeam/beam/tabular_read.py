@@ -764,12 +764,15 @@ def _special_bytes(options: CsvOptions) -> bytes:
 
 @dataclass(frozen=True)
 class RangeScan:
-    """One byte range of a CSV file: its line breaks and whether a quote or escape character occurs in it."""
+    """One byte range of a CSV file: its line breaks and whether a quote or escape character occurs in it.
+
+    line_breaks is None when has_special: the file is then read whole, so the scan stops there.
+    """
 
     path: str
     start: int
     end: int
-    line_breaks: int
+    line_breaks: int | None
     has_special: bool
 
 
@@ -782,11 +785,11 @@ def csv_ranges(size: int, split_bytes: int) -> list[tuple[int, int]]:
 def scan_csv_range(path: str, start: int, end: int, options: CsvOptions, data_offset: int = 0) -> RangeScan:
     """Count the line breaks ending in [start, end) (a \\n, or a \\r not followed by \\n) and look for quotes.
 
-    Quote and escape characters before data_offset (skipped lines, the header) do not count.
+    Quote and escape characters before data_offset (skipped lines, the header) do not count. The
+    first one found ends the scan (line_breaks None): a file holding one is read whole anyway.
     """
     special = _special_bytes(options)
     breaks = 0
-    found = False
     with _open(path) as raw:
         raw.seek(start)
         position = start
@@ -795,6 +798,9 @@ def scan_csv_range(path: str, start: int, end: int, options: CsvOptions, data_of
             if not data:
                 break
             position += len(data)
+            data_start = max(0, data_offset - (position - len(data)))
+            if any(data.find(bytes([byte]), data_start) >= 0 for byte in special):
+                return RangeScan(path, start, end, None, True)
             carriage_returns = data.count(b"\r")  # usually none: then skip the slower two-byte count
             breaks += data.count(b"\n") + carriage_returns - (data.count(b"\r\n") if carriage_returns else 0)
             if data.endswith(b"\r"):
@@ -802,9 +808,7 @@ def scan_csv_range(path: str, start: int, end: int, options: CsvOptions, data_of
                 raw.seek(position)
                 if following == b"\n":
                     breaks -= 1  # its \n ends the line break, in this range or the next
-            data_start = max(0, data_offset - (position - len(data)))
-            found = found or any(data.find(bytes([byte]), data_start) >= 0 for byte in special)
-    return RangeScan(path, start, end, breaks, found)
+    return RangeScan(path, start, end, breaks, False)
 
 
 def csv_data_offset(path: str, options: CsvOptions) -> int:
