@@ -498,6 +498,41 @@ def test_input_forms_agree():
         examples_to_record_batch(data)
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(wire_records(), features().map(canonical)), min_size=1, max_size=8), st.data())
+def test_spans_in_a_buffer_with_other_bytes_around_decode_as_the_records(records, data):
+    """(buffer, starts, ends): garbage between and after the records (fewer or more than the
+    decoder's padding, so read in place or copied) changes nothing."""
+    assume(consistent(records))
+    buffer, starts, ends = bytearray(data.draw(st.binary(max_size=40))), [], []
+    for record in records:
+        starts.append(len(buffer))
+        buffer += record
+        ends.append(len(buffer))
+        buffer += data.draw(st.one_of(st.binary(max_size=20), st.just(b"\xff" * 400)))
+    spans = (np.frombuffer(bytes(buffer), dtype=np.uint8), np.array(starts, np.int64), np.array(ends, np.int64))
+    try:
+        want = examples_to_record_batch(records)
+    except ExampleDecodeError as exc:
+        with pytest.raises(ExampleDecodeError) as got:
+            examples_to_record_batch(spans)
+        assert str(got.value) == str(exc)
+    else:
+        got = examples_to_record_batch(spans)
+        assert got.schema == want.schema
+        assert all(got.column(i).equals(want.column(i)) or _same_bits(got.column(i), want.column(i)) for i in range(want.num_columns))
+
+
+def test_span_input_is_checked():
+    data = np.zeros(10, dtype=np.uint8)
+    with pytest.raises(ExampleDecodeError, match="differ in number"):
+        examples_to_record_batch((data, np.array([0, 1]), np.array([1])))
+    with pytest.raises(ExampleDecodeError, match="within the 10-byte buffer"):
+        examples_to_record_batch((data, np.array([4]), np.array([11])))
+    with pytest.raises(ExampleDecodeError, match="start <= end"):
+        examples_to_record_batch((data, np.array([4]), np.array([3])))
+
+
 # ---------------------------------------------------------------------- TensorFlow's vectors
 
 

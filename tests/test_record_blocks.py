@@ -89,7 +89,7 @@ def test_blocks_equal_record_reader_from_any_record_start(
     assert all(0 < block.num_records <= block_length for block in blocks)
     assert all(block.data is None for block in headers_only)
     assert [block.offsets.tolist() for block in headers_only] == [block.offsets.tolist() for block in blocks]
-    assert [block.bounds.tolist() for block in headers_only] == [block.bounds.tolist() for block in blocks]
+    assert [block.lengths.tolist() for block in headers_only] == [block.lengths.tolist() for block in blocks]
     if blocks:
         assert blocks[-1].end_offset == expected[-1][0] + len(expected[-1][1]) + RECORD_OVERHEAD
 
@@ -144,6 +144,66 @@ def test_damage_gives_record_readers_records_then_its_error(monkeypatch, payload
         assert records_of(blocks) == expected and skipped == skipped_by_reader
 
 
+class _NoReader:
+    def __init__(self, *args, **kwargs):
+        raise AssertionError("the fast path handed an undamaged file to RecordReader")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(payloads=PAYLOADS, chunk=CHUNKS, block_length=st.integers(1, 40))
+def test_undamaged_files_never_leave_the_fast_path(monkeypatch, payloads, chunk, block_length):
+    """The block CRC check accepts every undamaged block (a wrong check would hide behind RecordReader)."""
+    monkeypatch.setattr(record_blocks_module, "READ_CHUNK", chunk)
+    monkeypatch.setattr(record_blocks_module, "RecordReader", _NoReader)
+    with tempfile.TemporaryDirectory() as directory:
+        path = pathlib.Path(directory) / "f.tfrecord"
+        path.write_bytes(frame_records(payloads))
+        blocks = list(record_blocks(str(path), None, 0, block_length))
+    assert records_of(blocks) == list(zip(record_starts(payloads), payloads))
+    for block in blocks:  # the buffer keeps zero slack after the last record for vectorised readers
+        assert len(block.data) - int(block.ends[-1]) >= record_blocks_module.TRAILING_SLACK
+        assert not np.asarray(block.data)[int(block.ends[-1]) + 4:].any()
+
+
+def _framed_block(payloads: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    raw = np.frombuffer(frame_records(payloads), dtype=np.uint8)
+    heads = np.array(record_starts(payloads)[:-1], dtype=np.int64)
+    lengths = np.array([len(p) for p in payloads], dtype=np.int64)
+    return raw, heads, lengths, heads + 12 + lengths
+
+
+def test_block_crc_check_fails_for_any_flipped_bit_of_any_record():
+    """Every single-bit flip in a length, a length CRC, a payload or a data CRC fails the block check."""
+    payloads = [b"", b"a", b"hello world", bytes(range(40))]
+    raw, heads, lengths, ends = _framed_block(payloads)
+    assert record_blocks_module._block_crcs_match(raw.copy(), heads, lengths, ends, raw.size)
+    for position in range(raw.size):
+        for bit in range(8):
+            damaged = raw.copy()
+            damaged[position] ^= 1 << bit
+            damaged_lengths = damaged[heads[:, None] + np.arange(8)].copy().view("<u8").reshape(-1).astype(np.int64)
+            if (damaged_lengths != lengths).any():
+                continue  # the walk would have located other records: the length CRC check is below
+            assert not record_blocks_module._block_crcs_match(damaged, heads, lengths, ends, raw.size), (position, bit)
+    for record, head in enumerate(heads.tolist()):  # a changed length field fails its length CRC
+        damaged = raw.copy()
+        damaged[head] ^= 1
+        assert not record_blocks_module._block_crcs_match(damaged, heads, lengths, ends, raw.size), record
+
+
+@settings(max_examples=100, deadline=None)
+@given(payloads=st.lists(st.binary(min_size=1, max_size=60), min_size=2, max_size=12), data=st.data())
+def test_damage_in_several_records_of_one_block_fails_the_check(payloads, data):
+    """Damage to several records of one block does not cancel out (barring a 2**-32 coincidence)."""
+    raw, heads, lengths, ends = _framed_block(payloads)
+    damaged = raw.copy()
+    records = data.draw(st.sets(st.integers(0, len(payloads) - 1), min_size=2, max_size=4))
+    for record in records:
+        span = np.r_[heads[record] + 8:heads[record] + 12, heads[record] + 12:ends[record] + 4]  # all but the length
+        damaged[span[data.draw(st.integers(0, len(span) - 1))]] ^= data.draw(st.integers(1, 255))
+    assert not record_blocks_module._block_crcs_match(damaged, heads, lengths, ends, raw.size)
+
+
 def test_compressed_files_and_skipped_records_go_through_the_reader(tmp_path):
     payloads = [bytes([n]) * n for n in range(40)]
     path = tmp_path / "f.tfrecord.gz"
@@ -168,7 +228,9 @@ def test_offset_of_record_and_block_helpers(tmp_path):
     assert records_of([head]) == list(zip(starts, payloads))[:3] and head.end_offset == starts[3]
     assert block.prefix(5) is block
     rebuilt = RecordBlock.from_payloads(payloads, starts[:-1])
-    assert bytes(rebuilt.data) == bytes(block.data) and rebuilt.bounds.tolist() == block.bounds.tolist()
+    assert records_of([rebuilt]) == records_of([block])
+    for joined, bounds in (rebuilt.joined(), block.joined()):
+        assert joined == b"".join(payloads) and bounds.tolist() == np.cumsum([0, *map(len, payloads)]).tolist()
     with pytest.raises(ValueError, match="block_length"):
         list(record_blocks(str(path), None, 0, 0))
 
@@ -181,8 +243,9 @@ def test_blocks_feed_the_columnar_decoder_as_one_buffer(tmp_path):
     path = tmp_path / "f.tfrecord"
     path.write_bytes(frame_records(payloads))
     blocks = list(record_blocks(str(path), None, 0, 20))
-    decoded = [examples_to_record_batch((block.data, block.bounds)) for block in blocks]
-    decoded.append(examples_to_record_batch((blocks[0].prefix(7).data, blocks[0].prefix(7).bounds)))
+    decoded = [examples_to_record_batch((block.data, block.starts, block.ends)) for block in blocks]
+    head = blocks[0].prefix(7)
+    decoded.append(examples_to_record_batch((head.data, head.starts, head.ends)))
     assert sum((batch.column("id").to_pylist() for batch in decoded), []) == [[n] for n in range(50)] + [[n] for n in range(7)]
 
 

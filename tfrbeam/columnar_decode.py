@@ -91,7 +91,9 @@ def examples_to_record_batch(records: Any, schema: Optional[pa.Schema] = None) -
     ``records`` is a sequence of bytes-like records, or one contiguous buffer plus ``n + 1``
     int64 offsets (record i = ``buffer[offsets[i]:offsets[i + 1]]``), given as an object with
     ``.data`` and ``.offsets`` (like the encoder's EncodedExamples) or a ``(buffer, offsets)``
-    tuple. Without ``schema`` the columns are inferred; with it the batch has exactly that schema.
+    tuple, or a ``(buffer, starts, ends)`` tuple (record i = ``buffer[starts[i]:ends[i]]``, other
+    bytes ignored: a block of ``tfrbeam.record_blocks``, read in place). Without ``schema`` the
+    columns are inferred; with it the batch has exactly that schema.
     """
     return _to_record_batch(records, schema)
 
@@ -139,6 +141,8 @@ class _RecordBuffer:
             return cls.from_buffer(records.data, records.offsets)
         if isinstance(records, tuple) and len(records) == 2 and not isinstance(records[1], (bytes, bytearray, memoryview)):
             return cls.from_buffer(records[0], records[1])
+        if isinstance(records, tuple) and len(records) == 3 and isinstance(records[1], np.ndarray):
+            return cls.from_spans(*records)
         if isinstance(records, (bytes, bytearray, memoryview, str)):
             raise TypeError(
                 "records must be a sequence of serialized Examples (or a (buffer, offsets) pair), "
@@ -169,6 +173,26 @@ class _RecordBuffer:
         buf[: raw.size] = raw
         buf[raw.size :] = 0
         return cls(buf, offsets[:-1].copy(), offsets[1:].copy())
+
+    @classmethod
+    def from_spans(cls, data: Any, starts: np.ndarray, ends: np.ndarray) -> _RecordBuffer:
+        """Records at ``data[starts[i]:ends[i]]``; read in place when ``_PAD`` bytes follow the last one."""
+        raw = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data.view(np.uint8).reshape(-1)
+        starts = np.asarray(starts, dtype=np.int64).reshape(-1)
+        ends = np.asarray(ends, dtype=np.int64).reshape(-1)
+        if starts.shape != ends.shape:
+            raise ExampleDecodeError(f"record starts and ends differ in number ({starts.size} and {ends.size})")
+        last_end = int(ends.max()) if ends.size else 0
+        if ends.size and (int(starts.min()) < 0 or last_end > raw.size or (ends < starts).any()):
+            raise ExampleDecodeError(
+                f"record spans must lie within the {raw.size}-byte buffer with start <= end "
+                f"(got starts from {int(starts.min())}, ends up to {last_end})"
+            )
+        if raw.size - last_end < _PAD:
+            buf = np.zeros(last_end + _PAD, dtype=np.uint8)
+            buf[:last_end] = raw[:last_end]
+            raw = buf
+        return cls(raw, starts, ends)
 
     @classmethod
     def from_arrow(cls, array: pa.Array) -> _RecordBuffer:

@@ -1,15 +1,16 @@
-"""TFRecord records read a block at a time: payloads joined into one buffer, plus bounds and offsets.
+"""TFRecord records read a block at a time: one buffer holding the payloads, plus their spans and offsets.
 
 Batch readers (the dataset reader, the Beam source's Example reads) hand a block straight to the
-columnar decoder as ``(block.data, block.bounds)``, with no Python object per record.
+columnar decoder as ``(block.data, block.starts, block.ends)``, with no Python object per record.
 
 Uncompressed files take a fast path: a tight walk over record headers in a large read buffer,
-the length CRCs of the whole block checked at once with numpy, one hardware CRC call per
-payload, and the payloads joined into one buffer. At the first sign of trouble (a CRC mismatch,
-a truncated record, an absurd length) it hands the rest of the file, from the first record it
-has not yet handed out, to ``tfrbeam.records.RecordReader``, which raises or skips exactly as it
-always does: the records, errors (type, check, offset) and skips are those of ``RecordReader``.
-Compressed files, ``skip_corrupt`` and ``skip_records`` go through ``RecordReader`` throughout.
+then every CRC of the block checked with two calls into the hardware CRC (see
+``_block_crcs_match``) and the block's bytes copied once into a buffer of their own. At the
+first sign of trouble (a CRC mismatch, a truncated record, an absurd length) it hands the rest
+of the file, from the first record of the block it could not hand out, to
+``tfrbeam.records.RecordReader``, which raises or skips exactly as it always does: the records,
+errors (type, check, offset) and skips are those of ``RecordReader``. Compressed files,
+``skip_corrupt`` and ``skip_records`` go through ``RecordReader`` throughout.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ PathOrFile = Union[str, "os.PathLike[str]", BinaryIO]
 # Bytes read at a time (at least; a block larger than this is read whole). Large reads keep the
 # per-read cost negligible; the buffer holds about two blocks.
 READ_CHUNK = 4 << 20
+# Zero bytes after the last record of a fast-path block's buffer: vectorised readers (the
+# columnar decoder) read 8-byte windows and may look a few hundred bytes past a record's end.
+TRAILING_SLACK = 512
 
 _unpack_length = struct.Struct("<Q").unpack_from
 _crc = crc32c.crc32c
@@ -47,50 +51,69 @@ _NO_STOP = sys.maxsize
 
 
 class RecordBlock(NamedTuple):
-    """Consecutive records of one file: record i is ``data[bounds[i]:bounds[i + 1]]`` and starts at byte ``offsets[i]``.
+    """Consecutive records of one file: record i is ``data[starts[i]:ends[i]]`` and starts at byte ``offsets[i]``.
 
-    ``data`` is None when the block was read with ``verify=False`` (headers only). ``(data,
-    bounds)`` is what ``tfrbeam.columnar_decode.examples_to_record_batch`` takes as one buffer.
+    ``data`` is None when the block was read with ``verify=False`` (headers only; ``starts`` and
+    ``ends`` then only give the lengths). ``(data, starts, ends)`` is what
+    ``tfrbeam.columnar_decode.examples_to_record_batch`` takes. Bytes between and after the
+    payloads are not record bytes (fast-path blocks keep the framing's place, rewritten, plus
+    ``TRAILING_SLACK`` zero bytes at the end so vectorised readers may read past a record end).
     """
 
-    data: bytes | memoryview | None
-    bounds: np.ndarray  # int64[n + 1], bounds[0] == 0
+    data: bytes | np.ndarray | None
+    starts: np.ndarray  # int64[n], where each payload starts in data
+    ends: np.ndarray  # int64[n], where each payload ends in data
     offsets: np.ndarray  # int64[n], absolute (uncompressed) offsets of the record headers
 
     @classmethod
     def from_payloads(cls, payloads: Sequence[bytes | bytearray | memoryview], offsets: Iterable[int]) -> RecordBlock:
         """A block of the given payloads (joined) starting at the given offsets."""
-        lengths = np.fromiter(map(len, payloads), dtype=np.int64, count=len(payloads))
-        bounds = np.zeros(len(payloads) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=bounds[1:])
-        return cls(b"".join(payloads), bounds, np.fromiter(offsets, dtype=np.int64, count=len(payloads)))
+        bounds = _bounds(np.fromiter(map(len, payloads), dtype=np.int64, count=len(payloads)))
+        offsets = np.fromiter(offsets, dtype=np.int64, count=len(payloads))
+        return cls(b"".join(payloads), bounds[:-1], bounds[1:], offsets)
 
     @property
     def num_records(self) -> int:
         return len(self.offsets)
 
     @property
+    def lengths(self) -> np.ndarray:
+        return self.ends - self.starts
+
+    @property
     def payload_bytes(self) -> int:
-        return int(self.bounds[-1])
+        return int(self.lengths.sum())
 
     @property
     def end_offset(self) -> int:
-        """The offset just after the block's last record (its first offset when it is empty)."""
+        """The offset just after the block's last record (0 when it is empty)."""
         if not len(self.offsets):
             return 0
-        return int(self.offsets[-1]) + int(self.bounds[-1] - self.bounds[-2]) + RECORD_OVERHEAD
+        return int(self.offsets[-1]) + int(self.ends[-1] - self.starts[-1]) + RECORD_OVERHEAD
 
     def payload(self, index: int) -> bytes:
         """Record ``index``'s payload as bytes (for error reports and record-by-record fallbacks)."""
         assert self.data is not None, "a block read with verify=False holds no payloads"
-        return bytes(self.data[int(self.bounds[index]):int(self.bounds[index + 1])])
+        return bytes(self.data[int(self.starts[index]):int(self.ends[index])])
+
+    def joined(self) -> tuple[bytes, np.ndarray]:
+        """(the payloads back to back, their n + 1 bounds): for readers that need them contiguous."""
+        assert self.data is not None, "a block read with verify=False holds no payloads"
+        view = memoryview(self.data).cast("B")
+        data = b"".join(map(view.__getitem__, map(slice, self.starts.tolist(), self.ends.tolist())))
+        return data, _bounds(self.lengths)
 
     def prefix(self, count: int) -> RecordBlock:
         """The block's first ``count`` records, sharing its buffer."""
         if count >= len(self.offsets):
             return self
-        data = None if self.data is None else memoryview(self.data)[: int(self.bounds[count])]
-        return RecordBlock(data, self.bounds[: count + 1], self.offsets[:count])
+        return RecordBlock(self.data, self.starts[:count], self.ends[:count], self.offsets[:count])
+
+
+def _bounds(lengths: np.ndarray) -> np.ndarray:
+    bounds = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=bounds[1:])
+    return bounds
 
 
 def record_blocks(
@@ -261,8 +284,7 @@ def _fast_blocks(
         block = _check_block(window.buffer, starts, verify)
         if block is None:
             break  # a CRC mismatch in this block
-        data, bounds = block
-        yield RecordBlock(data, bounds, np.asarray(starts, dtype=np.int64) + window.base)
+        yield block._replace(offsets=block.offsets + window.base)
         pos = after
         if len(starts) == want:
             block_bytes = max(block_bytes, after - starts[0])
@@ -308,31 +330,64 @@ def _bytes_needed(buffer: bytearray, pos: int, end: int) -> int | None:
     return length + RECORD_OVERHEAD
 
 
-def _check_block(buffer: bytearray, starts: list[int], verify: bool) -> tuple[bytes | None, np.ndarray] | None:
-    """(joined payloads, bounds) of the records at ``starts``, or None when a CRC does not match."""
+def _check_block(buffer: bytearray, starts: list[int], verify: bool) -> RecordBlock | None:
+    """The records at ``starts`` (offsets relative to ``buffer``) as a block, or None when a CRC does not match."""
     raw = np.frombuffer(buffer, dtype=np.uint8)
     heads = np.asarray(starts, dtype=np.int64)
     lengths = _gather_u64(raw, heads).astype(np.int64)
-    bounds = np.zeros(len(starts) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=bounds[1:])
     if not verify:
-        return None, bounds
-    if (_masked_crc32c_rows(raw[heads[:, None] + np.arange(8)]) != _gather_u32(raw, heads + 8)).any():
+        bounds = _bounds(lengths)
+        return RecordBlock(None, bounds[:-1], bounds[1:], heads)
+    first, end = int(heads[0]), int(heads[-1] + lengths[-1] + RECORD_OVERHEAD)
+    # The block's own copy (the read buffer is reused), with zero slack after it.
+    data = np.empty(end - first + TRAILING_SLACK, dtype=np.uint8)
+    data[: end - first] = raw[first:end]
+    data[end - first:] = 0
+    heads -= first
+    payload_ends = heads + HEADER_SIZE + lengths
+    if not _block_crcs_match(data, heads, lengths, payload_ends, end - first):
         return None
-    first = heads + HEADER_SIZE
-    view = memoryview(buffer)
-    payloads: list[memoryview] = []
-    try:
-        payloads = list(map(view.__getitem__, map(slice, first.tolist(), (first + lengths).tolist())))
-        computed = np.fromiter(map(_crc, payloads), dtype=np.uint64, count=len(payloads))
-        rotated = ((computed >> 15) | (computed << 17)) & 0xFFFFFFFF
-        if (((rotated + 0xA282EAD8) & 0xFFFFFFFF) != _gather_u32(raw, heads + HEADER_SIZE + lengths)).any():
-            return None
-        data = b"".join(payloads)
-    finally:
-        payloads.clear()  # the views must go before the buffer can be refilled
-        view.release()
-    return data, bounds
+    return RecordBlock(data, heads + HEADER_SIZE, payload_ends, heads + first)
+
+
+# Four bytes that take a CRC-32C register from 0 to 0xFFFFFFFF (CRC-32C's initial value).
+_INIT_FROM_ZERO = np.frombuffer(bytes.fromhex("54641f64"), dtype=np.uint8)
+
+
+def _block_crcs_match(data: np.ndarray, heads: np.ndarray, lengths: np.ndarray, payload_ends: np.ndarray, size: int) -> bool:
+    """Do the length and data CRCs of every record framed in ``data[:size]`` match? Two CRC calls in all.
+
+    A CRC-32C register run from 0 over ``init ‖ message ‖ ~crc32c(message)`` (4 little-endian
+    bytes) ends at 0, where ``init`` is the 4 bytes that take it from 0 to CRC-32C's initial
+    value. So each record's framing is rewritten in place: its 12-byte header becomes 8 zero
+    bytes (which leave a zero register at 0) and ``init``, its data CRC ``~unmasked CRC``; one
+    CRC call over the whole block ends at 0 when every data CRC matches. A record whose CRC does
+    not match leaves a non-zero register, which the following bytes map one-to-one (an
+    invertible linear map), so the block fails; several bad records in one block could cancel
+    out only with probability 2**-32, the odds of one bad record passing its own CRC. The length
+    fields are checked the same way in a small buffer of their own. On a mismatch the caller
+    hands the block to RecordReader, which finds the exact record.
+    """
+    count = len(heads)
+    lengths_bytes = data[heads[:, None] + np.arange(8)]
+    length_crcs = _gather_u32(data, heads + 8)
+    data_crcs = _gather_u32(data, payload_ends)
+    header_stream = np.empty((count, 16), dtype=np.uint8)
+    header_stream[:, :4] = _INIT_FROM_ZERO
+    header_stream[:, 4:12] = lengths_bytes
+    header_stream[:, 12:] = _inverted_unmasked(length_crcs).view(np.uint8).reshape(count, 4)
+    if _crc(header_stream, 0xFFFFFFFF) != 0xFFFFFFFF:  # value=0xFFFFFFFF: the register starts (and must end) at 0
+        return False
+    data[heads[:, None] + np.arange(HEADER_SIZE)] = np.concatenate((np.zeros(8, np.uint8), _INIT_FROM_ZERO))
+    data[payload_ends[:, None] + np.arange(4)] = _inverted_unmasked(data_crcs).view(np.uint8).reshape(count, 4)
+    return _crc(memoryview(data)[:size], 0xFFFFFFFF) == 0xFFFFFFFF
+
+
+def _inverted_unmasked(masked: np.ndarray) -> np.ndarray:
+    """``~crc`` for each masked CRC (little-endian uint32)."""
+    rotated = (masked.astype(np.uint32) - np.uint32(0xA282EAD8)).astype(np.uint32)
+    crc = (rotated >> np.uint32(17)) | (rotated << np.uint32(15))
+    return (~crc).astype("<u4")
 
 
 def _gather_u64(raw: np.ndarray, at: np.ndarray) -> np.ndarray:
@@ -341,26 +396,3 @@ def _gather_u64(raw: np.ndarray, at: np.ndarray) -> np.ndarray:
 
 def _gather_u32(raw: np.ndarray, at: np.ndarray) -> np.ndarray:
     return raw[at[:, None] + np.arange(4)].copy().view("<u4").reshape(-1)
-
-
-def _crc32c_table() -> np.ndarray:
-    table = np.zeros(256, dtype=np.uint32)
-    for byte in range(256):
-        crc = byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
-        table[byte] = crc
-    return table
-
-
-_TABLE = _crc32c_table()
-
-
-def _masked_crc32c_rows(rows: np.ndarray) -> np.ndarray:
-    """Masked CRC32C of each row of a 2-D uint8 array (the 8-byte length fields of a block, at once)."""
-    crc = np.full(len(rows), 0xFFFFFFFF, dtype=np.uint32)
-    for column in range(rows.shape[1]):
-        crc = _TABLE[(crc ^ rows[:, column]) & 0xFF] ^ (crc >> np.uint32(8))
-    crc ^= np.uint32(0xFFFFFFFF)
-    rotated = ((crc >> np.uint32(15)) | (crc << np.uint32(17))).astype(np.uint64)
-    return ((rotated + 0xA282EAD8) & 0xFFFFFFFF).astype(np.uint32)

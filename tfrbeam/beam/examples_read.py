@@ -1,8 +1,8 @@
 """ReadExamples: tf.train.Example TFRecord files as dicts or as Arrow RecordBatches.
 
 Records are never separate Beam elements on the way: the source reads a byte range a block of
-records at a time (``tfrbeam.record_blocks``: the payloads joined in one buffer plus bounds, no
-Python object per record) and decodes each block where it was read. With ``output="record_batches"`` one element is one RecordBatch of up to ``batch_size``
+records at a time (``tfrbeam.record_blocks``: one buffer plus the payloads' spans, no Python
+object per record) and decodes each block where it was read. With ``output="record_batches"`` one element is one RecordBatch of up to ``batch_size``
 rows, so Beam's per-element cost is paid once per batch; with ``output="dicts"`` each Example is
 one element (that is the output asked for), decoded in the reading step a batch at a time.
 """
@@ -40,7 +40,7 @@ class DecodeToRecordBatches:
 
     def __call__(self, path: str, block: RecordBlock) -> Iterator[pa.RecordBatch]:
         try:
-            batch = examples_to_record_batch((block.data, block.bounds), schema=self.schema)
+            batch = examples_to_record_batch((block.data, block.starts, block.ends), schema=self.schema)
         except ExampleDecodeError as exc:
             raise _locate_decode_error(path, block, self.schema, exc) from exc
         yield batch
@@ -56,7 +56,7 @@ class DecodeToDicts:
 
     def __call__(self, path: str, block: RecordBlock) -> Iterator[dict[str, Any]]:
         try:
-            rows = examples_to_record_batch((block.data, block.bounds)).to_pylist()
+            rows = examples_to_record_batch((block.data, block.starts, block.ends)).to_pylist()
         except (ArrowConversionError, ExampleDecodeError):
             yield from self._one_by_one(path, block)
             return

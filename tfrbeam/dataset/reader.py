@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from tfrbeam.columnar_decode import examples_to_record_batch
 from tfrbeam.dataset.columns import Block, Column, DenseLayout
-from tfrbeam.record_blocks import offset_of_record, record_blocks
+from tfrbeam.record_blocks import RecordBlock, offset_of_record, record_blocks
 from tfrbeam.dataset.spec import NUMPY_DTYPES, Feature, FixedLenFeature, arrow_field
 from tfrbeam.errors import ArrowConversionError, ExampleDecodeError
 from tfrbeam.record_index import load_index
@@ -75,24 +75,26 @@ class BlockDecoder:
     def layout(self) -> DenseLayout:
         return dense_layout(self.features)
 
-    def decode(self, data: bytes, offsets: np.ndarray, path: str, record_offsets: list[int], ids: np.ndarray) -> Block:
+    def decode(self, records: RecordBlock, path: str, ids: np.ndarray) -> Block:
         """The records' features (dense ones packed with the ids, see ``DenseLayout``)."""
         if self.raw:
-            block = {RAW_KEY: Column(np.frombuffer(data, dtype=np.uint8), (np.diff(offsets),)), ID_KEY: Column(ids)}
+            data, bounds = records.joined()
+            block = {RAW_KEY: Column(np.frombuffer(data, dtype=np.uint8), (np.diff(bounds),)), ID_KEY: Column(ids)}
             return self.layout.pack(block)
         try:
-            batch = examples_to_record_batch((data, offsets), self.schema)
+            batch = examples_to_record_batch((records.data, records.starts, records.ends), self.schema)
         except (ExampleDecodeError, ArrowConversionError) as exc:
-            raise self._locate_error(data, offsets, path, record_offsets, exc) from exc
+            raise self._locate_error(records, path, exc) from exc
         block = {name: _to_column(batch.column(i), feature) for i, (name, feature) in enumerate(self.features.items())}
         block[ID_KEY] = Column(ids)
         return self.layout.pack(block)
 
-    def _locate_error(self, data: bytes, offsets: np.ndarray, path: str, record_offsets: list[int], exc: Exception) -> Exception:
+    def _locate_error(self, records: RecordBlock, path: str, exc: Exception) -> Exception:
         """Find the first failing record of a block to name its file and byte offset."""
+        record_offsets = records.offsets.tolist()
         for i, record_offset in enumerate(record_offsets):
             try:
-                examples_to_record_batch((data, offsets[i:i + 2]), self.schema)
+                examples_to_record_batch([records.payload(i)], self.schema)
             except (ExampleDecodeError, ArrowConversionError) as single:
                 return type(exc)(
                     f"{path}: the record at offset {record_offset} does not match the feature spec: {single}. "
@@ -175,11 +177,11 @@ def read_segment(
         verify=decoder is not None, skip_corrupt=skip_corrupt, on_skip=skipped.append, skip_records=skip,
     )
     number = first
-    for data, bounds, record_offsets in blocks:
-        count = len(record_offsets)
+    for records in blocks:
+        count = records.num_records
         ids = record_ids(segment_index, number, count)
         number += count
-        block = None if decoder is None else decoder.decode(data, bounds, segment.path, record_offsets.tolist(), ids)
+        block = None if decoder is None else decoder.decode(records, segment.path, ids)
         yield SegmentBlock(ids, block, skipped[:])
         skipped.clear()
     if skipped:
@@ -221,4 +223,4 @@ def count_records(path: str, compression: str | None) -> int:
             index = None
         if index is not None:
             return index.num_records
-    return sum(len(offsets) for _, _, offsets in record_blocks(path, compression, 0, 1 << 16, None, verify=False))
+    return sum(block.num_records for block in record_blocks(path, compression, 0, 1 << 16, None, verify=False))
