@@ -721,10 +721,13 @@ def _fast_pieces(walk: _Walk) -> dict[int, list[_Piece]]:
     duplicate keys send their records to the fallback instead.
 
     Features whose every list is one short run (scalars, short lists) are decoded together per
-    kind, one vectorised call for all of them, which keeps wide sparse batches fast.
+    kind, one vectorised call for all of them, which keeps wide sparse batches fast. Numeric runs
+    are grouped by their length as well when it is the same in every record (float scalars,
+    fixed-size vectors, 1-byte varints): runs of one length are gathered a word at a time and
+    1-byte varints need no continuation-bit work; mixed lengths go byte by byte.
     """
     pieces: dict[int, list[_Piece]] = {}
-    single_runs: dict[int, list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]] = {}
+    single_runs: dict[tuple[int, int], list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]] = {}
     for fid, entries in walk.entries.items():
         rec, kind, start, end, single_len = entries.columns()
         if len(entries.chunks) > 1 or not entries.in_record_order:
@@ -739,10 +742,12 @@ def _fast_pieces(walk: _Walk) -> dict[int, list[_Piece]]:
             if k == KIND_NONE:
                 pieces.setdefault(fid, []).append(_Piece.empty(KIND_NONE, parts[0]))
             elif (parts[3] >= 0).all():
-                single_runs.setdefault(k, []).append((fid, parts[0], parts[1] + 2, parts[3]))
+                lengths = parts[3]
+                width = int(lengths[0]) if k != KIND_BYTES and (lengths == lengths[0]).all() else -1
+                single_runs.setdefault((k, width), []).append((fid, parts[0], parts[1] + 2, lengths))
             else:
                 pieces.setdefault(fid, []).append(_decode_entries(walk, k, *parts[:3]))
-    for kind, runs in single_runs.items():
+    for (kind, _), runs in single_runs.items():
         for fid, piece in _decode_single_runs(walk, kind, runs):
             pieces.setdefault(fid, []).append(piece)
     return pieces
@@ -1426,17 +1431,31 @@ def _scalar_array(target: _Target, piece: _Piece, num_records: int) -> pa.Array:
     return _numeric_array(target.element, full, validity)
 
 
+class _ValueRecords:
+    """The record of each value of a piece, worked out only when an error message needs one."""
+
+    def __init__(self, piece: _Piece):
+        self.piece = piece
+
+    def __getitem__(self, index: int) -> int:
+        return int(np.repeat(self.piece.rec, self.piece.counts)[index])
+
+
 def _child_array(piece: _Piece, element: pa.DataType, name: str) -> pa.Array:
     """The flat values of a list column, converted to the element type."""
-    value_rec = np.repeat(piece.rec, piece.counts)
+    value_rec = _ValueRecords(piece)
     if piece.kind == KIND_BYTES:
         return _binary_array(element, piece.values, piece.data, None, name, value_rec)
     return _numeric_array(element, _convert_numbers(piece.values, element, name, value_rec), None)
 
 
 def _list_array(list_type: pa.DataType, child: pa.Array, rec, counts, num_records: int, name: str) -> pa.Array:
-    full_counts = np.zeros(num_records, dtype=np.int64)
-    full_counts[rec] = counts
+    everywhere = len(rec) == num_records  # rec is ascending and unique: every record holds the feature
+    if everywhere:
+        full_counts = counts
+    else:
+        full_counts = np.zeros(num_records, dtype=np.int64)
+        full_counts[rec] = counts
     offsets = np.zeros(num_records + 1, dtype=np.int64)
     np.cumsum(full_counts, out=offsets[1:])
     large = pa.types.is_large_list(list_type)
@@ -1445,9 +1464,11 @@ def _list_array(list_type: pa.DataType, child: pa.Array, rec, counts, num_record
             f"feature {name!r} holds {int(offsets[-1])} values in one batch, more than a list column can "
             "(2**31 - 1); decode smaller batches or ask for a large_list field"
         )
-    present = np.zeros(num_records, dtype=bool)
-    present[rec] = True
-    validity = None if present.all() else _bitmap(present)
+    validity = None
+    if not everywhere:
+        present = np.zeros(num_records, dtype=bool)
+        present[rec] = True
+        validity = _bitmap(present)
     offsets_buffer = pa.py_buffer(offsets if large else offsets.astype(np.int32))
     return pa.Array.from_buffers(list_type, num_records, [validity, offsets_buffer], children=[child])
 
