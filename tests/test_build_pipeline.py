@@ -262,3 +262,24 @@ def test_every_schema_problem_is_reported_before_the_pipeline(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "2 problems" in err and "features.x.source" in err and "features.y.source" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_pieces_stay_in_memory_only_when_every_worker_runs_in_this_process():
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipelines.build.pipeline import held_piece_budget, uses_local_workers, workers_share_this_process
+
+    def options(*args: str) -> PipelineOptions:
+        return PipelineOptions(list(args))
+
+    assert workers_share_this_process(options())
+    assert workers_share_this_process(options("--direct_running_mode=multi_threading", "--direct_num_workers=2"))
+    for separate in (
+        options("--direct_running_mode=multi_processing", "--direct_num_workers=2"),
+        options("--runner=PortableRunner", "--job_endpoint=embed"),
+        options("--runner=DataflowRunner"),
+    ):
+        assert not workers_share_this_process(separate)
+    assert uses_local_workers(options("--runner=PortableRunner", "--job_endpoint=embed"))
+    assert not uses_local_workers(options("--runner=DataflowRunner"))
+    assert 0 < held_piece_budget() <= 2 << 30

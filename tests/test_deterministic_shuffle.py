@@ -8,6 +8,7 @@ import pathlib
 import random
 
 import apache_beam as beam
+import crc32c
 import numpy as np
 import pytest
 import xxhash
@@ -23,19 +24,25 @@ from tfrbeam.beam.deterministic_shuffle import (
     bucket_bits_for,
     content_digests,
     frame_gathered,
+    frame_ordered,
     input_order_keys,
     make_plan,
+    record_checksums,
+    release_held_pieces,
     seeded_sort_keys,
     shard_file_name,
     split_indices,
     _BucketCounts,
+    _HELD,
 )
 from tfrbeam.record_index import index_path_for, parse_index
 from tfrbeam.records import RECORD_OVERHEAD, frame_records, read_records
 
 
-def _pieces(payloads: list[bytes], piece_sizes: list[int], fractions, seed: int | None) -> list[KeyedRecords]:
-    """Cut payloads into pieces and key them as the build does (content digest, split, seeded key)."""
+def _pieces(
+    payloads: list[bytes], piece_sizes: list[int], fractions, seed: int | None, with_crcs: bool = False
+) -> list[KeyedRecords]:
+    """Cut payloads into pieces and key them as the build does (content digest and CRCs, split, seeded key)."""
     pieces, start, row = [], 0, 0
     for size in piece_sizes:
         chunk = payloads[start:start + size]
@@ -45,23 +52,25 @@ def _pieces(payloads: list[bytes], piece_sizes: list[int], fractions, seed: int 
         data = np.frombuffer(b"".join(chunk), dtype=np.uint8)
         offsets = np.zeros(len(chunk) + 1, np.int64)
         np.cumsum([len(item) for item in chunk], out=offsets[1:])
-        digests = content_digests(data, offsets)
+        digests, crcs = record_checksums(data, offsets)
         split = split_indices(digests[:, 0], fractions)
         if seed is None:
             key = input_order_keys(0, np.arange(row, row + len(chunk)))
         else:
             key = seeded_sort_keys(digests[:, 1], seed)
         row += len(chunk)
-        pieces.append(KeyedRecords(split, key, offsets, data))
+        pieces.append(KeyedRecords(split, key, offsets, data, crcs=crcs if with_crcs else None))
     return pieces
 
 
-def _run(pieces: list[KeyedRecords], spec: ShardingSpec, temp_dir: pathlib.Path, spill: bool = False) -> None:
+def _run(
+    pieces: list[KeyedRecords], spec: ShardingSpec, temp_dir: pathlib.Path, spill: bool = False, hold_bytes: int = 0
+) -> None:
     with beam.Pipeline(options=PipelineOptions([])) as pipeline:
         _ = (
             pipeline
             | beam.Create(pieces).with_output_types(KeyedRecords)
-            | WriteShuffledShards(spec, str(temp_dir), spill=spill)
+            | WriteShuffledShards(spec, str(temp_dir), spill=spill, hold_bytes=hold_bytes)
         )
 
 
@@ -108,6 +117,9 @@ def test_content_digest_is_xxh3_128_of_each_record():
     assert digests[0].astype("<u8").tobytes().hex() == "99aa06d3014798d86001c324468d497f"
     for record, digest in zip(records, digests):
         assert digest.astype("<u8").tobytes() == xxhash.xxh3_128_digest(record)
+    both, crcs = record_checksums(np.frombuffer(b"".join(records), np.uint8), offsets)
+    np.testing.assert_array_equal(both, digests)
+    assert crcs.dtype == np.uint32 and crcs.tolist() == [crc32c.crc32c(record) for record in records]
 
 
 def test_input_order_keys_sort_by_file_then_row():
@@ -129,11 +141,16 @@ def test_keyed_records_coder_round_trips(payloads):
     decoded = coder.decode(coder.encode(records))
     for field in ("split", "key", "offsets", "data"):
         np.testing.assert_array_equal(getattr(decoded, field), getattr(records, field))
+    assert decoded.crcs is None
     spilled_records = KeyedRecords(records.split, records.key, records.offsets, None, "gs://b/é.bin", 7)
     spilled = coder.decode(coder.encode(spilled_records))
     assert spilled.data is None and (spilled.spill_path, spilled.spill_offset) == ("gs://b/é.bin", 7)
+    with_crcs = KeyedRecords(records.split, records.key, records.offsets, records.data, crcs=np.arange(len(payloads), dtype=np.uint32) * 3)
+    np.testing.assert_array_equal(coder.decode(coder.encode(with_crcs)).crcs, with_crcs.crcs)
+    half = len(payloads) // 2
+    np.testing.assert_array_equal(with_crcs.slice(half, len(payloads)).crcs, with_crcs.crcs[half:])
     # Beam samples element sizes; the estimate is computed, and exact.
-    for value in (records, spilled_records, records.slice(len(payloads) // 2, len(payloads))):
+    for value in (records, spilled_records, with_crcs, records.slice(half, len(payloads)), with_crcs.slice(0, half)):
         assert coder.estimate_size(value) == len(coder.encode(value))
 
 
@@ -217,6 +234,15 @@ def test_output_bytes_do_not_depend_on_batching_or_piece_order_and_change_with_s
     first, second, other_seed = (_file_bytes(tmp_path / name) for name in "abc")
     assert first == second  # also: bytes spilled to files or shuffled through the GroupByKey, the same output
     assert len(list((tmp_path / "b" / "spill").iterdir())) == 4
+    # Pieces held in this process's memory, all of them or as many as a small budget allows (the
+    # rest spilled), and CRCs carried from hashing: the same output again, and nothing left held.
+    budget = 2 * max(piece.num_bytes + RECORD_OVERHEAD * len(piece) for piece in pieces)
+    for name, hold_bytes in (("held", 1 << 30), ("some-held", budget)):
+        _run(_pieces(payloads, [300, 300, 325], [0.5, 0.5], seed=1, with_crcs=True), spec, tmp_path / name,
+             spill=True, hold_bytes=hold_bytes)
+        assert _file_bytes(tmp_path / name) == first and _HELD.held_bytes == 0
+    assert not (tmp_path / "held" / "spill").exists()
+    assert len(list((tmp_path / "some-held" / "spill").iterdir())) == 1
     assert first.keys() == other_seed.keys() and first != other_seed
     # Same splits under another seed: only the order inside each split changes.
     for split in ("train", "eval"):
@@ -254,3 +280,31 @@ def test_frame_gathered_equals_frame_records(payloads, rng):
     view = memoryview(b"".join(payloads))
     expected = frame_records([view[s:e] for s, e in zip(starts.tolist(), ends.tolist())])
     assert frame_gathered(view, starts, ends) == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.binary(max_size=300), max_size=40), st.randoms(use_true_random=False), st.booleans())
+def test_frame_ordered_equals_frame_records(payloads, rng, many_lengths):
+    if many_lengths:  # more distinct lengths than frame_ordered copies group by group
+        payloads = payloads + [bytes([index % 256]) * (index + 1) for index in range(100)]
+    offsets = np.cumsum([0] + [len(item) for item in payloads]).astype(np.int64)
+    order = list(range(len(payloads)))
+    rng.shuffle(order)
+    data = np.frombuffer(b"".join(payloads), dtype=np.uint8)
+    _, crcs = record_checksums(data, offsets)
+    framed, framed_offsets = frame_ordered(data, offsets, np.array(order, dtype=np.int64), crcs)
+    assert framed.tobytes() == frame_records([payloads[index] for index in order])
+    assert framed_offsets.tolist() == np.cumsum([0] + [len(payloads[index]) + RECORD_OVERHEAD for index in order]).tolist()
+
+
+def test_release_held_pieces_frees_a_failed_runs_pieces(tmp_path):
+    data = np.zeros(100, np.uint8)
+    kept = _HELD.hold(data, 1 << 20, str(tmp_path / "run"))
+    other = _HELD.hold(data, 1 << 20, str(tmp_path / "other"))
+    assert kept and other and _HELD.hold(data, 150, str(tmp_path / "run")) is None  # over the budget
+    release_held_pieces(str(tmp_path / "run"))
+    with pytest.raises(RuntimeError, match="not held in this process"):
+        _HELD.get(kept)
+    assert _HELD.get(other) is data
+    release_held_pieces(str(tmp_path / "other"))
+    assert _HELD.held_bytes == 0

@@ -29,7 +29,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PortableOptions, StandardOptions
+from apache_beam.options.pipeline_options import DirectOptions, PortableOptions, StandardOptions
 
 import tfrbeam
 from pipelines.build.config import BuildConfig, config_to_dict, resolve_config, with_features
@@ -52,6 +52,8 @@ from tfrbeam.beam.deterministic_shuffle import (
     bucket_bits_for,
     content_digests,
     input_order_keys,
+    record_checksums,
+    release_held_pieces,
     seeded_sort_keys,
     split_indices,
 )
@@ -68,6 +70,8 @@ _LOG = logging.getLogger(__name__)
 TEMP_DIR_PREFIX = ".tfrbeam-tmp-"
 # Largest piece of encoded records one element carries (also capped at one output shard's size).
 PIECE_MAX_BYTES = 32 << 20
+# In-process local runs keep up to this many bytes of prepared pieces in memory rather than in spill files.
+HELD_PIECES_MAX_BYTES = 2 << 30
 _PROGRESS_SECONDS = 5.0
 _PIECES, _BAD_ROWS, _STATS = "pieces", "bad_rows", "stats"
 
@@ -135,7 +139,8 @@ def build_pipeline(
     pieces = converted[_PIECES]
     if spill is None:
         spill = uses_local_workers(pipeline.options)
-    shards = pieces | "Shuffle" >> WriteShuffledShards(spec, run.temp_dir, spill=spill)
+    hold_bytes = held_piece_budget() if spill and workers_share_this_process(pipeline.options) else 0
+    shards = pieces | "Shuffle" >> WriteShuffledShards(spec, run.temp_dir, spill=spill, hold_bytes=hold_bytes)
     stats = converted[_STATS] | "CountRows" >> beam.CombineGlobally(_sum_counts)
     dead_letters = (
         converted[_BAD_ROWS]
@@ -158,6 +163,12 @@ def build_pipeline(
 _LOCAL_RUNNERS = ("DirectRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner", "FnApiRunner", "PrismRunner")
 
 
+def _runner_name(options) -> str:
+    runner = options.view_as(StandardOptions).runner
+    name = runner if isinstance(runner, str) else type(runner).__name__ if runner else "DirectRunner"
+    return name.rsplit(".", 1)[-1]
+
+
 def uses_local_workers(options) -> bool:
     """Whether every worker runs on this machine (Beam's local runners, or a portable job server embedded here).
 
@@ -165,13 +176,32 @@ def uses_local_workers(options) -> bool:
     runner's GroupByKey: the local runners copy every element several times through their data
     plane and hold each stage's output in memory, which would cost several times the dataset in
     RAM. Distributed runners shuffle the bytes themselves (and no element exceeds one piece).
+    When the workers even share this process (see workers_share_this_process), the pieces stay in
+    its memory instead of spill files, up to held_piece_budget().
     """
-    runner = options.view_as(StandardOptions).runner
-    name = runner if isinstance(runner, str) else type(runner).__name__ if runner else "DirectRunner"
-    name = name.rsplit(".", 1)[-1]
+    name = _runner_name(options)
     if name in _LOCAL_RUNNERS:
         return True
     return name == "PortableRunner" and options.view_as(PortableOptions).job_endpoint == "embed"
+
+
+def workers_share_this_process(options) -> bool:
+    """Whether every worker runs inside this process: the DirectRunner in its in_memory or multi_threading mode."""
+    if _runner_name(options) not in ("DirectRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner"):
+        return False
+    return options.view_as(DirectOptions).direct_running_mode in ("in_memory", "multi_threading")
+
+
+def held_piece_budget() -> int:
+    """Bytes of prepared pieces a build keeps in this process's memory instead of spill files (see uses_local_workers).
+
+    A quarter of the physical memory, at most HELD_PIECES_MAX_BYTES; pieces beyond it are spilled.
+    """
+    try:
+        physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return 0
+    return min(HELD_PIECES_MAX_BYTES, physical // 4)
 
 
 def resolve_features(config: BuildConfig, inputs: list[InputFile]) -> tuple[tuple[FeatureSpec, ...], list[str]]:
@@ -307,7 +337,7 @@ class _ConvertAndKey(beam.DoFn):
     def _pieces(self, source, batch, kept_rows: np.ndarray) -> Iterator[KeyedRecords]:
         encoded = encode_record_batch(batch)
         data, offsets = encoded.data, encoded.offsets
-        digests = content_digests(data, offsets)
+        digests, crcs = record_checksums(data, offsets)
         if self._split_key:
             key_encoded = encode_record_batch(batch.select(list(self._split_key)))
             split_hashes = content_digests(key_encoded.data, key_encoded.offsets)[:, 0]
@@ -323,7 +353,8 @@ class _ConvertAndKey(beam.DoFn):
             end = int(np.searchsorted(offsets, offsets[start] + self._piece_bytes, side="right")) - 1
             end = min(max(end, start + 1), len(keys))
             base = offsets[start]
-            yield KeyedRecords(split[start:end], keys[start:end], offsets[start:end + 1] - base, data[base:offsets[end]])
+            yield KeyedRecords(split[start:end], keys[start:end], offsets[start:end + 1] - base, data[base:offsets[end]],
+                               crcs=crcs[start:end])
             start = end
 
     def _progress(self, rows: int) -> None:
@@ -475,7 +506,8 @@ class _CommitDataset(beam.DoFn):
 
 
 def remove_temp_dir(run: BuildRun) -> None:
-    """Remove a failed run's temp dir (its partial shards); the next successful build would too."""
+    """Remove a failed run's temp dir (its partial shards) and free the pieces it held in memory."""
+    release_held_pieces(run.temp_dir)
     _delete_quietly([run.temp_dir])
 
 

@@ -26,13 +26,17 @@ ceil((s+1)*n/k))``, so shard sizes differ by at most one record. With ``max_byte
 the plan picks the smallest k for which every shard provably fits.
 
 Moving the bytes: each input piece is framed once as TFRecords and sorted by (split, key), so
-a shard's part of a piece is one contiguous slice. One element per (piece, shard) crosses the
+a shard's part of a piece is one contiguous slice (numpy copies payloads per group of equal
+length and writes every header and footer at once; the payload CRCs come with the piece,
+computed while its records were hashed). One element per (piece, shard) crosses the
 GroupByKey: the frames as one buffer plus numpy arrays of keys and offsets, with a coder that is
 a few memcpys; boundary buckets go to both neighbouring shards (about 1/64 of a shard each). A
 shard writer merges its slices by (key, frame bytes), keeps its exact rank range and only
 concatenates frames. No element is larger than one piece and no worker holds more than one
 shard. With ``spill=True`` (the local runners) the pieces' bytes go to files under the temp dir
-and only keys and offsets cross Beam; writers read their slices back.
+and only keys and offsets cross Beam; writers read their slices back. With ``hold_bytes`` (only
+when every worker runs in this process) pieces up to that many bytes stay in this process's
+memory instead of spill files, and each is dropped once its last shard slice is written.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ import hashlib
 import logging
 import math
 import struct
+import threading
 import time
 import typing
 import uuid
@@ -58,7 +63,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from tfrbeam.record_index import IndexBuilder, index_path_for
-from tfrbeam.records import MAX_PAYLOAD_SIZE, RECORD_OVERHEAD, RecordWriter, frame_records, masked_crc32c
+from tfrbeam.records import HEADER_SIZE, MAX_PAYLOAD_SIZE, RECORD_OVERHEAD, RecordWriter, frame_records, masked_crc32c
 
 __all__ = [
     "KeyedRecords",
@@ -70,7 +75,10 @@ __all__ = [
     "WriteShuffledShards",
     "bucket_bits_for",
     "content_digests",
+    "frame_ordered",
     "input_order_keys",
+    "record_checksums",
+    "release_held_pieces",
     "seeded_sort_keys",
     "shard_file_name",
     "split_indices",
@@ -89,6 +97,13 @@ MAX_BUCKET_BITS = 24
 _WRITE_BLOCK_RECORDS = 8192
 _FRAMED_SHARD_KEY_BITS = 32
 SPILL_DIR_NAME = "spill"
+# frame_ordered copies payloads per group of equal length; beyond this many groups (or 1 per 32
+# records) the per-record join of frame_gathered is cheaper.
+_MIN_LENGTH_GROUPS = 64
+_RECORDS_PER_LENGTH_GROUP = 32
+
+_crc32c = crc32c.crc32c
+_pack_length = struct.Struct("<Q").pack
 
 
 # ------------------------------------------------------------------------------ keys (no Beam)
@@ -112,15 +127,37 @@ def gc_paused() -> Iterator[None]:
 
 
 
-def content_digests(data: np.ndarray | bytes, offsets: np.ndarray) -> np.ndarray:
-    """XXH3-128 of every record in ``data`` (bounded by ``offsets``) as an (n, 2) uint64 array."""
+def _record_slices(data: np.ndarray | bytes, offsets: np.ndarray) -> list[memoryview]:
+    """One memoryview per record of ``data`` (bounded by ``offsets``), for the per-record hash and CRC calls."""
     buffer = data if isinstance(data, np.ndarray) else np.frombuffer(data, dtype=np.uint8)
     view = memoryview(np.ascontiguousarray(buffer, dtype=np.uint8))
     bounds = np.asarray(offsets, dtype=np.int64).tolist()
-    digest = xxhash.xxh3_128_digest
-    with gc_paused():
-        digests = b"".join([digest(view[start:end]) for start, end in zip(bounds, bounds[1:])])
+    return [view[start:end] for start, end in zip(bounds, bounds[1:])]
+
+
+def _digest_array(digests: bytes) -> np.ndarray:
     return np.frombuffer(digests, dtype="<u8").reshape(-1, 2).astype(np.uint64, copy=False)
+
+
+def content_digests(data: np.ndarray | bytes, offsets: np.ndarray) -> np.ndarray:
+    """XXH3-128 of every record in ``data`` (bounded by ``offsets``) as an (n, 2) uint64 array."""
+    with gc_paused():
+        return _digest_array(b"".join(map(xxhash.xxh3_128_digest, _record_slices(data, offsets))))
+
+
+def payload_crcs(data: np.ndarray | bytes, offsets: np.ndarray) -> np.ndarray:
+    """CRC32C (unmasked, uint32) of every record in ``data`` (bounded by ``offsets``)."""
+    with gc_paused():
+        payloads = _record_slices(data, offsets)
+        return np.fromiter(map(_crc32c, payloads), dtype=np.uint32, count=len(payloads))
+
+
+def record_checksums(data: np.ndarray | bytes, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``content_digests`` and ``payload_crcs`` together, slicing the records once and reading them in input order."""
+    with gc_paused():
+        payloads = _record_slices(data, offsets)
+        digests = _digest_array(b"".join(map(xxhash.xxh3_128_digest, payloads)))
+        return digests, np.fromiter(map(_crc32c, payloads), dtype=np.uint32, count=len(payloads))
 
 
 def _splitmix_finalize(values: np.ndarray) -> np.ndarray:
@@ -173,10 +210,6 @@ def shard_file_name(split: str, shard: int, num_shards: int, compression: str | 
     return f"{split}-{shard:0{width}d}-of-{num_shards:0{width}d}.tfrecord{suffix}"
 
 
-_crc32c = crc32c.crc32c
-_pack_length = struct.Struct("<Q").pack
-
-
 def frame_gathered(view: memoryview, starts: np.ndarray, ends: np.ndarray) -> bytes:
     """TFRecord frames of the payloads ``view[starts[i]:ends[i]]``, in that order, as one buffer.
 
@@ -213,6 +246,53 @@ def _frame_gathered(view: memoryview, starts: np.ndarray, ends: np.ndarray) -> b
     return b"".join(parts)
 
 
+def frame_ordered(data: np.ndarray, offsets: np.ndarray, order: np.ndarray, crcs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """TFRecord frames of records ``order`` of ``data`` (bounded by ``offsets``, CRC32C ``crcs``) in one new buffer.
+
+    Returns the buffer and the frames' n + 1 offsets; the bytes are those of
+    ``records.frame_records``. No Python work per record: payloads are copied with numpy, one
+    gather per group of equal-length records, and headers and footers are written for all records
+    at once. Many distinct lengths (few records each) go through ``frame_gathered`` instead.
+    """
+    order = np.asarray(order, dtype=np.int64)
+    bounds = np.asarray(offsets, dtype=np.int64)
+    starts = bounds[:-1][order]
+    lengths = bounds[1:][order] - starts
+    count = len(order)
+    framed_offsets = np.zeros(count + 1, dtype=np.int64)
+    np.cumsum(lengths + RECORD_OVERHEAD, out=framed_offsets[1:])
+    if count == 0:
+        return np.zeros(0, np.uint8), framed_offsets
+    unique_lengths, which = np.unique(lengths, return_inverse=True)
+    which = which.ravel()
+    if int(unique_lengths[-1]) > MAX_PAYLOAD_SIZE or len(unique_lengths) > max(
+        _MIN_LENGTH_GROUPS, count // _RECORDS_PER_LENGTH_GROUP
+    ):
+        framed = frame_gathered(memoryview(np.ascontiguousarray(data, dtype=np.uint8)), starts, starts + lengths)
+        return np.frombuffer(framed, dtype=np.uint8), framed_offsets
+    out = np.empty(int(framed_offsets[-1]), dtype=np.uint8)
+    payload_starts = framed_offsets[:-1] + HEADER_SIZE
+    by_length = np.argsort(which, kind="stable")
+    group_bounds = np.zeros(len(unique_lengths) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(which, minlength=len(unique_lengths)), out=group_bounds[1:])
+    for width, low, high in zip(unique_lengths.tolist(), group_bounds[:-1].tolist(), group_bounds[1:].tolist()):
+        if width:
+            members = by_length[low:high]
+            _windows(out, width)[payload_starts[members]] = _windows(data, width)[starts[members]]
+    length_crcs = np.array([masked_crc32c(_pack_length(length)) for length in unique_lengths.tolist()], dtype="<u4")
+    _windows(out, 8)[framed_offsets[:-1]] = lengths.astype("<u8").view("V8")
+    _windows(out, 4)[framed_offsets[:-1] + 8] = length_crcs[which].view("V4")
+    _windows(out, 4)[payload_starts + lengths] = _mask(np.asarray(crcs)[order]).astype("<u4").view("V4")
+    return out, framed_offsets
+
+
+def _windows(buffer: np.ndarray, width: int) -> np.ndarray:
+    """Every ``width``-byte window of a uint8 buffer as one opaque element, by start offset (copies whole windows)."""
+    buffer = np.asarray(buffer, dtype=np.uint8)
+    strided = np.lib.stride_tricks.as_strided(buffer, shape=(len(buffer) - width + 1, width), strides=(1, 1))
+    return strided.view(f"V{width}")[:, 0]
+
+
 def _mask(crcs: np.ndarray) -> np.ndarray:
     """TFRecord's CRC mask over an array: rotate right by 15 bits and add a constant, mod 2**32."""
     crcs = crcs.astype(np.uint64)
@@ -230,6 +310,8 @@ class KeyedRecords:
     ``key`` (uint64) are per record. Records are Example payloads, or once prepared for the
     shuffle (``framed``) whole TFRecord frames, so shard writers only concatenate. The bytes are
     in memory (``data``) or spilled: ``[spill_offset, spill_offset + offsets[-1])`` of ``spill_path``.
+    ``crcs`` optionally carries the payloads' CRC32C (uint32), computed while they were hashed,
+    so framing does not read them again.
     """
 
     split: np.ndarray
@@ -239,6 +321,7 @@ class KeyedRecords:
     spill_path: str = ""
     spill_offset: int = 0
     framed: bool = False
+    crcs: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.key)
@@ -254,11 +337,12 @@ class KeyedRecords:
     def slice(self, start: int, end: int) -> KeyedRecords:
         """Records ``start:end`` without copying payloads (a view, or a narrower range of the spill file)."""
         first, last = int(self.offsets[start]), int(self.offsets[end])
-        offsets = self.offsets[start:end + 1] - first
-        if self.data is None:
-            return KeyedRecords(self.split[start:end], self.key[start:end], offsets, None, self.spill_path,
-                                self.spill_offset + first, self.framed)
-        return KeyedRecords(self.split[start:end], self.key[start:end], offsets, self.data[first:last], framed=self.framed)
+        return dataclasses.replace(
+            self, split=self.split[start:end], key=self.key[start:end], offsets=self.offsets[start:end + 1] - first,
+            data=None if self.data is None else self.data[first:last],
+            spill_offset=self.spill_offset + first if self.data is None else 0,
+            crcs=None if self.crcs is None else self.crcs[start:end],
+        )
 
     @property
     def framed_lengths(self) -> np.ndarray:
@@ -270,16 +354,17 @@ class KeyedRecords:
         if self.framed:
             raise ValueError("these records are framed already")
         order = np.lexsort((self.key, self.split))
-        starts, ends = self.offsets[order], self.offsets[order + 1]
-        data = frame_gathered(memoryview(self.payloads()), starts, ends)
-        offsets = np.zeros(len(order) + 1, dtype=np.int64)
-        np.cumsum(ends - starts + RECORD_OVERHEAD, out=offsets[1:])
-        return KeyedRecords(self.split[order], self.key[order], offsets, np.frombuffer(data, dtype=np.uint8), framed=True)
+        payloads = self.payloads()
+        crcs = self.crcs if self.crcs is not None else payload_crcs(payloads, self.offsets)
+        data, offsets = frame_ordered(payloads, self.offsets, order, crcs)
+        return KeyedRecords(self.split[order], self.key[order], offsets, data, framed=True)
 
     def payloads(self) -> np.ndarray:
-        """The payload bytes, read from the spill file when spilled."""
+        """The payload bytes, read from the spill file when spilled (a view when held in this process's memory)."""
         if self.data is not None:
             return self.data
+        if _HeldPieces.holds(self.spill_path):
+            return _HELD.get(self.spill_path)[self.spill_offset:self.spill_offset + self.num_bytes]
         with FileSystems.open(self.spill_path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
             handle.seek(self.spill_offset)
             data = handle.read(self.num_bytes)
@@ -289,7 +374,7 @@ class KeyedRecords:
 
     def spill(self, path: str) -> KeyedRecords:
         """The records as they will be once spilled to ``path`` (no bytes in memory); ``write_spill`` writes them."""
-        return KeyedRecords(self.split, self.key, self.offsets, None, path, 0, self.framed)
+        return dataclasses.replace(self, data=None, spill_path=path, spill_offset=0)
 
     def write_spill(self, path: str) -> None:
         """Write the payloads to ``path`` (see ``spill``)."""
@@ -301,23 +386,108 @@ class KeyedRecords:
         return cls(np.zeros(0, np.uint16), np.zeros(0, np.uint64), np.zeros(1, np.int64), np.zeros(0, np.uint8))
 
 
-_KEYED_HEADER = struct.Struct("<QQQI??")
+class _HeldPieces:
+    """Prepared pieces kept in this process's memory for shard writers running in the same process.
+
+    The in-process local runners (DirectRunner in_memory / multi_threading) need no spill file:
+    a piece's bytes stay here, up to a byte budget for the whole process, and only their name
+    crosses the GroupByKey, like a spill path. A piece is dropped when the last shard slice routed
+    from it has been written.
+    """
+
+    PREFIX = "tfrbeam-held://"
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pieces: dict[str, np.ndarray] = {}
+        self._pending: dict[str, int] = {}
+        self._bytes = 0
+
+    @classmethod
+    def holds(cls, path: str) -> bool:
+        return path.startswith(cls.PREFIX)
+
+    def hold(self, data: np.ndarray, budget: int, owner: str) -> str | None:
+        """Keep ``data`` for the shuffle writing to ``owner`` (its temp dir); its name, or None when that
+        would pass ``budget`` bytes held in this process."""
+        with self._lock:
+            if self._bytes + data.nbytes > budget:
+                return None
+            name = f"{self.PREFIX}{owner}/{uuid.uuid4().hex}"
+            self._pieces[name] = data
+            self._pending[name] = 0
+            self._bytes += data.nbytes
+            return name
+
+    def expect(self, name: str, uses: int) -> None:
+        """``uses`` more shard slices of piece ``name`` will be read (and released) by shard writers."""
+        with self._lock:
+            self._pending[name] += uses
+
+    def get(self, name: str) -> np.ndarray:
+        try:
+            return self._pieces[name]
+        except KeyError:
+            raise RuntimeError(
+                f"piece {name} is not held in this process: it was prepared by a worker in another process "
+                "(hold pieces in memory only when every worker runs in this process)"
+            ) from None
+
+    def release(self, name: str) -> None:
+        """One shard slice of piece ``name`` was written; drop the piece after its last one."""
+        with self._lock:
+            self._pending[name] -= 1
+            if self._pending[name] <= 0:
+                self._drop(name)
+
+    def release_all(self, owner: str) -> None:
+        """Drop every piece of the shuffle writing to ``owner`` (after a failed run)."""
+        prefix = f"{self.PREFIX}{owner}/"
+        with self._lock:
+            for name in [name for name in self._pieces if name.startswith(prefix)]:
+                self._drop(name)
+
+    def _drop(self, name: str) -> None:
+        del self._pending[name]
+        self._bytes -= self._pieces.pop(name).nbytes
+
+    @property
+    def held_bytes(self) -> int:
+        return self._bytes
+
+
+_HELD = _HeldPieces()
+
+
+def release_held_pieces(temp_dir: str) -> None:
+    """Free the pieces a failed WriteShuffledShards into ``temp_dir`` still holds in this process's memory."""
+    _HELD.release_all(temp_dir)
+
+
+_KEYED_HEADER = struct.Struct("<QQQI???")
+
+
+def _raw(array: np.ndarray, dtype: str) -> np.ndarray:
+    """An array's bytes in a fixed layout, as a uint8 view (no copy when it already has that layout)."""
+    return np.ascontiguousarray(array, dtype=dtype).view(np.uint8)
 
 
 class KeyedRecordsCoder(beam.coders.Coder):
-    """Encodes KeyedRecords as a header and raw arrays: a few memcpys per element, not a coder call per record."""
+    """Encodes KeyedRecords as a header and raw arrays: one copy per element, not a coder call per record."""
 
     def encode(self, value: KeyedRecords) -> bytes:
         count = len(value.key)
         spilled = value.data is None
-        data = b"" if spilled else np.ascontiguousarray(value.data, dtype=np.uint8).tobytes()
+        data = np.zeros(0, np.uint8) if spilled else _raw(value.data, "u1")
         path = value.spill_path.encode("utf-8")
+        has_crcs = value.crcs is not None
         return b"".join((
-            _KEYED_HEADER.pack(count, len(data), value.spill_offset, len(path), spilled, value.framed),
+            _KEYED_HEADER.pack(count, len(data), value.spill_offset, len(path), spilled, value.framed, has_crcs),
             path,
-            np.ascontiguousarray(value.split, dtype="<u2").tobytes(),
-            np.ascontiguousarray(value.key, dtype="<u8").tobytes(),
-            np.ascontiguousarray(value.offsets, dtype="<i8").tobytes(),
+            _raw(value.split, "<u2"),
+            _raw(value.key, "<u8"),
+            _raw(value.offsets, "<i8"),
+            _raw(value.crcs, "<u4") if has_crcs else b"",
             data,
         ))
 
@@ -325,10 +495,11 @@ class KeyedRecordsCoder(beam.coders.Coder):
         """The encoded size, computed: Beam samples element sizes, and the default encodes a whole piece to measure it."""
         count = len(value.key)
         data = 0 if value.data is None else value.num_bytes
-        return _KEYED_HEADER.size + len(value.spill_path.encode("utf-8")) + 18 * count + 8 + data
+        crcs = 0 if value.crcs is None else 4 * count
+        return _KEYED_HEADER.size + len(value.spill_path.encode("utf-8")) + 18 * count + 8 + crcs + data
 
     def decode(self, encoded: bytes) -> KeyedRecords:
-        count, size, spill_offset, path_size, spilled, framed = _KEYED_HEADER.unpack_from(encoded)
+        count, size, spill_offset, path_size, spilled, framed, has_crcs = _KEYED_HEADER.unpack_from(encoded)
         position = _KEYED_HEADER.size
         path = bytes(encoded[position:position + path_size]).decode("utf-8")
         position += path_size
@@ -338,8 +509,12 @@ class KeyedRecordsCoder(beam.coders.Coder):
         position += 8 * count
         offsets = np.frombuffer(encoded, dtype="<i8", count=count + 1, offset=position)
         position += 8 * (count + 1)
+        crcs = None
+        if has_crcs:
+            crcs = np.frombuffer(encoded, dtype="<u4", count=count, offset=position)
+            position += 4 * count
         data = None if spilled else np.frombuffer(encoded, dtype=np.uint8, count=size, offset=position)
-        return KeyedRecords(split, key, offsets, data, path, spill_offset, framed)
+        return KeyedRecords(split, key, offsets, data, path, spill_offset, framed, crcs)
 
     def is_deterministic(self) -> bool:
         return True
@@ -545,15 +720,19 @@ def _shard_key(split: int, shard: int) -> int:
 
 
 class _PreparePieces(beam.DoFn):
-    """Frames each piece's records and sorts them by (split, key), so that every shard's part is one range; spills if asked.
+    """Frames each piece's records and sorts them by (split, key), so that every shard's part is one range.
 
-    Spill files are written by a background thread (the write releases the GIL and overlaps with
-    preparing the next piece; at most one more piece waits) and are complete when the bundle
-    finishes. Only shard writers read them, after a GroupByKey, so always in a later bundle.
+    Then keeps the piece in this process's memory (within ``hold_bytes``, see _HeldPieces), or
+    spills it to a file if asked, or passes it on whole. Spill files are written by a background
+    thread (the write releases the GIL and overlaps with preparing the next piece; at most one
+    more piece waits) and are complete when the bundle finishes. Only shard writers read them,
+    after a GroupByKey, so always in a later bundle.
     """
 
-    def __init__(self, spill_dir: str | None):
-        self._spill_dir = spill_dir
+    def __init__(self, temp_dir: str, spill: bool, hold_bytes: int = 0):
+        self._temp_dir = temp_dir
+        self._spill_dir = FileSystems.join(temp_dir, SPILL_DIR_NAME) if spill else None
+        self._hold_bytes = hold_bytes
 
     def setup(self) -> None:
         self._executor = None
@@ -568,6 +747,10 @@ class _PreparePieces(beam.DoFn):
         if not len(records):
             return
         prepared = records.sorted_and_framed()
+        held = _HELD.hold(prepared.data, self._hold_bytes, self._temp_dir) if self._hold_bytes else None
+        if held is not None:
+            yield prepared.spill(held)
+            return
         if self._executor is None:
             yield prepared
             return
@@ -599,6 +782,7 @@ class _RouteToShards(beam.DoFn):
             return
         buckets = _record_buckets(records, self._spec)
         split_bounds = np.searchsorted(records.split, np.arange(len(plan.splits) + 1))
+        routed: list[tuple[int, KeyedRecords]] = []
         for index, split_plan in enumerate(plan.splits):
             begin, end = int(split_bounds[index]), int(split_bounds[index + 1])
             if begin == end:
@@ -615,7 +799,10 @@ class _RouteToShards(beam.DoFn):
                 low = begin + int(np.searchsorted(last, shard, side="left"))
                 high = begin + int(np.searchsorted(first, shard, side="right"))
                 if high > low:
-                    yield _shard_key(index, shard), records.slice(low, high)
+                    routed.append((_shard_key(index, shard), records.slice(low, high)))
+        if _HeldPieces.holds(records.spill_path):
+            _HELD.expect(records.spill_path, len(routed))
+        yield from routed
 
     @staticmethod
     def _rank_in_block(count: int) -> np.ndarray:
@@ -739,15 +926,21 @@ class _WriteShard(beam.DoFn):
         split_plan = plan.splits[split_index]
         parts = [part for part in parts if len(part)]
         low, high = split_plan.shard_start(shard), split_plan.shard_start(shard + 1)
-        received = _Received(parts)
-        order = _sorted_positions(received.keys, received.frame)
-        first_rank = self._first_rank_received(split_plan, low, high, plan.spec.ordered)
-        if len(order) < high - first_rank or (plan.spec.ordered and len(order) != high - low):
-            raise RuntimeError(
-                f"split {split_plan.name} shard {shard}: received {len(order)} records for ranks {low}..{high} "
-                f"(first received rank {first_rank}); the input changed during the run"
-            )
-        yield self._write(split_plan, shard, plan.spec, received, order[low - first_rank:high - first_rank])
+        try:
+            received = _Received(parts)
+            order = _sorted_positions(received.keys, received.frame)
+            first_rank = self._first_rank_received(split_plan, low, high, plan.spec.ordered)
+            if len(order) < high - first_rank or (plan.spec.ordered and len(order) != high - low):
+                raise RuntimeError(
+                    f"split {split_plan.name} shard {shard}: received {len(order)} records for ranks {low}..{high} "
+                    f"(first received rank {first_rank}); the input changed during the run"
+                )
+            written = self._write(split_plan, shard, plan.spec, received, order[low - first_rank:high - first_rank])
+        finally:
+            for part in parts:
+                if _HeldPieces.holds(part.spill_path):
+                    _HELD.release(part.spill_path)
+        yield written
 
     @staticmethod
     def _first_rank_received(split_plan: SplitPlan, low: int, high: int, ordered: bool) -> int:
@@ -799,15 +992,16 @@ class WriteShuffledShards(beam.PTransform):
     ``plan`` (a one-element PCollection[ShardPlan]).
     """
 
-    def __init__(self, spec: ShardingSpec, temp_dir: str, spill: bool = False):
+    def __init__(self, spec: ShardingSpec, temp_dir: str, spill: bool = False, hold_bytes: int = 0):
         super().__init__()
         self._spec = spec
         self._temp_dir = temp_dir
         self._spill = spill
+        self._hold_bytes = hold_bytes
 
     def expand(self, pieces):
-        spill_dir = FileSystems.join(self._temp_dir, SPILL_DIR_NAME) if self._spill else None
-        pieces = pieces | "SortPieces" >> beam.ParDo(_PreparePieces(spill_dir)).with_output_types(KeyedRecords)
+        prepare = _PreparePieces(self._temp_dir, self._spill, self._hold_bytes)
+        pieces = pieces | "SortPieces" >> beam.ParDo(prepare).with_output_types(KeyedRecords)
         plan = (
             pieces
             | "CountPerBucket" >> beam.CombineGlobally(_BucketCounts(self._spec))
