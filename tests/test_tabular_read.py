@@ -16,6 +16,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tfrbeam.beam.tabular_read as tabular_read
 from pipelines.build.config import parse_config, resolve_config
@@ -159,6 +161,27 @@ def test_lines_and_raw_text_match_pythons_csv_module(tmp_path, monkeypatch, seed
         got = [(line, raw, True) for s in sources for line, raw in zip(s.lines.tolist(), s.raw_text(range(s.num_rows)))]
         got += [(line, raw, False) for line, _, raw in bad_of(sources)]
         assert sorted(got) == _reference_rows(text.lstrip("\ufeff"), columns), repr(text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(min_size=1, max_size=6).map(lambda b: b.replace(b"x", b"\r")), min_size=1, max_size=6),
+       st.data())
+def test_chunk_text_slices_and_finds_line_ends_across_chunks(chunks, data):
+    text = b"".join(chunks)
+    store = tabular_read._ChunkText()
+    for chunk in chunks:
+        store.append(chunk)
+    begin = data.draw(st.integers(0, len(text)))
+    stop = data.draw(st.integers(begin, len(text)))
+    assert store.slice(begin, stop) == text[begin:stop]
+    view = bytearray(stop - begin)
+    store.copy_into(begin, memoryview(view))
+    assert bytes(view) == text[begin:stop]
+    for eof in (False, True):
+        match = tabular_read._first_line_break(bytearray(text[begin:]), eof)
+        assert store.line_end(begin, eof) == (None if match is None else begin + match)
+    store.forget_before(begin)
+    assert store.slice(begin, len(text)) == text[begin:]
 
 
 # --------------------------------------------------------------------------------------- dialects

@@ -22,6 +22,7 @@ block) are refused with a clear error.
 
 from __future__ import annotations
 
+import bisect
 import codecs
 import contextlib
 import csv
@@ -245,6 +246,69 @@ def _utf8_chunks(raw: BinaryIO, encoding: str, at_file_start: bool, limit: int |
             yield tail
 
 
+class _ChunkText:
+    """The bytes of a stream from some offset on, kept as the chunks they arrived in.
+
+    Appending and forgetting never copy the kept text (a bytearray trimmed at the front and
+    grown at the back copies all it holds on every append); only slices are copied out.
+    """
+
+    def __init__(self) -> None:
+        self._chunks: list[bytes] = []
+        self._offsets: list[int] = []  # stream offset of each chunk's first byte
+        self.end = 0  # stream offset just past the last byte
+
+    def append(self, data: bytes) -> None:
+        self._chunks.append(data)
+        self._offsets.append(self.end)
+        self.end += len(data)
+
+    def forget_before(self, offset: int) -> None:
+        """Drop the chunks that end at or before offset."""
+        keep = bisect.bisect_right(self._offsets, offset) - 1
+        if keep > 0:
+            del self._chunks[:keep], self._offsets[:keep]
+
+    def _pieces(self, begin: int, stop: int) -> Iterator[memoryview]:
+        index = bisect.bisect_right(self._offsets, begin) - 1
+        while begin < stop:
+            chunk, offset = self._chunks[index], self._offsets[index]
+            piece_end = min(stop, offset + len(chunk))
+            yield memoryview(chunk)[begin - offset:piece_end - offset]
+            begin = piece_end
+            index += 1
+
+    def slice(self, begin: int, stop: int) -> bytes:
+        """The bytes at stream offsets [begin, stop)."""
+        return b"".join(self._pieces(begin, stop))
+
+    def copy_into(self, begin: int, view: memoryview) -> None:
+        """Fill view with the bytes from stream offset begin on."""
+        position = 0
+        for piece in self._pieces(begin, begin + len(view)):
+            view[position:position + len(piece)] = piece
+            position += len(piece)
+
+    def line_end(self, begin: int, eof: bool) -> int | None:
+        """The stream offset just past the first line break at or after begin; None when more bytes must tell."""
+        index = bisect.bisect_right(self._offsets, begin) - 1 if begin < self.end else len(self._chunks)
+        while index < len(self._chunks):
+            chunk, offset = self._chunks[index], self._offsets[index]
+            start = max(begin - offset, 0)
+            lf, cr = chunk.find(b"\n", start), chunk.find(b"\r", start)
+            if cr >= 0 and (lf < 0 or cr < lf):
+                if cr + 1 < len(chunk):
+                    return offset + cr + (2 if chunk[cr + 1] == _LF else 1)
+                following = self._chunks[index + 1][:1] if index + 1 < len(self._chunks) else b""
+                if following or eof:
+                    return offset + cr + (2 if following == b"\n" else 1)
+                return None
+            if lf >= 0:
+                return offset + lf + 1
+            index += 1
+        return None
+
+
 class _LineTracker(io.RawIOBase):
     """A read-only stream of UTF-8 CSV text that records where each physical line starts.
 
@@ -259,13 +323,11 @@ class _LineTracker(io.RawIOBase):
         self._chunks = iter(chunks)
         self._special = [byte for byte in special]
         self.special_seen = False
-        self._pending = bytearray()  # pulled, not yet handed out
         self._held_cr = False
         self._eof = False
         self._pulled = 0  # stream offset just past the pulled bytes
         self._handed = 0  # stream offset just past the bytes handed out
-        self._text = bytearray()  # pulled bytes from _text_base on
-        self._text_base = 0
+        self._text = _ChunkText()  # the pulled bytes, from the first line not yet released on
         self._starts = [np.zeros(1, np.int64)]  # stream offset of each line start from line _line_base on
         self._line_base = 0
         # Stream line index of each non-blank line, in order; until the first blank line the
@@ -282,12 +344,11 @@ class _LineTracker(io.RawIOBase):
 
     def readinto(self, buffer) -> int:
         with self._lock:
-            view = memoryview(buffer)
-            while len(self._pending) < len(view) and not self._eof:
+            view = memoryview(buffer).cast("B")
+            while self._pulled - self._handed < len(view) and not self._eof:
                 self._pull()
-            count = min(len(view), len(self._pending))
-            view[:count] = self._pending[:count]
-            del self._pending[:count]
+            count = min(len(view), self._pulled - self._handed)
+            self._text.copy_into(self._handed, view[:count])
             self._handed += count
             return count
 
@@ -295,7 +356,7 @@ class _LineTracker(io.RawIOBase):
         if size is None or size < 0:
             while not self._eof:
                 self._pull()
-            size = len(self._pending)
+            size = self._pulled - self._handed
         buffer = bytearray(size)
         count = self.readinto(buffer)
         return bytes(buffer[:count])
@@ -307,12 +368,11 @@ class _LineTracker(io.RawIOBase):
 
     def _readline(self) -> bytes:
         while True:
-            match = _first_line_break(self._pending, self._eof)
-            if match is not None or self._eof:
-                end = match if match is not None else len(self._pending)
-                line = bytes(self._pending[:end])
-                del self._pending[:end]
-                self._handed += end
+            end = self._text.line_end(self._handed, self._eof)
+            if end is not None or self._eof:
+                end = end if end is not None else self._pulled
+                line = self._text.slice(self._handed, end)
+                self._handed = end
                 return line
             self._pull()
 
@@ -344,8 +404,7 @@ class _LineTracker(io.RawIOBase):
         if not self.special_seen and any(data.find(bytes([byte])) >= 0 for byte in self._special):
             self.special_seen = True
         base = self._pulled
-        self._pending += data
-        self._text += data
+        self._text.append(data)
         self._pulled += len(data)
         if data.find(b"\r") < 0:
             ends = _positions(data, b"\n")
@@ -361,7 +420,7 @@ class _LineTracker(io.RawIOBase):
         ends = ends.astype(np.int64) + base
         starts = np.concatenate([[self._last_start], ends[:-1] + 1])
         content_end = ends.copy()
-        crlf = self._crlf_mask(ends, base)
+        crlf = _crlf_mask(data, ends - base)
         content_end[crlf] -= 1
         blank = content_end == starts
         first_index = self._line_base + sum(len(s) for s in self._starts) - 1
@@ -374,16 +433,6 @@ class _LineTracker(io.RawIOBase):
             self._nonblank.append(indexes[~blank])
         self._starts.append(ends + 1)
         self._last_start = int(ends[-1] + 1)
-
-    def _crlf_mask(self, ends: np.ndarray, base: int) -> np.ndarray:
-        """Which line-break ends (stream offsets of a \\n or lone \\r) are the \\n of a \\r\\n."""
-        text = np.frombuffer(self._text, np.uint8)
-        local = ends - self._text_base
-        previous = local - 1
-        ok = previous >= 0
-        result = np.zeros(len(ends), dtype=bool)
-        result[ok] = (text[local[ok]] == _LF) & (text[previous[ok]] == _CR)
-        return result
 
     def _finish(self) -> None:
         """At the end of the stream: a last line without a line break is a line when it has text."""
@@ -429,8 +478,7 @@ class _LineTracker(io.RawIOBase):
         if len(local) < end_line - first_line + 1:  # the last line ends at the end of the stream
             local = np.concatenate([local, [self._pulled]])
         begin = int(local[0])
-        text = bytes(self._text[begin - self._text_base:int(local[-1]) - self._text_base])
-        return text, local - begin
+        return self._text.slice(begin, int(local[-1])), local - begin
 
     def release(self, line: int) -> None:
         """Forget everything before stream line `line` (rows before it have been emitted)."""
@@ -442,9 +490,7 @@ class _LineTracker(io.RawIOBase):
         drop = line - self._line_base
         if drop <= 0 or drop >= len(starts):
             return
-        cut = int(starts[drop]) - self._text_base
-        del self._text[:cut]
-        self._text_base += cut
+        self._text.forget_before(int(starts[drop]))
         self._starts = [starts[drop:]]
         self._line_base = line
         if not self._blank_seen:
@@ -453,6 +499,19 @@ class _LineTracker(io.RawIOBase):
         gone = int(np.searchsorted(nonblank, line))
         self._nonblank = [nonblank[gone:]]
         self._nonblank_base += gone
+
+
+def _crlf_mask(data: bytes, ends: np.ndarray) -> np.ndarray:
+    """Which line-break ends (offsets in data of a \\n or lone \\r) are the \\n of a \\r\\n.
+
+    A \\r\\n never straddles two chunks: the tracker holds a chunk's trailing \\r back.
+    """
+    text = np.frombuffer(data, np.uint8)
+    previous = ends - 1
+    ok = previous >= 0
+    result = np.zeros(len(ends), dtype=bool)
+    result[ok] = (text[ends[ok]] == _LF) & (text[previous[ok]] == _CR)
+    return result
 
 
 def _positions(data: bytes, needle: bytes) -> np.ndarray:
