@@ -141,21 +141,20 @@ def build_pipeline(
         spill = uses_local_workers(pipeline.options)
     hold_bytes = held_piece_budget() if spill and workers_share_this_process(pipeline.options) else 0
     shards = pieces | "Shuffle" >> WriteShuffledShards(spec, run.temp_dir, spill=spill, hold_bytes=hold_bytes)
-    stats = converted[_STATS] | "CountRows" >> beam.CombineGlobally(_sum_counts)
-    dead_letters = (
-        converted[_BAD_ROWS]
-        | "GroupBadRowsByFile" >> beam.GroupByKey()
-        | "WriteDeadLetters" >> beam.ParDo(_WriteDeadLetters(run.temp_dir))
-    )
-    _ = (
-        shards["files"]
-        | "AllShards" >> beam.combiners.ToList()
-        | "Commit" >> beam.ParDo(
-            _CommitDataset(run),
-            plan=beam.pvalue.AsSingleton(shards["plan"]),
-            counts=beam.pvalue.AsSingleton(stats),
-            dead_letters=beam.pvalue.AsList(dead_letters),
+    # The commit's inputs are side inputs, so they are complete before it runs; no combine (each
+    # costs several stages on the local runners) and no dead-letter stages unless they are written.
+    dead_letters = ()
+    if run.dead_letter_path is not None:
+        dead_letters = beam.pvalue.AsList(
+            converted[_BAD_ROWS]
+            | "GroupBadRowsByFile" >> beam.GroupByKey()
+            | "WriteDeadLetters" >> beam.ParDo(_WriteDeadLetters(run.temp_dir))
         )
+    _ = shards["plan"] | "Commit" >> beam.ParDo(
+        _CommitDataset(run),
+        files=beam.pvalue.AsList(shards["files"]),
+        counts=beam.pvalue.AsList(converted[_STATS]),
+        dead_letters=dead_letters,
     )
     return run
 
@@ -415,9 +414,11 @@ class _CommitDataset(beam.DoFn):
     def __init__(self, run: BuildRun):
         self._run = run
 
-    def process(self, files: list[ShardFile], plan: ShardPlan, counts: tuple[int, int], dead_letters: list[DeadLetterFile]):
+    def process(
+        self, plan: ShardPlan, files: list[ShardFile], counts: list[tuple[int, int]], dead_letters: list[DeadLetterFile]
+    ):
         run = self._run
-        rows_read, bad = counts
+        rows_read, bad = _sum_counts(counts)
         limit = run.config.errors.max_bad_fraction
         if bad and bad > limit * rows_read:
             self._discard_shards(files)
