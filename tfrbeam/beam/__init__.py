@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 # Reading (source helper).
+from tfrbeam.beam.arrow_coder import RecordBatchCoder
 from tfrbeam.beam.examples_read import ReadExamples
 from tfrbeam.beam.source import ReadAllFromTFRecord, ReadFromTFRecord, TFRecordSource
 
@@ -12,6 +13,7 @@ from tfrbeam.beam.sink import WriteToTFRecord
 
 __all__ = [
     "ReadAllFromTFRecord",
+    "RecordBatchCoder",
     "ReadExamples",
     "ReadFromTFRecord",
     "TFRecordSource",

@@ -17,8 +17,8 @@ import pyarrow as pa
 from apache_beam.io import iobase
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.transforms import PTransform
-from apache_beam.typehints import Any as AnyHint
 
+from tfrbeam.beam.arrow_coder import RecordBatchCoder
 from tfrbeam.beam.source import TFRecordSource
 from tfrbeam.columnar_decode import examples_to_record_batch
 from tfrbeam.errors import ArrowConversionError, ConfigError, ExampleDecodeError
@@ -34,6 +34,9 @@ DEFAULT_BATCH_SIZE = 8192
 
 class DecodeToRecordBatches:
     """Batch decoder: one Arrow RecordBatch per block of records (``schema`` as in examples_to_record_batch)."""
+
+    output_type = pa.RecordBatch
+    output_coder = RecordBatchCoder()
 
     def __init__(self, schema: Optional[pa.Schema] = None):
         self.schema = schema
@@ -132,4 +135,4 @@ class ReadExamples(PTransform):
         )
 
     def expand(self, pbegin):
-        return pbegin.pipeline | iobase.Read(self._source).with_output_types(AnyHint)
+        return pbegin.pipeline | iobase.Read(self._source).with_output_types(self._source.options.output_type_hint())

@@ -146,20 +146,21 @@ class ReadOptions:
     coder: coders.Coder = dataclasses.field(default_factory=coders.BytesCoder)
     with_filename: bool = False
     # Example-level reads: records are read in blocks of ``batch_size`` (one buffer of payloads,
-    # see tfrbeam.record_blocks) and each block becomes output elements through ``batch_decoder(path, block)``.
+    # see tfrbeam.record_blocks) and each block becomes output elements through ``batch_decoder(path, block)``;
+    # its ``output_type`` and ``output_coder`` attributes, when set, type the output PCollection.
     batch_size: int = 0
     batch_decoder: Callable[[str, RecordBlock], Iterable[Any]] | None = None
 
     def output_coder(self) -> coders.Coder:
         if self.batch_decoder is not None:
-            return coders.FastPrimitivesCoder()
+            return getattr(self.batch_decoder, "output_coder", None) or coders.FastPrimitivesCoder()
         if self.with_filename:
             return coders.TupleCoder([coders.StrUtf8Coder(), self.coder])
         return self.coder
 
     def output_type_hint(self) -> Any:
         if self.batch_decoder is not None:
-            return AnyHint
+            return getattr(self.batch_decoder, "output_type", None) or AnyHint
         try:
             record_hint = self.coder.to_type_hint()
         except NotImplementedError:
