@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import itertools
 import pathlib
 import subprocess
 import sys
@@ -202,6 +203,27 @@ def test_damage_in_several_records_of_one_block_fails_the_check(payloads, data):
         span = np.r_[heads[record] + 8:heads[record] + 12, heads[record] + 12:ends[record] + 4]  # all but the length
         damaged[span[data.draw(st.integers(0, len(span) - 1))]] ^= data.draw(st.integers(1, 255))
     assert not record_blocks_module._block_crcs_match(damaged, heads, lengths, ends, raw.size)
+
+
+def test_a_threads_reads_reuse_one_read_buffer_and_interleave_safely(tmp_path):
+    """The read buffer outlives a read for the thread's next one; stale bytes in it never leak into blocks."""
+    first, second = tmp_path / "a.tfrecord", tmp_path / "b.tfrecord"
+    payloads_a = [bytes([n % 251]) * (300 + n) for n in range(200)]
+    payloads_b = [bytes([7]) * n for n in range(150)]
+    first.write_bytes(frame_records(payloads_a))
+    second.write_bytes(frame_records(payloads_b))
+    assert records_of(list(record_blocks(str(first), None, 0, 64))) == list(zip(record_starts(payloads_a), payloads_a))
+    spare = record_blocks_module._spare.buffer
+    assert len(spare) >= first.stat().st_size  # the whole small file was read into it
+    reads = record_blocks(str(second), None, 0, 16), record_blocks(str(first), None, 0, 16)
+    interleaved = [[], []]
+    for pair in itertools.zip_longest(*reads):
+        for got, block in zip(interleaved, pair):
+            if block is not None:
+                got.append(block)
+    assert records_of(interleaved[0]) == list(zip(record_starts(payloads_b), payloads_b))
+    assert records_of(interleaved[1]) == list(zip(record_starts(payloads_a), payloads_a))
+    assert record_blocks_module._spare.buffer is spare or len(record_blocks_module._spare.buffer) >= len(spare)
 
 
 def test_compressed_files_and_skipped_records_go_through_the_reader(tmp_path):

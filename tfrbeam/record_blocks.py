@@ -20,6 +20,7 @@ import itertools
 import os
 import struct
 import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import BinaryIO, NamedTuple, Union
 
@@ -213,16 +214,30 @@ def _records_before(reader: RecordReader, records: Iterator[tuple[int, bytes]], 
 # --------------------------------------------------------------------------------- fast path
 
 
+_spare = threading.local()
+
+
 class _Window:
     """A read buffer: ``buffer[:end]`` holds the file's bytes from offset ``base``; ``eof`` once the file is read."""
 
     def __init__(self, handle: BinaryIO, offset: int):
         self.handle = handle
         handle.seek(offset)
-        self.buffer = bytearray()
+        # Fresh memory costs a page fault per 4 KiB: a thread's reads reuse its last buffer.
+        self.buffer = getattr(_spare, "buffer", None) or bytearray()
+        _spare.buffer = None
         self.base = offset
         self.end = 0
         self.eof = False
+
+    def __enter__(self) -> _Window:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        """Leave the buffer for the thread's next read (no block refers to it: blocks hold copies)."""
+        if len(self.buffer) > len(getattr(_spare, "buffer", None) or b""):
+            _spare.buffer = self.buffer
+        self.buffer = bytearray()
 
     def refill(self, keep_from: int, size: int) -> int:
         """Drop the bytes before ``keep_from`` and read until ``size`` bytes are held (or the file ends).
@@ -236,7 +251,9 @@ class _Window:
             grown[:kept] = memoryview(self.buffer)[keep_from:self.end]
             self.buffer = grown
         elif keep_from:
-            self.buffer[:kept] = bytes(memoryview(self.buffer)[keep_from:self.end])  # a copy: the ranges may overlap
+            raw = np.frombuffer(self.buffer, dtype=np.uint8)
+            raw[:kept] = raw[keep_from:self.end]  # numpy copies overlapping 1-D ranges in a safe direction
+            del raw  # a live export would stop the bytearray from being resized
         self.base += keep_from
         self.end = kept
         while self.end < size:
@@ -260,43 +277,44 @@ class _Window:
 def _fast_blocks(
     handle: BinaryIO, name: str, start_offset: int, block_length: int, limit: int | None, stop_offset: int | None, verify: bool
 ) -> Iterator[RecordBlock]:
-    window = _Window(handle, start_offset)
-    stop = _NO_STOP if stop_offset is None else stop_offset
-    pos = 0  # next record, as a position in window.buffer
-    remaining = limit
-    block_bytes = 0  # framed bytes of the last full block: how much to have in the buffer before the next
-    while remaining is None or remaining > 0:
-        want = block_length if remaining is None else min(block_length, remaining)
-        if window.end - pos < block_bytes and not window.eof:
-            pos -= window.refill(pos, max(READ_CHUNK, 2 * block_bytes))
-        starts, after = _walk(window.buffer, pos, want, window.end, stop - window.base)
-        while len(starts) < want and after < stop - window.base and not window.eof:
-            # The buffer ends inside the block: read more (unless the next header is already bad) and walk again.
-            need = _bytes_needed(window.buffer, after, window.end)
-            if need is None:
-                break
-            pos -= window.refill(pos, max(READ_CHUNK, 2 * (window.end - pos), after - pos + need))
+    with _Window(handle, start_offset) as window:
+        stop = _NO_STOP if stop_offset is None else stop_offset
+        pos = 0  # next record, as a position in window.buffer
+        remaining = limit
+        block_bytes = 0  # framed bytes of the last full block: how much to have in the buffer before the next
+        while remaining is None or remaining > 0:
+            want = block_length if remaining is None else min(block_length, remaining)
+            if window.end - pos < block_bytes and not window.eof:
+                # Room for several blocks: the unread tail moved to the front is at most one block.
+                pos -= window.refill(pos, max(READ_CHUNK, 4 * block_bytes))
             starts, after = _walk(window.buffer, pos, want, window.end, stop - window.base)
-        if not starts:
-            if after >= stop - window.base or (window.eof and after == window.end):
-                return  # the range or the file ends here
-            break  # a bad header, or a record cut off by the end of the file
-        block = _check_block(window.buffer, starts, verify)
-        if block is None:
-            break  # a CRC mismatch in this block
-        yield block._replace(offsets=block.offsets + window.base)
-        pos = after
-        if len(starts) == want:
-            block_bytes = max(block_bytes, after - starts[0])
-        if remaining is not None:
-            remaining -= len(starts)
-        if len(starts) < want and (after >= stop - window.base or window.eof and after == window.end):
+            while len(starts) < want and after < stop - window.base and not window.eof:
+                # The buffer ends inside the block: read more (unless the next header is already bad) and walk again.
+                need = _bytes_needed(window.buffer, after, window.end)
+                if need is None:
+                    break
+                pos -= window.refill(pos, max(READ_CHUNK, 2 * (window.end - pos), after - pos + need))
+                starts, after = _walk(window.buffer, pos, want, window.end, stop - window.base)
+            if not starts:
+                if after >= stop - window.base or (window.eof and after == window.end):
+                    return  # the range or the file ends here
+                break  # a bad header, or a record cut off by the end of the file
+            block = _check_block(window.buffer, starts, verify)
+            if block is None:
+                break  # a CRC mismatch in this block
+            yield block._replace(offsets=block.offsets + window.base)
+            pos = after
+            if len(starts) == want:
+                block_bytes = max(block_bytes, after - starts[0])
+            if remaining is not None:
+                remaining -= len(starts)
+            if len(starts) < want and (after >= stop - window.base or window.eof and after == window.end):
+                return
+        else:
             return
-    else:
-        return
-    # From the first record not handed out, RecordReader raises (or reads on) with the exact offset.
-    handle.seek(window.base + pos)  # RecordReader seeks only to a non-zero start
-    reader = RecordReader(handle, None, verify=verify, start_offset=window.base + pos, name=name)
+        # From the first record not handed out, RecordReader raises (or reads on) with the exact offset.
+        handle.seek(window.base + pos)  # RecordReader seeks only to a non-zero start
+        reader = RecordReader(handle, None, verify=verify, start_offset=window.base + pos, name=name)
     yield from _reader_blocks(reader, block_length, remaining, stop_offset)
 
 
