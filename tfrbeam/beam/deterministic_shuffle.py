@@ -302,6 +302,13 @@ def _mask(crcs: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------------------- the shuffled unit
 
 
+def _split_key_order(split: np.ndarray, key: np.ndarray) -> np.ndarray:
+    """Positions sorted by (split, key), stable; a single split (the common case) sorts by key alone, twice as fast."""
+    if len(split) and split.min() == split.max():
+        return np.argsort(key, kind="stable")
+    return np.lexsort((key, split))
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class KeyedRecords:
     """Serialized records of one input piece (or its part bound for one shard) with split and sort key.
@@ -353,7 +360,7 @@ class KeyedRecords:
         """The payloads framed as TFRecords, ordered by (split, key), in one new buffer."""
         if self.framed:
             raise ValueError("these records are framed already")
-        order = np.lexsort((self.key, self.split))
+        order = _split_key_order(self.split, self.key)
         payloads = self.payloads()
         crcs = self.crcs if self.crcs is not None else payload_crcs(payloads, self.offsets)
         data, offsets = frame_ordered(payloads, self.offsets, order, crcs)
