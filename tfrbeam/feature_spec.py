@@ -436,35 +436,37 @@ def _split_text(text: pa.Array, separator: str) -> pa.Array:
 
 
 def _split_on_byte(text: pa.Array, separator: str) -> pa.Array | None:
-    """The fast split for a one-byte separator: drop the separator bytes and cut the rest at their places.
+    """The fast split for a one-byte separator: the separators' places cut the items, the rest is the data.
 
-    Works on the buffers with numpy (no per-item allocation); None when it does not apply.
+    Works on the buffers (numpy finds the separators, bytes.replace drops them; no per-item
+    allocation); None when it does not apply.
     """
     sep = separator.encode("utf-8")
     if len(sep) != 1 or not (pa.types.is_string(text.type) or pa.types.is_binary(text.type)):
         return None
     count = len(text)
     offsets = np.frombuffer(text.buffers()[1], np.int32, count + 1, offset=4 * text.offset).astype(np.int64)
-    lengths = np.diff(offsets)
     valid = np.asarray(text.is_valid())
-    if (lengths[~valid] != 0).any():
+    filled = offsets[1:] > offsets[:-1]
+    if (filled & ~valid).any():
         return None
     low, high = int(offsets[0]), int(offsets[-1])
     data = text.buffers()[2]
-    segment = np.frombuffer(data, np.uint8, high - low, offset=low) if data is not None and high > low else np.zeros(0, np.uint8)
-    is_sep = segment == sep[0]
-    seps = np.flatnonzero(is_sep)
-    seps_before = np.searchsorted(seps, offsets - low, side="left")
-    items_per_row = np.where(lengths > 0, np.diff(seps_before) + 1, 0)
-    list_offsets = np.concatenate([[0], np.cumsum(items_per_row)])
+    segment = data.slice(low, high - low).to_pybytes() if data is not None and high > low else b""
+    seps = np.flatnonzero(np.frombuffer(segment, np.uint8) == sep[0])
+    seps_before = np.searchsorted(seps, offsets - low)
+    # A row of n separators holds n + 1 items, an empty (or null) row none.
+    list_offsets = np.concatenate([[0], np.cumsum(filled)]) + seps_before
     item_offsets = np.empty(int(list_offsets[-1]) + 1, np.int64)
-    rows = np.flatnonzero(lengths > 0)
-    item_offsets[list_offsets[rows]] = offsets[rows] - low - seps_before[rows]
-    sep_rows = np.repeat(np.arange(count), np.diff(seps_before))
-    ordinal = np.arange(len(seps)) - seps_before[sep_rows]
-    item_offsets[list_offsets[sep_rows] + ordinal + 1] = seps - np.arange(len(seps))
+    is_first = np.zeros(len(item_offsets) - 1, dtype=bool)
+    first_items = list_offsets[:-1][filled]
+    is_first[first_items] = True
+    # Item offsets in the data without separators: a row's first item starts where the row does,
+    # every other item just after a separator; both less the separators before them.
+    item_offsets[first_items] = (offsets[:-1] - low - seps_before[:-1])[filled]
+    item_offsets[:-1][~is_first] = seps + 1 - np.arange(1, len(seps) + 1)
     item_offsets[-1] = (high - low) - len(seps)
-    compact = segment[~is_sep] if len(seps) else segment
+    compact = segment.replace(sep, b"") if len(seps) else segment
     if len(compact) > np.iinfo(np.int32).max:
         return None
     items = pa.Array.from_buffers(text.type, len(item_offsets) - 1,
