@@ -308,3 +308,8 @@ def test_release_held_pieces_frees_a_failed_runs_pieces(tmp_path):
     assert _HELD.get(other) is data
     release_held_pieces(str(tmp_path / "other"))
     assert _HELD.held_bytes == 0
+
+
+def test_no_records_at_all_still_writes_every_shard_empty(tmp_path):
+    _run([], _spec(), tmp_path)
+    assert _read_split(tmp_path, "train") == [[], [], []] and _read_split(tmp_path, "eval") == [[], []]

@@ -670,6 +670,13 @@ class _BucketCounts(beam.CombineFn):
         return [_reduce(*columns)]
 
 
+class _PlanShards(_BucketCounts):
+    """The bucket counts, then the plan made from them, in one combine (a Map after it would be one more stage)."""
+
+    def extract_output(self, accumulator) -> ShardPlan:
+        return make_plan(super().extract_output(accumulator), self._spec)
+
+
 def make_plan(histogram: tuple[np.ndarray, ...], spec: ShardingSpec) -> ShardPlan:
     """Shard counts and bucket ranks of every split from the combined counts."""
     split_ids, bucket_ids, counts, sizes, largest = histogram
@@ -1009,11 +1016,7 @@ class WriteShuffledShards(beam.PTransform):
     def expand(self, pieces):
         prepare = _PreparePieces(self._temp_dir, self._spill, self._hold_bytes)
         pieces = pieces | "SortPieces" >> beam.ParDo(prepare).with_output_types(KeyedRecords)
-        plan = (
-            pieces
-            | "CountPerBucket" >> beam.CombineGlobally(_BucketCounts(self._spec))
-            | "PlanShards" >> beam.Map(make_plan, self._spec)
-        )
+        plan = pieces | "PlanShards" >> beam.CombineGlobally(_PlanShards(self._spec))
         plan_side = beam.pvalue.AsSingleton(plan)
         routed = (
             pieces
