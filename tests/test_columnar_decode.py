@@ -498,6 +498,64 @@ def test_input_forms_agree():
         examples_to_record_batch(data)
 
 
+
+
+def _alike_record(index: int) -> bytes:
+    return encode_example({"f": [index / 3], "k": [index % 100], "vec": [float(index)] * 3})
+
+
+@pytest.mark.parametrize("odd_one", [
+    None,
+    ("value", encode_example({"f": [0.5], "k": [300], "vec": [1.0, -2.0, 3.5]})),  # a 2-byte varint
+    ("longer", encode_example({"f": [0.5, 0.25], "k": [7], "vec": [1.0, -2.0, 3.5]})),
+    ("empty", encode_example({"f": [], "k": [7], "vec": [1.0, -2.0, 3.5]}, kinds={"f": "float"})),
+    ("kind", encode_example({"f": [b"x"], "k": [7], "vec": [1.0, -2.0, 3.5]})),
+    ("missing", encode_example({"k": [7], "vec": [1.0, -2.0, 3.5]})),
+    ("two runs", example(entry(b"f", field(2, field(1, f32(0.5)) + field(1, f32(1.0)))),
+                         entry(b"k", field(3, field(1, varint(7)))), entry(b"vec", field(2, field(1, f32(1.0) * 3))))),
+])
+def test_entries_framed_alike_take_one_comparison_and_odd_ones_the_general_path(monkeypatch, odd_one):
+    records = [_alike_record(i) for i in range(40)]
+    if odd_one is not None:
+        records[17] = odd_one[1]
+    if odd_one is None or odd_one[0] == "value":
+        calls = []
+        original = columnar_decode._Walk._entries_from_windows
+        monkeypatch.setattr(columnar_decode._Walk, "_entries_from_windows",
+                            lambda self, *args: calls.append(1) or original(self, *args))
+        assert_matches_oracle(records)
+        assert len(calls) == (0 if odd_one is None else 1)  # only the step of the odd value leaves the short path
+        monkeypatch.undo()
+    if odd_one is not None and odd_one[0] == "kind":
+        with pytest.raises(ArrowConversionError, match="feature 'f'"):
+            examples_to_record_batch(records)
+        return
+    assert_matches_oracle(records)
+    assert_paths_agree(records)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 39), max_size=3), st.data())
+def test_damage_to_entries_framed_alike_is_found_as_on_the_exact_path(damaged, data):
+    """Bytes flipped in some records of a batch framed alike: the same values, or the same error, as record by record."""
+    records = [bytearray(_alike_record(i)) for i in range(40)]
+    for index in damaged:
+        at = data.draw(st.integers(0, len(records[index]) - 1))
+        records[index][at] ^= data.draw(st.integers(1, 255))
+    records = [bytes(record) for record in records]
+    try:
+        expected = [decode_example(record, kinds=True) for record in records]
+    except ExampleDecodeError:
+        expected = None
+    assume(expected is None or consistent(records))
+    for exact_only in (False, True):
+        if expected is None:
+            with pytest.raises(ExampleDecodeError, match="malformed"):
+                columnar_decode._to_record_batch(records, None, exact_only)
+        else:
+            assert_matches_oracle(records, columnar_decode._to_record_batch(records, None, exact_only))
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.one_of(wire_records(), features().map(canonical)), min_size=1, max_size=8), st.data())
 def test_spans_in_a_buffer_with_other_bytes_around_decode_as_the_records(records, data):

@@ -534,6 +534,10 @@ class _Walk:
     def _step(self, rec, pos, fend):
         """Parse one map entry of every active record; returns the records with more entries."""
         head = self.u64[pos]
+        found = self._entries_framed_alike(head, pos, fend)
+        if found is not None:
+            self._file_by_key(rec, None, found)
+            return self._with_more(rec, found.entry_end, fend)
         found = self._entries_from_windows(head, pos, fend)
         slow = None
         if not found.ok.all():
@@ -555,10 +559,46 @@ class _Walk:
             else:
                 keys = self._name_keys(found.name_start, found.name_len) if keys is None else keys
                 self.mixed.append((rec, keys, found))
-        more = found.entry_end < fend
+        return self._with_more(rec, found.entry_end, fend)
+
+    @staticmethod
+    def _with_more(rec, entry_end, fend):
+        more = entry_end < fend
         if more.all():
-            return rec, found.entry_end, fend
-        return rec[more], found.entry_end[more], fend[more]
+            return rec, entry_end, fend
+        return rec[more], entry_end[more], fend[more]
+
+    def _entries_framed_alike(self, head: np.ndarray, pos: np.ndarray, fend: np.ndarray) -> Optional[_StepEntries]:
+        """Entries whose framing bytes are all those of the first: one name (up to 4 bytes) and one
+        value size, as for a scalar float, a fixed-size float vector or a small int in every record.
+
+        Then one comparison per window replaces the per-field checks, which are done once, on the
+        first entry. None when the entries differ or are framed otherwise (the general path decides).
+        """
+        first = int(head[0]).to_bytes(8, "little")  # 0x0a, entry length, 0x0a, name length, name (<= 4 bytes)
+        entry_len, name_len = first[1], first[3]
+        if first[0] != 0x0A or first[2] != 0x0A or entry_len >= 0x80 or name_len > 4:
+            return None
+        if not (head == head[0]).all():  # names of 4 bytes or less lie wholly inside the window
+            return None
+        value_offset = 4 + name_len
+        value = self.u64[pos + value_offset]  # 0x12, feature length, kind tag, list length, 0x0a, run length
+        framing = int(value[0]) & 0xFFFFFFFFFFFF
+        tag, feature_len, kind_tag, list_len, run_tag, run_len = framing.to_bytes(6, "little")
+        kind = int(_KIND_OF_TAG[kind_tag])
+        if not (tag == 0x12 and kind > 0 and run_tag == 0x0A and run_len < 0x80
+                and list_len == run_len + 2 and feature_len == list_len + 2 and entry_len == value_offset + feature_len):
+            return None
+        if not ((value & _U64(0xFFFFFFFFFFFF)) == _U64(framing)).all():
+            return None
+        entry_end = pos + (2 + entry_len)
+        if not (entry_end <= fend).all():
+            return None
+        count = len(pos)
+        return _StepEntries(
+            np.ones(count, dtype=bool), entry_end, pos + 4, np.full(count, name_len, dtype=pos.dtype),
+            np.full(count, kind, dtype=np.int8), pos + (value_offset + 4), np.full(count, run_len, dtype=pos.dtype),
+        )
 
     def _entries_from_windows(self, head: np.ndarray, pos: np.ndarray, fend: np.ndarray) -> _StepEntries:
         """Locate entries whose lengths are all 1-byte varints from two 8-byte windows each.
