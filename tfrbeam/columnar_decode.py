@@ -310,7 +310,9 @@ def _gather(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndar
     if words == 1:
         block = u64[starts].reshape(count, 1)
     else:
-        block = _words_at(u64, starts[:, None] + np.arange(0, 8 * words, 8, dtype=np.int64))
+        positions = starts[:, None] + np.arange(0, 8 * words, 8, dtype=starts.dtype)
+        in_buffer = int(starts.max()) + 8 * (words - 1) < len(u64)
+        block = u64[positions] if in_buffer else _words_at(u64, positions)
     as_bytes = block.view(np.uint8).reshape(count, 8 * words)
     if total == longest * count:
         return np.ascontiguousarray(as_bytes[:, :longest]).reshape(-1)
