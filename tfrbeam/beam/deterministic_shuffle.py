@@ -31,12 +31,14 @@ length and writes every header and footer at once; the payload CRCs come with th
 computed while its records were hashed). One element per (piece, shard) crosses the
 GroupByKey: the frames as one buffer plus numpy arrays of keys and offsets, with a coder that is
 a few memcpys; boundary buckets go to both neighbouring shards (about 1/64 of a shard each). A
-shard writer merges its slices by (key, frame bytes), keeps its exact rank range and only
-concatenates frames. No element is larger than one piece and no worker holds more than one
-shard. With ``spill=True`` (the local runners) the pieces' bytes go to files under the temp dir
-and only keys and offsets cross Beam; writers read their slices back. With ``hold_bytes`` (only
-when every worker runs in this process) pieces up to that many bytes stay in this process's
-memory instead of spill files, and each is dropped once its last shard slice is written.
+shard writer merges its slices by (key, frame bytes), keeps its exact rank range and writes the
+frames (header and footer bytes made with numpy, one join per block). No element is larger than
+one piece and no worker holds more than one shard. With ``spill=True`` (the local runners) the
+pieces' bytes go to files under the temp dir and only keys and offsets cross Beam; writers read
+their slices back. With ``hold_bytes`` (only when every worker runs in this process) pieces up
+to that many bytes stay in this process's memory instead: such a piece is ordered by its keys
+alone, its payloads stay where the encoder put them (no copy), the shard writers frame them
+from there, and it is dropped once its last shard slice is written.
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from tfrbeam.record_index import IndexBuilder, index_path_for
-from tfrbeam.records import HEADER_SIZE, MAX_PAYLOAD_SIZE, RECORD_OVERHEAD, RecordWriter, frame_records, masked_crc32c
+from tfrbeam.records import FOOTER_SIZE, HEADER_SIZE, MAX_PAYLOAD_SIZE, RECORD_OVERHEAD, RecordWriter, frame_records, masked_crc32c
 
 __all__ = [
     "KeyedRecords",
@@ -222,20 +224,29 @@ def frame_gathered(view: memoryview, starts: np.ndarray, ends: np.ndarray) -> by
 
 
 def _frame_gathered(view: memoryview, starts: np.ndarray, ends: np.ndarray) -> bytes:
-    count = len(starts)
     payloads = [view[start:end] for start, end in zip(starts.tolist(), ends.tolist())]
     lengths = np.asarray(ends, dtype=np.int64) - np.asarray(starts, dtype=np.int64)
+    if len(payloads) and int(lengths.max()) > MAX_PAYLOAD_SIZE:
+        return frame_records(payloads)  # raises its RecordTooLargeError
+    crcs = np.fromiter(map(_crc32c, payloads), dtype=np.uint64, count=len(payloads))
+    return _join_frames(payloads, lengths, _mask(crcs))
+
+
+def _join_frames(payloads: list, lengths: np.ndarray, masked_crcs: np.ndarray) -> bytes:
+    """The TFRecord frames of ``payloads`` (their ``lengths`` and masked CRCs given) joined into one buffer.
+
+    The bytes between two payloads (one record's footer and the next one's header) are built for
+    all records at once with numpy; only the join touches each record.
+    """
+    count = len(payloads)
     if count == 0:
         return b""
-    if int(lengths.max()) > MAX_PAYLOAD_SIZE:
-        return frame_records(payloads)  # raises its RecordTooLargeError
-    crcs = np.fromiter(map(_crc32c, payloads), dtype=np.uint64, count=count)
     unique_lengths, which = np.unique(lengths, return_inverse=True)
     length_crcs = np.array([masked_crc32c(_pack_length(int(length))) for length in unique_lengths], dtype="<u4")
     # Row i holds record i-1's footer and record i's header: 4 + 8 + 4 bytes.
     between = np.zeros((count + 1, 16), dtype=np.uint8)
-    between[1:, 0:4] = _mask(crcs).astype("<u4").view(np.uint8).reshape(count, 4)
-    between[:-1, 4:12] = lengths.astype("<u8").view(np.uint8).reshape(count, 8)
+    between[1:, 0:4] = np.asarray(masked_crcs).astype("<u4").view(np.uint8).reshape(count, 4)
+    between[:-1, 4:12] = np.asarray(lengths).astype("<u8").view(np.uint8).reshape(count, 8)
     between[:-1, 12:16] = length_crcs[which.ravel()].view(np.uint8).reshape(count, 4)
     separators = between.view("V16").ravel().tolist()
     parts: list = [None] * (2 * count + 1)
@@ -318,7 +329,9 @@ class KeyedRecords:
     shuffle (``framed``) whole TFRecord frames, so shard writers only concatenate. The bytes are
     in memory (``data``) or spilled: ``[spill_offset, spill_offset + offsets[-1])`` of ``spill_path``.
     ``crcs`` optionally carries the payloads' CRC32C (uint32), computed while they were hashed,
-    so framing does not read them again.
+    so framing does not read them again. ``sources`` (pieces held in memory, see _HeldPieces)
+    says where each record starts in the held buffer: such a piece is put in order by moving its
+    keys only, so its records are not contiguous there (``offsets`` then only give their lengths).
     """
 
     split: np.ndarray
@@ -329,6 +342,7 @@ class KeyedRecords:
     spill_offset: int = 0
     framed: bool = False
     crcs: np.ndarray | None = None
+    sources: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.key)
@@ -344,12 +358,15 @@ class KeyedRecords:
     def slice(self, start: int, end: int) -> KeyedRecords:
         """Records ``start:end`` without copying payloads (a view, or a narrower range of the spill file)."""
         first, last = int(self.offsets[start]), int(self.offsets[end])
-        return dataclasses.replace(
+        sliced = dataclasses.replace(
             self, split=self.split[start:end], key=self.key[start:end], offsets=self.offsets[start:end + 1] - first,
-            data=None if self.data is None else self.data[first:last],
-            spill_offset=self.spill_offset + first if self.data is None else 0,
             crcs=None if self.crcs is None else self.crcs[start:end],
         )
+        if self.sources is not None:
+            return dataclasses.replace(sliced, sources=self.sources[start:end])
+        if self.data is None:
+            return dataclasses.replace(sliced, spill_offset=self.spill_offset + first)
+        return dataclasses.replace(sliced, data=self.data[first:last])
 
     @property
     def framed_lengths(self) -> np.ndarray:
@@ -366,8 +383,29 @@ class KeyedRecords:
         data, offsets = frame_ordered(payloads, self.offsets, order, crcs)
         return KeyedRecords(self.split[order], self.key[order], offsets, data, framed=True)
 
+    def sorted_in_place(self) -> KeyedRecords:
+        """The records ordered by (split, key) without moving their bytes (see ``sources``); CRCs computed if missing."""
+        if self.framed or self.sources is not None or self.data is None:
+            raise ValueError("sorted_in_place takes in-memory payloads in their own order")
+        order = _split_key_order(self.split, self.key)
+        lengths = np.diff(self.offsets)[order]
+        offsets = np.zeros(len(order) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        crcs = self.crcs if self.crcs is not None else payload_crcs(self.data, self.offsets)
+        return KeyedRecords(
+            self.split[order], self.key[order], offsets, self.data, crcs=crcs[order], sources=self.offsets[:-1][order]
+        )
+
+    def buffer_and_starts(self) -> tuple[np.ndarray, np.ndarray]:
+        """A buffer holding the records and where each one starts in it."""
+        if self.sources is None:
+            return self.payloads(), self.offsets[:-1]
+        return (self.data if self.data is not None else _HELD.get(self.spill_path)), self.sources
+
     def payloads(self) -> np.ndarray:
         """The payload bytes, read from the spill file when spilled (a view when held in this process's memory)."""
+        if self.sources is not None:
+            raise ValueError("records held out of order have no contiguous payloads (see buffer_and_starts)")
         if self.data is not None:
             return self.data
         if _HeldPieces.holds(self.spill_path):
@@ -471,7 +509,7 @@ def release_held_pieces(temp_dir: str) -> None:
     _HELD.release_all(temp_dir)
 
 
-_KEYED_HEADER = struct.Struct("<QQQI???")
+_KEYED_HEADER = struct.Struct("<QQQI????")
 
 
 def _raw(array: np.ndarray, dtype: str) -> np.ndarray:
@@ -487,26 +525,27 @@ class KeyedRecordsCoder(beam.coders.Coder):
         spilled = value.data is None
         data = np.zeros(0, np.uint8) if spilled else _raw(value.data, "u1")
         path = value.spill_path.encode("utf-8")
-        has_crcs = value.crcs is not None
+        has_crcs, has_sources = value.crcs is not None, value.sources is not None
         return b"".join((
-            _KEYED_HEADER.pack(count, len(data), value.spill_offset, len(path), spilled, value.framed, has_crcs),
+            _KEYED_HEADER.pack(count, len(data), value.spill_offset, len(path), spilled, value.framed, has_crcs, has_sources),
             path,
             _raw(value.split, "<u2"),
             _raw(value.key, "<u8"),
             _raw(value.offsets, "<i8"),
             _raw(value.crcs, "<u4") if has_crcs else b"",
+            _raw(value.sources, "<i8") if has_sources else b"",
             data,
         ))
 
     def estimate_size(self, value: KeyedRecords) -> int:
         """The encoded size, computed: Beam samples element sizes, and the default encodes a whole piece to measure it."""
         count = len(value.key)
-        data = 0 if value.data is None else value.num_bytes
-        crcs = 0 if value.crcs is None else 4 * count
-        return _KEYED_HEADER.size + len(value.spill_path.encode("utf-8")) + 18 * count + 8 + crcs + data
+        data = 0 if value.data is None else np.asarray(value.data).nbytes
+        optional = (0 if value.crcs is None else 4 * count) + (0 if value.sources is None else 8 * count)
+        return _KEYED_HEADER.size + len(value.spill_path.encode("utf-8")) + 18 * count + 8 + optional + data
 
     def decode(self, encoded: bytes) -> KeyedRecords:
-        count, size, spill_offset, path_size, spilled, framed, has_crcs = _KEYED_HEADER.unpack_from(encoded)
+        count, size, spill_offset, path_size, spilled, framed, has_crcs, has_sources = _KEYED_HEADER.unpack_from(encoded)
         position = _KEYED_HEADER.size
         path = bytes(encoded[position:position + path_size]).decode("utf-8")
         position += path_size
@@ -516,12 +555,15 @@ class KeyedRecordsCoder(beam.coders.Coder):
         position += 8 * count
         offsets = np.frombuffer(encoded, dtype="<i8", count=count + 1, offset=position)
         position += 8 * (count + 1)
-        crcs = None
+        crcs = sources = None
         if has_crcs:
             crcs = np.frombuffer(encoded, dtype="<u4", count=count, offset=position)
             position += 4 * count
+        if has_sources:
+            sources = np.frombuffer(encoded, dtype="<i8", count=count, offset=position)
+            position += 8 * count
         data = None if spilled else np.frombuffer(encoded, dtype=np.uint8, count=size, offset=position)
-        return KeyedRecords(split, key, offsets, data, path, spill_offset, framed, crcs)
+        return KeyedRecords(split, key, offsets, data, path, spill_offset, framed, crcs, sources)
 
     def is_deterministic(self) -> bool:
         return True
@@ -734,10 +776,12 @@ def _shard_key(split: int, shard: int) -> int:
 
 
 class _PreparePieces(beam.DoFn):
-    """Frames each piece's records and sorts them by (split, key), so that every shard's part is one range.
+    """Orders each piece's records by (split, key), so that every shard's part is one range.
 
-    Then keeps the piece in this process's memory (within ``hold_bytes``, see _HeldPieces), or
-    spills it to a file if asked, or passes it on whole. Spill files are written by a background
+    A piece kept in this process's memory (within ``hold_bytes``, see _HeldPieces) is ordered by
+    its keys only (``sorted_in_place``); shard writers frame its records. Any other piece is
+    framed and sorted into a new buffer, then spilled to a file if asked, or passed on whole
+    through the GroupByKey. Spill files are written by a background
     thread (the write releases the GIL and overlaps with preparing the next piece; at most one
     more piece waits) and are complete when the bundle finishes. Only shard writers read them,
     after a GroupByKey, so always in a later bundle.
@@ -760,11 +804,13 @@ class _PreparePieces(beam.DoFn):
     def process(self, records: KeyedRecords) -> Iterator[KeyedRecords]:
         if not len(records):
             return
-        prepared = records.sorted_and_framed()
-        held = _HELD.hold(prepared.data, self._hold_bytes, self._temp_dir) if self._hold_bytes else None
+        held = None
+        if self._hold_bytes and records.data is not None and not records.framed:
+            held = _HELD.hold(records.data, self._hold_bytes, self._temp_dir)
         if held is not None:
-            yield prepared.spill(held)
+            yield dataclasses.replace(records.sorted_in_place(), data=None, spill_path=held)
             return
+        prepared = records.sorted_and_framed()
         if self._executor is None:
             yield prepared
             return
@@ -897,35 +943,62 @@ def _sorted_positions(keys: np.ndarray, record_bytes: typing.Callable[[int], byt
 
 
 class _Received:
-    """The records one shard writer received, addressed by a flat position across all parts."""
+    """The records one shard writer received, addressed by a flat position across all parts, framed as they are written.
+
+    Parts are framed records (sorted pieces) or payloads with their CRCs (held pieces); either
+    way a record is a payload slice, its length and its masked CRC.
+    """
 
     def __init__(self, parts: list[KeyedRecords]):
-        if not all(part.framed for part in parts):
-            raise ValueError("shard writers take framed records (see _PreparePieces)")
-        self.views = [memoryview(part.payloads()) for part in parts]
+        self.views: list[memoryview] = []
+        starts, lengths, footers = [], [], []
+        for part in parts:
+            buffer, record_starts = part.buffer_and_starts()
+            sizes = part.lengths
+            if part.framed:
+                # The stored footer is the masked CRC; re-framing writes the same header and footer.
+                footers.append(_windows(buffer, 4)[record_starts + sizes - FOOTER_SIZE].view("<u4"))
+                record_starts, sizes = record_starts + HEADER_SIZE, sizes - RECORD_OVERHEAD
+            else:
+                crcs = part.crcs if part.crcs is not None else payload_crcs(buffer, part.offsets)
+                footers.append(_mask(np.asarray(crcs)).astype("<u4"))
+            self.views.append(memoryview(np.ascontiguousarray(buffer, dtype=np.uint8)))
+            starts.append(record_starts)
+            lengths.append(sizes)
         if parts:
             self.keys = np.concatenate([part.key for part in parts])
             self.part_of = np.repeat(np.arange(len(parts)), [len(part) for part in parts])
-            self.starts = np.concatenate([part.offsets[:-1] for part in parts])
-            self.ends = np.concatenate([part.offsets[1:] for part in parts])
+            self.starts = np.concatenate(starts).astype(np.int64, copy=False)
+            self.lengths = np.concatenate(lengths).astype(np.int64, copy=False)
+            self.footers = np.concatenate(footers)
         else:
             self.keys = np.zeros(0, np.uint64)
-            self.part_of = self.starts = self.ends = np.zeros(0, np.int64)
+            self.part_of = self.starts = self.lengths = np.zeros(0, np.int64)
+            self.footers = np.zeros(0, "<u4")
 
     def frame(self, position: int) -> bytes:
-        return bytes(self.views[self.part_of[position]][self.starts[position]:self.ends[position]])
+        """One record's whole frame (to order records with equal keys by their bytes)."""
+        return _join_frames([self._payload(position)], self.lengths[position:position + 1], self.footers[position:position + 1])
+
+    def _payload(self, position: int) -> memoryview:
+        start = int(self.starts[position])
+        return self.views[self.part_of[position]][start:start + int(self.lengths[position])]
 
     def payload_lengths(self, positions: np.ndarray) -> np.ndarray:
-        return self.ends[positions] - self.starts[positions] - RECORD_OVERHEAD
+        return self.lengths[positions]
 
-    def frames(self, positions: np.ndarray) -> list[memoryview]:
+    def frames(self, positions: np.ndarray) -> bytes:
+        """The frames of the records at ``positions``, in that order, as one buffer."""
         views = self.views
-        return [
-            views[part][start:end]
-            for part, start, end in zip(
-                self.part_of[positions].tolist(), self.starts[positions].tolist(), self.ends[positions].tolist()
-            )
-        ]
+        starts = self.starts[positions]
+        with gc_paused():
+            payloads = [
+                views[part][start:end]
+                for part, start, end in zip(
+                    self.part_of[positions].tolist(), starts.tolist(), (starts + self.lengths[positions]).tolist()
+                )
+            ]
+            return _join_frames(payloads, self.lengths[positions], self.footers[positions])
 
 
 class _WriteShard(beam.DoFn):
@@ -977,8 +1050,7 @@ class _WriteShard(beam.DoFn):
                 positions = kept[start:start + _WRITE_BLOCK_RECORDS]
                 if index is not None:
                     index.add_batch(writer.bytes_written, writer.records_written, received.payload_lengths(positions))
-                with gc_paused():
-                    writer.write_framed(b"".join(received.frames(positions)), len(positions))
+                writer.write_framed(received.frames(positions), len(positions))
             writer.close()
         finally:
             handle.close()
