@@ -184,6 +184,36 @@ def test_chunk_text_slices_and_finds_line_ends_across_chunks(chunks, data):
     assert store.slice(begin, len(text)) == text[begin:]
 
 
+def test_read_ahead_keeps_order_raises_errors_and_stops_when_closed():
+    import threading
+    import time
+
+    closed = threading.Event()
+
+    def numbers(fail_at=None):
+        try:
+            for number in range(10):
+                if number == fail_at:
+                    raise InputError(f"broken at {number}")
+                yield number
+        finally:
+            closed.set()
+
+    assert list(tabular_read._ahead(numbers())) == list(range(10))
+    got = []
+    with pytest.raises(InputError, match="broken at 4"):
+        for number in tabular_read._ahead(numbers(fail_at=4)):
+            got.append(number)
+    assert got == [0, 1, 2, 3]
+    closed.clear()
+    early = tabular_read._ahead(numbers())
+    assert next(early) == 0
+    time.sleep(0.05)  # the thread fills its queue and waits
+    early.close()
+    assert closed.is_set()  # the iterator was closed (its cleanup ran) before close() returned
+    assert not [t for t in threading.enumerate() if t.name == "tfrbeam-csv-read"]
+
+
 # --------------------------------------------------------------------------------------- dialects
 
 

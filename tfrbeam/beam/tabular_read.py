@@ -3,7 +3,9 @@
 Parquet is read by row group (one Beam element per row group, column projection) with the
 Arrow types of the file. CSV is parsed by pyarrow.csv in blocks, every column as binary, so that
 typing and bad-row detection are ours (tfrbeam.feature_spec); each row keeps the physical line
-it starts on and its raw text, and rows with the wrong number of fields become bad rows.
+it starts on and its raw text, and rows with the wrong number of fields become bad rows. A
+thread parses the next blocks while the caller converts this one (serially, in order: pyarrow's
+own threaded parsing does not number invalid rows).
 
 CSV splitting rule: a file larger than input.split_bytes is scanned in parallel, one range per
 split_bytes. If no range holds the quote character or the escape character after the header
@@ -28,6 +30,7 @@ import contextlib
 import csv
 import io
 import logging
+import queue
 import threading
 from dataclasses import dataclass, field
 from typing import BinaryIO, Callable, Iterable, Iterator, Sequence
@@ -662,9 +665,59 @@ def _read_rows(path: str, tracker: _LineTracker, preamble: _Preamble, options: C
         raise InputError(f"{path}: cannot parse the CSV in its first rows: {error}") from error
     try:
         quote = options.quote_char if quoting and not options.escape_char else None
-        yield from _numbered_batches(path, tracker, reader, invalid, invalid_lock, keep, ordinal, first_file_line, quote)
+        yield from _ahead(_numbered_batches(path, tracker, reader, invalid, invalid_lock, keep, ordinal, first_file_line,
+                                            quote))
     finally:
         reader.close()  # stop pyarrow's read-ahead thread now, not at garbage collection
+
+
+_PREFETCH_BATCHES = 2
+_DONE = object()
+
+
+def _ahead(items: Iterator[SourceBatch]) -> Iterator[SourceBatch]:
+    """The items of an iterator, produced by a thread up to _PREFETCH_BATCHES ahead of the caller.
+
+    pyarrow parses the next block (without the GIL) while the caller converts this one; the
+    order and every row's numbering are the iterator's own. Errors reach the caller as raised.
+    Closing early stops the thread after the item it is making and closes the iterator there.
+    """
+    handoff: queue.Queue = queue.Queue(maxsize=_PREFETCH_BATCHES)
+    stop = threading.Event()
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                handoff.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not put((item, None)):
+                    return
+            put((_DONE, None))
+        except BaseException as error:  # handed to the caller, who raises it
+            put((_DONE, error))
+        finally:
+            items.close()  # a generator's cleanup (closing pyarrow's reader) runs in the thread that ran it
+
+    thread = threading.Thread(target=produce, name="tfrbeam-csv-read", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item, error = handoff.get()
+            if item is _DONE:
+                if error is not None:
+                    raise error
+                return
+            yield item
+    finally:
+        stop.set()
+        thread.join()
 
 
 def _numbered_batches(path: str, tracker: _LineTracker, reader, invalid: dict, invalid_lock: threading.Lock,
