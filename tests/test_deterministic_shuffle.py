@@ -323,3 +323,28 @@ def test_release_held_pieces_frees_a_failed_runs_pieces(tmp_path):
 def test_no_records_at_all_still_writes_every_shard_empty(tmp_path):
     _run([], _spec(), tmp_path)
     assert _read_split(tmp_path, "train") == [[], [], []] and _read_split(tmp_path, "eval") == [[], []]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.binary(max_size=6), min_size=1, max_size=120), st.randoms(use_true_random=False))
+def test_shard_writer_frames_parts_of_every_kind(payloads, rng):
+    """A held piece (ordered in place, payloads where they are) and a framed sorted piece, framed together."""
+    from tfrbeam.beam.deterministic_shuffle import _Received
+
+    data = np.frombuffer(b"".join(payloads), dtype=np.uint8)
+    offsets = np.cumsum([0] + [len(item) for item in payloads]).astype(np.int64)
+    _, crcs = record_checksums(data, offsets)
+    keys = np.array([rng.getrandbits(64) for _ in payloads], dtype=np.uint64)
+    whole = KeyedRecords(np.zeros(len(payloads), np.uint16), keys, offsets, data, crcs=crcs)
+    cut = rng.randint(0, len(payloads))
+    parts = [whole.slice(0, cut).sorted_in_place(), whole.slice(cut, len(payloads)).sorted_and_framed()]
+    received = _Received([part for part in parts if len(part)])
+    # Position i of the writer is record i of the parts in turn, each part in its (split, key) order.
+    expected_payloads = [payloads[index] for index in sorted(range(cut), key=lambda index: int(keys[index]))]
+    expected_payloads += [payloads[index] for index in sorted(range(cut, len(payloads)), key=lambda index: int(keys[index]))]
+    shuffled = list(range(len(payloads)))
+    rng.shuffle(shuffled)
+    shuffled = np.array(shuffled, dtype=np.int64)
+    expected = frame_records([expected_payloads[index] for index in shuffled])
+    assert received.frames(shuffled) == expected
+    assert received.frame(len(payloads) - 1) == frame_records([expected_payloads[-1]])
