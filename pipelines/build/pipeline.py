@@ -110,7 +110,9 @@ def build_pipeline(
     """Add the dataset build described by ``config`` to ``pipeline``; returns what was fixed at construction.
 
     ``spill`` (default: on for the local runners) keeps the records' bytes in files under the temp
-    dir while only keys and offsets go through Beam; see ``uses_local_workers``.
+    dir while only keys and offsets go through Beam, or in this process's memory when every worker
+    runs in it (up to ``held_piece_budget()``); see ``uses_local_workers``. After a failed run,
+    ``remove_temp_dir`` frees both.
 
     Raises ConfigError (features that do not fit the input, an unknown split_key) and
     OutputExistsError (the output holds another dataset and ``overwrite`` is false) before anything runs.
