@@ -881,34 +881,31 @@ def _empty_shards(plan: ShardPlan) -> Iterator[tuple[int, KeyedRecords]]:
 
 
 class _HashingFile:
-    """Counts and sha256-hashes every byte written; one background thread hashes and writes, in order.
+    """Counts and sha256-hashes every byte written; two background threads hash and write each block at once.
 
-    Both release the GIL, so they overlap with gathering the next block; at most one block waits.
-    Callers must not change a buffer after passing it to ``write``.
+    Both release the GIL, so they overlap with each other and with gathering the next block (on
+    one thread, hashing then writing was the shard writers' critical path); at most one block
+    waits. Callers must not change a buffer after passing it to ``write``.
     """
 
     def __init__(self, handle):
         self._handle = handle
         self._sha256 = hashlib.sha256()
         self.size = 0
-        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="tfrbeam-shard-writer")
-        self._pending: concurrent.futures.Future | None = None
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="tfrbeam-shard-writer")
+        self._pending: list[concurrent.futures.Future] = []
 
     def write(self, data) -> int:
         size = len(data)
         self._wait()
-        self._pending = self._executor.submit(self._hash_and_write, data)
+        self._pending = [self._executor.submit(self._sha256.update, data), self._executor.submit(self._handle.write, data)]
         self.size += size
         return size
 
-    def _hash_and_write(self, data) -> None:
-        self._sha256.update(data)
-        self._handle.write(data)
-
     def _wait(self) -> None:
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            pending.result()
+        pending, self._pending = self._pending, []
+        for future in pending:
+            future.result()
 
     @property
     def sha256_hex(self) -> str:
