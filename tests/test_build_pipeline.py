@@ -126,6 +126,9 @@ def test_reruns_input_file_order_and_seeds(demo_dir, tmp_path):
     for split in ("train", "eval"):  # the seed reorders, it never moves an example between splits
         assert collections.Counter(read_split(demo_dir / "out" / "a", split)) == collections.Counter(
             read_split(demo_dir / "out" / "c", split))
+    from tfrbeam.beam.deterministic_shuffle import _HELD
+
+    assert _HELD.held_bytes == 0  # these in-process builds held their pieces in memory, and let go of them
 
 
 def test_unshuffled_build_keeps_input_order(demo_dir):

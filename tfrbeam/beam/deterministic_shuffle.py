@@ -38,11 +38,14 @@ pieces' bytes go to files under the temp dir and only keys and offsets cross Bea
 their slices back. With ``hold_bytes`` (only when every worker runs in this process) pieces up
 to that many bytes stay in this process's memory instead: such a piece is ordered by its keys
 alone, its payloads stay where the encoder put them (no copy), the shard writers frame them
-from there, and it is dropped once its last shard slice is written.
+from there, and it is dropped once its last shard slice is written. Then no piece carries bytes,
+so the writers read them all as a side input and cut their own slices: no routing stage and no
+GroupByKey, each a whole stage on the local runners.
 """
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import contextlib
 import dataclasses
@@ -446,6 +449,7 @@ class _HeldPieces:
         self._lock = threading.Lock()
         self._pieces: dict[str, np.ndarray] = {}
         self._pending: dict[str, int] = {}
+        self._expected: set[str] = set()
         self._bytes = 0
 
     @classmethod
@@ -465,9 +469,15 @@ class _HeldPieces:
             return name
 
     def expect(self, name: str, uses: int) -> None:
-        """``uses`` more shard slices of piece ``name`` will be read (and released) by shard writers."""
+        """``uses`` shard slices of piece ``name`` will be read (and released) by shard writers.
+
+        Routing a piece always gives the same slices, so only the first call counts: a piece may be
+        routed again (a retried bundle, or each writer bundle routing every piece itself).
+        """
         with self._lock:
-            self._pending[name] += uses
+            if name not in self._expected:
+                self._expected.add(name)
+                self._pending[name] += uses
 
     def get(self, name: str) -> np.ndarray:
         try:
@@ -494,6 +504,7 @@ class _HeldPieces:
 
     def _drop(self, name: str) -> None:
         del self._pending[name]
+        self._expected.discard(name)
         self._bytes -= self._pieces.pop(name).nbytes
 
     @property
@@ -831,50 +842,57 @@ class _PreparePieces(beam.DoFn):
             self._pending.pop(0).result()
 
 
-class _RouteToShards(beam.DoFn):
-    """Sends each sorted piece's records to the shard(s) its buckets' rank ranges overlap: one slice per shard."""
+def _route(records: KeyedRecords, plan: ShardPlan) -> list[tuple[int, KeyedRecords]]:
+    """A sorted piece's records cut by the shard(s) its buckets' rank ranges overlap: one slice per shard.
 
-    def __init__(self, spec: ShardingSpec):
-        self._spec = spec
+    Registers the slices of a piece held in memory, so it is dropped after the last one is written.
+    """
+    if not len(records):
+        return []
+    buckets = _record_buckets(records, plan.spec)
+    split_bounds = np.searchsorted(records.split, np.arange(len(plan.splits) + 1))
+    routed: list[tuple[int, KeyedRecords]] = []
+    for index, split_plan in enumerate(plan.splits):
+        begin, end = int(split_bounds[index]), int(split_bounds[index + 1])
+        if begin == end:
+            continue
+        positions = split_plan.bucket_positions(buckets[begin:end])
+        starts = split_plan.bucket_starts[positions]
+        if plan.spec.ordered:
+            # A record's rank is its bucket's first rank plus its position within its row block.
+            first = last = split_plan.shard_of(starts + np.arange(end - begin, dtype=np.int64) % ORDERED_BLOCK_ROWS)
+        else:
+            first = split_plan.shard_of(starts)
+            last = split_plan.shard_of(starts + split_plan.bucket_counts[positions] - 1)
+        # Both are non-decreasing along the sorted records, so each shard's records are one range.
+        for shard in range(int(first[0]), int(last[-1]) + 1):
+            low = begin + int(np.searchsorted(last, shard, side="left"))
+            high = begin + int(np.searchsorted(first, shard, side="right"))
+            if high > low:
+                routed.append((_shard_key(index, shard), records.slice(low, high)))
+    if _HeldPieces.holds(records.spill_path):
+        _HELD.expect(records.spill_path, len(routed))
+    return routed
+
+
+class _RouteToShards(beam.DoFn):
+    """Sends each sorted piece's records to the shard(s) they belong to, one slice per shard (see _route)."""
 
     def process(self, records: KeyedRecords, plan: ShardPlan) -> Iterator[tuple[int, KeyedRecords]]:
-        if not len(records):
-            return
-        buckets = _record_buckets(records, self._spec)
-        split_bounds = np.searchsorted(records.split, np.arange(len(plan.splits) + 1))
-        routed: list[tuple[int, KeyedRecords]] = []
-        for index, split_plan in enumerate(plan.splits):
-            begin, end = int(split_bounds[index]), int(split_bounds[index + 1])
-            if begin == end:
-                continue
-            positions = split_plan.bucket_positions(buckets[begin:end])
-            starts = split_plan.bucket_starts[positions]
-            if self._spec.ordered:
-                first = last = split_plan.shard_of(starts + self._rank_in_block(end - begin))
-            else:
-                first = split_plan.shard_of(starts)
-                last = split_plan.shard_of(starts + split_plan.bucket_counts[positions] - 1)
-            # Both are non-decreasing along the sorted records, so each shard's records are one range.
-            for shard in range(int(first[0]), int(last[-1]) + 1):
-                low = begin + int(np.searchsorted(last, shard, side="left"))
-                high = begin + int(np.searchsorted(first, shard, side="right"))
-                if high > low:
-                    routed.append((_shard_key(index, shard), records.slice(low, high)))
-        if _HeldPieces.holds(records.spill_path):
-            _HELD.expect(records.spill_path, len(routed))
-        yield from routed
+        yield from _route(records, plan)
 
-    @staticmethod
-    def _rank_in_block(count: int) -> np.ndarray:
-        """Ordered mode: a record's position within its row block (see ``_record_buckets``)."""
-        return np.arange(count, dtype=np.int64) % ORDERED_BLOCK_ROWS
+
+def _shard_keys(plan: ShardPlan) -> Iterator[int]:
+    """Every shard's key, so that every shard (even one with no records) is written."""
+    for index, split_plan in enumerate(plan.splits):
+        for shard in range(split_plan.num_shards):
+            yield _shard_key(index, shard)
 
 
 def _empty_shards(plan: ShardPlan) -> Iterator[tuple[int, KeyedRecords]]:
     """One empty element per shard, so every shard (even one with no records) is written."""
-    for index, split_plan in enumerate(plan.splits):
-        for shard in range(split_plan.num_shards):
-            yield _shard_key(index, shard), KeyedRecords.empty()
+    for key in _shard_keys(plan):
+        yield key, KeyedRecords.empty()
 
 
 # ------------------------------------------------------------------------------------ writing
@@ -1068,6 +1086,24 @@ class _WriteShard(beam.DoFn):
         )
 
 
+class _WriteShardOfPieces(_WriteShard):
+    """Writes the shard of each key it gets, routing the pieces (a side input, no bytes in them) itself.
+
+    The pieces are routed once per bundle; each shard's slices are dropped once written.
+    """
+
+    def start_bundle(self) -> None:
+        self._parts: dict[int, list[KeyedRecords]] | None = None
+
+    def process(self, shard_key: int, plan: ShardPlan, pieces: list[KeyedRecords]) -> Iterator[ShardFile]:
+        if self._parts is None:
+            self._parts = collections.defaultdict(list)
+            for piece in pieces:
+                for key, part in _route(piece, plan):
+                    self._parts[key].append(part)
+        yield from super().process((shard_key, self._parts.pop(shard_key, [])), plan)
+
+
 class WriteShuffledShards(beam.PTransform):
     """PCollection[KeyedRecords] -> shuffled, split, exactly balanced shard files in ``temp_dir``.
 
@@ -1087,9 +1123,18 @@ class WriteShuffledShards(beam.PTransform):
         pieces = pieces | "SortPieces" >> beam.ParDo(prepare).with_output_types(KeyedRecords)
         plan = pieces | "PlanShards" >> beam.CombineGlobally(_PlanShards(self._spec))
         plan_side = beam.pvalue.AsSingleton(plan)
+        if self._hold_bytes:
+            # Every worker runs in this process and pieces carry no bytes (held, or spilled past the
+            # budget): the writers take them as a side input, without a routing stage and a GroupByKey.
+            files = (
+                plan
+                | "EveryShard" >> beam.FlatMap(_shard_keys).with_output_types(int)
+                | "WriteShards" >> beam.ParDo(_WriteShardOfPieces(self._temp_dir), plan_side, beam.pvalue.AsList(pieces))
+            )
+            return {"files": files, "plan": plan}
         routed = (
             pieces
-            | "RouteToShards" >> beam.ParDo(_RouteToShards(self._spec), plan_side)
+            | "RouteToShards" >> beam.ParDo(_RouteToShards(), plan_side)
             .with_output_types(typing.Tuple[int, KeyedRecords])
         )
         every_shard = plan | "EveryShard" >> beam.FlatMap(_empty_shards).with_output_types(typing.Tuple[int, KeyedRecords])
