@@ -153,6 +153,7 @@ def test_lines_and_raw_text_match_pythons_csv_module(tmp_path, monkeypatch, seed
     rng = random.Random(seed)
     monkeypatch.setattr(tabular_read, "_READ_CHUNK_BYTES", rng.choice([1, 2, 7, 64]))
     monkeypatch.setattr(tabular_read, "_CSV_BLOCK_BYTES", 1000)
+    monkeypatch.setattr(tabular_read, "_PREFETCH_BATCHES", seed % 3)  # 0: no read-ahead thread
     for _ in range(25):
         columns = rng.randint(2, 4)
         text = _random_csv(rng, columns)
