@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from tfrbeam import __version__
 from tfrbeam.errors import ConfigError, TfrbeamError
+from tfrbeam.startup import imports_without_gc
 
 EXIT_OK, EXIT_BAD_DATA, EXIT_USAGE = 0, 1, 2
 _PROGRESS_MIN_BYTES = 4 << 20
@@ -23,7 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``tfrbeam`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "build":
-        from pipelines.build.cli import main as build_main
+        with imports_without_gc():
+            from pipelines.build.cli import main as build_main
 
         return build_main(argv[1:])
     parser = _parser()

@@ -2,6 +2,9 @@
 
 import sys
 
-from pipelines.build.cli import main
+from tfrbeam.startup import imports_without_gc
+
+with imports_without_gc():
+    from pipelines.build.cli import main
 
 sys.exit(main())
