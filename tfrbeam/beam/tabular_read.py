@@ -33,7 +33,7 @@ import logging
 import queue
 import threading
 from dataclasses import dataclass, field
-from typing import BinaryIO, Callable, Iterable, Iterator, Sequence
+from typing import BinaryIO, Callable, Generator, Iterable, Iterator, Sequence
 
 import apache_beam as beam
 import numpy as np
@@ -678,7 +678,7 @@ _PREFETCH_BATCHES = 2
 _DONE = object()
 
 
-def _ahead(items: Iterator[SourceBatch]) -> Iterator[SourceBatch]:
+def _ahead(items: Generator[SourceBatch, None, None]) -> Iterator[SourceBatch]:
     """The items of an iterator, produced by a thread up to _PREFETCH_BATCHES ahead of the caller.
 
     pyarrow parses the next block (without the GIL) while the caller converts this one; the
