@@ -184,6 +184,17 @@ def test_separator_split_matches_python(values, offset):
     assert result.batch.column("x").to_pylist() == expected
 
 
+def test_separator_split_of_a_null_that_covers_bytes():
+    # Arrow allows a null slot whose offsets still span bytes; the buffer split does not apply,
+    # the general split does, and the null stays a null list.
+    offsets = pa.py_buffer(np.array([0, 3, 6, 9], np.int32).tobytes())
+    validity = pa.array([True, False, True]).buffers()[1]
+    column = pa.Array.from_buffers(pa.binary(), 3, [validity, offsets, pa.py_buffer(b"1;2x;y3;4")])
+    result = convert({"x": column}, spec("x", "int64", separator=";", on_null="omit"))
+    assert not result.bad_rows
+    assert result.batch.column("x").to_pylist() == [[1, 2], None, [3, 4]]
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.integers(-(2**63), 2**63 - 1), min_size=1, max_size=20))
 def test_int64_text_round_trips_exactly(numbers):
