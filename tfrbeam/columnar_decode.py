@@ -295,8 +295,9 @@ def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 def _gather(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """The bytes of all spans [starts[i], starts[i] + lengths[i]) back to back.
 
-    Spans of similar lengths are read 8 bytes at a time into a padded block (one gather per
-    word instead of per byte); very uneven ones byte by byte.
+    Spans of one length are copied as rows of a strided view of the buffer (one numpy row copy
+    each; 1, 2, 4 or 8 bytes as one unaligned integer); spans of similar lengths as rows of their
+    longest rounded up to 8 bytes, then cut to size; very uneven ones byte by byte.
     """
     count = len(lengths)
     if count == 0:
@@ -306,17 +307,26 @@ def _gather(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndar
     words = (longest + 7) // 8
     if words * 8 * count > 2 * total + 16 * count:
         return buf[_ranges(starts, lengths)]
-    u64 = _unaligned_u64(buf)
-    if words == 1:
-        block = u64[starts].reshape(count, 1)
-    else:
-        positions = starts[:, None] + np.arange(0, 8 * words, 8, dtype=starts.dtype)
-        in_buffer = int(starts.max()) + 8 * (words - 1) < len(u64)
-        block = u64[positions] if in_buffer else _words_at(u64, positions)
-    as_bytes = block.view(np.uint8).reshape(count, 8 * words)
-    if total == longest * count:
-        return np.ascontiguousarray(as_bytes[:, :longest]).reshape(-1)
-    return as_bytes[np.arange(8 * words) < lengths[:, None]]
+    uniform = total == longest * count
+    if uniform and longest in _UNALIGNED_TYPES:
+        return _unaligned(buf, longest)[starts].view(np.uint8)
+    width = longest if uniform else 8 * words
+    if int(starts.max()) + width <= buf.size:
+        rows = np.lib.stride_tricks.as_strided(buf, shape=(buf.size - width + 1, width), strides=(1, 1), writeable=False)[starts]
+    else:  # windows near the end would run past the buffer: read them 8 bytes at a time, clamped
+        u64 = _unaligned_u64(buf)
+        rows = _words_at(u64, starts[:, None] + np.arange(0, 8 * words, 8, dtype=np.int64)).view(np.uint8).reshape(count, 8 * words)
+    if uniform:
+        return np.ascontiguousarray(rows[:, :longest]).reshape(-1)
+    return rows[np.arange(rows.shape[1]) < lengths[:, None]]
+
+
+_UNALIGNED_TYPES = {1: "u1", 2: "<u2", 4: "<u4", 8: "<u8"}
+
+
+def _unaligned(buf: np.ndarray, width: int) -> np.ndarray:
+    """A view of ``buf`` as ``width``-byte little-endian integers starting at every byte offset."""
+    return np.ndarray(shape=(buf.size - width + 1,), dtype=_UNALIGNED_TYPES[width], buffer=buf, strides=(1,))
 
 
 # ------------------------------------------------------------------------------- value decoders
@@ -404,7 +414,7 @@ def _words_at(u64: np.ndarray, positions: np.ndarray) -> np.ndarray:
 
 def _unaligned_u64(buf: np.ndarray) -> np.ndarray:
     """A uint64 (little-endian) view of ``buf`` starting at every byte offset."""
-    return np.ndarray(shape=(buf.size - 7,), dtype="<u8", buffer=buf, strides=(1,))
+    return _unaligned(buf, 8)
 
 
 # --------------------------------------------------------------------------- the lockstep walk
