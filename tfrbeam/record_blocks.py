@@ -352,7 +352,7 @@ def _check_block(buffer: bytearray, starts: list[int], verify: bool) -> RecordBl
     """The records at ``starts`` (offsets relative to ``buffer``) as a block, or None when a CRC does not match."""
     raw = np.frombuffer(buffer, dtype=np.uint8)
     heads = np.asarray(starts, dtype=np.int64)
-    lengths = _gather_u64(raw, heads).astype(np.int64)
+    lengths = _le_integers(raw, 8)[heads].astype(np.int64)
     if not verify:
         bounds = _bounds(lengths)
         return RecordBlock(None, bounds[:-1], bounds[1:], heads)
@@ -387,18 +387,29 @@ def _block_crcs_match(data: np.ndarray, heads: np.ndarray, lengths: np.ndarray, 
     hands the block to RecordReader, which finds the exact record.
     """
     count = len(heads)
-    lengths_bytes = data[heads[:, None] + np.arange(8)]
-    length_crcs = _gather_u32(data, heads + 8)
-    data_crcs = _gather_u32(data, payload_ends)
-    header_stream = np.empty((count, 16), dtype=np.uint8)
-    header_stream[:, :4] = _INIT_FROM_ZERO
-    header_stream[:, 4:12] = lengths_bytes
-    header_stream[:, 12:] = _inverted_unmasked(length_crcs).view(np.uint8).reshape(count, 4)
+    words = _le_integers(data, 4)
+    header_stream = np.empty((count, 4), dtype="<u4")  # init, the length (8 bytes), ~unmasked length CRC
+    header_stream[:, 0] = _INIT_FROM_ZERO.view("<u4")[0]
+    header_stream[:, 1:3] = _le_integers(data, 8)[heads].view("<u4").reshape(count, 2)
+    header_stream[:, 3] = _inverted_unmasked(words[heads + 8])
     if _crc(header_stream, 0xFFFFFFFF) != 0xFFFFFFFF:  # value=0xFFFFFFFF: the register starts (and must end) at 0
         return False
-    data[heads[:, None] + np.arange(HEADER_SIZE)] = np.concatenate((np.zeros(8, np.uint8), _INIT_FROM_ZERO))
-    data[payload_ends[:, None] + np.arange(4)] = _inverted_unmasked(data_crcs).view(np.uint8).reshape(count, 4)
+    _byte_rows(data, HEADER_SIZE)[heads] = _HEADER_STAND_IN
+    words[payload_ends] = _inverted_unmasked(words[payload_ends])
     return _crc(memoryview(data)[:size], 0xFFFFFFFF) == 0xFFFFFFFF
+
+
+_HEADER_STAND_IN = np.concatenate((np.zeros(8, np.uint8), _INIT_FROM_ZERO))
+
+
+def _le_integers(raw: np.ndarray, width: int) -> np.ndarray:
+    """``raw`` seen as little-endian unsigned integers of ``width`` bytes starting at every byte offset."""
+    return np.ndarray(shape=(raw.size - width + 1,), dtype=f"<u{width}", buffer=raw, strides=(1,))
+
+
+def _byte_rows(raw: np.ndarray, width: int) -> np.ndarray:
+    """``raw`` seen as rows of ``width`` bytes starting at every byte offset (writes go to ``raw``)."""
+    return np.lib.stride_tricks.as_strided(raw, shape=(raw.size - width + 1, width), strides=(1, 1))
 
 
 def _inverted_unmasked(masked: np.ndarray) -> np.ndarray:
@@ -406,11 +417,3 @@ def _inverted_unmasked(masked: np.ndarray) -> np.ndarray:
     rotated = (masked.astype(np.uint32) - np.uint32(0xA282EAD8)).astype(np.uint32)
     crc = (rotated >> np.uint32(17)) | (rotated << np.uint32(15))
     return (~crc).astype("<u4")
-
-
-def _gather_u64(raw: np.ndarray, at: np.ndarray) -> np.ndarray:
-    return raw[at[:, None] + np.arange(8)].copy().view("<u8").reshape(-1)
-
-
-def _gather_u32(raw: np.ndarray, at: np.ndarray) -> np.ndarray:
-    return raw[at[:, None] + np.arange(4)].copy().view("<u4").reshape(-1)
