@@ -8,6 +8,7 @@ import pathlib
 import subprocess
 import sys
 import tempfile
+import threading
 
 import numpy as np
 import pytest
@@ -224,6 +225,28 @@ def test_a_threads_reads_reuse_one_read_buffer_and_interleave_safely(tmp_path):
     assert records_of(interleaved[0]) == list(zip(record_starts(payloads_b), payloads_b))
     assert records_of(interleaved[1]) == list(zip(record_starts(payloads_a), payloads_a))
     assert record_blocks_module._spare.buffer is spare or len(record_blocks_module._spare.buffer) >= len(spare)
+
+
+def test_read_buffers_above_the_cap_are_not_kept(tmp_path, monkeypatch):
+    """Blocks of large records need large read buffers; a thread keeps none larger than SPARE_BUFFER_MAX."""
+    payloads = [bytes([n]) * 5000 for n in range(40)]
+    path = tmp_path / "big.tfrecord"
+    path.write_bytes(frame_records(payloads))
+    monkeypatch.setattr(record_blocks_module, "READ_CHUNK", 4096)
+    kept = {}
+
+    def read(cap: int) -> None:
+        monkeypatch.setattr(record_blocks_module, "SPARE_BUFFER_MAX", cap)
+        got = list(record_blocks(str(path), None, 0, 8))
+        kept[cap] = (records_of(got), getattr(record_blocks_module._spare, "buffer", None))
+
+    for cap in (16 << 10, 1 << 20):  # each in a fresh thread: no spare buffer to start with
+        thread = threading.Thread(target=read, args=(cap,))
+        thread.start()
+        thread.join()
+    expected = list(zip(record_starts(payloads), payloads))
+    assert kept[16 << 10][0] == expected and kept[16 << 10][1] is None
+    assert kept[1 << 20][0] == expected and 4 * 8 * 5016 <= len(kept[1 << 20][1]) <= 1 << 20
 
 
 def test_compressed_files_and_skipped_records_go_through_the_reader(tmp_path):

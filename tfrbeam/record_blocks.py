@@ -42,6 +42,9 @@ PathOrFile = Union[str, "os.PathLike[str]", BinaryIO]
 # Bytes read at a time (at least; a block larger than this is read whole). Large reads keep the
 # per-read cost negligible; the buffer holds about two blocks.
 READ_CHUNK = 4 << 20
+# The largest read buffer a thread keeps for its next read (blocks of large records need larger
+# buffers; those are freed with their read).
+SPARE_BUFFER_MAX = 64 << 20
 # Zero bytes after the last record of a fast-path block's buffer: vectorised readers (the
 # columnar decoder) read 8-byte windows and may look a few hundred bytes past a record's end.
 TRAILING_SLACK = 512
@@ -235,7 +238,7 @@ class _Window:
 
     def __exit__(self, *exc_info) -> None:
         """Leave the buffer for the thread's next read (no block refers to it: blocks hold copies)."""
-        if len(self.buffer) > len(getattr(_spare, "buffer", None) or b""):
+        if len(getattr(_spare, "buffer", None) or b"") < len(self.buffer) <= SPARE_BUFFER_MAX:
             _spare.buffer = self.buffer
         self.buffer = bytearray()
 
@@ -285,8 +288,9 @@ def _fast_blocks(
         while remaining is None or remaining > 0:
             want = block_length if remaining is None else min(block_length, remaining)
             if window.end - pos < block_bytes and not window.eof:
-                # Room for several blocks: the unread tail moved to the front is at most one block.
-                pos -= window.refill(pos, max(READ_CHUNK, 4 * block_bytes))
+                # Room for several blocks (the unread tail moved to the front is at most one),
+                # but no more than two when blocks are large.
+                pos -= window.refill(pos, max(READ_CHUNK, 2 * block_bytes, min(4 * block_bytes, SPARE_BUFFER_MAX)))
             starts, after = _walk(window.buffer, pos, want, window.end, stop - window.base)
             while len(starts) < want and after < stop - window.base and not window.eof:
                 # The buffer ends inside the block: read more (unless the next header is already bad) and walk again.
