@@ -534,6 +534,18 @@ def test_entries_framed_alike_take_one_comparison_and_odd_ones_the_general_path(
     assert_paths_agree(records)
 
 
+def test_one_byte_varint_runs_with_a_continuation_bit_are_malformed():
+    """A packed int64 run of one byte >= 0x80 is a cut varint, in a batch of 1-byte values too."""
+    good = [example(entry(b"k", field(3, field(1, varint(n))))) for n in range(100)]
+    cut = example(entry(b"k", field(3, field(1, b"\x81"))))
+    with pytest.raises(ExampleDecodeError):
+        decode_example(cut)
+    for exact_only in (False, True):
+        with pytest.raises(ExampleDecodeError, match="record 100: malformed"):
+            columnar_decode._to_record_batch(good + [cut], None, exact_only)
+    assert examples_to_record_batch(good).column("k").to_pylist() == [[n] for n in range(100)]
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.integers(0, 39), max_size=3), st.data())
 def test_damage_to_entries_framed_alike_is_found_as_on_the_exact_path(damaged, data):

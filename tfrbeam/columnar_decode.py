@@ -384,13 +384,15 @@ def _decode_varints(buf: np.ndarray, owner: np.ndarray, starts: np.ndarray, leng
 def _single_varints(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray):
     """(value, ok) per run, ok where the run is exactly one varint (1..10 bytes).
 
-    The common scalar case: one 8-byte window per value instead of per-byte work.
+    The common scalar case: one 8-byte window per value instead of per-byte work (one byte per
+    value when every run is one byte long: flags, small counts).
     """
+    if (lengths == 1).all():
+        first = buf[starts]
+        return first.astype(np.int64), first < 0x80
     window = _unaligned_u64(buf)[starts] & _LOW_BYTES_MASK[np.minimum(lengths, 8)]
     ok = (window & _CONTINUATION_BITS) == _EXPECTED_CONTINUATION[np.minimum(lengths, 10)]
     ok &= (lengths >= 1) & (lengths <= 10)
-    if (lengths == 1).all():
-        return (window & _U64(0x7F)).view(np.int64), ok
     # Squeeze out the continuation bits: 7-bit groups -> 14-bit -> 28-bit -> 56-bit lanes.
     values = window & _U64(0x7F7F7F7F7F7F7F7F)
     values = (values & _U64(0x007F007F007F007F)) | ((values & _U64(0x7F007F007F007F00)) >> _U64(1))
