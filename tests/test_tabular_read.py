@@ -521,3 +521,17 @@ def test_gzipped_csv_is_read_whole(tmp_path):
     path.write_bytes(gzip.compress(b'a,b\n1,"x\ny"\n2,3\n'))
     assert rows_of(read_csv_file(str(path), CsvOptions())) == [(2, {"a": "1", "b": "x\ny"}), (4, {"a": "2", "b": "3"})]
     assert tabular_read._ranges_of((str(path), 10**9), 1000, CsvOptions()) == [(str(path), (0, 10**9, 1, 0))]
+
+
+def test_source_batches_have_a_coder_that_sizes_them_without_pickling(tmp_path, monkeypatch):
+    path = tmp_path / "in.csv"
+    path.write_text("a,b\n1,x\n2,\"y\nz\"\n3,w\n")
+    (source,) = list(read_csv_file(str(path), CsvOptions()))
+    coder = beam.coders.registry.get_coder(tabular_read.SourceBatch)
+    assert isinstance(coder, tabular_read.SourceBatchCoder)
+    decoded = coder.decode(coder.encode(source))
+    assert decoded.batch.equals(source.batch) and decoded.lines.tolist() == source.lines.tolist() == [2, 3, 5]
+    assert decoded.raw_text([1]) == source.raw_text([1]) == ['2,"y\nz"']
+    monkeypatch.setattr(tabular_read.pickle, "dumps", lambda *args: pytest.fail("estimate_size pickled the batch"))
+    size = coder.get_impl().estimate_size(source)
+    assert size >= source.batch.get_total_buffer_size() + len(source.raw) > 0

@@ -30,6 +30,7 @@ import contextlib
 import csv
 import io
 import logging
+import pickle
 import queue
 import threading
 from dataclasses import dataclass, field
@@ -152,6 +153,37 @@ class SourceBatch:
             chunk = self.raw[self.raw_line_starts[first]:self.raw_line_starts[last]]
             texts.append(_strip_line_break(chunk).decode("utf-8", "replace"))
         return texts
+
+
+class SourceBatchCoder(beam.coders.Coder):
+    """Pickles a SourceBatch, but sizes it from its buffers: Beam's element counters would
+    otherwise pickle a sample of the batches (~9 MB each) just to measure them."""
+
+    def encode(self, value: SourceBatch) -> bytes:
+        return pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
+
+    def decode(self, encoded: bytes) -> SourceBatch:
+        return pickle.loads(encoded)
+
+    def estimate_size(self, value: SourceBatch) -> int:
+        arrays = (value.lines, value.raw_line_starts, value.spans)
+        return (value.batch.get_total_buffer_size() + len(value.raw or b"") + len(value.path)
+                + sum(array.nbytes for array in arrays if array is not None))
+
+    def is_deterministic(self) -> bool:
+        return False
+
+    def to_type_hint(self):
+        return SourceBatch
+
+    def __eq__(self, other) -> bool:
+        return type(self) is type(other)
+
+    def __hash__(self) -> int:
+        return hash(type(self))
+
+
+beam.coders.registry.register_coder(SourceBatch, SourceBatchCoder)
 
 
 def convert_source_batch(source: SourceBatch, specs: Sequence[FeatureSpec]) -> ConvertedBatch:
@@ -1126,7 +1158,8 @@ class ReadTabular(beam.PTransform):
             return (files
                     | "RowGroups" >> beam.FlatMap(lambda item: [(item[0], g, b) for g, b in parquet_row_groups(item[0])])
                     | "SpreadRowGroups" >> beam.Reshuffle()
-                    | "ReadRowGroup" >> beam.FlatMap(lambda item: read_parquet_row_group(*item, columns=columns)))
+                    | "ReadRowGroup" >> beam.FlatMap(lambda item: read_parquet_row_group(*item, columns=columns))
+                    .with_output_types(SourceBatch))
         options = self.input_config.csv
         split_bytes = self.input_config.split_bytes
         return (files
@@ -1136,7 +1169,7 @@ class ReadTabular(beam.PTransform):
                 | "ByFile" >> beam.GroupByKey()
                 | "PlanPieces" >> beam.FlatMap(_plan_pieces)
                 | "SpreadPieces" >> beam.Reshuffle()
-                | "ReadPiece" >> beam.FlatMap(_read_piece, options, columns))
+                | "ReadPiece" >> beam.FlatMap(_read_piece, options, columns).with_output_types(SourceBatch))
 
 
 def _ranges_of(item: tuple[str, int], split_bytes: int, options: CsvOptions) -> list[tuple[str, tuple[int, int, int, int]]]:
