@@ -50,6 +50,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tfrbeam.byte_views import byte_rows, le_integers
 from tfrbeam.errors import ArrowConversionError, ExampleDecodeError
 
 __all__ = ["examples_to_record_batch"]
@@ -308,25 +309,17 @@ def _gather(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndar
     if words * 8 * count > 2 * total + 16 * count:
         return buf[_ranges(starts, lengths)]
     uniform = total == longest * count
-    if uniform and longest in _UNALIGNED_TYPES:
-        return _unaligned(buf, longest)[starts].view(np.uint8)
+    if uniform and longest in (1, 2, 4, 8):
+        return le_integers(buf, longest)[starts].view(np.uint8)
     width = longest if uniform else 8 * words
     if int(starts.max()) + width <= buf.size:
-        rows = np.lib.stride_tricks.as_strided(buf, shape=(buf.size - width + 1, width), strides=(1, 1), writeable=False)[starts]
+        rows = byte_rows(buf, width)[starts]
     else:  # windows near the end would run past the buffer: read them 8 bytes at a time, clamped
         u64 = _unaligned_u64(buf)
         rows = _words_at(u64, starts[:, None] + np.arange(0, 8 * words, 8, dtype=np.int64)).view(np.uint8).reshape(count, 8 * words)
     if uniform:
         return np.ascontiguousarray(rows[:, :longest]).reshape(-1)
     return rows[np.arange(rows.shape[1]) < lengths[:, None]]
-
-
-_UNALIGNED_TYPES = {1: "u1", 2: "<u2", 4: "<u4", 8: "<u8"}
-
-
-def _unaligned(buf: np.ndarray, width: int) -> np.ndarray:
-    """A view of ``buf`` as ``width``-byte little-endian integers starting at every byte offset."""
-    return np.ndarray(shape=(buf.size - width + 1,), dtype=_UNALIGNED_TYPES[width], buffer=buf, strides=(1,))
 
 
 # ------------------------------------------------------------------------------- value decoders
@@ -416,7 +409,7 @@ def _words_at(u64: np.ndarray, positions: np.ndarray) -> np.ndarray:
 
 def _unaligned_u64(buf: np.ndarray) -> np.ndarray:
     """A uint64 (little-endian) view of ``buf`` starting at every byte offset."""
-    return _unaligned(buf, 8)
+    return le_integers(buf, 8)
 
 
 # --------------------------------------------------------------------------- the lockstep walk

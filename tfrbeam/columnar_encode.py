@@ -22,6 +22,7 @@ from typing import Callable, Union
 import numpy as np
 import pyarrow as pa
 
+from tfrbeam.byte_views import windows
 from tfrbeam.errors import ArrowConversionError
 from tfrbeam.example import encode_varint
 
@@ -446,8 +447,8 @@ def _padded_rows(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, widt
     high = int((starts + lengths)[present].max())
     span = np.zeros(high - low + width, np.uint8)
     span[: high - low] = data[low:high]
-    windows = np.lib.stride_tricks.sliding_window_view(span, width)
-    return _PerRow(windows, np.where(present, starts - low, 0))
+    row_windows = np.lib.stride_tricks.sliding_window_view(span, width)
+    return _PerRow(row_windows, np.where(present, starts - low, 0))
 
 
 def _assemble(count: int, pieces: list[_Piece], offsets: np.ndarray) -> np.ndarray:
@@ -564,12 +565,6 @@ def _padded_block(slots: list[_Slot], width: int, first: int, last: int) -> np.n
     return padded
 
 
-def _windows(buffer: np.ndarray, width: int) -> np.ndarray:
-    """Every `width`-byte window of a uint8 buffer as one opaque element, by start offset."""
-    windows = np.lib.stride_tricks.as_strided(buffer, shape=(len(buffer) - width + 1, width), strides=(1, 1))
-    return windows.view(f"V{width}")[:, 0]
-
-
 def _place(out: np.ndarray, starts: np.ndarray, source: np.ndarray, lengths: np.ndarray, room: np.ndarray) -> None:
     """Copy row i's first lengths[i] bytes of source (rows, width) to out[starts[i]:].
 
@@ -580,11 +575,11 @@ def _place(out: np.ndarray, starts: np.ndarray, source: np.ndarray, lengths: np.
     rows = source.view(f"V{width}")[:, 0]
     whole = width - lengths <= room
     if whole.all():
-        _windows(out, width)[starts] = rows
+        windows(out, width)[starts] = rows
         return
     picked = np.flatnonzero(whole)
     if len(picked):
-        _windows(out, width)[starts[picked]] = rows[picked]
+        windows(out, width)[starts[picked]] = rows[picked]
     exact = np.flatnonzero(~whole & (lengths > 0))
     sizes = lengths[exact]
     distinct = np.flatnonzero(np.bincount(sizes))
@@ -594,7 +589,7 @@ def _place(out: np.ndarray, starts: np.ndarray, source: np.ndarray, lengths: np.
         return
     for size in distinct.tolist():
         group = exact[sizes == size]
-        _windows(out, size)[starts[group]] = source[:, :size].view(f"V{size}")[group, 0]
+        windows(out, size)[starts[group]] = source[:, :size].view(f"V{size}")[group, 0]
 
 
 def _copy_segments(out: np.ndarray, destinations: np.ndarray, data: np.ndarray, sources: np.ndarray, lengths: np.ndarray) -> None:

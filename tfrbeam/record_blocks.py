@@ -27,6 +27,7 @@ from typing import BinaryIO, NamedTuple, Union
 import crc32c
 import numpy as np
 
+from tfrbeam.byte_views import byte_rows, le_integers
 from tfrbeam.records import (
     HEADER_SIZE,
     MAX_PAYLOAD_SIZE,
@@ -35,6 +36,7 @@ from tfrbeam.records import (
     SkippedRegion,
     masked_crc32c,
     normalize_compression,
+    unmask_crcs,
 )
 
 PathOrFile = Union[str, "os.PathLike[str]", BinaryIO]
@@ -356,7 +358,7 @@ def _check_block(buffer: bytearray, starts: list[int], verify: bool) -> RecordBl
     """The records at ``starts`` (offsets relative to ``buffer``) as a block, or None when a CRC does not match."""
     raw = np.frombuffer(buffer, dtype=np.uint8)
     heads = np.asarray(starts, dtype=np.int64)
-    lengths = _le_integers(raw, 8)[heads].astype(np.int64)
+    lengths = le_integers(raw, 8)[heads].astype(np.int64)
     if not verify:
         bounds = _bounds(lengths)
         return RecordBlock(None, bounds[:-1], bounds[1:], heads)
@@ -391,33 +393,16 @@ def _block_crcs_match(data: np.ndarray, heads: np.ndarray, lengths: np.ndarray, 
     hands the block to RecordReader, which finds the exact record.
     """
     count = len(heads)
-    words = _le_integers(data, 4)
+    words = le_integers(data, 4)
     header_stream = np.empty((count, 4), dtype="<u4")  # init, the length (8 bytes), ~unmasked length CRC
     header_stream[:, 0] = _INIT_FROM_ZERO.view("<u4")[0]
-    header_stream[:, 1:3] = _le_integers(data, 8)[heads].view("<u4").reshape(count, 2)
-    header_stream[:, 3] = _inverted_unmasked(words[heads + 8])
+    header_stream[:, 1:3] = le_integers(data, 8)[heads].view("<u4").reshape(count, 2)
+    header_stream[:, 3] = ~unmask_crcs(words[heads + 8])
     if _crc(header_stream, 0xFFFFFFFF) != 0xFFFFFFFF:  # value=0xFFFFFFFF: the register starts (and must end) at 0
         return False
-    _byte_rows(data, HEADER_SIZE)[heads] = _HEADER_STAND_IN
-    words[payload_ends] = _inverted_unmasked(words[payload_ends])
+    byte_rows(data, HEADER_SIZE)[heads] = _HEADER_STAND_IN
+    words[payload_ends] = ~unmask_crcs(words[payload_ends])
     return _crc(memoryview(data)[:size], 0xFFFFFFFF) == 0xFFFFFFFF
 
 
 _HEADER_STAND_IN = np.concatenate((np.zeros(8, np.uint8), _INIT_FROM_ZERO))
-
-
-def _le_integers(raw: np.ndarray, width: int) -> np.ndarray:
-    """``raw`` seen as little-endian unsigned integers of ``width`` bytes starting at every byte offset."""
-    return np.ndarray(shape=(raw.size - width + 1,), dtype=f"<u{width}", buffer=raw, strides=(1,))
-
-
-def _byte_rows(raw: np.ndarray, width: int) -> np.ndarray:
-    """``raw`` seen as rows of ``width`` bytes starting at every byte offset (writes go to ``raw``)."""
-    return np.lib.stride_tricks.as_strided(raw, shape=(raw.size - width + 1, width), strides=(1, 1))
-
-
-def _inverted_unmasked(masked: np.ndarray) -> np.ndarray:
-    """``~crc`` for each masked CRC (little-endian uint32)."""
-    rotated = (masked.astype(np.uint32) - np.uint32(0xA282EAD8)).astype(np.uint32)
-    crc = (rotated >> np.uint32(17)) | (rotated << np.uint32(15))
-    return (~crc).astype("<u4")

@@ -82,6 +82,18 @@ def mask_crc(crc: int) -> int:
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
 
 
+def mask_crcs(crcs: np.ndarray) -> np.ndarray:
+    """TFRecord's CRC mask over an array of CRC32C values (rotate right by 15 bits, add a constant), as uint32."""
+    crcs = np.asarray(crcs).astype(np.uint64)
+    return ((((crcs >> np.uint64(15)) | (crcs << np.uint64(17))) + np.uint64(_MASK_DELTA)) & np.uint64(0xFFFFFFFF)).astype("<u4")
+
+
+def unmask_crcs(masked: np.ndarray) -> np.ndarray:
+    """The CRC32C values behind an array of masked CRCs, as uint32 (the inverse of ``mask_crcs``)."""
+    rotated = (np.asarray(masked).astype(np.uint32) - np.uint32(_MASK_DELTA)).astype(np.uint32)
+    return ((rotated >> np.uint32(17)) | (rotated << np.uint32(15))).astype("<u4")
+
+
 def masked_crc32c(data: bytes | bytearray | memoryview) -> int:
     """Masked CRC32C of ``data`` as stored in TFRecord headers and footers."""
     crc = _crc(data)

@@ -68,7 +68,10 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from tfrbeam.record_index import IndexBuilder, index_path_for
-from tfrbeam.records import FOOTER_SIZE, HEADER_SIZE, MAX_PAYLOAD_SIZE, RECORD_OVERHEAD, RecordWriter, frame_records, masked_crc32c
+from tfrbeam.byte_views import windows
+from tfrbeam.records import (
+    FOOTER_SIZE, HEADER_SIZE, MAX_PAYLOAD_SIZE, RECORD_OVERHEAD, RecordWriter, frame_records, mask_crcs, masked_crc32c,
+)
 
 __all__ = [
     "KeyedRecords",
@@ -232,7 +235,7 @@ def _frame_gathered(view: memoryview, starts: np.ndarray, ends: np.ndarray) -> b
     if len(payloads) and int(lengths.max()) > MAX_PAYLOAD_SIZE:
         return frame_records(payloads)  # raises its RecordTooLargeError
     crcs = np.fromiter(map(_crc32c, payloads), dtype=np.uint64, count=len(payloads))
-    return _join_frames(payloads, lengths, _mask(crcs))
+    return _join_frames(payloads, lengths, mask_crcs(crcs))
 
 
 def _join_frames(payloads: list, lengths: np.ndarray, masked_crcs: np.ndarray) -> bytes:
@@ -292,25 +295,12 @@ def frame_ordered(data: np.ndarray, offsets: np.ndarray, order: np.ndarray, crcs
     for width, low, high in zip(unique_lengths.tolist(), group_bounds[:-1].tolist(), group_bounds[1:].tolist()):
         if width:
             members = by_length[low:high]
-            _windows(out, width)[payload_starts[members]] = _windows(data, width)[starts[members]]
+            windows(out, width)[payload_starts[members]] = windows(data, width)[starts[members]]
     length_crcs = np.array([masked_crc32c(_pack_length(length)) for length in unique_lengths.tolist()], dtype="<u4")
-    _windows(out, 8)[framed_offsets[:-1]] = lengths.astype("<u8").view("V8")
-    _windows(out, 4)[framed_offsets[:-1] + 8] = length_crcs[which].view("V4")
-    _windows(out, 4)[payload_starts + lengths] = _mask(np.asarray(crcs)[order]).astype("<u4").view("V4")
+    windows(out, 8)[framed_offsets[:-1]] = lengths.astype("<u8").view("V8")
+    windows(out, 4)[framed_offsets[:-1] + 8] = length_crcs[which].view("V4")
+    windows(out, 4)[payload_starts + lengths] = mask_crcs(np.asarray(crcs)[order]).view("V4")
     return out, framed_offsets
-
-
-def _windows(buffer: np.ndarray, width: int) -> np.ndarray:
-    """Every ``width``-byte window of a uint8 buffer as one opaque element, by start offset (copies whole windows)."""
-    buffer = np.asarray(buffer, dtype=np.uint8)
-    strided = np.lib.stride_tricks.as_strided(buffer, shape=(len(buffer) - width + 1, width), strides=(1, 1))
-    return strided.view(f"V{width}")[:, 0]
-
-
-def _mask(crcs: np.ndarray) -> np.ndarray:
-    """TFRecord's CRC mask over an array: rotate right by 15 bits and add a constant, mod 2**32."""
-    crcs = crcs.astype(np.uint64)
-    return (((crcs >> np.uint64(15)) | (crcs << np.uint64(17))) + np.uint64(0xA282EAD8)) & np.uint64(0xFFFFFFFF)
 
 
 # ---------------------------------------------------------------------------- the shuffled unit
@@ -972,11 +962,11 @@ class _Received:
             sizes = part.lengths
             if part.framed:
                 # The stored footer is the masked CRC; re-framing writes the same header and footer.
-                footers.append(_windows(buffer, 4)[record_starts + sizes - FOOTER_SIZE].view("<u4"))
+                footers.append(windows(buffer, 4)[record_starts + sizes - FOOTER_SIZE].view("<u4"))
                 record_starts, sizes = record_starts + HEADER_SIZE, sizes - RECORD_OVERHEAD
             else:
                 crcs = part.crcs if part.crcs is not None else payload_crcs(buffer, part.offsets)
-                footers.append(_mask(np.asarray(crcs)).astype("<u4"))
+                footers.append(mask_crcs(crcs))
             self.views.append(memoryview(np.ascontiguousarray(buffer, dtype=np.uint8)))
             starts.append(record_starts)
             lengths.append(sizes)

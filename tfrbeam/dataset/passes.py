@@ -128,10 +128,12 @@ class PassIterator:
             self._thread.join(timeout=30)
 
     def __del__(self) -> None:
+        # A finaliser must not raise (Python would only print it, at an arbitrary moment); the
+        # failure to clean up is logged instead. close() is the way to see such errors.
         try:
             self.close()
         except Exception:
-            pass
+            _LOG.warning("closing a prefetching pass that was never closed failed", exc_info=True)
 
 
 class Tuner:

@@ -351,10 +351,12 @@ class Dataset:
             self._workers = None
 
     def __del__(self) -> None:
+        # A finaliser must not raise (Python would only print it, at an arbitrary moment); the
+        # failure to clean up is logged instead. close() is the way to see such errors.
         try:
             self.close()
         except Exception:
-            pass
+            _LOG.warning("closing a dataset iterator that was never closed failed", exc_info=True)
 
     def __enter__(self) -> Dataset:
         return self
