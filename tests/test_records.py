@@ -380,6 +380,14 @@ def test_concatenated_gzip_members_are_one_stream():
     assert _read(data, "gzip") == [b"a", b"b", b"c"]
 
 
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.lists(st.binary(max_size=40), max_size=4), min_size=1, max_size=12))
+def test_every_member_of_many_small_gzip_members_is_read(members):
+    """Several members ending inside one read (`cat a.gz b.gz c.gz`): none is dropped."""
+    data = b"".join(_encode(payloads, "gzip") for payloads in members)
+    assert _read(data, "gzip") == [payload for payloads in members for payload in payloads]
+
+
 def test_find_record_start_skips_to_the_next_valid_record():
     payloads = [b"first record", b"second", b"third!"]
     data = frame_records(payloads)

@@ -306,6 +306,8 @@ class _Decompressor:
         return chunk
 
     def _decompress_more(self) -> bytes:
+        if self._decoder.eof:  # a member ended inside the last call: what follows it comes first
+            return self._next_member()
         data = self._decoder.unconsumed_tail or _read_some(self._raw, _READ_CHUNK)
         if not data:
             if not self._decoder.eof:
