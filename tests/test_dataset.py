@@ -528,3 +528,33 @@ def test_a_saved_position_resumes_on_a_copy_of_the_dataset(files, tmp_path):
     copy = open_dataset(str(tmp_path / "copy" / "*.tfrecord"), batch_size=8, shuffle_buffer=30, seed=9, executor="threads")
     copy.load_state_dict(state)
     assert head + ids_of(copy) == whole
+
+
+def test_a_replaced_pass_raises_and_leaves_the_position_alone(files):
+    """iter(dataset) again closes the earlier pass: its next() says so (no stale batch, no hang)."""
+    dataset = open_dataset(str(files / "*.tfrecord"), batch_size=10, num_parallel_reads=1, executor="threads")
+    first = iter(dataset)
+    next(first)
+    second = iter(dataset)
+    position = dataset.state_dict()
+    for _ in range(3):
+        with pytest.raises(RuntimeError, match="replaced it"):
+            next(first)
+    assert dataset.state_dict() == position
+    assert len(next(second)["id"]) == 10
+    dataset.close()
+
+
+def test_a_dropped_pass_stops_its_thread(files):
+    import gc
+    import threading
+
+    dataset = open_dataset(str(files / "*.tfrecord"), batch_size=2, prefetch=1, executor="threads")
+    it = iter(dataset)
+    next(it)
+    thread = it._producer.thread
+    del it
+    gc.collect()
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    dataset.close()

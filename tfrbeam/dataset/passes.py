@@ -6,6 +6,7 @@ import logging
 import queue
 import threading
 import time
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from tfrbeam.dataset.columns import Block
@@ -21,76 +22,99 @@ _LOG = logging.getLogger(__name__)
 MAX_PREFETCH = 64
 
 
-class PassIterator:
-    """One pass over a dataset: batches produced by a background thread, ``prefetch`` of them ahead."""
+class _Producer:
+    """The background half of a pass: batches into the queue until the data ends or ``stop`` is set.
 
-    def __init__(self, dataset: Dataset):
+    It holds no reference to its PassIterator, so an iterator the caller drops can be collected,
+    and its finaliser stops the thread (and with it the reader workers' jobs).
+    """
+
+    def __init__(self, dataset: Dataset, position: dict[str, int]):
         self.dataset = dataset
-        options = dataset.options
-        with dataset._lock:
-            position = dict(dataset._position)
-        self._queue: queue.Queue = queue.Queue(max(1, options.prefetch))
-        self._stop = threading.Event()
-        self._finished = False
-        self._tuner = Tuner(dataset, self._queue) if options.autotune else None
-        self._layout = dense_layout(dataset.features)
-        self._thread = threading.Thread(target=self._produce, args=(position,), daemon=True, name="tfrbeam-dataset")
-        self._thread.start()
+        self.queue: queue.Queue = queue.Queue(max(1, dataset.options.prefetch))
+        self.stop = threading.Event()
+        self.layout = dense_layout(dataset.features)
+        self.thread = threading.Thread(target=self.run, args=(position,), daemon=True, name="tfrbeam-dataset")
 
-    def _produce(self, position: dict[str, int]) -> None:
+    def run(self, position: dict[str, int]) -> None:
         dataset = self.dataset
         try:
             epoch, batch, taken = position["epoch"], position["batch"], position["taken"]
             epochs, limit = dataset._epochs, dataset._limit
             while (epochs is None or epoch < position["pass_start"] + epochs) and (limit is None or taken < limit):
-                for block in dataset._epoch_batches(epoch, skip=batch, cancel=self._stop):
+                for block in dataset._epoch_batches(epoch, skip=batch, cancel=self.stop):
                     if limit is not None and taken >= limit:
                         break
-                    output = self._convert(block)
+                    output = self.convert(block)
                     batch += 1
                     taken += 1
-                    if not self._put(("batch", output, {"epoch": epoch, "batch": batch, "taken": taken})):
+                    if not self.put(("batch", output, {"epoch": epoch, "batch": batch, "taken": taken})):
                         return
-                    if self._stop.is_set():
+                    if self.stop.is_set():
                         return
                 else:
                     epoch, batch = epoch + 1, 0
-                    self._put(("epoch", None, {"epoch": epoch, "batch": 0, "taken": taken}))
+                    if not self.put(("epoch", None, {"epoch": epoch, "batch": 0, "taken": taken})):
+                        return
                     if not dataset.segments:
                         break
                     continue
                 break
-            self._put(("end", None, None))
+            self.put(("end", None, None))
         except Cancelled:
             return
         except BaseException as exc:
-            self._put(("error", exc, None))
+            self.put(("error", exc, None))
 
-    def _convert(self, block: Block) -> Any:
+    def convert(self, block: Block) -> Any:
         features = self.dataset.features
-        block = self._layout.unpack(block)
+        block = self.layout.unpack(block)
         if self.dataset.options.output == "arrow":
             return to_arrow(block, features)
         return to_numpy(block, features, self.dataset.options.padded)
 
-    def _put(self, item: tuple) -> bool:
-        while not self._stop.is_set():
+    def put(self, item: tuple) -> bool:
+        while not self.stop.is_set():
             try:
-                self._queue.put(item, timeout=0.1)
+                self.queue.put(item, timeout=0.1)
                 return True
             except queue.Full:
                 continue
         return False
 
-    def __iter__(self) -> _PassIterator:
+
+class PassIterator:
+    """One pass over a dataset: batches produced by a background thread, ``prefetch`` of them ahead."""
+
+    def __init__(self, dataset: Dataset):
+        self.dataset = dataset
+        with dataset._lock:
+            position = dict(dataset._position)
+        self._producer = _Producer(dataset, position)
+        self._queue = self._producer.queue
+        self._stop = self._producer.stop
+        self._finished = False
+        self._tuner = Tuner(dataset, self._queue) if dataset.options.autotune else None
+        weakref.finalize(self, self._stop.set)  # dropped without close(): the thread stops
+        self._producer.thread.start()
+
+    def __iter__(self) -> PassIterator:
         return self
 
     def __next__(self) -> Any:
         if self._finished:
             raise StopIteration
+        started = time.perf_counter()
         while True:
-            started = time.perf_counter()
-            kind, payload, position = self._queue.get()
+            if self._stop.is_set():
+                raise RuntimeError(
+                    "this pass over the dataset was closed (by dataset.close(), or because a newer "
+                    "iter(dataset) replaced it: one pass at a time); start a new pass with iter(dataset)"
+                )
+            try:
+                kind, payload, position = self._queue.get(timeout=0.1)
+            except queue.Empty:
+                continue
             if self._tuner is not None:
                 self._tuner.observe(time.perf_counter() - started)
             if kind == "batch":
@@ -98,6 +122,7 @@ class PassIterator:
                 return payload
             if kind == "epoch":
                 self._advance(position)
+                started = time.perf_counter()
                 continue
             self._finish(kind == "end")
             if kind == "error":
@@ -118,22 +143,15 @@ class PassIterator:
                 self.dataset._position = {"epoch": next_epoch, "batch": 0, "pass_start": next_epoch, "taken": 0}
 
     def close(self) -> None:
+        """Stop the producer, wait for it, then drop what it queued (nothing can be queued after)."""
         self._stop.set()
+        if self._producer.thread is not threading.current_thread():
+            self._producer.thread.join(timeout=30)
         while True:
             try:
                 self._queue.get_nowait()
             except queue.Empty:
                 break
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout=30)
-
-    def __del__(self) -> None:
-        # A finaliser must not raise (Python would only print it, at an arbitrary moment); the
-        # failure to clean up is logged instead. close() is the way to see such errors.
-        try:
-            self.close()
-        except Exception:
-            _LOG.warning("closing a prefetching pass that was never closed failed", exc_info=True)
 
 
 class Tuner:

@@ -356,7 +356,7 @@ class Dataset:
         try:
             self.close()
         except Exception:
-            _LOG.warning("closing a dataset iterator that was never closed failed", exc_info=True)
+            _LOG.warning("closing a dataset that was never closed failed", exc_info=True)
 
     def __enter__(self) -> Dataset:
         return self
