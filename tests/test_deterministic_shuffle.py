@@ -348,3 +348,24 @@ def test_shard_writer_frames_parts_of_every_kind(payloads, rng):
     expected = frame_records([expected_payloads[index] for index in shuffled])
     assert received.frames(shuffled) == expected
     assert received.frame(len(payloads) - 1) == frame_records([expected_payloads[-1]])
+
+
+def test_held_pieces_survive_rerouting_and_retried_writes():
+    """Each writer bundle routes every piece again and a retried shard write releases its slice again:
+    a piece is dropped after its last distinct shard, and routing a dropped piece is no error."""
+    from tfrbeam.beam.deterministic_shuffle import _HeldPieces
+
+    held = _HeldPieces()
+    name = held.hold(np.zeros(10, np.uint8), 100, "owner")
+    held.expect(name, 2)
+    held.expect(name, 2)  # routed again by another bundle: counted once
+    held.release(name, 0)
+    held.release(name, 0)  # the shard-0 write retried
+    assert held.get(name).nbytes == 10 and held.held_bytes == 10
+    held.release(name, 1)
+    assert held.held_bytes == 0
+    held.expect(name, 2)  # a later bundle routes the finished piece: nothing to hold any more
+    held.release(name, 1)
+    assert held.held_bytes == 0
+    with pytest.raises(RuntimeError, match="not held in this process"):
+        held.get(name)

@@ -440,6 +440,8 @@ class _HeldPieces:
         self._pieces: dict[str, np.ndarray] = {}
         self._pending: dict[str, int] = {}
         self._expected: set[str] = set()
+        self._released: dict[str, set[int]] = {}  # per piece, the shards whose slice was written
+        self._done: set[str] = set()  # pieces dropped after their last slice
         self._bytes = 0
 
     @classmethod
@@ -465,7 +467,7 @@ class _HeldPieces:
         routed again (a retried bundle, or each writer bundle routing every piece itself).
         """
         with self._lock:
-            if name not in self._expected:
+            if name not in self._expected and name not in self._done:
                 self._expected.add(name)
                 self._pending[name] += uses
 
@@ -478,12 +480,22 @@ class _HeldPieces:
                 "(hold pieces in memory only when every worker runs in this process)"
             ) from None
 
-    def release(self, name: str) -> None:
-        """One shard slice of piece ``name`` was written; drop the piece after its last one."""
+    def release(self, name: str, shard_key: int) -> None:
+        """The slice of piece ``name`` for shard ``shard_key`` was written; drop the piece after its last one.
+
+        A retried shard write releases its slices again: each shard counts once.
+        """
         with self._lock:
+            if name in self._done:
+                return
+            released = self._released.setdefault(name, set())
+            if shard_key in released:
+                return
+            released.add(shard_key)
             self._pending[name] -= 1
             if self._pending[name] <= 0:
                 self._drop(name)
+                self._done.add(name)
 
     def release_all(self, owner: str) -> None:
         """Drop every piece of the shuffle writing to ``owner`` (after a failed run)."""
@@ -491,10 +503,12 @@ class _HeldPieces:
         with self._lock:
             for name in [name for name in self._pieces if name.startswith(prefix)]:
                 self._drop(name)
+            self._done = {name for name in self._done if not name.startswith(prefix)}
 
     def _drop(self, name: str) -> None:
         del self._pending[name]
         self._expected.discard(name)
+        self._released.pop(name, None)
         self._bytes -= self._pieces.pop(name).nbytes
 
     @property
@@ -1031,7 +1045,7 @@ class _WriteShard(beam.DoFn):
         finally:
             for part in parts:
                 if _HeldPieces.holds(part.spill_path):
-                    _HELD.release(part.spill_path)
+                    _HELD.release(part.spill_path, shard_key)
         yield written
 
     @staticmethod
