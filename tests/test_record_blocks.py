@@ -190,7 +190,8 @@ def test_block_crc_check_fails_for_any_flipped_bit_of_any_record():
     for record, head in enumerate(heads.tolist()):  # a changed length field fails its length CRC
         damaged = raw.copy()
         damaged[head] ^= 1
-        assert not record_blocks_module._block_crcs_match(damaged, heads, lengths, ends, raw.size), record
+        damaged_lengths = damaged[heads[:, None] + np.arange(8)].copy().view("<u8").reshape(-1).astype(np.int64)
+        assert not record_blocks_module._block_crcs_match(damaged, heads, damaged_lengths, ends, raw.size), record
 
 
 @settings(max_examples=100, deadline=None)
@@ -274,6 +275,7 @@ def test_offset_of_record_and_block_helpers(tmp_path):
     assert block.prefix(5) is block
     rebuilt = RecordBlock.from_payloads(payloads, starts[:-1])
     assert records_of([rebuilt]) == records_of([block])
+    assert rebuilt.data[int(rebuilt.ends[-1]):] == bytes(record_blocks_module.TRAILING_SLACK)  # decoded in place
     for joined, bounds in (rebuilt.joined(), block.joined()):
         assert joined == b"".join(payloads) and bounds.tolist() == np.cumsum([0, *map(len, payloads)]).tolist()
     with pytest.raises(ValueError, match="block_length"):

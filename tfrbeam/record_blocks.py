@@ -50,6 +50,7 @@ SPARE_BUFFER_MAX = 64 << 20
 # Zero bytes after the last record of a fast-path block's buffer: vectorised readers (the
 # columnar decoder) read 8-byte windows and may look a few hundred bytes past a record's end.
 TRAILING_SLACK = 512
+_SLACK = bytes(TRAILING_SLACK)
 
 _unpack_length = struct.Struct("<Q").unpack_from
 _crc = crc32c.crc32c
@@ -73,10 +74,10 @@ class RecordBlock(NamedTuple):
 
     @classmethod
     def from_payloads(cls, payloads: Sequence[bytes | bytearray | memoryview], offsets: Iterable[int]) -> RecordBlock:
-        """A block of the given payloads (joined) starting at the given offsets."""
+        """A block of the given payloads (joined, then ``TRAILING_SLACK`` zero bytes) starting at the given offsets."""
         bounds = _bounds(np.fromiter(map(len, payloads), dtype=np.int64, count=len(payloads)))
         offsets = np.fromiter(offsets, dtype=np.int64, count=len(payloads))
-        return cls(b"".join(payloads), bounds[:-1], bounds[1:], offsets)
+        return cls(b"".join(itertools.chain(payloads, (_SLACK,))), bounds[:-1], bounds[1:], offsets)
 
     @property
     def num_records(self) -> int:
@@ -199,8 +200,11 @@ def _reader_blocks(
         if not chunk:
             return
         offsets, payloads = zip(*chunk)
-        block = RecordBlock.from_payloads(payloads, offsets)
-        yield block if keep_payloads else block._replace(data=None)
+        if keep_payloads:
+            yield RecordBlock.from_payloads(payloads, offsets)
+        else:  # headers only: lengths, no joined copy of the payloads
+            bounds = _bounds(np.fromiter(map(len, payloads), dtype=np.int64, count=len(payloads)))
+            yield RecordBlock(None, bounds[:-1], bounds[1:], np.asarray(offsets, dtype=np.int64))
         if remaining is not None:
             remaining -= len(chunk)
         if len(chunk) < want:
@@ -390,13 +394,14 @@ def _block_crcs_match(data: np.ndarray, heads: np.ndarray, lengths: np.ndarray, 
     invertible linear map), so the block fails; several bad records in one block could cancel
     out only with probability 2**-32, the odds of one bad record passing its own CRC. The length
     fields are checked the same way in a small buffer of their own. On a mismatch the caller
-    hands the block to RecordReader, which finds the exact record.
+    hands the block to RecordReader, which finds the exact record. ``lengths`` are the records'
+    length fields as read from ``data``.
     """
     count = len(heads)
     words = le_integers(data, 4)
     header_stream = np.empty((count, 4), dtype="<u4")  # init, the length (8 bytes), ~unmasked length CRC
     header_stream[:, 0] = _INIT_FROM_ZERO.view("<u4")[0]
-    header_stream[:, 1:3] = le_integers(data, 8)[heads].view("<u4").reshape(count, 2)
+    header_stream[:, 1:3] = lengths.astype("<u8").view("<u4").reshape(count, 2)
     header_stream[:, 3] = ~unmask_crcs(words[heads + 8])
     if _crc(header_stream, 0xFFFFFFFF) != 0xFFFFFFFF:  # value=0xFFFFFFFF: the register starts (and must end) at 0
         return False
