@@ -475,3 +475,17 @@ def test_finalize_refuses_a_final_file_it_did_not_write(tmp_path):
     pathlib.Path(spec.naming().name(0, 1)).write_bytes(b"x" * 3)  # ...and a different file holds the name
     with pytest.raises(TfrbeamError, match="another run wrote into the same prefix"):
         Finalizer(spec).run([shard])
+
+
+def test_a_failed_bundles_temp_shard_is_discarded_when_the_instance_is_reused(tmp_path):
+    """A bundle that fails leaves its temp shard open; the next bundle on the same DoFn instance deletes it."""
+    spec = make_sink_spec(str(tmp_path / "out"))
+    fn = sink._WriteBundleShardsFn(spec)
+    fn.setup()
+    fn.start_bundle()
+    list(fn.process(frame_batch([b"a", b"bc"])))  # then the bundle fails: finish_bundle never runs
+    leftover = fn._writer.path
+    assert os.path.exists(leftover)
+    fn.start_bundle()
+    assert not os.path.exists(leftover) and fn._writer is None
+    fn.teardown()

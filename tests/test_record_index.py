@@ -19,7 +19,7 @@ from tfrbeam.record_index import (
     load_index,
     parse_index,
 )
-from tfrbeam.records import RECORD_OVERHEAD, RecordReader, RecordWriter
+from tfrbeam.records import RECORD_OVERHEAD, RecordReader, RecordWriter, masked_crc32c
 
 
 def record_starts(lengths: list[int], start: int = 0) -> list[int]:
@@ -227,3 +227,14 @@ def test_default_interval_is_one_mebibyte():
     assert IndexBuilder().interval == 1 << 20
     with pytest.raises(ValueError):
         IndexBuilder(0)
+
+
+def test_an_interval_of_zero_is_refused():
+    """tfrbeam writes intervals of 1 to 2**32 - 1; a 0 with a valid checksum is a damaged or foreign index."""
+    body = bytearray(IndexBuilder(7).to_bytes(0, None, 0))
+    interval_at = body.index((7).to_bytes(4, "little"))
+    body[interval_at:interval_at + 4] = bytes(4)
+    del body[-4:]
+    data = bytes(body) + masked_crc32c(bytes(body)).to_bytes(4, "little")
+    with pytest.raises(RecordIndexError, match="interval is 0"):
+        parse_index(data, "zero.idx")

@@ -182,6 +182,8 @@ def parse_index(data: bytes, index_path: str) -> RecordIndex:
         raise fail(f"magic {magic!r} is not {INDEX_MAGIC!r}")
     if version != INDEX_VERSION:
         raise fail(f"format version {version} is not the supported version {INDEX_VERSION}")
+    if interval == 0:
+        raise fail("its interval is 0 bytes (tfrbeam writes 1 to 2**32 - 1)")
     expected_size = _HEADER.size + 16 * num_entries + _CRC.size
     if len(data) != expected_size:
         raise fail(f"{num_entries} entries need {expected_size} bytes, the file has {len(data)}")
@@ -198,7 +200,7 @@ def parse_index(data: bytes, index_path: str) -> RecordIndex:
         num_records=num_records,
         offsets=offsets,
         record_numbers=record_numbers,
-        interval=interval or INDEX_INTERVAL_BYTES,
+        interval=interval,
     )
 
 

@@ -33,11 +33,5 @@ class RecordBatchCoder(coders.Coder):
     def to_type_hint(self):
         return pa.RecordBatch
 
-    def __eq__(self, other) -> bool:
-        return type(self) is type(other)
-
-    def __hash__(self) -> int:
-        return hash(type(self))
-
 
 coders.registry.register_coder(pa.RecordBatch, RecordBatchCoder)

@@ -397,6 +397,10 @@ class _WriteBundleShardsFn(beam.DoFn):
         self._max_bytes = self._spec.max_bytes_per_shard or 0
 
     def start_bundle(self) -> None:
+        # A bundle that failed left its temp shard open: this instance may be reused for the retry.
+        leftover = getattr(self, "_writer", None)
+        if leftover is not None:
+            leftover.discard()
         self._writer: _TempShardWriter | None = None
 
     def process(self, batch: FramedBatch) -> Iterator[TempShard]:

@@ -176,12 +176,6 @@ class SourceBatchCoder(beam.coders.Coder):
     def to_type_hint(self):
         return SourceBatch
 
-    def __eq__(self, other) -> bool:
-        return type(self) is type(other)
-
-    def __hash__(self) -> int:
-        return hash(type(self))
-
 
 beam.coders.registry.register_coder(SourceBatch, SourceBatchCoder)
 

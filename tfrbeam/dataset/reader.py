@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import os
 from collections.abc import Iterator, Mapping
 
@@ -67,11 +68,12 @@ class BlockDecoder:
     features: Mapping[str, Feature]
     raw: bool = False  # hand out each record's bytes as feature RAW_KEY instead of decoding
 
-    @property
+    @functools.cached_property
     def schema(self) -> pa.Schema:
+        """Built once per decoder, not per block (cached in the instance, frozen or not)."""
         return pa.schema([arrow_field(name, feature) for name, feature in self.features.items()])
 
-    @property
+    @functools.cached_property
     def layout(self) -> DenseLayout:
         return dense_layout(self.features)
 
