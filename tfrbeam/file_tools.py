@@ -14,10 +14,9 @@ from collections.abc import Callable, Iterator
 
 from tfrbeam.errors import ExampleDecodeError, RecordError, TfrbeamError
 from tfrbeam.example import decode_example, decode_sequence_example
+from tfrbeam.manifest_format import MANIFEST_NAME, TF_DTYPES
 from tfrbeam.records import RecordReader
 
-MANIFEST_NAME = "dataset_info.json"
-_TF_DTYPES = {"int64": "tf.int64", "float": "tf.float32", "bytes": "tf.string"}
 
 
 class NoInputError(TfrbeamError, FileNotFoundError):
@@ -147,9 +146,9 @@ class FeatureStats:
     def parse_spec(self, total: int) -> str:
         """A ``tf.io.parse_example`` feature for this feature, ready to paste."""
         kind = self.kind()
-        if kind not in _TF_DTYPES:
+        if kind not in TF_DTYPES:
             return f"# cannot suggest: kinds seen {sorted(map(str, self.kinds))}"
-        dtype = _TF_DTYPES[kind]
+        dtype = TF_DTYPES[kind]
         if self.present == total and self.min_count == self.max_count:
             shape = "[]" if self.min_count == 1 else f"[{self.min_count}]"
             return f"tf.io.FixedLenFeature({shape}, {dtype})"

@@ -17,13 +17,11 @@ from apache_beam.io.filesystems import FileSystems
 
 from tfrbeam.errors import RecordError, RecordIndexError
 from tfrbeam.feature_spec import FeatureSpec
+from tfrbeam.manifest_format import MANIFEST_FORMAT, MANIFEST_NAME, TF_DTYPES
 from tfrbeam.record_index import INDEX_DIR_NAME, index_path_for, parse_index
 from tfrbeam.records import RecordReader, compression_from_name
 
-MANIFEST_NAME = "dataset_info.json"
-MANIFEST_FORMAT = "tfrbeam-dataset/1"
 ERRORS_DIR_NAME = "_errors"
-_TF_DTYPES = {"int64": "tf.int64", "float": "tf.float32", "bytes": "tf.string"}
 _READ_CHUNK = 1 << 20
 
 
@@ -48,7 +46,7 @@ def parse_example_spec(features: Sequence[FeatureSpec]) -> dict[str, str]:
     """A ``tf.io.parse_example`` spec to paste: FixedLenFeature when every example has the same shape, else VarLenFeature."""
     spec_strings = {}
     for spec in sorted(features, key=lambda spec: spec.name):
-        dtype = _TF_DTYPES[spec.type]
+        dtype = TF_DTYPES[spec.type]
         if spec.always_present and spec.shape is not None:
             spec_strings[spec.name] = f"tf.io.FixedLenFeature({list(spec.shape)}, {dtype})"
         else:

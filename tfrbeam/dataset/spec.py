@@ -21,12 +21,11 @@ import pyarrow as pa
 
 from tfrbeam.columnar_decode import examples_to_record_batch
 from tfrbeam.errors import ArrowConversionError, ConfigError, ExampleDecodeError
+from tfrbeam.manifest_format import MANIFEST_FORMAT, MANIFEST_NAME
 from tfrbeam.records import RecordReader, normalize_compression
 
 _LOG = logging.getLogger(__name__)
 
-MANIFEST_NAME = "dataset_info.json"
-MANIFEST_FORMAT = "tfrbeam-dataset/1"
 DTYPES = ("int64", "float", "bytes")
 _DTYPE_ALIASES = {
     "int64": "int64", "int": "int64", "int32": "int64",
