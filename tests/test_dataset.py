@@ -558,3 +558,17 @@ def test_a_dropped_pass_stops_its_thread(files):
     thread.join(timeout=10)
     assert not thread.is_alive()
     dataset.close()
+
+
+def test_state_dict_reads_the_shard_sizes_once(files, monkeypatch):
+    import tfrbeam.dataset.pipeline as dataset_pipeline
+
+    sizes = []
+    real_size = dataset_pipeline._size
+    monkeypatch.setattr(dataset_pipeline, "_size", lambda path: sizes.append(path) or real_size(path))
+    dataset = open_dataset(str(files / "*.tfrecord"), batch_size=10, executor="threads")
+    first = dataset.state_dict()
+    assert dataset.state_dict() == first and len(sizes) == len(dataset.segments)
+    dataset.load_state_dict(first)  # the same dataset accepts its own state
+    assert len(sizes) == len(dataset.segments)
+    dataset.close()

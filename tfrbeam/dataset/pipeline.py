@@ -12,6 +12,7 @@ epoch reading record headers only, then decodes just the records the buffer held
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -290,6 +291,11 @@ class Dataset:
 
     # ------------------------------------------------------------------ position
 
+    @functools.cached_property
+    def _fingerprint_digest(self) -> str:
+        """Computed once: the segments, sizes and options are fixed when the dataset is opened."""
+        return self._fingerprint()
+
     def _fingerprint(self) -> str:
         description = {
             # Names and sizes, not full paths: a dataset copied elsewhere (say to a local disk) still resumes.
@@ -308,14 +314,15 @@ class Dataset:
                 "state_dict() needs deterministic=True: with deterministic=False the order depends on timing "
                 "and cannot be replayed"
             )
+        fingerprint = self._fingerprint_digest  # reads every shard's size once, outside the lock
         with self._lock:
-            return {"version": STATE_VERSION, "fingerprint": self._fingerprint(), "seed": self.options.seed, **self._position}
+            return {"version": STATE_VERSION, "fingerprint": fingerprint, "seed": self.options.seed, **self._position}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from a position saved by ``state_dict`` (same files, seed and order options)."""
         if state.get("version") != STATE_VERSION:
             raise ConfigError(f"dataset state version {state.get('version')!r} is not {STATE_VERSION}")
-        if state.get("fingerprint") != self._fingerprint() or state.get("seed") != self.options.seed:
+        if state.get("fingerprint") != self._fingerprint_digest or state.get("seed") != self.options.seed:
             raise ConfigError(
                 "this dataset state was saved by a dataset with other files, shard, seed or order options "
                 "(batch_size, num_parallel_reads, block_length, shuffle_files, shuffle_buffer, drop_remainder, "
