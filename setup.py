@@ -15,7 +15,7 @@ setup(
     long_description=(HERE / "README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=find_packages(include=["tfrbeam", "tfrbeam.*", "pipelines", "pipelines.*"]),
+    packages=find_packages(include=["tfrbeam", "tfrbeam.*"]),
     package_data={"tfrbeam.protos": ["*.proto"]},
     include_package_data=True,
     install_requires=[

@@ -4,7 +4,7 @@ Run by hand from the repository root (the machine may be shared; best of --repea
 
     python -m benchmarks.build [--rows 1000000] [--baseline-rows 50000] [--repeats 2] [--formats parquet,csv]
 
-Ours: `python -m pipelines.build` on the benchmark table (benchmarks/table.py) written as
+Ours: `python -m tfrbeam.build` on the benchmark table (benchmarks/table.py) written as
 Parquet and as CSV: shuffled (seed 0), one split, 8 shards, DirectRunner, the whole process
 timed (interpreter start, pipeline construction, run, manifest) with its peak RSS.
 Baseline, in the same run: `beam.io.ReadFromParquet` (CSV: `ReadFromText` + the csv module) ->
@@ -86,7 +86,7 @@ def run_ours(fmt: str, input_path: pathlib.Path, work: pathlib.Path, workers: in
     shutil.rmtree(output, ignore_errors=True)
     config_path = work / f"ours-{fmt}.json"  # JSON is YAML
     config_path.write_text(json.dumps(build_config(fmt, input_path, output)))
-    command = [sys.executable, "-m", "pipelines.build", str(config_path), "--quiet"]
+    command = [sys.executable, "-m", "tfrbeam.build", str(config_path), "--quiet"]
     if workers > 1:
         command += [f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"]
     seconds, rss, cpu = run_measured(command)

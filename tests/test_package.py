@@ -26,7 +26,7 @@ def test_the_format_core_does_not_import_beam():
         "for name in ('read_records', 'RecordWriter', 'encode_example', 'decode_example', 'record_blocks',\n"
         "             'record_batch_to_examples', 'examples_to_record_batch', 'open_dataset'):\n"
         "    getattr(tfrbeam, name)\n"
-        "import tfrbeam.record_index, tfrbeam.feature_spec, tfrbeam.file_tools\n"
+        "import tfrbeam.record_index, tfrbeam.manifest, tfrbeam.file_access, tfrbeam.file_tools\n"
         "print('apache_beam' in sys.modules)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "build":
         with imports_without_gc():
-            from pipelines.build.cli import main as build_main
+            from tfrbeam.build.cli import main as build_main
 
         return build_main(argv[1:])
     parser = _parser()
@@ -103,7 +103,7 @@ def _run_verify(args: argparse.Namespace) -> int:
 
 
 def _verify_dataset(directory: str) -> int:
-    from pipelines.build.manifest import verify_dataset
+    from tfrbeam.manifest import verify_dataset
 
     found = verify_dataset(directory)
     for problem in found:
@@ -183,7 +183,7 @@ def _run_inspect(args: argparse.Namespace) -> int:
 
 
 def _run_infer_config(args: argparse.Namespace) -> int:
-    from pipelines.build.infer import infer_config
+    from tfrbeam.build.infer import infer_config
 
     sys.stdout.write(infer_config(args.input, format=args.format))
     return EXIT_OK

@@ -111,3 +111,23 @@ class TooManyBadRecordsError(TfrbeamError):
 
 class InputError(TfrbeamError, ValueError):
     """An input file (CSV or Parquet) cannot be read at all: names the file, what is wrong and, where known, where."""
+
+
+class ManifestError(TfrbeamError, ValueError):
+    """A dataset manifest that cannot be read, or lacks a key its readers need."""
+
+
+class OutputLockedError(TfrbeamError):
+    """Another run holds the output's lock: it is building or committing into the same place right now."""
+
+
+class OutputNotWritableError(TfrbeamError):
+    """The output path is a file, cannot be created, is not writable, or its disk is full (found before anything ran)."""
+
+
+class CommitError(TfrbeamError):
+    """Publishing a finished write failed, or found that something changed the output under it; the old output is intact."""
+
+
+class ShortWriteError(TfrbeamError):
+    """Fewer records reached the output than the pipeline produced: the runner lost data; nothing was published."""

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 
 from tfrbeam.errors import ExampleDecodeError, RecordError, TfrbeamError
 from tfrbeam.example import decode_example, decode_sequence_example
-from tfrbeam.manifest_format import MANIFEST_NAME, TF_DTYPES
+from tfrbeam.manifest import MANIFEST_NAME, TF_DTYPES
 from tfrbeam.records import RecordReader
 
 

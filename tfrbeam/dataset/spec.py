@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from tfrbeam.columnar_decode import examples_to_record_batch
 from tfrbeam.errors import ArrowConversionError, ConfigError, ExampleDecodeError
-from tfrbeam.manifest_format import MANIFEST_FORMAT, MANIFEST_NAME
+from tfrbeam.manifest import MANIFEST_FORMAT, MANIFEST_NAME
 from tfrbeam.records import RecordReader, normalize_compression
 
 _LOG = logging.getLogger(__name__)

@@ -19,9 +19,9 @@ from apache_beam.testing.util import assert_that, equal_to
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import tfrbeam.beam.tabular_read as tabular_read
-from pipelines.build.config import parse_config, resolve_config
-from tfrbeam.beam.tabular_read import (
+import tfrbeam.build.inputs as tabular_read
+from tfrbeam.build.config import parse_config, resolve_config
+from tfrbeam.build.inputs import (
     CsvOptions,
     InputConfig,
     ReadTabular,
@@ -107,7 +107,7 @@ def test_bad_rows_after_quoted_newlines_crlf_and_bom_have_their_physical_lines(t
 def test_conversion_bad_rows_carry_the_raw_csv_line(tmp_path):
     path = write(tmp_path, 'id,v\n1,"a\nb"\nx,"c"\n')
     (source,) = list(read_csv_file(path, CsvOptions()))
-    from tfrbeam.feature_spec import FeatureSpec
+    from tfrbeam.build.features import FeatureSpec
 
     converted = convert_source_batch(source, [FeatureSpec("id", "int64", "id"), FeatureSpec("v", "bytes", "v")])
     assert converted.batch.to_pylist() == [{"id": 1, "v": b"a\nb"}]
@@ -474,8 +474,8 @@ def test_parquet_unmappable_columns_are_reported_with_the_config_that_maps_them(
 _BAD_DATA_PROBE = """
 import json, sys
 sys.path.insert(0, {repo!r})
-from pipelines.build.config import parse_config, resolve_config
-from tfrbeam.beam.tabular_read import read_parquet_file, convert_source_batch
+from tfrbeam.build.config import parse_config, resolve_config
+from tfrbeam.build.inputs import read_parquet_file, convert_source_batch
 from tfrbeam.errors import TfrbeamError
 for path in sys.argv[1:]:
     print(json.dumps({{"start": path}}), flush=True)

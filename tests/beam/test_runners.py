@@ -24,7 +24,7 @@ from tfrbeam.beam.source import ReadAllFromTFRecord, ReadFromTFRecord
 from tfrbeam.example import decode_example, encode_example
 from tfrbeam.records import RecordWriter, read_records
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 INPUT_RECORDS = [b"record-%03d" % i * (1 + i % 5) for i in range(120)]
 EXAMPLES = [{"id": [i], "name": [b"n%d" % i], "score": [i / 4]} for i in range(30)]
 

@@ -10,12 +10,12 @@ import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.build.cli import main as build_main
-from pipelines.build.config import load_config
-from pipelines.build.pipeline import build_pipeline
+from tfrbeam.build.cli import main as build_main
+from tfrbeam.build.config import load_config
+from tfrbeam.build.graph import build_pipeline
 from pipelines.demo_data import write_demo_data
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 DEMO_CONFIG = str(REPO_ROOT / "configs" / "demo.yaml")
 
 

@@ -1,4 +1,4 @@
-"""``python -m pipelines.build CONFIG.yaml [--set key.path=value ...] [--overwrite] [Beam options ...]``.
+"""``tfrbeam build CONFIG.yaml [--set key.path=value ...] [--overwrite] [Beam options ...]``.
 
 Also ``tfrbeam build ...``. Options this command does not know go to Beam's PipelineOptions; the
 runner defaults to the DirectRunner. Config and output-directory problems are reported in one
@@ -17,9 +17,8 @@ import time
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions, StandardOptions, TestOptions
 
-from pipelines.build.config import load_config
-from pipelines.build.manifest import read_manifest
-from pipelines.build.pipeline import BuildRun, build_pipeline, remove_temp_dir
+from tfrbeam.build.config import load_config
+from tfrbeam.build.graph import BuildRun, build_pipeline, read_manifest, remove_temp_dir
 from tfrbeam import errors as tfrbeam_errors
 from tfrbeam.errors import ConfigError, OutputExistsError, TfrbeamError, TooManyBadRecordsError
 

@@ -21,10 +21,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.build.config import DEFAULT_MAX_BYTES_PER_SHARD
-from tfrbeam.beam.tabular_read import SAMPLE_ROWS, CsvOptions, InputConfig, _open, inspect_input, list_inputs
+from tfrbeam.build.config import DEFAULT_MAX_BYTES_PER_SHARD
+from tfrbeam.build.inputs import SAMPLE_ROWS, CsvOptions, InputConfig, _open, inspect_input, list_inputs
 from tfrbeam.errors import ArrowConversionError, ConfigError
-from tfrbeam.feature_spec import FeatureSpec, infer_spec, infer_text_type, resolve_spec
+from tfrbeam.build.features import FeatureSpec, infer_spec, infer_text_type, resolve_spec
 
 __all__ = ["infer_config"]
 

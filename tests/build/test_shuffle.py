@@ -16,7 +16,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tfrbeam.beam.deterministic_shuffle import (
+from tfrbeam.build.shuffle import (
     KeyedRecords,
     KeyedRecordsCoder,
     ShardingSpec,
@@ -329,7 +329,7 @@ def test_no_records_at_all_still_writes_every_shard_empty(tmp_path):
 @given(st.lists(st.binary(max_size=6), min_size=1, max_size=120), st.randoms(use_true_random=False))
 def test_shard_writer_frames_parts_of_every_kind(payloads, rng):
     """A held piece (ordered in place, payloads where they are) and a framed sorted piece, framed together."""
-    from tfrbeam.beam.deterministic_shuffle import _Received
+    from tfrbeam.build.shuffle import _Received
 
     data = np.frombuffer(b"".join(payloads), dtype=np.uint8)
     offsets = np.cumsum([0] + [len(item) for item in payloads]).astype(np.int64)
@@ -353,7 +353,7 @@ def test_shard_writer_frames_parts_of_every_kind(payloads, rng):
 def test_held_pieces_survive_rerouting_and_retried_writes():
     """Each writer bundle routes every piece again and a retried shard write releases its slice again:
     a piece is dropped after its last distinct shard, and routing a dropped piece is no error."""
-    from tfrbeam.beam.deterministic_shuffle import _HeldPieces
+    from tfrbeam.build.shuffle import _HeldPieces
 
     held = _HeldPieces()
     name = held.hold(np.zeros(10, np.uint8), 100, "owner")

@@ -7,7 +7,7 @@ import textwrap
 import pyarrow as pa
 import pytest
 
-from pipelines.build.config import (
+from tfrbeam.build.config import (
     DEFAULT_MAX_BYTES_PER_SHARD,
     BuildConfig,
     ConfigError,

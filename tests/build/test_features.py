@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tfrbeam.errors import ArrowConversionError
-from tfrbeam.feature_spec import (
+from tfrbeam.build.features import (
     BatchProvenance,
     FeatureSpec,
     convert_batch,

@@ -9,9 +9,9 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from pipelines.build.config import load_config, resolve_config
-from pipelines.build.infer import infer_config
-from tfrbeam.beam.tabular_read import convert_source_batch, read_csv_file, read_parquet_file
+from tfrbeam.build.config import load_config, resolve_config
+from tfrbeam.build.infer import infer_config
+from tfrbeam.build.inputs import convert_source_batch, read_csv_file, read_parquet_file
 from tfrbeam.errors import ConfigError, InputError
 
 

@@ -16,9 +16,9 @@ from typing import Any, Callable
 import pyarrow as pa
 import yaml
 
-from tfrbeam.beam.tabular_read import DEFAULT_SPLIT_BYTES, CsvOptions, InputConfig, InputFile, inspect_input
+from tfrbeam.build.inputs import DEFAULT_SPLIT_BYTES, CsvOptions, InputConfig, InputFile, inspect_input
 from tfrbeam.errors import ArrowConversionError, ConfigError
-from tfrbeam.feature_spec import (
+from tfrbeam.build.features import (
     FEATURE_TYPES,
     ON_NULL_ACTIONS,
     FeatureSpec,

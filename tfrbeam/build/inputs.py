@@ -2,7 +2,7 @@
 
 Parquet is read by row group (one Beam element per row group, column projection) with the
 Arrow types of the file. CSV is parsed by pyarrow.csv in blocks, every column as binary, so that
-typing and bad-row detection are ours (tfrbeam.feature_spec); each row keeps the physical line
+typing and bad-row detection are ours (tfrbeam.build.features); each row keeps the physical line
 it starts on and its raw text, and rows with the wrong number of fields become bad rows. A
 thread parses the next blocks while the caller converts this one (serially, in order: pyarrow's
 own threaded parsing does not number invalid rows).
@@ -46,7 +46,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from tfrbeam.errors import ConfigError, InputError
-from tfrbeam.feature_spec import BadRow, ConvertedBatch, FeatureSpec, convert_batch, rows_as_json
+from tfrbeam.build.features import BadRow, ConvertedBatch, FeatureSpec, convert_batch, rows_as_json
 
 __all__ = [
     "CsvOptions",

@@ -11,13 +11,13 @@ import shutil
 import numpy as np
 import pytest
 
-from pipelines.build.cli import main as build_main
-from pipelines.build.manifest import verify_dataset
+from tfrbeam.build.cli import main as build_main
+from tfrbeam.manifest import verify_dataset
 from pipelines.demo_data import demo_table, write_demo_data
 from tfrbeam.example import decode_example
 from tfrbeam.records import read_records
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 CONFIGS = REPO_ROOT / "configs"
 # flight_id of the three rows the demo data breaks on purpose (rows 17, 345 and 678 of the middle CSV file).
 BROKEN_FLIGHT_IDS = {1018, 1346, 1679}
@@ -126,7 +126,7 @@ def test_reruns_input_file_order_and_seeds(demo_dir, tmp_path):
     for split in ("train", "eval"):  # the seed reorders, it never moves an example between splits
         assert collections.Counter(read_split(demo_dir / "out" / "a", split)) == collections.Counter(
             read_split(demo_dir / "out" / "c", split))
-    from tfrbeam.beam.deterministic_shuffle import _HELD
+    from tfrbeam.build.shuffle import _HELD
 
     assert _HELD.held_bytes == 0  # these in-process builds held their pieces in memory, and let go of them
 
@@ -194,7 +194,7 @@ def test_verify_dataset_finds_damage(demo_dir):
     assert "train-00001-of-00004.tfrecord: sha256" in problems and "CRC" in problems.upper()
     assert "train-00009-of-00009.tfrecord: in split directory train/ but not listed" in problems
     assert "eval-00000-of-00001.tfrecord: listed in the manifest but missing" in problems
-    assert verify_dataset(str(demo_dir / "nothing"))[0].endswith("no manifest (not a tfrbeam dataset, or its build did not finish)")
+    assert "no manifest: not a tfrbeam dataset, or its build did not finish" in verify_dataset(str(demo_dir / "nothing"))[0]
 
 
 def test_csv_example_config(demo_dir):
@@ -270,7 +270,7 @@ def test_every_schema_problem_is_reported_before_the_pipeline(tmp_path, capsys):
 def test_pieces_stay_in_memory_only_when_every_worker_runs_in_this_process():
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from pipelines.build.pipeline import held_piece_budget, uses_local_workers, workers_share_this_process
+    from tfrbeam.build.graph import held_piece_budget, uses_local_workers, workers_share_this_process
 
     def options(*args: str) -> PipelineOptions:
         return PipelineOptions(list(args))

@@ -32,18 +32,13 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import DirectOptions, PortableOptions, StandardOptions
 
 import tfrbeam
-from pipelines.build.config import BuildConfig, config_to_dict, resolve_config, with_features
-from pipelines.build.manifest import (
-    ERRORS_DIR_NAME,
-    MANIFEST_FORMAT,
-    feature_entries,
-    join_path,
-    manifest_path,
-    parse_example_spec,
-    read_manifest,
-    write_manifest,
-)
-from tfrbeam.beam.deterministic_shuffle import (
+from tfrbeam.build.config import BuildConfig, config_to_dict, resolve_config, with_features
+from tfrbeam.beam import filesystem as fs
+from tfrbeam.beam.filesystem import BEAM_FILES
+from tfrbeam.beam.filesystem import join as join_path
+from tfrbeam.manifest import ERRORS_DIR_NAME, MANIFEST_FORMAT, MANIFEST_NAME, feature_entries, manifest_bytes, parse_example_spec
+from tfrbeam.manifest import read_manifest as _read_manifest
+from tfrbeam.build.shuffle import (
     KeyedRecords,
     ShardFile,
     ShardingSpec,
@@ -57,10 +52,10 @@ from tfrbeam.beam.deterministic_shuffle import (
     seeded_sort_keys,
     split_indices,
 )
-from tfrbeam.beam.tabular_read import InputFile, ReadTabular, convert_source_batch, list_inputs
+from tfrbeam.build.inputs import InputFile, ReadTabular, convert_source_batch, list_inputs
 from tfrbeam.columnar_encode import encode_record_batch
 from tfrbeam.errors import BadRecordError, ConfigError, OutputExistsError, TooManyBadRecordsError
-from tfrbeam.feature_spec import FeatureSpec
+from tfrbeam.build.features import FeatureSpec
 from tfrbeam.record_index import INDEX_DIR_NAME
 
 __all__ = ["BuildRun", "TEMP_DIR_PREFIX", "build_pipeline", "check_output_dir", "remove_temp_dir"]
@@ -553,3 +548,20 @@ def _match(pattern: str) -> list:
         return FileSystems.match([pattern])[0].metadata_list
     except (OSError, ValueError):
         return []
+
+
+def manifest_path(dataset_dir: str) -> str:
+    return join_path(dataset_dir, MANIFEST_NAME)
+
+
+def read_manifest(dataset_dir: str) -> dict | None:
+    return _read_manifest(dataset_dir, BEAM_FILES)
+
+
+def write_manifest(dataset_dir: str, manifest: dict) -> str:
+    final_path = manifest_path(dataset_dir)
+    temp_path = join_path(dataset_dir, f".{MANIFEST_NAME}.tmp")
+    fs.write_bytes(temp_path, manifest_bytes(manifest), "application/json")
+    fs.delete_files([final_path])
+    fs.rename([(temp_path, final_path)])
+    return final_path

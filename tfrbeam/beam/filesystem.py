@@ -1,0 +1,170 @@
+"""One home for file-system operations on any Beam filesystem: match, exists, read, write, rename, delete.
+
+Everything the sink, the build and the commit protocol do to files goes through this module, so
+each operation has one meaning (``delete_tree`` removes a directory or every object under a
+prefix; ``delete_files`` removes only files that exist) and the fault-injection tests can wrap
+the whole file-system layer in one place. ``BEAM_FILES`` is the read-only ``FileAccess`` the
+format-level tools (``tfrbeam.manifest``) take for ``gs://`` and other remote paths.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import os
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, BinaryIO, TypeVar
+
+from apache_beam.io.filesystem import CompressionTypes, FileMetadata
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.io.localfilesystem import LocalFileSystem
+
+from tfrbeam.file_access import is_remote
+
+__all__ = [
+    "BEAM_FILES", "BeamFiles", "create", "delete_files", "delete_tree", "exists", "in_threads", "is_local", "is_remote",
+    "join", "list_names", "match", "mkdirs", "open_read", "parent", "read_bytes", "rename", "same_content",
+    "split", "write_bytes",
+]
+
+_LOG = logging.getLogger(__name__)
+_MAX_IO_THREADS = 32
+_T = TypeVar("_T")
+
+
+def join(base: str, *parts: str) -> str:
+    """Join path parts onto a local or remote base with the right separator."""
+    return FileSystems.join(base, *parts) if parts else base
+
+
+def split(path: str) -> tuple[str, str]:
+    """(directory, basename) of a local or remote path."""
+    return FileSystems.split(path)
+
+
+def parent(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[0] if is_remote(path) else os.path.dirname(os.path.abspath(path))
+
+
+def is_local(path: str) -> bool:
+    return isinstance(FileSystems.get_filesystem(path), LocalFileSystem)
+
+
+def match(pattern: str) -> dict[str, FileMetadata]:
+    """Files matching a glob, by path; {} when nothing matches (or the directory does not exist)."""
+    try:
+        results = FileSystems.match([pattern])
+    except (OSError, ValueError):
+        return {}
+    return {meta.path: meta for result in results for meta in result.metadata_list}
+
+
+def exists(path: str) -> bool:
+    return FileSystems.exists(path)
+
+
+def list_names(directory: str) -> list[str]:
+    """Names directly inside ``directory`` (files and sub-directories, hidden ones too); [] when it does not exist."""
+    if not is_remote(directory):
+        return sorted(os.listdir(directory)) if os.path.isdir(directory) else []
+    prefix = directory.rstrip("/") + "/"
+    return sorted({path[len(prefix):].split("/")[0] for path in match(prefix + "**") if path.startswith(prefix)})
+
+
+def open_read(path: str) -> BinaryIO:
+    return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+
+
+def create(path: str, mime_type: str = "application/octet-stream") -> BinaryIO:
+    return FileSystems.create(path, mime_type=mime_type, compression_type=CompressionTypes.UNCOMPRESSED)
+
+
+def read_bytes(path: str) -> bytes:
+    with open_read(path) as handle:
+        return handle.read()
+
+
+def write_bytes(path: str, data: bytes, mime_type: str = "application/octet-stream") -> None:
+    """Write a whole file; local files are flushed to disk before this returns (a commit relies on them)."""
+    if not is_remote(path):
+        with open(path, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        return
+    with create(path, mime_type) as handle:
+        handle.write(data)
+
+
+def same_content(left: str, right: str) -> bool:
+    """Whether two files hold the same bytes (read in chunks)."""
+    with open_read(left) as a, open_read(right) as b:
+        while True:
+            chunk_a, chunk_b = a.read(1 << 20), b.read(1 << 20)
+            if chunk_a != chunk_b:
+                return False
+            if not chunk_a:
+                return True
+
+
+def mkdirs(directory: str) -> None:
+    """Create a directory and its parents; an existing one (or an object store without directories) is fine."""
+    if not is_remote(directory):
+        os.makedirs(directory, exist_ok=True)
+        return
+    try:
+        FileSystems.mkdirs(directory)
+    except OSError:
+        pass
+
+
+def rename(pairs: Sequence[tuple[str, str]]) -> None:
+    """Rename (source, destination) pairs, a few at a time: object stores take ~50 ms per call."""
+    in_threads(lambda pair: FileSystems.rename([pair[0]], [pair[1]]), list(pairs))
+
+
+def delete_files(paths: Iterable[str]) -> None:
+    """Delete those of ``paths`` that exist (a retried step may have deleted some already)."""
+    existing = [path for path in paths if exists(path)]
+    if existing:
+        FileSystems.delete(existing)
+
+
+def delete_tree(directory: str) -> None:
+    """Delete a directory and everything in it (on object stores: every object under ``directory/``); missing is fine."""
+    if not is_remote(directory):
+        if os.path.isdir(directory) or os.path.exists(directory):
+            FileSystems.delete([directory])
+        return
+    doomed = list(match(directory.rstrip("/") + "/**"))
+    if exists(directory):
+        doomed.append(directory)
+    if doomed:
+        FileSystems.delete(doomed)
+
+
+def in_threads(function: Callable[[_T], Any], items: Sequence[_T]) -> list[Any]:
+    """Run ``function`` over ``items`` on a few threads."""
+    if len(items) <= 1:
+        return [function(item) for item in items]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(_MAX_IO_THREADS, len(items))) as pool:
+        return list(pool.map(function, items))
+
+
+class BeamFiles:
+    """``tfrbeam.file_access.FileAccess`` over Beam's FileSystems (local, ``gs://``, ``s3://``, ...)."""
+
+    def exists(self, path: str) -> bool:
+        return exists(path)
+
+    def open_read(self, path: str) -> BinaryIO:
+        return open_read(path)
+
+    def list_names(self, directory: str) -> list[str]:
+        return list_names(directory)
+
+    def join(self, base: str, *parts: str) -> str:
+        return join(base, *parts)
+
+
+BEAM_FILES = BeamFiles()

@@ -1,0 +1,10 @@
+"""``python -m tfrbeam.build CONFIG.yaml [--set key.path=value ...] [--overwrite] [Beam options ...]``: the same as ``tfrbeam build``."""
+
+import sys
+
+from tfrbeam.startup import imports_without_gc
+
+with imports_without_gc():
+    from tfrbeam.build.cli import main
+
+sys.exit(main())

@@ -1,0 +1,247 @@
+"""The dataset manifest ``{dataset}/dataset_info.json``: its names, its schema, reading it and checking a dataset against it.
+
+One home for the manifest: the build writes what ``manifest_bytes`` serialises, and ``tfrbeam
+verify``, ``tfrbeam.dataset`` and the build's own rerun check read it with ``read_manifest``, which
+refuses a manifest that lacks a key its readers need (``ManifestError`` naming the key). Paths
+inside the manifest are relative to the dataset directory, so a dataset can be copied or moved whole.
+
+The manifest is the commit point of a build (see ``tfrbeam.beam.publish``): a directory whose
+manifest is missing, or disagrees with the files beside it, is not a valid dataset.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
+
+from tfrbeam.errors import ManifestError, RecordError, RecordIndexError
+from tfrbeam.file_access import LOCAL_FILES, FileAccess
+from tfrbeam.record_index import INDEX_DIR_NAME, index_path_for, parse_index
+from tfrbeam.records import RecordReader, compression_from_name
+
+MANIFEST_NAME = "dataset_info.json"  # written last, in the dataset directory
+MANIFEST_FORMAT = "tfrbeam-dataset/1"
+TF_DTYPES = {"int64": "tf.int64", "float": "tf.float32", "bytes": "tf.string"}  # feature type -> TensorFlow dtype
+ERRORS_DIR_NAME = "_errors"
+_READ_CHUNK = 1 << 20
+
+# Keys every reader relies on, as (path, type); "*" is every entry of a mapping or list.
+_REQUIRED: tuple[tuple[str, type | tuple[type, ...]], ...] = (
+    ("format", str),
+    ("splits", dict),
+    ("splits.*.num_examples", int),
+    ("splits.*.shards", list),
+    ("splits.*.shards.*.path", str),
+    ("splits.*.shards.*.num_examples", int),
+    ("splits.*.shards.*.num_bytes", int),
+    ("splits.*.shards.*.sha256", str),
+    ("features", dict),
+)
+
+
+class FeatureDescription(Protocol):
+    """What the manifest records of a feature (``tfrbeam.build.features.FeatureSpec`` is one)."""
+
+    name: str
+    type: str
+
+    @property
+    def shape(self) -> tuple[int, ...] | None: ...
+
+    @property
+    def always_present(self) -> bool: ...
+
+
+def feature_entries(features: Sequence[FeatureDescription]) -> dict[str, dict[str, Any]]:
+    """The manifest's ``features``: type, shape ([] scalar, [n] fixed length, null variable), always_present."""
+    return {
+        spec.name: {
+            "type": spec.type,
+            "shape": None if spec.shape is None else list(spec.shape),
+            "always_present": spec.always_present,
+        }
+        for spec in sorted(features, key=lambda spec: spec.name)
+    }
+
+
+def parse_example_spec(features: Sequence[FeatureDescription]) -> dict[str, str]:
+    """A ``tf.io.parse_example`` spec to paste: FixedLenFeature when every example has the same shape, else VarLenFeature."""
+    spec_strings = {}
+    for spec in sorted(features, key=lambda spec: spec.name):
+        dtype = TF_DTYPES[spec.type]
+        if spec.always_present and spec.shape is not None:
+            spec_strings[spec.name] = f"tf.io.FixedLenFeature({list(spec.shape)}, {dtype})"
+        else:
+            spec_strings[spec.name] = f"tf.io.VarLenFeature({dtype})"
+    return spec_strings
+
+
+def manifest_path(dataset_dir: str, files: FileAccess = LOCAL_FILES) -> str:
+    return files.join(dataset_dir, MANIFEST_NAME)
+
+
+def manifest_bytes(manifest: dict[str, Any]) -> bytes:
+    """The manifest as written: indented JSON, keys in the order the build put them, one trailing newline."""
+    check_manifest(manifest, "<new manifest>")
+    return (json.dumps(manifest, indent=2, sort_keys=False) + "\n").encode("utf-8")
+
+
+def parse_manifest(data: bytes, where: str) -> dict[str, Any]:
+    """A manifest from its bytes; ``ManifestError`` naming ``where`` when it is not JSON or lacks a needed key."""
+    try:
+        manifest = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as error:
+        raise ManifestError(f"{where}: not a readable manifest ({error}); rebuild the dataset or restore the file") from error
+    check_manifest(manifest, where)
+    return manifest
+
+
+def check_manifest(manifest: Any, where: str) -> None:
+    """Raise ``ManifestError`` naming the first missing or mistyped key readers rely on."""
+    if not isinstance(manifest, dict):
+        raise ManifestError(f"{where}: a manifest is a JSON object, found {type(manifest).__name__}")
+    if manifest.get("format") != MANIFEST_FORMAT:
+        raise ManifestError(f"{where}: format {manifest.get('format')!r} is not {MANIFEST_FORMAT!r}")
+    for path, expected in _REQUIRED:
+        for where_in, value in _lookup(manifest, path.split("."), ""):
+            if value is _MISSING:
+                raise ManifestError(f"{where}: the key {where_in} is missing; the manifest is damaged or from another tool")
+            if not isinstance(value, expected) or isinstance(value, bool) and expected is int:
+                raise ManifestError(f"{where}: {where_in} is {value!r}, not a {getattr(expected, '__name__', expected)}")
+
+
+_MISSING = object()
+
+
+def _lookup(value: Any, keys: list[str], prefix: str) -> Iterable[tuple[str, Any]]:
+    if not keys:
+        yield prefix, value
+        return
+    key, rest = keys[0], keys[1:]
+    if key == "*":
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        for name, item in items:
+            yield from _lookup(item, rest, f"{prefix}[{name!r}]" if isinstance(name, str) else f"{prefix}[{name}]")
+        return
+    child = value.get(key, _MISSING) if isinstance(value, dict) else _MISSING
+    where = f"{prefix}.{key}" if prefix else key
+    if child is _MISSING:
+        yield where, _MISSING
+        return
+    yield from _lookup(child, rest, where)
+
+
+def read_manifest(dataset_dir: str, files: FileAccess = LOCAL_FILES) -> dict[str, Any] | None:
+    """The checked manifest of ``dataset_dir``, or None when there is none; ``ManifestError`` when it is damaged."""
+    path = manifest_path(dataset_dir, files)
+    if not files.exists(path):
+        return None
+    with files.open_read(path) as handle:
+        return parse_manifest(handle.read(), path)
+
+
+class _HashingReader:
+    """A read-only file wrapper that sha256-hashes and counts every byte read through it."""
+
+    def __init__(self, handle):
+        self._handle = handle
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._handle.read(size)
+        self.sha256.update(data)
+        self.size += len(data)
+        return data
+
+    def drain(self) -> None:
+        while self.read(_READ_CHUNK):
+            pass
+
+    def close(self) -> None:
+        self._handle.close()
+
+
+def verify_dataset(dataset_dir: str, files: FileAccess = LOCAL_FILES) -> list[str]:
+    """Check a dataset against its manifest: files, sizes, sha256, every record's CRCs, all counts, read indexes.
+
+    Returns the problems found, one line each; an empty list means the dataset is intact. No
+    manifest, a damaged one, or a commit still in progress is a problem too.
+    """
+    try:
+        manifest = read_manifest(dataset_dir, files)
+    except ManifestError as error:
+        return [str(error)]
+    except OSError as error:
+        return [f"{manifest_path(dataset_dir, files)}: cannot read the manifest: {error}"]
+    if manifest is None:
+        return [
+            f"{manifest_path(dataset_dir, files)}: no manifest: not a tfrbeam dataset, or its build did not finish "
+            "(rerun the build to recover)"
+        ]
+    problems: list[str] = []
+    for split, entry in manifest["splits"].items():
+        shards = entry["shards"]
+        listed = {shard["path"] for shard in shards}
+        for shard in shards:
+            problems.extend(_verify_shard(dataset_dir, shard, manifest.get("compression"), files))
+        total = sum(shard["num_examples"] for shard in shards)
+        if total != entry["num_examples"]:
+            problems.append(f"split {split}: the shards hold {total} examples, the manifest says {entry['num_examples']}")
+        problems.extend(_unlisted_files(dataset_dir, split, listed, files))
+    return problems
+
+
+def _verify_shard(dataset_dir: str, shard: dict[str, Any], compression: str | None, files: FileAccess) -> list[str]:
+    path = files.join(dataset_dir, *shard["path"].split("/"))
+    if not files.exists(path):
+        return [f"{path}: listed in the manifest but missing"]
+    handle = _HashingReader(files.open_read(path))
+    problems = []
+    records = 0
+    try:
+        with RecordReader(handle, compression, name=path) as reader:
+            for _ in reader:
+                records += 1
+    except RecordError as error:
+        problems.append(str(error))
+    handle.drain()
+    handle.close()
+    if handle.size != shard["num_bytes"]:
+        problems.append(f"{path}: {handle.size} bytes, the manifest says {shard['num_bytes']}")
+    if handle.sha256.hexdigest() != shard["sha256"]:
+        problems.append(f"{path}: sha256 {handle.sha256.hexdigest()} differs from the manifest's {shard['sha256']}")
+    if not problems and records != shard["num_examples"]:
+        problems.append(f"{path}: {records} records, the manifest says {shard['num_examples']}")
+    if compression in (None, "none") and compression_from_name(path) is None:
+        problems.extend(_verify_index(path, handle.size, records, files))
+    return problems
+
+
+def _verify_index(path: str, size: int, records: int, files: FileAccess) -> list[str]:
+    index_path = index_path_for(path)
+    if not files.exists(index_path):
+        return []
+    with files.open_read(index_path) as handle:
+        data = handle.read()
+    try:
+        index = parse_index(data, index_path)
+    except RecordIndexError as error:
+        return [str(error)]
+    if not index.is_current(size, None) or index.num_records != records:
+        return [f"{index_path}: describes {index.num_records} records in {index.file_size} bytes, the shard has {records} in {size}"]
+    return []
+
+
+def _unlisted_files(dataset_dir: str, split: str, listed: Iterable[str], files: FileAccess) -> list[str]:
+    """Files in a split's directory that the manifest does not list (leftovers of another build)."""
+    split_dir = files.join(dataset_dir, split)
+    listed_names = {posixpath.basename(path) for path in listed}
+    return [
+        f"{files.join(split_dir, name)}: in split directory {split}/ but not listed in the manifest"
+        for name in files.list_names(split_dir)
+        if name != INDEX_DIR_NAME and name not in listed_names
+    ]
