@@ -151,8 +151,8 @@ def test_too_many_bad_rows_fails_before_anything_is_published(demo_dir, capsys):
     assert error.startswith("tfrbeam build: error: TooManyBadRecordsError: 3 of 3000 input rows") and "\n" not in error
     out = demo_dir / "out" / "strict"
     assert not (out / "dataset_info.json").exists() and not (out / "train").exists()
-    kept = [path for path in out.rglob("*.jsonl")]
-    assert len(kept) == 1 and ".tfrbeam-tmp-" in str(kept[0])  # the dead letters stay for a look
+    kept = list((demo_dir / "out").glob(".strict.tfrbeam-*/_errors/*.jsonl"))
+    assert len(kept) == 1 and str(kept[0].parent) in error  # the dead letters stay for a look, and the error says where
 
 
 def test_fail_on_bad_row_names_file_and_line(demo_dir, capsys):

@@ -10,6 +10,8 @@ format-level tools (``tfrbeam.manifest``) take for ``gs://`` and other remote pa
 from __future__ import annotations
 
 import concurrent.futures
+import ctypes
+import errno
 import logging
 import os
 from collections.abc import Callable, Iterable, Sequence
@@ -22,8 +24,8 @@ from apache_beam.io.localfilesystem import LocalFileSystem
 from tfrbeam.file_access import is_remote
 
 __all__ = [
-    "BEAM_FILES", "BeamFiles", "create", "delete_files", "delete_tree", "exists", "in_threads", "is_local", "is_remote",
-    "join", "list_names", "match", "mkdirs", "open_read", "parent", "read_bytes", "rename", "same_content",
+    "BEAM_FILES", "BeamFiles", "create", "delete_files", "delete_tree", "exchange", "exists", "in_threads", "is_local", "is_remote",
+    "join", "list_names", "match", "mkdirs", "open_read", "parent", "read_bytes", "rename", "rename_local", "same_content",
     "split", "write_bytes",
 ]
 
@@ -121,6 +123,30 @@ def mkdirs(directory: str) -> None:
 def rename(pairs: Sequence[tuple[str, str]]) -> None:
     """Rename (source, destination) pairs, a few at a time: object stores take ~50 ms per call."""
     in_threads(lambda pair: FileSystems.rename([pair[0]], [pair[1]]), list(pairs))
+
+
+def rename_local(source: str, destination: str) -> None:
+    """One atomic local rename (of a file or a directory)."""
+    os.rename(source, destination)
+
+
+def exchange(first: str, second: str) -> None:
+    """Swap two local paths in one atomic step (Linux ``renameat2(RENAME_EXCHANGE)``); OSError where unsupported."""
+    _renameat2(first, second, _RENAME_EXCHANGE)
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _renameat2(first: str, second: str, flags: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    function = getattr(libc, "renameat2", None)
+    if function is None:
+        raise OSError(errno.ENOSYS, "renameat2 is not available on this system", second)
+    if function(_AT_FDCWD, os.fsencode(first), _AT_FDCWD, os.fsencode(second), flags) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code), second)
 
 
 def delete_files(paths: Iterable[str]) -> None:

@@ -18,9 +18,16 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions, StandardOptions, TestOptions
 
 from tfrbeam.build.config import load_config
-from tfrbeam.build.graph import BuildRun, build_pipeline, read_manifest, remove_temp_dir
+from tfrbeam.beam.filesystem import BEAM_FILES
+from tfrbeam.beam.publish import OutputLock, recover
+from tfrbeam.build.commit import NEW_DATASET_DIR, OLD_DATASET_DIR, discard_staging
+from tfrbeam.build.graph import build_pipeline
+from tfrbeam.build.plan import BuildPlan, check_output_dir, plan_build
+from tfrbeam.manifest import read_manifest
 from tfrbeam import errors as tfrbeam_errors
-from tfrbeam.errors import ConfigError, OutputExistsError, TfrbeamError, TooManyBadRecordsError
+from tfrbeam.errors import (
+    ConfigError, OutputExistsError, OutputLockedError, OutputNotWritableError, TfrbeamError, TooManyBadRecordsError,
+)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 _PROG = "tfrbeam build"
@@ -57,31 +64,54 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(error), EXIT_USAGE)
     options = _pipeline_options(beam_args)
     started = time.monotonic()
-    pipeline = beam.Pipeline(options=options)
     try:
-        run = build_pipeline(pipeline, config, overwrite=args.overwrite)
-    except (ConfigError, OutputExistsError) as error:
+        plan = plan_build(config, options, overwrite=args.overwrite)
+    except (ConfigError, OutputExistsError, OutputNotWritableError) as error:
+        return _fail(str(error), EXIT_USAGE)
+    except TfrbeamError as error:
+        return _fail(str(error), EXIT_FAILED)
+    try:
+        lock = OutputLock(plan.output_root, plan.run).acquire()
+    except (OutputLockedError, OutputNotWritableError) as error:
+        return _fail(str(error), EXIT_FAILED)
+    try:
+        return _run_locked(plan, options, started)
+    finally:
+        lock.release()
+
+
+def _run_locked(plan: BuildPlan, options: PipelineOptions, started: float) -> int:
+    """Holding the output's lock: recover what dead runs left, check the output again, run, report."""
+    try:
+        removed = recover(plan.output_root, new_name=NEW_DATASET_DIR, old_name=OLD_DATASET_DIR)
+        if removed:
+            logging.getLogger(__name__).info("removed what %d earlier, interrupted run(s) left", len(removed))
+        check_output_dir(plan.output_root, plan.resolved_config, plan.overwrite, shown=plan.output_path)
+        pipeline = beam.Pipeline(options=options)
+        build_pipeline(pipeline, plan)
+    except (ConfigError, OutputExistsError, OutputNotWritableError) as error:
         return _fail(str(error), EXIT_USAGE)
     except TfrbeamError as error:
         return _fail(str(error), EXIT_FAILED)
     logging.getLogger(__name__).info(
-        "building %s from %d input file(s) with %s", run.output_path, len(run.inputs), run.runner
+        "building %s from %d input file(s) with %s", plan.output_path, len(plan.inputs), plan.runner
     )
     try:
         pipeline.run().wait_until_finish()
     except Exception as error:  # noqa: BLE001 - every runner wraps worker errors differently
         message = _one_line(error)
-        if not message.startswith(TooManyBadRecordsError.__name__):  # that one keeps its dead letters for a look
-            remove_temp_dir(run)
+        # Too many bad rows keeps its dead letters for a look; the next run removes them.
+        discard_staging(plan, keep_dead_letters=message.startswith(TooManyBadRecordsError.__name__))
         return _fail(message, EXIT_FAILED)
     if options.view_as(TestOptions).dry_run:
-        print(f"dry run: the job graph for {run.output_path} was built; nothing ran")
+        discard_staging(plan)
+        print(f"dry run: the job graph for {plan.output_path} was built; nothing ran")
         return EXIT_OK
-    manifest = read_manifest(run.output_path)
-    if manifest is None:
-        print(f"submitted; the manifest will be {run.manifest_path} when the job finishes")
+    manifest = read_manifest(plan.output_root, BEAM_FILES)
+    if manifest is None or manifest.get("run_id") != plan.run.run_id:
+        print(f"submitted; the manifest will be {plan.manifest_path} when the job finishes")
         return EXIT_OK
-    print(summary_table(manifest, time.monotonic() - started, run))
+    print(summary_table(manifest, time.monotonic() - started, plan))
     return EXIT_OK
 
 
@@ -130,7 +160,7 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
-def summary_table(manifest: dict, seconds: float, run: BuildRun) -> str:
+def summary_table(manifest: dict, seconds: float, run: BuildPlan) -> str:
     """The end-of-build table: rows read, examples, shards and bytes per split, bad rows, time and speed."""
     rows_read = manifest["rows_read"]
     lines = [f"{'split':<12}{'examples':>12}{'shards':>8}{'bytes':>16}"]

@@ -1,0 +1,258 @@
+"""The build's last step: check that every record arrived, then publish the dataset with the commit protocol.
+
+Before anything is published: the bad-row limit holds, the shards hold exactly the examples the
+converters produced (records in = records out: a runner that lost elements fails the build, it
+never publishes short shards), and every shard file has the size its writer reported. Then,
+holding the output's lock (``tfrbeam.beam.publish``):
+
+- local output: the staged shards, indexes and dead letters are renamed into a complete dataset
+  directory inside the staging directory, its manifest is written, and one atomic exchange puts
+  it in place of the old one (one rename when there is none). Files of the user's in the old
+  directory are carried over. A crash before the exchange leaves the old dataset, a crash after
+  it the new one; the next run removes the rest.
+- object stores (no atomic rename there): a journal of deletions and renames is written first,
+  the old manifest goes first and the new one is written last, so readers see the old dataset,
+  no dataset, or the new one, never a mix; a dead run's journal is rolled forward by the next run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import logging
+import os
+import platform
+import posixpath
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import apache_beam as beam
+
+import tfrbeam
+from tfrbeam.beam import filesystem as fs
+from tfrbeam.beam.filesystem import BEAM_FILES
+from tfrbeam.beam.publish import CommitJournal, held_or_taken, recover, swap_into_place
+from tfrbeam.build.config import config_to_dict
+from tfrbeam.build.plan import BuildPlan, check_output_dir, dataset_entries, foreign_entries, normalized
+from tfrbeam.build.shuffle import ShardFile, ShardPlan, release_held_pieces
+from tfrbeam.errors import CommitError, ManifestError, OutputExistsError, ShortWriteError, TooManyBadRecordsError
+from tfrbeam.manifest import (
+    ERRORS_DIR_NAME, MANIFEST_FORMAT, MANIFEST_NAME, feature_entries, manifest_bytes, parse_example_spec, read_manifest,
+)
+from tfrbeam.record_index import INDEX_DIR_NAME
+
+__all__ = ["CommitDataset", "DeadLetterFile", "NEW_DATASET_DIR", "OLD_DATASET_DIR", "discard_staging"]
+
+_LOG = logging.getLogger(__name__)
+
+NEW_DATASET_DIR = "dataset"  # inside the staging directory: the new dataset, assembled before the swap
+OLD_DATASET_DIR = "old"  # inside the staging directory: the replaced dataset, until it is deleted
+
+
+@dataclasses.dataclass(frozen=True)
+class DeadLetterFile:
+    """A written dead-letter file (JSON lines) in the staging directory."""
+
+    relative_path: str
+    temp_path: str
+    count: int
+
+
+def _utc_now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def sum_counts(counts: Sequence[tuple[int, int]]) -> tuple[int, int]:
+    rows, bad = 0, 0
+    for read, failed in counts:
+        rows += read
+        bad += failed
+    return rows, bad
+
+
+def too_many_bad(bad: int, rows_read: int, limit: float) -> bool:
+    """The bad-row limit: more than ``limit`` of the rows read (exactly at the limit is allowed)."""
+    return bad > 0 and bad > limit * rows_read
+
+
+class CommitDataset(beam.DoFn):
+    """Checks the counts, then publishes the staged dataset; yields the manifest."""
+
+    def __init__(self, plan: BuildPlan):
+        self._plan = plan
+
+    def process(self, shard_plan: ShardPlan, files: list[ShardFile], counts: list[tuple[int, int]],
+                dead_letters: list[DeadLetterFile]) -> Iterator[dict]:
+        plan = self._plan
+        rows_read, bad = sum_counts(counts)
+        limit = plan.config.errors.max_bad_fraction
+        if too_many_bad(bad, rows_read, limit):
+            fs.delete_files([item.temp_path for item in files] + [item.temp_index_path for item in files if item.temp_index_path])
+            kept = f"; the bad rows are kept in {fs.join(plan.staging_dir, ERRORS_DIR_NAME)}" if dead_letters else ""
+            raise TooManyBadRecordsError(
+                f"{bad} of {rows_read} input rows ({bad / max(rows_read, 1):.2%}) were bad, more than "
+                f"errors.max_bad_fraction={limit:g} allows; nothing was written to {plan.output_path}{kept}"
+            )
+        check_every_record_arrived(files, rows_read - bad, plan.output_path)
+        manifest = build_manifest(plan, shard_plan, files, rows_read, bad, dead_letters)
+        with held_or_taken(plan.output_root, plan.run):
+            recover(plan.output_root, keep=plan.staging_dir, new_name=NEW_DATASET_DIR, old_name=OLD_DATASET_DIR)
+            self._check_output_unchanged()
+            if fs.is_remote(plan.output_root):
+                publish_by_journal(plan, files, dead_letters, manifest)
+            else:
+                publish_by_swap(plan, files, dead_letters, manifest)
+        _LOG.info("wrote %s", plan.manifest_path)
+        yield manifest
+
+    def _check_output_unchanged(self) -> None:
+        """Another run may have published into the output since this build was planned: check again, under the lock."""
+        plan = self._plan
+        try:
+            check_output_dir(plan.output_root, plan.resolved_config, plan.overwrite, shown=plan.output_path)
+        except OutputExistsError as error:
+            raise CommitError(f"the output changed while this build ran, so nothing was published: {error}") from error
+
+
+def check_every_record_arrived(files: Sequence[ShardFile], expected: int, output: str) -> None:
+    """Records in = records out, and every shard file is as long as its writer said; else nothing is published."""
+    written = sum(item.num_examples for item in files)
+    if written != expected:
+        raise ShortWriteError(
+            f"{output}: the shard writers wrote {written} examples, but {expected} rows were converted; the runner "
+            "lost or duplicated elements, so nothing was published (see the README's runner table)"
+        )
+    sizes = {}
+    for item in files:
+        found = fs.match(item.temp_path)
+        sizes[item.temp_path] = next(iter(found.values())).size_in_bytes if found else None
+    wrong = [item for item in files if sizes[item.temp_path] != item.num_bytes]
+    if wrong:
+        first = wrong[0]
+        raise ShortWriteError(
+            f"{first.temp_path}: {sizes[first.temp_path]} bytes on disk, its writer reported {first.num_bytes} "
+            f"({len(wrong)} shard(s) differ); the runner lost a write, so nothing was published to {output}"
+        )
+
+
+def build_manifest(plan: BuildPlan, shard_plan: ShardPlan, files: Sequence[ShardFile], rows_read: int, bad: int,
+                   dead_letters: Sequence[DeadLetterFile]) -> dict[str, Any]:
+    splits = {}
+    for split_plan in shard_plan.splits:
+        shards = sorted((item for item in files if item.split == split_plan.name), key=lambda item: item.shard)
+        splits[split_plan.name] = {
+            "num_examples": sum(item.num_examples for item in shards),
+            "num_bytes": sum(item.num_bytes for item in shards),
+            "shards": [
+                {"path": item.relative_path, "num_examples": item.num_examples, "num_bytes": item.num_bytes,
+                 "sha256": item.sha256}
+                for item in shards
+            ],
+        }
+    config = plan.config
+    return {
+        "format": MANIFEST_FORMAT,
+        "splits": splits,
+        "compression": config.output.compression,
+        "features": feature_entries(plan.features),
+        "parse_example_spec": parse_example_spec(plan.features),
+        "inputs": list(plan.inputs),
+        "config": normalized(config_to_dict(config)),
+        "seed": config.shuffle.seed if config.shuffle.enabled else None,
+        "order": (
+            "shuffled: sorted by a seed-keyed mix of each example's XXH3-128 content hash, ties by bytes"
+            if config.shuffle.enabled else "input order: input files sorted by path, then row order"
+        ),
+        "split_assignment": "XXH3-128 hash of " + (
+            f"split_key {list(config.split_key)}" if config.split_key else "the whole example"
+        ) + " against cumulative fractions; independent of the seed",
+        "versions": {"tfrbeam": tfrbeam.__version__, "apache_beam": beam.__version__, "python": platform.python_version()},
+        "runner": plan.runner,
+        "run_id": plan.run.run_id,
+        "started": plan.started,
+        "finished": _utc_now(),
+        "rows_read": rows_read,
+        "bad_records": {
+            "count": bad,
+            "action": config.errors.on_bad_record,
+            "dead_letter_path": plan.dead_letter_path if dead_letters else None,
+            "files": sorted(item.relative_path for item in dead_letters),
+        },
+    }
+
+
+def _staged_moves(plan: BuildPlan, files: Sequence[ShardFile], dead_letters: Sequence[DeadLetterFile],
+                  root: str) -> list[tuple[str, str]]:
+    """(staged file, its path under ``root``) for every shard, read index and dead-letter file."""
+    moves = [(item.temp_path, fs.join(root, *item.relative_path.split("/"))) for item in files]
+    moves += [
+        (item.temp_index_path, fs.join(root, item.split, INDEX_DIR_NAME, posixpath.basename(item.temp_index_path)))
+        for item in files if item.temp_index_path
+    ]
+    moves += [(item.temp_path, fs.join(root, *item.relative_path.split("/"))) for item in dead_letters]
+    return moves
+
+
+def publish_by_swap(plan: BuildPlan, files: Sequence[ShardFile], dead_letters: Sequence[DeadLetterFile],
+                    manifest: dict[str, Any]) -> None:
+    """Local output: assemble the dataset in the staging directory, then swap it in with one atomic step."""
+    new_dir = fs.join(plan.staging_dir, NEW_DATASET_DIR)
+    old_dir = fs.join(plan.staging_dir, OLD_DATASET_DIR)
+    fs.mkdirs(new_dir)
+    for split in plan.config.splits:
+        fs.mkdirs(fs.join(new_dir, split))
+    moves = _staged_moves(plan, files, dead_letters, new_dir)
+    for directory in sorted({fs.parent(destination) for _, destination in moves}):
+        fs.mkdirs(directory)
+    fs.rename(moves)
+    fs.write_bytes(fs.join(new_dir, MANIFEST_NAME), manifest_bytes(manifest), "application/json")
+    old_manifest = _old_manifest(plan.output_root)
+    swap_into_place(new_dir, plan.output_root, old_dir)  # the commit point
+    carry_over(old_dir, plan.output_root, old_manifest)
+    fs.delete_tree(plan.staging_dir)
+
+
+def _old_manifest(output_root: str) -> dict | None:
+    try:
+        return read_manifest(output_root, BEAM_FILES)
+    except ManifestError:
+        return None
+
+
+def carry_over(old_dir: str, output_root: str, old_manifest: dict | None) -> None:
+    """Move the user's own files from the replaced directory into the new one (not the old dataset's parts)."""
+    if not os.path.isdir(old_dir):
+        return
+    for name in foreign_entries(old_dir, old_manifest):
+        if not os.path.lexists(fs.join(output_root, name)):
+            fs.rename_local(fs.join(old_dir, name), fs.join(output_root, name))
+
+
+def publish_by_journal(plan: BuildPlan, files: Sequence[ShardFile], dead_letters: Sequence[DeadLetterFile],
+                       manifest: dict[str, Any]) -> None:
+    """Object stores: a journal first; the old manifest goes first, the old dataset's files next, the new manifest last."""
+    root = plan.output_root
+    staged_manifest = fs.join(plan.staging_dir, MANIFEST_NAME)
+    fs.write_bytes(staged_manifest, manifest_bytes(manifest), "application/json")
+    old = _old_manifest(root)
+    doomed = [fs.join(root, MANIFEST_NAME)]
+    names = dataset_entries(old, tuple(plan.config.splits)) - {MANIFEST_NAME}
+    for name in sorted(names):
+        doomed += list(fs.match(fs.join(root, name, "**")))
+        doomed += [path for path in (fs.join(root, name),) if fs.exists(path)]
+    moves = _staged_moves(plan, files, dead_letters, root) + [(staged_manifest, fs.join(root, MANIFEST_NAME))]
+    journal = CommitJournal(plan.run.run_id, root, tuple(doomed), tuple(moves))
+    journal.write(plan.staging_dir)
+    journal.apply()
+    fs.delete_tree(plan.staging_dir)
+
+
+def discard_staging(plan: BuildPlan, keep_dead_letters: bool = False) -> None:
+    """Remove a failed run's staging directory (its partial shards) and free the pieces it held in memory."""
+    release_held_pieces(plan.staging_dir)
+    if keep_dead_letters:
+        for name in fs.list_names(plan.staging_dir):
+            if name != ERRORS_DIR_NAME and name != "owner.json":
+                fs.delete_tree(fs.join(plan.staging_dir, name))
+        return
+    fs.delete_tree(plan.staging_dir)

@@ -1,0 +1,241 @@
+"""Planning a build: list the inputs, settle the features, check the output; one frozen plan for the graph and the manifest.
+
+Everything that reads local state happens here, before any pipeline exists: the input listing
+and fingerprints, the resolved features, whether the output holds another dataset, and whether
+the output's place can be written at all. Config and output-path problems are therefore reported
+in one line before a pipeline starts. Workers receive the plan inside the pipeline.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import errno
+import json
+import os
+import uuid
+from typing import Any
+
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+
+from tfrbeam.beam import filesystem as fs
+from tfrbeam.beam.filesystem import BEAM_FILES
+from tfrbeam.beam.publish import RunIdentity, staging_path, this_run
+from tfrbeam.build.config import BuildConfig, config_to_dict, resolve_config, with_features
+from tfrbeam.build.features import FeatureSpec
+from tfrbeam.build.inputs import InputFile, list_inputs
+from tfrbeam.build.shuffle import ShardingSpec, bucket_bits_for
+from tfrbeam.errors import ConfigError, OutputExistsError, OutputNotWritableError
+from tfrbeam.manifest import ERRORS_DIR_NAME, MANIFEST_NAME, read_manifest
+
+__all__ = ["BuildPlan", "check_output_dir", "dataset_entries", "plan_build"]
+
+# Entries of a dataset directory that belong to the dataset itself; a replace drops them, anything else is carried over.
+_DERIVED_ENTRIES = ("stats.json", "stats.html")
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildPlan:
+    """What a build does, fixed before it runs: the resolved config, inputs, features, shards and output."""
+
+    config: BuildConfig
+    features: tuple[FeatureSpec, ...]
+    input_files: tuple[InputFile, ...]
+    columns: tuple[str, ...]
+    sharding: ShardingSpec
+    output_path: str  # as the config gives it (for messages and the manifest)
+    output_root: str  # the same, absolute for local paths: workers may run in another directory
+    run: RunIdentity
+    runner: str
+    overwrite: bool
+
+    @property
+    def started(self) -> str:
+        return self.run.started
+
+    @property
+    def staging_dir(self) -> str:
+        """Where this run writes everything before the commit (beside the output, same filesystem)."""
+        return staging_path(self.output_root, self.run.run_id)
+
+    @property
+    def temp_dir(self) -> str:
+        return self.staging_dir
+
+    @property
+    def inputs(self) -> tuple[dict[str, Any], ...]:
+        return tuple({"path": item.path, "size": item.size, "mtime": item.mtime} for item in self.input_files)
+
+    @property
+    def manifest_path(self) -> str:
+        return fs.join(self.output_path, MANIFEST_NAME)
+
+    @property
+    def dead_letter_path(self) -> str | None:
+        if self.config.errors.on_bad_record != "dead_letter":
+            return None
+        return fs.join(self.output_path, ERRORS_DIR_NAME)
+
+    @property
+    def resolved_config(self) -> dict:
+        return normalized(config_to_dict(self.config))
+
+
+def _utc_now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def runner_name(options: PipelineOptions | None) -> str:
+    runner = options.view_as(StandardOptions).runner if options is not None else None
+    if runner is None:
+        return "DirectRunner"
+    return runner if isinstance(runner, str) else type(runner).__name__
+
+
+def plan_build(config: BuildConfig, options: PipelineOptions | None = None, *, overwrite: bool = False,
+               run_id: str | None = None) -> BuildPlan:
+    """Plan ``config``: every config, input and output problem is raised here, before anything runs.
+
+    Raises ConfigError (features that do not fit the input, an unknown split_key),
+    OutputExistsError (the output holds another dataset and ``overwrite`` is false) and
+    OutputNotWritableError (the output is a file, cannot be created or written, or its disk is full).
+    """
+    inputs = list_inputs(config.input.path)
+    resolved_input = resolve_config(config, files=inputs)
+    features = resolved_input.features
+    _check_split_key(config, features)
+    resolved = with_features(config, features)
+    output_root = config.output.path if fs.is_remote(config.output.path) else os.path.abspath(config.output.path)
+    check_output_place(output_root, config.output.path)
+    check_output_dir(output_root, normalized(config_to_dict(resolved)), overwrite, shown=config.output.path)
+    return BuildPlan(
+        config=resolved, features=features, input_files=tuple(inputs), columns=tuple(sorted(resolved_input.input.columns)),
+        sharding=sharding_spec(resolved, sum(item.size for item in inputs)),
+        output_path=config.output.path, output_root=output_root,
+        run=this_run(run_id or uuid.uuid4().hex[:16]), runner=runner_name(options), overwrite=overwrite,
+    )
+
+
+def _check_split_key(config: BuildConfig, features: tuple[FeatureSpec, ...]) -> None:
+    names = {spec.name for spec in features}
+    unknown = [name for name in config.split_key or () if name not in names]
+    if unknown:
+        raise ConfigError(
+            f"split_key: {', '.join(map(repr, unknown))} {'is not a feature' if len(unknown) == 1 else 'are not features'} "
+            f"(allowed: the feature names {', '.join(sorted(names))}); the split key is hashed from the converted feature values"
+        )
+
+
+def sharding_spec(config: BuildConfig, input_bytes: int) -> ShardingSpec:
+    output = config.output
+    counts = tuple(output.shards_for(split) for split in config.splits)
+    if output.max_bytes_per_shard is not None and all(count is None for count in counts):
+        # Encoded Examples rarely exceed 8x the input bytes (compressed Parquet); the estimate only sizes buckets.
+        estimated = max(1, -(-8 * input_bytes // output.max_bytes_per_shard))
+    else:
+        estimated = max(count or 1 for count in counts)
+    return ShardingSpec(
+        splits=tuple(config.splits), num_shards=counts,
+        max_bytes_per_shard=output.max_bytes_per_shard if all(count is None for count in counts) else None,
+        ordered=not config.shuffle.enabled, bucket_bits=bucket_bits_for(estimated),
+        compression=output.compression,
+    )
+
+
+# --------------------------------------------------------------------------- the output directory
+
+
+def normalized(config: dict) -> dict:
+    return json.loads(json.dumps(config))
+
+
+def check_output_place(output_root: str, shown: str) -> None:
+    """The output is a directory (or can become one) whose parent this process can write, on a disk with room.
+
+    A probe file is written and removed in the nearest existing directory, so a read-only
+    directory or a full disk is found now, not after the whole pipeline ran. Object stores are
+    checked when the run starts (listing and writing there needs credentials).
+    """
+    if fs.is_remote(output_root):
+        return
+    if os.path.exists(output_root) and not os.path.isdir(output_root):
+        raise OutputNotWritableError(f"output.path {shown} is a file, not a directory; choose another output.path")
+    existing = os.path.dirname(output_root)
+    while not os.path.isdir(existing):
+        if os.path.exists(existing):
+            raise OutputNotWritableError(f"output.path {shown} cannot be created: {existing} is not a directory")
+        existing = os.path.dirname(existing)
+    _probe(existing, shown)  # the staging directory and the lock file go beside the output
+    if os.path.isdir(output_root):
+        _probe(output_root, shown)
+
+
+def _probe(directory: str, shown: str) -> None:
+    probe = os.path.join(directory, f".tfrbeam-probe-{uuid.uuid4().hex[:8]}")
+    try:
+        with open(probe, "wb") as handle:
+            handle.write(b"\0" * 4096)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except OSError as error:
+        reason = "the disk is full" if error.errno == errno.ENOSPC else (error.strerror or str(error))
+        raise OutputNotWritableError(f"output.path {shown}: cannot write in {directory} ({reason})") from error
+    finally:
+        try:
+            os.unlink(probe)
+        except OSError:
+            pass
+
+
+def dataset_entries(manifest: dict | None, splits: tuple[str, ...] = ()) -> set[str]:
+    """Names in a dataset directory that are the dataset's own (replaced together); others are the user's."""
+    names = {MANIFEST_NAME, ERRORS_DIR_NAME, *_DERIVED_ENTRIES, *splits}
+    names.update((manifest or {}).get("splits", {}))
+    return names
+
+
+def _foreign_entries(output_root: str, manifest: dict | None) -> list[str]:
+    return [name for name in fs.list_names(output_root)
+            if name not in dataset_entries(manifest) and not name.startswith((".tfrbeam", f".{MANIFEST_NAME}"))]
+
+
+def check_output_dir(output_root: str, resolved_config: dict, overwrite: bool, shown: str | None = None) -> None:
+    """Refuse to build into a directory holding another dataset (or other files) unless ``overwrite``.
+
+    A directory holding the same dataset (same resolved config) may be rebuilt: the result is the
+    same bytes. A damaged manifest is replaced only with ``overwrite``.
+    """
+    shown = shown or output_root
+    if overwrite:
+        return
+    manifest = read_manifest(output_root, BEAM_FILES)
+    if manifest is not None:
+        previous = manifest.get("config")
+        if previous == normalized(resolved_config):
+            return
+        differing = _differing_keys(previous or {}, normalized(resolved_config))
+        raise OutputExistsError(
+            f"{shown} holds a different dataset (its config differs at {', '.join(differing) or 'the top level'}); "
+            "pass --overwrite to replace it, or choose another output.path"
+        )
+    others = _foreign_entries(output_root, None)
+    if others:
+        listed = ", ".join(others[:5]) + (", ..." if len(others) > 5 else "")
+        raise OutputExistsError(
+            f"{shown} is not empty ({listed}) and holds no tfrbeam dataset manifest; "
+            "pass --overwrite to build into it anyway (files that are not part of a dataset are kept), "
+            "or choose another output.path"
+        )
+
+
+def foreign_entries(output_root: str, manifest: dict | None) -> list[str]:
+    """Entries of an existing output directory that are not part of its dataset (kept across a replace)."""
+    return _foreign_entries(output_root, manifest)
+
+
+def _differing_keys(old: Any, new: Any, prefix: str = "") -> list[str]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        keys = list(dict.fromkeys([*old, *new]))
+        return [path for key in keys for path in _differing_keys(old.get(key), new.get(key), f"{prefix}{key}.")]
+    return [] if old == new else [prefix.rstrip(".")]
+
