@@ -20,6 +20,7 @@ import logging
 import operator
 import os
 import struct
+import uuid
 import warnings
 import zlib
 from collections.abc import Callable, Iterable, Iterator
@@ -28,6 +29,7 @@ from typing import BinaryIO, Union
 import crc32c as _crc32c
 import numpy as np
 
+from tfrbeam.naming import partial_path
 from tfrbeam.errors import (
     CorruptRecordError,
     RecordError,
@@ -204,11 +206,20 @@ class RecordWriter:
         self.name = _name_of(target)
         self.compression = normalize_compression(compression, self.name)
         self._owns_file = isinstance(target, (str, os.PathLike))
-        self._file: BinaryIO = open(target, "wb") if self._owns_file else target  # type: ignore[arg-type]
+        # A path is written under a hidden temporary name beside it and renamed on close, so a
+        # crash or a full disk never leaves a partial file at the final path.
+        self._temp_path = _partial_path(os.fspath(target)) if self._owns_file else None  # type: ignore[arg-type]
+        self._file: BinaryIO = self._open_temp() if self._owns_file else target  # type: ignore[assignment]
         self._compressor = _make_compressor(self.compression)
         self.records_written = 0
         self.bytes_written = 0
         self._closed = False
+
+    def _open_temp(self) -> BinaryIO:
+        try:
+            return open(self._temp_path, "wb")  # type: ignore[arg-type]
+        except OSError as error:
+            raise OSError(error.errno, f"{error.strerror} (creating {self.name})", self._temp_path) from error
 
     def write(self, payload: bytes | bytearray | memoryview) -> None:
         """Frame and write one record."""
@@ -226,7 +237,10 @@ class RecordWriter:
     def _write_framed(self, framed: bytes | bytearray | memoryview, num_records: int) -> None:
         if self._closed:
             raise ValueError(f"{self.name}: write to a closed RecordWriter")
-        self._file.write(self._compressor.compress(framed) if self._compressor else framed)
+        try:
+            self._file.write(self._compressor.compress(framed) if self._compressor else framed)
+        except OSError as error:
+            raise OSError(error.errno, f"{error.strerror} (writing {self.name})", self.name) from error
         self.records_written += num_records
         self.bytes_written += len(framed)
 
@@ -237,22 +251,53 @@ class RecordWriter:
         self._file.flush()
 
     def close(self) -> None:
-        """Finish the compressed stream and close the file if this writer opened it."""
+        """Finish the compressed stream; a file this writer opened is closed and renamed to its final path."""
         if self._closed:
             return
         self._closed = True
-        if self._compressor:
-            self._file.write(self._compressor.flush(zlib.Z_FINISH))
-        if self._owns_file:
+        try:
+            if self._compressor:
+                self._file.write(self._compressor.flush(zlib.Z_FINISH))
+            if not self._owns_file:
+                self._file.flush()
+                return
             self._file.close()
-        else:
-            self._file.flush()
+            os.replace(self._temp_path, self.name)  # type: ignore[arg-type]
+        except OSError as error:
+            self._discard()
+            raise OSError(error.errno, f"{error.strerror} (finishing {self.name}; nothing was left at that path)", self.name) from error
+
+    def abort(self) -> None:
+        """Stop without publishing: a file this writer opened is deleted, the final path is left untouched."""
+        if self._closed:
+            return
+        self._closed = True
+        self._discard()
+
+    def _discard(self) -> None:
+        if not self._owns_file:
+            return
+        try:
+            self._file.close()
+        except OSError:
+            pass
+        try:
+            os.unlink(self._temp_path)  # type: ignore[arg-type]
+        except OSError:
+            pass
 
     def __enter__(self) -> RecordWriter:
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *exc_info: object) -> None:
+        if exc_type is not None:
+            self.abort()
+        else:
+            self.close()
+
+
+def _partial_path(path: str) -> str:
+    return partial_path(path, uuid.uuid4().hex[:12])
 
 
 def _make_compressor(compression: str | None):

@@ -5,7 +5,10 @@ from __future__ import annotations
 import collections
 import glob
 import io
+import json
 import os
+import subprocess
+import sys
 import pathlib
 import re
 
@@ -21,7 +24,8 @@ from hypothesis import strategies as st
 
 from tfrbeam.beam import sink
 from tfrbeam.beam.examples_write import WriteExamples, _FrameExamplesFn
-from tfrbeam.beam.sink import Finalizer, ShardNaming, WriteToTFRecord, frame_batch, make_sink_spec
+from tfrbeam.beam.sink import Finalizer, WriteToTFRecord, frame_batch, make_sink_spec
+from tfrbeam.naming import ShardNaming
 from tfrbeam.columnar_encode import encode_record_batch
 from tfrbeam.errors import (
     ArrowConversionError,
@@ -76,7 +80,22 @@ def _shards(prefix, suffix=""):
 
 
 def _temp_dirs(directory):
-    return [name for name in os.listdir(directory) if name.startswith(sink.TEMP_DIR_PREFIX)]
+    """Staging directories (and lock files) the commit protocol leaves beside a prefix."""
+    return [name for name in os.listdir(directory) if name.startswith(".") and ".tfrbeam-" in name and name != INDEX_DIR_NAME]
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def _orphan(staging_dir) -> None:
+    """Make a staging directory look like a killed run's: its owner process is gone."""
+    owner = pathlib.Path(staging_dir) / "owner.json"
+    data = json.loads(owner.read_text())
+    data.update(pid=_dead_pid(), process_start=None)
+    owner.write_text(json.dumps(data))
 
 
 def _file_mtime(path):
@@ -411,7 +430,10 @@ def test_failed_pipeline_leaves_no_final_shard(tmp_path):
     assert not os.path.exists(tmp_path / INDEX_DIR_NAME)
     leftover = _temp_dirs(tmp_path)
     assert len(leftover) == 1 and os.listdir(tmp_path / leftover[0])  # Beam has no failure hook: it stays, hidden
-    (names,), _ = _run([b"ok"], (prefix, {"overwrite": True}))  # the next run with overwrite removes it
+    (names,), _ = _run([b"ok"], (prefix, {}))  # its owner (this process) lives: a later run leaves it alone
+    assert names == _shards(prefix) and _temp_dirs(tmp_path) == leftover
+    _orphan(tmp_path / leftover[0])  # once its owner is gone, the next run into the prefix removes it
+    (names,), _ = _run([b"ok"], (prefix, {"overwrite": True}))
     assert names == _shards(prefix) and _temp_dirs(tmp_path) == []
 
 

@@ -89,6 +89,7 @@ def read_bytes(path: str) -> bytes:
 def write_bytes(path: str, data: bytes, mime_type: str = "application/octet-stream") -> None:
     """Write a whole file; local files are flushed to disk before this returns (a commit relies on them)."""
     if not is_remote(path):
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         with open(path, "wb") as handle:
             handle.write(data)
             handle.flush()

@@ -39,6 +39,7 @@ from typing import Any
 
 from tfrbeam.beam import filesystem as fs
 from tfrbeam.errors import CommitError, OutputLockedError, OutputNotWritableError
+from tfrbeam.naming import is_staging_name, lock_path, staging_path, staging_prefix
 
 __all__ = [
     "CommitJournal", "OutputLock", "RunIdentity", "StagingDir", "dead_staging_dirs", "lock_path", "recover",
@@ -47,8 +48,6 @@ __all__ = [
 
 _LOG = logging.getLogger(__name__)
 
-LOCK_SUFFIX = ".tfrbeam-lock"
-STAGING_INFIX = ".tfrbeam-"
 OWNER_NAME = "owner.json"
 JOURNAL_NAME = "commit.json"
 
@@ -113,26 +112,9 @@ def this_run(run_id: str) -> RunIdentity:
 # ------------------------------------------------------------------------------------- paths
 
 
-def _sibling(target: str, suffix: str) -> str:
-    directory, name = fs.split(target.rstrip("/") if fs.is_remote(target) else os.path.abspath(target))
-    return fs.join(directory, f".{name}{suffix}")
-
-
-def lock_path(target: str) -> str:
-    """Where the lock of ``target`` (a dataset directory or a sink's file prefix) lives: beside it."""
-    return _sibling(target, LOCK_SUFFIX)
-
-
-def staging_path(target: str, run_id: str) -> str:
-    """A run's staging directory for ``target``, beside it (same filesystem, so renames are cheap)."""
-    return _sibling(target, f"{STAGING_INFIX}{run_id}")
-
-
 def _staging_dirs(target: str) -> list[str]:
-    directory, _ = fs.split(_sibling(target, ""))
-    prefix = fs.split(_sibling(target, STAGING_INFIX))[1]
-    return [fs.join(directory, name) for name in fs.list_names(directory)
-            if name.startswith(prefix) and not name.endswith(LOCK_SUFFIX)]
+    directory, _ = staging_prefix(target)
+    return [fs.join(directory, name) for name in fs.list_names(directory) if is_staging_name(target, name)]
 
 
 # ------------------------------------------------------------------------------------- the lock
@@ -260,10 +242,12 @@ class StagingDir:
     owner: RunIdentity
 
     def create(self) -> StagingDir:
-        """Create it with its ``owner.json``; this is also the probe that the output's place is writable."""
+        """Create it with its ``owner.json`` (kept when present); also the probe that the output's place is writable."""
+        owner = fs.join(self.path, OWNER_NAME)
         try:
             fs.mkdirs(self.path)
-            fs.write_bytes(fs.join(self.path, OWNER_NAME), self.owner.to_json(), "application/json")
+            if not fs.exists(owner):
+                fs.write_bytes(owner, self.owner.to_json(), "application/json")
         except OSError as error:
             reason = "the disk is full" if error.errno == errno.ENOSPC else (error.strerror or str(error))
             raise OutputNotWritableError(f"{self.path}: cannot write beside the output ({reason})") from error

@@ -30,7 +30,6 @@ into the same prefix and removed by one with ``overwrite=True``.
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import io
 import logging
@@ -43,16 +42,17 @@ import apache_beam as beam
 import numpy as np
 from apache_beam import coders
 from apache_beam.io.filesystem import CompressionTypes, FileMetadata
-from apache_beam.io.filesystems import FileSystems
-from apache_beam.io.localfilesystem import LocalFileSystem
 from apache_beam.metrics import Metrics
 from apache_beam.options.value_provider import ValueProvider
 from apache_beam.pvalue import AsList, AsSingleton
 from apache_beam.transforms import window
 from apache_beam.utils.windowed_value import WindowedValue
 
+from tfrbeam.beam import filesystem as fs
+from tfrbeam.beam.publish import JOURNAL_NAME, OWNER_NAME, CommitJournal, StagingDir, held_or_taken, recover, staging_path, this_run
 from tfrbeam.beam.source import compression_for_file, resolve_compression
-from tfrbeam.errors import ConfigError, OutputExistsError, TfrbeamError
+from tfrbeam.naming import ShardNaming
+from tfrbeam.errors import CommitError, ConfigError, OutputExistsError, ShortWriteError, TfrbeamError
 from tfrbeam.record_index import IndexBuilder, index_path_for
 from tfrbeam.records import RECORD_OVERHEAD, RecordWriter, frame_records
 
@@ -62,12 +62,10 @@ _LOG = logging.getLogger(__name__)
 
 METRICS_NAMESPACE = "tfrbeam"
 DEFAULT_SHARD_NAME_TEMPLATE = "-SSSSS-of-NNNNN"
-TEMP_DIR_PREFIX = ".tfrbeam-temp-"
 # Records buffered per bundle before they are framed into one batch.
 _FRAME_BATCH_BYTES = 4 << 20
 # With num_shards=N, bytes buffered per bundle (all shards together) before batches are emitted.
 _SHARD_BUFFER_BYTES = 64 << 20
-_MAX_IO_THREADS = 32
 _LENGTH_DTYPE = np.dtype("<u4")
 
 StrOrProvider = Union[str, ValueProvider]
@@ -98,70 +96,6 @@ def _resolve(value: StrOrProvider) -> str:
 
 # --------------------------------------------------------------------------------------------
 # Naming
-
-
-@dataclasses.dataclass(frozen=True)
-class ShardNaming:
-    """Final file names ``prefix + template(shard, count) + suffix`` as Beam's file sinks make them.
-
-    In the template the first run of ``S`` is the zero-padded shard number and the first run of
-    ``N`` the zero-padded shard count; ``''`` means one unsharded file named ``prefix + suffix``.
-    """
-
-    prefix: str
-    suffix: str
-    template: str
-
-    def __post_init__(self) -> None:
-        if self.template and not re.search("S+", self.template):
-            raise ValueError(f"shard_name_template {self.template!r} has no shard number placeholder (a run of S)")
-        if self.template and re.search("[UWV]", self.template):
-            raise ValueError(
-                f"shard_name_template {self.template!r} uses U, W or V (uuid and window placeholders of "
-                "Beam's streaming writes); this sink writes bounded PCollections only: use S and N"
-            )
-
-    def _parts(self) -> list[tuple[str, str]]:
-        """The template split into ("S" | "N" | "text", text) pieces."""
-        parts: list[tuple[str, str]] = []
-        rest = self.template
-        runs = {}
-        for letter in "SN":
-            match = re.search(f"{letter}+", rest)
-            if match:
-                runs[match.start()] = (letter, match.group(0))
-        position = 0
-        for start in sorted(runs):
-            letter, run = runs[start]
-            parts.append(("text", rest[position:start]))
-            parts.append((letter, run))
-            position = start + len(run)
-        parts.append(("text", rest[position:]))
-        return [part for part in parts if part[1]]
-
-    def name(self, shard: int, num_shards: int) -> str:
-        """The final name of shard ``shard`` of ``num_shards``."""
-        pieces = []
-        for kind, text in self._parts():
-            if kind == "S":
-                pieces.append(f"{shard:0{len(text)}d}")
-            elif kind == "N":
-                pieces.append(f"{num_shards:0{len(text)}d}")
-            else:
-                pieces.append(text)
-        return self.prefix + "".join(pieces) + self.suffix
-
-    def glob(self) -> str:
-        """A glob that matches this naming for every shard number and count (a superset; see ``matches``)."""
-        middle = "".join("*" if kind in "SN" else text for kind, text in self._parts())
-        return self.prefix + middle + self.suffix
-
-    def matches(self, path: str) -> bool:
-        """Whether ``path`` is a shard name this naming can produce, for any shard count."""
-        middle = "".join(
-            rf"\d{{{len(text)},}}" if kind in "SN" else re.escape(text) for kind, text in self._parts()
-        )
-        return re.fullmatch(re.escape(self.prefix) + middle + re.escape(self.suffix), path) is not None
 
 
 # --------------------------------------------------------------------------------------------
@@ -203,14 +137,12 @@ class SinkSpec:
         requested = "auto" if self.compression is None else self.compression
         return compression_for_file(resolve_compression(self.compression_type, requested), final_name)
 
-    def temp_dir(self) -> str:
-        directory, basename = FileSystems.split(_resolve(self.file_path_prefix))
-        return FileSystems.join(directory, f"{TEMP_DIR_PREFIX}{basename}-{self.run_id}")
+    def target(self) -> str:
+        """What the commit protocol locks and stages beside: the file prefix."""
+        return _resolve(self.file_path_prefix)
 
-    def temp_dir_glob(self) -> str:
-        """Files inside the temporary directories of every run into this prefix (matches list files only)."""
-        directory, basename = FileSystems.split(_resolve(self.file_path_prefix))
-        return FileSystems.join(directory, f"{TEMP_DIR_PREFIX}{basename}-*", "*")
+    def temp_dir(self) -> str:
+        return staging_path(self.target(), self.run_id)
 
     def existing_outputs(self) -> dict[str, FileMetadata]:
         """Files that match this sink's naming pattern now, by path."""
@@ -220,65 +152,11 @@ class SinkSpec:
 
 
 # --------------------------------------------------------------------------------------------
-# Filesystem helpers
+# Filesystem helpers (the operations themselves live in tfrbeam.beam.filesystem)
 
 
 def _match(pattern: str) -> dict[str, FileMetadata]:
-    results = FileSystems.match([pattern])
-    return {meta.path: meta for result in results for meta in result.metadata_list}
-
-
-def _exists(path: str) -> bool:
-    return FileSystems.exists(path)
-
-
-def _write_bytes(path: str, data: bytes) -> None:
-    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        handle.write(data)
-
-
-def _read_bytes(path: str) -> bytes:
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        return handle.read()
-
-
-def _same_content(left: str, right: str) -> bool:
-    """Whether two files hold the same bytes (read in chunks: used only when both names exist)."""
-    with FileSystems.open(left, compression_type=CompressionTypes.UNCOMPRESSED) as a, FileSystems.open(
-        right, compression_type=CompressionTypes.UNCOMPRESSED
-    ) as b:
-        while True:
-            chunk_a, chunk_b = a.read(1 << 20), b.read(1 << 20)
-            if chunk_a != chunk_b:
-                return False
-            if not chunk_a:
-                return True
-
-
-def _delete_quietly(paths: Iterable[str]) -> None:
-    """Delete those of ``paths`` that exist (a retried finalize may have deleted some already)."""
-    existing = [path for path in paths if _exists(path)]
-    if existing:
-        FileSystems.delete(existing)
-
-
-def _delete_dir(directory: str) -> None:
-    """Delete a directory and everything in it; a missing one (a retried finalize) is fine."""
-    # Local directories are deleted recursively by name; object stores delete everything under "dir/".
-    has_dirs = FileSystems.get_filesystem(directory).has_dirs()
-    try:
-        FileSystems.delete([directory if has_dirs else directory.rstrip("/") + "/"])
-    except Exception:
-        if _match(FileSystems.join(directory, "*")):
-            _LOG.warning("could not delete the temporary directory %s", directory, exc_info=True)
-
-
-def _in_threads(function, items: Sequence[Any]) -> list[Any]:
-    """Run ``function`` over ``items`` on a few threads: object stores take ~50 ms per call."""
-    if len(items) <= 1:
-        return [function(item) for item in items]
-    with concurrent.futures.ThreadPoolExecutor(max_workers=min(_MAX_IO_THREADS, len(items))) as pool:
-        return list(pool.map(function, items))
+    return fs.match(pattern)
 
 
 def _empty_shard_bytes(compression: str | None) -> bytes:
@@ -310,9 +188,9 @@ class _TempShardWriter:
 
     def __init__(self, spec: SinkSpec, compression: str | None, shard: int | None):
         name = f"shard-{shard:05d}-" if shard is not None else ""
-        self.path = FileSystems.join(spec.temp_dir(), f"{name}{uuid.uuid4().hex}.tfrecord")
+        self.path = fs.join(spec.temp_dir(), f"{name}{uuid.uuid4().hex}.tfrecord")
         self.shard = shard
-        self._handle = FileSystems.create(self.path, compression_type=CompressionTypes.UNCOMPRESSED)
+        self._handle = fs.create(self.path)
         self._writer = RecordWriter(self._handle, compression)
         self._index = IndexBuilder() if compression is None else None
 
@@ -338,7 +216,7 @@ class _TempShardWriter:
         """Close and delete a file that will never be committed (the bundle failed)."""
         try:
             self._handle.close()
-            FileSystems.delete([self.path])
+            fs.delete_files([self.path])
         except Exception:  # cleanup of a failing bundle must not hide the bundle's own error
             _LOG.warning("could not delete the temporary file %s of a failed bundle", self.path, exc_info=True)
 
@@ -563,11 +441,34 @@ class Finalizer:
             return [_Move(self.naming.name(0, 1), None)]
         return [_Move(self.naming.name(i, count), shard) for i, shard in enumerate(shards)]
 
-    def run(self, temp_shards: Iterable[TempShard]) -> list[str]:
-        """Finalize the write; returns the final file names in shard order."""
+    def run(self, temp_shards: Iterable[TempShard], expected_records: int | None = None) -> list[str]:
+        """Finalize the write under the prefix's lock; returns the final file names in shard order."""
+        temp_shards = list(temp_shards)
+        with held_or_taken(self.spec.target(), this_run(self.spec.run_id)):
+            recover(self.spec.target(), keep=self.temp_dir)
+            journal = CommitJournal.read(self.temp_dir)
+            if journal is None:  # else a retried finalize: that attempt's journal is the plan
+                journal = self._journal(temp_shards, expected_records)
+                journal.write(self.temp_dir)
+            journal.apply()
+            moves = self.plan(temp_shards)
+            finals = _match(self.naming.glob())
+            if not fs.is_remote(self.temp_dir):
+                missing = [move.dst for move in moves if move.dst not in finals]
+                if missing:
+                    raise CommitError(f"{missing[0]}: missing right after the commit renamed it; the output changed under the write")
+            self._write_indexes(moves, finals)
+            fs.delete_tree(self.temp_dir)
+        self._count(moves, finals)
+        _LOG.info("wrote %d shard(s) to %s", len(moves), self.naming.glob())
+        return [move.dst for move in moves]
+
+    def _journal(self, temp_shards: list[TempShard], expected_records: int | None) -> CommitJournal:
+        """Check the write is whole, then list the commit's deletions and renames (written before any runs)."""
         moves = self.plan(temp_shards)
         existing = self.spec.existing_outputs()
-        temp_files = set(_match(FileSystems.join(self.temp_dir, "*")))
+        temp_files = set(_match(fs.join(self.temp_dir, "*")))
+        self._check_accounted(temp_shards, temp_files, expected_records)
         pending, replace = self._classify(moves, existing, temp_files)
         ours = {move.dst for move in moves}
         stale = sorted(path for path in existing if path not in ours)
@@ -575,15 +476,39 @@ class Finalizer:
         if in_the_way and not self.spec.overwrite:
             raise _output_exists_error(self.spec, in_the_way)
         if in_the_way:
-            _LOG.warning("overwrite=True: removing %d file(s) of an earlier run: %s", len(in_the_way), _describe(in_the_way))
-            _delete_quietly(in_the_way + [index_path_for(path) for path in in_the_way])
-        self._rename(pending + replace)
-        finals = _match(self.naming.glob())
-        self._write_indexes(moves, finals)
-        self._remove_temp_dirs()
-        self._count(moves, finals)
-        _LOG.info("wrote %d shard(s) to %s", len(moves), self.naming.glob())
-        return [move.dst for move in moves]
+            _LOG.warning("overwrite=True: replacing %d file(s) of an earlier run: %s", len(in_the_way), _describe(in_the_way))
+        renames = self._staged_sources(pending + replace)
+        doomed = stale + [index_path_for(path) for path in in_the_way]
+        return CommitJournal(self.spec.run_id, self.spec.target(), tuple(doomed), tuple(renames))
+
+    def _check_accounted(self, temp_shards: list[TempShard], temp_files: set[str], expected: int | None) -> None:
+        """Records in = records out: every record the pipeline framed is in a reported shard of the reported size.
+
+        Temporary files no writer reported are not an error: a replayed or retried bundle leaves them,
+        and only committed bundles' shards count.
+        """
+        written = sum(shard.records for shard in temp_shards)
+        if expected is not None and written != expected:
+            raise ShortWriteError(
+                f"{self.naming.glob()}: the shard writers reported {written} records, but {expected} were written to "
+                "the sink; the runner lost or duplicated elements, so nothing was published"
+            )
+        short = [shard for shard in temp_shards
+                 if shard.path in temp_files and self.compression is None
+                 and _size_of(shard.path) != shard.framed_bytes]
+        if short:
+            raise ShortWriteError(
+                f"{short[0].path}: {_size_of(short[0].path)} bytes on disk, its writer reported {short[0].framed_bytes}; "
+                "nothing was published"
+            )
+
+    def _staged_sources(self, moves: list[_Move]) -> list[tuple[str, str]]:
+        """(staged file, final name) pairs; an empty shard gets an empty staged file now, before the journal."""
+        pairs = []
+        for move in moves:
+            source = move.shard.path if move.shard is not None else self._empty_source(move)
+            pairs.append((source, move.dst))
+        return pairs
 
     def _classify(
         self, moves: list[_Move], existing: dict[str, FileMetadata], temp_files: set[str]
@@ -603,11 +528,11 @@ class Finalizer:
                 pending.append(move)
             elif move.shard is None:
                 # An empty shard: an identical file in place is as good as ours.
-                if existing[move.dst].size_in_bytes != len(empty) or _read_bytes(move.dst) != empty:
+                if existing[move.dst].size_in_bytes != len(empty) or fs.read_bytes(move.dst) != empty:
                     replace.append(move)
             elif move.shard.path in temp_files:
-                if _same_content(move.shard.path, move.dst):
-                    _delete_quietly([move.shard.path])  # an interrupted copy-then-delete rename
+                if fs.same_content(move.shard.path, move.dst):
+                    fs.delete_files([move.shard.path])  # an interrupted copy-then-delete rename
                 else:
                     replace.append(move)
             elif self.compression is None and existing[move.dst].size_in_bytes != move.shard.framed_bytes:
@@ -619,22 +544,15 @@ class Finalizer:
             # else: renamed by an earlier attempt of this finalize.
         return pending, replace
 
-    def _rename(self, moves: list[_Move]) -> None:
-        empties = [move for move in moves if move.shard is None]
-        sources = {move.dst: self._empty_source(move) for move in empties}
-        sources.update({move.dst: move.shard.path for move in moves if move.shard is not None})
-        pairs = [(sources[move.dst], move.dst) for move in moves]
-        _in_threads(lambda pair: FileSystems.rename([pair[0]], [pair[1]]), pairs)
-
     def _empty_source(self, move: _Move) -> str:
-        path = FileSystems.join(self.temp_dir, f"empty-{uuid.uuid4().hex}.tfrecord")
-        _write_bytes(path, _empty_shard_bytes(self.compression))
+        path = fs.join(self.temp_dir, f"empty-{uuid.uuid4().hex}.tfrecord")
+        fs.write_bytes(path, _empty_shard_bytes(self.compression))
         return path
 
     def _write_indexes(self, moves: list[_Move], finals: dict[str, FileMetadata]) -> None:
         """Write each uncompressed shard's read index (from the file as renamed); drop stale ones otherwise."""
         if self.compression is not None:
-            _delete_quietly([index_path_for(move.dst) for move in moves])
+            fs.delete_files([index_path_for(move.dst) for move in moves])
             return
 
         def write(move: _Move) -> None:
@@ -642,31 +560,9 @@ class Finalizer:
             builder = move.shard.index if move.shard is not None else IndexBuilder()
             records = move.shard.records if move.shard is not None else 0
             data = builder.to_bytes(meta.size_in_bytes, meta.last_updated_in_seconds or None, records)
-            _write_bytes(index_path_for(move.dst), data)
+            fs.write_bytes(index_path_for(move.dst), data)
 
-        _in_threads(write, moves)
-
-    def _remove_temp_dirs(self) -> None:
-        leftovers = sorted(
-            {self._temp_dir_of(path) for path in _match(self.spec.temp_dir_glob())} - {self.temp_dir, None}
-        )
-        if leftovers and not self.spec.overwrite:
-            _LOG.warning(
-                "temporary directories of earlier, failed runs into this prefix remain: %s; a run with "
-                "overwrite=True removes them", _describe(leftovers),
-            )
-        for directory in [self.temp_dir] + (leftovers if self.spec.overwrite else []):
-            _delete_dir(directory)
-
-    def _temp_dir_of(self, path: str) -> str | None:
-        """The temporary directory of a run into this prefix that a matched path is, or lies in; else None."""
-        directory, basename = FileSystems.split(self.temp_dir)
-        relative = path[len(directory):].lstrip("/")
-        head = relative.split("/", 1)[0]
-        prefix_base = FileSystems.split(_resolve(self.spec.file_path_prefix))[1]
-        if re.fullmatch(re.escape(f"{TEMP_DIR_PREFIX}{prefix_base}-") + "[0-9a-f]{32}", head):
-            return FileSystems.join(directory, head)
-        return None
+        fs.in_threads(write, moves)
 
     def _count(self, moves: list[_Move], finals: dict[str, FileMetadata]) -> None:
         Metrics.counter(METRICS_NAMESPACE, "shards_written").inc(len(moves))
@@ -676,8 +572,21 @@ class Finalizer:
         Metrics.counter(METRICS_NAMESPACE, "bytes_written").inc(sum(finals[move.dst].size_in_bytes for move in moves))
 
 
-def _finalize(_: Any, spec: SinkSpec, temp_shards: list[TempShard]) -> list[str]:
-    return Finalizer(spec).run(temp_shards)
+def _is_protocol_file(path: str) -> bool:
+    return fs.split(path)[1] in (OWNER_NAME, JOURNAL_NAME, JOURNAL_NAME + ".tmp")
+
+
+def _size_of(path: str) -> int | None:
+    found = _match(path)
+    return next(iter(found.values())).size_in_bytes if found else None
+
+
+def _finalize(_: Any, spec: SinkSpec, temp_shards: list[TempShard], expected_records: int) -> list[str]:
+    return Finalizer(spec).run(temp_shards, expected_records)
+
+
+def _records_in(batch: FramedBatch) -> int:
+    return len(batch[1]) // _LENGTH_DTYPE.itemsize
 
 
 # --------------------------------------------------------------------------------------------
@@ -704,6 +613,9 @@ class WriteFramedBatches(beam.PTransform):
             )
         if _is_static(spec) and _is_local(spec):
             check_no_earlier_output(spec)  # before the pipeline runs
+            # Staged beside the prefix, owned by this (launching) process: while it lives, no other
+            # run's recovery removes the directory.
+            StagingDir(spec.temp_dir(), this_run(spec.run_id)).create()
         # Remote prefixes are checked as the pipeline starts (listing gs:// while the pipeline is
         # built would need credentials there): writers wait for the check through a side input.
         checked = batches.pipeline | "Start" >> beam.Create([None]) | "CheckOutput" >> beam.Map(_check_before_writing, spec)
@@ -721,10 +633,13 @@ class WriteFramedBatches(beam.PTransform):
             )
         else:
             temp_shards = batches | "WriteBundleShards" >> beam.ParDo(_WriteBundleShardsFn(spec))
+        # Records in: counted from the framed batches, checked against the writers' reports at finalize.
+        records_in = batches | "CountRecords" >> beam.Map(_records_in) | "SumRecords" >> beam.CombineGlobally(sum)
         return (
             batches.pipeline
             | "Once" >> beam.Create([None])
-            | "Finalize" >> beam.FlatMap(_finalize, spec, AsList(temp_shards)).with_output_types(str)
+            | "Finalize" >> beam.FlatMap(_finalize, spec, AsList(temp_shards), AsSingleton(records_in))
+            .with_output_types(str)
         )
 
 
@@ -801,11 +716,12 @@ def check_no_earlier_output(spec: SinkSpec) -> None:
 
 
 def _is_local(spec: SinkSpec) -> bool:
-    return isinstance(FileSystems.get_filesystem(_resolve(spec.file_path_prefix)), LocalFileSystem)
+    return fs.is_local(_resolve(spec.file_path_prefix))
 
 
 def _check_before_writing(_: Any, spec: SinkSpec) -> bool:
     check_no_earlier_output(spec)
+    StagingDir(spec.temp_dir(), this_run(spec.run_id)).create()
     return True
 
 

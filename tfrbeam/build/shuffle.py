@@ -67,6 +67,7 @@ import xxhash
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from tfrbeam.naming import shard_file_name
 from tfrbeam.record_index import IndexBuilder, index_path_for
 from tfrbeam.byte_views import windows
 from tfrbeam.records import (
@@ -209,13 +210,6 @@ def bucket_bits_for(max_shards: int) -> int:
     """Hash buckets for a split written in up to ``max_shards`` shards: about 64 buckets per shard."""
     wanted = math.ceil(math.log2(max(1, max_shards) * 64))
     return min(MAX_BUCKET_BITS, max(MIN_BUCKET_BITS, wanted))
-
-
-def shard_file_name(split: str, shard: int, num_shards: int, compression: str | None) -> str:
-    """``{split}-{shard:05d}-of-{num_shards:05d}.tfrecord`` plus ``.gz`` / ``.zlib`` when compressed."""
-    width = max(5, len(str(num_shards)))
-    suffix = {None: "", "gzip": ".gz", "zlib": ".zlib"}[compression]
-    return f"{split}-{shard:0{width}d}-of-{num_shards:0{width}d}.tfrecord{suffix}"
 
 
 def frame_gathered(view: memoryview, starts: np.ndarray, ends: np.ndarray) -> bytes:

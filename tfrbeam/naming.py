@@ -1,0 +1,138 @@
+"""One home for the names tfrbeam writes: shard files, and what a write leaves beside its output while it runs.
+
+- Shard names: ``ShardNaming`` makes Beam's ``prefix + template(shard, count) + suffix`` names
+  (the sink); ``shard_file_name`` makes a build's ``{split}-00003-of-00008.tfrecord``.
+- Beside an output ``…/name`` (a dataset directory, or a sink's file prefix): the lock file
+  ``.name.tfrbeam-lock``, staging directories ``.name.tfrbeam-<run>/`` and partial files
+  ``.name.tfrbeam-partial-<id>``. All hidden, so shard globs and TensorFlow never match them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import posixpath
+import re
+
+__all__ = [
+    "LOCK_SUFFIX", "PARTIAL_INFIX", "STAGING_INFIX", "ShardNaming", "is_staging_name", "lock_path", "partial_path",
+    "shard_file_name", "staging_path", "staging_prefix",
+]
+
+LOCK_SUFFIX = ".tfrbeam-lock"
+STAGING_INFIX = ".tfrbeam-"
+PARTIAL_INFIX = ".tfrbeam-partial-"
+
+
+def shard_file_name(split: str, shard: int, num_shards: int, compression: str | None) -> str:
+    """``{split}-{shard:05d}-of-{num_shards:05d}.tfrecord`` plus ``.gz`` / ``.zlib`` when compressed.
+
+    Both numbers take the width of the larger (at least 5), so names sort in shard order.
+    """
+    width = max(5, len(str(num_shards)))
+    suffix = {None: "", "gzip": ".gz", "zlib": ".zlib"}[compression]
+    return f"{split}-{shard:0{width}d}-of-{num_shards:0{width}d}.tfrecord{suffix}"
+
+
+def _split(target: str) -> tuple[str, str, bool]:
+    remote = "://" in target
+    if remote:
+        directory, name = posixpath.split(target.rstrip("/"))
+    else:
+        directory, name = os.path.split(os.path.abspath(target))
+    return directory, name, remote
+
+
+def _beside(target: str, suffix: str) -> str:
+    directory, name, remote = _split(target)
+    return (posixpath.join if remote else os.path.join)(directory, f".{name}{suffix}")
+
+
+def partial_path(path: str, unique: str) -> str:
+    """Where a file being written to ``path`` lives until it is complete (then renamed to ``path``)."""
+    return _beside(path, f"{PARTIAL_INFIX}{unique}")
+
+
+def lock_path(target: str) -> str:
+    """The lock file of ``target``, beside it."""
+    return _beside(target, LOCK_SUFFIX)
+
+
+def staging_path(target: str, run_id: str) -> str:
+    """A run's staging directory for ``target``, beside it (on the same filesystem, so renames are cheap)."""
+    return _beside(target, f"{STAGING_INFIX}{run_id}")
+
+
+def staging_prefix(target: str) -> tuple[str, str]:
+    """(directory, name prefix) that every staging directory of ``target`` has; the lock file shares it."""
+    directory, name, _ = _split(target)
+    return directory, f".{name}{STAGING_INFIX}"
+
+
+def is_staging_name(target: str, name: str) -> bool:
+    _, prefix = staging_prefix(target)
+    return name.startswith(prefix) and not name.endswith(LOCK_SUFFIX) and not name[len(prefix):].startswith("partial-")
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardNaming:
+    """Final file names ``prefix + template(shard, count) + suffix`` as Beam's file sinks make them.
+
+    In the template the first run of ``S`` is the zero-padded shard number and the first run of
+    ``N`` the zero-padded shard count; ``''`` means one unsharded file named ``prefix + suffix``.
+    """
+
+    prefix: str
+    suffix: str
+    template: str
+
+    def __post_init__(self) -> None:
+        if self.template and not re.search("S+", self.template):
+            raise ValueError(f"shard_name_template {self.template!r} has no shard number placeholder (a run of S)")
+        if self.template and re.search("[UWV]", self.template):
+            raise ValueError(
+                f"shard_name_template {self.template!r} uses U, W or V (uuid and window placeholders of "
+                "Beam's streaming writes); this sink writes bounded PCollections only: use S and N"
+            )
+
+    def _parts(self) -> list[tuple[str, str]]:
+        """The template split into ("S" | "N" | "text", text) pieces."""
+        parts: list[tuple[str, str]] = []
+        rest = self.template
+        runs = {}
+        for letter in "SN":
+            match = re.search(f"{letter}+", rest)
+            if match:
+                runs[match.start()] = (letter, match.group(0))
+        position = 0
+        for start in sorted(runs):
+            letter, run = runs[start]
+            parts.append(("text", rest[position:start]))
+            parts.append((letter, run))
+            position = start + len(run)
+        parts.append(("text", rest[position:]))
+        return [part for part in parts if part[1]]
+
+    def name(self, shard: int, num_shards: int) -> str:
+        """The final name of shard ``shard`` of ``num_shards``."""
+        pieces = []
+        for kind, text in self._parts():
+            if kind == "S":
+                pieces.append(f"{shard:0{len(text)}d}")
+            elif kind == "N":
+                pieces.append(f"{num_shards:0{len(text)}d}")
+            else:
+                pieces.append(text)
+        return self.prefix + "".join(pieces) + self.suffix
+
+    def glob(self) -> str:
+        """A glob that matches this naming for every shard number and count (a superset; see ``matches``)."""
+        middle = "".join("*" if kind in "SN" else text for kind, text in self._parts())
+        return self.prefix + middle + self.suffix
+
+    def matches(self, path: str) -> bool:
+        """Whether ``path`` is a shard name this naming can produce, for any shard count."""
+        middle = "".join(
+            rf"\d{{{len(text)},}}" if kind in "SN" else re.escape(text) for kind, text in self._parts()
+        )
+        return re.fullmatch(re.escape(self.prefix) + middle + re.escape(self.suffix), path) is not None
