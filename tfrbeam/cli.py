@@ -88,7 +88,7 @@ def _run_verify(args: argparse.Namespace) -> int:
 
     problems = 0
     for argument in args.paths:
-        if os.path.isfile(os.path.join(argument, file_tools.MANIFEST_NAME)):
+        if os.path.isdir(argument):
             problems += _verify_dataset(argument)
             continue
         for path in file_tools.expand_record_paths([argument]):
@@ -103,11 +103,16 @@ def _run_verify(args: argparse.Namespace) -> int:
 
 
 def _verify_dataset(directory: str) -> int:
-    from tfrbeam.manifest import verify_dataset
+    """A directory is checked as a dataset: no manifest, or one that disagrees with the files, fails."""
+    from tfrbeam.manifest import verify_dataset, write_leftovers
 
     found = verify_dataset(directory)
     for problem in found:
         print(f"FAIL {directory}: {problem}")
+    if found and any("no manifest" in problem for problem in found):
+        print(f"     (to check TFRecord files that are not a tfrbeam dataset, name them: tfrbeam verify '{directory}/*.tfrecord*')")
+    for note in write_leftovers(directory):
+        print(f"WARN {directory}: {note}")
     if not found:
         print(f"OK   {directory}: every shard matches dataset_info.json (counts, sha256, CRCs)")
     return len(found)

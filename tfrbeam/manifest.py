@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from tfrbeam.errors import ManifestError, RecordError, RecordIndexError
 from tfrbeam.file_access import LOCAL_FILES, FileAccess
+from tfrbeam.naming import LOCK_SUFFIX, is_staging_name, staging_prefix
 from tfrbeam.record_index import INDEX_DIR_NAME, index_path_for, parse_index
 from tfrbeam.records import RecordReader, compression_from_name
 
@@ -245,3 +246,20 @@ def _unlisted_files(dataset_dir: str, split: str, listed: Iterable[str], files: 
         for name in files.list_names(split_dir)
         if name != INDEX_DIR_NAME and name not in listed_names
     ]
+
+
+def write_leftovers(dataset_dir: str, files: FileAccess = LOCAL_FILES) -> list[str]:
+    """What writes into ``dataset_dir`` left beside it: staging directories and a lock file, one line each.
+
+    They never make the dataset invalid (a reader never sees them); the next build into the same
+    output removes those of dead runs. A lock file may also belong to a build running right now.
+    """
+    directory, prefix = staging_prefix(dataset_dir)
+    notes = []
+    for name in files.list_names(directory):
+        path = files.join(directory, name)
+        if is_staging_name(dataset_dir, name):
+            notes.append(f"{path}: a staging directory of an interrupted or running build (the next build removes it)")
+        elif name == prefix[: -len(".tfrbeam-")] + LOCK_SUFFIX:
+            notes.append(f"{path}: a lock file (a build is running, or one was killed; the next build takes it over)")
+    return notes

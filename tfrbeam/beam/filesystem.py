@@ -34,6 +34,11 @@ _MAX_IO_THREADS = 32
 _T = TypeVar("_T")
 
 
+def _mutating(kind: str, path: str, action: Callable[[], _T]) -> _T:
+    """Every operation that changes a file goes through here: the fault-injection tests wrap this one function."""
+    return action()
+
+
 def join(base: str, *parts: str) -> str:
     """Join path parts onto a local or remote base with the right separator."""
     return FileSystems.join(base, *parts) if parts else base
@@ -78,7 +83,8 @@ def open_read(path: str) -> BinaryIO:
 
 
 def create(path: str, mime_type: str = "application/octet-stream") -> BinaryIO:
-    return FileSystems.create(path, mime_type=mime_type, compression_type=CompressionTypes.UNCOMPRESSED)
+    return _mutating("create", path, lambda: FileSystems.create(
+        path, mime_type=mime_type, compression_type=CompressionTypes.UNCOMPRESSED))
 
 
 def read_bytes(path: str) -> bytes:
@@ -88,15 +94,18 @@ def read_bytes(path: str) -> bytes:
 
 def write_bytes(path: str, data: bytes, mime_type: str = "application/octet-stream") -> None:
     """Write a whole file; local files are flushed to disk before this returns (a commit relies on them)."""
-    if not is_remote(path):
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(path, "wb") as handle:
+    def write() -> None:
+        if not is_remote(path):
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            with open(path, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            return
+        with FileSystems.create(path, mime_type=mime_type, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
             handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        return
-    with create(path, mime_type) as handle:
-        handle.write(data)
+
+    _mutating("write", path, write)
 
 
 def same_content(left: str, right: str) -> bool:
@@ -113,27 +122,28 @@ def same_content(left: str, right: str) -> bool:
 def mkdirs(directory: str) -> None:
     """Create a directory and its parents; an existing one (or an object store without directories) is fine."""
     if not is_remote(directory):
-        os.makedirs(directory, exist_ok=True)
+        if not os.path.isdir(directory):
+            _mutating("mkdirs", directory, lambda: os.makedirs(directory, exist_ok=True))
         return
     try:
-        FileSystems.mkdirs(directory)
+        _mutating("mkdirs", directory, lambda: FileSystems.mkdirs(directory))
     except OSError:
         pass
 
 
 def rename(pairs: Sequence[tuple[str, str]]) -> None:
     """Rename (source, destination) pairs, a few at a time: object stores take ~50 ms per call."""
-    in_threads(lambda pair: FileSystems.rename([pair[0]], [pair[1]]), list(pairs))
+    in_threads(lambda pair: _mutating("rename", pair[1], lambda: FileSystems.rename([pair[0]], [pair[1]])), list(pairs))
 
 
 def rename_local(source: str, destination: str) -> None:
     """One atomic local rename (of a file or a directory)."""
-    os.rename(source, destination)
+    _mutating("rename", destination, lambda: os.rename(source, destination))
 
 
 def exchange(first: str, second: str) -> None:
     """Swap two local paths in one atomic step (Linux ``renameat2(RENAME_EXCHANGE)``); OSError where unsupported."""
-    _renameat2(first, second, _RENAME_EXCHANGE)
+    _mutating("exchange", second, lambda: _renameat2(first, second, _RENAME_EXCHANGE))
 
 
 _RENAME_EXCHANGE = 2
@@ -153,21 +163,20 @@ def _renameat2(first: str, second: str, flags: int) -> None:
 def delete_files(paths: Iterable[str]) -> None:
     """Delete those of ``paths`` that exist (a retried step may have deleted some already)."""
     existing = [path for path in paths if exists(path)]
-    if existing:
-        FileSystems.delete(existing)
+    in_threads(lambda path: _mutating("delete", path, lambda: FileSystems.delete([path])), existing)
 
 
 def delete_tree(directory: str) -> None:
     """Delete a directory and everything in it (on object stores: every object under ``directory/``); missing is fine."""
     if not is_remote(directory):
-        if os.path.isdir(directory) or os.path.exists(directory):
-            FileSystems.delete([directory])
+        if os.path.lexists(directory):
+            _mutating("delete", directory, lambda: FileSystems.delete([directory]))
         return
     doomed = list(match(directory.rstrip("/") + "/**"))
     if exists(directory):
         doomed.append(directory)
     if doomed:
-        FileSystems.delete(doomed)
+        _mutating("delete", directory, lambda: FileSystems.delete(doomed))
 
 
 def in_threads(function: Callable[[_T], Any], items: Sequence[_T]) -> list[Any]:

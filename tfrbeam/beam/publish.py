@@ -34,11 +34,13 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from tfrbeam.beam import filesystem as fs
-from tfrbeam.errors import CommitError, OutputLockedError, OutputNotWritableError
+from tfrbeam.beam.filesystem import BEAM_FILES
+from tfrbeam.errors import CommitError, ManifestError, OutputLockedError, OutputNotWritableError
+from tfrbeam.manifest import read_manifest
 from tfrbeam.naming import is_staging_name, lock_path, staging_path, staging_prefix
 
 __all__ = [
@@ -325,16 +327,16 @@ class CommitJournal:
 # ------------------------------------------------------------------------------ swapping a dir
 
 
-def swap_into_place(new_dir: str, target: str, old_dir: str) -> None:
-    """Make the local directory ``new_dir`` be ``target``; whatever was at ``target`` ends at ``old_dir``.
+def swap_into_place(new_dir: str, target: str, old_dir: str) -> str:
+    """Make the local directory ``new_dir`` be ``target``; returns where the replaced directory now is.
 
-    One atomic rename when ``target`` does not exist, one atomic exchange when it does. Where the
-    filesystem cannot exchange, two renames (target → old_dir, new_dir → target); a crash between
-    them is rolled forward by ``recover``.
+    One atomic rename when ``target`` does not exist, one atomic exchange when it does (the old
+    directory then sits at ``new_dir``). Where the filesystem cannot exchange, two renames
+    (target → ``old_dir``, new_dir → target); a crash between them is rolled forward by ``recover``.
     """
     if not os.path.lexists(target):
         fs.rename_local(new_dir, target)
-        return
+        return old_dir
     try:
         fs.exchange(new_dir, target)
     except OSError as error:
@@ -342,30 +344,47 @@ def swap_into_place(new_dir: str, target: str, old_dir: str) -> None:
             raise
         fs.rename_local(target, old_dir)
         fs.rename_local(new_dir, target)
-        return
-    fs.rename_local(new_dir, old_dir)  # new_dir now holds the old dataset; park it for deletion
+        return old_dir
+    return new_dir
+
+
+def committed_run(target: str) -> str | None:
+    """The run id in ``target``'s manifest (the run whose dataset is published there), if any."""
+    try:
+        manifest = read_manifest(target, BEAM_FILES)
+    except (ManifestError, OSError):
+        return None
+    return None if manifest is None else manifest.get("run_id")
 
 
 # ---------------------------------------------------------------------------------- recovery
 
 
-def recover(target: str, keep: str | None = None, new_name: str = "dataset", old_name: str = "old") -> list[str]:
+def recover(target: str, keep: str | None = None, new_name: str = "dataset", old_name: str = "old",
+            carry_over: Callable[[str, str], None] | None = None) -> list[str]:
     """Finish or undo what dead runs left for ``target``; returns the staging directories removed.
 
     A dead run's journal is rolled forward (its staged files were complete when it was written);
-    a local swap interrupted between its two renames is completed; then the staging directory
-    goes. Staging directories of live runs are never touched.
+    a local swap interrupted between its two renames is completed; when the dead run's dataset is
+    the one published, ``carry_over(old_dir, target)`` moves the user's files out of the replaced
+    directory first. Then the staging directory goes. Live runs' directories are never touched.
     """
     removed = []
     for directory in dead_staging_dirs(target, keep):
+        owner = _owner_of(directory)
         journal = CommitJournal.read(directory)
         if journal is not None:
             _LOG.warning("completing the interrupted commit of run %s into %s", journal.run_id, target)
             journal.apply()
         new_dir, old_dir = fs.join(directory, new_name), fs.join(directory, old_name)
-        if not fs.is_remote(target) and not os.path.lexists(target) and os.path.isdir(old_dir) and os.path.isdir(new_dir):
-            _LOG.warning("completing the interrupted swap of %s into %s", new_dir, target)
-            fs.rename_local(new_dir, target)
+        if not fs.is_remote(target):
+            if not os.path.lexists(target) and os.path.isdir(old_dir) and os.path.isdir(new_dir):
+                _LOG.warning("completing the interrupted swap of %s into %s", new_dir, target)
+                fs.rename_local(new_dir, target)
+            if carry_over is not None and owner is not None and committed_run(target) == owner.run_id:
+                for replaced in (old_dir, new_dir):
+                    if os.path.isdir(replaced):
+                        carry_over(replaced, target)
         fs.delete_tree(directory)
         removed.append(directory)
     return removed

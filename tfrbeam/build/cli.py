@@ -19,8 +19,8 @@ from apache_beam.options.pipeline_options import PipelineOptions, PortableOption
 
 from tfrbeam.build.config import load_config
 from tfrbeam.beam.filesystem import BEAM_FILES
-from tfrbeam.beam.publish import OutputLock, recover
-from tfrbeam.build.commit import NEW_DATASET_DIR, OLD_DATASET_DIR, discard_staging
+from tfrbeam.beam.publish import OutputLock
+from tfrbeam.build.commit import discard_staging, recover_output
 from tfrbeam.build.graph import build_pipeline
 from tfrbeam.build.plan import BuildPlan, check_output_dir, plan_build
 from tfrbeam.manifest import read_manifest
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run_locked(plan: BuildPlan, options: PipelineOptions, started: float) -> int:
     """Holding the output's lock: recover what dead runs left, check the output again, run, report."""
     try:
-        removed = recover(plan.output_root, new_name=NEW_DATASET_DIR, old_name=OLD_DATASET_DIR)
+        removed = recover_output(plan.output_root)
         if removed:
             logging.getLogger(__name__).info("removed what %d earlier, interrupted run(s) left", len(removed))
         check_output_dir(plan.output_root, plan.resolved_config, plan.overwrite, shown=plan.output_path)

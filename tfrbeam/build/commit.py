@@ -41,7 +41,7 @@ from tfrbeam.manifest import (
 )
 from tfrbeam.record_index import INDEX_DIR_NAME
 
-__all__ = ["CommitDataset", "DeadLetterFile", "NEW_DATASET_DIR", "OLD_DATASET_DIR", "discard_staging"]
+__all__ = ["CommitDataset", "DeadLetterFile", "NEW_DATASET_DIR", "OLD_DATASET_DIR", "discard_staging", "recover_output"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ class CommitDataset(beam.DoFn):
         check_every_record_arrived(files, rows_read - bad, plan.output_path)
         manifest = build_manifest(plan, shard_plan, files, rows_read, bad, dead_letters)
         with held_or_taken(plan.output_root, plan.run):
-            recover(plan.output_root, keep=plan.staging_dir, new_name=NEW_DATASET_DIR, old_name=OLD_DATASET_DIR)
+            recover_output(plan.output_root, keep=plan.staging_dir)
             self._check_output_unchanged()
             if fs.is_remote(plan.output_root):
                 publish_by_journal(plan, files, dead_letters, manifest)
@@ -206,10 +206,13 @@ def publish_by_swap(plan: BuildPlan, files: Sequence[ShardFile], dead_letters: S
         fs.mkdirs(directory)
     fs.rename(moves)
     fs.write_bytes(fs.join(new_dir, MANIFEST_NAME), manifest_bytes(manifest), "application/json")
-    old_manifest = _old_manifest(plan.output_root)
-    swap_into_place(new_dir, plan.output_root, old_dir)  # the commit point
-    carry_over(old_dir, plan.output_root, old_manifest)
-    fs.delete_tree(plan.staging_dir)
+    replaced = swap_into_place(new_dir, plan.output_root, old_dir)  # the commit point
+    try:
+        carry_over(replaced, plan.output_root)
+        fs.delete_tree(plan.staging_dir)
+    except OSError as error:  # published already: what is left is the next run's to remove
+        _LOG.warning("published %s, but could not clean up %s (%s); the next build into it finishes this",
+                     plan.output_path, plan.staging_dir, error)
 
 
 def _old_manifest(output_root: str) -> dict | None:
@@ -219,10 +222,11 @@ def _old_manifest(output_root: str) -> dict | None:
         return None
 
 
-def carry_over(old_dir: str, output_root: str, old_manifest: dict | None) -> None:
+def carry_over(old_dir: str, output_root: str) -> None:
     """Move the user's own files from the replaced directory into the new one (not the old dataset's parts)."""
     if not os.path.isdir(old_dir):
         return
+    old_manifest = _old_manifest(old_dir)
     for name in foreign_entries(old_dir, old_manifest):
         if not os.path.lexists(fs.join(output_root, name)):
             fs.rename_local(fs.join(old_dir, name), fs.join(output_root, name))
@@ -245,6 +249,11 @@ def publish_by_journal(plan: BuildPlan, files: Sequence[ShardFile], dead_letters
     journal.write(plan.staging_dir)
     journal.apply()
     fs.delete_tree(plan.staging_dir)
+
+
+def recover_output(output_root: str, keep: str | None = None) -> list[str]:
+    """Recover what dead builds left beside ``output_root`` (see ``tfrbeam.beam.publish.recover``)."""
+    return recover(output_root, keep=keep, new_name=NEW_DATASET_DIR, old_name=OLD_DATASET_DIR, carry_over=carry_over)
 
 
 def discard_staging(plan: BuildPlan, keep_dead_letters: bool = False) -> None:

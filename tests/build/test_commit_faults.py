@@ -1,0 +1,221 @@
+"""The build's publish under faults: a crash or a full disk at every file operation of the commit, kill -9, concurrent runs.
+
+Invariants checked after every fault:
+- the output holds the complete old dataset or the complete new one (verify finds nothing wrong,
+  and no split directory holds shards of two builds);
+- rerunning the same command succeeds without --overwrite beyond what the command had, and
+  leaves nothing beside the output (no staging directory, no lock file).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tfrbeam.build.cli import main as build_main
+from tfrbeam.manifest import read_manifest, verify_dataset, write_leftovers
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROWS = 300
+
+
+@pytest.fixture()
+def workdir(tmp_path, monkeypatch) -> pathlib.Path:
+    with open(tmp_path / "rows.csv", "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["id", "score", "name"])
+        for i in range(ROWS):
+            writer.writerow([i, i * 0.5, f"n{i % 7}"])
+    (tmp_path / "cfg.yaml").write_text(
+        "input: {format: csv, path: rows.csv}\nsplits: {train: 0.7, eval: 0.3}\noutput: {path: out/ds, num_shards: 2}\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _build(*args: str) -> int:
+    return build_main(["cfg.yaml", "--quiet", *args])
+
+
+def _faulted(workdir: pathlib.Path, kind: str, at: int, *args: str) -> tuple[int, list[str]]:
+    """Run the build in a fresh process with one fault at commit operation ``at``; returns (exit code, operations)."""
+    log = workdir / f"ops-{kind}-{at}.txt"
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.faults", kind, str(at), str(log), "--", "build", "cfg.yaml", "--quiet", *args],
+        cwd=workdir, env=env, capture_output=True, text=True, timeout=120,
+    )
+    return result.returncode, [line for line in log.read_text().splitlines() if line] if log.exists() else []
+
+
+def _state(output: pathlib.Path) -> tuple[str | None, int | None]:
+    """(run id, seed) of the valid dataset in ``output``; (None, None) when there is none. Fails on anything else."""
+    manifest = read_manifest(str(output)) if output.exists() else None
+    if manifest is None:
+        assert not output.exists() or not [p for p in output.rglob("*.tfrecord")], f"shards without a manifest in {output}"
+        return None, None
+    assert verify_dataset(str(output)) == [], verify_dataset(str(output))
+    return manifest["run_id"], manifest["seed"]
+
+
+def _assert_clean(output: pathlib.Path) -> None:
+    assert write_leftovers(str(output)) == []
+    assert [name for name in os.listdir(output.parent) if name.startswith(".")] == []
+
+
+def test_every_commit_operation_is_listed_and_a_clean_replace_uses_one_exchange(workdir):
+    assert _build() == 0
+    code, ops = _faulted(workdir, "none", 0, "--overwrite", "--set", "shuffle.seed=7")
+    assert code == 0
+    kinds = [line.split()[1] for line in ops]
+    assert kinds.count("exchange") == 1 and kinds[-1] == "delete" and "write" in kinds
+    # nothing of the old dataset is removed before the exchange: the old dataset is whole until the commit point
+    assert all(kind != "delete" for kind in kinds[: kinds.index("exchange")])
+    assert _state(workdir / "out" / "ds")[1] == 7
+
+
+@pytest.mark.parametrize("kind", ["crash", "enospc", "eacces"])
+def test_a_fault_at_any_commit_operation_of_a_replace_leaves_old_or_new(workdir, kind):
+    output = workdir / "out" / "ds"
+    assert _build() == 0
+    old_run, _ = _state(output)
+    template = workdir / "template"
+    shutil.copytree(output, template, symlinks=True)
+    _, ops = _faulted(workdir, "none", 0, "--overwrite", "--set", "shuffle.seed=7")
+    exchange = [line.split()[1] for line in ops].index("exchange") + 1
+    shutil.rmtree(output)
+    shutil.copytree(template, output, symlinks=True)
+    outcomes = []
+    for at in range(1, len(ops) + 1):
+        code, _ = _faulted(workdir, kind, at, "--overwrite", "--set", "shuffle.seed=7")
+        # After the commit point a cleanup fault is only a warning: the dataset is published.
+        assert code == (137 if kind == "crash" else 1 if at <= exchange else 0), (at, ops[at - 1])
+        run, seed = _state(output)
+        assert run is not None, f"no dataset after a {kind} at {ops[at - 1]}"
+        outcomes.append("old" if run == old_run else "new" if seed == 7 else "other")
+        assert _build("--overwrite", "--set", "shuffle.seed=7") == 0  # the same command recovers
+        assert _state(output)[1] == 7
+        _assert_clean(output)
+        shutil.rmtree(output)
+        shutil.copytree(template, output, symlinks=True)
+    # Until the exchange has run the old dataset stands; once it has, the new one: never neither, never a mix.
+    assert outcomes[:exchange] == ["old"] * exchange
+    assert outcomes[exchange:] == ["new"] * (len(ops) - exchange)
+
+
+def test_a_crash_at_any_commit_operation_of_a_first_build_is_recovered_by_the_same_command(workdir):
+    output = workdir / "out" / "ds"
+    _, ops = _faulted(workdir, "none", 0)
+    publish = [number for number, line in enumerate(ops, 1) if line.split()[2] == str(output)]
+    assert [ops[number - 1].split()[1] for number in publish] == ["rename"]  # one rename publishes a first build
+    shutil.rmtree(workdir / "out")
+    for at in range(1, len(ops) + 1):
+        code, _ = _faulted(workdir, "crash", at)
+        assert code == 137
+        run, _ = _state(output)
+        assert (run is not None) == (at > publish[0]), at
+        assert _build() == 0  # no --overwrite needed: a half-published first build never blocks the next one
+        assert _state(output)[0] is not None
+        _assert_clean(output)
+        shutil.rmtree(workdir / "out")
+
+
+def test_full_disk_at_the_start_is_reported_before_anything_runs(workdir, monkeypatch, capsys):
+    import errno
+
+    import tfrbeam.build.plan as plan
+
+    def full(*_args, **_kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(plan, "open", full, raising=False)
+    assert _build() == 2
+    error = capsys.readouterr().err
+    assert "the disk is full" in error and "out/ds" in error and error.count("\n") == 1
+
+
+def test_output_that_is_a_file_or_read_only_is_reported_before_anything_runs(workdir, capsys):
+    (workdir / "out").mkdir()
+    (workdir / "out" / "ds").write_text("a file")
+    assert _build() == 2
+    assert "out/ds is a file, not a directory" in capsys.readouterr().err
+    (workdir / "out" / "ds").unlink()
+    if os.geteuid() == 0:
+        pytest.skip("root writes into read-only directories; the read-only case needs a non-root user")
+    (workdir / "out").chmod(0o555)
+    try:
+        assert _build() == 2
+        assert "cannot write in" in capsys.readouterr().err
+    finally:
+        (workdir / "out").chmod(0o755)
+
+
+def _start_build(workdir: pathlib.Path, *args: str) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    return subprocess.Popen([sys.executable, "-m", "tfrbeam.build", "cfg.yaml", "--quiet", *args], cwd=workdir, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.parametrize("delay", [0.6, 1.2, 1.8, 2.4])
+def test_kill_9_at_any_moment_leaves_old_or_new_and_the_rerun_recovers(workdir, delay):
+    output = workdir / "out" / "ds"
+    assert _build() == 0
+    old_run, _ = _state(output)
+    process = _start_build(workdir, "--overwrite", "--set", "shuffle.seed=7")
+    time.sleep(delay)
+    process.send_signal(signal.SIGKILL)
+    process.communicate()
+    run, seed = _state(output)
+    assert run == old_run or seed == 7
+    assert _build("--overwrite", "--set", "shuffle.seed=7") == 0
+    assert _state(output)[1] == 7
+    _assert_clean(output)
+
+
+def test_two_concurrent_builds_one_publishes_the_other_names_it(workdir):
+    output = workdir / "out" / "ds"
+    assert _build() == 0
+    first = _start_build(workdir, "--overwrite", "--set", "shuffle.seed=7")
+    deadline = time.monotonic() + 30
+    while not (workdir / "out" / ".ds.tfrbeam-lock").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    second = _start_build(workdir, "--overwrite", "--set", "shuffle.seed=8")
+    second_out, second_err = second.communicate(timeout=120)
+    first_out, first_err = first.communicate(timeout=120)
+    assert first.returncode == 0, first_err
+    assert second.returncode == 1
+    line = second_err.strip()
+    assert "\n" not in line and "is in use by run" in line and f"pid {first.pid}" in line
+    assert _state(output)[1] == 7
+    _assert_clean(output)
+
+
+def test_a_stale_lock_of_a_killed_build_is_taken_over(workdir):
+    output = workdir / "out" / "ds"
+    process = _start_build(workdir)
+    deadline = time.monotonic() + 30
+    while not (workdir / "out" / ".ds.tfrbeam-lock").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.communicate()
+    assert _build() == 0
+    assert _state(output)[0] is not None
+    _assert_clean(output)
+
+
+def test_the_users_own_files_survive_a_replace(workdir):
+    output = workdir / "out" / "ds"
+    assert _build() == 0
+    (output / "NOTES.txt").write_text("mine")
+    (output / "stats.json").write_text("{}")  # derived from the old dataset: replaced with it
+    assert _build("--overwrite", "--set", "shuffle.seed=7") == 0
+    assert (output / "NOTES.txt").read_text() == "mine" and not (output / "stats.json").exists()
+    assert _state(output)[1] == 7

@@ -1,0 +1,136 @@
+"""Fault injection for the file-system layer, and the invariants a publish must keep under it.
+
+Every operation that changes a file goes through ``tfrbeam.beam.filesystem._mutating``; this
+module wraps that one function. Inside a *scope* (the build's commit step, or the sink's
+finalize) it numbers the operations and, at operation ``at``, either kills the process on the
+spot (``crash``: ``os._exit``, nothing runs after it, as under ``kill -9``) or raises ENOSPC /
+EACCES as the disk would. ``python -m tests.faults KIND AT LOG -- tfrbeam build ...`` runs a
+build under a fault in a fresh process; ``LOG`` receives one line per operation in scope.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from tfrbeam.beam import filesystem as fs
+
+KINDS = ("crash", "enospc", "eacces")
+CRASH_EXIT = 137
+_state = threading.local()
+
+
+class _Scope:
+    """Counts operations while one of the wrapped steps runs (any thread)."""
+
+    def __init__(self) -> None:
+        self.active = 0
+        self.count = 0
+        self.lock = threading.Lock()
+
+
+_SCOPE = _Scope()
+
+
+@contextlib.contextmanager
+def injected(kind: str | None, at: int, log: list[str] | None = None) -> Iterator[None]:
+    """Wrap the file-system layer: operation number ``at`` (1-based, in scope) fails as ``kind``; None only logs."""
+    original = fs._mutating
+
+    def mutating(op: str, path: str, action: Callable[[], Any]) -> Any:
+        if _SCOPE.active:
+            with _SCOPE.lock:
+                _SCOPE.count += 1
+                number = _SCOPE.count
+            if log is not None:
+                log.append(f"{number} {op} {path}")
+            if kind is not None and number == at:
+                _fail(kind, op, path)
+        return original(op, path, action)
+
+    _SCOPE.count = 0
+    fs._mutating = mutating
+    try:
+        with _scoped_steps():
+            yield
+    finally:
+        fs._mutating = original
+
+
+def _fail(kind: str, op: str, path: str) -> None:
+    if kind == "crash":
+        sys.stdout.flush()
+        os._exit(CRASH_EXIT)
+    code = errno.ENOSPC if kind == "enospc" else errno.EACCES
+    raise OSError(code, os.strerror(code), path)
+
+
+@contextlib.contextmanager
+def _scoped_steps() -> Iterator[None]:
+    """Count only inside the build's commit and the sink's finalize."""
+    from tfrbeam.beam.sink import Finalizer
+    from tfrbeam.build.commit import CommitDataset
+
+    process, run = CommitDataset.process, Finalizer.run
+
+    def scoped_process(self, *args, **kwargs):
+        _SCOPE.active += 1
+        try:
+            yield from process(self, *args, **kwargs)
+        finally:
+            _SCOPE.active -= 1
+
+    def scoped_run(self, *args, **kwargs):
+        _SCOPE.active += 1
+        try:
+            return run(self, *args, **kwargs)
+        finally:
+            _SCOPE.active -= 1
+
+    CommitDataset.process, Finalizer.run = scoped_process, scoped_run
+    try:
+        yield
+    finally:
+        CommitDataset.process, Finalizer.run = process, run
+
+
+def main(argv: list[str]) -> int:
+    """``KIND AT LOG -- build ARGS...``: run ``tfrbeam build ARGS`` in this process under one fault."""
+    kind, at, log_path = argv[0], int(argv[1]), argv[2]
+    separator = argv.index("--")
+    command, args = argv[separator + 1], argv[separator + 2:]
+    log: list[str] = []
+    try:
+        with injected(None if kind == "none" else kind, at, log):
+            if command == "build":
+                from tfrbeam.build.cli import main as build_main
+
+                return build_main(args)
+            if command == "sink":
+                return _sink_main(args)
+            raise SystemExit(f"unknown command {command}")
+    finally:
+        with open(log_path, "w") as handle:
+            handle.write("\n".join(log) + "\n")
+
+
+def _sink_main(args: list[str]) -> int:
+    """``sink PREFIX N_RECORDS NUM_SHARDS``: write records ``b'<n>-<i>'`` with WriteToTFRecord(overwrite=True)."""
+    import apache_beam as beam
+
+    from tfrbeam.beam.sink import WriteToTFRecord
+
+    prefix, count, shards = args[0], int(args[1]), int(args[2])
+    with beam.Pipeline() as pipeline:
+        _ = (pipeline | beam.Create([b"%d-%d" % (count, i) for i in range(count)])
+             | WriteToTFRecord(prefix, num_shards=shards, overwrite=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
