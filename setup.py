@@ -19,7 +19,8 @@ setup(
     package_data={"tfrbeam.protos": ["*.proto"]},
     include_package_data=True,
     install_requires=[
-        "apache-beam>=2.60",
+        # Tested on 2.77; tfrbeam/beam/source.py touches private Beam APIs (tests/beam/test_beam_internals.py pins them).
+        "apache-beam>=2.77,<2.78",
         # Generated protobuf modules carry no runtime version check and work on 4.25 to 6.x.
         "protobuf>=4.25,<7",
         "crc32c>=2.3",

@@ -73,6 +73,16 @@ _LOG = logging.getLogger(__name__)
 METRICS_NAMESPACE = "tfrbeam"
 DEFAULT_DESIRED_BUNDLE_SIZE = 64 << 20
 _INFINITY = OffsetRangeTracker.OFFSET_INFINITY
+
+# Beam's private APIs are touched in this module only, each pinned by tests/beam/test_beam_internals.py
+# (setup.py bounds the Beam versions those tests ran on):
+# - OffsetRangeTracker's fields (_lock, _stop_offset, _last_attempted_record_start,
+#   _offset_of_last_split_point, _last_record_start, _split_points_seen): _RecordRangeTracker claims
+#   a whole block of record starts under one lock instead of one validated call per record.
+# - FileBasedSource._validate and _get_concat_source (with _concat_source): overridden so a missing
+#   pattern says how to fix it and each file carries its size and mtime for the read index.
+# - Exception._tagged_with_step: set on our errors so Beam re-raises them as they are, not rebuilt
+#   from their message as a RuntimeError.
 _unpack_header = struct.Struct("<QI").unpack
 # Codecs Beam can read and write but TensorFlow's TFRecordDataset cannot (it reads '', GZIP, ZLIB).
 _REFUSED_COMPRESSION_TYPES = {
