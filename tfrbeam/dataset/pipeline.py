@@ -140,7 +140,10 @@ def open_dataset(
         num_workers=max(1, workers),
         raw=raw,
     )
-    segments = tuple(Segment(shard.path, shard.compression) for shard in source.files)
+    segments = tuple(
+        Segment(shard.path, shard.compression, expected_records=shard.num_records, expected_bytes=shard.num_bytes)
+        for shard in source.files
+    )
     counts = tuple(shard.num_records for shard in source.files)
     return Dataset(source, features, options, segments, counts)
 

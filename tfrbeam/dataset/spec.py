@@ -132,6 +132,7 @@ class ShardFile:
     path: str
     compression: str | None
     num_records: int | None = None
+    num_bytes: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -206,8 +207,8 @@ def _expand(path: PathSpec) -> list[str]:
     return found
 
 
-def _from_manifest(manifest_path: str, split: str | None, feature_spec: Mapping[str, Any] | None, compression: str | None) -> Source:
-    root = os.path.dirname(manifest_path)
+def read_manifest(manifest_path: str) -> dict:
+    """The parsed ``dataset_info.json`` at ``manifest_path``: the reader's only way into a manifest file."""
     try:
         with open(manifest_path, encoding="utf-8") as handle:
             manifest = json.load(handle)
@@ -215,6 +216,12 @@ def _from_manifest(manifest_path: str, split: str | None, feature_spec: Mapping[
         raise ConfigError(f"{manifest_path}: cannot read the dataset manifest: {exc}") from exc
     if manifest.get("format") != MANIFEST_FORMAT:
         raise ConfigError(f"{manifest_path}: format {manifest.get('format')!r} is not {MANIFEST_FORMAT!r}")
+    return manifest
+
+
+def _from_manifest(manifest_path: str, split: str | None, feature_spec: Mapping[str, Any] | None, compression: str | None) -> Source:
+    root = os.path.dirname(manifest_path)
+    manifest = read_manifest(manifest_path)
     splits = manifest.get("splits") or {}
     if split is None:
         if len(splits) != 1:
@@ -225,7 +232,10 @@ def _from_manifest(manifest_path: str, split: str | None, feature_spec: Mapping[
     stored = manifest.get("compression")
     codec = normalize_compression(stored if compression == "auto" else compression)
     files = tuple(
-        ShardFile(os.path.join(root, shard["path"]), codec, int(shard["num_examples"]))
+        ShardFile(
+            os.path.join(root, shard["path"]), codec, int(shard["num_examples"]),
+            int(shard["num_bytes"]) if shard.get("num_bytes") is not None else None,
+        )
         for shard in splits[split]["shards"]
     )
     if feature_spec is not None:
