@@ -88,7 +88,7 @@ def test_one_decode_per_batch(dataset_dir, monkeypatch):
 
     calls: list[int] = []
     original = reader_module.examples_to_record_batch
-    monkeypatch.setattr(reader_module, "examples_to_record_batch", lambda records, schema: calls.append(len(records[1])) or original(records, schema))
+    monkeypatch.setattr(reader_module, "examples_to_record_batch", lambda records, schema, **options: calls.append(len(records[1])) or original(records, schema, **options))
     source = open_random_access(dataset_dir, "train")
     source.__getitems__(list(range(0, TOTAL, 3)))
     assert calls == [len(range(0, TOTAL, 3))]  # one call across all shards

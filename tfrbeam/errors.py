@@ -137,4 +137,14 @@ class RandomAccessError(TfrbeamError, ValueError):
 
 
 class RecordLimitError(TfrbeamError, ValueError):
-    """A record is wider than a decode limit allows (names the record and the option that raises the limit)."""
+    """A record is wider than a decode limit allows (names the record and the option that raises the limit).
+
+    Attributes: record (its index in the decoded batch, when known) and limit.
+    """
+
+    def __init__(self, message: str, record: int | None = None, limit: int | None = None):
+        self.record, self.limit = record, limit
+        super().__init__(message)
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.record, self.limit))

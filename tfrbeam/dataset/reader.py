@@ -17,11 +17,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tfrbeam.columnar_decode import examples_to_record_batch
+from tfrbeam.columnar_decode import DEFAULT_MAX_FEATURES, examples_to_record_batch
 from tfrbeam.dataset.columns import Block, Column, DenseLayout
 from tfrbeam.record_blocks import RecordBlock, offset_of_record, record_blocks
 from tfrbeam.dataset.spec import NUMPY_DTYPES, Feature, FixedLenFeature, arrow_field
-from tfrbeam.errors import ArrowConversionError, ExampleDecodeError, ShardMismatchError
+from tfrbeam.errors import ArrowConversionError, ExampleDecodeError, RecordLimitError, ShardMismatchError
 from tfrbeam.record_index import seek_position, trusted_index
 from tfrbeam.records import SkippedRegion
 
@@ -68,6 +68,7 @@ class BlockDecoder:
 
     features: Mapping[str, Feature]
     raw: bool = False  # hand out each record's bytes as feature RAW_KEY instead of decoding
+    max_features: int | None = DEFAULT_MAX_FEATURES  # features one record may have (None: no limit)
 
     @functools.cached_property
     def schema(self) -> pa.Schema:
@@ -85,7 +86,14 @@ class BlockDecoder:
             block = {RAW_KEY: Column(np.frombuffer(data, dtype=np.uint8), (np.diff(bounds),)), ID_KEY: Column(ids)}
             return self.layout.pack(block)
         try:
-            batch = examples_to_record_batch((records.data, records.starts, records.ends), self.schema)
+            batch = examples_to_record_batch((records.data, records.starts, records.ends), self.schema, max_features=self.max_features)
+        except RecordLimitError as exc:
+            offset = int(records.offsets[exc.record]) if exc.record is not None else None
+            raise RecordLimitError(
+                f"{path}: the record at offset {offset} has more than {exc.limit} features; decoding one column per "
+                f"feature would cost gigabytes. Pass open_dataset(max_features=...) a larger limit (or None) to read it, "
+                "or raw=True for its bytes", record=exc.record, limit=exc.limit,
+            ) from exc
         except (ExampleDecodeError, ArrowConversionError) as exc:
             raise self._locate_error(records, path, exc) from exc
         block = {name: _to_column(batch.column(i), feature) for i, (name, feature) in enumerate(self.features.items())}
@@ -97,7 +105,7 @@ class BlockDecoder:
         record_offsets = records.offsets.tolist()
         for i, record_offset in enumerate(record_offsets):
             try:
-                examples_to_record_batch([records.payload(i)], self.schema)
+                examples_to_record_batch([records.payload(i)], self.schema, max_features=None)
             except (ExampleDecodeError, ArrowConversionError) as single:
                 return type(exc)(
                     f"{path}: the record at offset {record_offset} does not match the feature spec: {single}. "

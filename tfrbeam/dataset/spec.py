@@ -19,8 +19,8 @@ from typing import Any, Union
 import numpy as np
 import pyarrow as pa
 
-from tfrbeam.columnar_decode import examples_to_record_batch
-from tfrbeam.errors import ArrowConversionError, ConfigError, ExampleDecodeError
+from tfrbeam.columnar_decode import DEFAULT_MAX_FEATURES, examples_to_record_batch
+from tfrbeam.errors import ArrowConversionError, ConfigError, ExampleDecodeError, RecordLimitError
 from tfrbeam.manifest_format import MANIFEST_FORMAT, MANIFEST_NAME
 from tfrbeam.records import RecordReader, normalize_compression
 
@@ -160,6 +160,7 @@ def resolve_source(
     feature_spec: Mapping[str, Any] | None,
     compression: str | None,
     skip_corrupt: bool,
+    max_features: int | None = DEFAULT_MAX_FEATURES,
 ) -> Source:
     """Find the files and feature spec of ``path`` (a build directory, its manifest, a glob or a list of files)."""
     manifest_path = _manifest_path(path)
@@ -174,7 +175,7 @@ def resolve_source(
     files = tuple(ShardFile(item, normalize_compression(compression, item)) for item in paths)
     if feature_spec is not None:
         return Source(files, normalize_feature_spec(feature_spec), None, None, False)
-    return Source(files, infer_feature_spec(files, skip_corrupt=skip_corrupt), None, None, True)
+    return Source(files, infer_feature_spec(files, skip_corrupt=skip_corrupt, max_features=max_features), None, None, True)
 
 
 def _manifest_path(path: PathSpec) -> str | None:
@@ -245,7 +246,10 @@ def _from_manifest(manifest_path: str, split: str | None, feature_spec: Mapping[
     return Source(files, features, manifest, split, False)
 
 
-def infer_feature_spec(files: Sequence[ShardFile], records: int = INFER_RECORDS, skip_corrupt: bool = False) -> dict[str, Feature]:
+def infer_feature_spec(
+    files: Sequence[ShardFile], records: int = INFER_RECORDS, skip_corrupt: bool = False,
+    max_features: int | None = DEFAULT_MAX_FEATURES,
+) -> dict[str, Feature]:
     """Guess each feature's spec from the first ``records`` records of the first files.
 
     A feature with exactly one value in every sampled record is a scalar, with n values in every
@@ -253,10 +257,12 @@ def infer_feature_spec(files: Sequence[ShardFile], records: int = INFER_RECORDS,
     kind set in any sampled record are left out (their type is unknown).
     """
     payloads: list[bytes] = []
+    sources: list[tuple[str, int]] = []  # (file, record number in it) of each payload, for error messages
     for shard in files:
         with RecordReader(shard.path, shard.compression, skip_corrupt=skip_corrupt) as reader:
-            for payload in reader:
+            for number, payload in enumerate(reader):
                 payloads.append(payload)
+                sources.append((shard.path, number))
                 if len(payloads) >= records:
                     break
         if len(payloads) >= records:
@@ -264,7 +270,14 @@ def infer_feature_spec(files: Sequence[ShardFile], records: int = INFER_RECORDS,
     if not payloads:
         raise ConfigError(f"cannot infer a feature spec: the files ({len(files)}, first {files[0].path if files else None!r}) hold no records")
     try:
-        batch = examples_to_record_batch(payloads)
+        batch = examples_to_record_batch(payloads, max_features=max_features)
+    except RecordLimitError as exc:
+        path, number = sources[exc.record] if exc.record is not None else (files[0].path, None)
+        raise RecordLimitError(
+            f"{path}: record {number} has more than {exc.limit} features, too many to infer a feature spec "
+            "column by column; pass open_dataset(max_features=...) a larger limit (or None), or raw=True",
+            record=exc.record, limit=exc.limit,
+        ) from exc
     except (ArrowConversionError, ExampleDecodeError) as exc:
         raise ConfigError(
             f"cannot infer a feature spec from the first {len(payloads)} records of {files[0].path}: {exc}; "
