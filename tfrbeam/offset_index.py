@@ -38,7 +38,7 @@ import numpy as np
 
 from tfrbeam.errors import RecordIndexError
 from tfrbeam.record_blocks import length_crcs_match, record_blocks
-from tfrbeam.record_index import INDEX_DIR_NAME, MTIME_TOLERANCE_SECONDS, write_file_atomically
+from tfrbeam.record_index import INDEX_SUFFIX, MTIME_TOLERANCE_SECONDS, index_path_for, write_file_atomically
 from tfrbeam.records import MAX_PAYLOAD_SIZE, RECORD_OVERHEAD, masked_crc32c
 
 _LOG = logging.getLogger(__name__)
@@ -53,11 +53,8 @@ _CHECK_CHUNK = 1 << 16  # records whose headers are gathered at once while check
 
 
 def offset_index_path_for(data_path: str) -> str:
-    """Where the offset index of ``data_path`` lives: ``<dir>/.tfrbeam-index/<name>.offsets``."""
-    directory, name = os.path.split(os.fspath(data_path))
-    if not name:
-        raise ValueError(f"{data_path!r} names a directory, not a data file")
-    return os.path.join(directory, INDEX_DIR_NAME, name + OFFSETS_SUFFIX)
+    """Where the offset index of ``data_path`` lives: ``<dir>/.tfrbeam-index/<name>.offsets`` (beside the read index)."""
+    return index_path_for(data_path)[: -len(INDEX_SUFFIX)] + OFFSETS_SUFFIX
 
 
 class OffsetIndexBuilder:

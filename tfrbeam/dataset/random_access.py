@@ -13,6 +13,7 @@ reopens.
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import os
 import threading
@@ -196,12 +197,20 @@ class RandomAccessDataset:
         return [joined[begin:end] for begin, end in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
 
     def _decoded(self, pieces: list[np.ndarray], bounds: np.ndarray, records: np.ndarray, shard_numbers: np.ndarray) -> list[dict[str, Any]]:
-        data = np.concatenate(pieces + [np.zeros(TRAILING_SLACK, np.uint8)])
-        block = RecordBlock(data, bounds[:-1], bounds[1:], records)
         names = sorted({os.path.basename(self._files[number].path) for number in np.unique(shard_numbers).tolist()})
-        decoded = self._decoder.decode(block, ", ".join(names), records)
-        columns = to_numpy(self._decoder.layout.unpack(decoded), self._features, {})
-        return _rows(columns, len(records))
+        return decode_rows(self._decoder, pieces, bounds, records, ", ".join(names))
+
+
+def decode_rows(decoder: BlockDecoder, pieces: list[np.ndarray], bounds: np.ndarray, ids: np.ndarray, where: str) -> list[dict[str, Any]]:
+    """Payloads (``pieces`` back to back, split at ``bounds``) decoded in one call, as one dict per record.
+
+    ``where`` names the files in error messages; ``ids`` label the records.
+    """
+    data = np.concatenate(pieces + [np.zeros(TRAILING_SLACK, np.uint8)])
+    block = RecordBlock(data, bounds[:-1], bounds[1:], ids)
+    decoded = decoder.decode(block, where, ids)
+    columns = to_numpy(decoder.layout.unpack(decoded), decoder.features, {})
+    return _rows(columns, len(ids))
 
 
 def _rows(columns: Mapping[str, Any], count: int) -> list[dict[str, Any]]:
@@ -216,4 +225,4 @@ def _rows(columns: Mapping[str, Any], count: int) -> list[dict[str, Any]]:
     names = list(columns)
     if not names:
         return [{} for _ in range(count)]
-    return [dict(zip(names, row)) for row in zip(*per_feature)]
+    return list(map(dict, map(zip, itertools.repeat(names), zip(*per_feature))))
