@@ -218,7 +218,7 @@ def forged_dataset(tmp_path_factory):
     return root, shard, parse_index(pathlib.Path(index_path_for(str(shard))).read_bytes(), "index")
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(forgeries())
 def test_a_forged_index_cannot_change_which_records_are_read(forged_dataset, forgery):
     root, shard, index = forged_dataset
