@@ -23,7 +23,7 @@ from typing import Any
 import crc32c
 import numpy as np
 
-from tfrbeam.dataset.columns import Ragged, ranges
+from tfrbeam.dataset.columns import Ragged
 from tfrbeam.dataset.output import to_numpy
 from tfrbeam.dataset.reader import RAW_KEY, BlockDecoder
 from tfrbeam.dataset.spec import FixedLenFeature, PathSpec, ShardFile, resolve_source
@@ -92,22 +92,17 @@ class _Shard:
         """(payload bytes back to back, each payload's length) of these records, every data CRC checked."""
         heads = self.offsets[records]
         starts = heads + HEADER_SIZE
-        lengths = self.offsets[records + 1] - FOOTER_SIZE - starts
-        data = self.raw[ranges(starts, lengths)]
-        ends = starts + lengths
+        ends = self.offsets[records + 1] - FOOTER_SIZE
+        view = memoryview(self.raw)
+        # One slice per record: cheaper than a vectorised gather for records of a few hundred bytes.
+        parts = list(map(view.__getitem__, map(slice, starts.tolist(), ends.tolist())))
+        computed = np.fromiter(map(crc32c.crc32c, parts), dtype=np.uint32, count=len(parts))
         stored = self.raw[ends[:, None] + np.arange(FOOTER_SIZE)].view("<u4").ravel()
-        bounds = np.zeros(len(records) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=bounds[1:])
-        view = memoryview(data)
-        computed = np.fromiter(
-            (crc32c.crc32c(view[begin:end]) for begin, end in zip(bounds[:-1].tolist(), bounds[1:].tolist())),
-            dtype=np.uint32, count=len(records),
-        )
         wrong = np.flatnonzero(mask_crcs(computed) != stored)
         if wrong.size:
             bad = int(wrong[0])
             raise CorruptRecordError(self.path, int(heads[bad]), "data_crc", f"record {int(records[bad])} of the shard")
-        return data, lengths
+        return np.frombuffer(b"".join(parts), dtype=np.uint8), ends - starts
 
 
 class RandomAccessDataset:
