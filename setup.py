@@ -36,7 +36,11 @@ setup(
             "hypothesis>=6.80",
             "pytest-xdist>=3",
             "apache-beam[gcp]>=2.60",
+            # The random-access reader is tested with Grain's real MapDataset and DataLoader.
+            "grain>=0.2.10",
         ],
+        # benchmarks/random_access.py compares against ArrayRecord's ArrayRecordDataSource.
+        "bench": ["array-record>=0.5"],
         # Optional: the PyTorch adapter of tfrbeam.dataset (tfrbeam.dataset.torch).
         "torch": ["torch>=2.0"],
     },

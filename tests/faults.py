@@ -20,7 +20,7 @@ from typing import Any
 
 from tfrbeam.beam import filesystem as fs
 
-KINDS = ("crash", "enospc", "eacces")
+KINDS = ("crash", "enospc", "eacces", "wait")
 CRASH_EXIT = 137
 _state = threading.local()
 
@@ -38,8 +38,12 @@ _SCOPE = _Scope()
 
 
 @contextlib.contextmanager
-def injected(kind: str | None, at: int, log: list[str] | None = None) -> Iterator[None]:
-    """Wrap the file-system layer: operation number ``at`` (1-based, in scope) fails as ``kind``; None only logs."""
+def injected(kind: str | None, at: int, log: list[str] | None = None, signal_path: str | None = None) -> Iterator[None]:
+    """Wrap the file-system layer: operation number ``at`` (1-based, in scope) fails as ``kind``; None only logs.
+
+    ``wait`` pauses there instead: it creates ``signal_path + ".waiting"`` and goes on once
+    ``signal_path + ".go"`` exists (so a test can act while a commit holds the lock).
+    """
     original = fs._mutating
 
     def mutating(op: str, path: str, action: Callable[[], Any]) -> Any:
@@ -49,7 +53,9 @@ def injected(kind: str | None, at: int, log: list[str] | None = None) -> Iterato
                 number = _SCOPE.count
             if log is not None:
                 log.append(f"{number} {op} {path}")
-            if kind is not None and number == at:
+            if kind == "wait" and number == at:
+                _pause(signal_path or "fault")
+            elif kind is not None and number == at:
                 _fail(kind, op, path)
         return original(op, path, action)
 
@@ -60,6 +66,15 @@ def injected(kind: str | None, at: int, log: list[str] | None = None) -> Iterato
             yield
     finally:
         fs._mutating = original
+
+
+def _pause(signal_path: str) -> None:
+    import time
+
+    open(signal_path + ".waiting", "w").close()
+    deadline = time.monotonic() + 120
+    while not os.path.exists(signal_path + ".go") and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def _fail(kind: str, op: str, path: str) -> None:
@@ -106,7 +121,7 @@ def main(argv: list[str]) -> int:
     command, args = argv[separator + 1], argv[separator + 2:]
     log: list[str] = []
     try:
-        with injected(None if kind == "none" else kind, at, log):
+        with injected(None if kind == "none" else kind, at, log, signal_path=log_path):
             if command == "build":
                 from tfrbeam.build.cli import main as build_main
 

@@ -36,6 +36,7 @@ _EXPORTS = {
     "WriteExamples": "tfrbeam.beam.examples_write",
     # training-side reader
     "open_dataset": "tfrbeam.dataset",
+    "open_random_access": "tfrbeam.dataset",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

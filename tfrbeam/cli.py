@@ -1,4 +1,4 @@
-"""The ``tfrbeam`` command: ``verify``, ``cat``, ``inspect``, ``build`` and ``infer-config``.
+"""The ``tfrbeam`` command: ``verify``, ``cat``, ``inspect``, ``index``, ``build`` and ``infer-config``.
 
 Errors are one line on stderr, never a traceback: exit 1 when data is bad, 2 for usage or
 config errors. ``build`` and ``infer-config`` are handed to the pipelines package.
@@ -78,6 +78,11 @@ def _parser() -> argparse.ArgumentParser:
     infer.add_argument("input", metavar="INPUT", help="a file or glob")
     infer.add_argument("--format", choices=("csv", "parquet"), default=None)
     infer.set_defaults(run=_run_infer_config)
+
+    index = commands.add_parser("index", help="write index files for other readers: --dali OUT_DIR writes NVIDIA DALI's tfrecord2idx files")
+    index.add_argument("paths", nargs="+", metavar="DIR_OR_GLOB", help="uncompressed TFRecord files, globs or directories")
+    index.add_argument("--dali", required=True, metavar="OUT_DIR", help="write <OUT_DIR>/<file name>.idx for each file")
+    index.set_defaults(run=_run_index)
 
     commands.add_parser("build", help="run a dataset build: tfrbeam build CONFIG.yaml [--set key=value ...] [Beam options]")
     return parser
@@ -184,6 +189,26 @@ def _run_inspect(args: argparse.Namespace) -> int:
         for name, feature in spec.items():
             print(f"    {name!r}: {feature},")
         print("}")
+    return EXIT_OK
+
+
+def _run_index(args: argparse.Namespace) -> int:
+    from tfrbeam import file_tools
+    from tfrbeam.offset_index import write_dali_index
+    from tfrbeam.records import compression_from_name
+
+    paths = file_tools.expand_record_paths(args.paths)
+    compressed = [path for path in paths if compression_from_name(path) is not None]
+    if compressed:
+        raise ConfigError(f"{compressed[0]}: DALI indexes describe uncompressed TFRecord files; this one is compressed")
+    names = [os.path.basename(path) for path in paths]
+    clashing = sorted({name for name in names if names.count(name) > 1})
+    if clashing:
+        raise ConfigError(f"several input files are named {clashing[0]!r}: their DALI indexes would overwrite each other in {args.dali}")
+    for path, name in zip(paths, names):
+        out = os.path.join(args.dali, name + ".idx")
+        count = write_dali_index(path, out)
+        print(f"OK   {path}: {count} records -> {out}")
     return EXIT_OK
 
 

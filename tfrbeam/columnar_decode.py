@@ -51,7 +51,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tfrbeam.byte_views import byte_rows, le_integers
-from tfrbeam.errors import ArrowConversionError, ExampleDecodeError
+from tfrbeam.errors import ArrowConversionError, ExampleDecodeError, RecordLimitError
 
 __all__ = ["examples_to_record_batch"]
 
@@ -86,7 +86,15 @@ _EXPECTED_CONTINUATION = np.array(
 )
 
 
-def examples_to_record_batch(records: Any, schema: Optional[pa.Schema] = None) -> pa.RecordBatch:
+# Features one record may have (None: no limit). Every feature is a column: an Arrow column with its
+# field costs about 1 KiB and microseconds however few its bytes, so a record of a million tiny
+# features would take gigabytes and minutes. Such a record is refused, by name, unless raised.
+DEFAULT_MAX_FEATURES = 100_000
+
+
+def examples_to_record_batch(
+    records: Any, schema: Optional[pa.Schema] = None, *, max_features: Optional[int] = DEFAULT_MAX_FEATURES
+) -> pa.RecordBatch:
     """Decode serialized tf.train.Example records into one Arrow RecordBatch, row i = record i.
 
     ``records`` is a sequence of bytes-like records, or one contiguous buffer plus ``n + 1``
@@ -94,14 +102,19 @@ def examples_to_record_batch(records: Any, schema: Optional[pa.Schema] = None) -
     ``.data`` and ``.offsets`` (like the encoder's EncodedExamples) or a ``(buffer, offsets)``
     tuple, or a ``(buffer, starts, ends)`` tuple (record i = ``buffer[starts[i]:ends[i]]``, other
     bytes ignored: a block of ``tfrbeam.record_blocks``, read in place). Without ``schema`` the
-    columns are inferred; with it the batch has exactly that schema.
+    columns are inferred; with it the batch has exactly that schema. A record with more than
+    ``max_features`` features raises ``RecordLimitError`` naming it (pass a larger limit, or None).
     """
-    return _to_record_batch(records, schema)
+    return _to_record_batch(records, schema, max_features=max_features)
 
 
-def _to_record_batch(records: Any, schema: Optional[pa.Schema], exact_only: bool = False) -> pa.RecordBatch:
+def _to_record_batch(
+    records: Any, schema: Optional[pa.Schema], exact_only: bool = False, max_features: Optional[int] = DEFAULT_MAX_FEATURES
+) -> pa.RecordBatch:
     """examples_to_record_batch; ``exact_only`` sends every record through the exact walker (tests)."""
     batch = _RecordBuffer.from_input(records)
+    if max_features is not None:
+        _check_feature_counts(batch, max_features)
     targets = None if schema is None else _targets_for_schema(schema)
     wanted = None if targets is None else {target.feature for target in targets}
     features = _decode_features(batch, wanted, exact_only)
@@ -117,6 +130,45 @@ def _record_batch(arrays: list[pa.Array], schema: pa.Schema, num_records: int) -
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
     no_columns = pa.Array.from_buffers(pa.struct([]), num_records, [None], children=[])
     return pa.RecordBatch.from_struct_array(no_columns).replace_schema_metadata(schema.metadata)
+
+
+def _check_feature_counts(batch: _RecordBuffer, limit: int) -> None:
+    """Raise RecordLimitError for the first record with more than ``limit`` features.
+
+    A map entry takes at least 2 bytes, so only records over ``2 * limit`` bytes are counted.
+    """
+    for index in np.flatnonzero(batch.ends - batch.starts > 2 * limit).tolist():
+        count = _count_entries(batch.buf, int(batch.starts[index]), int(batch.ends[index]), limit)
+        if count > limit:
+            raise RecordLimitError(
+                f"record {index} of the batch ({int(batch.ends[index] - batch.starts[index])} bytes) has more than "
+                f"{limit} features (max_features={limit}): each feature becomes a column, which costs about 1 KiB "
+                "and some microseconds however small it is. Pass a larger max_features (or None) to decode it anyway",
+                record=index, limit=limit,
+            )
+
+
+def _count_entries(buf: np.ndarray, start: int, end: int, limit: int) -> int:
+    """Features map entries of the Example at ``buf[start:end]``, counted up to ``limit + 1`` (malformed: as far as valid)."""
+    data = buf[start:end].tobytes()
+    count, pos, size = 0, 0, len(data)
+    try:
+        while pos < size:
+            field, wire_type, pos = _tag(data, pos, size)
+            if field != 1 or wire_type != 2:
+                pos = _skip(data, pos, size, field, wire_type)
+                continue
+            inner, stop = _delimited(data, pos, size)
+            pos = stop
+            while inner < stop:
+                entry_field, entry_type, inner = _tag(data, inner, stop)
+                count += entry_field == 1 and entry_type == 2
+                inner = _skip(data, inner, stop, entry_field, entry_type)
+                if count > limit:
+                    return count
+    except _Malformed:
+        pass  # the decoder reports it, with its offset
+    return count
 
 
 # --------------------------------------------------------------------------------------- input

@@ -131,3 +131,40 @@ class CommitError(TfrbeamError):
 
 class ShortWriteError(TfrbeamError):
     """Fewer records reached the output than the pipeline produced: the runner lost data; nothing was published."""
+
+
+class ShardMismatchError(TfrbeamError):
+    """A shard of a built dataset does not match its manifest entry (record count or byte size).
+
+    Attributes: path (the shard), what ("records" or "bytes"), expected (the manifest's figure),
+    found (the shard's).
+    """
+
+    def __init__(self, path: str, what: str, expected: int, found: int):
+        self.path, self.what, self.expected, self.found = path, what, expected, found
+        super().__init__(
+            f"{path}: the manifest says {expected} {what}, the shard has {found}: it was truncated, replaced or "
+            "rewritten after the build. Run `tfrbeam verify` on the dataset directory to check every shard, "
+            "and rebuild (or restore) the damaged ones"
+        )
+
+    def __reduce__(self):  # exact across processes (the reader's worker processes send errors back)
+        return (type(self), (self.path, self.what, self.expected, self.found))
+
+
+class RandomAccessError(TfrbeamError, ValueError):
+    """A dataset cannot be read by record number (a compressed shard, an index out of range)."""
+
+
+class RecordLimitError(TfrbeamError, ValueError):
+    """A record is wider than a decode limit allows (names the record and the option that raises the limit).
+
+    Attributes: record (its index in the decoded batch, when known) and limit.
+    """
+
+    def __init__(self, message: str, record: int | None = None, limit: int | None = None):
+        self.record, self.limit = record, limit
+        super().__init__(message)
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.record, self.limit))

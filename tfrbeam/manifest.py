@@ -18,9 +18,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 from tfrbeam.errors import ManifestError, RecordError, RecordIndexError
-from tfrbeam.file_access import LOCAL_FILES, FileAccess
+from tfrbeam.file_access import LOCAL_FILES, FileAccess, LocalFiles
 from tfrbeam.naming import LOCK_SUFFIX, is_staging_name, staging_prefix
-from tfrbeam.record_index import INDEX_DIR_NAME, index_path_for, parse_index
+from tfrbeam.offset_index import offset_index_is_current, offset_index_path_for
+from tfrbeam.record_index import INDEX_DIR_NAME, index_is_current, index_path_for, parse_index
 from tfrbeam.records import RecordReader, compression_from_name
 
 MANIFEST_NAME = "dataset_info.json"  # written last, in the dataset directory
@@ -29,14 +30,17 @@ TF_DTYPES = {"int64": "tf.int64", "float": "tf.float32", "bytes": "tf.string"}  
 ERRORS_DIR_NAME = "_errors"
 _READ_CHUNK = 1 << 20
 
-# Keys every reader relies on, as (path, type); "*" is every entry of a mapping or list.
-_REQUIRED: tuple[tuple[str, type | tuple[type, ...]], ...] = (
+# Keys readers rely on, as (path, type); "*" is every entry of a mapping or list. Verifying (and
+# the build, which writes them all) needs the checksums too.
+_REQUIRED_TO_READ: tuple[tuple[str, type | tuple[type, ...]], ...] = (
     ("format", str),
     ("splits", dict),
     ("splits.*.num_examples", int),
     ("splits.*.shards", list),
     ("splits.*.shards.*.path", str),
     ("splits.*.shards.*.num_examples", int),
+)
+_REQUIRED_TO_VERIFY = _REQUIRED_TO_READ + (
     ("splits.*.shards.*.num_bytes", int),
     ("splits.*.shards.*.sha256", str),
     ("features", dict),
@@ -86,27 +90,30 @@ def manifest_path(dataset_dir: str, files: FileAccess = LOCAL_FILES) -> str:
 
 def manifest_bytes(manifest: dict[str, Any]) -> bytes:
     """The manifest as written: indented JSON, keys in the order the build put them, one trailing newline."""
-    check_manifest(manifest, "<new manifest>")
+    check_manifest(manifest, "<new manifest>", verifiable=True)
     return (json.dumps(manifest, indent=2, sort_keys=False) + "\n").encode("utf-8")
 
 
-def parse_manifest(data: bytes, where: str) -> dict[str, Any]:
-    """A manifest from its bytes; ``ManifestError`` naming ``where`` when it is not JSON or lacks a needed key."""
+def parse_manifest(data: bytes, where: str, verifiable: bool = False) -> dict[str, Any]:
+    """A manifest from its bytes; ``ManifestError`` naming ``where`` when it is not JSON or lacks a needed key.
+
+    ``verifiable`` also requires what ``verify_dataset`` checks against (sizes, sha256, features).
+    """
     try:
         manifest = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as error:
         raise ManifestError(f"{where}: not a readable manifest ({error}); rebuild the dataset or restore the file") from error
-    check_manifest(manifest, where)
+    check_manifest(manifest, where, verifiable)
     return manifest
 
 
-def check_manifest(manifest: Any, where: str) -> None:
+def check_manifest(manifest: Any, where: str, verifiable: bool = False) -> None:
     """Raise ``ManifestError`` naming the first missing or mistyped key readers rely on."""
     if not isinstance(manifest, dict):
         raise ManifestError(f"{where}: a manifest is a JSON object, found {type(manifest).__name__}")
     if manifest.get("format") != MANIFEST_FORMAT:
         raise ManifestError(f"{where}: format {manifest.get('format')!r} is not {MANIFEST_FORMAT!r}")
-    for path, expected in _REQUIRED:
+    for path, expected in _REQUIRED_TO_VERIFY if verifiable else _REQUIRED_TO_READ:
         for where_in, value in _lookup(manifest, path.split("."), ""):
             if value is _MISSING:
                 raise ManifestError(f"{where}: the key {where_in} is missing; the manifest is damaged or from another tool")
@@ -135,13 +142,13 @@ def _lookup(value: Any, keys: list[str], prefix: str) -> Iterable[tuple[str, Any
     yield from _lookup(child, rest, where)
 
 
-def read_manifest(dataset_dir: str, files: FileAccess = LOCAL_FILES) -> dict[str, Any] | None:
+def read_manifest(dataset_dir: str, files: FileAccess = LOCAL_FILES, verifiable: bool = False) -> dict[str, Any] | None:
     """The checked manifest of ``dataset_dir``, or None when there is none; ``ManifestError`` when it is damaged."""
     path = manifest_path(dataset_dir, files)
     if not files.exists(path):
         return None
     with files.open_read(path) as handle:
-        return parse_manifest(handle.read(), path)
+        return parse_manifest(handle.read(), path, verifiable)
 
 
 class _HashingReader:
@@ -173,7 +180,7 @@ def verify_dataset(dataset_dir: str, files: FileAccess = LOCAL_FILES) -> list[st
     manifest, a damaged one, or a commit still in progress is a problem too.
     """
     try:
-        manifest = read_manifest(dataset_dir, files)
+        manifest = read_manifest(dataset_dir, files, verifiable=True)
     except ManifestError as error:
         return [str(error)]
     except OSError as error:
@@ -223,18 +230,30 @@ def _verify_shard(dataset_dir: str, shard: dict[str, Any], compression: str | No
 
 
 def _verify_index(path: str, size: int, records: int, files: FileAccess) -> list[str]:
+    """A shard's read index and offset index must describe it exactly (readers ignore stale ones; verify names them)."""
     index_path = index_path_for(path)
-    if not files.exists(index_path):
-        return []
-    with files.open_read(index_path) as handle:
-        data = handle.read()
-    try:
-        index = parse_index(data, index_path)
-    except RecordIndexError as error:
-        return [str(error)]
-    if not index.is_current(size, None) or index.num_records != records:
-        return [f"{index_path}: describes {index.num_records} records in {index.file_size} bytes, the shard has {records} in {size}"]
-    return []
+    problems = []
+    if files.exists(index_path):
+        if isinstance(files, LocalFiles):
+            current, reason = index_is_current(path, index_path)
+            if not current:
+                problems.append(f"{index_path}: a stale read index ({reason}); readers ignore it: rebuild, or delete it")
+        else:
+            with files.open_read(index_path) as handle:
+                data = handle.read()
+            try:
+                index = parse_index(data, index_path)
+            except RecordIndexError as error:
+                return [str(error)]
+            if not index.is_current(size, None) or index.num_records != records:
+                problems.append(f"{index_path}: describes {index.num_records} records in {index.file_size} bytes, "
+                                f"the shard has {records} in {size}")
+    offsets_path = offset_index_path_for(path)
+    if isinstance(files, LocalFiles) and files.exists(offsets_path):
+        current, reason = offset_index_is_current(path, offsets_path)
+        if not current:
+            problems.append(f"{offsets_path}: a stale offset index ({reason}); random access rebuilds it, or delete it")
+    return problems
 
 
 def _unlisted_files(dataset_dir: str, split: str, listed: Iterable[str], files: FileAccess) -> list[str]:

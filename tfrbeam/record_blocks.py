@@ -397,17 +397,22 @@ def _block_crcs_match(data: np.ndarray, heads: np.ndarray, lengths: np.ndarray, 
     hands the block to RecordReader, which finds the exact record. ``lengths`` are the records'
     length fields as read from ``data``.
     """
-    count = len(heads)
     words = le_integers(data, 4)
-    header_stream = np.empty((count, 4), dtype="<u4")  # init, the length (8 bytes), ~unmasked length CRC
-    header_stream[:, 0] = _INIT_FROM_ZERO.view("<u4")[0]
-    header_stream[:, 1:3] = lengths.astype("<u8").view("<u4").reshape(count, 2)
-    header_stream[:, 3] = ~unmask_crcs(words[heads + 8])
-    if _crc(header_stream, 0xFFFFFFFF) != 0xFFFFFFFF:  # value=0xFFFFFFFF: the register starts (and must end) at 0
+    if not length_crcs_match(lengths, words[heads + 8]):
         return False
     byte_rows(data, HEADER_SIZE)[heads] = _HEADER_STAND_IN
     words[payload_ends] = ~unmask_crcs(words[payload_ends])
     return _crc(memoryview(data)[:size], 0xFFFFFFFF) == 0xFFFFFFFF
+
+
+def length_crcs_match(lengths: np.ndarray, masked_crcs: np.ndarray) -> bool:
+    """Does every record's masked length CRC match its 8-byte length field? One CRC call for all (see above)."""
+    count = len(lengths)
+    header_stream = np.empty((count, 4), dtype="<u4")  # init, the length (8 bytes), ~unmasked length CRC
+    header_stream[:, 0] = _INIT_FROM_ZERO.view("<u4")[0]
+    header_stream[:, 1:3] = np.asarray(lengths).astype("<u8").view("<u4").reshape(count, 2)
+    header_stream[:, 3] = ~unmask_crcs(np.asarray(masked_crcs, dtype="<u4"))
+    return _crc(header_stream, 0xFFFFFFFF) == 0xFFFFFFFF  # value=0xFFFFFFFF: the register starts (and must end) at 0
 
 
 _HEADER_STAND_IN = np.concatenate((np.zeros(8, np.uint8), _INIT_FROM_ZERO))

@@ -26,23 +26,34 @@ Format (little-endian), version 1::
 An index whose size or mtime does not match its data file is stale; a malformed one raises
 ``RecordIndexError`` from ``parse_index``. ``load_index`` logs and ignores both: readers then treat
 the file as unindexed. This module has no Beam imports (the TF-free dataset reader uses it too).
+
+Before the dataset reader seeks with an entry it checks the data too (``seek_position``): a
+valid length CRC at the entry's offset, and a header walk from the entry that reaches the next
+entry (the last one: the end of the file, after exactly the records the index counts). The first
+entry must be record 0 at offset 0, and the record count must be the manifest's. An index that
+records no mtime cannot show that the file is unchanged since it was written, so it is trusted
+only after a walk of the whole file confirms every entry (once per process). Writers record the
+mtime of the file as finally named with ``stamp_index`` (or ``stamped_index_bytes``).
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import logging
 import math
 import os
 import posixpath
 import struct
+import threading
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from tfrbeam.errors import RecordIndexError
-from tfrbeam.records import RECORD_OVERHEAD, masked_crc32c
+from tfrbeam.errors import RecordError, RecordIndexError
+from tfrbeam.record_blocks import record_blocks
+from tfrbeam.records import HEADER_SIZE, MAX_PAYLOAD_SIZE, RECORD_OVERHEAD, masked_crc32c
 
 _LOG = logging.getLogger(__name__)
 
@@ -261,3 +272,213 @@ def _read_local(path: str) -> bytes | None:
             return handle.read()
     except FileNotFoundError:
         return None
+
+
+# ------------------------------------------------------------------------------ stamping
+
+
+def stamped_index_bytes(data: bytes, file_size: int, mtime: float, index_path: str = "<index>") -> bytes:
+    """``data`` (an index file's bytes) with the finished data file's size and mtime in its header, CRC renewed.
+
+    For writers that only know the final mtime after closing or renaming the data file.
+    """
+    index = parse_index(data, index_path)
+    if index.file_size != file_size:
+        raise RecordIndexError(
+            f"{index_path}: the index describes a file of {index.file_size} bytes, the data file has {file_size}; "
+            "it was built for another file"
+        )
+    body = bytearray(data[: len(data) - _CRC.size])
+    struct.pack_into("<d", body, _MTIME_OFFSET, float(mtime))
+    return bytes(body) + _CRC.pack(masked_crc32c(body))
+
+
+def stamp_index(data_path: str, index_path: str | None = None) -> None:
+    """Record the local data file's current size and mtime in its index (call after the file is closed and renamed).
+
+    Rewrites the index through a temporary file and a rename, so a reader never sees half of it.
+    """
+    index_path = index_path or index_path_for(data_path)
+    stat = os.stat(data_path)
+    with open(index_path, "rb") as handle:
+        data = handle.read()
+    write_file_atomically(index_path, stamped_index_bytes(data, stat.st_size, stat.st_mtime, index_path))
+
+
+def write_file_atomically(path: str, data: bytes) -> None:
+    """Write ``data`` to a local ``path`` through a temporary sibling and a rename (the directory is made)."""
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    temporary = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        with open(temporary, "wb") as handle:
+            handle.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(temporary)
+        raise
+
+
+_MTIME_OFFSET = 8 + 4 + 4 + 8  # magic, version, interval, file_size
+
+
+# ------------------------------------------------------------------------ checks against the data
+
+
+def metadata_problem(index: RecordIndex, file_size: int, mtime: float | None) -> str | None:
+    """Why the index does not describe a file of this size and mtime (None when it does)."""
+    if index.file_size != file_size:
+        return f"it describes a file of {index.file_size} bytes, the file has {file_size}"
+    if index.mtime is not None and mtime is not None and abs(float(mtime) - index.mtime) > MTIME_TOLERANCE_SECONDS:
+        return f"it describes a file last modified at {index.mtime}, the file's mtime is {mtime}"
+    return None
+
+
+def walk_problem(data_path: str, start: int, records: int, end: int, file_size: int) -> str | None:
+    """Why ``records`` records from a record start at ``start`` do not end exactly at ``end`` (None when they do).
+
+    Reads headers only (``end`` == ``file_size`` also means that no byte follows the last record).
+    """
+    try:
+        with open(data_path, "rb") as handle:
+            handle.seek(start)
+            header = handle.read(HEADER_SIZE)
+            if len(header) < HEADER_SIZE:
+                return f"offset {start} is past the end of the file"
+            length, stored = struct.unpack("<QI", header)
+            if length > MAX_PAYLOAD_SIZE or masked_crc32c(header[:8]) != stored:
+                return f"no record starts at offset {start} (its length CRC does not match)"
+            reached, walked = start, 0
+            limit = records + 1 if end == file_size else records  # at the end of the file, nothing may follow
+            for block in record_blocks(handle, None, start, 1 << 16, limit, verify=False, stop_offset=end if end < file_size else None, name=data_path):
+                walked += block.num_records
+                reached = block.end_offset
+    except RecordError as exc:
+        return f"walking {records} records from offset {start} failed: {exc}"
+    except OSError as exc:
+        return f"cannot read {data_path}: {exc}"
+    if walked != records or reached != end:
+        return f"{records} records from offset {start} should end at offset {end}; {walked} records from there end at {reached}"
+    return None
+
+
+def entry_problem(data_path: str, index: RecordIndex, position: int) -> str | None:
+    """Why entry ``position`` cannot be used (None when it checks out): its length CRC and the walk to the next entry."""
+    offset, number = index.offsets[position], index.record_numbers[position]
+    if position + 1 < len(index.offsets):
+        next_offset, next_number = index.offsets[position + 1], index.record_numbers[position + 1]
+    else:
+        next_offset, next_number = index.file_size, index.num_records
+    problem = walk_problem(data_path, offset, next_number - number, next_offset, index.file_size)
+    if problem is None:
+        return None
+    return f"entry {position} (record {number} at offset {offset}): {problem}"
+
+
+def content_problem(data_path: str, index: RecordIndex, positions: Sequence[int], expected_records: int | None = None) -> str | None:
+    """Why the index does not match the data at ``positions`` (plus its first and last entries); None when it does."""
+    if expected_records is not None and index.num_records != expected_records:
+        return f"it counts {index.num_records} records, the manifest {expected_records}"
+    if not index.offsets:
+        return None if index.num_records == 0 else f"it counts {index.num_records} records but has no entries"
+    if (index.offsets[0], index.record_numbers[0]) != (0, 0):
+        return f"its first entry is record {index.record_numbers[0]} at offset {index.offsets[0]}, not record 0 at offset 0"
+    if index.mtime is None:
+        positions = range(len(index.offsets))  # nothing shows the file is unchanged: check every entry
+    else:
+        positions = sorted({0, len(index.offsets) - 1, *positions})
+    for position in positions:
+        problem = entry_problem(data_path, index, position)
+        if problem is not None:
+            return problem
+    return None
+
+
+_checked: dict[tuple, str | None] = {}
+_warned: set[str] = set()
+_check_lock = threading.Lock()
+
+
+def _warn_once(data_path: str, reason: str) -> None:
+    index_path = index_path_for(data_path)
+    with _check_lock:
+        if index_path in _warned:
+            return
+        _warned.add(index_path)
+    _LOG.warning(
+        "ignoring the read index %s of %s: %s; reading walks the record headers instead "
+        "(delete the index, or rebuild it with `tfrbeam index`, to silence this)", index_path, data_path, reason,
+    )
+
+
+def trusted_index(data_path: str, expected_records: int | None = None, positions_for: Callable[[RecordIndex], Sequence[int]] = lambda index: ()) -> RecordIndex | None:
+    """The index of a local uncompressed ``data_path`` when it matches the file; else None (warned once per index).
+
+    ``positions_for(index)`` names the entries about to be used; they are checked against the data
+    (results are cached per process for the file's size and mtime).
+    """
+    try:
+        stat = os.stat(data_path)
+    except OSError:
+        return None
+    data = _read_local(index_path_for(data_path))
+    if data is None:
+        return None
+    try:
+        index = parse_index(data, index_path_for(data_path))
+    except RecordIndexError as exc:
+        _warn_once(data_path, str(exc))
+        return None
+    problem = metadata_problem(index, stat.st_size, stat.st_mtime)
+    if problem is None:
+        positions = tuple(positions_for(index))
+        key = (data_path, stat.st_size, stat.st_mtime_ns, masked_crc32c(data), expected_records, positions if index.mtime is not None else None)
+        with _check_lock:
+            known = key in _checked
+            problem = _checked.get(key)
+        if not known:
+            problem = content_problem(data_path, index, positions, expected_records)
+            with _check_lock:
+                _checked[key] = problem
+    if problem is not None:
+        _warn_once(data_path, problem)
+        return None
+    return index
+
+
+def seek_position(data_path: str, record: int, expected_records: int | None = None) -> tuple[int, int]:
+    """(byte offset, record number) of the checked index entry closest at or before ``record``; (0, 0) without one."""
+
+    def entry_for(index: RecordIndex) -> list[int]:
+        position = bisect.bisect_right(index.record_numbers, record) - 1
+        return [position] if position >= 0 else []
+
+    index = trusted_index(data_path, expected_records, entry_for)
+    if index is None:
+        return 0, 0
+    used = entry_for(index)
+    if not used:
+        return 0, 0
+    return index.offsets[used[0]], index.record_numbers[used[0]]
+
+
+def index_is_current(data_path: str, index_path: str | None = None) -> tuple[bool, str]:
+    """Whether a local file's read index matches it entirely (every entry walked), and why not; for ``tfrbeam verify``."""
+    index_path = index_path or index_path_for(data_path)
+    data = _read_local(index_path)
+    if data is None:
+        return False, f"{index_path} does not exist"
+    try:
+        index = parse_index(data, index_path)
+        stat = os.stat(data_path)
+    except (RecordIndexError, OSError) as exc:
+        return False, str(exc)
+    if index.mtime is None:
+        return False, f"{index_path} records no mtime, so it cannot show that {data_path} is unchanged; rebuild it"
+    problem = metadata_problem(index, stat.st_size, stat.st_mtime) or content_problem(
+        data_path, dataclasses.replace(index, mtime=None), ()
+    )
+    if problem is not None:
+        return False, f"{index_path} does not match {data_path}: {problem}"
+    return True, f"{index_path} matches {data_path} ({index.num_records} records, {len(index.offsets)} entries)"

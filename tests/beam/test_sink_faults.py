@@ -18,13 +18,25 @@ import time
 
 import pytest
 
+from tests.faults import _sink_main, injected
 from tfrbeam.records import read_records
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _write(workdir: pathlib.Path, kind: str, at: int, count: int, shards: int, log_name: str = "ops.txt"):
-    """Run a sink pipeline in a fresh process with one fault at finalize operation ``at``; (exit code, operations)."""
+    """Run a sink pipeline with one fault at finalize operation ``at``; (exit code, operations).
+
+    A crash needs a fresh process; a full disk is injected in this one.
+    """
+    if kind in ("enospc", "none"):
+        log: list[str] = []
+        try:
+            with injected(None if kind == "none" else kind, at, log):
+                code = _sink_main([str(workdir / "out"), str(count), str(shards)])
+        except Exception:  # noqa: BLE001 - the runner wraps the injected OSError
+            code = 1
+        return code, log
     log = workdir / log_name
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
     result = subprocess.run(
@@ -45,6 +57,19 @@ def _complete(workdir: pathlib.Path, count: int, shards: int) -> bool:
     return set(found) == names and records == sorted(b"%d-%d" % (count, i) for i in range(count))
 
 
+def _files(workdir: pathlib.Path) -> dict[str, bytes]:
+    """The shards and their index files, by path."""
+    paths = glob.glob(str(workdir / "out-*")) + glob.glob(str(workdir / ".tfrbeam-index" / "*"))
+    return {path: pathlib.Path(path).read_bytes() for path in paths}
+
+
+def _reset(workdir: pathlib.Path, files: dict[str, bytes]) -> None:
+    for path in _files(workdir):
+        os.unlink(path)
+    for path, data in files.items():
+        pathlib.Path(path).write_bytes(data)
+
+
 def _leftovers(workdir: pathlib.Path) -> list[str]:
     return [name for name in os.listdir(workdir) if ".tfrbeam-" in name and name != ".tfrbeam-index"]
 
@@ -55,10 +80,11 @@ def test_a_fault_at_any_finalize_operation_is_completed_by_the_next_run(tmp_path
     code, ops = _write(tmp_path, "none", 0, 20, 2)
     assert code == 0 and _complete(tmp_path, 20, 2)
     journal = next(number for number, line in enumerate(ops, 1) if line.split()[2].endswith("commit.json"))
+    _reset(tmp_path, {})
+    assert _write(tmp_path, "none", 0, 30, 3)[0] == 0
+    earlier = _files(tmp_path)
     for at in range(1, len(ops) + 1):
-        for path in glob.glob(str(tmp_path / "out-*")):
-            os.unlink(path)
-        assert _write(tmp_path, "none", 0, 30, 3)[0] == 0
+        _reset(tmp_path, earlier)
         code, _ = _write(tmp_path, kind, at, 20, 2)
         assert code != 0, (at, ops[at - 1])
         if at <= journal:  # the commit had not begun: the earlier run's shards are whole

@@ -21,6 +21,7 @@ import time
 import pytest
 
 from tfrbeam.build.cli import main as build_main
+from tests.faults import injected
 from tfrbeam.manifest import read_manifest, verify_dataset, write_leftovers
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -46,7 +47,15 @@ def _build(*args: str) -> int:
 
 
 def _faulted(workdir: pathlib.Path, kind: str, at: int, *args: str) -> tuple[int, list[str]]:
-    """Run the build in a fresh process with one fault at commit operation ``at``; returns (exit code, operations)."""
+    """Run the build with one fault at commit operation ``at``; returns (exit code, operations).
+
+    A crash needs a fresh process (it ends it); a full disk or a refused write is injected here.
+    """
+    if kind in ("enospc", "eacces", "none"):
+        log: list[str] = []
+        with injected(None if kind == "none" else kind, at, log):
+            code = _build(*args)
+        return code, log
     log = workdir / f"ops-{kind}-{at}.txt"
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
     result = subprocess.run(
@@ -183,17 +192,25 @@ def test_kill_9_at_any_moment_leaves_old_or_new_and_the_rerun_recovers(workdir, 
 def test_two_concurrent_builds_one_publishes_the_other_names_it(workdir):
     output = workdir / "out" / "ds"
     assert _build() == 0
-    first = _start_build(workdir, "--overwrite", "--set", "shuffle.seed=7")
-    deadline = time.monotonic() + 30
-    while not (workdir / "out" / ".ds.tfrbeam-lock").exists() and time.monotonic() < deadline:
+    old_run, _ = _state(output)
+    signal_path = workdir / "first.txt"
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    first = subprocess.Popen(  # paused inside its commit, holding the lock
+        [sys.executable, "-m", "tests.faults", "wait", "1", str(signal_path), "--", "build", "cfg.yaml", "--quiet",
+         "--overwrite", "--set", "shuffle.seed=7"], cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    deadline = time.monotonic() + 120
+    while not pathlib.Path(str(signal_path) + ".waiting").exists() and time.monotonic() < deadline:
         time.sleep(0.02)
     second = _start_build(workdir, "--overwrite", "--set", "shuffle.seed=8")
-    second_out, second_err = second.communicate(timeout=120)
-    first_out, first_err = first.communicate(timeout=120)
-    assert first.returncode == 0, first_err
+    _, second_err = second.communicate(timeout=120)
     assert second.returncode == 1
     line = second_err.strip()
-    assert "\n" not in line and "is in use by run" in line and f"pid {first.pid}" in line
+    assert "\n" not in line and "is in use by run" in line and f"pid {first.pid}" in line, line
+    assert _state(output)[0] == old_run  # the refused run touched nothing
+    pathlib.Path(str(signal_path) + ".go").touch()
+    _, first_err = first.communicate(timeout=120)
+    assert first.returncode == 0, first_err
     assert _state(output)[1] == 7
     _assert_clean(output)
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from tfrbeam.build.cli import main as build_main
+from tfrbeam.record_index import INDEX_DIR_NAME
 from tfrbeam.manifest import verify_dataset
 from pipelines.demo_data import demo_table, write_demo_data
 from tfrbeam.example import decode_example
@@ -102,9 +103,11 @@ def test_demo_build_writes_every_good_row_once_with_dead_letters(demo_dir, capsy
 
 
 def _shard_bytes(dataset: pathlib.Path) -> dict[str, bytes]:
+    """Every file of a dataset but its manifest and its indexes (which record each shard's mtime)."""
     return {
         str(path.relative_to(dataset)): path.read_bytes()
-        for path in sorted(dataset.rglob("*")) if path.is_file() and path.name != "dataset_info.json"
+        for path in sorted(dataset.rglob("*"))
+        if path.is_file() and path.name != "dataset_info.json" and INDEX_DIR_NAME not in path.parts
     }
 
 

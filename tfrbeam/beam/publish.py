@@ -51,6 +51,7 @@ __all__ = [
 _LOG = logging.getLogger(__name__)
 
 OWNER_NAME = "owner.json"
+ABANDONED_NAME = "abandoned.json"  # owner.json renamed: the run is over, its staging directory is garbage
 JOURNAL_NAME = "commit.json"
 
 
@@ -259,11 +260,27 @@ class StagingDir:
         return fs.join(self.path, *parts)
 
 
-def _owner_of(directory: str) -> RunIdentity | None:
+def abandon(staging: str) -> None:
+    """Mark a finished or failed run's staging directory as garbage for the next run (a rename: needs no disk space)."""
+    owner = fs.join(staging, OWNER_NAME)
     try:
-        return RunIdentity.from_json(fs.read_bytes(fs.join(directory, OWNER_NAME)))
-    except (OSError, FileNotFoundError):
-        return None
+        if fs.exists(owner):
+            fs.rename([(owner, fs.join(staging, ABANDONED_NAME))])
+    except OSError as error:
+        _LOG.warning("could not mark %s as abandoned (%s); it goes once this process has ended", staging, error)
+
+
+def _owner_of(directory: str) -> RunIdentity | None:
+    for name in (OWNER_NAME, ABANDONED_NAME):
+        try:
+            return RunIdentity.from_json(fs.read_bytes(fs.join(directory, name)))
+        except (OSError, FileNotFoundError):
+            continue
+    return None
+
+
+def _is_abandoned(directory: str) -> bool:
+    return fs.exists(fs.join(directory, ABANDONED_NAME)) or not fs.exists(fs.join(directory, OWNER_NAME))
 
 
 def dead_staging_dirs(target: str, keep: str | None = None) -> list[str]:
@@ -273,7 +290,7 @@ def dead_staging_dirs(target: str, keep: str | None = None) -> list[str]:
         if keep is not None and directory.rstrip("/") == keep.rstrip("/"):
             continue
         owner = _owner_of(directory)
-        if owner is None or owner.is_alive() is False:
+        if owner is None or _is_abandoned(directory) or owner.is_alive() is False:
             dead.append(directory)
     return dead
 

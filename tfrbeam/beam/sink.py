@@ -49,10 +49,11 @@ from apache_beam.transforms import window
 from apache_beam.utils.windowed_value import WindowedValue
 
 from tfrbeam.beam import filesystem as fs
-from tfrbeam.beam.publish import JOURNAL_NAME, OWNER_NAME, CommitJournal, StagingDir, held_or_taken, recover, staging_path, this_run
+from tfrbeam.beam.publish import ABANDONED_NAME, JOURNAL_NAME, OWNER_NAME, CommitJournal, abandon, StagingDir, held_or_taken, recover, staging_path, this_run
 from tfrbeam.beam.source import compression_for_file, resolve_compression
 from tfrbeam.naming import ShardNaming
 from tfrbeam.errors import CommitError, ConfigError, OutputExistsError, ShortWriteError, TfrbeamError
+from tfrbeam.offset_index import offset_index_bytes, offset_index_path_for, offsets_from_headers
 from tfrbeam.record_index import IndexBuilder, index_path_for
 from tfrbeam.records import RECORD_OVERHEAD, RecordWriter, frame_records
 
@@ -444,6 +445,13 @@ class Finalizer:
     def run(self, temp_shards: Iterable[TempShard], expected_records: int | None = None) -> list[str]:
         """Finalize the write under the prefix's lock; returns the final file names in shard order."""
         temp_shards = list(temp_shards)
+        try:
+            return self._run(temp_shards, expected_records)
+        except BaseException:
+            abandon(self.temp_dir)  # the next run into the prefix completes or removes what this one left
+            raise
+
+    def _run(self, temp_shards: list[TempShard], expected_records: int | None) -> list[str]:
         with held_or_taken(self.spec.target(), this_run(self.spec.run_id)):
             recover(self.spec.target(), keep=self.temp_dir)
             journal = CommitJournal.read(self.temp_dir)
@@ -478,7 +486,7 @@ class Finalizer:
         if in_the_way:
             _LOG.warning("overwrite=True: replacing %d file(s) of an earlier run: %s", len(in_the_way), _describe(in_the_way))
         renames = self._staged_sources(pending + replace)
-        doomed = stale + [index_path_for(path) for path in in_the_way]
+        doomed = stale + [index for path in in_the_way for index in (index_path_for(path), offset_index_path_for(path))]
         return CommitJournal(self.spec.run_id, self.spec.target(), tuple(doomed), tuple(renames))
 
     def _check_accounted(self, temp_shards: list[TempShard], temp_files: set[str], expected: int | None) -> None:
@@ -550,17 +558,19 @@ class Finalizer:
         return path
 
     def _write_indexes(self, moves: list[_Move], finals: dict[str, FileMetadata]) -> None:
-        """Write each uncompressed shard's read index (from the file as renamed); drop stale ones otherwise."""
+        """Write each uncompressed shard's read index and (local files) offset index; drop stale ones otherwise."""
         if self.compression is not None:
-            fs.delete_files([index_path_for(move.dst) for move in moves])
+            fs.delete_files([index for move in moves for index in (index_path_for(move.dst), offset_index_path_for(move.dst))])
             return
 
         def write(move: _Move) -> None:
             meta = finals[move.dst]
             builder = move.shard.index if move.shard is not None else IndexBuilder()
             records = move.shard.records if move.shard is not None else 0
-            data = builder.to_bytes(meta.size_in_bytes, meta.last_updated_in_seconds or None, records)
-            fs.write_bytes(index_path_for(move.dst), data)
+            mtime = meta.last_updated_in_seconds or None
+            fs.write_bytes(index_path_for(move.dst), builder.to_bytes(meta.size_in_bytes, mtime, records))
+            if not fs.is_remote(move.dst):  # remote shards get theirs on first random access
+                fs.write_bytes(offset_index_path_for(move.dst), offset_index_bytes(offsets_from_headers(move.dst), mtime))
 
         fs.in_threads(write, moves)
 
@@ -573,7 +583,7 @@ class Finalizer:
 
 
 def _is_protocol_file(path: str) -> bool:
-    return fs.split(path)[1] in (OWNER_NAME, JOURNAL_NAME, JOURNAL_NAME + ".tmp")
+    return fs.split(path)[1] in (OWNER_NAME, ABANDONED_NAME, JOURNAL_NAME, JOURNAL_NAME + ".tmp")
 
 
 def _size_of(path: str) -> int | None:

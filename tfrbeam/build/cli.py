@@ -19,7 +19,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, PortableOption
 
 from tfrbeam.build.config import load_config
 from tfrbeam.beam.filesystem import BEAM_FILES
-from tfrbeam.beam.publish import OutputLock
+from tfrbeam.beam.publish import OutputLock, abandon
 from tfrbeam.build.commit import discard_staging, recover_output
 from tfrbeam.build.graph import build_pipeline
 from tfrbeam.build.plan import BuildPlan, check_output_dir, plan_build
@@ -77,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _run_locked(plan, options, started)
     finally:
+        abandon(plan.staging_dir)  # whatever this run left is the next run's to remove, even in this process
         lock.release()
 
 

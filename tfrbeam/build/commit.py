@@ -39,7 +39,8 @@ from tfrbeam.errors import CommitError, ManifestError, OutputExistsError, ShortW
 from tfrbeam.manifest import (
     ERRORS_DIR_NAME, MANIFEST_FORMAT, MANIFEST_NAME, feature_entries, manifest_bytes, parse_example_spec, read_manifest,
 )
-from tfrbeam.record_index import INDEX_DIR_NAME
+from tfrbeam.offset_index import offset_index_bytes, offset_index_path_for, offsets_from_headers
+from tfrbeam.record_index import INDEX_DIR_NAME, index_path_for, stamp_index
 
 __all__ = ["CommitDataset", "DeadLetterFile", "NEW_DATASET_DIR", "OLD_DATASET_DIR", "discard_staging", "recover_output"]
 
@@ -205,6 +206,8 @@ def publish_by_swap(plan: BuildPlan, files: Sequence[ShardFile], dead_letters: S
     for directory in sorted({fs.parent(destination) for _, destination in moves}):
         fs.mkdirs(directory)
     fs.rename(moves)
+    if plan.config.output.compression is None:
+        fs.in_threads(_finish_indexes, [fs.join(new_dir, *item.relative_path.split("/")) for item in files])
     fs.write_bytes(fs.join(new_dir, MANIFEST_NAME), manifest_bytes(manifest), "application/json")
     replaced = swap_into_place(new_dir, plan.output_root, old_dir)  # the commit point
     try:
@@ -213,6 +216,15 @@ def publish_by_swap(plan: BuildPlan, files: Sequence[ShardFile], dead_letters: S
     except OSError as error:  # published already: what is left is the next run's to remove
         _LOG.warning("published %s, but could not clean up %s (%s); the next build into it finishes this",
                      plan.output_path, plan.staging_dir, error)
+
+
+def _finish_indexes(shard_path: str) -> None:
+    """Stamp a staged shard's read index with the file's mtime (renames keep it) and write its offset index."""
+    stat = os.stat(shard_path)
+    if os.path.exists(index_path_for(shard_path)):
+        stamp_index(shard_path)
+    offsets = offsets_from_headers(shard_path)
+    fs.write_bytes(offset_index_path_for(shard_path), offset_index_bytes(offsets, stat.st_mtime))
 
 
 def _old_manifest(output_root: str) -> dict | None:

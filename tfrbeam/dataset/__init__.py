@@ -2,11 +2,13 @@
 
 ``open_dataset(path)`` gives batches as numpy arrays (or Arrow record batches), read in
 parallel, interleaved, shuffled and prefetched like tf.data, shardable across data-parallel
-workers and resumable from a saved position. This package never imports Apache Beam.
+workers and resumable from a saved position; ``open_random_access(path)`` reads any record by
+number (Grain and PyTorch map-style sources). This package never imports Apache Beam.
 """
 
 from tfrbeam.dataset.columns import Ragged
 from tfrbeam.dataset.pipeline import Dataset, open_dataset
+from tfrbeam.dataset.random_access import RandomAccessDataset, open_random_access
 from tfrbeam.dataset.spec import FixedLenFeature, VarLenFeature
 
-__all__ = ["Dataset", "FixedLenFeature", "Ragged", "VarLenFeature", "open_dataset"]
+__all__ = ["Dataset", "FixedLenFeature", "RandomAccessDataset", "Ragged", "VarLenFeature", "open_dataset", "open_random_access"]

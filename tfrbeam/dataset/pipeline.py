@@ -24,6 +24,7 @@ import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal
 
+from tfrbeam.columnar_decode import DEFAULT_MAX_FEATURES
 from tfrbeam.dataset.columns import Block
 from tfrbeam.dataset.epoch import EpochRun, epoch_rng, record_range_shard
 from tfrbeam.dataset.passes import PassIterator
@@ -61,6 +62,7 @@ class Options:
     executor: str
     num_workers: int
     raw: bool = False
+    max_features: int | None = DEFAULT_MAX_FEATURES
 
     order_fields = ("batch_size", "cycle_length", "block_length", "shuffle_files", "shuffle_buffer", "seed", "drop_remainder")
 
@@ -88,6 +90,7 @@ def open_dataset(
     num_workers: int | None = None,
     block_length: int = DEFAULT_BLOCK_LENGTH,
     raw: bool = False,
+    max_features: int | None = DEFAULT_MAX_FEATURES,
 ) -> Dataset:
     """Open a TFRecord dataset of tf.train.Examples for training: a ``tfrbeam build`` directory or a glob.
 
@@ -106,10 +109,12 @@ def open_dataset(
       ``num_workers`` (default: CPU count), ``prefetch`` batches ahead (default 2), ``autotune``.
     - ``skip_corrupt`` skips damaged records (see ``Dataset.skipped``) instead of raising;
       ``raw=True`` yields each record's bytes as feature "record" (any payload, not just Examples).
+    - ``max_features``: a record with more features raises ``RecordLimitError`` naming it (every
+      feature is a column of its own; None: no limit).
     """
     if raw:
         feature_spec = {RAW_KEY: FixedLenFeature((), "bytes")}
-    source = resolve_source(path_or_pattern, split, feature_spec, compression, skip_corrupt)
+    source = resolve_source(path_or_pattern, split, feature_spec, compression, skip_corrupt, max_features)
     features = _select(source.features, columns)
     padding = _padding(padded, features)
     if batch_size < 1:
@@ -139,8 +144,12 @@ def open_dataset(
         executor=executor,
         num_workers=max(1, workers),
         raw=raw,
+        max_features=max_features,
     )
-    segments = tuple(Segment(shard.path, shard.compression) for shard in source.files)
+    segments = tuple(
+        Segment(shard.path, shard.compression, expected_records=shard.num_records, expected_bytes=shard.num_bytes)
+        for shard in source.files
+    )
     counts = tuple(shard.num_records for shard in source.files)
     return Dataset(source, features, options, segments, counts)
 
@@ -392,7 +401,7 @@ class Dataset:
         return self._workers
 
     def _plan(self) -> ReadPlan:
-        decoder = BlockDecoder(self.features, raw=self.options.raw)
+        decoder = BlockDecoder(self.features, raw=self.options.raw, max_features=self.options.max_features)
         return ReadPlan(self.segments, decoder, self.options.block_length, self.options.skip_corrupt)
 
     def _cycle(self) -> int:

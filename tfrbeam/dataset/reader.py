@@ -8,7 +8,6 @@ is what the exactly-once tests, resume and sharding reason about.
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import functools
 import os
@@ -18,12 +17,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tfrbeam.columnar_decode import examples_to_record_batch
+from tfrbeam.columnar_decode import DEFAULT_MAX_FEATURES, examples_to_record_batch
 from tfrbeam.dataset.columns import Block, Column, DenseLayout
 from tfrbeam.record_blocks import RecordBlock, offset_of_record, record_blocks
 from tfrbeam.dataset.spec import NUMPY_DTYPES, Feature, FixedLenFeature, arrow_field
-from tfrbeam.errors import ArrowConversionError, ExampleDecodeError
-from tfrbeam.record_index import load_index
+from tfrbeam.errors import ArrowConversionError, ExampleDecodeError, RecordLimitError, ShardMismatchError
+from tfrbeam.record_index import seek_position, trusted_index
 from tfrbeam.records import SkippedRegion
 
 RECORD_BITS = 40
@@ -48,6 +47,8 @@ class Segment:
     compression: str | None
     start: int = 0
     stop: int | None = None
+    expected_records: int | None = None  # the whole file's, from the manifest
+    expected_bytes: int | None = None
 
 
 def dense_layout(features: Mapping[str, Feature]) -> DenseLayout:
@@ -67,6 +68,7 @@ class BlockDecoder:
 
     features: Mapping[str, Feature]
     raw: bool = False  # hand out each record's bytes as feature RAW_KEY instead of decoding
+    max_features: int | None = DEFAULT_MAX_FEATURES  # features one record may have (None: no limit)
 
     @functools.cached_property
     def schema(self) -> pa.Schema:
@@ -84,7 +86,14 @@ class BlockDecoder:
             block = {RAW_KEY: Column(np.frombuffer(data, dtype=np.uint8), (np.diff(bounds),)), ID_KEY: Column(ids)}
             return self.layout.pack(block)
         try:
-            batch = examples_to_record_batch((records.data, records.starts, records.ends), self.schema)
+            batch = examples_to_record_batch((records.data, records.starts, records.ends), self.schema, max_features=self.max_features)
+        except RecordLimitError as exc:
+            offset = int(records.offsets[exc.record]) if exc.record is not None else None
+            raise RecordLimitError(
+                f"{path}: the record at offset {offset} has more than {exc.limit} features; decoding one column per "
+                f"feature would cost gigabytes. Pass open_dataset(max_features=...) a larger limit (or None) to read it, "
+                "or raw=True for its bytes", record=exc.record, limit=exc.limit,
+            ) from exc
         except (ExampleDecodeError, ArrowConversionError) as exc:
             raise self._locate_error(records, path, exc) from exc
         block = {name: _to_column(batch.column(i), feature) for i, (name, feature) in enumerate(self.features.items())}
@@ -96,7 +105,7 @@ class BlockDecoder:
         record_offsets = records.offsets.tolist()
         for i, record_offset in enumerate(record_offsets):
             try:
-                examples_to_record_batch([records.payload(i)], self.schema)
+                examples_to_record_batch([records.payload(i)], self.schema, max_features=None)
             except (ExampleDecodeError, ArrowConversionError) as single:
                 return type(exc)(
                     f"{path}: the record at offset {record_offset} does not match the feature spec: {single}. "
@@ -166,12 +175,15 @@ def read_segment(
 ) -> Iterator[SegmentBlock]:
     """Blocks of up to ``block_length`` records of ``segment`` from record ``first`` (default: its start).
 
-    Without a decoder only record ids come out, and nothing is checked (fast-forwarding).
+    Without a decoder only record ids come out, and no CRC is checked (fast-forwarding). Against
+    the manifest (when the segment has its figures) the file's byte size is checked first, and
+    its record count once the file's end is reached or missed: ``ShardMismatchError``.
     """
     first = segment.start if first is None else first
     limit = None if segment.stop is None else segment.stop - first
     if limit is not None and limit <= 0:
         return
+    check_shard_size(segment)
     skipped: list[SkippedRegion] = []  # filled by the framing layer as it skips damaged bytes
     offset, skip = _position_of(segment, first)
     blocks = record_blocks(
@@ -179,15 +191,19 @@ def read_segment(
         verify=decoder is not None, skip_corrupt=skip_corrupt, on_skip=skipped.append, skip_records=skip,
     )
     number = first
+    skipped_any = False
     for records in blocks:
         count = records.num_records
         ids = record_ids(segment_index, number, count)
         number += count
         block = None if decoder is None else decoder.decode(records, segment.path, ids)
         yield SegmentBlock(ids, block, skipped[:])
+        skipped_any = skipped_any or bool(skipped)
         skipped.clear()
     if skipped:
         yield SegmentBlock(record_ids(segment_index, number, 0), None, skipped[:])
+    elif not skipped_any:  # records skipped as damaged cannot be counted
+        check_shard_count(segment, number)
 
 
 def _position_of(segment: Segment, first: int) -> tuple[int, int]:
@@ -196,33 +212,45 @@ def _position_of(segment: Segment, first: int) -> tuple[int, int]:
         return 0, 0
     if segment.compression is not None:
         return 0, first  # a compressed stream cannot be entered in the middle
-    offset, number = _indexed_position(segment.path, first)
+    offset, number = _indexed_position(segment, first)
     return offset_of_record(segment.path, offset, first - number), 0
 
 
-def _indexed_position(path: str, record: int) -> tuple[int, int]:
-    """(byte offset, record number) of the indexed record closest at or before ``record``, else (0, 0)."""
+def _indexed_position(segment: Segment, record: int) -> tuple[int, int]:
+    """(byte offset, record number) of the checked index entry closest at or before ``record``, else (0, 0)."""
+    return seek_position(segment.path, record, segment.expected_records)
+
+
+def check_shard_size(segment: Segment) -> None:
+    """The file's size against the manifest's (a stat: cheap enough for every segment)."""
+    if segment.expected_bytes is None:
+        return
     try:
-        stat = os.stat(path)
+        size = os.path.getsize(segment.path)
     except OSError:
-        return 0, 0
-    index = load_index(path, stat.st_size, stat.st_mtime)
-    if index is None or not index.record_numbers:
-        return 0, 0
-    position = bisect.bisect_right(index.record_numbers, record) - 1
-    if position < 0:
-        return 0, 0
-    return index.offsets[position], index.record_numbers[position]
+        return  # opening it reports why
+    if size != segment.expected_bytes:
+        raise ShardMismatchError(segment.path, "bytes", segment.expected_bytes, size)
+
+
+def check_shard_count(segment: Segment, end: int) -> None:
+    """After a read that stopped at record ``end``: the file's end must come exactly where the manifest says.
+
+    An open-ended read stops at the file's end, so ``end`` is the file's count; a bounded read
+    that stops short of its ``stop`` met the end early.
+    """
+    expected = segment.expected_records
+    if expected is None:
+        return
+    if segment.stop is None or end < segment.stop:
+        if end != expected:
+            raise ShardMismatchError(segment.path, "records", expected, end)
 
 
 def count_records(path: str, compression: str | None) -> int:
-    """Records in a file: from its read index when current, else by walking the record headers."""
+    """Records in a file: from its read index when it checks out, else by walking the record headers."""
     if compression is None:
-        try:
-            stat = os.stat(path)
-            index = load_index(path, stat.st_size, stat.st_mtime)
-        except OSError:
-            index = None
+        index = trusted_index(path)
         if index is not None:
             return index.num_records
     return sum(block.num_records for block in record_blocks(path, compression, 0, 1 << 16, None, verify=False))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import glob as globmod
-import json
 import logging
 import math
 import os
@@ -19,9 +18,9 @@ from typing import Any, Union
 import numpy as np
 import pyarrow as pa
 
-from tfrbeam.columnar_decode import examples_to_record_batch
-from tfrbeam.errors import ArrowConversionError, ConfigError, ExampleDecodeError
-from tfrbeam.manifest import MANIFEST_FORMAT, MANIFEST_NAME
+from tfrbeam.columnar_decode import DEFAULT_MAX_FEATURES, examples_to_record_batch
+from tfrbeam.errors import ArrowConversionError, ConfigError, ExampleDecodeError, RecordLimitError
+from tfrbeam.manifest import MANIFEST_NAME, parse_manifest
 from tfrbeam.records import RecordReader, normalize_compression
 
 _LOG = logging.getLogger(__name__)
@@ -132,6 +131,7 @@ class ShardFile:
     path: str
     compression: str | None
     num_records: int | None = None
+    num_bytes: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,6 +159,7 @@ def resolve_source(
     feature_spec: Mapping[str, Any] | None,
     compression: str | None,
     skip_corrupt: bool,
+    max_features: int | None = DEFAULT_MAX_FEATURES,
 ) -> Source:
     """Find the files and feature spec of ``path`` (a build directory, its manifest, a glob or a list of files)."""
     manifest_path = _manifest_path(path)
@@ -173,7 +174,7 @@ def resolve_source(
     files = tuple(ShardFile(item, normalize_compression(compression, item)) for item in paths)
     if feature_spec is not None:
         return Source(files, normalize_feature_spec(feature_spec), None, None, False)
-    return Source(files, infer_feature_spec(files, skip_corrupt=skip_corrupt), None, None, True)
+    return Source(files, infer_feature_spec(files, skip_corrupt=skip_corrupt, max_features=max_features), None, None, True)
 
 
 def _manifest_path(path: PathSpec) -> str | None:
@@ -206,15 +207,19 @@ def _expand(path: PathSpec) -> list[str]:
     return found
 
 
+def read_manifest(manifest_path: str) -> dict:
+    """The checked ``dataset_info.json`` at ``manifest_path`` (``tfrbeam.manifest`` reads and checks it)."""
+    try:
+        with open(manifest_path, "rb") as handle:
+            data = handle.read()
+    except OSError as exc:
+        raise ConfigError(f"{manifest_path}: cannot read the dataset manifest: {exc}") from exc
+    return parse_manifest(data, manifest_path)
+
+
 def _from_manifest(manifest_path: str, split: str | None, feature_spec: Mapping[str, Any] | None, compression: str | None) -> Source:
     root = os.path.dirname(manifest_path)
-    try:
-        with open(manifest_path, encoding="utf-8") as handle:
-            manifest = json.load(handle)
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{manifest_path}: cannot read the dataset manifest: {exc}") from exc
-    if manifest.get("format") != MANIFEST_FORMAT:
-        raise ConfigError(f"{manifest_path}: format {manifest.get('format')!r} is not {MANIFEST_FORMAT!r}")
+    manifest = read_manifest(manifest_path)
     splits = manifest.get("splits") or {}
     if split is None:
         if len(splits) != 1:
@@ -225,7 +230,10 @@ def _from_manifest(manifest_path: str, split: str | None, feature_spec: Mapping[
     stored = manifest.get("compression")
     codec = normalize_compression(stored if compression == "auto" else compression)
     files = tuple(
-        ShardFile(os.path.join(root, shard["path"]), codec, int(shard["num_examples"]))
+        ShardFile(
+            os.path.join(root, shard["path"]), codec, int(shard["num_examples"]),
+            int(shard["num_bytes"]) if shard.get("num_bytes") is not None else None,
+        )
         for shard in splits[split]["shards"]
     )
     if feature_spec is not None:
@@ -235,7 +243,10 @@ def _from_manifest(manifest_path: str, split: str | None, feature_spec: Mapping[
     return Source(files, features, manifest, split, False)
 
 
-def infer_feature_spec(files: Sequence[ShardFile], records: int = INFER_RECORDS, skip_corrupt: bool = False) -> dict[str, Feature]:
+def infer_feature_spec(
+    files: Sequence[ShardFile], records: int = INFER_RECORDS, skip_corrupt: bool = False,
+    max_features: int | None = DEFAULT_MAX_FEATURES,
+) -> dict[str, Feature]:
     """Guess each feature's spec from the first ``records`` records of the first files.
 
     A feature with exactly one value in every sampled record is a scalar, with n values in every
@@ -243,10 +254,12 @@ def infer_feature_spec(files: Sequence[ShardFile], records: int = INFER_RECORDS,
     kind set in any sampled record are left out (their type is unknown).
     """
     payloads: list[bytes] = []
+    sources: list[tuple[str, int]] = []  # (file, record number in it) of each payload, for error messages
     for shard in files:
         with RecordReader(shard.path, shard.compression, skip_corrupt=skip_corrupt) as reader:
-            for payload in reader:
+            for number, payload in enumerate(reader):
                 payloads.append(payload)
+                sources.append((shard.path, number))
                 if len(payloads) >= records:
                     break
         if len(payloads) >= records:
@@ -254,7 +267,14 @@ def infer_feature_spec(files: Sequence[ShardFile], records: int = INFER_RECORDS,
     if not payloads:
         raise ConfigError(f"cannot infer a feature spec: the files ({len(files)}, first {files[0].path if files else None!r}) hold no records")
     try:
-        batch = examples_to_record_batch(payloads)
+        batch = examples_to_record_batch(payloads, max_features=max_features)
+    except RecordLimitError as exc:
+        path, number = sources[exc.record] if exc.record is not None else (files[0].path, None)
+        raise RecordLimitError(
+            f"{path}: record {number} has more than {exc.limit} features, too many to infer a feature spec "
+            "column by column; pass open_dataset(max_features=...) a larger limit (or None), or raw=True",
+            record=exc.record, limit=exc.limit,
+        ) from exc
     except (ArrowConversionError, ExampleDecodeError) as exc:
         raise ConfigError(
             f"cannot infer a feature spec from the first {len(payloads)} records of {files[0].path}: {exc}; "
