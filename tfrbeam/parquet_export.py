@@ -55,11 +55,11 @@ class ExportPlan:
 
     schema: pa.Schema
     compression: str | None
-    files: tuple[tuple[str, str, int | None], ...]  # (TFRecord path, Parquet path, records or None)
+    files: tuple[tuple[str, str, int | None, str | None], ...]  # (TFRecord path, Parquet path, records, split)
 
     @property
     def num_records(self) -> int | None:
-        counts = [count for _, _, count in self.files]
+        counts = [count for _, _, count, _ in self.files]
         return None if any(count is None for count in counts) else sum(counts)  # type: ignore[misc]
 
 
@@ -85,7 +85,7 @@ def plan_export(path: str, output_dir: str, splits: Sequence[str] | None = None,
             for entry in source.manifest["splits"].values() for shard in entry["shards"]
         }
         files = tuple(
-            (record, os.path.join(output_dir, split, parquet_name(record)), counts.get(record))
+            (record, os.path.join(output_dir, split, parquet_name(record)), counts.get(record), split)
             for split, records in source.splits.items() for record in records
         )
     else:
@@ -93,8 +93,11 @@ def plan_export(path: str, output_dir: str, splits: Sequence[str] | None = None,
             name: {"type": kind, "shape": source.shapes.get(name), "always_present": False}  # inferred: later records may lack it
             for name, kind in source.feature_types.items()
         }
-        files = tuple((record, os.path.join(output_dir, parquet_name(record)), None) for records in source.splits.values() for record in records)
-    targets = [target for _, target, _ in files]
+        files = tuple(
+            (record, os.path.join(output_dir, parquet_name(record)), None, None)
+            for records in source.splits.values() for record in records
+        )
+    targets = [target for _, target, _, _ in files]
     if len(set(targets)) != len(targets):
         raise ConfigError("two input files would be exported to the same Parquet file name; export them into separate directories")
     return ExportPlan(export_schema(features, columns), source.compression, files)
@@ -148,6 +151,6 @@ def export_to_parquet(
         if progress is not None:
             progress(done, total)
 
-    for record_path, parquet_path, _ in plan.files:
+    for record_path, parquet_path, _, _ in plan.files:
         export_file(record_path, parquet_path, plan.schema, plan.compression, advance)
-    return [parquet_path for _, parquet_path, _ in plan.files]
+    return [parquet_path for _, parquet_path, _, _ in plan.files]

@@ -150,7 +150,7 @@ def _categorical_entry(feature: FeatureAccumulator) -> dict[str, Any]:
         return dict.fromkeys(keys)
     top = categorical.top
     values = []
-    for key, label, count in top.top(NUM_TOP_VALUES):
+    for key, label, count in top.top(NUM_TOP_VALUES, signed=feature.kind == "int64"):
         value = value_to_json("bytes", label) if feature.kind == "bytes" else int(np.uint64(key).view(np.int64))
         values.append({"value": value, "count": count})
     distinct = categorical.distinct

@@ -212,12 +212,18 @@ class TopValues:
         self._compact()
         return self.max_error == 0
 
-    def top(self, count: int) -> list[tuple[int, object, int]]:
-        """The ``count`` largest ``(key, label, count)`` triples, by count then key (the same order on every run)."""
+    def top(self, count: int, signed: bool = False) -> list[tuple[int, object, int]]:
+        """The ``count`` largest ``(key, label, count)`` triples: by count, ties by label (or key; ``signed``: as int64)."""
         self._compact()
-        order = np.lexsort((self.keys, -self.counts))[:count]
-        labels = self.labels.take(pa.array(order)).to_pylist() if self.labels is not None else [None] * len(order)
-        return [(int(self.keys[i]), label, int(self.counts[i])) for i, label in zip(order.tolist(), labels)]
+        if not len(self.keys) or count <= 0:
+            return []
+        cut = np.sort(self.counts)[::-1][min(count, len(self.counts)) - 1]
+        candidates = np.flatnonzero(self.counts >= cut)  # every key that could make the list, ties included
+        keys = self.keys[candidates]
+        labels = self.labels.take(pa.array(candidates)).to_pylist() if self.labels is not None else [None] * len(candidates)
+        sort_keys = labels if self.labels is not None else (keys.view(np.int64) if signed else keys).tolist()
+        rows = sorted(zip(self.counts[candidates].tolist(), sort_keys, keys.tolist(), labels), key=lambda row: (-row[0], row[1]))
+        return [(key, label, value_count) for value_count, _, key, label in rows[:count]]
 
     def frequencies(self) -> dict[int, float]:
         """Each kept key's share of all counted values (the normalised distribution drift scores compare)."""
