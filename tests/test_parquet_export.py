@@ -17,8 +17,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipelines.build.cli import main as build_main
-from pipelines.demo_data import write_demo_data
 from tfrbeam.beam.parquet_export import ExportToParquet
 from tfrbeam.cli import main
 from tfrbeam.columnar_encode import record_batch_to_examples
@@ -26,25 +24,15 @@ from tfrbeam.errors import ConfigError, RecordError
 from tfrbeam.example import decode_example
 from tfrbeam.parquet_export import export_to_parquet, parquet_name
 from tfrbeam.records import RecordWriter, read_records
+from tests.example_builds import build_examples
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONFIGS = ("demo.yaml", "csv_example.yaml", "parquet_example.yaml")
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> pathlib.Path:
     """The three example configs built from the demo data (in a temp working directory)."""
-    workdir = tmp_path_factory.mktemp("builds")
-    write_demo_data(str(workdir / "demo_data"))
-    previous = os.getcwd()
-    os.chdir(workdir)
-    try:
-        for config in CONFIGS:
-            name = config.removesuffix(".yaml")
-            assert build_main([str(REPO_ROOT / "configs" / config), "--quiet", "--set", f"output.path=out/{name}"]) == 0
-    finally:
-        os.chdir(previous)
-    return workdir / "out"
+    return build_examples(tmp_path_factory.mktemp("builds"), *CONFIGS)["demo"].parent
 
 
 def _float_key(value: float) -> bytes:

@@ -97,19 +97,35 @@ class NumericValues:
 
 
 class CategoricalValues:
-    """Top values and the distinct count of int64 or bytes values (keys: the int64 bits, or a 64-bit hash of the bytes)."""
+    """Top values and the distinct count of int64 or bytes values (keys: the int64 bits, or a 64-bit hash of the bytes).
 
-    def __init__(self):
-        self.top = TopValues()
+    With ``numeric_keys`` (int64 features), top values are kept only while the feature looks
+    categorical: past ``TopValues.capacity`` distinct values (ids, measurements) they are dropped
+    (``top`` is None) rather than estimated, as TFDV gives integer features no top values at all.
+    """
+
+    def __init__(self, numeric_keys: bool = False):
+        self.numeric_keys = numeric_keys
+        self.top: TopValues | None = TopValues()
         self.distinct = DistinctCount()
 
     def add(self, keys: np.ndarray, labels: pa.Array | None) -> None:
-        self.top.add(keys, labels)
+        if self.top is not None:
+            self.top.add(keys, labels)
+            self._drop_uncategorical_top()
         self.distinct.add(mix64(keys))
 
     def merge(self, other: CategoricalValues) -> None:
-        self.top.merge(other.top)
+        if self.top is not None and other.top is not None:
+            self.top.merge(other.top)
+            self._drop_uncategorical_top()
+        else:
+            self.top = None
         self.distinct.merge(other.distinct)
+
+    def _drop_uncategorical_top(self) -> None:
+        if self.numeric_keys and self.top.pruned:
+            self.top = None
 
 
 @dataclasses.dataclass
@@ -144,7 +160,7 @@ class FeatureAccumulator:
         self.num_values = 0
         self.values_per_example = Lengths()  # over examples that have the feature
         self.numeric = NumericValues(kind) if kind != "bytes" else None
-        self.categorical = CategoricalValues() if kind != "float" else None
+        self.categorical = CategoricalValues(numeric_keys=kind == "int64") if kind != "float" else None
         self.lengths = Lengths() if kind == "bytes" else None
 
     def add(self, column: pa.Array) -> None:

@@ -149,15 +149,19 @@ def _categorical_entry(feature: FeatureAccumulator) -> dict[str, Any]:
     if categorical is None:
         return dict.fromkeys(keys)
     top = categorical.top
-    values = []
-    for key, label, count in top.top(NUM_TOP_VALUES, signed=feature.kind == "int64"):
-        value = value_to_json("bytes", label) if feature.kind == "bytes" else int(np.uint64(key).view(np.int64))
-        values.append({"value": value, "count": count})
+    if top is not None and categorical.numeric_keys and not top.exact:
+        top = None  # an int64 feature with more distinct values than the counters hold: not categorical
+    values = None
+    if top is not None:
+        values = []
+        for key, label, count in top.top(NUM_TOP_VALUES, signed=feature.kind == "int64"):
+            value = value_to_json("bytes", label) if feature.kind == "bytes" else int(np.uint64(key).view(np.int64))
+            values.append({"value": value, "count": count})
     distinct = categorical.distinct
     return {
         "top_values": values,
-        "top_values_exact": top.exact,
-        "top_values_max_error": top.max_error,
+        "top_values_exact": None if top is None else top.exact,
+        "top_values_max_error": None if top is None else top.max_error,
         "num_unique": distinct.estimate(),
         "num_unique_estimated": not distinct.exact,
         "num_unique_relative_error": distinct.relative_error,
