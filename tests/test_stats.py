@@ -298,3 +298,26 @@ def test_write_dataset_stats_refuses_a_directory_without_manifest(tmp_path):
 
     with pytest.raises(ConfigError, match="dataset_info.json"):
         write_dataset_stats(str(tmp_path))
+
+
+def test_stats_command_errors_are_one_line(tmp_path, capsys):
+    assert main(["stats", str(tmp_path / "none-*.tfrecord"), "--output-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tfrbeam: error:") and "none-*.tfrecord" in err and len(err.splitlines()) == 1
+
+
+def test_drift_threshold_option_flags_more_features(tmp_path, capsys):
+    write_table(tmp_path / "data.tfrecord", sample_table(400))
+    assert main(["stats", str(tmp_path / "data.tfrecord"), "--output-dir", str(tmp_path / "r"), "--drift-threshold", "0.0"]) == 0
+    stats = json.loads((tmp_path / "r" / "stats.json").read_text())
+    assert stats["drift"]["thresholds"] == {"l_infinity": 0.0, "jensen_shannon": 0.0}
+
+
+def test_export_progress_bar_counts_records(capsys):
+    from tfrbeam.cli import _records_progress
+
+    show = _records_progress("export")
+    show(500, 2000)
+    show(7, None)
+    err = capsys.readouterr().err
+    assert "500/2,000 records export" in err and "[#######" in err and "7 records export" in err
