@@ -79,3 +79,30 @@ def test_write_dataset_stats_is_what_the_build_calls(demo_build):
     assert {split: entry["num_examples"] for split, entry in stats["splits"].items()} == {
         split: entry["num_examples"] for split, entry in manifest["splits"].items()
     }
+
+
+def test_a_split_without_records_is_reported_with_zero_examples(tmp_path):
+    from tfrbeam.records import RecordWriter
+    from tfrbeam.example import encode_example
+
+    (tmp_path / "train").mkdir()
+    (tmp_path / "eval").mkdir()
+    with RecordWriter(str(tmp_path / "train" / "train-00000-of-00001.tfrecord")) as writer:
+        for value in range(5):
+            writer.write(encode_example({"x": [value]}))
+    with RecordWriter(str(tmp_path / "eval" / "eval-00000-of-00001.tfrecord")):
+        pass
+    shards = {split: [{"path": f"{split}/{split}-00000-of-00001.tfrecord", "num_examples": count}] for split, count in (("train", 5), ("eval", 0))}
+    manifest = {"format": "tfrbeam-dataset/1", "compression": None,
+                "features": {"x": {"type": "int64", "shape": [], "always_present": True}},
+                "splits": {split: {"num_examples": entries[0]["num_examples"], "shards": entries} for split, entries in shards.items()}}
+    (tmp_path / "dataset_info.json").write_text(json.dumps(manifest))
+    with beam.Pipeline() as pipeline:
+        stats = pipeline | ComputeDatasetStats(str(tmp_path))
+        assert_that(stats, lambda docs: _check_empty_eval(docs[0], compute_stats(str(tmp_path))))
+
+
+def _check_empty_eval(document: dict, local: dict) -> None:
+    assert document["splits"]["eval"]["num_examples"] == 0 == local["splits"]["eval"]["num_examples"]
+    assert document["splits"]["train"]["features"]["x"]["max"] == 4
+    assert document["drift"]["comparisons"]["eval"]["x"] is None

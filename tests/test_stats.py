@@ -321,3 +321,12 @@ def test_export_progress_bar_counts_records(capsys):
     show(7, None)
     err = capsys.readouterr().err
     assert "500/2,000 records export" in err and "[#######" in err and "7 records export" in err
+
+
+def test_statistics_and_export_do_not_import_beam():
+    import subprocess
+    import sys
+
+    code = ("import sys, tfrbeam.stats.compute, tfrbeam.stats.html, tfrbeam.parquet_export, tfrbeam.file_tools; "
+            "print('apache_beam' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"

@@ -81,15 +81,18 @@ class SplitStatsCombineFn(beam.CombineFn):
 class _StatsDocument(beam.DoFn):
     """All splits' accumulators -> the stats.json document (splits in manifest order; the first is the baseline)."""
 
-    def __init__(self, order: Sequence[str], shapes: Mapping[str, Any], thresholds: Mapping[str, float] | None, source: str):
+    def __init__(self, order: Sequence[str], feature_types: Mapping[str, str], shapes: Mapping[str, Any],
+                 thresholds: Mapping[str, float] | None, source: str):
         self._order = list(order)
+        self._feature_types = dict(feature_types)
         self._shapes = dict(shapes)
         self._thresholds = thresholds
         self._source = source
 
     def process(self, pairs):
         found = dict(pairs)
-        splits = {name: found[name] for name in self._order if name in found}
+        # A split with no records has no key after the combine: it is reported with 0 examples.
+        splits = {name: found.get(name) or SplitAccumulator(self._feature_types) for name in self._order}
         yield dataset_stats(splits, self._shapes, self._thresholds, source=self._source)
 
 
@@ -121,7 +124,9 @@ class ComputeDatasetStats(beam.PTransform):
         return (
             per_split
             | "AllSplits" >> beam.combiners.ToList()
-            | "Document" >> beam.ParDo(_StatsDocument(list(source.splits), source.shapes, self._thresholds, source.source))
+            | "Document" >> beam.ParDo(_StatsDocument(
+                list(source.splits), source.feature_types, source.shapes, self._thresholds, source.source,
+            ))
         )
 
 

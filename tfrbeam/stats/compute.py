@@ -151,7 +151,8 @@ def write_stats_files(stats: Mapping[str, Any], output_dir: str, title: str | No
     json_path = os.path.join(output_dir, STATS_JSON)
     html_path = os.path.join(output_dir, STATS_HTML)
     _write_atomically(json_path, json.dumps(stats, indent=2, allow_nan=False) + "\n")
-    _write_atomically(html_path, render_html(stats, title=title or os.path.basename(os.path.normpath(output_dir))))
+    name = title or os.path.basename(os.path.normpath(str(stats.get("source") or output_dir)))
+    _write_atomically(html_path, render_html(stats, title=name))
     return json_path, html_path
 
 
