@@ -330,3 +330,13 @@ def test_statistics_and_export_do_not_import_beam():
     code = ("import sys, tfrbeam.stats.compute, tfrbeam.stats.html, tfrbeam.parquet_export, tfrbeam.file_tools; "
             "print('apache_beam' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+
+
+def test_statistics_of_small_data_are_exact_and_the_same_on_every_run(tmp_path):
+    for index in range(3):
+        write_table(tmp_path / f"p{index}.tfrecord", sample_table(3000, seed=index))
+    first = compute_stats(str(tmp_path / "p*.tfrecord"))
+    again = compute_stats(str(tmp_path / "p*.tfrecord"), workers=2)
+    assert json.dumps(first, sort_keys=True) == json.dumps(again, sort_keys=True)
+    numeric = [entry for entry in first["splits"]["files"]["features"].values() if entry["histogram"] is not None]
+    assert numeric and all(entry["histogram_exact"] and entry["quantile_rank_error"] == 0 for entry in numeric)

@@ -16,7 +16,7 @@ from tfrbeam import __version__
 from tfrbeam.file_tools import value_to_json
 from tfrbeam.stats.accumulators import FeatureAccumulator, SplitAccumulator
 from tfrbeam.stats.drift import DEFAULT_THRESHOLDS, feature_drift, rounded
-from tfrbeam.stats.sketches import DISTINCT_K, QUANTILE_K, TOP_CAPACITY
+from tfrbeam.stats.sketches import DISTINCT_K, EXACT_VALUES, QUANTILE_K, TOP_CAPACITY
 
 FORMAT = "tfrbeam-stats/1"
 HISTOGRAM_BUCKETS = 20
@@ -46,10 +46,11 @@ def format_fraction(count: int, total: int) -> str:
 def sketch_notes() -> dict[str, str]:
     """What each estimated number means, written into the report."""
     return {
-        "quantiles": f"KLL sketch (Apache DataSketches), k={QUANTILE_K}: exact while it holds every value, "
-                     "else each quantile's rank is within quantile_rank_error of the true rank (99 % confidence)",
-        "histogram": "counts from the same KLL sketch: exact when histogram_exact, else each bucket's count is "
-                     "within histogram_count_error of the true count (99 % confidence)",
+        "quantiles": f"exact up to {EXACT_VALUES} values per feature and split, then a KLL sketch (Apache "
+                     f"DataSketches, k={QUANTILE_K}): each quantile's rank is within quantile_rank_error of the true "
+                     "rank (99 % confidence)",
+        "histogram": "counts from the same values or sketch: exact when histogram_exact, else each bucket's count "
+                     "is within histogram_count_error of the true count (99 % confidence)",
         "top_values": f"Misra-Gries counters (capacity {TOP_CAPACITY}): exact when top_values_exact, else every "
                       "count is at most top_values_max_error below the true count",
         "num_unique": f"bottom-{DISTINCT_K} sketch of 64-bit hashes: exact below {DISTINCT_K} distinct values, else "

@@ -4,9 +4,9 @@ Every summary has ``add`` (a numpy batch at a time), ``merge`` (another summary 
 kind; the result summarises the union of both streams) and pickles small, so Beam can ship them
 between workers.
 
-- ``QuantileSketch``: Apache DataSketches' KLL sketch (``datasketches.kll_doubles_sketch``):
-  vectorised updates, merges, and a documented normalised rank error (``rank_error``, at 99 %
-  confidence). Exact while it holds every value (``exact``).
+- ``QuantileSketch``: the values themselves up to 32,768 of them (exact), then Apache
+  DataSketches' KLL sketch (``datasketches.kll_doubles_sketch``): vectorised updates, merges, and
+  a documented normalised rank error (``rank_error``, at 99 % confidence).
 - ``TopValues``: counters of up to ``capacity`` keys, summed exactly while the stream has at
   most that many distinct keys; past that Misra–Gries pruning keeps every key whose count is
   above ``max_error`` and underestimates any count by at most ``max_error`` (Agarwal et al.,
@@ -23,6 +23,7 @@ import pyarrow as pa
 import xxhash
 from datasketches import kll_doubles_sketch
 
+EXACT_VALUES = 1 << 15  # quantiles and histograms are exact up to 32,768 values per feature and split
 QUANTILE_K = 800  # normalised rank error ~0.35 % (quantiles), ~0.45 % (histogram masses), 99 % confidence
 TOP_CAPACITY = 4096
 DISTINCT_K = 16384  # exact below 16,384 distinct values; then ~0.78 % relative standard error
@@ -102,26 +103,58 @@ def _polynomial_hashes(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 
 
 class QuantileSketch:
-    """Quantiles, CDF and histogram masses of finite float64 values (a KLL sketch)."""
+    """Quantiles, CDF and histogram masses of finite float64 values.
 
-    def __init__(self, k: int = QUANTILE_K):
+    The values themselves are kept while there are at most ``exact_limit`` of them (exact and the
+    same on every run); past that they go into a KLL sketch, whose compactions are randomised.
+    """
+
+    def __init__(self, k: int = QUANTILE_K, exact_limit: int = EXACT_VALUES):
         self.k = k
+        self.exact_limit = exact_limit
+        self._values: list[np.ndarray] | None = []
+        self._count = 0
         self._sketch = kll_doubles_sketch(k)
 
     def add(self, values: np.ndarray) -> None:
-        if len(values):
-            self._sketch.update(np.ascontiguousarray(values, dtype=np.float64))
+        if not len(values):
+            return
+        values = np.ascontiguousarray(values, dtype=np.float64)
+        self._count += len(values)
+        if self._values is None:
+            self._sketch.update(values)
+            return
+        self._values.append(values)
+        if self._count > self.exact_limit:
+            self._to_sketch()
 
     def merge(self, other: QuantileSketch) -> None:
+        if other._values is not None:
+            for values in other._values:
+                self.add(values)
+            return
+        self._to_sketch()
+        self._count += other._count
         self._sketch.merge(other._sketch)
+
+    def _to_sketch(self) -> None:
+        if self._values is not None:
+            for values in self._values:
+                self._sketch.update(values)
+            self._values = None
+
+    def _sorted(self) -> np.ndarray:
+        ordered = np.sort(np.concatenate(self._values)) if self._values else np.zeros(0)
+        self._values = [ordered]
+        return ordered
 
     @property
     def count(self) -> int:
-        return int(self._sketch.n)
+        return self._count
 
     @property
     def exact(self) -> bool:
-        return not self._sketch.is_estimation_mode()
+        return self._values is not None or not self._sketch.is_estimation_mode()
 
     @property
     def rank_error(self) -> float:
@@ -134,21 +167,32 @@ class QuantileSketch:
         return 0.0 if self.exact else float(kll_doubles_sketch.get_normalized_rank_error(self.k, True))
 
     def quantiles(self, ranks: list[float]) -> list[float]:
-        if not self.count:
+        """The smallest value whose rank (fraction of values at or below it) reaches each of ``ranks``."""
+        if not self._count:
             return []
-        return [float(value) for value in self._sketch.get_quantiles(ranks, inclusive=True)]
+        if self._values is None:
+            return [float(value) for value in self._sketch.get_quantiles(ranks, inclusive=True)]
+        ordered = self._sorted()
+        positions = np.clip(np.ceil(np.asarray(ranks) * len(ordered)).astype(np.int64) - 1, 0, len(ordered) - 1)
+        return ordered[positions].tolist()
 
     def cdf(self, split_points: list[float]) -> list[float]:
-        """Fraction of values below each split point (plus 1.0 at the end), as the sketch sees it."""
-        if not self.count:
+        """Fraction of values below each split point (plus 1.0 at the end)."""
+        if not self._count:
             return []
-        return [float(value) for value in self._sketch.get_cdf(split_points)]
+        if self._values is None:
+            return [float(value) for value in self._sketch.get_cdf(split_points)]
+        ordered = self._sorted()
+        return (np.searchsorted(ordered, np.asarray(split_points, dtype=np.float64), side="left") / len(ordered)).tolist() + [1.0]
 
     def __getstate__(self) -> dict:
-        return {"k": self.k, "sketch": self._sketch.serialize()}
+        values = None if self._values is None else [np.concatenate(self._values)] if self._values else []
+        return {"k": self.k, "exact_limit": self.exact_limit, "values": values, "count": self._count,
+                "sketch": self._sketch.serialize()}
 
     def __setstate__(self, state: dict) -> None:
-        self.k = state["k"]
+        self.k, self.exact_limit = state["k"], state["exact_limit"]
+        self._values, self._count = state["values"], state["count"]
         self._sketch = kll_doubles_sketch.deserialize(state["sketch"])
 
 
