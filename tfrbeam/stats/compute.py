@@ -128,9 +128,9 @@ def accumulate_splits(source: StatsInput, workers: int | None = None) -> dict[st
         return results
     context = multiprocessing.get_context("spawn")  # no fork of a process that may run threads
     with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        futures = {pool.submit(accumulate_file, path, source.feature_types, source.compression): split for split, path in tasks}
-        for future in concurrent.futures.as_completed(futures):
-            results[futures[future]].merge(future.result())
+        futures = [(split, pool.submit(accumulate_file, path, source.feature_types, source.compression)) for split, path in tasks]
+        for split, future in futures:  # merged in file order, so sums round the same way on every run
+            results[split].merge(future.result())
     return results
 
 
