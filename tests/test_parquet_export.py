@@ -23,6 +23,7 @@ from tfrbeam.columnar_encode import record_batch_to_examples
 from tfrbeam.errors import ConfigError, RecordError
 from tfrbeam.example import decode_example
 from tfrbeam.parquet_export import export_to_parquet, parquet_name
+from pipelines.build.cli import main as build_main
 from tfrbeam.records import RecordWriter, read_records
 from tests.example_builds import build_examples
 
@@ -175,12 +176,12 @@ _ARROW = {"int64": pa.int64(), "float": pa.float32(), "bytes": pa.binary()}
 
 
 @st.composite
-def tables(draw):
+def tables(draw, layouts=("scalar", "nullable", "fixed", "list")):
     rows = draw(st.integers(1, 40))
     columns = {}
     for index in range(draw(st.integers(1, 4))):
         kind = draw(st.sampled_from(sorted(_NUMBERS)))
-        layout = draw(st.sampled_from(["scalar", "nullable", "fixed", "list"]))
+        layout = draw(st.sampled_from(layouts))
         values = _NUMBERS[kind]
         name = f"{layout}_{kind}_{index}"
         if layout == "scalar":
@@ -228,3 +229,22 @@ def test_hypothesis_tables_round_trip_through_plain_tfrecord_files(tmp_path_fact
     original = collections.Counter(canonical_row(row) for row in table.to_pylist())
     if kept == set(table.column_names):
         assert exported == original  # and the Parquet rows are the table's rows
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(tables(layouts=("scalar", "nullable", "list")))
+def test_hypothesis_tables_round_trip_through_a_build(tmp_path_factory, table):
+    """Parquet input -> tfrbeam build (config from infer-config) -> export: every split's rows, and all of them the input's."""
+    from pipelines.build.infer import infer_config
+
+    directory = tmp_path_factory.mktemp("build-rt")
+    pq.write_table(table, directory / "input.parquet")
+    config = directory / "config.yaml"
+    config.write_text(infer_config(str(directory / "input.parquet")))
+    dataset = directory / "dataset"
+    assert build_main([str(config), "--quiet", "--set", f"output.path={dataset}"]) == 0
+    paths = export_to_parquet(str(dataset), str(directory / "parquet"))
+    manifest = json.loads((dataset / "dataset_info.json").read_text())
+    for split in manifest["splits"]:
+        assert parquet_rows([path for path in paths if pathlib.Path(path).parent.name == split]) == split_records(dataset, split)
+    assert parquet_rows(paths) == collections.Counter(canonical_row(row) for row in table.to_pylist())
