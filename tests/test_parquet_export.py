@@ -248,3 +248,15 @@ def test_hypothesis_tables_round_trip_through_a_build(tmp_path_factory, table):
     for split in manifest["splits"]:
         assert parquet_rows([path for path in paths if pathlib.Path(path).parent.name == split]) == split_records(dataset, split)
     assert parquet_rows(paths) == collections.Counter(canonical_row(row) for row in table.to_pylist())
+
+
+def test_export_refuses_existing_parquet_files_unless_overwrite(built, tmp_path, capsys):
+    out = tmp_path / "again"
+    assert main(["export", str(built / "demo"), str(out), "--split", "eval"]) == 0
+    stale = out / "eval" / "eval-00007-of-00008.parquet"
+    stale.write_bytes(b"left over from an older export")
+    capsys.readouterr()
+    assert main(["export", str(built / "demo"), str(out), "--split", "eval"]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert main(["export", str(built / "demo"), str(out), "--split", "eval", "--overwrite"]) == 0
+    assert os.listdir(out / "eval") == ["eval-00000-of-00001.parquet"]

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 
 from tfrbeam import __version__
-from tfrbeam.errors import ConfigError, TfrbeamError
+from tfrbeam.errors import ConfigError, OutputExistsError, TfrbeamError
 from tfrbeam.startup import imports_without_gc
 
 EXIT_OK, EXIT_BAD_DATA, EXIT_USAGE = 0, 1, 2
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # `tfrbeam cat | head` is fine
         return EXIT_OK
-    except (FileNotFoundError, ConfigError) as error:
+    except (FileNotFoundError, ConfigError, OutputExistsError) as error:
         return _fail(str(error), EXIT_USAGE)
     except TfrbeamError as error:
         return _fail(str(error), EXIT_BAD_DATA)
@@ -209,6 +209,7 @@ def _add_stats_commands(commands) -> None:
     export.add_argument("output_dir", metavar="OUTPUT_DIR")
     export.add_argument("--split", action="append", default=None, metavar="S", help="only this split (repeatable)")
     export.add_argument("--columns", nargs="+", default=None, metavar="NAME", help="only these features, in this order")
+    export.add_argument("--overwrite", action="store_true", help="replace Parquet files already in OUTPUT_DIR's split directories")
     export.set_defaults(run=_run_export)
 
 
@@ -231,7 +232,8 @@ def _run_export(args: argparse.Namespace) -> int:
     from tfrbeam.parquet_export import export_to_parquet
 
     show = _records_progress("export") if sys.stderr.isatty() else None
-    paths = export_to_parquet(args.dataset, args.output_dir, splits=args.split, columns=args.columns, progress=show)
+    paths = export_to_parquet(args.dataset, args.output_dir, splits=args.split, columns=args.columns, progress=show,
+                              overwrite=args.overwrite)
     _clear_progress()
     print(f"wrote {len(paths)} Parquet file(s) under {args.output_dir}")
     return EXIT_OK

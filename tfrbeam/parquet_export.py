@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tfrbeam.errors import ConfigError
+from tfrbeam.errors import ConfigError, OutputExistsError
 from tfrbeam.record_blocks import record_blocks
 from tfrbeam.stats.accumulators import FEATURE_TYPES
 from tfrbeam.stats.compute import BLOCK_RECORDS, decode_block, resolve_input
@@ -133,15 +133,36 @@ def export_file(record_path: str, parquet_path: str, schema: pa.Schema, compress
     return rows
 
 
+def _clear_the_way(plan: ExportPlan, overwrite: bool) -> None:
+    """Refuse (or, with ``overwrite``, delete) Parquet files already in the directories the export writes to.
+
+    Without this, a re-export with fewer shards would leave the old extra files beside the new ones.
+    """
+    directories = sorted({os.path.dirname(target) for _, target, _, _ in plan.files})
+    found = sorted(
+        os.path.join(directory, name) for directory in directories if os.path.isdir(directory)
+        for name in os.listdir(directory) if name.endswith(".parquet")
+    )
+    if found and not overwrite:
+        raise OutputExistsError(
+            f"{found[0]} (and {len(found) - 1} more Parquet file(s)) already exist where the export writes; "
+            "pass --overwrite (overwrite=True) to replace them, or choose an empty OUTPUT_DIR"
+        )
+    for stale in found:
+        os.remove(stale)
+
+
 def export_to_parquet(
     path: str, output_dir: str, splits: Sequence[str] | None = None, columns: Sequence[str] | None = None,
-    progress: Callable[[int, int | None], None] | None = None,
+    progress: Callable[[int, int | None], None] | None = None, overwrite: bool = False,
 ) -> list[str]:
     """Export a build directory or TFRecord files to Parquet (see ``plan_export``); returns the Parquet paths.
 
-    ``progress(records_done, records_total_or_None)`` is called after every block.
+    Parquet files already in the target directories are refused unless ``overwrite`` (then deleted
+    first). ``progress(records_done, records_total_or_None)`` is called after every block.
     """
     plan = plan_export(path, output_dir, splits, columns)
+    _clear_the_way(plan, overwrite)
     done = 0
     total = plan.num_records
 
