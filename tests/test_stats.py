@@ -21,7 +21,8 @@ from tfrbeam.records import RecordWriter
 from tfrbeam.stats.accumulators import SplitAccumulator, stats_schema
 from tfrbeam.stats.compute import accumulate_file, compute_stats, write_dataset_stats
 from tfrbeam.stats.drift import jensen_shannon, l_infinity
-from tfrbeam.stats.report import DECILES, dataset_stats, format_fraction
+from tfrbeam.stats.report import DECILES, dataset_stats
+from tfrbeam.stats.text import format_fraction
 from tfrbeam.stats.sketches import DISTINCT_K, DistinctCount, TopValues, hash_binary
 
 DOCUMENTED_KEYS = {"type", "present", "min", "max", "mean", "std", "num_zeros", "num_nan", "histogram", "quantiles",

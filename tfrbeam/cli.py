@@ -156,7 +156,7 @@ def _run_cat(args: argparse.Namespace) -> int:
 
 def _run_inspect(args: argparse.Namespace) -> int:
     from tfrbeam import file_tools
-    from tfrbeam.stats.report import format_fraction
+    from tfrbeam.stats.text import format_fraction
 
     paths = file_tools.expand_record_paths(args.paths)
     report = file_tools.inspect_files(paths, limit=args.limit)

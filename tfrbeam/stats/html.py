@@ -11,7 +11,7 @@ import html
 from collections.abc import Mapping
 from typing import Any
 
-from tfrbeam.stats.report import format_fraction
+from tfrbeam.stats.text import format_fraction, value_label
 
 TOP_SHOWN = 5
 _HIST_WIDTH, _HIST_HEIGHT = 220, 56
@@ -60,12 +60,6 @@ def _n(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     return _e(value)
-
-
-def _label(value: Any) -> str:
-    if isinstance(value, dict) and "base64" in value:
-        return "base64:" + value["base64"]
-    return str(value)
 
 
 def presence_bar(present: int, total: int) -> str:
@@ -163,7 +157,7 @@ def _top_values(feature: Mapping[str, Any]) -> str:
     peak = max(item["count"] for item in values) or 1
     rows = []
     for item in values[:TOP_SHOWN]:
-        label = _label(item["value"])
+        label = value_label(item["value"])
         rows.append(
             f'<div><span class="v" title="{_e(label)}">{_e(label)}</span>'
             f'<i style="width:{100 * item["count"] / peak:.1f}%"></i><span class="num">{item["count"]:,}</span></div>'

@@ -24,25 +24,6 @@ NUM_TOP_VALUES = 20
 DECILES = [index / 10 for index in range(11)]
 
 
-def format_fraction(count: int, total: int) -> str:
-    """``count / total`` as a percentage that reads 100 % only when it is exactly 100 % (and 0 % only when 0).
-
-    One decimal by default; more while rounding would show 100.0 or 0.0 (26,111 / 26,115 -> "99.98%").
-    """
-    if total <= 0:
-        return "n/a"
-    if count == total:
-        return "100%"
-    if count == 0:
-        return "0%"
-    percent = 100.0 * count / total
-    for decimals in range(1, 7):
-        text = f"{percent:.{decimals}f}"
-        if text not in (f"{100:.{decimals}f}", f"{0:.{decimals}f}"):
-            return text + "%"
-    return ">99.999999%" if percent > 50 else "<0.000001%"
-
-
 def sketch_notes() -> dict[str, str]:
     """What each estimated number means, written into the report."""
     return {
@@ -58,7 +39,7 @@ def sketch_notes() -> dict[str, str]:
     }
 
 
-def feature_result(name: str, feature: FeatureAccumulator, num_examples: int, shape: Any = None) -> dict[str, Any]:
+def feature_result(feature: FeatureAccumulator, num_examples: int, shape: Any = None) -> dict[str, Any]:
     """One feature's entry of ``splits.<split>.features``."""
     counts = feature.values_per_example
     entry: dict[str, Any] = {
@@ -174,7 +155,7 @@ def split_result(split: SplitAccumulator, shapes: Mapping[str, Any] | None = Non
     return {
         "num_examples": split.num_examples,
         "features": {
-            name: feature_result(name, feature, split.num_examples, shapes.get(name))
+            name: feature_result(feature, split.num_examples, shapes.get(name))
             for name, feature in split.features.items()
         },
     }

@@ -5,18 +5,36 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tfrbeam.stats.report import format_fraction
-
 TOP_IN_SUMMARY = 3
+
+
+def format_fraction(count: int, total: int) -> str:
+    """``count / total`` as a percentage that reads 100 % only when it is exactly 100 % (and 0 % only when 0).
+
+    One decimal by default; more while rounding would show 100.0 or 0.0 (26,111 / 26,115 -> "99.98%").
+    """
+    if total <= 0:
+        return "n/a"
+    if count == total:
+        return "100%"
+    if count == 0:
+        return "0%"
+    percent = 100.0 * count / total
+    for decimals in range(1, 7):
+        text = f"{percent:.{decimals}f}"
+        if text not in (f"{100:.{decimals}f}", f"{0:.{decimals}f}"):
+            return text + "%"
+    return ">99.999999%" if percent > 50 else "<0.000001%"
 
 
 def _number(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int) else f"{value:.4g}"
 
 
-def _label(value: Any) -> str:
+def value_label(value: Any, width: int | None = None) -> str:
+    """A top value of stats.json as text (``base64:...`` for bytes that are not UTF-8), cut to ``width``."""
     text = "base64:" + value["base64"] if isinstance(value, dict) else str(value)
-    return text if len(text) <= 16 else text[:15] + "…"
+    return text if width is None or len(text) <= width else text[: width - 1] + "…"
 
 
 def feature_summary(feature: Mapping[str, Any]) -> str:
@@ -28,7 +46,7 @@ def feature_summary(feature: Mapping[str, Any]) -> str:
             parts.append(f"{feature['num_nan']:,} NaN")
     if feature.get("num_unique") is not None and (feature["type"] == "bytes" or feature["num_unique"] <= 20):
         unique = ("~" if feature["num_unique_estimated"] else "") + f"{feature['num_unique']:,} unique"
-        top = ", ".join(f"{_label(item['value'])} ({item['count']:,})" for item in feature["top_values"][:TOP_IN_SUMMARY])
+        top = ", ".join(f"{value_label(item['value'], 16)} ({item['count']:,})" for item in feature["top_values"][:TOP_IN_SUMMARY])
         parts.append(f"{unique}: {top}" if top else unique)
     counts = feature["values_per_example"]
     if counts["min"] is not None and (counts["min"], counts["max"]) != (1, 1):
