@@ -341,3 +341,12 @@ def test_statistics_of_small_data_are_exact_and_the_same_on_every_run(tmp_path):
     assert json.dumps(first, sort_keys=True) == json.dumps(again, sort_keys=True)
     numeric = [entry for entry in first["splits"]["files"]["features"].values() if entry["histogram"] is not None]
     assert numeric and all(entry["histogram_exact"] and entry["quantile_rank_error"] == 0 for entry in numeric)
+
+
+def test_binary_hashes_of_long_values_between_short_ones():
+    long_a, long_b = b"a" * 5000, b"a" * 4999 + b"b"
+    values = [b"x", long_a, b"", long_b, b"x", long_a, b"y" * 300_000]
+    array = pa.array(values, pa.binary())
+    offsets = np.frombuffer(array.buffers()[1], dtype=np.int32)[: len(values) + 1]
+    hashes = hash_binary(np.frombuffer(array.buffers()[2], dtype=np.uint8), offsets).tolist()
+    assert hashes[0] == hashes[4] and hashes[1] == hashes[5] and len(set(hashes)) == 5
