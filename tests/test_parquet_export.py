@@ -260,3 +260,15 @@ def test_export_refuses_existing_parquet_files_unless_overwrite(built, tmp_path,
     assert "--overwrite" in capsys.readouterr().err
     assert main(["export", str(built / "demo"), str(out), "--split", "eval", "--overwrite"]) == 0
     assert os.listdir(out / "eval") == ["eval-00000-of-00001.parquet"]
+
+
+def test_a_feature_that_is_always_an_empty_list_exports_as_a_list(tmp_path):
+    """Found by hypothesis in CI: open_dataset infers shape [0], and Arrow cannot build fixed_size_list<0> arrays."""
+    table = pa.table({"empty": pa.array([[], []], pa.list_(pa.int64())), "n": pa.array([1, 2])})
+    with RecordWriter(str(tmp_path / "a.tfrecord")) as writer:
+        for record in record_batch_to_examples(table):
+            writer.write(record)
+    [path] = export_to_parquet(str(tmp_path / "a.tfrecord"), str(tmp_path / "out"))
+    exported = pq.read_table(path)
+    assert pa.types.is_list(exported.schema.field("empty").type)
+    assert exported.column("empty").to_pylist() == [[], []] and exported.column("n").to_pylist() == [1, 2]

@@ -30,9 +30,11 @@ _RECORD_SUFFIXES = (".gz", ".zlib", ".tfrecord", ".tfrecords", ".tfr")
 def export_field(name: str, kind: str, shape: Sequence[int] | None, always_present: bool) -> pa.Field:
     """The Parquet column of one feature: scalar, fixed_size_list or list; nullable unless every example has it."""
     value_type = FEATURE_TYPES[kind]
-    if shape is None:
+    size = None if shape is None else math.prod(shape)
+    if shape is None or (len(shape) and size == 0):
+        # A fixed length of 0 (a feature inferred from records that all hold no values) is a list:
+        # Arrow cannot build fixed_size_list<0> arrays (pyarrow dies with SIGFPE).
         return pa.field(name, pa.list_(value_type), nullable=True)
-    size = math.prod(shape)
     arrow_type = value_type if len(shape) == 0 else pa.list_(value_type, size)
     return pa.field(name, arrow_type, nullable=not always_present)
 
