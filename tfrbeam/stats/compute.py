@@ -20,7 +20,6 @@ from typing import Any
 import pyarrow as pa
 
 from tfrbeam.columnar_decode import examples_to_record_batch
-from tfrbeam.dataset import open_dataset
 from tfrbeam.errors import ConfigError, ExampleDecodeError
 from tfrbeam.manifest_format import MANIFEST_NAME
 from tfrbeam.record_blocks import RecordBlock, record_blocks
@@ -53,6 +52,8 @@ def resolve_input(path: str, splits: Sequence[str] | None = None) -> StatsInput:
         return _from_build(path, splits)
     if splits:
         raise ConfigError(f"--split needs a directory written by `tfrbeam build` (with {MANIFEST_NAME}); {path!r} has none")
+    from tfrbeam.dataset import open_dataset  # here, not at the top: worker processes never need it
+
     dataset = open_dataset(path)
     types = {name: feature.dtype for name, feature in dataset.features.items()}
     shapes = {name: list(feature.shape) if hasattr(feature, "shape") else None for name, feature in dataset.features.items()}
@@ -63,6 +64,8 @@ def resolve_input(path: str, splits: Sequence[str] | None = None) -> StatsInput:
 
 def _from_build(directory: str, wanted: Sequence[str] | None) -> StatsInput:
     """Each split's shards as ``open_dataset`` finds them (it reads and checks the manifest); types and shapes from the manifest."""
+    from tfrbeam.dataset import open_dataset
+
     names = list(wanted) if wanted else _split_names(directory)
     sources = {name: open_dataset(directory, split=name).source for name in names}
     if not sources:
