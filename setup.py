@@ -29,6 +29,8 @@ setup(
         "pyarrow>=14",
         "numpy>=1.24",
         "PyYAML>=6",
+        # Apache DataSketches' KLL sketch: mergeable quantiles with a stated rank error, updated from numpy arrays.
+        "datasketches>=5.0",
     ],
     extras_require={
         "test": [

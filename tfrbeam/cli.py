@@ -1,4 +1,4 @@
-"""The ``tfrbeam`` command: ``verify``, ``cat``, ``inspect``, ``index``, ``build`` and ``infer-config``.
+"""The ``tfrbeam`` command: ``verify``, ``cat``, ``inspect``, ``index``, ``stats``, ``export``, ``build`` and ``infer-config``.
 
 Errors are one line on stderr, never a traceback: exit 1 when data is bad, 2 for usage or
 config errors. ``build`` and ``infer-config`` are handed to the pipelines package.
@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 
 from tfrbeam import __version__
-from tfrbeam.errors import ConfigError, TfrbeamError
+from tfrbeam.errors import ConfigError, OutputExistsError, TfrbeamError
 from tfrbeam.startup import imports_without_gc
 
 EXIT_OK, EXIT_BAD_DATA, EXIT_USAGE = 0, 1, 2
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # `tfrbeam cat | head` is fine
         return EXIT_OK
-    except (FileNotFoundError, ConfigError) as error:
+    except (FileNotFoundError, ConfigError, OutputExistsError) as error:
         return _fail(str(error), EXIT_USAGE)
     except TfrbeamError as error:
         return _fail(str(error), EXIT_BAD_DATA)
@@ -84,6 +84,7 @@ def _parser() -> argparse.ArgumentParser:
     index.add_argument("--dali", required=True, metavar="OUT_DIR", help="write <OUT_DIR>/<file name>.idx for each file")
     index.set_defaults(run=_run_index)
 
+    _add_stats_commands(commands)
     commands.add_parser("build", help="run a dataset build: tfrbeam build CONFIG.yaml [--set key=value ...] [Beam options]")
     return parser
 
@@ -165,6 +166,7 @@ def _run_cat(args: argparse.Namespace) -> int:
 
 def _run_inspect(args: argparse.Namespace) -> int:
     from tfrbeam import file_tools
+    from tfrbeam.stats.text import format_fraction
 
     paths = file_tools.expand_record_paths(args.paths)
     report = file_tools.inspect_files(paths, limit=args.limit)
@@ -182,13 +184,14 @@ def _run_inspect(args: argparse.Namespace) -> int:
     if report.features:
         print(f"\n{'feature':<24} {'kind':<8} {'present':>9} {'values/record':>14}")
         for name, stats in sorted(report.features.items()):
-            rate = f"{100.0 * stats.present / max(report.records, 1):.1f}%"
+            rate = format_fraction(stats.present, report.records)
             counts = f"{stats.min_count}..{stats.max_count}" if stats.min_count != stats.max_count else f"{stats.min_count}"
             print(f"{name or repr(name):<24} {str(stats.kind()):<8} {rate:>9} {counts:>14}")
         print("\nfeature_spec = {")
         for name, feature in spec.items():
             print(f"    {name!r}: {feature},")
         print("}")
+        _print_inspect_summary(file_tools.inspect_statistics(report, args.limit))
     return EXIT_OK
 
 
@@ -210,6 +213,74 @@ def _run_index(args: argparse.Namespace) -> int:
         count = write_dali_index(path, out)
         print(f"OK   {path}: {count} records -> {out}")
     return EXIT_OK
+
+
+def _print_inspect_summary(stats: dict) -> None:
+    from tfrbeam.stats.text import feature_summary
+
+    print("\nvalues (tfrbeam stats DATASET writes the full report):")
+    for name, feature in stats["splits"]["files"]["features"].items():
+        print(f"  {name or repr(name):<24} {feature_summary(feature)}")
+
+
+def _add_stats_commands(commands) -> None:
+    """The ``stats`` and ``export`` subcommands (statistics report; TFRecord -> Parquet)."""
+    stats = commands.add_parser("stats", help="write DATASET/stats.json and stats.html: per-split feature statistics and drift between splits")
+    stats.add_argument("dataset", metavar="DATASET", help="a tfrbeam build directory, or TFRecord files (a glob; then give --output-dir)")
+    stats.add_argument("--split", action="append", default=None, metavar="S", help="only this split (repeatable; the first is the drift baseline)")
+    stats.add_argument("--output-dir", default=None, metavar="DIR", help="where to write the two files (default: DATASET)")
+    stats.add_argument("--drift-threshold", type=float, default=None, metavar="X",
+                       help="flag features whose drift score is above X (default 0.1 for both methods)")
+    stats.add_argument("--workers", type=int, default=None, metavar="N", help="worker processes (default: CPUs for data over 64 MiB, else 1)")
+    stats.set_defaults(run=_run_stats)
+
+    export = commands.add_parser("export", help="write each TFRecord shard as a Parquet file: OUTPUT_DIR/<split>/<shard>.parquet")
+    export.add_argument("dataset", metavar="DATASET", help="a tfrbeam build directory, or TFRecord files (a glob)")
+    export.add_argument("output_dir", metavar="OUTPUT_DIR")
+    export.add_argument("--split", action="append", default=None, metavar="S", help="only this split (repeatable)")
+    export.add_argument("--columns", nargs="+", default=None, metavar="NAME", help="only these features, in this order")
+    export.add_argument("--overwrite", action="store_true", help="replace Parquet files already in OUTPUT_DIR's split directories")
+    export.set_defaults(run=_run_export)
+
+
+def _run_stats(args: argparse.Namespace) -> int:
+    from tfrbeam.stats.compute import compute_stats, write_stats_files
+    from tfrbeam.stats.text import summary_lines
+
+    thresholds = None if args.drift_threshold is None else {"l_infinity": args.drift_threshold, "jensen_shannon": args.drift_threshold}
+    if args.output_dir is None and not os.path.isdir(args.dataset):
+        raise ConfigError(f"{args.dataset} is not a dataset directory: pass --output-dir for the stats files of plain TFRecord files")
+    stats = compute_stats(args.dataset, splits=args.split, thresholds=thresholds, workers=args.workers)
+    json_path, html_path = write_stats_files(stats, args.output_dir or args.dataset)
+    for line in summary_lines(stats):
+        print(line)
+    print(f"\nwrote {json_path} and {html_path}")
+    return EXIT_OK
+
+
+def _run_export(args: argparse.Namespace) -> int:
+    from tfrbeam.parquet_export import export_to_parquet
+
+    show = _records_progress("export") if sys.stderr.isatty() else None
+    paths = export_to_parquet(args.dataset, args.output_dir, splits=args.split, columns=args.columns, progress=show,
+                              overwrite=args.overwrite)
+    _clear_progress()
+    print(f"wrote {len(paths)} Parquet file(s) under {args.output_dir}")
+    return EXIT_OK
+
+
+def _records_progress(label: str) -> Callable[[int, int | None], None]:
+    """A one-line progress bar on stderr, by records (a count alone when the total is unknown)."""
+    def show(done: int, total: int | None) -> None:
+        if total:
+            width = 30
+            filled = int(width * done / total)
+            sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,} records {label}")
+        else:
+            sys.stderr.write(f"\r{done:,} records {label}")
+        sys.stderr.flush()
+
+    return show
 
 
 def _run_infer_config(args: argparse.Namespace) -> int:

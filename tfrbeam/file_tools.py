@@ -16,6 +16,9 @@ from tfrbeam.errors import ExampleDecodeError, RecordError, TfrbeamError
 from tfrbeam.example import decode_example, decode_sequence_example
 from tfrbeam.manifest import MANIFEST_NAME, TF_DTYPES
 from tfrbeam.records import RecordReader
+from tfrbeam.stats.files import STATS_HTML, STATS_JSON
+
+_NOT_RECORD_FILES = (MANIFEST_NAME, STATS_JSON, STATS_HTML)  # what a dataset directory holds beside its shards
 
 
 
@@ -44,7 +47,7 @@ def _files_below(directory: str) -> list[str]:
     for root, dirs, names in os.walk(directory):
         dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
         for name in sorted(names):
-            if not name.startswith((".", "_")) and name != MANIFEST_NAME:
+            if not name.startswith((".", "_")) and name not in _NOT_RECORD_FILES:
                 found.append(os.path.join(root, name))
     return found
 
@@ -186,3 +189,25 @@ def inspect_files(paths: list[str], limit: int | None = None) -> InspectReport:
                 for name, (kind, values) in features.items():
                     report.features.setdefault(name, FeatureStats()).add(kind, len(values))
     return report
+
+
+def inspect_statistics(report: InspectReport, limit: int | None = None) -> dict:
+    """The statistics (``tfrbeam.stats``) of the records ``inspect_files`` looked at, one split named "files".
+
+    Features seen with one kind are counted; a feature with mixed kinds is left out (its report line says so).
+    """
+    from tfrbeam.stats.accumulators import SplitAccumulator
+    from tfrbeam.stats.compute import FILES_SPLIT, accumulate_file
+    from tfrbeam.stats.report import dataset_stats
+
+    types = {name: stats.kind() for name, stats in report.features.items() if stats.kind() in TF_DTYPES}
+    total = SplitAccumulator(types)
+    remaining = limit
+    for path in report.files:
+        if remaining is not None and remaining <= 0:
+            break
+        part = accumulate_file(path, types, "auto", limit=remaining)
+        total.merge(part)
+        if remaining is not None:
+            remaining -= part.num_examples
+    return dataset_stats({FILES_SPLIT: total})

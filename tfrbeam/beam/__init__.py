@@ -7,16 +7,25 @@ from tfrbeam.beam.arrow_coder import RecordBatchCoder
 from tfrbeam.beam.examples_read import ReadExamples
 from tfrbeam.beam.source import ReadAllFromTFRecord, ReadFromTFRecord, TFRecordSource
 
+# Statistics and Parquet export of datasets.
+from tfrbeam.beam.parquet_export import ExportToParquet, WriteToParquetWithChecksums
+from tfrbeam.beam.stats_combine import ComputeDatasetStats, SplitStatsCombineFn, WriteStatsFiles
+
 # Writing (sink helper).
 from tfrbeam.beam.examples_write import WriteExamples
 from tfrbeam.beam.sink import WriteToTFRecord
 
 __all__ = [
+    "ComputeDatasetStats",
+    "ExportToParquet",
     "ReadAllFromTFRecord",
     "RecordBatchCoder",
     "ReadExamples",
     "ReadFromTFRecord",
+    "SplitStatsCombineFn",
     "TFRecordSource",
     "WriteExamples",
+    "WriteStatsFiles",
+    "WriteToParquetWithChecksums",
     "WriteToTFRecord",
 ]

@@ -1,0 +1,160 @@
+"""Dataset statistics as a Beam combine, so they scale out (Dataflow): the same accumulators as ``tfrbeam stats``.
+
+``ComputeDatasetStats(dataset_dir)`` reads every split with ``ReadExamples`` (record batches with
+the statistics schema), combines each split's batches with ``SplitStatsCombineFn`` (add, merge,
+extract: the mergeable accumulators of ``tfrbeam.stats``) and gives one element, the
+``stats.json`` document; ``WriteStatsFiles`` writes it and the HTML report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import apache_beam as beam
+import pyarrow as pa
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from tfrbeam.beam.examples_read import ReadExamples
+from tfrbeam.stats.accumulators import SplitAccumulator, stats_schema
+from tfrbeam.stats.compute import resolve_input
+from tfrbeam.stats.files import STATS_HTML, STATS_JSON
+from tfrbeam.stats.report import dataset_stats
+
+
+def files_pattern(files: Sequence[str]) -> str | None:
+    """One glob that matches exactly ``files`` (same directory, ``*`` + their common suffix), or None."""
+    directories = {posixpath.dirname(path.replace(os.sep, "/")) for path in files}
+    if len(directories) != 1 or not files:
+        return None
+    names = [posixpath.basename(path.replace(os.sep, "/")) for path in files]
+    suffix = os.path.commonprefix([name[::-1] for name in names])[::-1]
+    pattern = os.path.join(os.path.dirname(files[0]), "*" + suffix)
+    try:
+        matched = {metadata.path for metadata in FileSystems.match([pattern])[0].metadata_list}
+    except (OSError, ValueError):
+        return None
+    return pattern if {os.path.normpath(path) for path in matched} == {os.path.normpath(path) for path in files} else None
+
+
+def read_batches(pbegin, label: str, files: Sequence[str], schema: pa.Schema, compression: str | None, batch_size: int):
+    """``ReadExamples`` record batches of ``files``: one read of a glob when one matches exactly those files, else one per file."""
+    pattern = files_pattern(files)
+    patterns = [pattern] if pattern is not None else list(files)
+    reads = [
+        pbegin | f"Read {label} {index}" >> ReadExamples(
+            item, output="record_batches", schema=schema, batch_size=batch_size, compression=compression,
+        )
+        for index, item in enumerate(patterns)
+    ]
+    return reads[0] if len(reads) == 1 else reads | f"Flatten {label}" >> beam.Flatten()
+
+
+class SplitStatsCombineFn(beam.CombineFn):
+    """Combines Arrow RecordBatches (decoded with ``stats_schema``) into one split's SplitAccumulator."""
+
+    def __init__(self, feature_types: Mapping[str, str]):
+        super().__init__()
+        self._feature_types = dict(feature_types)
+
+    def create_accumulator(self) -> SplitAccumulator:
+        return SplitAccumulator(self._feature_types)
+
+    def add_input(self, accumulator: SplitAccumulator, batch: pa.RecordBatch) -> SplitAccumulator:
+        accumulator.add(batch)
+        return accumulator
+
+    def merge_accumulators(self, accumulators) -> SplitAccumulator:
+        merged = self.create_accumulator()
+        for accumulator in accumulators:
+            merged.merge(accumulator)
+        return merged
+
+    def extract_output(self, accumulator: SplitAccumulator) -> SplitAccumulator:
+        return accumulator
+
+
+class _StatsDocument(beam.DoFn):
+    """All splits' accumulators -> the stats.json document (splits in manifest order; the first is the baseline)."""
+
+    def __init__(self, order: Sequence[str], feature_types: Mapping[str, str], shapes: Mapping[str, Any],
+                 thresholds: Mapping[str, float] | None, source: str):
+        self._order = list(order)
+        self._feature_types = dict(feature_types)
+        self._shapes = dict(shapes)
+        self._thresholds = thresholds
+        self._source = source
+
+    def process(self, pairs):
+        found = dict(pairs)
+        # A split with no records has no key after the combine: it is reported with 0 examples.
+        splits = {name: found.get(name) or SplitAccumulator(self._feature_types) for name in self._order}
+        yield dataset_stats(splits, self._shapes, self._thresholds, source=self._source)
+
+
+class ComputeDatasetStats(beam.PTransform):
+    """Read a build directory's splits and give its ``stats.json`` document as one element.
+
+    The manifest is read when the pipeline is constructed (locally); the shards are read by the
+    workers. ``splits`` picks some splits (default all); ``batch_size`` is ReadExamples'.
+    """
+
+    def __init__(self, dataset_dir: str, splits: Sequence[str] | None = None,
+                 thresholds: Mapping[str, float] | None = None, batch_size: int = 8192):
+        super().__init__()
+        self._source = resolve_input(dataset_dir, splits)
+        self._thresholds = thresholds
+        self._batch_size = batch_size
+
+    def expand(self, pbegin):
+        source = self._source
+        schema = stats_schema(source.feature_types)
+        keyed = []
+        for split, files in source.splits.items():
+            batches = read_batches(pbegin, split, files, schema, source.compression, self._batch_size)
+            keyed.append(batches | f"Key {split}" >> beam.Map(lambda batch, name=split: (name, batch)))
+        per_split = (
+            keyed | "FlattenSplits" >> beam.Flatten()
+            | "CombineSplits" >> beam.CombinePerKey(SplitStatsCombineFn(source.feature_types))
+        )
+        return (
+            per_split
+            | "AllSplits" >> beam.combiners.ToList()
+            | "Document" >> beam.ParDo(_StatsDocument(
+                list(source.splits), source.feature_types, source.shapes, self._thresholds, source.source,
+            ))
+        )
+
+
+class _WriteStats(beam.DoFn):
+    def __init__(self, output_dir: str, title: str | None):
+        self._output_dir = output_dir
+        self._title = title
+
+    def process(self, stats: dict):
+        from tfrbeam.stats.html import render_html
+
+        written = []
+        for name, text in ((STATS_JSON, json.dumps(stats, indent=2, allow_nan=False) + "\n"),
+                           (STATS_HTML, render_html(stats, title=self._title or self._output_dir))):
+            path = FileSystems.join(self._output_dir, name)
+            with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+                handle.write(text.encode("utf-8"))
+            written.append(path)
+        yield from written
+
+
+class WriteStatsFiles(beam.PTransform):
+    """Write a stats document as ``stats.json`` and ``stats.html`` in ``output_dir`` (any Beam filesystem); gives the paths."""
+
+    def __init__(self, output_dir: str, title: str | None = None):
+        super().__init__()
+        self._output_dir = output_dir
+        self._title = title
+
+    def expand(self, stats):
+        return stats | "WriteStats" >> beam.ParDo(_WriteStats(self._output_dir, self._title))

@@ -1,0 +1,179 @@
+"""TFRecord Examples -> Parquet: one Parquet file per shard, with the schema the manifest (or the files) give.
+
+Schema: a scalar feature (shape ``[]``) is a scalar column, a fixed-length one (``[n]``) a
+``fixed_size_list``, a variable-length one a ``list``; a feature some examples lack is nullable
+and null there. Types: int64, float32 (what an Example holds) and binary. Parquet page checksums
+are written (``write_page_checksum``); each file is written to a temp name and renamed, so a file
+under its final name is always complete.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tfrbeam.errors import ConfigError, OutputExistsError
+from tfrbeam.record_blocks import record_blocks
+from tfrbeam.stats.accumulators import FEATURE_TYPES
+from tfrbeam.stats.compute import BLOCK_RECORDS, decode_block, resolve_input
+
+PARQUET_COMPRESSION = "snappy"
+_RECORD_SUFFIXES = (".gz", ".zlib", ".tfrecord", ".tfrecords", ".tfr")
+
+
+def export_field(name: str, kind: str, shape: Sequence[int] | None, always_present: bool) -> pa.Field:
+    """The Parquet column of one feature: scalar, fixed_size_list or list; nullable unless every example has it."""
+    value_type = FEATURE_TYPES[kind]
+    size = None if shape is None else math.prod(shape)
+    if shape is None or (len(shape) and size == 0):
+        # A fixed length of 0 (a feature inferred from records that all hold no values) is a list:
+        # Arrow cannot build fixed_size_list<0> arrays (pyarrow dies with SIGFPE).
+        return pa.field(name, pa.list_(value_type), nullable=True)
+    arrow_type = value_type if len(shape) == 0 else pa.list_(value_type, size)
+    return pa.field(name, arrow_type, nullable=not always_present)
+
+
+def export_schema(features: Mapping[str, Mapping[str, Any]], columns: Sequence[str] | None = None) -> pa.Schema:
+    """The export schema of manifest-style features ``{name: {type, shape, always_present}}``, columns in that order."""
+    names = list(columns) if columns else sorted(features)
+    unknown = [name for name in names if name not in features]
+    if unknown:
+        raise ConfigError(f"--columns {unknown} are not features of this dataset; it has {sorted(features)}")
+    return pa.schema([
+        export_field(name, features[name]["type"], features[name].get("shape"), bool(features[name].get("always_present", True)))
+        for name in names
+    ])
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportPlan:
+    """Which TFRecord file becomes which Parquet file, with what schema."""
+
+    schema: pa.Schema
+    compression: str | None
+    files: tuple[tuple[str, str, int | None, str | None], ...]  # (TFRecord path, Parquet path, records, split)
+
+    @property
+    def num_records(self) -> int | None:
+        counts = [count for _, _, count, _ in self.files]
+        return None if any(count is None for count in counts) else sum(counts)  # type: ignore[misc]
+
+
+def parquet_name(record_path: str) -> str:
+    """``train-00000-of-00004.tfrecord.gz`` -> ``train-00000-of-00004.parquet``."""
+    name = os.path.basename(record_path)
+    stripped = True
+    while stripped:
+        stripped = False
+        for suffix in _RECORD_SUFFIXES:
+            if name.endswith(suffix) and len(name) > len(suffix):
+                name, stripped = name[: -len(suffix)], True
+    return name + ".parquet"
+
+
+def plan_export(path: str, output_dir: str, splits: Sequence[str] | None = None, columns: Sequence[str] | None = None) -> ExportPlan:
+    """The export of a build directory (``OUTPUT_DIR/<split>/<shard>.parquet``) or TFRecord files (``OUTPUT_DIR/<file>.parquet``)."""
+    source = resolve_input(path, splits)
+    if source.manifest is not None:
+        features = source.manifest.get("features") or {}
+        counts = {
+            os.path.join(path, *shard["path"].split("/")): int(shard["num_examples"])
+            for entry in source.manifest["splits"].values() for shard in entry["shards"]
+        }
+        files = tuple(
+            (record, os.path.join(output_dir, split, parquet_name(record)), counts.get(record), split)
+            for split, records in source.splits.items() for record in records
+        )
+    else:
+        features = {
+            name: {"type": kind, "shape": source.shapes.get(name), "always_present": False}  # inferred: later records may lack it
+            for name, kind in source.feature_types.items()
+        }
+        files = tuple(
+            (record, os.path.join(output_dir, parquet_name(record)), None, None)
+            for records in source.splits.values() for record in records
+        )
+    targets = [target for _, target, _, _ in files]
+    if len(set(targets)) != len(targets):
+        raise ConfigError("two input files would be exported to the same Parquet file name; export them into separate directories")
+    return ExportPlan(export_schema(features, columns), source.compression, files)
+
+
+def parquet_writer(where: Any, schema: pa.Schema) -> pq.ParquetWriter:
+    """A Parquet writer with page checksums on (``where``: a path or a binary file object)."""
+    return pq.ParquetWriter(where, schema, compression=PARQUET_COMPRESSION, write_page_checksum=True)
+
+
+def export_file(record_path: str, parquet_path: str, schema: pa.Schema, compression: str | None = "auto",
+                progress: Callable[[int], None] | None = None) -> int:
+    """Write one TFRecord file's Examples as one Parquet file (temp name, then rename); returns the row count."""
+    directory = os.path.dirname(parquet_path) or "."
+    os.makedirs(directory, exist_ok=True)
+    temp = os.path.join(directory, f".{os.path.basename(parquet_path)}.tmp")
+    rows = 0
+    try:
+        with parquet_writer(temp, schema) as writer:
+            for block in record_blocks(record_path, compression, block_length=BLOCK_RECORDS):
+                batch = decode_block(record_path, block, schema)
+                writer.write_batch(batch)
+                rows += batch.num_rows
+                if progress is not None:
+                    progress(batch.num_rows)
+            if rows == 0:
+                writer.write_table(schema.empty_table())
+        os.replace(temp, parquet_path)
+    except BaseException:
+        if os.path.exists(temp):
+            os.remove(temp)
+        raise
+    return rows
+
+
+def _clear_the_way(plan: ExportPlan, overwrite: bool) -> None:
+    """Refuse (or, with ``overwrite``, delete) Parquet files already in the directories the export writes to.
+
+    Without this, a re-export with fewer shards would leave the old extra files beside the new ones.
+    """
+    directories = sorted({os.path.dirname(target) for _, target, _, _ in plan.files})
+    found = sorted(
+        os.path.join(directory, name) for directory in directories if os.path.isdir(directory)
+        for name in os.listdir(directory) if name.endswith(".parquet")
+    )
+    if found and not overwrite:
+        raise OutputExistsError(
+            f"{found[0]} (and {len(found) - 1} more Parquet file(s)) already exist where the export writes; "
+            "pass --overwrite (overwrite=True) to replace them, or choose an empty OUTPUT_DIR"
+        )
+    for stale in found:
+        os.remove(stale)
+
+
+def export_to_parquet(
+    path: str, output_dir: str, splits: Sequence[str] | None = None, columns: Sequence[str] | None = None,
+    progress: Callable[[int, int | None], None] | None = None, overwrite: bool = False,
+) -> list[str]:
+    """Export a build directory or TFRecord files to Parquet (see ``plan_export``); returns the Parquet paths.
+
+    Parquet files already in the target directories are refused unless ``overwrite`` (then deleted
+    first). ``progress(records_done, records_total_or_None)`` is called after every block.
+    """
+    plan = plan_export(path, output_dir, splits, columns)
+    _clear_the_way(plan, overwrite)
+    done = 0
+    total = plan.num_records
+
+    def advance(count: int) -> None:
+        nonlocal done
+        done += count
+        if progress is not None:
+            progress(done, total)
+
+    for record_path, parquet_path, _, _ in plan.files:
+        export_file(record_path, parquet_path, plan.schema, plan.compression, advance)
+    return [parquet_path for _, parquet_path, _, _ in plan.files]

@@ -1,0 +1,177 @@
+"""Statistics computed locally from TFRecord files: read in blocks, decoded columnar, accumulated, merged.
+
+Files are read a block of records at a time (``tfrbeam.record_blocks``) and decoded with the
+manifest's feature types (``stats_schema``); each file's accumulator is built on its own (in
+worker processes when the data is large) and the results are merged, exactly as the Beam
+combine merges its accumulators.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import json
+import logging
+import multiprocessing
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from tfrbeam.columnar_decode import examples_to_record_batch
+from tfrbeam.errors import ConfigError, ExampleDecodeError
+from tfrbeam.manifest_format import MANIFEST_NAME
+from tfrbeam.record_blocks import RecordBlock, record_blocks
+from tfrbeam.stats.files import STATS_HTML, STATS_JSON
+from tfrbeam.stats.accumulators import SplitAccumulator, stats_schema
+from tfrbeam.stats.report import dataset_stats
+
+_LOG = logging.getLogger(__name__)
+
+BLOCK_RECORDS = 8192
+PROCESSES_MIN_BYTES = 64 << 20  # below this, starting worker processes costs more than it saves
+FILES_SPLIT = "files"  # the split name of plain TFRecord files (no build, no manifest)
+
+
+@dataclasses.dataclass(frozen=True)
+class StatsInput:
+    """What statistics read: each split's files, the feature types and shapes, and the files' compression."""
+
+    splits: dict[str, tuple[str, ...]]
+    feature_types: dict[str, str]
+    shapes: dict[str, Any]
+    compression: str | None
+    source: str
+    manifest: dict | None = None
+
+
+def resolve_input(path: str, splits: Sequence[str] | None = None) -> StatsInput:
+    """A ``tfrbeam build`` directory (its manifest) or TFRecord files (a glob; features inferred as ``open_dataset`` does)."""
+    if os.path.isdir(path) and os.path.isfile(os.path.join(path, MANIFEST_NAME)):
+        return _from_build(path, splits)
+    if splits:
+        raise ConfigError(f"--split needs a directory written by `tfrbeam build` (with {MANIFEST_NAME}); {path!r} has none")
+    from tfrbeam.dataset import open_dataset  # here, not at the top: worker processes never need it
+
+    dataset = open_dataset(path)
+    types = {name: feature.dtype for name, feature in dataset.features.items()}
+    shapes = {name: list(feature.shape) if hasattr(feature, "shape") else None for name, feature in dataset.features.items()}
+    files = tuple(shard.path for shard in dataset.source.files)
+    compression = dataset.source.files[0].compression if dataset.source.files else None
+    return StatsInput({FILES_SPLIT: files}, types, shapes, compression, path)
+
+
+def _from_build(directory: str, wanted: Sequence[str] | None) -> StatsInput:
+    """Each split's shards as ``open_dataset`` finds them (it reads and checks the manifest); types and shapes from the manifest."""
+    from tfrbeam.dataset import open_dataset
+
+    names = list(wanted) if wanted else _split_names(directory)
+    sources = {name: open_dataset(directory, split=name).source for name in names}
+    if not sources:
+        raise ConfigError(f"{directory}: the manifest lists no splits")
+    first = next(iter(sources.values()))
+    features = first.manifest.get("features") or {}
+    return StatsInput(
+        splits={name: tuple(shard.path for shard in source.files) for name, source in sources.items()},
+        feature_types={name: entry["type"] for name, entry in features.items()},
+        shapes={name: entry.get("shape") for name, entry in features.items()},
+        compression=first.files[0].compression if first.files else None,
+        source=directory,
+        manifest=first.manifest,
+    )
+
+
+def _split_names(directory: str) -> list[str]:
+    path = os.path.join(directory, MANIFEST_NAME)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return list(json.load(handle).get("splits") or {})
+    except (OSError, ValueError, AttributeError) as error:
+        raise ConfigError(f"{path}: cannot read the dataset manifest: {error}") from error
+
+
+def accumulate_file(
+    path: str, feature_types: Mapping[str, str], compression: str | None = "auto", limit: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> SplitAccumulator:
+    """The statistics of one TFRecord file of Examples (its first ``limit`` records when given)."""
+    schema = stats_schema(feature_types)
+    accumulator = SplitAccumulator(feature_types)
+    for block in record_blocks(path, compression, block_length=BLOCK_RECORDS, limit=limit):
+        accumulator.add(decode_block(path, block, schema))
+        if progress is not None:
+            progress(len(block.starts))
+    return accumulator
+
+
+def decode_block(path: str, block: RecordBlock, schema: pa.Schema) -> pa.RecordBatch:
+    """One block decoded with ``schema``; a malformed record is named by file and byte offset."""
+    try:
+        return examples_to_record_batch((block.data, block.starts, block.ends), schema=schema)
+    except ExampleDecodeError as error:
+        for index, offset in enumerate(block.offsets.tolist()):
+            try:
+                examples_to_record_batch([block.payload(index)], schema=schema)
+            except ExampleDecodeError as single:
+                raise ExampleDecodeError(f"{path}: the record at offset {offset}: {single}") from error
+        raise ExampleDecodeError(f"{path}: records at offsets {block.offsets[0]}..{block.offsets[-1]}: {error}") from error
+
+
+def accumulate_splits(source: StatsInput, workers: int | None = None) -> dict[str, SplitAccumulator]:
+    """Each split's merged accumulator, files read in parallel worker processes when the data is large."""
+    tasks = [(split, path) for split, paths in source.splits.items() for path in paths]
+    results = {split: SplitAccumulator(source.feature_types) for split in source.splits}
+    total_bytes = sum(os.path.getsize(path) for _, path in tasks)
+    if workers is None:
+        workers = (os.cpu_count() or 1) if total_bytes >= PROCESSES_MIN_BYTES else 1
+    if workers <= 1 or len(tasks) <= 1:
+        for split, path in tasks:
+            results[split].merge(accumulate_file(path, source.feature_types, source.compression))
+        return results
+    context = multiprocessing.get_context("spawn")  # no fork of a process that may run threads
+    with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        futures = [(split, pool.submit(accumulate_file, path, source.feature_types, source.compression)) for split, path in tasks]
+        for split, future in futures:  # merged in file order, so sums round the same way on every run
+            results[split].merge(future.result())
+    return results
+
+
+def compute_stats(
+    path: str, splits: Sequence[str] | None = None, thresholds: Mapping[str, float] | None = None,
+    workers: int | None = None,
+) -> dict[str, Any]:
+    """The ``stats.json`` document of a build directory or of TFRecord files."""
+    source = resolve_input(path, splits)
+    return dataset_stats(accumulate_splits(source, workers), source.shapes, thresholds, source=source.source)
+
+
+def write_stats_files(stats: Mapping[str, Any], output_dir: str, title: str | None = None) -> tuple[str, str]:
+    """Write ``stats.json`` and ``stats.html`` into ``output_dir`` (each through a temp name and a rename)."""
+    from tfrbeam.stats.html import render_html
+
+    os.makedirs(output_dir, exist_ok=True)
+    json_path = os.path.join(output_dir, STATS_JSON)
+    html_path = os.path.join(output_dir, STATS_HTML)
+    _write_atomically(json_path, json.dumps(stats, indent=2, allow_nan=False) + "\n")
+    name = title or os.path.basename(os.path.normpath(str(stats.get("source") or output_dir)))
+    _write_atomically(html_path, render_html(stats, title=name))
+    return json_path, html_path
+
+
+def write_dataset_stats(dataset_dir: str, workers: int | None = None, thresholds: Mapping[str, float] | None = None) -> tuple[str, str]:
+    """Compute a build directory's statistics and write ``stats.json`` and ``stats.html`` beside its manifest.
+
+    The build calls this after it commits the dataset (``stats: true``); returns both paths.
+    """
+    if not os.path.isfile(os.path.join(dataset_dir, MANIFEST_NAME)):
+        raise ConfigError(f"{dataset_dir}: no {MANIFEST_NAME}; statistics are written for finished builds")
+    stats = compute_stats(dataset_dir, workers=workers, thresholds=thresholds)
+    return write_stats_files(stats, dataset_dir)
+
+
+def _write_atomically(path: str, text: str) -> None:
+    temp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp")
+    with open(temp, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.replace(temp, path)

@@ -1,0 +1,77 @@
+"""Drift between two splits' distributions of one feature.
+
+- Categorical features (bytes, and int64 with at most ``CATEGORICAL_MAX_UNIQUE`` distinct values
+  in both splits): the L-infinity distance between the normalised value distributions,
+  ``max_v |p(v) - q(v)|``, as TFDV defines it.
+- Numeric features: the Jensen–Shannon divergence (base 2, in [0, 1]) between the two splits'
+  histograms over ``DRIFT_BUCKETS`` equal-width buckets of the range both splits cover.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tfrbeam.stats.accumulators import FeatureAccumulator
+
+CATEGORICAL_MAX_UNIQUE = 20
+DRIFT_BUCKETS = 20
+DEFAULT_THRESHOLDS = {"l_infinity": 0.1, "jensen_shannon": 0.1}
+
+
+def l_infinity(p: dict, q: dict) -> float:
+    """``max |p(v) - q(v)|`` over the values of either distribution (a value one lacks counts as 0 there)."""
+    return max((abs(p.get(value, 0.0) - q.get(value, 0.0)) for value in set(p) | set(q)), default=0.0)
+
+
+def jensen_shannon(p: np.ndarray, q: np.ndarray) -> float:
+    """Jensen–Shannon divergence (base-2 logs) of two histograms, each normalised to sum 1; 0 for identical ones."""
+    p = np.asarray(p, dtype=np.float64)
+    q = np.asarray(q, dtype=np.float64)
+    if p.sum() <= 0 or q.sum() <= 0:
+        return 0.0
+    p, q = p / p.sum(), q / q.sum()
+    m = (p + q) / 2
+
+    def kl(a: np.ndarray) -> float:
+        mask = a > 0
+        return float(np.sum(a[mask] * np.log2(a[mask] / m[mask])))
+
+    return min(max(0.5 * kl(p) + 0.5 * kl(q), 0.0), 1.0)
+
+
+def is_categorical(kind: str, *features: FeatureAccumulator) -> bool:
+    if kind == "bytes":
+        return True
+    if kind != "int64":
+        return False
+    return all(f.categorical.distinct.exact and f.categorical.distinct.estimate() <= CATEGORICAL_MAX_UNIQUE for f in features)
+
+
+def feature_drift(kind: str, base: FeatureAccumulator, other: FeatureAccumulator) -> dict | None:
+    """``{"method", "score"}`` comparing ``other`` with ``base``; None when either split has no values to compare."""
+    if not base.num_values or not other.num_values:
+        return None
+    if is_categorical(kind, base, other):
+        score = l_infinity(base.categorical.top.frequencies(), other.categorical.top.frequencies())
+        return {"method": "l_infinity", "score": score}
+    if base.numeric.min is None or other.numeric.min is None:
+        return None
+    low = min(base.numeric.min, other.numeric.min)
+    high = max(base.numeric.max, other.numeric.max)
+    if not high > low:
+        return {"method": "jensen_shannon", "score": 0.0}
+    edges = np.linspace(float(low), float(high), DRIFT_BUCKETS + 1)[1:-1].tolist()
+    score = jensen_shannon(_masses(base, edges), _masses(other, edges))
+    return {"method": "jensen_shannon", "score": score}
+
+
+def _masses(feature: FeatureAccumulator, inner_edges: list[float]) -> np.ndarray:
+    cdf = feature.numeric.quantiles.cdf(inner_edges)
+    return np.diff(np.concatenate(([0.0], cdf)))
+
+
+def rounded(value: float) -> float:
+    """Scores kept to 6 significant digits in the report (they are estimates)."""
+    return float(f"{value:.6g}") if math.isfinite(value) else value
