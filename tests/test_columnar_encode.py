@@ -103,7 +103,15 @@ FLOAT_TYPES = {pa.float16(): np.float16, pa.float32(): np.float32, pa.float64():
 BYTES_TYPES = [pa.string(), pa.large_string(), pa.binary(), pa.large_binary(), pa.string_view(), pa.binary_view()]
 LIST_TYPES = [pa.list_, pa.large_list, pa.list_view, pa.large_list_view, "fixed"]
 
-names = st.text(st.characters(exclude_categories=("Cs",)), max_size=6)
+# Code points at the edges of UTF-8 and UTF-16 encodings. Names from U+E000 up sort before astral
+# names (U+10000 up) by UTF-16 code units but after them by UTF-8 bytes, so drawing both in one
+# batch tells the two orders apart; general text alone rarely does.
+EDGE_CODE_POINTS = ["", "a", "\x00", "\x7f", "\x80", "\u07ff", "\u0800", "\ud7ff", "\ue000", "\uff01", "\ufffd", "\uffff",
+                    "\U00010000", "\U0001f600", "\U0010ffff"]
+names = st.one_of(
+    st.text(st.characters(exclude_categories=("Cs",)), max_size=6),
+    st.lists(st.sampled_from(EDGE_CODE_POINTS), max_size=3).map("".join),
+)
 SPECIAL_FLOATS = [math.nan, -math.nan, math.inf, -math.inf, -0.0, 0.0, 1e300, -1e-300, 65504.0, 3.4028235e38]
 
 
@@ -303,6 +311,16 @@ def test_prefix_names_are_ordered_by_utf8_bytes_shorter_first():
         position += 2 + entry_length
     assert keys == ["", "a", "ab", "abc", "b"]
     assert_matches_references(batch, [record])
+
+
+@pytest.mark.parametrize("row", [
+    {"\uff01": [1], "\U0001f600": [2]},
+    {"\ue000": [1], "\U00010000": [2], "\uffff": [3], "\U0010ffff": [4], "\ud7ff": [5]},
+])
+def test_names_above_u_e000_and_astral_names_are_ordered_by_utf8_bytes(row):
+    batch = pa.record_batch({name: pa.array(values, pa.int64()) for name, values in row.items()})
+    assert record_batch_to_examples(batch) == [encode_example(row)]
+    assert_matches_references(batch, record_batch_to_examples(batch))
 
 
 def test_one_thousand_columns():
