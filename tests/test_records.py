@@ -388,6 +388,30 @@ def test_every_member_of_many_small_gzip_members_is_read(members):
     assert _read(data, "gzip") == [payload for payloads in members for payload in payloads]
 
 
+@settings(max_examples=60, deadline=None)
+@given(payloads=st.lists(st.binary(max_size=300), min_size=1, max_size=6), compression=st.sampled_from(["gzip", "zlib"]),
+       data=st.data())
+def test_a_compressed_stream_cut_anywhere_before_its_trailer_raises_truncated_stream(payloads, compression, data):
+    """Without the TF vectors: a cut that falls between framed records must not pass as a clean end of file."""
+    encoded = _encode(payloads, compression)
+    trailer = 8 if compression == "gzip" else 4  # CRC32 + ISIZE, or Adler-32
+    cut = data.draw(st.integers(1, len(encoded) - 1), label="cut")
+    with pytest.raises((TruncatedRecordError, CorruptRecordError)) as caught:
+        _read(encoded[:cut], compression)
+    if cut > len(encoded) - trailer:  # only the trailer is missing: every record decompressed
+        assert caught.value.check == "truncated_stream"
+
+
+def test_the_mask_is_the_formats_rotation_plus_its_constant():
+    """Without the TF vectors: mask(c) = ((c >> 15) | (c << 17)) + 0xa282ead8, mod 2^32, of crc32c."""
+    import crc32c
+
+    for payload in (b"", b"a", b"hello world", bytes(range(256))):
+        crc = crc32c.crc32c(payload)
+        assert masked_crc32c(payload) == ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+    assert masked_crc32c(b"") == 0xA282EAD8  # crc32c(b"") is 0, so the mask of nothing is the constant itself
+
+
 def test_find_record_start_skips_to_the_next_valid_record():
     payloads = [b"first record", b"second", b"third!"]
     data = frame_records(payloads)
