@@ -35,6 +35,10 @@ setup(
             "hypothesis>=6.80",
             "pytest-xdist>=3",
             "apache-beam[gcp]>=2.60",
+            # The lint and type gates of the test command (config in pyproject.toml).
+            "ruff>=0.6",
+            "mypy>=1.10",
+            "types-PyYAML",
         ],
         # Optional: the PyTorch adapter of tfrbeam.dataset (tfrbeam.dataset.torch).
         "torch": ["torch>=2.0"],

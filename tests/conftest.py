@@ -59,7 +59,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _testdata_dir(name: str) -> pathlib.Path:
     path = TESTDATA / name
     if not path.is_dir():
-        raise FileNotFoundError(f"test data {path} is missing: it is part of the repository (tests/data/{name}); restore it with git checkout")
+        raise FileNotFoundError(
+            f"test data {path} is missing: it is part of the repository (tests/data/{name}); restore it with git checkout"
+        )
     return path
 
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from benchmarks.table import make_benchmark_table
 from tfrbeam import columnar_encode
@@ -233,7 +233,7 @@ def test_slices_and_chunked_tables_encode_like_their_rows(batch, data):
     for name, array in zip(sliced.schema.names, sliced.columns):
         cuts = sorted(data.draw(st.lists(st.integers(0, length), max_size=3)))
         bounds = [0, *cuts, length]
-        chunked[name] = pa.chunked_array([array.slice(a, b - a) for a, b in zip(bounds, bounds[1:])], type=array.type)
+        chunked[name] = pa.chunked_array([array.slice(a, b - a) for a, b in itertools.pairwise(bounds)], type=array.type)
     table = pa.table(chunked) if chunked else pa.table({}).append_column("x", pa.array([None] * length)).drop(["x"])
     assert record_batch_to_examples(table) == record_batch_to_examples(sliced)
 
@@ -295,7 +295,8 @@ def test_fixed_size_lists_with_and_without_nulls():
 def test_every_varint_length_and_bit_position():
     """Values 2^k - 1, 2^k and -2^k for every k: each varint length, every 7-bit group boundary."""
     values = sorted({v for k in range(64) for v in (2**k - 1, min(2**k, INT64_MAX), -(2**k))})
-    batch = pa.record_batch({"v": pa.array(values, pa.int64()), "l": pa.array([values[i : i + 3] for i in range(len(values))], pa.list_(pa.int64()))})
+    lists = pa.array([values[i : i + 3] for i in range(len(values))], pa.list_(pa.int64()))
+    batch = pa.record_batch({"v": pa.array(values, pa.int64()), "l": lists})
     assert_matches_references(batch, record_batch_to_examples(batch))
 
 

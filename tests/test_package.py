@@ -10,7 +10,6 @@ import pytest
 
 import tfrbeam
 
-
 # Each public name and the module that defines it, written out here rather than read from the
 # facade's own table, so a name bound to the wrong object (or a module of the same name) fails.
 DEFINED_IN = {
@@ -81,7 +80,7 @@ def test_every_exported_name_is_its_definition_even_after_the_modules_were_impor
 
 def test_unknown_names_raise_attribute_error():
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
-        tfrbeam.nope  # noqa: B018
+        tfrbeam.nope
 
 
 def test_the_format_core_does_not_import_beam():

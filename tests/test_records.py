@@ -11,8 +11,7 @@ import warnings
 import zlib
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tfrbeam import records
 from tfrbeam.errors import CorruptRecordError, RecordTooLargeError, TruncatedRecordError, UnsupportedCompressionError
@@ -81,7 +80,8 @@ def test_crc_vectors_match_tensorflow(tf_vectors):
         assert frame_record(data).hex() == vector["tfrecord_hex"], vector["name"]
 
 
-@pytest.mark.parametrize("name, compression", [("raw.tfrecord", None), ("raw.tfrecord.gz", "gzip"), ("raw.tfrecord.zlib", "zlib")])
+@pytest.mark.parametrize("name, compression",
+                         [("raw.tfrecord", None), ("raw.tfrecord.gz", "gzip"), ("raw.tfrecord.zlib", "zlib")])
 def test_reads_tensorflow_raw_files_and_writes_them_back_byte_for_byte(tf_vectors, name, compression):
     expected = json.loads((tf_vectors / "expected.json").read_text())
     path = tf_vectors / name
@@ -99,7 +99,8 @@ def test_record_offsets_and_crcs_match_tensorflow(tf_vectors):
     assert offsets == [r["offset_in_raw_tfrecord"] for r in expected]
     data = (tf_vectors / "raw.tfrecord").read_bytes()
     for record in expected:
-        framed = frame_record(data[record["offset_in_raw_tfrecord"] + 12:record["offset_in_raw_tfrecord"] + 12 + record["length"]])
+        start = record["offset_in_raw_tfrecord"] + 12
+        framed = frame_record(data[start:start + record["length"]])
         assert int.from_bytes(framed[8:12], "little") == _as_int(record["length_masked_crc"])
         assert int.from_bytes(framed[-4:], "little") == _as_int(record["data_masked_crc"])
 
@@ -247,7 +248,8 @@ def test_round_trip(payloads, compression):
 
 
 @settings(max_examples=100, deadline=None)
-@given(payloads=payload_lists, sizes=st.lists(st.integers(1, 20), min_size=1, max_size=5), compression=st.sampled_from([None, "gzip", "zlib"]))
+@given(payloads=payload_lists, sizes=st.lists(st.integers(1, 20), min_size=1, max_size=5),
+       compression=st.sampled_from([None, "gzip", "zlib"]))
 def test_short_reads_never_change_the_result(payloads, sizes, compression):
     data = _encode(payloads, compression)
     assert list(read_records(ShortReads(data, sizes), compression)) == payloads
@@ -288,7 +290,8 @@ def test_cutting_at_every_byte_ends_cleanly_only_at_record_boundaries(payloads):
         with pytest.raises(TruncatedRecordError) as raised:
             _read(data)
         into = cut - start
-        expected_check = "truncated_header" if into < 12 else ("truncated_footer" if into >= 12 + len(payloads[record_starts.index(start)]) else "truncated_payload")
+        payload_end = 12 + len(payloads[record_starts.index(start)])
+        expected_check = "truncated_header" if into < 12 else ("truncated_footer" if into >= payload_end else "truncated_payload")
         assert (raised.value.offset, raised.value.check) == (start, expected_check)
 
 

@@ -13,8 +13,7 @@ import apache_beam as beam
 import numpy as np
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from tfrbeam.build.shuffle import (
     KeyedRecords,
