@@ -40,6 +40,10 @@ setup(
             "apache-beam[gcp]>=2.60",
             # The random-access reader is tested with Grain's real MapDataset and DataLoader.
             "grain>=0.2.10",
+            # The lint and type gates of the test command (config in pyproject.toml).
+            "ruff>=0.6",
+            "mypy>=1.10",
+            "types-PyYAML",
         ],
         # benchmarks/random_access.py compares against ArrayRecord's ArrayRecordDataSource.
         "bench": ["array-record>=0.5"],

@@ -1,8 +1,9 @@
 """Benchmark: tfrbeam's Beam IO against apache_beam.io.tfrecordio on the DirectRunner, in one run.
 
-Run by hand from the repository root (the machine may be shared: best of --repeats is reported):
+Run by hand from the repository root (the machine may be shared: the median of --repeats runs is
+reported, with their range and best):
 
-    python -m benchmarks.beam_io [--records 1000000] [--repeats 2] [--workdir DIR]
+    python -m benchmarks.beam_io [--records 1000000] [--repeats 3] [--workdir DIR]
 
 Prints records/s, whole pipeline (construction + run), for:
 - per-record write: records of ~400 bytes (380-420, random bytes) generated inside the pipeline
@@ -22,7 +23,6 @@ Prints records/s, whole pipeline (construction + run), for:
 from __future__ import annotations
 
 import argparse
-import os
 import pathlib
 import shutil
 import sys
@@ -32,17 +32,18 @@ from collections.abc import Callable, Iterator
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-import apache_beam as beam  # noqa: E402
-import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
-from apache_beam.io import tfrecordio  # noqa: E402
-from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+from apache_beam.io import tfrecordio
+from apache_beam.options.pipeline_options import PipelineOptions
 
-from benchmarks.encode import protobuf_examples  # noqa: E402
-from benchmarks.table import make_benchmark_table  # noqa: E402
-from tfrbeam.beam.examples_write import WriteExamples  # noqa: E402
-from tfrbeam.beam.sink import WriteToTFRecord  # noqa: E402
-from tfrbeam.beam.source import ReadFromTFRecord  # noqa: E402
+from benchmarks.encode import protobuf_examples
+from benchmarks.table import make_benchmark_table
+from benchmarks.timing import Runs, ratio
+from tfrbeam.beam.examples_write import WriteExamples
+from tfrbeam.beam.sink import WriteToTFRecord
+from tfrbeam.beam.source import ReadFromTFRecord
 
 RECORDS_PER_CHUNK = 10_000
 ROWS_PER_BATCH = 10_000
@@ -104,22 +105,22 @@ def timed(build: Callable[[beam.Pipeline], None]) -> float:
     return time.perf_counter() - start
 
 
-def best_rate(count: int, repeats: int, build: Callable[[beam.Pipeline], None], before: Callable[[], None] = lambda: None) -> float:
+def rates(count: int, repeats: int, build: Callable[[beam.Pipeline], None], before: Callable[[], None] = lambda: None) -> Runs:
     times = []
     for _ in range(repeats):
         before()
         times.append(timed(build))
-    return count / min(times)
+    return Runs(tuple(times)).rates(count)
 
 
-def report(name: str, ours: float, baseline: float, target: str = "") -> None:
-    print(f"{name:<44} ours {ours:>11,.0f}/s   baseline {baseline:>11,.0f}/s   ratio {ours / baseline:5.2f}x {target}")
+def report(name: str, ours: Runs, baseline: Runs, target: str = "") -> None:
+    print(f"{name}: {ratio(ours, baseline)} {target}\n    ours     {ours.describe('/s')}\n    baseline {baseline.describe('/s')}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=1_000_000)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workdir", default=None)
     args = parser.parse_args()
     chunks = max(args.records // RECORDS_PER_CHUNK, 1)
@@ -133,22 +134,22 @@ def main() -> None:
     def generated(pipeline: beam.Pipeline) -> beam.PCollection:
         return pipeline | beam.Create(range(chunks), reshuffle=False) | beam.FlatMap(make_records)
 
-    print(f"{records:,} records of ~400 bytes, DirectRunner in-process, best of {args.repeats}; machine shared (2 cores)")
-    generate_only = best_rate(records, args.repeats, lambda p: generated(p) | beam.ParDo(CountFn()))
-    print(f"{'generate only (both pay this)':<44} {generate_only:>16,.0f}/s")
+    print(f"{records:,} records of ~400 bytes, DirectRunner in-process, medians of {args.repeats} runs; machine shared (2 cores)")
+    generate_only = rates(records, args.repeats, lambda p: generated(p) | beam.ParDo(CountFn()))
+    print(f"generate only (both pay this): {generate_only.describe('/s')}")
 
-    ours = best_rate(records, args.repeats, lambda p: generated(p) | WriteToTFRecord(str(workdir / "w-ours/out")),
+    ours = rates(records, args.repeats, lambda p: generated(p) | WriteToTFRecord(str(workdir / "w-ours/out")),
                      fresh("w-ours"))
-    beams = best_rate(records, args.repeats, lambda p: generated(p) | tfrecordio.WriteToTFRecord(str(workdir / "w-beam/out")),
+    beams = rates(records, args.repeats, lambda p: generated(p) | tfrecordio.WriteToTFRecord(str(workdir / "w-beam/out")),
                       fresh("w-beam"))
     report("per-record write (WriteToTFRecord)", ours, beams, "(target >= 1.5x)")
 
     shards = workdir / "shards"
     timed(lambda p: generated(p) | WriteToTFRecord(str(shards / "data"), num_shards=4, overwrite=True))
     pattern = str(shards / "data-*")
-    ours = best_rate(records, args.repeats, lambda p: p | ReadFromTFRecord(pattern) | beam.ParDo(CountFn())
+    ours = rates(records, args.repeats, lambda p: p | ReadFromTFRecord(pattern) | beam.ParDo(CountFn())
                      | beam.combiners.ToList() | beam.Map(check_total(records)))
-    beams = best_rate(records, args.repeats, lambda p: p | tfrecordio.ReadFromTFRecord(pattern) | beam.ParDo(CountFn())
+    beams = rates(records, args.repeats, lambda p: p | tfrecordio.ReadFromTFRecord(pattern) | beam.ParDo(CountFn())
                       | beam.combiners.ToList() | beam.Map(check_total(records)))
     report("per-record read (ReadFromTFRecord)", ours, beams, "(target >= 1.5x)")
 
@@ -158,9 +159,9 @@ def main() -> None:
     def arrow_batches(pipeline: beam.Pipeline) -> beam.PCollection:
         return pipeline | "Batches" >> beam.Create(range(batches), reshuffle=False) | beam.Map(make_batch)
 
-    ours = best_rate(rows, args.repeats, lambda p: arrow_batches(p) | WriteExamples(str(workdir / "e-ours/out")),
+    ours = rates(rows, args.repeats, lambda p: arrow_batches(p) | WriteExamples(str(workdir / "e-ours/out")),
                      fresh("e-ours"))
-    beams = best_rate(rows, args.repeats, lambda p: arrow_batches(p) | beam.FlatMap(rows_as_protobuf_examples)
+    beams = rates(rows, args.repeats, lambda p: arrow_batches(p) | beam.FlatMap(rows_as_protobuf_examples)
                       | tfrecordio.WriteToTFRecord(str(workdir / "e-beam/out")), fresh("e-beam"))
     report("WriteExamples from RecordBatches", ours, beams, "(target >= 150,000 rows/s)")
 
@@ -174,9 +175,9 @@ def main() -> None:
         examples = workdir / "e-ours"
         timed(lambda p: arrow_batches(p) | WriteExamples(str(examples / "out"), num_shards=4, overwrite=True))
         pattern = str(examples / "out-*")
-        ours = best_rate(rows, args.repeats, lambda p: p | ReadExamples(pattern, output="record_batches")
+        ours = rates(rows, args.repeats, lambda p: p | ReadExamples(pattern, output="record_batches")
                          | beam.ParDo(RowCountFn()) | beam.combiners.ToList() | beam.Map(check_total(rows)))
-        beams = best_rate(rows, args.repeats, lambda p: p | tfrecordio.ReadFromTFRecord(pattern)
+        beams = rates(rows, args.repeats, lambda p: p | tfrecordio.ReadFromTFRecord(pattern)
                           | beam.Map(example_pb2.Example.FromString) | beam.ParDo(CountFn())
                           | beam.combiners.ToList() | beam.Map(check_total(rows)))
         report("ReadExamples(output='record_batches')", ours, beams, "(target >= 300,000 records/s)")

@@ -1,15 +1,22 @@
-"""Benchmark: tfrbeam.dataset reading the 1M-record benchmark table into numpy batches, shuffled.
+"""Benchmark: tfrbeam.dataset against tuned tf.data and the `tfrecord` package, same run, same rows.
 
-Run by hand:  pip install tfrecord  # the baseline, optional
-              python benchmarks/dataset.py [--rows 1000000] [--shards 8] [--repeat 3] [--wait-idle 300]
+Run by hand (the machine may be shared; --wait-idle helps):
 
-Writes the table (benchmarks/table.py) once as TFRecord shards with a dataset_info.json, cached in
-a temp directory, then times full epochs of ``open_dataset`` (batches of 1024, all 20 features,
-shuffle_files and a 10,000-record shuffle buffer) with thread and with process workers, and the
-pure-Python ``tfrecord`` package (pip install tfrecord) on a slice of the same files as the
-baseline. Prints records/s for each, and our best over the baseline. Timings on a shared machine
-are noisy: the best of ``--repeat`` runs is reported, and each run shows how many cores we used
-and how many other processes on the machine took meanwhile (from /proc/stat).
+    python benchmarks/dataset.py [--rows 1000000] [--shards 8] [--repeat 5] [--with-tf] [--with-tfrecord] [--wait-idle 300]
+
+Writes the benchmark table (benchmarks/table.py) once as TFRecord shards with a dataset_info.json,
+cached in a temp directory. Then, --repeat times and interleaved (so the load of a shared machine
+hits every reader alike), runs one full epoch of each reader in a fresh process
+(benchmarks/dataset_readers.py): tfrbeam.dataset with thread and with process workers, and with
+--with-tf a tuned tf.data pipeline, with --with-tfrecord the pure-Python `tfrecord` package. All
+get the same work: shuffled files, 8 interleaved, shuffle buffer 10,000, batches of 1024 parsed
+with the manifest's spec into numpy. The baselines run in throwaway virtualenvs created on first
+use under --venv-dir (tensorflow-cpu resp. tfrecord: never tfrbeam dependencies).
+
+For every reader it prints the median and range over the runs of: time to the first batch (from
+building the pipeline, imports excluded and shown apart), steady-state records/s (first batch to
+end of epoch), and the whole epoch's records/s (pipeline start to last batch), then the ratios of
+medians. It also prints how long a resume half way through an epoch takes to its first batch.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ import json
 import os
 import pathlib
 import resource
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -27,13 +36,15 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from benchmarks.table import make_benchmark_table  # noqa: E402
-from tfrbeam.columnar_encode import encode_record_batch  # noqa: E402
-from tfrbeam.dataset import open_dataset  # noqa: E402
-from tfrbeam.records import RecordWriter, frame_buffer  # noqa: E402
+from benchmarks.table import make_benchmark_table
+from benchmarks.timing import Runs, ratio
+from tfrbeam.columnar_encode import encode_record_batch
+from tfrbeam.dataset import open_dataset
+from tfrbeam.records import RecordWriter, frame_buffer
 
 TARGET_RECORDS_PER_SECOND = 300_000
-TARGET_RATIO = 25.0
+READERS_SCRIPT = pathlib.Path(__file__).resolve().with_name("dataset_readers.py")
+BASELINE_PACKAGES = {"tf.data": ["tensorflow-cpu", "numpy"], "tfrecord": ["tfrecord", "numpy", "protobuf"]}
 
 
 def write_dataset(rows: int, shards: int) -> pathlib.Path:
@@ -67,15 +78,6 @@ def write_dataset(rows: int, shards: int) -> pathlib.Path:
     return root
 
 
-def _process_cpu(pid: int | None = None) -> float:
-    """CPU seconds used so far by a process (this one by default), from /proc (Linux)."""
-    if pid is None:
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        return usage.ru_utime + usage.ru_stime
-    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _machine_busy_seconds() -> float:
     """CPU seconds all processes on the machine have used (user + system + irq), from /proc/stat."""
     values = [int(value) for value in pathlib.Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
@@ -90,57 +92,6 @@ def wait_for_idle(limit_seconds: float) -> None:
         time.sleep(1.0)
         if _machine_busy_seconds() - before < 0.15:
             return
-
-
-def time_ours(root: pathlib.Path, executor: str, shuffle_buffer: int) -> dict[str, float]:
-    """Steady-state records/s of one epoch (from its first batch on) and CPU microseconds per record.
-
-    CPU is counted from the first batch too, in this process and in the worker processes, so
-    start-up (imports in new processes) is left out of both figures.
-    """
-    dataset = open_dataset(root, batch_size=1024, shuffle_files=True, shuffle_buffer=shuffle_buffer, seed=0, executor=executor)
-    with dataset:
-        iterator = iter(dataset)
-        first = len(next(iterator)["i0"])
-        pids = [process.pid for process in getattr(dataset._workers, "_processes", [])]
-        cpu_before = [_process_cpu()] + [_process_cpu(pid) for pid in pids]
-        machine_before = _machine_busy_seconds()
-        started = time.perf_counter()
-        records = 0
-        for batch in iterator:
-            records += len(batch["i0"])
-        elapsed = time.perf_counter() - started
-        cpu_after = [_process_cpu()] + [_process_cpu(pid) for pid in pids]
-        machine = _machine_busy_seconds() - machine_before
-    ours = sum(after - before for after, before in zip(cpu_after, cpu_before))
-    return {
-        "cores": ours / elapsed,
-        "others_cores": (machine - ours) / elapsed,
-        "rate": records / elapsed,
-        "records": records + first,
-        "main_us": (cpu_after[0] - cpu_before[0]) / records * 1e6,
-        "workers_us": sum(after - before for after, before in zip(cpu_after[1:], cpu_before[1:])) / records * 1e6,
-    }
-
-
-def time_tfrecord_package(root: pathlib.Path, limit: int) -> float | None:
-    """The `tfrecord` package's pure-Python reader + parser (no CRC checks) on ``limit`` records."""
-    try:
-        from tfrecord.reader import tfrecord_loader
-    except ImportError:
-        return None
-    path = str(sorted(root.glob("train-*.tfrecord"))[0])
-    description = {f"i{k}": "int" for k in range(8)}
-    description.update({f"f{k}": "float" for k in range(8)})
-    # n0 is left out: the package raises KeyError on a record that lacks a described feature.
-    description.update({"s0": "byte", "s1": "byte", "emb": "float"})
-    started = time.perf_counter()
-    count = 0
-    for _ in tfrecord_loader(path, None, description):
-        count += 1
-        if count >= limit:
-            break
-    return count / (time.perf_counter() - started)
 
 
 def time_resume(root: pathlib.Path, shuffle_buffer: int, batches: int) -> float:
@@ -161,50 +112,93 @@ def time_resume(root: pathlib.Path, shuffle_buffer: int, batches: int) -> float:
         return time.perf_counter() - started
 
 
+def baseline_python(reader: str, venv_root: pathlib.Path, fresh: bool) -> pathlib.Path:
+    """The python of a throwaway virtualenv holding ``reader``'s package, created (once) if needed."""
+    venv = venv_root / reader.replace(".", "-")
+    python = venv / "bin" / "python"
+    marker = venv / "installed.txt"
+    packages = BASELINE_PACKAGES[reader]
+    if fresh and venv.exists():
+        shutil.rmtree(venv)
+    if not marker.exists():
+        print(f"creating {venv} with {' '.join(packages)} (once; --fresh-venvs recreates it)", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", *packages], check=True)
+        versions = subprocess.run([str(python), "-m", "pip", "freeze"], check=True, capture_output=True, text=True).stdout
+        marker.write_text(versions)
+    return python
+
+
+def run_reader(python: pathlib.Path, reader: str, root: pathlib.Path) -> dict[str, float]:
+    """One epoch of ``reader`` in a fresh process; adds the CPU seconds of its process tree."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = subprocess.run([str(python), str(READERS_SCRIPT), reader, str(root)], capture_output=True, text=True,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise SystemExit(f"{reader} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result["cpu_s"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return result
+
+
+def summarize(reader: str, runs: list[dict[str, float]]) -> Runs:
+    """Prints one reader's figures; returns its steady-state rates."""
+    records = runs[0]["records"]
+    first = Runs(tuple(run["first_batch_s"] for run in runs))
+    steady = Runs(tuple(run["steady_records"] / run["steady_s"] for run in runs))
+    epoch = Runs(tuple(run["records"] / (run["first_batch_s"] + run["steady_s"]) for run in runs))
+    imports = Runs(tuple(run["import_s"] for run in runs))
+    cpu = Runs(tuple(run["cpu_s"] / records * 1e6 for run in runs))
+    print(f"{reader}:\n"
+          f"    steady state   {steady.describe('records/s')}\n"
+          f"    first batch    {first.describe('s', 2, higher_is_better=False)} (imports apart: median {imports.median:.2f} s)\n"
+          f"    whole epoch    {epoch.describe('records/s')}\n"
+          f"    CPU per record {cpu.describe('us', 2, higher_is_better=False)} (whole process tree, start-up included)")
+    return steady
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--shards", type=int, default=8)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--shuffle-buffer", type=int, default=10_000)
-    parser.add_argument("--baseline-records", type=int, default=30_000)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--with-tf", action="store_true", help="also run a tuned tf.data pipeline (tensorflow-cpu venv)")
+    parser.add_argument("--with-tfrecord", action="store_true", help="also run the pure-Python `tfrecord` package (own venv)")
+    parser.add_argument("--venv-dir", type=pathlib.Path, default=pathlib.Path(tempfile.gettempdir()) / "tfrbeam-bench-venvs")
+    parser.add_argument("--fresh-venvs", action="store_true", help="recreate the baselines' virtualenvs")
     parser.add_argument("--wait-idle", type=float, default=0.0, metavar="SECONDS",
                         help="before each run, wait up to this long for the rest of the machine to go idle")
     args = parser.parse_args()
     root = write_dataset(args.rows, args.shards)
-    print(f"dataset: {root} ({args.rows:,} records, {args.shards} shards); cpus: {os.cpu_count()}")
-    runs: dict[str, list[dict[str, float]]] = {"threads": [], "processes": []}
-    baselines: list[float] = []
-    for _ in range(args.repeat):  # interleaved, so that the load of a shared machine hits all alike
-        for executor in runs:
+    print(f"dataset: {root} ({args.rows:,} records, {args.shards} shards); cpus: {os.cpu_count()}; "
+          f"{args.repeat} runs of each reader, interleaved", flush=True)
+    readers = {"tfrbeam-threads": pathlib.Path(sys.executable), "tfrbeam-processes": pathlib.Path(sys.executable)}
+    for flag, reader in ((args.with_tf, "tf.data"), (args.with_tfrecord, "tfrecord")):
+        if flag:
+            readers[reader] = baseline_python(reader, args.venv_dir, args.fresh_venvs)
+            installed = (readers[reader].parents[1] / "installed.txt").read_text().splitlines()
+            wanted = {package.replace("-", "_").lower() for package in BASELINE_PACKAGES[reader]}
+            print(f"{reader} baseline: {', '.join(line for line in installed if line.split('==')[0].lower() in wanted)}")
+    runs: dict[str, list[dict[str, float]]] = {reader: [] for reader in readers}
+    for _ in range(args.repeat):
+        for reader, python in readers.items():
             wait_for_idle(args.wait_idle)
-            run = time_ours(root, executor, args.shuffle_buffer)
-            assert run["records"] == args.rows, f"read {run['records']} records, expected {args.rows}"
-            runs[executor].append(run)
-        wait_for_idle(args.wait_idle)
-        baseline = time_tfrecord_package(root, args.baseline_records)
-        if baseline is not None:
-            baselines.append(baseline)
-    for executor, results in runs.items():
-        best = max(results, key=lambda run: run["rate"])
-        listed = ", ".join(f"{run['rate']:,.0f} ({run['cores']:.2f} cores; others {run['others_cores']:.2f})" for run in results)
-        cpu = best["main_us"] + best["workers_us"]
-        print(
-            f"tfrbeam.dataset ({executor:9s}): best {best['rate']:>9,.0f} records/s; CPU per record {cpu:.2f} us "
-            f"({best['main_us']:.2f} here + {best['workers_us']:.2f} in workers)\n    runs: {listed}"
-        )
-    ours = max(run["rate"] for results in runs.values() for run in results)
-    resume_seconds = time_resume(root, args.shuffle_buffer, args.rows // 2048)
-    print(f"resume half way through an epoch ({args.rows // 2048} batches in): first batch {resume_seconds:.2f} s after load_state_dict")
-    verdict = "meets" if ours >= TARGET_RECORDS_PER_SECOND else "misses"
-    print(f"ours (best): {ours:,.0f} records/s — {verdict} the {TARGET_RECORDS_PER_SECOND:,} records/s target")
-    if not baselines:
-        print("baseline: the `tfrecord` package is not installed (pip install tfrecord) — no ratio")
-        return
-    baseline = max(baselines)
-    ratio = ours / baseline
-    print(f"baseline tfrecord package (pure Python, no CRC checks): best {baseline:,.0f} records/s on {args.baseline_records:,} records")
-    print(f"ratio: {ratio:.1f}x ({'meets' if ratio >= TARGET_RATIO else 'misses'} the {TARGET_RATIO:.0f}x target)")
+            runs[reader].append(run_reader(python, reader, root))
+    steady = {reader: summarize(reader, results) for reader, results in runs.items()}
+    ours_name = max(("tfrbeam-threads", "tfrbeam-processes"), key=lambda name: steady[name].median)
+    ours = steady[ours_name]
+    verdict = "meets" if ours.median >= TARGET_RECORDS_PER_SECOND else "misses"
+    print(f"ours ({ours_name}): median {ours.median:,.0f} records/s steady — {verdict} the "
+          f"{TARGET_RECORDS_PER_SECOND:,} records/s target")
+    for baseline in ("tf.data", "tfrecord"):
+        if baseline in steady:
+            print(f"ratio {ours_name} / {baseline}: steady state {ratio(ours, steady[baseline])}")
+        else:
+            print(f"{baseline}: not run (pass --with-{'tf' if baseline == 'tf.data' else 'tfrecord'})")
+    resume_seconds = time_resume(root, 10_000, args.rows // 2048)
+    print(f"resume half way through an epoch ({args.rows // 2048} batches in): first batch {resume_seconds:.2f} s "
+          "after load_state_dict")
 
 
 if __name__ == "__main__":

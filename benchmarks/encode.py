@@ -1,7 +1,7 @@
 """Benchmark: columnar Arrow -> tf.train.Example encoding against per-row protobuf serialization.
 
-Run by hand from the repository root (single-threaded; the machine may be shared, so best of
---repeats is reported):
+Run by hand from the repository root (single-threaded; the machine may be shared, so each figure
+is the median of --repeats runs, with their range and best):
 
     python -m benchmarks.encode [--rows 1000000] [--batch-rows 65536] [--baseline-rows 50000]
 
@@ -21,11 +21,12 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-import pyarrow as pa  # noqa: E402
+import pyarrow as pa
 
-from benchmarks.table import make_benchmark_table  # noqa: E402
-from tfrbeam.columnar_encode import encode_record_batch, record_batch_to_examples  # noqa: E402
-from tfrbeam.protos import example_pb2  # noqa: E402
+from benchmarks.table import make_benchmark_table
+from benchmarks.timing import ratio, time_runs
+from tfrbeam.columnar_encode import encode_record_batch, record_batch_to_examples
+from tfrbeam.protos import example_pb2
 
 
 def protobuf_examples(rows: list[dict], schema: pa.Schema) -> list[bytes]:
@@ -58,21 +59,6 @@ def _kind(arrow_type: pa.DataType) -> str:
     return "float" if pa.types.is_floating(arrow_type) else "bytes"
 
 
-def best_seconds(function, repeats: int) -> tuple[float, float]:
-    """Best wall-clock and best CPU (process) seconds over `repeats` runs.
-
-    On a shared machine the CPU time is the steadier figure: it leaves out time spent waiting
-    for a core (it still includes slowdowns from caches and memory shared with others).
-    """
-    best_wall = best_cpu = float("inf")
-    for _ in range(repeats):
-        wall, cpu = time.perf_counter(), time.process_time()
-        function()
-        best_cpu = min(best_cpu, time.process_time() - cpu)
-        best_wall = min(best_wall, time.perf_counter() - wall)
-    return best_wall, best_cpu
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -87,14 +73,14 @@ def main(argv: list[str] | None = None) -> None:
           f"built in {time.perf_counter() - start:.2f} s; cpu count {os.cpu_count()} (machine may be shared)")
     batches = table.to_batches(max_chunksize=args.batch_rows)
 
-    buffer_seconds = best_seconds(lambda: [encode_record_batch(batch) for batch in batches], args.repeats)
-    list_seconds = best_seconds(lambda: [record_batch_to_examples(batch) for batch in batches], args.repeats)
+    buffer_seconds = time_runs(lambda: [encode_record_batch(batch) for batch in batches], args.repeats)
+    list_seconds = time_runs(lambda: [record_batch_to_examples(batch) for batch in batches], args.repeats)
 
     sample = table.slice(0, args.baseline_rows)
     convert_start = time.perf_counter()
     rows = sample.to_pylist()
     convert_seconds = time.perf_counter() - convert_start
-    baseline_seconds = best_seconds(lambda: protobuf_examples(rows, table.schema), args.repeats)
+    baseline_seconds = time_runs(lambda: protobuf_examples(rows, table.schema), args.repeats)
 
     expected = protobuf_examples(rows, table.schema)
     ours = [record for batch in sample.to_batches(max_chunksize=args.batch_rows) for record in record_batch_to_examples(batch)]
@@ -106,15 +92,14 @@ def main(argv: list[str] | None = None) -> None:
     print(f"to_pylist for the baseline (not counted): {len(rows) / convert_seconds:,.0f} rows/s")
 
     for clock, which in (("wall", 0), ("cpu", 1)):
-        buffer_rate = table.num_rows / buffer_seconds[which]
-        list_rate = table.num_rows / list_seconds[which]
-        baseline_rate = len(rows) / baseline_seconds[which]
-        print(f"[{clock}] encode_record_batch      : {buffer_rate:12,.0f} rows/s")
-        print(f"[{clock}] record_batch_to_examples : {list_rate:12,.0f} rows/s")
-        print(f"[{clock}] protobuf per-row baseline: {baseline_rate:12,.0f} rows/s (on {len(rows):,} rows)")
-        print(f"[{clock}] ratio record_batch_to_examples / baseline: {list_rate / baseline_rate:.1f}x; "
-              f"encode_record_batch / baseline: {buffer_rate / baseline_rate:.1f}x")
-
+        buffer_rate = buffer_seconds[which].rates(table.num_rows)
+        list_rate = list_seconds[which].rates(table.num_rows)
+        baseline_rate = baseline_seconds[which].rates(len(rows))
+        print(f"[{clock}] encode_record_batch      : {buffer_rate.describe('rows/s')}")
+        print(f"[{clock}] record_batch_to_examples : {list_rate.describe('rows/s')}")
+        print(f"[{clock}] protobuf per-row baseline: {baseline_rate.describe('rows/s')} on {len(rows):,} rows")
+        print(f"[{clock}] ratio record_batch_to_examples / baseline: {ratio(list_rate, baseline_rate)}; "
+              f"encode_record_batch / baseline: {ratio(buffer_rate, baseline_rate)}")
 
 if __name__ == "__main__":
     main()

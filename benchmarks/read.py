@@ -1,7 +1,7 @@
 """Benchmark: the read path (TFRecord framing + CRCs, then Example -> Arrow decoding) vs. baselines.
 
-Run by hand from the repository root (single-threaded; the machine may be shared, so the best of
---repeats is reported):
+Run by hand from the repository root (single-threaded; the machine may be shared, so each figure
+is the median of --repeats runs, with their range and best):
 
     python -m benchmarks.read [--rows 1000000] [--batch-records 65536] [--baseline-records 50000]
 
@@ -26,14 +26,14 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-import pyarrow as pa  # noqa: E402
+import pyarrow as pa
 
-from benchmarks.encode import best_seconds  # noqa: E402
-from benchmarks.table import make_benchmark_table  # noqa: E402
-from tfrbeam.columnar_decode import examples_to_record_batch  # noqa: E402
-from tfrbeam.columnar_encode import encode_record_batch  # noqa: E402
-from tfrbeam.protos import example_pb2  # noqa: E402
-from tfrbeam.records import RecordWriter, frame_buffer, read_records  # noqa: E402
+from benchmarks.table import make_benchmark_table
+from benchmarks.timing import Runs, ratio, time_runs
+from tfrbeam.columnar_decode import examples_to_record_batch
+from tfrbeam.columnar_encode import encode_record_batch
+from tfrbeam.protos import example_pb2
+from tfrbeam.records import RecordWriter, frame_buffer, read_records
 
 _ENCODE_BATCH = 65_536
 
@@ -105,36 +105,36 @@ def main(argv: list[str] | None = None) -> None:
     path = benchmark_file(args.rows, args.cache_dir)
     size_mb = path.stat().st_size / 1e6
     print(f"file: {path} ({size_mb:.1f} MB, {args.rows:,} records); cpu count {os.cpu_count()} (machine may be "
-          "shared: wall-clock and CPU-time figures are both best of --repeats)")
+          f"shared: wall-clock and CPU-time figures are medians of {args.repeats} runs)")
 
     records: list[bytes] = []
-    read_times = best_seconds(lambda: records.__setitem__(slice(None), list(read_records(str(path)))), args.repeats)
-    beam_times = best_seconds(lambda: beam_read_all(path), args.repeats)
+    read_times = time_runs(lambda: records.__setitem__(slice(None), list(read_records(str(path)))), args.repeats)
+    beam_times = time_runs(lambda: beam_read_all(path), args.repeats)
     if len(records) != args.rows or beam_read_all(path) != args.rows:
         raise SystemExit("MISMATCH: record counts differ")
-    report("(a) read + verify CRCs, read_records", [size_mb / t for t in read_times], "MB/s")
-    report("    Beam _TFRecordUtil.read_record loop", [size_mb / t for t in beam_times], "MB/s")
-    print(f"    ratio: {beam_times[0] / read_times[0]:.2f}x wall, {beam_times[1] / read_times[1]:.2f}x cpu")
+    ours_mb, beam_mb = ([runs.rates(size_mb) for runs in times] for times in (read_times, beam_times))
+    report("(a) read + verify CRCs, read_records", ours_mb, "MB/s")
+    report("    Beam _TFRecordUtil.read_record loop", beam_mb, "MB/s")
+    print(f"    ratio: {ratio(ours_mb[0], beam_mb[0])} wall, {ratio(ours_mb[1], beam_mb[1])} cpu")
 
     check_decoded(records[: 3 * args.batch_records], args.rows, args.batch_records)
     batches = [records[start : start + args.batch_records] for start in range(0, len(records), args.batch_records)]
-    decode_times = best_seconds(lambda: [examples_to_record_batch(batch) for batch in batches], args.repeats)
+    decode_times = time_runs(lambda: [examples_to_record_batch(batch) for batch in batches], args.repeats)
     sample = records[: args.baseline_records]
-    baseline_times = best_seconds(lambda: protobuf_decode(sample), args.repeats)
+    baseline_times = time_runs(lambda: protobuf_decode(sample), args.repeats)
     mean = sum(map(len, sample)) / len(sample)
+    ours_rate = [runs.rates(len(records)) for runs in decode_times]
+    theirs_rate = [runs.rates(len(sample)) for runs in baseline_times]
     report(f"(b) decode to Arrow (batches of {args.batch_records:,}, mean record {mean:.0f} B), examples_to_record_batch",
-           [len(records) / t for t in decode_times], "records/s")
-    report(f"    protobuf FromString + Python lists (on {len(sample):,} records)",
-           [len(sample) / t for t in baseline_times], "records/s")
-    ours, theirs = len(records) / decode_times[0], len(sample) / baseline_times[0]
-    ours_cpu, theirs_cpu = len(records) / decode_times[1], len(sample) / baseline_times[1]
-    print(f"    ratio: {ours / theirs:.1f}x wall, {ours_cpu / theirs_cpu:.1f}x cpu")
+           ours_rate, "records/s")
+    report(f"    protobuf FromString + Python lists (on {len(sample):,} records)", theirs_rate, "records/s")
+    print(f"    ratio: {ratio(ours_rate[0], theirs_rate[0])} wall, {ratio(ours_rate[1], theirs_rate[1])} cpu")
 
 
-def report(what: str, rates: list[float], unit: str) -> None:
+def report(what: str, rates: list[Runs], unit: str) -> None:
     wall, cpu = rates
-    print(f"{what}:\n        {wall:14,.1f} {unit} wall, {cpu:14,.1f} {unit} cpu")
-
+    digits = 1 if unit == "MB/s" else 0
+    print(f"{what}:\n        wall {wall.describe(unit, digits)}\n        cpu  {cpu.describe(unit, digits)}")
 
 if __name__ == "__main__":
     main()

@@ -1,19 +1,67 @@
-"""Shared test fixtures: where the third-party test data lives."""
+"""Shared test fixtures: the third-party test data in tests/data/, and the hypothesis profiles.
+
+Hypothesis profiles:
+  ci       (the default) derandomized: every run tests the same examples, so a landing never depends on luck.
+  explore  random, ten times the examples, with a local example database: for long runs that find new cases
+           (`python -m pytest --hypothesis-profile=explore tests/test_example.py`).
+"""
 
 from __future__ import annotations
 
+import os
 import pathlib
 
 import pytest
+from hypothesis import HealthCheck, Phase, settings
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
-TESTDATA = REPO_ROOT.parent / "shared" / "testdata"
+TESTDATA = pathlib.Path(__file__).resolve().parent / "data"
+
+EXPLORE_FACTOR = 10
+
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    database=None,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "explore",
+    derandomize=False,
+    deadline=None,
+    max_examples=100 * EXPLORE_FACTOR,
+    phases=list(Phase),
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+# --hypothesis-profile=NAME (handled by hypothesis' pytest plugin, after this file) overrides this default;
+# HYPOTHESIS_PROFILE=NAME does too. CI=true always means the fixed profile.
+settings.load_profile("ci" if os.environ.get("CI") == "true" else os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under the explore profile, multiply the examples of tests that pin their own max_examples."""
+    if config.getoption("hypothesis_profile", None) != "explore":
+        return
+    for item in items:
+        function = getattr(item, "obj", None)
+        # hypothesis keeps a test's @settings on this attribute; when a release renames it, explore
+        # still runs, at each test's own max_examples.
+        pinned = getattr(function, "_hypothesis_internal_use_settings", None)
+        if isinstance(pinned, settings) and pinned.max_examples < 100 * EXPLORE_FACTOR:
+            function._hypothesis_internal_use_settings = settings(  # type: ignore[union-attr]
+                pinned, max_examples=pinned.max_examples * EXPLORE_FACTOR, derandomize=False
+            )
 
 
 def _testdata_dir(name: str) -> pathlib.Path:
     path = TESTDATA / name
     if not path.is_dir():
-        pytest.skip(f"third-party test data {path} is absent (expected at ../shared/testdata/{name} from the repo root)")
+        raise FileNotFoundError(
+            f"test data {path} is missing: it is part of the repository (tests/data/{name}); restore it with git checkout"
+        )
     return path
 
 

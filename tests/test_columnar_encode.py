@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from benchmarks.table import make_benchmark_table
 from tfrbeam import columnar_encode
@@ -103,7 +103,15 @@ FLOAT_TYPES = {pa.float16(): np.float16, pa.float32(): np.float32, pa.float64():
 BYTES_TYPES = [pa.string(), pa.large_string(), pa.binary(), pa.large_binary(), pa.string_view(), pa.binary_view()]
 LIST_TYPES = [pa.list_, pa.large_list, pa.list_view, pa.large_list_view, "fixed"]
 
-names = st.text(st.characters(exclude_categories=("Cs",)), max_size=6)
+# Code points at the edges of UTF-8 and UTF-16 encodings. Names from U+E000 up sort before astral
+# names (U+10000 up) by UTF-16 code units but after them by UTF-8 bytes, so drawing both in one
+# batch tells the two orders apart; general text alone rarely does.
+EDGE_CODE_POINTS = ["", "a", "\x00", "\x7f", "\x80", "\u07ff", "\u0800", "\ud7ff", "\ue000", "\uff01", "\ufffd", "\uffff",
+                    "\U00010000", "\U0001f600", "\U0010ffff"]
+names = st.one_of(
+    st.text(st.characters(exclude_categories=("Cs",)), max_size=6),
+    st.lists(st.sampled_from(EDGE_CODE_POINTS), max_size=3).map("".join),
+)
 SPECIAL_FLOATS = [math.nan, -math.nan, math.inf, -math.inf, -0.0, 0.0, 1e300, -1e-300, 65504.0, 3.4028235e38]
 
 
@@ -225,7 +233,7 @@ def test_slices_and_chunked_tables_encode_like_their_rows(batch, data):
     for name, array in zip(sliced.schema.names, sliced.columns):
         cuts = sorted(data.draw(st.lists(st.integers(0, length), max_size=3)))
         bounds = [0, *cuts, length]
-        chunked[name] = pa.chunked_array([array.slice(a, b - a) for a, b in zip(bounds, bounds[1:])], type=array.type)
+        chunked[name] = pa.chunked_array([array.slice(a, b - a) for a, b in itertools.pairwise(bounds)], type=array.type)
     table = pa.table(chunked) if chunked else pa.table({}).append_column("x", pa.array([None] * length)).drop(["x"])
     assert record_batch_to_examples(table) == record_batch_to_examples(sliced)
 
@@ -287,7 +295,8 @@ def test_fixed_size_lists_with_and_without_nulls():
 def test_every_varint_length_and_bit_position():
     """Values 2^k - 1, 2^k and -2^k for every k: each varint length, every 7-bit group boundary."""
     values = sorted({v for k in range(64) for v in (2**k - 1, min(2**k, INT64_MAX), -(2**k))})
-    batch = pa.record_batch({"v": pa.array(values, pa.int64()), "l": pa.array([values[i : i + 3] for i in range(len(values))], pa.list_(pa.int64()))})
+    lists = pa.array([values[i : i + 3] for i in range(len(values))], pa.list_(pa.int64()))
+    batch = pa.record_batch({"v": pa.array(values, pa.int64()), "l": lists})
     assert_matches_references(batch, record_batch_to_examples(batch))
 
 
@@ -303,6 +312,16 @@ def test_prefix_names_are_ordered_by_utf8_bytes_shorter_first():
         position += 2 + entry_length
     assert keys == ["", "a", "ab", "abc", "b"]
     assert_matches_references(batch, [record])
+
+
+@pytest.mark.parametrize("row", [
+    {"\uff01": [1], "\U0001f600": [2]},
+    {"\ue000": [1], "\U00010000": [2], "\uffff": [3], "\U0010ffff": [4], "\ud7ff": [5]},
+])
+def test_names_above_u_e000_and_astral_names_are_ordered_by_utf8_bytes(row):
+    batch = pa.record_batch({name: pa.array(values, pa.int64()) for name, values in row.items()})
+    assert record_batch_to_examples(batch) == [encode_example(row)]
+    assert_matches_references(batch, record_batch_to_examples(batch))
 
 
 def test_one_thousand_columns():

@@ -5,8 +5,8 @@ process, bad values and malformed bytes raise our errors with the place named.""
 from __future__ import annotations
 
 import os
-import random
 import pathlib
+import random
 import re
 import struct
 import subprocess
@@ -15,8 +15,7 @@ import sys
 import numpy as np
 import pytest
 from google.protobuf.message import DecodeError
-from hypothesis import HealthCheck, assume, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
 import tfrbeam.example as example_module
@@ -650,7 +649,8 @@ def test_random_bytes_are_judged_exactly_as_protobuf_judges_them(blob):
     (bytes.fromhex("0a030a017b"), "group of field 15 is never closed at byte 4 inside features > feature entry #0"),
     (bytes.fromhex("0a0e0a0c0a01781207" "0a05" "0a04" "00"), "inside feature 'x' (bytes_list)"),
     (bytes.fromhex("0a02" "0a"), "truncated varint at byte 3 inside features"),
-    (bytes.fromhex("0a08" "0a030a0178"), "truncated: field 1 declares 8 bytes but only 5 remain in its enclosing message at byte 1"),
+    (bytes.fromhex("0a08" "0a030a0178"),
+     "truncated: field 1 declares 8 bytes but only 5 remain in its enclosing message at byte 1"),
     (bytes.fromhex("08ffffffffffffffffffff01"), "varint longer than 10 bytes at byte 1"),
     (bytes.fromhex("00"), "field number 0 at byte 0"),
     (bytes.fromhex("0c"), "end-group tag of field 1 with no group open at byte 0"),
@@ -700,7 +700,7 @@ def test_malformed_sequence_examples_name_the_list_and_step():
 
 def test_decoding_follows_protobuf_rules_for_odd_but_valid_encodings():
     entry = lambda name, feature: b"\x0a" + bytes([len(name) + len(feature) + 4]) + b"\x0a" + bytes([len(name)]) \
-        + name + b"\x12" + bytes([len(feature)]) + feature  # noqa: E731
+        + name + b"\x12" + bytes([len(feature)]) + feature
     body = entry(b"a", bytes.fromhex("1a0408010802")) + entry(b"a", bytes.fromhex("0a030a0178")) \
         + entry(b"b", bytes.fromhex("1a030a0105" "12060a040000803f")) + entry(b"c", b"") + entry(b"d", b"\x78\x01")
     data = b"\x0a" + bytes([len(body)]) + body

@@ -1,4 +1,4 @@
-"""The Example codec against files TensorFlow 2.21 wrote (../shared/testdata/tf-vectors).
+"""The Example codec against files TensorFlow 2.21 wrote (tests/data/tf-vectors).
 
 Every record decodes to exactly what the JSON says (floats by float32 bit pattern, bytes by base64
 or sha256, a Feature with no kind as kind None / []), and every examples.tfrecord record

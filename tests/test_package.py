@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 
@@ -9,15 +10,77 @@ import pytest
 
 import tfrbeam
 
+# Each public name and the module that defines it, written out here rather than read from the
+# facade's own table, so a name bound to the wrong object (or a module of the same name) fails.
+DEFINED_IN = {
+    "RecordReader": "tfrbeam.records",
+    "RecordWriter": "tfrbeam.records",
+    "masked_crc32c": "tfrbeam.records",
+    "read_records": "tfrbeam.records",
+    "record_blocks": "tfrbeam.record_blocks",
+    "decode_example": "tfrbeam.example",
+    "decode_sequence_example": "tfrbeam.example",
+    "encode_example": "tfrbeam.example",
+    "encode_sequence_example": "tfrbeam.example",
+    "encode_record_batch": "tfrbeam.columnar_encode",
+    "record_batch_to_examples": "tfrbeam.columnar_encode",
+    "examples_to_record_batch": "tfrbeam.columnar_decode",
+    "ReadAllFromTFRecord": "tfrbeam.beam.source",
+    "ReadFromTFRecord": "tfrbeam.beam.source",
+    "TFRecordSource": "tfrbeam.beam.source",
+    "WriteToTFRecord": "tfrbeam.beam.sink",
+    "ReadExamples": "tfrbeam.beam.examples_read",
+    "WriteExamples": "tfrbeam.beam.examples_write",
+    "open_dataset": "tfrbeam.dataset.pipeline",
+}
 
-@pytest.mark.parametrize("name", sorted(set(tfrbeam.__all__) - {"__version__"}))
-def test_every_exported_name_resolves(name):
-    assert getattr(tfrbeam, name) is not None
+
+def test_the_exports_are_exactly_the_documented_names():
+    assert sorted(tfrbeam.__all__) == sorted([*DEFINED_IN, "__version__"])
+    assert isinstance(tfrbeam.__version__, str) and tfrbeam.__version__.count(".") == 2
+
+
+# Names that are also a submodule's name (tfrbeam.record_blocks): in one process their binding
+# depends on import order, so they are checked in a fresh process below.
+CLASHING = sorted(name for name, module in DEFINED_IN.items() if module == f"tfrbeam.{name}")
+
+
+@pytest.mark.parametrize("name", sorted(set(DEFINED_IN) - set(CLASHING)))
+def test_every_exported_name_is_the_object_its_module_defines(name):
+    defining = importlib.import_module(DEFINED_IN[name])
+    exported = getattr(tfrbeam, name)
+    assert exported is getattr(defining, name)
+    assert (exported.__module__, exported.__qualname__) == (DEFINED_IN[name], name)
+
+
+_FRESH_PROCESS_CHECK = """
+import importlib, sys, tfrbeam
+defined_in = {defined_in!r}
+for module in sorted(set(defined_in.values())):  # as an application might: modules first, then the facade
+    importlib.import_module(module)
+wrong = []
+for name, module in sorted(defined_in.items()):
+    exported = getattr(tfrbeam, name)
+    if exported is not getattr(importlib.import_module(module), name) or getattr(exported, "__module__", None) != module:
+        wrong.append(name)
+print(wrong)
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known bug: importing the submodule tfrbeam.record_blocks binds tfrbeam.record_blocks to the module, "
+    "hiding the exported function; fixed by giving the module and the function different names",
+)
+def test_every_exported_name_is_its_definition_even_after_the_modules_were_imported():
+    code = _FRESH_PROCESS_CHECK.format(defined_in=DEFINED_IN)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
 
 
 def test_unknown_names_raise_attribute_error():
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
-        tfrbeam.nope  # noqa: B018
+        tfrbeam.nope
 
 
 def test_the_format_core_does_not_import_beam():

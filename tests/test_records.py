@@ -11,8 +11,7 @@ import warnings
 import zlib
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tfrbeam import records
 from tfrbeam.errors import CorruptRecordError, RecordTooLargeError, TruncatedRecordError, UnsupportedCompressionError
@@ -81,7 +80,8 @@ def test_crc_vectors_match_tensorflow(tf_vectors):
         assert frame_record(data).hex() == vector["tfrecord_hex"], vector["name"]
 
 
-@pytest.mark.parametrize("name, compression", [("raw.tfrecord", None), ("raw.tfrecord.gz", "gzip"), ("raw.tfrecord.zlib", "zlib")])
+@pytest.mark.parametrize("name, compression",
+                         [("raw.tfrecord", None), ("raw.tfrecord.gz", "gzip"), ("raw.tfrecord.zlib", "zlib")])
 def test_reads_tensorflow_raw_files_and_writes_them_back_byte_for_byte(tf_vectors, name, compression):
     expected = json.loads((tf_vectors / "expected.json").read_text())
     path = tf_vectors / name
@@ -99,7 +99,8 @@ def test_record_offsets_and_crcs_match_tensorflow(tf_vectors):
     assert offsets == [r["offset_in_raw_tfrecord"] for r in expected]
     data = (tf_vectors / "raw.tfrecord").read_bytes()
     for record in expected:
-        framed = frame_record(data[record["offset_in_raw_tfrecord"] + 12:record["offset_in_raw_tfrecord"] + 12 + record["length"]])
+        start = record["offset_in_raw_tfrecord"] + 12
+        framed = frame_record(data[start:start + record["length"]])
         assert int.from_bytes(framed[8:12], "little") == _as_int(record["length_masked_crc"])
         assert int.from_bytes(framed[-4:], "little") == _as_int(record["data_masked_crc"])
 
@@ -247,7 +248,8 @@ def test_round_trip(payloads, compression):
 
 
 @settings(max_examples=100, deadline=None)
-@given(payloads=payload_lists, sizes=st.lists(st.integers(1, 20), min_size=1, max_size=5), compression=st.sampled_from([None, "gzip", "zlib"]))
+@given(payloads=payload_lists, sizes=st.lists(st.integers(1, 20), min_size=1, max_size=5),
+       compression=st.sampled_from([None, "gzip", "zlib"]))
 def test_short_reads_never_change_the_result(payloads, sizes, compression):
     data = _encode(payloads, compression)
     assert list(read_records(ShortReads(data, sizes), compression)) == payloads
@@ -288,7 +290,8 @@ def test_cutting_at_every_byte_ends_cleanly_only_at_record_boundaries(payloads):
         with pytest.raises(TruncatedRecordError) as raised:
             _read(data)
         into = cut - start
-        expected_check = "truncated_header" if into < 12 else ("truncated_footer" if into >= 12 + len(payloads[record_starts.index(start)]) else "truncated_payload")
+        payload_end = 12 + len(payloads[record_starts.index(start)])
+        expected_check = "truncated_header" if into < 12 else ("truncated_footer" if into >= payload_end else "truncated_payload")
         assert (raised.value.offset, raised.value.check) == (start, expected_check)
 
 
@@ -386,6 +389,30 @@ def test_every_member_of_many_small_gzip_members_is_read(members):
     """Several members ending inside one read (`cat a.gz b.gz c.gz`): none is dropped."""
     data = b"".join(_encode(payloads, "gzip") for payloads in members)
     assert _read(data, "gzip") == [payload for payloads in members for payload in payloads]
+
+
+@settings(max_examples=60, deadline=None)
+@given(payloads=st.lists(st.binary(max_size=300), min_size=1, max_size=6), compression=st.sampled_from(["gzip", "zlib"]),
+       data=st.data())
+def test_a_compressed_stream_cut_anywhere_before_its_trailer_raises_truncated_stream(payloads, compression, data):
+    """Without the TF vectors: a cut that falls between framed records must not pass as a clean end of file."""
+    encoded = _encode(payloads, compression)
+    trailer = 8 if compression == "gzip" else 4  # CRC32 + ISIZE, or Adler-32
+    cut = data.draw(st.integers(1, len(encoded) - 1), label="cut")
+    with pytest.raises((TruncatedRecordError, CorruptRecordError)) as caught:
+        _read(encoded[:cut], compression)
+    if cut > len(encoded) - trailer:  # only the trailer is missing: every record decompressed
+        assert caught.value.check == "truncated_stream"
+
+
+def test_the_mask_is_the_formats_rotation_plus_its_constant():
+    """Without the TF vectors: mask(c) = ((c >> 15) | (c << 17)) + 0xa282ead8, mod 2^32, of crc32c."""
+    import crc32c
+
+    for payload in (b"", b"a", b"hello world", bytes(range(256))):
+        crc = crc32c.crc32c(payload)
+        assert masked_crc32c(payload) == ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+    assert masked_crc32c(b"") == 0xA282EAD8  # crc32c(b"") is 0, so the mask of nothing is the constant itself
 
 
 def test_find_record_start_skips_to_the_next_valid_record():

@@ -17,7 +17,8 @@ import dataclasses
 import functools
 import itertools
 import threading
-from typing import Callable, Union
+from collections.abc import Callable, Sequence
+from typing import overload
 
 import numpy as np
 import pyarrow as pa
@@ -241,7 +242,7 @@ def _suggested_fix(arrow_type: pa.DataType, inside_list: bool) -> str:
 # Pieces: each row's bytes are the concatenation of pieces; a slot is padded, a ragged is not.
 
 
-Rows = Union[np.ndarray, None]  # (n,) bool: the rows a piece is written in; None = every row
+Rows = np.ndarray | None  # (n,) bool: the rows a piece is written in; None = every row
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -282,10 +283,14 @@ class _Ragged:
     lengths: np.ndarray
 
 
-_Piece = Union[_Slot, _Ragged]
+_Piece = _Slot | _Ragged
 _EMPTY = _Slot(width=0)
 
 
+@overload
+def _masked(lengths: np.ndarray, rows: Rows) -> np.ndarray: ...
+@overload
+def _masked(lengths: int, rows: Rows) -> np.ndarray | int: ...
 def _masked(lengths: np.ndarray | int, rows: Rows) -> np.ndarray | int:
     """Per-row lengths with absent rows counted as 0."""
     return lengths if rows is None else rows * lengths
@@ -313,7 +318,8 @@ def _varint_lengths(values: np.ndarray, largest: int) -> np.ndarray:
 def _continuation_bits(lengths: range, first_byte: int) -> np.ndarray:
     """Per varint length, the 0x80 bits of bytes first_byte..first_byte + 7 as one uint64."""
     return np.array(
-        [sum(0x80 << 8 * (byte - first_byte) for byte in range(first_byte, min(length - 1, first_byte + 8))) for length in lengths],
+        [sum(0x80 << 8 * (byte - first_byte) for byte in range(first_byte, min(length - 1, first_byte + 8)))
+         for length in lengths],
         np.uint64,
     )
 
@@ -451,7 +457,7 @@ def _padded_rows(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, widt
     return _PerRow(row_windows, np.where(present, starts - low, 0))
 
 
-def _assemble(count: int, pieces: list[_Piece], offsets: np.ndarray) -> np.ndarray:
+def _assemble(count: int, pieces: Sequence[_Piece], offsets: np.ndarray) -> np.ndarray:
     """Concatenate, for each of `count` rows in order, its bytes of every piece in order.
 
     Slots are laid out side by side in a padded block (constants from a template row, the rest
@@ -507,7 +513,7 @@ class _Stretch:
     ragged: _Ragged | None = None
 
 
-def _stretches(pieces: list[_Piece]) -> list[_Stretch]:
+def _stretches(pieces: Sequence[_Piece]) -> list[_Stretch]:
     """Group pieces into stretches: full slots, then at most one slot of varying length.
 
     A stretch may go on from slots present in every row to slots limited to some rows (an
@@ -673,7 +679,7 @@ def _encode_rows(columns: list[_Column], count: int, row_base: int) -> tuple[np.
         column_pieces, entry_lengths = _feature_entry(column, row_base)
         pieces.extend(column_pieces)
         features_length += entry_lengths
-    header = [_const(b"\x0a"), _varint(features_length)]
+    header: list[_Piece] = [_const(b"\x0a"), _varint(features_length)]
     offsets = np.zeros(count + 1, np.int64)
     np.cumsum(1 + _length_of_varint(features_length) + features_length, out=offsets[1:])
     return _assemble(count, header + pieces, offsets), offsets
@@ -739,6 +745,7 @@ def _entry_header(key_prefix: bytes, payload: _Payload, rows: Rows):
         index, key_lengths = payload.keyed.index, payload.keyed.lengths
         smallest, largest = int(key_lengths.min()), int(key_lengths.max())
     else:
+        assert lengths is not None  # no keyed index: the lengths are given
         present = lengths if rows is None else lengths[rows]
         if len(present) == 0:
             return [], 0, _no_valid
@@ -802,6 +809,7 @@ def _header_table(key_prefix: bytes, kind_tag: bytes, framing: str, smallest: in
 def _header_varints(key_prefix: bytes, payload: _Payload, rows: Rows) -> tuple[list[_Slot], np.ndarray]:
     """Header slots built from per-row varints (payload lengths too varied for a table)."""
     lengths = payload.lengths
+    assert isinstance(lengths, np.ndarray)  # per-row lengths: constant ones take the lookup table
     if payload.framing == _ITEMS:
         prefix: list[_Slot] = []
         list_length = lengths
@@ -812,7 +820,7 @@ def _header_varints(key_prefix: bytes, payload: _Payload, rows: Rows) -> tuple[l
             nonempty = lengths > 0
             prefix_length = prefix_length * nonempty
             if not _all_rows(nonempty, rows):
-                prefix_rows = nonempty if rows is None else nonempty & rows
+                prefix_rows = nonempty if rows is None else np.logical_and(nonempty, rows)
         prefix = [_const(b"\x0a", prefix_rows), _varint(lengths, prefix_rows)]
         list_length = prefix_length + lengths
     feature_length = 1 + _length_of_varint(list_length) + list_length
@@ -933,7 +941,7 @@ def _list_items(column: _Column, items: pa.Array, starts: np.ndarray, counts: np
                 row, position = found
                 value = int(item_values[starts[row] + position])
                 raise _out_of_range_error(column, row_base + row, value, position)
-        item_pieces = [_varint(item_values)]
+        item_pieces: list[_Piece] = [_varint(item_values)]
         item_lengths = _varint_lengths(item_values, int(item_values.max(initial=0)))
     else:
         data, item_starts, value_lengths = _bytes_values(items)
@@ -1018,7 +1026,9 @@ def _list_payload(column: _Column, array: pa.Array, rows: Rows, row_base: int) -
     starts, counts, items = _list_layout(array, rows)
     items = _decoded(items)
     if items.null_count:
-        found = _first_flagged(~_present_rows(items), starts, counts)
+        present = _present_rows(items)
+        assert present is not None  # items.null_count > 0
+        found = _first_flagged(~present, starts, counts)
         if found is not None:
             raise ArrowConversionError(
                 f"column {column.name!r}, row {row_base + found[0]}: the list holds a null at position "
