@@ -23,7 +23,7 @@ from tfrbeam.columnar_encode import record_batch_to_examples
 from tfrbeam.errors import ConfigError, RecordError
 from tfrbeam.example import decode_example
 from tfrbeam.parquet_export import export_to_parquet, parquet_name
-from pipelines.build.cli import main as build_main
+from tfrbeam.build.cli import main as build_main
 from tfrbeam.records import RecordWriter, read_records
 from tests.example_builds import build_examples
 
@@ -235,7 +235,7 @@ def test_hypothesis_tables_round_trip_through_plain_tfrecord_files(tmp_path_fact
 @given(tables(layouts=("scalar", "nullable", "list")))
 def test_hypothesis_tables_round_trip_through_a_build(tmp_path_factory, table):
     """Parquet input -> tfrbeam build (config from infer-config) -> export: every split's rows, and all of them the input's."""
-    from pipelines.build.infer import infer_config
+    from tfrbeam.build.infer import infer_config
 
     directory = tmp_path_factory.mktemp("build-rt")
     pq.write_table(table, directory / "input.parquet")

@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from tfrbeam.columnar_decode import examples_to_record_batch
 from tfrbeam.errors import ConfigError, ExampleDecodeError
-from tfrbeam.manifest_format import MANIFEST_NAME
+from tfrbeam.manifest import MANIFEST_NAME, read_manifest
 from tfrbeam.record_blocks import RecordBlock, record_blocks
 from tfrbeam.stats.files import STATS_HTML, STATS_JSON
 from tfrbeam.stats.accumulators import SplitAccumulator, stats_schema
@@ -83,12 +83,13 @@ def _from_build(directory: str, wanted: Sequence[str] | None) -> StatsInput:
 
 
 def _split_names(directory: str) -> list[str]:
-    path = os.path.join(directory, MANIFEST_NAME)
     try:
-        with open(path, encoding="utf-8") as handle:
-            return list(json.load(handle).get("splits") or {})
-    except (OSError, ValueError, AttributeError) as error:
-        raise ConfigError(f"{path}: cannot read the dataset manifest: {error}") from error
+        manifest = read_manifest(directory)
+    except OSError as error:
+        raise ConfigError(f"{os.path.join(directory, MANIFEST_NAME)}: cannot read the dataset manifest: {error}") from error
+    if manifest is None:
+        raise ConfigError(f"{os.path.join(directory, MANIFEST_NAME)}: no dataset manifest")
+    return list(manifest["splits"])
 
 
 def accumulate_file(
