@@ -35,6 +35,8 @@ setup(
             "hypothesis>=6.80",
             "pytest-xdist>=3",
             "apache-beam[gcp]>=2.60",
+            # A real multi-process engine for the runner tests (Beam's DaskRunner on a LocalCluster).
+            "dask[distributed]>=2024.1",
         ],
         # Optional: the PyTorch adapter of tfrbeam.dataset (tfrbeam.dataset.torch).
         "torch": ["torch>=2.0"],

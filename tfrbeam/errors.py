@@ -131,3 +131,7 @@ class CommitError(TfrbeamError):
 
 class ShortWriteError(TfrbeamError):
     """Fewer records reached the output than the pipeline produced: the runner lost data; nothing was published."""
+
+
+class UnsupportedRunnerError(TfrbeamError):
+    """The pipeline's runner is known to lose elements tfrbeam's transforms depend on; refused before anything runs."""

@@ -51,6 +51,7 @@ from apache_beam.pvalue import AsList, AsSingleton
 from apache_beam.transforms import window
 from apache_beam.utils.windowed_value import WindowedValue
 
+from tfrbeam.beam.runner_support import refuse_lossy_runner
 from tfrbeam.beam.source import compression_for_file, resolve_compression
 from tfrbeam.errors import ConfigError, OutputExistsError, TfrbeamError
 from tfrbeam.record_index import IndexBuilder, index_path_for
@@ -697,6 +698,7 @@ class WriteFramedBatches(beam.PTransform):
 
     def expand(self, batches: beam.PCollection) -> beam.PCollection:
         spec = self._spec
+        refuse_lossy_runner(batches.pipeline, "tfrbeam's TFRecord sink")
         if not batches.is_bounded:
             raise ValueError(
                 "tfrbeam's sinks write bounded PCollections only; use apache_beam.io.WriteToTFRecord with "

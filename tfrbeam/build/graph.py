@@ -21,6 +21,7 @@ from apache_beam.options.pipeline_options import DirectOptions, PortableOptions,
 
 from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.publish import StagingDir
+from tfrbeam.beam.runner_support import refuse_lossy_runner
 from tfrbeam.build.commit import CommitDataset, DeadLetterFile
 from tfrbeam.build.config import BuildConfig
 from tfrbeam.build.inputs import ReadTabular, convert_source_batch
@@ -66,6 +67,7 @@ def build_pipeline(
     """
     if isinstance(plan, BuildConfig):
         plan = plan_build(plan, pipeline.options, overwrite=overwrite)
+    refuse_lossy_runner(pipeline, "tfrbeam build")
     StagingDir(plan.staging_dir, plan.run).create()
     config = plan.config
     converted = (
