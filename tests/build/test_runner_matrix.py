@@ -14,15 +14,11 @@ import json
 import os
 import pathlib
 import shutil
-import signal
-import socket
-import subprocess
-import sys
-import time
 
 import pytest
 
 from pipelines.demo_data import write_demo_data
+from tests.worker_pool import external_worker_pool, workers_started
 from tfrbeam.build.cli import main as build_main
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -40,40 +36,11 @@ def workdir(tmp_path_factory) -> pathlib.Path:
     return directory
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("localhost", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def worker_pool(tmp_path_factory):
-    """An EXTERNAL SDK worker pool in its own process; each worker it starts is another process. Stopped after the module."""
-    port = _free_port()
-    log = tmp_path_factory.mktemp("pool") / "pool.log"
-    env = dict(os.environ, PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
-    with open(log, "wb") as output:
-        pool = subprocess.Popen(
-            [sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main", f"--service_port={port}"],
-            stdout=output, stderr=subprocess.STDOUT, env=env,
-        )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            with socket.socket() as probe:
-                if probe.connect_ex(("localhost", port)) == 0:
-                    break
-            if pool.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"the worker pool did not start:\n{log.read_text()[-2000:]}")
-            time.sleep(0.2)
-        yield f"localhost:{port}", log
-    finally:
-        pool.send_signal(signal.SIGINT)  # the pool stops its server and kills the workers it started
-        try:
-            pool.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            pool.kill()
-            pool.wait()
+    """An EXTERNAL SDK worker pool in its own process (each worker it starts is another one), stopped after the module."""
+    with external_worker_pool(tmp_path_factory.mktemp("pool") / "pool.log") as pool:
+        yield pool
 
 
 def _build(workdir: pathlib.Path, config: str, name: str, *args: str) -> pathlib.Path:
@@ -135,12 +102,12 @@ def test_direct_runner_multi_processing(workdir, reference, config, piece_store)
 @pytest.mark.parametrize("config", list(CONFIGS))
 def test_portable_runner_with_workers_in_other_processes(workdir, reference, worker_pool, config, piece_store):
     address, log = worker_pool
-    started_before = log.read_text().count("Starting worker")
+    started_before = workers_started(log)
     output = _build(
         workdir, config, f"portable-{piece_store}", "--runner=PortableRunner", "--job_endpoint=embed",
         "--environment_type=EXTERNAL", f"--environment_config={address}", f"--piece_store={piece_store}",
     )
-    assert log.read_text().count("Starting worker") > started_before  # the pool ran this job's SDK worker processes
+    assert workers_started(log) > started_before  # the pool ran this job's SDK worker processes
     _assert_same_as_reference(reference, output, config, "PortableRunner", "spill" if piece_store == "auto" else piece_store)
 
 
