@@ -7,7 +7,7 @@ PortableRunner with an embedded job server (the portable representation Dataflow
 uses), its SDK workers in this process (LOOPBACK) and in separate processes started by an
 EXTERNAL worker pool this module starts and stops; and it is turned into a Dataflow job with
 ``--dry_run=True`` offline. Runners start slowly, so there is one pipeline per runner. Beam's
-DaskRunner is refused (tests/beam/test_dask.py).
+DaskRunner is refused (tests/beam/test_lossy_runners.py).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Each multi-process runner runs with the piece store ``auto`` picks for it (spill) and with the
 ``inline`` store forced, so the path distributed runners take (frames through the GroupByKey)
 runs end to end in separate worker processes too. Every worker pool or cluster is started here
-and stopped here. Beam's DaskRunner loses elements (tests/beam/test_dask.py), so the build
+and stopped here. Beam's DaskRunner loses elements (tests/beam/test_lossy_runners.py), so the build
 refuses it in one line and publishes nothing.
 """
 
@@ -139,3 +139,16 @@ def test_dask_runner_is_refused_in_one_line_and_nothing_is_published(workdir, ca
     assert status == 1 and len(err.splitlines()) == 1
     assert err.startswith("tfrbeam build: error: tfrbeam build cannot run on the DaskRunner: Beam's DaskRunner drops")
     assert not output.exists() and not glob.glob(str(output.parent / ".tfrbeam-*"))
+
+
+def test_bundle_based_direct_runner_is_refused_in_one_line(workdir, capsys):
+    """It loses a tagged output read as a side input (tests/beam/test_lossy_runners.py has the plain-Beam evidence)."""
+    output = workdir / "out" / "demo" / "bundle-based"
+    status = build_main([
+        str(CONFIGS["demo"]), "--quiet", "--set", f"output.path={output}",
+        "--set", f"input.path={workdir / 'demo_data' / 'csv'}/flights-*.csv", "--runner=BundleBasedDirectRunner",
+    ])
+    err = capsys.readouterr().err.strip()
+    assert status == 1 and len(err.splitlines()) == 1
+    assert "tfrbeam build cannot run on the BundleBasedDirectRunner: Beam's BundleBasedDirectRunner hands a side input" in err
+    assert not output.exists()

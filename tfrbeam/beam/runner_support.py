@@ -12,7 +12,7 @@ import apache_beam as beam
 
 from tfrbeam.errors import UnsupportedRunnerError
 
-__all__ = ["LOSSY_RUNNERS", "refuse_lossy_runner"]
+__all__ = ["LOSSY_RUNNERS", "TAGGED_SIDE_INPUT_LOSERS", "refuse_lossy_runner"]
 
 LOSSY_RUNNERS = {
     "DaskRunner": (
@@ -23,10 +23,20 @@ LOSSY_RUNNERS = {
 }
 
 
-def refuse_lossy_runner(pipeline: beam.Pipeline, what: str) -> None:
-    """Raise UnsupportedRunnerError if ``pipeline`` runs on a runner in LOSSY_RUNNERS; ``what`` names our transform."""
+# Runners that lose the tagged outputs of a multi-output ParDo when they are read as a side input
+# (for transforms that do so: the build's row counts and dead letters).
+TAGGED_SIDE_INPUT_LOSERS = {
+    "BundleBasedDirectRunner": (
+        "Beam's BundleBasedDirectRunner hands a side input of a ParDo's tagged output the wrong elements (none, or "
+        "the main output's as well), so the build's row counts would be wrong"
+    ),
+}
+
+
+def refuse_lossy_runner(pipeline: beam.Pipeline, what: str, also: dict[str, str] | None = None) -> None:
+    """Raise UnsupportedRunnerError if ``pipeline`` runs on a runner in LOSSY_RUNNERS (or ``also``); ``what`` names our transform."""
     name = type(pipeline.runner).__name__ if pipeline.runner is not None else ""
-    reason = LOSSY_RUNNERS.get(name)
+    reason = LOSSY_RUNNERS.get(name) or (also or {}).get(name)
     if reason:
         raise UnsupportedRunnerError(
             f"{what} cannot run on the {name}: {reason}, so it would write or read fewer records than it should "

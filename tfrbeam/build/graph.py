@@ -19,7 +19,7 @@ import numpy as np
 
 from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.publish import StagingDir
-from tfrbeam.beam.runner_support import refuse_lossy_runner
+from tfrbeam.beam.runner_support import TAGGED_SIDE_INPUT_LOSERS, refuse_lossy_runner
 from tfrbeam.build.commit import CommitDataset, DeadLetterFile
 from tfrbeam.build.config import BuildConfig
 from tfrbeam.build.inputs import ReadTabular, convert_source_batch
@@ -62,7 +62,7 @@ def build_pipeline(pipeline: beam.Pipeline, plan: BuildPlan | BuildConfig, *, ov
     """
     if isinstance(plan, BuildConfig):
         plan = plan_build(plan, pipeline.options, overwrite=overwrite)
-    refuse_lossy_runner(pipeline, "tfrbeam build")
+    refuse_lossy_runner(pipeline, "tfrbeam build", also=TAGGED_SIDE_INPUT_LOSERS)
     StagingDir(plan.staging_dir, plan.run).create()
     config = plan.config
     converted = (
