@@ -184,6 +184,7 @@ def test_keyed_records_and_piece_coders_round_trip(payloads):
     # A slice narrows the reference: the frames of records half.. start where record half's frame starts.
     assert pieces[1].slice(half, len(payloads)).ref.offset == 7 + int(frame_offsets[half])
     assert pieces[0].slice(half, len(payloads)).ref.data.tobytes() == frames[int(frame_offsets[half]):].tobytes()
+    assert pieces[2].slice(half, len(payloads)).ref.offset == half  # a held piece is addressed by record
 
 
 def test_shard_names_and_bucket_bits():
@@ -268,7 +269,7 @@ def test_output_bytes_do_not_depend_on_batching_or_piece_order_and_change_with_s
     assert len(list((tmp_path / "b" / "spill").iterdir())) == 4
     # Pieces held in this process's memory, all of them or as many as a small budget allows (the
     # rest spilled), and CRCs carried from hashing: the same output again, and nothing left held.
-    budget = 2 * max(piece.num_bytes + len(piece) * RECORD_OVERHEAD for piece in pieces)  # two pieces fit, not three
+    budget = 2 * max(piece.num_bytes for piece in pieces)  # two pieces fit, not three
     for name, hold_bytes in (("held", 1 << 30), ("some-held", budget)):
         _run(_pieces(payloads, [300, 300, 325], [0.5, 0.5], seed=1, with_crcs=True), spec, tmp_path / name, MEMORY, hold_bytes)
         assert _file_bytes(tmp_path / name) == first
@@ -328,20 +329,22 @@ def test_frame_ordered_equals_frame_records(payloads, rng, many_lengths):
     assert framed_offsets.tolist() == np.cumsum([0] + [len(payloads[index]) + RECORD_OVERHEAD for index in order]).tolist()
 
 
+def _one_record(size: int) -> KeyedRecords:
+    return KeyedRecords(np.zeros(1, np.uint16), np.zeros(1, np.uint64), np.array([0, size]), np.zeros(size, np.uint8))
+
+
 def test_discard_pieces_frees_only_that_runs_pieces(tmp_path):
     """After a failed run, the commit's cleanup frees its held pieces; another run's stay."""
     run, other = (MemoryStore(str(tmp_path / name), 150, str(tmp_path / name / "spill")) for name in ("run", "other"))
-    data = np.zeros(100, np.uint8)
-    kept, others = run.add(data), other.add(data)
-    assert (kept.store, others.store) == (MEMORY, MEMORY)
-    assert run.add(data).store == SPILL  # over the run's budget: spilled
+    kept, others = run.add(_one_record(100)), other.add(_one_record(100))
+    assert (kept.ref.store, others.ref.store) == (MEMORY, MEMORY)
+    assert run.add(_one_record(100)).ref.store == SPILL  # over the run's budget: spilled
     run.flush()
     assert runs_holding_pieces() == sorted([str(tmp_path / "run"), str(tmp_path / "other")])
     discard_pieces(str(tmp_path / "run"))
-    piece = Piece(np.zeros(1, np.uint16), np.zeros(1, np.uint64), np.array([0, 100]), kept)
     with pytest.raises(RuntimeError, match="not held in this process"):
-        run.frames(piece)
-    assert other.frames(dataclasses.replace(piece, ref=others)).nbytes == 100
+        run.records(kept)
+    assert other.records(others).lengths.tolist() == [100]
     discard_pieces(str(tmp_path / "other"))
     assert runs_holding_pieces() == []
 
@@ -354,18 +357,18 @@ def test_no_records_at_all_still_writes_every_shard_empty(tmp_path):
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.binary(max_size=6), min_size=1, max_size=120), st.randoms(use_true_random=False))
 def test_shard_writer_frames_parts_of_every_store(payloads, rng):
-    """Slices of a piece held in memory and of an inline piece, written by one writer: the frames of both, in order."""
+    """Slices of a piece held in memory (ordered in place) and of an inline (framed) piece, written by one writer."""
     from tfrbeam.build.shuffle import _Received
 
     data = np.frombuffer(b"".join(payloads), dtype=np.uint8)
     offsets = np.cumsum([0] + [len(item) for item in payloads]).astype(np.int64)
     _, crcs = record_checksums(data, offsets)
     keys = np.array([rng.getrandbits(64) for _ in payloads], dtype=np.uint64)
-    split, key, frame_offsets, frames = KeyedRecords(np.zeros(len(payloads), np.uint16), keys, offsets, data, crcs).sorted_frames()
+    records = KeyedRecords(np.zeros(len(payloads), np.uint16), keys, offsets, data, crcs)
     store = MemoryStore("a-run", 1 << 20, "unused-spill-dir")
     try:
-        held = Piece(split, key, frame_offsets, store.add(frames))
-        inline = Piece(split, key, frame_offsets, PieceRef(INLINE, data=frames))
+        held, inline = store.add(records), _prepared(records)
+        assert held.ref.store == MEMORY and held.offsets.tolist() == inline.offsets.tolist()
         cut = rng.randint(0, len(payloads))
         parts = [part for part in (held.slice(0, cut), inline.slice(cut, len(payloads))) if len(part)]
         received = _Received(parts, store)
@@ -384,15 +387,15 @@ def test_held_pieces_survive_rerouting_and_retried_writes(tmp_path):
     a piece is dropped after its last distinct shard, routing a dropped piece is no error, and the
     run's holding ends with its last shard."""
     store = MemoryStore(str(tmp_path), 100, str(tmp_path / "spill"))
-    piece = Piece(np.zeros(1, np.uint16), np.zeros(1, np.uint64), np.array([0, 10]), store.add(np.zeros(10, np.uint8)))
+    piece = store.add(_one_record(10))
     store.routed(piece, 2)
     store.routed(piece, 2)  # routed again by another bundle: counted once
     store.written(piece, 0)
     store.written(piece, 0)  # the shard-0 write retried
-    assert store.frames(piece).nbytes == 10
+    assert store.records(piece).lengths.tolist() == [10]
     store.written(piece, 1)
     with pytest.raises(RuntimeError, match="already dropped"):
-        store.frames(piece)
+        store.records(piece)
     store.routed(piece, 2)  # a later bundle routes the finished piece: nothing to hold any more
     store.written(piece, 1)
     store.shard_written(0, 2)

@@ -25,24 +25,28 @@ bucket its first global rank; shard s of k receives global ranks ``[ceil(s*n/k),
 ceil((s+1)*n/k))``, so shard sizes differ by at most one record. With ``max_bytes_per_shard``
 the plan picks the smallest k for which every shard provably fits.
 
-Moving the bytes: each input piece is framed once as TFRecords, sorted by (split, key), so
-a shard's part of a piece is one contiguous slice (numpy copies payloads per group of equal
-length and writes every header and footer at once; the payload CRCs come with the piece,
-computed while its records were hashed). The frames then wait in a piece store (``PieceStore``:
-``add`` a piece's frames, get a reference; ``frames`` of a slice read them back), chosen once
-when the build is planned:
+Moving the bytes: each input piece is put in (split, key) order, so a shard's part of a piece is
+one contiguous slice, and waits in a piece store (``PieceStore``: ``add`` a piece, get it back as
+a ``Piece`` of keys, frame offsets and a reference; ``records`` of a slice read it back), chosen
+once when the build is planned:
 
-- ``inline``: the frames travel in the elements. One element per (piece, shard) crosses the
-  GroupByKey: the frames as one buffer plus numpy arrays of keys and offsets, with a coder that
-  is a few memcpys; boundary buckets go to both neighbouring shards (about 1/64 of a shard each).
-- ``spill``: the frames go to files under the temp dir; only keys and offsets cross Beam, and
-  writers read their slices back. Same graph as inline (``WriteShardsThroughGroupByKey``).
-- ``memory``: the frames stay in this process's memory (only when every worker runs in it), up
-  to a byte budget per run, beyond which they are spilled. No piece carries bytes, so the writers
-  read them all as a side input and cut their own slices: no routing stage and no GroupByKey,
-  each a whole stage on the local runners (``WriteShardsFromPieceList``). A piece is dropped
-  once its last shard slice is written, the run's holding once its last shard is written (or by
-  ``discard_pieces`` after a failure): nothing outlives the run.
+- ``inline``: the piece is framed once as TFRecords into a new buffer in key order (numpy copies
+  payloads per group of equal length and writes every header and footer at once; the payload
+  CRCs come with the piece, computed while its records were hashed), and the frames travel in
+  the elements. One element per (piece, shard) crosses the GroupByKey: the frames as one buffer
+  plus numpy arrays of keys and offsets, with a coder that is a few memcpys; boundary buckets go
+  to both neighbouring shards (about 1/64 of a shard each).
+- ``spill``: framed the same way, the frames go to files under the temp dir; only keys and
+  offsets cross Beam, and writers read their slices back. Same graph as inline
+  (``WriteShardsThroughGroupByKey``).
+- ``memory``: the payloads stay in this process's memory where the encoder put them (only when
+  every worker runs in it), up to a byte budget per run, beyond which pieces are spilled. Such a
+  piece is ordered by moving its keys only (no copy); the writers frame its records from there.
+  No piece carries bytes, so the writers read them all as a side input and cut their own slices:
+  no routing stage and no GroupByKey, each a whole stage on the local runners
+  (``WriteShardsFromPieceList``). A piece is dropped once its last shard slice is written, the
+  run's holding once its last shard is written (or by ``discard_pieces`` after a failure):
+  nothing outlives the run.
 
 A shard writer merges its slices by (key, frame bytes), keeps its exact rank range and writes the
 frames (header and footer bytes made with numpy, one join per block). No element is larger than
@@ -97,6 +101,7 @@ __all__ = [
     "ShardingSpec",
     "SpillStore",
     "SplitPlan",
+    "StoredRecords",
     "WriteShardsFromPieceList",
     "WriteShardsThroughGroupByKey",
     "WriteShuffledShards",
@@ -371,10 +376,12 @@ class KeyedRecords:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class PieceRef:
-    """Where a piece's frames are: in the element itself (``data``), or at ``offset`` of ``location`` in its store.
+    """Where a piece's records are: frames in the element itself (``data``), or in its store at ``location``.
 
-    ``location`` is a spill file (store "spill") or the name of a buffer held in this process's
-    memory (store "memory"); an inline piece carries its frames through the runner's GroupByKey.
+    ``location`` is a spill file of frames, ``offset`` the byte where the piece's first frame
+    starts (store "spill"), or the name of a piece held in this process's memory, ``offset`` the
+    index of the piece's first record there (store "memory"). An inline piece carries its frames
+    through the runner's GroupByKey.
     """
 
     store: str
@@ -382,13 +389,22 @@ class PieceRef:
     location: str = ""
     offset: int = 0
 
+    def narrowed(self, first_record: int, first_byte: int, end_byte: int) -> PieceRef:
+        """The reference to a piece's records from ``first_record`` on (frames ``first_byte:end_byte``)."""
+        if self.data is not None:
+            return dataclasses.replace(self, data=self.data[first_byte:end_byte])
+        if self.store == MEMORY:
+            return dataclasses.replace(self, offset=self.offset + first_record)
+        return dataclasses.replace(self, offset=self.offset + first_byte)
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Piece:
     """A prepared piece, or its part bound for one shard: records sorted by (split, key), and where their frames are.
 
-    ``offsets`` are the n + 1 bounds of the frames, from the start of the frames ``ref`` points at.
-    A shard writer reads the frames through the piece's store (``PieceStore.frames``).
+    ``offsets`` are the n + 1 bounds of the records' TFRecord frames, from the first one's start
+    (whether or not the store keeps them framed). A shard writer reads the records through the
+    piece's store (``PieceStore.records``).
     """
 
     split: np.ndarray
@@ -411,11 +427,7 @@ class Piece:
     def slice(self, start: int, end: int) -> Piece:
         """Records ``start:end``, without copying frames (a view, or a narrower range of the store's bytes)."""
         first, last = int(self.offsets[start]), int(self.offsets[end])
-        ref = self.ref
-        if ref.data is not None:
-            ref = dataclasses.replace(ref, data=ref.data[first:last])
-        else:
-            ref = dataclasses.replace(ref, offset=ref.offset + first)
+        ref = self.ref.narrowed(start, first, last)
         return Piece(self.split[start:end], self.key[start:end], self.offsets[start:end + 1] - first, ref)
 
     @classmethod
@@ -429,8 +441,25 @@ INLINE, SPILL, MEMORY = "inline", "spill", "memory"
 PIECE_STORES = (INLINE, SPILL, MEMORY)
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class StoredRecords:
+    """A piece slice's records as a shard writer reads them: payloads ``buffer[starts[i]:][:lengths[i]]`` and their masked CRCs."""
+
+    buffer: np.ndarray
+    starts: np.ndarray
+    lengths: np.ndarray
+    footers: np.ndarray  # masked CRC32C of each payload, "<u4": the frame's footer
+
+    @classmethod
+    def of_frames(cls, piece: Piece, frames: np.ndarray) -> StoredRecords:
+        """The records of ``piece`` whose frames are ``frames`` (the stored footer is the masked CRC)."""
+        frame_starts, sizes = piece.offsets[:-1], piece.framed_lengths
+        footers = windows(frames, 4)[frame_starts + sizes - FOOTER_SIZE].view("<u4")
+        return cls(frames, frame_starts + HEADER_SIZE, sizes - RECORD_OVERHEAD, footers)
+
+
 class PieceStore:
-    """Where prepared pieces' frames wait for the shard writers, behind ``add`` and ``frames`` (as TFDS's Shuffler).
+    """Where prepared pieces wait for the shard writers, behind ``add`` and ``records`` (as TFDS's Shuffler).
 
     A store is chosen once, when the build is planned (``tfrbeam.build.runners.choose_piece_store``),
     and is pickled into the DoFns that prepare pieces and write shards; ``open`` / ``flush`` /
@@ -443,8 +472,15 @@ class PieceStore:
     def open(self) -> None:
         """Prepare to ``add`` in this worker."""
 
-    def add(self, frames: np.ndarray) -> PieceRef:
-        """Keep a piece's frames; the reference that finds them again."""
+    def add(self, records: KeyedRecords) -> Piece:
+        """Keep a piece's records, ordered by (split, key); the piece that finds them again.
+
+        The default frames them into one new buffer (``KeyedRecords.sorted_frames``) and keeps that.
+        """
+        split, key, offsets, frames = records.sorted_frames()
+        return Piece(split, key, offsets, self._keep(frames))
+
+    def _keep(self, frames: np.ndarray) -> PieceRef:
         raise NotImplementedError
 
     def flush(self) -> None:
@@ -453,8 +489,11 @@ class PieceStore:
     def close(self) -> None:
         """This worker adds no more."""
 
-    def frames(self, piece: Piece) -> np.ndarray:
-        """The frames of ``piece``'s records, in order, as one uint8 buffer (a view where the store allows)."""
+    def records(self, piece: Piece) -> StoredRecords:
+        """The records of ``piece`` (a slice of an added piece), in order."""
+        return StoredRecords.of_frames(piece, self._frames(piece))
+
+    def _frames(self, piece: Piece) -> np.ndarray:
         raise NotImplementedError
 
     def routed(self, piece: Piece, slices: int) -> None:
@@ -473,10 +512,10 @@ class InlineStore(PieceStore):
     name = INLINE
     carries_bytes = True
 
-    def add(self, frames: np.ndarray) -> PieceRef:
+    def _keep(self, frames: np.ndarray) -> PieceRef:
         return PieceRef(INLINE, data=frames)
 
-    def frames(self, piece: Piece) -> np.ndarray:
+    def _frames(self, piece: Piece) -> np.ndarray:
         return piece.ref.data
 
 
@@ -504,7 +543,7 @@ class SpillStore(PieceStore):
     def open(self) -> None:
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="tfrbeam-spill")
 
-    def add(self, frames: np.ndarray) -> PieceRef:
+    def _keep(self, frames: np.ndarray) -> PieceRef:
         if self._executor is None:
             self.open()
         path = FileSystems.join(self.directory, f"{uuid.uuid4().hex}.bin")
@@ -524,7 +563,7 @@ class SpillStore(PieceStore):
         while len(self._pending) > keep:
             self._pending.pop(0).result()
 
-    def frames(self, piece: Piece) -> np.ndarray:
+    def _frames(self, piece: Piece) -> np.ndarray:
         ref, size = piece.ref, piece.num_bytes
         with FileSystems.open(ref.location, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
             handle.seek(ref.offset)
@@ -540,18 +579,22 @@ def _write_file(path: str, data: np.ndarray) -> None:
 
 
 class _HeldPieces:
-    """The pieces one run holds in this process's memory, each dropped after its last shard slice is written."""
+    """The pieces one run holds in this process's memory, each dropped after its last shard slice is written.
+
+    A held piece is its payloads where the encoder put them, with each record's start and masked
+    CRC in (split, key) order: it was put in order by moving its keys only, never its bytes.
+    """
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.buffers: dict[str, np.ndarray] = {}
+        self.buffers: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # payloads, starts, footers
         self.pending: dict[str, int] = {}  # per piece, shard slices not yet written
         self.released: dict[str, set[int]] = {}  # per piece, the shards whose slice was written
         self.shards_written: set[int] = set()
         self.bytes = 0
 
     def drop(self, name: str) -> None:
-        self.bytes -= self.buffers.pop(name).nbytes
+        self.bytes -= self.buffers.pop(name)[0].nbytes
         self.pending.pop(name, None)
         self.released.pop(name, None)
 
@@ -563,7 +606,7 @@ _RUNS_LOCK = threading.Lock()
 
 
 class MemoryStore(PieceStore):
-    """The frames stay in this process's memory, up to ``budget`` bytes per run; beyond it they are spilled.
+    """The payloads stay in this process's memory, up to ``budget`` bytes per run; beyond it pieces are spilled.
 
     Only for runs whose every worker runs in this process (the in-process local runners): the
     pieces carry no bytes, so the shard writers take them as a side input, without a routing
@@ -594,16 +637,24 @@ class MemoryStore(PieceStore):
             )
         return held
 
-    def add(self, frames: np.ndarray) -> PieceRef:
+    def add(self, records: KeyedRecords) -> Piece:
+        """Hold the piece's payloads as they are, ordered by moving its keys only; spill it past the budget."""
         held = self._held(create=True)
         with held.lock:
-            if held.bytes + frames.nbytes <= self.budget:
-                name = uuid.uuid4().hex
-                held.buffers[name] = frames
-                held.pending[name] = 0
-                held.bytes += frames.nbytes
-                return PieceRef(MEMORY, location=name)
-        return self.overflow.add(frames)
+            fits = held.bytes + records.data.nbytes <= self.budget
+            if fits:
+                held.bytes += records.data.nbytes
+        if not fits:
+            return self.overflow.add(records)
+        order = _split_key_order(records.split, records.key)
+        crcs = records.crcs if records.crcs is not None else payload_crcs(records.data, records.offsets)
+        frame_offsets = np.zeros(len(order) + 1, dtype=np.int64)
+        np.cumsum(records.lengths[order] + RECORD_OVERHEAD, out=frame_offsets[1:])
+        name = uuid.uuid4().hex
+        with held.lock:
+            held.buffers[name] = (records.data, records.offsets[:-1][order], mask_crcs(crcs[order]).astype("<u4"))
+            held.pending[name] = 0
+        return Piece(records.split[order], records.key[order], frame_offsets, PieceRef(MEMORY, location=name))
 
     def flush(self) -> None:
         self.overflow.flush()
@@ -611,15 +662,16 @@ class MemoryStore(PieceStore):
     def close(self) -> None:
         self.overflow.close()
 
-    def frames(self, piece: Piece) -> np.ndarray:
-        if piece.ref.store == SPILL:
-            return self.overflow.frames(piece)
-        if piece.ref.data is not None:
-            return piece.ref.data
-        buffer = self._held().buffers.get(piece.ref.location)
-        if buffer is None:
+    def records(self, piece: Piece) -> StoredRecords:
+        if piece.ref.store != MEMORY:
+            return self.overflow.records(piece) if piece.ref.store == SPILL else StoredRecords.of_frames(piece, piece.ref.data)
+        held = self._held().buffers.get(piece.ref.location)
+        if held is None:
             raise RuntimeError(f"piece {piece.ref.location} of the run staging in {self.run_key} was already dropped")
-        return buffer[piece.ref.offset:piece.ref.offset + piece.num_bytes]
+        payloads, starts, footers = held
+        first, count = piece.ref.offset, len(piece)
+        return StoredRecords(payloads, starts[first:first + count], piece.framed_lengths - RECORD_OVERHEAD,
+                             footers[first:first + count])
 
     def routed(self, piece: Piece, slices: int) -> None:
         if piece.ref.store != MEMORY:
@@ -984,7 +1036,7 @@ def _shard_key(split: int, shard: int) -> int:
 
 
 class _PreparePieces(beam.DoFn):
-    """Frames each piece's records in (split, key) order, so that every shard's part is one range, and stores the frames."""
+    """Puts each piece's records in (split, key) order, so that every shard's part is one range, and stores them."""
 
     def __init__(self, store: PieceStore):
         self._store = store
@@ -995,8 +1047,7 @@ class _PreparePieces(beam.DoFn):
     def process(self, records: KeyedRecords) -> Iterator[Piece]:
         if not len(records):
             return
-        split, key, offsets, frames = records.sorted_frames()
-        yield Piece(split, key, offsets, self._store.add(frames))
+        yield self._store.add(records)
 
     def finish_bundle(self) -> None:
         self._store.flush()
@@ -1125,20 +1176,19 @@ def _sorted_positions(keys: np.ndarray, record_bytes: typing.Callable[[int], byt
 class _Received:
     """The records one shard writer received, addressed by a flat position across all parts, framed as they are written.
 
-    Every part is a slice of a sorted piece, its frames read through the piece store: a record is
-    a payload slice, its length and its masked CRC (the frame's footer, written again unchanged).
+    Every part is a slice of a sorted piece, its records read through the piece store: a record
+    is a payload slice, its length and its masked CRC (the frame's footer).
     """
 
     def __init__(self, parts: list[Piece], store: PieceStore):
         self.views: list[memoryview] = []
         starts, lengths, footers = [], [], []
         for part in parts:
-            buffer = store.frames(part)
-            record_starts, sizes = part.offsets[:-1], part.framed_lengths
-            footers.append(windows(buffer, 4)[record_starts + sizes - FOOTER_SIZE].view("<u4"))
-            self.views.append(memoryview(np.ascontiguousarray(buffer, dtype=np.uint8)))
-            starts.append(record_starts + HEADER_SIZE)
-            lengths.append(sizes - RECORD_OVERHEAD)
+            stored = store.records(part)
+            self.views.append(memoryview(np.ascontiguousarray(stored.buffer, dtype=np.uint8)))
+            starts.append(stored.starts)
+            lengths.append(stored.lengths)
+            footers.append(stored.footers)
         if parts:
             self.keys = np.concatenate([part.key for part in parts])
             self.part_of = np.repeat(np.arange(len(parts)), [len(part) for part in parts])
