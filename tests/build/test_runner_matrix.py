@@ -91,6 +91,13 @@ def test_direct_runner_in_process(workdir, reference, config):
     _assert_same_as_reference(reference, output, config, "DirectRunner", "memory")
 
 
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_direct_runner_multi_threading(workdir, reference, config):
+    """Two worker threads share the memory store's pieces (its locks, each piece released once per shard)."""
+    output = _build(workdir, config, "threads", "--direct_num_workers=2", "--direct_running_mode=multi_threading")
+    _assert_same_as_reference(reference, output, config, "FnApiRunner", "memory")
+
+
 @pytest.mark.parametrize("piece_store", ["auto", "inline"])
 @pytest.mark.parametrize("config", list(CONFIGS))
 def test_direct_runner_multi_processing(workdir, reference, config, piece_store):
