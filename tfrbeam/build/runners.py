@@ -59,7 +59,11 @@ def uses_local_workers(options: PipelineOptions) -> bool:
 
 
 def workers_share_this_process(options: PipelineOptions) -> bool:
-    """Whether every worker runs inside this process: the FnApiRunner / DirectRunner in_memory or multi_threading."""
+    """Whether every worker runs inside this process: the FnApiRunner / DirectRunner in_memory or multi_threading.
+
+    (When the DirectRunner hands the job to Prism, Prism's default LOOPBACK environment runs the
+    Python workers in this process too.)
+    """
     if runner_name(options) not in _IN_PROCESS_RUNNERS:
         return False
     return options.view_as(DirectOptions).direct_running_mode in ("in_memory", "multi_threading")
