@@ -297,3 +297,26 @@ def test_piece_store_is_in_the_plan_and_the_manifest(demo_dir):
     assert (manifest["runner"], manifest["piece_store"]) == ("FnApiRunner", "spill")
     assert build(demo_dir, "demo.yaml", "--set", "output.path=out/bad", "--piece_store=memory",
                  "--direct_running_mode=multi_processing") == 2
+
+
+@pytest.mark.parametrize("store, shape", [
+    ("memory", "Shuffle/WriteShardsFromPieceList"), ("spill", "Shuffle/WriteShardsThroughGroupByKey"),
+    ("inline", "Shuffle/WriteShardsThroughGroupByKey"),
+])
+def test_each_piece_store_gets_its_named_graph_shape(demo_dir, store, shape):
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from tfrbeam.build.commit import discard_staging
+    from tfrbeam.build.config import load_config
+    from tfrbeam.build.graph import build_pipeline
+
+    config = load_config(str(CONFIGS / "demo.yaml"), [
+        f"output.path={demo_dir / 'out' / ('shape-' + store)}", f"input.path={demo_dir / 'demo_data' / 'csv'}/flights-*.csv",
+    ])
+    pipeline = beam.Pipeline(options=PipelineOptions([f"--piece_store={store}"]))
+    plan = build_pipeline(pipeline, config)
+    names = {transform.unique_name for transform in pipeline.to_runner_api().components.transforms.values()}
+    discard_staging(plan)  # built, never run
+    assert plan.piece_store == store and shape in names
+    assert (f"{shape}/GroupByShard" in names) == (store != "memory")

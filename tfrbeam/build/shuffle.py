@@ -467,7 +467,8 @@ class PieceStore:
     """
 
     name: typing.ClassVar[str]
-    carries_bytes: typing.ClassVar[bool] = False  # the frames travel inside the elements (through the GroupByKey)
+    # Pieces carry no bytes and every worker sees the store: writers may take all pieces as a side input.
+    pieces_as_side_input: typing.ClassVar[bool] = False
 
     def open(self) -> None:
         """Prepare to ``add`` in this worker."""
@@ -510,7 +511,6 @@ class InlineStore(PieceStore):
     """The frames travel in the elements, through the runner's GroupByKey (distributed runners shuffle them well)."""
 
     name = INLINE
-    carries_bytes = True
 
     def _keep(self, frames: np.ndarray) -> PieceRef:
         return PieceRef(INLINE, data=frames)
@@ -615,6 +615,7 @@ class MemoryStore(PieceStore):
     """
 
     name = MEMORY
+    pieces_as_side_input = True
 
     def __init__(self, run_key: str, budget: int, spill_directory: str):
         self.run_key = run_key
@@ -1378,7 +1379,7 @@ class WriteShuffledShards(beam.PTransform):
     def expand(self, records):
         pieces = records | "SortPieces" >> beam.ParDo(_PreparePieces(self._store)).with_output_types(Piece)
         plan = pieces | "PlanShards" >> beam.CombineGlobally(_PlanShards(self._spec))
-        if isinstance(self._store, MemoryStore):
+        if self._store.pieces_as_side_input:
             files = pieces | "WriteShardsFromPieceList" >> WriteShardsFromPieceList(self._temp_dir, self._store, plan)
         else:
             files = pieces | "WriteShardsThroughGroupByKey" >> WriteShardsThroughGroupByKey(self._temp_dir, self._store, plan)
