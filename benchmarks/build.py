@@ -1,15 +1,19 @@
 """Benchmark: the whole dataset build against the typical Beam job, Parquet and CSV, as separate processes.
 
-Run by hand from the repository root (the machine may be shared; best of --repeats is reported):
+Run by hand from the repository root (the machine may be shared; the median and range of
+--repeats runs are reported):
 
-    python -m benchmarks.build [--rows 1000000] [--baseline-rows 50000] [--repeats 2] [--formats parquet,csv]
+    python -m benchmarks.build [--rows 1000000] [--repeats 3] [--formats parquet,csv]
+                               [--piece-store auto,memory,spill,inline] [--baseline-rows N] [--ours-only]
 
 Ours: `python -m tfrbeam.build` on the benchmark table (benchmarks/table.py) written as
-Parquet and as CSV: shuffled (seed 0), one split, 8 shards, DirectRunner, the whole process
-timed (interpreter start, pipeline construction, run, manifest) with its peak RSS.
-Baseline, in the same run: `beam.io.ReadFromParquet` (CSV: `ReadFromText` + the csv module) ->
-one Example per row built with the generated protobuf classes -> `beam.Reshuffle()` ->
-`beam.io.WriteToTFRecord(num_shards=8)`, on the first --baseline-rows rows (it is ~100x slower).
+Parquet and as CSV: shuffled (seed 0), one split, 8 shards, the default runner, the whole
+process timed (interpreter start, pipeline construction, run, manifest) with its peak RSS; once
+per piece store asked for. Baseline, in the same run and on the same rows: `beam.io.ReadFromParquet`
+(CSV: `ReadFromText` + the csv module) -> one Example per row built with the generated protobuf
+classes -> `beam.Reshuffle()` -> `beam.io.WriteToTFRecord(num_shards=8)`, on the same runner as ours. --baseline-rows runs the
+baseline on fewer rows for a quick look: its fixed start-up is then spread over fewer rows, so the
+ratio comes out higher than it is. --ours-only skips the baseline (peak RSS at 5M rows, say).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import json
 import os
 import pathlib
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -81,12 +86,13 @@ def run_measured(command: list[str]) -> tuple[float, int, float]:
     return seconds, usage.ru_maxrss * 1024, usage.ru_utime + usage.ru_stime
 
 
-def run_ours(fmt: str, input_path: pathlib.Path, work: pathlib.Path, workers: int = 1) -> tuple[float, int, float, int]:
+def run_ours(fmt: str, input_path: pathlib.Path, work: pathlib.Path, workers: int = 1,
+             piece_store: str = "auto") -> tuple[float, int, float, int]:
     output = work / f"ours-{fmt}"
     shutil.rmtree(output, ignore_errors=True)
     config_path = work / f"ours-{fmt}.json"  # JSON is YAML
     config_path.write_text(json.dumps(build_config(fmt, input_path, output)))
-    command = [sys.executable, "-m", "tfrbeam.build", str(config_path), "--quiet"]
+    command = [sys.executable, "-m", "tfrbeam.build", str(config_path), "--quiet", f"--piece_store={piece_store}"]
     if workers > 1:
         command += [f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"]
     seconds, rss, cpu = run_measured(command)
@@ -147,8 +153,10 @@ def _csv_row(line: str, names: list[str]) -> dict:
 def baseline_job(fmt: str, input_path: str, output_prefix: str) -> None:
     """The typical Beam job: read rows, build each Example with protobuf classes, Reshuffle, WriteToTFRecord."""
     import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
 
-    with beam.Pipeline() as pipeline:
+    # The runner ours uses by default (the DirectRunner would first spend seconds trying Prism offline).
+    with beam.Pipeline(options=PipelineOptions(["--runner=FnApiRunner"])) as pipeline:
         if fmt == "parquet":
             rows = pipeline | beam.io.ReadFromParquet(input_path)
         else:
@@ -166,12 +174,20 @@ def baseline_job(fmt: str, input_path: str, output_prefix: str) -> None:
 # ------------------------------------------------------------------------------------------ main
 
 
+def _spread(values: list[float]) -> str:
+    """Median and range of rows/s figures: ``median (min-max)``."""
+    return f"{statistics.median(values):,.0f} ({min(values):,.0f}-{max(values):,.0f})"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--baseline-rows", type=int, default=50_000)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--baseline-rows", type=int, default=None,
+                        help="run the baseline on the first N rows only (default: all --rows); fewer rows inflate the ratio")
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--formats", default="parquet,csv")
+    parser.add_argument("--piece-store", default="auto", help="comma-separated piece stores to run ours with")
+    parser.add_argument("--ours-only", action="store_true", help="skip the baseline (e.g. peak RSS of a 5M-row build)")
     parser.add_argument("--workers", type=int, default=1,
                         help="also run ours with --direct_num_workers=N --direct_running_mode=multi_processing (CPU and RSS of "
                         "the main process and its workers together)")
@@ -185,31 +201,46 @@ def main() -> None:
     if args.write_inputs:
         write_inputs(int(args.write_inputs[0]), pathlib.Path(args.write_inputs[1]))
         return
+    baseline_rows = args.rows if args.baseline_rows is None else min(args.baseline_rows, args.rows)
     work = pathlib.Path(args.work_dir or tempfile.mkdtemp(prefix="tfrbeam-bench-build-"))
     work.mkdir(parents=True, exist_ok=True)
     # In a child process: Linux keeps a process's peak RSS across exec, so a parent holding the
     # table would pass its size on to every measured child.
     subprocess.run([sys.executable, __file__, "--write-inputs", str(args.rows), str(work)], check=True)
     inputs = {"parquet": work / "table.parquet", "csv": work / "table.csv"}
-    print(f"{args.rows:,} rows (baseline: first {args.baseline_rows:,}); best of {args.repeats}; shared 2-core machine")
-    print("rows/s by wall clock, and by CPU second of the process (fairer when other work shares the cores)")
-    print(f"{'input':<8}{'ours wall':>11}{'ours cpu':>10}{'base wall':>11}{'base cpu':>10}{'ratio wall':>12}{'ratio cpu':>11}"
-          f"{'ours s':>8}{'peak RSS':>10}{'output':>9}{'RSS/out':>9}")
+    print(f"{args.rows:,} rows; median (range) of {args.repeats} runs each; shared 2-core machine")
+    if not args.ours_only and baseline_rows < args.rows:
+        print(f"NOTE: the baseline runs on the first {baseline_rows:,} rows only: its fixed start-up is spread over "
+              "fewer rows, which INFLATES the ratio; leave out --baseline-rows for the real figure")
+    print("rows/s by wall clock (and by CPU second of the process, fairer when other work shares the cores)")
     for fmt in args.formats.split(","):
-        ours = min((run_ours(fmt, inputs[fmt], work) for _ in range(args.repeats)), key=lambda result: result[0])
-        base = min((run_baseline(fmt, inputs[fmt], work, args.baseline_rows) for _ in range(args.repeats)), key=lambda r: r[0])
-        ours_wall, ours_cpu = args.rows / ours[0], args.rows / ours[2]
-        base_wall, base_cpu = args.baseline_rows / base[0], args.baseline_rows / base[2]
-        print(f"{fmt:<8}{ours_wall:>11,.0f}{ours_cpu:>10,.0f}{base_wall:>11,.0f}{base_cpu:>10,.0f}"
-              f"{ours_wall / base_wall:>11.1f}x{ours_cpu / base_cpu:>10.1f}x{ours[0]:>8.1f}"
-              f"{ours[1] / 2**20:>8.0f}MB{ours[3] / 2**20:>7.0f}MB{ours[1] / ours[3]:>9.2f}", flush=True)
-        if args.workers > 1:
-            multi = min((run_ours(fmt, inputs[fmt], work, args.workers) for _ in range(args.repeats)), key=lambda r: r[0])
-            multi_wall = args.rows / multi[0]
-            print(f"{fmt + f'/{args.workers}w':<8}{multi_wall:>11,.0f}{args.rows / multi[2]:>10,.0f}{'':>21}"
-                  f"{multi_wall / base_wall:>11.1f}x{'':>11}{multi[0]:>8.1f}{multi[1] / 2**20:>8.0f}MB (largest process)", flush=True)
+        base_wall = base_cpu = None
+        if not args.ours_only:
+            base = [run_baseline(fmt, inputs[fmt], work, baseline_rows) for _ in range(args.repeats)]
+            base_wall = [baseline_rows / run[0] for run in base]
+            base_cpu = [baseline_rows / run[2] for run in base]
+            print(f"{fmt:<8} baseline ({baseline_rows:,} rows): wall {_spread(base_wall)}  cpu {_spread(base_cpu)}  "
+                  f"peak RSS {statistics.median(run[1] for run in base) / 2**20:,.0f} MB", flush=True)
+        for store in args.piece_store.split(","):
+            ours = [run_ours(fmt, inputs[fmt], work, piece_store=store) for _ in range(args.repeats)]
+            _report(fmt, f"ours, {store}", args.rows, ours, base_wall, base_cpu)
+            if args.workers > 1:
+                multi = [run_ours(fmt, inputs[fmt], work, args.workers, store) for _ in range(args.repeats)]
+                _report(fmt, f"ours, {store}, {args.workers} workers", args.rows, multi, base_wall, base_cpu)
     if not args.work_dir:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _report(fmt: str, label: str, rows: int, runs: list, base_wall: list[float] | None, base_cpu: list[float] | None) -> None:
+    wall = [rows / run[0] for run in runs]
+    cpu = [rows / run[2] for run in runs]
+    line = (f"{fmt:<8} {label}: wall {_spread(wall)}  cpu {_spread(cpu)}  "
+            f"peak RSS {statistics.median(run[1] for run in runs) / 2**20:,.0f} MB (max {max(run[1] for run in runs) / 2**20:,.0f})  "
+            f"output {runs[0][3] / 2**20:,.0f} MB")
+    if base_wall:
+        line += (f"  ratio of medians: wall {statistics.median(wall) / statistics.median(base_wall):.1f}x, "
+                 f"cpu {statistics.median(cpu) / statistics.median(base_cpu):.1f}x")
+    print(line, flush=True)
 
 
 if __name__ == "__main__":

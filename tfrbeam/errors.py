@@ -168,3 +168,7 @@ class RecordLimitError(TfrbeamError, ValueError):
 
     def __reduce__(self):
         return (type(self), (str(self), self.record, self.limit))
+
+
+class UnsupportedRunnerError(TfrbeamError):
+    """The pipeline's runner is known to lose elements tfrbeam's transforms depend on; refused before anything runs."""

@@ -1,10 +1,13 @@
 """tfrbeam's Beam transforms on every runner the issue names, one read+write pipeline each.
 
 The same pipeline (ReadFromTFRecord and ReadAllFromTFRecord into WriteToTFRecord with fixed and
-with size-limited sharding; ReadExamples as record batches and as dicts into WriteExamples) runs on the DirectRunner in-process, in multi_processing mode with two workers, and on
-the PortableRunner with an embedded job server (the portable representation Dataflow Runner v2
-uses), and is turned into a Dataflow job with ``--dry_run=True`` offline. Runners start slowly,
-so there is one pipeline per runner.
+with size-limited sharding; ReadExamples as record batches and as dicts into WriteExamples) runs
+on the DirectRunner in-process, in multi_processing mode with two workers, and on the
+PortableRunner with an embedded job server (the portable representation Dataflow Runner v2
+uses), its SDK workers in this process (LOOPBACK) and in separate processes started by an
+EXTERNAL worker pool this module starts and stops; and it is turned into a Dataflow job with
+``--dry_run=True`` offline. Runners start slowly, so there is one pipeline per runner. Beam's
+DaskRunner is refused (tests/beam/test_lossy_runners.py).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from tests.worker_pool import external_worker_pool, workers_started
 from tfrbeam.beam.examples_read import ReadExamples
 from tfrbeam.beam.examples_write import WriteExamples
 from tfrbeam.beam.sink import WriteToTFRecord
@@ -93,15 +97,30 @@ RUNNERS = {
 }
 
 
-@pytest.mark.parametrize("runner", list(RUNNERS))
-def test_read_write_pipeline_runs(tmp_path, monkeypatch, runner):
+@pytest.fixture(scope="module")
+def worker_pool(tmp_path_factory):
+    with external_worker_pool(tmp_path_factory.mktemp("pool") / "pool.log") as pool:
+        yield pool
+
+
+@pytest.mark.parametrize("runner", [*RUNNERS, "portable_external_workers"])
+def test_read_write_pipeline_runs(tmp_path, monkeypatch, request, runner):
     # multi_processing workers are separate Python processes: they import tfrbeam from this tree.
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
     patterns = _write_inputs(tmp_path / "input")
     out = tmp_path / "out"
-    with beam.Pipeline(options=PipelineOptions(RUNNERS[runner])) as pipeline:
+    if runner == "portable_external_workers":
+        address, log = request.getfixturevalue("worker_pool")
+        started_before = workers_started(log)
+        options = ["--runner=PortableRunner", "--job_endpoint=embed", "--environment_type=EXTERNAL",
+                   f"--environment_config={address}"]
+    else:
+        options = RUNNERS[runner]
+    with beam.Pipeline(options=PipelineOptions(options)) as pipeline:
         _build(pipeline, patterns, str(out))
     _verify(out)
+    if runner == "portable_external_workers":
+        assert workers_started(log) > started_before
 
 
 def test_dataflow_job_builds_offline():

@@ -72,6 +72,7 @@ def test_dataflow_job_graph_builds_offline(workdir):
     run = build_pipeline(pipeline, config)
     result = pipeline.run()
     steps = {transform.unique_name for transform in result.job.proto_pipeline.components.transforms.values()}
-    for name in ("ReadInputs", "ConvertAndKey", "Shuffle/GroupByShard", "Shuffle/WriteShards", "Commit"):
+    for name in ("ReadInputs", "ConvertAndKey", "Shuffle/WriteShardsThroughGroupByKey/GroupByShard",
+                 "Shuffle/WriteShardsThroughGroupByKey/WriteShards", "Commit"):
         assert name in steps
-    assert run.runner == "DataflowRunner" and not os.path.exists(run.manifest_path)
+    assert run.runner == "DataflowRunner" and run.piece_store == "inline" and not os.path.exists(run.manifest_path)

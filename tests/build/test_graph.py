@@ -15,6 +15,7 @@ from tfrbeam.build.cli import main as build_main
 from tfrbeam.record_index import INDEX_DIR_NAME
 from tfrbeam.manifest import verify_dataset
 from pipelines.demo_data import demo_table, write_demo_data
+from tfrbeam.errors import ConfigError
 from tfrbeam.example import decode_example
 from tfrbeam.records import read_records
 
@@ -129,9 +130,9 @@ def test_reruns_input_file_order_and_seeds(demo_dir, tmp_path):
     for split in ("train", "eval"):  # the seed reorders, it never moves an example between splits
         assert collections.Counter(read_split(demo_dir / "out" / "a", split)) == collections.Counter(
             read_split(demo_dir / "out" / "c", split))
-    from tfrbeam.build.shuffle import _HELD
+    from tfrbeam.build.shuffle import runs_holding_pieces
 
-    assert _HELD.held_bytes == 0  # these in-process builds held their pieces in memory, and let go of them
+    assert runs_holding_pieces() == []  # these in-process builds held their pieces in memory, and let go of them
 
 
 def test_unshuffled_build_keeps_input_order(demo_dir):
@@ -270,22 +271,55 @@ def test_every_schema_problem_is_reported_before_the_pipeline(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
-def test_pieces_stay_in_memory_only_when_every_worker_runs_in_this_process():
+def test_piece_store_is_chosen_once_from_the_option_and_the_runner():
+    """auto: memory only when every worker runs in this process, spill for other local runners, inline elsewhere."""
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from tfrbeam.build.graph import held_piece_budget, uses_local_workers, workers_share_this_process
+    from tfrbeam.build.runners import choose_piece_store, held_piece_budget, workers_share_this_process
 
-    def options(*args: str) -> PipelineOptions:
-        return PipelineOptions(list(args))
+    def store(*args: str) -> str:
+        return choose_piece_store(PipelineOptions(list(args)))
 
-    assert workers_share_this_process(options())
-    assert workers_share_this_process(options("--direct_running_mode=multi_threading", "--direct_num_workers=2"))
-    for separate in (
-        options("--direct_running_mode=multi_processing", "--direct_num_workers=2"),
-        options("--runner=PortableRunner", "--job_endpoint=embed"),
-        options("--runner=DataflowRunner"),
-    ):
-        assert not workers_share_this_process(separate)
-    assert uses_local_workers(options("--runner=PortableRunner", "--job_endpoint=embed"))
-    assert not uses_local_workers(options("--runner=DataflowRunner"))
+    assert store() == store("--runner=FnApiRunner") == store("--runner=DirectRunner") == "memory"
+    assert store("--direct_running_mode=multi_threading", "--direct_num_workers=2") == "memory"
+    assert store("--direct_running_mode=multi_processing", "--direct_num_workers=2") == "spill"
+    assert store("--runner=PortableRunner", "--job_endpoint=embed") == "spill"
+    assert store("--runner=PrismRunner") == "spill"
+    assert store("--runner=DataflowRunner") == store("--runner=FlinkRunner") == "inline"
+    assert store("--direct_running_mode=multi_processing", "--piece_store=inline") == "inline"
+    assert store("--runner=DataflowRunner", "--piece-store=spill") == "spill"
+    assert not workers_share_this_process(PipelineOptions(["--runner=PortableRunner", "--job_endpoint=embed"]))
+    with pytest.raises(ConfigError, match="--piece_store memory keeps pieces in this process, but the DataflowRunner"):
+        store("--runner=DataflowRunner", "--piece_store=memory")
     assert 0 < held_piece_budget() <= 2 << 30
+
+
+def test_piece_store_is_in_the_plan_and_the_manifest(demo_dir):
+    assert build(demo_dir, "demo.yaml", "--set", "output.path=out/spilled", "--piece_store=spill") == 0
+    manifest = json.loads((demo_dir / "out" / "spilled" / "dataset_info.json").read_text())
+    assert (manifest["runner"], manifest["piece_store"]) == ("FnApiRunner", "spill")
+    assert build(demo_dir, "demo.yaml", "--set", "output.path=out/bad", "--piece_store=memory",
+                 "--direct_running_mode=multi_processing") == 2
+
+
+@pytest.mark.parametrize("store, shape", [
+    ("memory", "Shuffle/WriteShardsFromPieceList"), ("spill", "Shuffle/WriteShardsThroughGroupByKey"),
+    ("inline", "Shuffle/WriteShardsThroughGroupByKey"),
+])
+def test_each_piece_store_gets_its_named_graph_shape(demo_dir, store, shape):
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from tfrbeam.build.commit import discard_staging
+    from tfrbeam.build.config import load_config
+    from tfrbeam.build.graph import build_pipeline
+
+    config = load_config(str(CONFIGS / "demo.yaml"), [
+        f"output.path={demo_dir / 'out' / ('shape-' + store)}", f"input.path={demo_dir / 'demo_data' / 'csv'}/flights-*.csv",
+    ])
+    pipeline = beam.Pipeline(options=PipelineOptions([f"--piece_store={store}"]))
+    plan = build_pipeline(pipeline, config)
+    names = {transform.unique_name for transform in pipeline.to_runner_api().components.transforms.values()}
+    discard_staging(plan)  # built, never run
+    assert plan.piece_store == store and shape in names
+    assert (f"{shape}/GroupByShard" in names) == (store != "memory")

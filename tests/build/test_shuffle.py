@@ -1,8 +1,9 @@
-"""The seeded shuffle, hash splits and exactly balanced shards (tfrbeam/beam/deterministic_shuffle.py)."""
+"""The seeded shuffle, hash splits and exactly balanced shards, with each piece store (tfrbeam/build/shuffle.py)."""
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import pathlib
 import random
@@ -17,8 +18,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tfrbeam.build.shuffle import (
+    INLINE,
+    MEMORY,
+    PIECE_STORES,
+    SPILL,
     KeyedRecords,
     KeyedRecordsCoder,
+    MemoryStore,
+    Piece,
+    PieceCoder,
+    PieceRef,
     ShardingSpec,
     WriteShuffledShards,
     bucket_bits_for,
@@ -27,13 +36,14 @@ from tfrbeam.build.shuffle import (
     frame_ordered,
     input_order_keys,
     make_plan,
+    discard_pieces,
+    make_piece_store,
     record_checksums,
-    release_held_pieces,
+    runs_holding_pieces,
     seeded_sort_keys,
     shard_file_name,
     split_indices,
     _BucketCounts,
-    _HELD,
 )
 from tfrbeam.record_index import index_path_for, parse_index
 from tfrbeam.records import RECORD_OVERHEAD, frame_records, read_records
@@ -63,15 +73,22 @@ def _pieces(
     return pieces
 
 
+def _prepared(records: KeyedRecords) -> Piece:
+    """An inline piece as the shuffle prepares it: frames sorted by (split, key)."""
+    split, key, offsets, frames = records.sorted_frames()
+    return Piece(split, key, offsets, PieceRef(INLINE, data=frames))
+
+
 def _run(
-    pieces: list[KeyedRecords], spec: ShardingSpec, temp_dir: pathlib.Path, spill: bool = False, hold_bytes: int = 0
+    pieces: list[KeyedRecords], spec: ShardingSpec, temp_dir: pathlib.Path, store: str = INLINE, budget: int = 1 << 30
 ) -> None:
-    with beam.Pipeline(options=PipelineOptions([])) as pipeline:
+    with beam.Pipeline(options=PipelineOptions(["--runner=FnApiRunner"])) as pipeline:
         _ = (
             pipeline
             | beam.Create(pieces).with_output_types(KeyedRecords)
-            | WriteShuffledShards(spec, str(temp_dir), spill=spill, hold_bytes=hold_bytes)
+            | WriteShuffledShards(spec, str(temp_dir), make_piece_store(store, str(temp_dir), budget))
         )
+    assert runs_holding_pieces() == []  # a memory store's holding ends with its run
 
 
 def _read_split(temp_dir: pathlib.Path, split: str) -> list[list[bytes]]:
@@ -131,37 +148,43 @@ def test_input_order_keys_sort_by_file_then_row():
 
 @settings(max_examples=30, deadline=None)
 @given(st.lists(st.binary(max_size=30), max_size=20))
-def test_keyed_records_coder_round_trips(payloads):
+def test_keyed_records_and_piece_coders_round_trip(payloads):
     offsets = np.cumsum([0] + [len(item) for item in payloads]).astype(np.int64)
     records = KeyedRecords(
         np.arange(len(payloads), dtype=np.uint16), np.arange(len(payloads), dtype=np.uint64) * 7, offsets,
         np.frombuffer(b"".join(payloads), dtype=np.uint8),
     )
     coder = KeyedRecordsCoder()
-    decoded = coder.decode(coder.encode(records))
-    for field in ("split", "key", "offsets", "data"):
-        np.testing.assert_array_equal(getattr(decoded, field), getattr(records, field))
-    assert decoded.crcs is None
-    spilled_records = KeyedRecords(records.split, records.key, records.offsets, None, "gs://b/é.bin", 7)
-    spilled = coder.decode(coder.encode(spilled_records))
-    assert spilled.data is None and (spilled.spill_path, spilled.spill_offset) == ("gs://b/é.bin", 7)
     with_crcs = KeyedRecords(records.split, records.key, records.offsets, records.data, crcs=np.arange(len(payloads), dtype=np.uint32) * 3)
-    np.testing.assert_array_equal(coder.decode(coder.encode(with_crcs)).crcs, with_crcs.crcs)
-    half = len(payloads) // 2
-    np.testing.assert_array_equal(with_crcs.slice(half, len(payloads)).crcs, with_crcs.crcs[half:])
-    # Ordered by moving keys only: the records stay where they are, ``sources`` points at them.
-    one_split = np.zeros(len(payloads), np.uint16)
-    in_place = KeyedRecords(one_split, records.key[::-1].copy(), records.offsets, records.data).sorted_in_place()
-    assert [bytes(in_place.data[start:start + length]) for start, length in zip(in_place.sources, in_place.lengths)] == (
-        payloads[::-1]
-    )
-    decoded = coder.decode(coder.encode(in_place.slice(half, len(payloads))))
-    np.testing.assert_array_equal(decoded.sources, in_place.sources[half:])
-    np.testing.assert_array_equal(decoded.crcs, [crc32c.crc32c(item) for item in payloads[::-1][half:]])
-    # Beam samples element sizes; the estimate is computed, and exact.
-    for value in (records, spilled_records, with_crcs, records.slice(half, len(payloads)), with_crcs.slice(0, half),
-                  in_place, in_place.slice(0, half)):
+    for value in (records, with_crcs):
+        decoded = coder.decode(coder.encode(value))
+        for field in ("split", "key", "offsets", "data"):
+            np.testing.assert_array_equal(getattr(decoded, field), getattr(value, field))
+        assert (decoded.crcs is None) == (value.crcs is None)
+        # Beam samples element sizes; the estimate is computed, and exact.
         assert coder.estimate_size(value) == len(coder.encode(value))
+    split, key, frame_offsets, frames = records.sorted_frames()
+    assert frames.tobytes() == frame_records([payloads[int(i)] for i in np.lexsort((records.key, records.split))])
+    pieces = [
+        Piece(split, key, frame_offsets, PieceRef(INLINE, data=frames)),
+        Piece(split, key, frame_offsets, PieceRef(SPILL, location="gs://b/é.bin", offset=7)),
+        Piece(split, key, frame_offsets, PieceRef(MEMORY, location="0123abcd")),
+    ]
+    half = len(payloads) // 2
+    piece_coder = PieceCoder()
+    for piece in pieces + [piece.slice(half, len(payloads)) for piece in pieces]:
+        decoded = piece_coder.decode(piece_coder.encode(piece))
+        for field in ("split", "key", "offsets"):
+            np.testing.assert_array_equal(getattr(decoded, field), getattr(piece, field))
+        assert (decoded.ref.store, decoded.ref.location, decoded.ref.offset) == (piece.ref.store, piece.ref.location, piece.ref.offset)
+        assert (decoded.ref.data is None) == (piece.ref.data is None)
+        if piece.ref.data is not None:
+            assert decoded.ref.data.tobytes() == piece.ref.data.tobytes()
+        assert piece_coder.estimate_size(piece) == len(piece_coder.encode(piece))
+    # A slice narrows the reference: the frames of records half.. start where record half's frame starts.
+    assert pieces[1].slice(half, len(payloads)).ref.offset == 7 + int(frame_offsets[half])
+    assert pieces[0].slice(half, len(payloads)).ref.data.tobytes() == frames[int(frame_offsets[half]):].tobytes()
+    assert pieces[2].slice(half, len(payloads)).ref.offset == half  # a held piece is addressed by record
 
 
 def test_shard_names_and_bucket_bits():
@@ -177,7 +200,7 @@ def test_byte_cap_plan_keeps_every_shard_under_the_cap():
     combine = _BucketCounts(spec)
     accumulator = combine.create_accumulator()
     for piece in _pieces(payloads, [700] * 5, [1.0], seed=5):
-        accumulator = combine.add_input(accumulator, piece)
+        accumulator = combine.add_input(accumulator, _prepared(piece))
     plan = make_plan(combine.extract_output(accumulator), spec).splits[0]
     total = sum(len(item) + RECORD_OVERHEAD for item in payloads)
     assert plan.num_examples == 3000 and plan.num_bytes == total
@@ -193,7 +216,7 @@ def test_byte_cap_plan_keeps_every_shard_under_the_cap():
 def test_byte_cap_smaller_than_a_record_is_refused():
     spec = _spec(splits=("train",), num_shards=(None,), max_bytes_per_shard=50)
     combine = _BucketCounts(spec)
-    accumulator = combine.add_input(combine.create_accumulator(), _pieces([b"x" * 100], [1], [1.0], seed=0)[0])
+    accumulator = combine.add_input(combine.create_accumulator(), _prepared(_pieces([b"x" * 100], [1], [1.0], seed=0)[0]))
     with pytest.raises(ValueError, match="larger than output.max_bytes_per_shard=50"):
         make_plan(combine.extract_output(accumulator), spec)
 
@@ -239,18 +262,17 @@ def test_output_bytes_do_not_depend_on_batching_or_piece_order_and_change_with_s
     spec = _spec(compression="gzip")
     pieces = _pieces(payloads, [300, 300, 325], [0.5, 0.5], seed=1)
     _run(pieces, spec, tmp_path / "a")
-    _run(list(reversed(_pieces(payloads, [1, 99, 700, 125], [0.5, 0.5], seed=1))), spec, tmp_path / "b", spill=True)
+    _run(list(reversed(_pieces(payloads, [1, 99, 700, 125], [0.5, 0.5], seed=1))), spec, tmp_path / "b", SPILL)
     _run(_pieces(payloads, [925], [0.5, 0.5], seed=2), spec, tmp_path / "c")
     first, second, other_seed = (_file_bytes(tmp_path / name) for name in "abc")
-    assert first == second  # also: bytes spilled to files or shuffled through the GroupByKey, the same output
+    assert first == second  # also: frames spilled to files or shuffled through the GroupByKey, the same output
     assert len(list((tmp_path / "b" / "spill").iterdir())) == 4
     # Pieces held in this process's memory, all of them or as many as a small budget allows (the
     # rest spilled), and CRCs carried from hashing: the same output again, and nothing left held.
     budget = 2 * max(piece.num_bytes for piece in pieces)  # two pieces fit, not three
     for name, hold_bytes in (("held", 1 << 30), ("some-held", budget)):
-        _run(_pieces(payloads, [300, 300, 325], [0.5, 0.5], seed=1, with_crcs=True), spec, tmp_path / name,
-             spill=True, hold_bytes=hold_bytes)
-        assert _file_bytes(tmp_path / name) == first and _HELD.held_bytes == 0
+        _run(_pieces(payloads, [300, 300, 325], [0.5, 0.5], seed=1, with_crcs=True), spec, tmp_path / name, MEMORY, hold_bytes)
+        assert _file_bytes(tmp_path / name) == first
     assert not (tmp_path / "held" / "spill").exists()
     assert len(list((tmp_path / "some-held" / "spill").iterdir())) == 1
     assert first.keys() == other_seed.keys() and first != other_seed
@@ -264,9 +286,9 @@ def test_output_bytes_do_not_depend_on_batching_or_piece_order_and_change_with_s
 def test_ordered_mode_keeps_input_order_and_balance(tmp_path):
     payloads = [f"row-{i}".encode() for i in range(10_000)]
     spec = _spec(splits=("train",), num_shards=(7,), ordered=True)
-    for spill in (False, True):
-        _run(_pieces(payloads, [4500, 10, 5490], [1.0], seed=None), spec, tmp_path / str(spill), spill=spill)
-        shards = _read_split(tmp_path / str(spill), "train")
+    for store in PIECE_STORES:
+        _run(_pieces(payloads, [4500, 10, 5490], [1.0], seed=None), spec, tmp_path / store, store)
+        shards = _read_split(tmp_path / store, "train")
         assert [record for shard in shards for record in shard] == payloads
         assert {len(shard) for shard in shards} <= {1428, 1429}
 
@@ -307,17 +329,24 @@ def test_frame_ordered_equals_frame_records(payloads, rng, many_lengths):
     assert framed_offsets.tolist() == np.cumsum([0] + [len(payloads[index]) + RECORD_OVERHEAD for index in order]).tolist()
 
 
-def test_release_held_pieces_frees_a_failed_runs_pieces(tmp_path):
-    data = np.zeros(100, np.uint8)
-    kept = _HELD.hold(data, 1 << 20, str(tmp_path / "run"))
-    other = _HELD.hold(data, 1 << 20, str(tmp_path / "other"))
-    assert kept and other and _HELD.hold(data, 150, str(tmp_path / "run")) is None  # over the budget
-    release_held_pieces(str(tmp_path / "run"))
+def _one_record(size: int) -> KeyedRecords:
+    return KeyedRecords(np.zeros(1, np.uint16), np.zeros(1, np.uint64), np.array([0, size]), np.zeros(size, np.uint8))
+
+
+def test_discard_pieces_frees_only_that_runs_pieces(tmp_path):
+    """After a failed run, the commit's cleanup frees its held pieces; another run's stay."""
+    run, other = (MemoryStore(str(tmp_path / name), 150, str(tmp_path / name / "spill")) for name in ("run", "other"))
+    kept, others = run.add(_one_record(100)), other.add(_one_record(100))
+    assert (kept.ref.store, others.ref.store) == (MEMORY, MEMORY)
+    assert run.add(_one_record(100)).ref.store == SPILL  # over the run's budget: spilled
+    run.flush()
+    assert runs_holding_pieces() == sorted([str(tmp_path / "run"), str(tmp_path / "other")])
+    discard_pieces(str(tmp_path / "run"))
     with pytest.raises(RuntimeError, match="not held in this process"):
-        _HELD.get(kept)
-    assert _HELD.get(other) is data
-    release_held_pieces(str(tmp_path / "other"))
-    assert _HELD.held_bytes == 0
+        run.records(kept)
+    assert other.records(others).lengths.tolist() == [100]
+    discard_pieces(str(tmp_path / "other"))
+    assert runs_holding_pieces() == []
 
 
 def test_no_records_at_all_still_writes_every_shard_empty(tmp_path):
@@ -327,45 +356,49 @@ def test_no_records_at_all_still_writes_every_shard_empty(tmp_path):
 
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.binary(max_size=6), min_size=1, max_size=120), st.randoms(use_true_random=False))
-def test_shard_writer_frames_parts_of_every_kind(payloads, rng):
-    """A held piece (ordered in place, payloads where they are) and a framed sorted piece, framed together."""
+def test_shard_writer_frames_parts_of_every_store(payloads, rng):
+    """Slices of a piece held in memory (ordered in place) and of an inline (framed) piece, written by one writer."""
     from tfrbeam.build.shuffle import _Received
 
     data = np.frombuffer(b"".join(payloads), dtype=np.uint8)
     offsets = np.cumsum([0] + [len(item) for item in payloads]).astype(np.int64)
     _, crcs = record_checksums(data, offsets)
     keys = np.array([rng.getrandbits(64) for _ in payloads], dtype=np.uint64)
-    whole = KeyedRecords(np.zeros(len(payloads), np.uint16), keys, offsets, data, crcs=crcs)
-    cut = rng.randint(0, len(payloads))
-    parts = [whole.slice(0, cut).sorted_in_place(), whole.slice(cut, len(payloads)).sorted_and_framed()]
-    received = _Received([part for part in parts if len(part)])
-    # Position i of the writer is record i of the parts in turn, each part in its (split, key) order.
-    expected_payloads = [payloads[index] for index in sorted(range(cut), key=lambda index: int(keys[index]))]
-    expected_payloads += [payloads[index] for index in sorted(range(cut, len(payloads)), key=lambda index: int(keys[index]))]
-    shuffled = list(range(len(payloads)))
-    rng.shuffle(shuffled)
-    shuffled = np.array(shuffled, dtype=np.int64)
-    expected = frame_records([expected_payloads[index] for index in shuffled])
-    assert received.frames(shuffled) == expected
-    assert received.frame(len(payloads) - 1) == frame_records([expected_payloads[-1]])
+    records = KeyedRecords(np.zeros(len(payloads), np.uint16), keys, offsets, data, crcs)
+    store = MemoryStore("a-run", 1 << 20, "unused-spill-dir")
+    try:
+        held, inline = store.add(records), _prepared(records)
+        assert held.ref.store == MEMORY and held.offsets.tolist() == inline.offsets.tolist()
+        cut = rng.randint(0, len(payloads))
+        parts = [part for part in (held.slice(0, cut), inline.slice(cut, len(payloads))) if len(part)]
+        received = _Received(parts, store)
+        in_key_order = [payloads[index] for index in sorted(range(len(payloads)), key=lambda index: int(keys[index]))]
+        shuffled = list(range(len(payloads)))
+        rng.shuffle(shuffled)
+        shuffled = np.array(shuffled, dtype=np.int64)
+        assert received.frames(shuffled) == frame_records([in_key_order[index] for index in shuffled])
+        assert received.frame(len(payloads) - 1) == frame_records([in_key_order[-1]])
+    finally:
+        discard_pieces("a-run")
 
 
-def test_held_pieces_survive_rerouting_and_retried_writes():
+def test_held_pieces_survive_rerouting_and_retried_writes(tmp_path):
     """Each writer bundle routes every piece again and a retried shard write releases its slice again:
-    a piece is dropped after its last distinct shard, and routing a dropped piece is no error."""
-    from tfrbeam.build.shuffle import _HeldPieces
-
-    held = _HeldPieces()
-    name = held.hold(np.zeros(10, np.uint8), 100, "owner")
-    held.expect(name, 2)
-    held.expect(name, 2)  # routed again by another bundle: counted once
-    held.release(name, 0)
-    held.release(name, 0)  # the shard-0 write retried
-    assert held.get(name).nbytes == 10 and held.held_bytes == 10
-    held.release(name, 1)
-    assert held.held_bytes == 0
-    held.expect(name, 2)  # a later bundle routes the finished piece: nothing to hold any more
-    held.release(name, 1)
-    assert held.held_bytes == 0
-    with pytest.raises(RuntimeError, match="not held in this process"):
-        held.get(name)
+    a piece is dropped after its last distinct shard, routing a dropped piece is no error, and the
+    run's holding ends with its last shard."""
+    store = MemoryStore(str(tmp_path), 100, str(tmp_path / "spill"))
+    piece = store.add(_one_record(10))
+    store.routed(piece, 2)
+    store.routed(piece, 2)  # routed again by another bundle: counted once
+    store.written(piece, 0)
+    store.written(piece, 0)  # the shard-0 write retried
+    assert store.records(piece).lengths.tolist() == [10]
+    store.written(piece, 1)
+    with pytest.raises(RuntimeError, match="already dropped"):
+        store.records(piece)
+    store.routed(piece, 2)  # a later bundle routes the finished piece: nothing to hold any more
+    store.written(piece, 1)
+    store.shard_written(0, 2)
+    assert runs_holding_pieces() == [str(tmp_path)]
+    store.shard_written(1, 2)
+    assert runs_holding_pieces() == []

@@ -19,6 +19,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.transforms import PTransform
 
 from tfrbeam.beam.arrow_coder import RecordBatchCoder
+from tfrbeam.beam.runner_support import refuse_lossy_runner
 from tfrbeam.beam.source import TFRecordSource
 from tfrbeam.columnar_decode import examples_to_record_batch
 from tfrbeam.errors import ArrowConversionError, ConfigError, ExampleDecodeError
@@ -135,4 +136,5 @@ class ReadExamples(PTransform):
         )
 
     def expand(self, pbegin):
+        refuse_lossy_runner(pbegin.pipeline, "tfrbeam.ReadExamples")
         return pbegin.pipeline | iobase.Read(self._source).with_output_types(self._source.options.output_type_hint())

@@ -54,6 +54,7 @@ from apache_beam.transforms.util import Reshuffle
 from apache_beam.typehints import Any as AnyHint
 from apache_beam.typehints import Tuple as TupleHint
 
+from tfrbeam.beam.runner_support import refuse_lossy_runner
 from tfrbeam.errors import ConfigError, CorruptRecordError, TfrbeamError, TruncatedRecordError, UnsupportedCompressionError
 from tfrbeam.record_blocks import RecordBlock, record_blocks
 from tfrbeam.record_index import RecordIndex, index_path_for, load_index
@@ -719,6 +720,7 @@ class ReadFromTFRecord(PTransform):
     def expand(self, pbegin):
         options = self._source.options
         if self._dynamic_splitting:
+            refuse_lossy_runner(pbegin.pipeline, "tfrbeam's TFRecord reader")
             return pbegin.pipeline | iobase.Read(self._source).with_output_types(options.output_type_hint())
         return (
             pbegin.pipeline
@@ -772,6 +774,7 @@ class _ReadRanges(PTransform):
         self._desired_bundle_size = desired_bundle_size
 
     def expand(self, patterns):
+        refuse_lossy_runner(patterns.pipeline, "tfrbeam's TFRecord reader")
         return (
             patterns
             | "ExpandIntoRanges" >> ParDo(_ExpandIntoRanges(self._options, self._desired_bundle_size))

@@ -23,6 +23,7 @@ from tfrbeam.beam.publish import OutputLock, abandon
 from tfrbeam.build.commit import discard_staging, recover_output
 from tfrbeam.build.graph import build_pipeline
 from tfrbeam.build.plan import BuildPlan, check_output_dir, plan_build
+from tfrbeam.build.runners import DEFAULT_RUNNER
 from tfrbeam.manifest import read_manifest
 from tfrbeam import errors as tfrbeam_errors
 from tfrbeam.errors import (
@@ -117,10 +118,11 @@ def _run_locked(plan: BuildPlan, options: PipelineOptions, started: float) -> in
 
 
 def _pipeline_options(beam_args: list[str]) -> PipelineOptions:
-    """Beam options with our defaults: the DirectRunner; an embedded job server runs its workers in this process."""
+    """Beam options with our defaults: the FnApiRunner (the same on every machine, see tfrbeam.build.runners);
+    an embedded job server runs its workers in this process."""
     options = PipelineOptions(beam_args)
     if not options.view_as(StandardOptions).runner:
-        options.view_as(StandardOptions).runner = "DirectRunner"
+        options.view_as(StandardOptions).runner = DEFAULT_RUNNER
     portable = options.view_as(PortableOptions)
     if portable.job_endpoint == "embed" and not portable.environment_type:
         portable.environment_type = "LOOPBACK"  # the default would start a Docker container per worker

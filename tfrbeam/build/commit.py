@@ -169,6 +169,7 @@ def build_manifest(plan: BuildPlan, shard_plan: ShardPlan, files: Sequence[Shard
         ) + " against cumulative fractions; independent of the seed",
         "versions": {"tfrbeam": tfrbeam.__version__, "apache_beam": beam.__version__, "python": platform.python_version()},
         "runner": plan.runner,
+        "piece_store": plan.piece_store,
         "run_id": plan.run.run_id,
         "started": plan.started,
         "finished": _utc_now(),

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import posixpath
 import time
 from collections.abc import Iterator
@@ -17,18 +16,20 @@ from typing import Any
 
 import apache_beam as beam
 import numpy as np
-from apache_beam.options.pipeline_options import DirectOptions, PortableOptions, StandardOptions
 
 from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.publish import StagingDir
+from tfrbeam.beam.runner_support import TAGGED_SIDE_INPUT_LOSERS, refuse_lossy_runner
 from tfrbeam.build.commit import CommitDataset, DeadLetterFile
 from tfrbeam.build.config import BuildConfig
 from tfrbeam.build.inputs import ReadTabular, convert_source_batch
 from tfrbeam.build.plan import BuildPlan, plan_build
+from tfrbeam.build.runners import held_piece_budget
 from tfrbeam.build.shuffle import (
     KeyedRecords,
     ShardingSpec,
     WriteShuffledShards,
+    make_piece_store,
     content_digests,
     input_order_keys,
     record_checksums,
@@ -39,33 +40,29 @@ from tfrbeam.columnar_encode import encode_record_batch
 from tfrbeam.errors import BadRecordError
 from tfrbeam.manifest import ERRORS_DIR_NAME
 
-__all__ = ["build_pipeline", "held_piece_budget", "uses_local_workers", "workers_share_this_process"]
+__all__ = ["build_pipeline"]
 
 _LOG = logging.getLogger(__name__)
 
 # Largest piece of encoded records one element carries (also capped at one output shard's size).
 PIECE_MAX_BYTES = 32 << 20
-# In-process local runs keep up to this many bytes of prepared pieces in memory rather than in spill files.
-HELD_PIECES_MAX_BYTES = 2 << 30
 _PROGRESS_SECONDS = 5.0
 _PIECES, _BAD_ROWS, _STATS = "pieces", "bad_rows", "stats"
 
 
-def build_pipeline(
-    pipeline: beam.Pipeline, plan: BuildPlan | BuildConfig, *, overwrite: bool = False, spill: bool | None = None
-) -> BuildPlan:
+def build_pipeline(pipeline: beam.Pipeline, plan: BuildPlan | BuildConfig, *, overwrite: bool = False) -> BuildPlan:
     """Add the dataset build of ``plan`` (or of a config, planned here) to ``pipeline``; returns the plan.
 
-    ``spill`` (default: on for the local runners) keeps the records' bytes in files under the
-    staging dir while only keys and offsets go through Beam, or in this process's memory when every
-    worker runs in it (up to ``held_piece_budget()``); see ``uses_local_workers``. After a failed
-    run, ``tfrbeam.build.commit.discard_staging`` frees both.
+    The shuffle keeps its pieces in the plan's piece store (``plan.piece_store``, chosen when the
+    build was planned: see ``tfrbeam.build.runners.choose_piece_store``). After a failed run,
+    ``tfrbeam.build.commit.discard_staging`` frees what the store holds.
 
     A config is planned here (``plan_build``: ConfigError, OutputExistsError, OutputNotWritableError
     before anything runs). The staging directory is created now, which also proves it can be written.
     """
     if isinstance(plan, BuildConfig):
         plan = plan_build(plan, pipeline.options, overwrite=overwrite)
+    refuse_lossy_runner(pipeline, "tfrbeam build", also=TAGGED_SIDE_INPUT_LOSERS)
     StagingDir(plan.staging_dir, plan.run).create()
     config = plan.config
     converted = (
@@ -74,11 +71,8 @@ def build_pipeline(
         | "ConvertAndKey" >> beam.ParDo(_ConvertAndKey(plan, plan.sharding, [item.path for item in plan.input_files]))
         .with_output_types(KeyedRecords).with_outputs(_BAD_ROWS, _STATS, main=_PIECES)
     )
-    pieces = converted[_PIECES]
-    if spill is None:
-        spill = uses_local_workers(pipeline.options)
-    hold_bytes = held_piece_budget() if spill and workers_share_this_process(pipeline.options) else 0
-    shards = pieces | "Shuffle" >> WriteShuffledShards(plan.sharding, plan.staging_dir, spill=spill, hold_bytes=hold_bytes)
+    store = make_piece_store(plan.piece_store, plan.staging_dir, held_piece_budget())
+    shards = converted[_PIECES] | "Shuffle" >> WriteShuffledShards(plan.sharding, plan.staging_dir, store)
     # The commit's inputs are side inputs, so they are complete before it runs; no combine (each
     # costs several stages on the local runners) and no dead-letter stages unless they are written.
     dead_letters = ()
@@ -95,50 +89,6 @@ def build_pipeline(
         dead_letters=dead_letters,
     )
     return plan
-
-
-_LOCAL_RUNNERS = ("DirectRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner", "FnApiRunner", "PrismRunner")
-
-
-def _runner_name(options) -> str:
-    runner = options.view_as(StandardOptions).runner
-    name = runner if isinstance(runner, str) else type(runner).__name__ if runner else "DirectRunner"
-    return name.rsplit(".", 1)[-1]
-
-
-def uses_local_workers(options) -> bool:
-    """Whether every worker runs on this machine (Beam's local runners, or a portable job server embedded here).
-
-    Then the records' bytes are spilled to files under the temp dir instead of going through the
-    runner's GroupByKey: the local runners copy every element several times through their data
-    plane and hold each stage's output in memory, which would cost several times the dataset in
-    RAM. Distributed runners shuffle the bytes themselves (and no element exceeds one piece).
-    When the workers even share this process (see workers_share_this_process), the pieces stay in
-    its memory instead of spill files, up to held_piece_budget().
-    """
-    name = _runner_name(options)
-    if name in _LOCAL_RUNNERS:
-        return True
-    return name == "PortableRunner" and options.view_as(PortableOptions).job_endpoint == "embed"
-
-
-def workers_share_this_process(options) -> bool:
-    """Whether every worker runs inside this process: the DirectRunner in its in_memory or multi_threading mode."""
-    if _runner_name(options) not in ("DirectRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner"):
-        return False
-    return options.view_as(DirectOptions).direct_running_mode in ("in_memory", "multi_threading")
-
-
-def held_piece_budget() -> int:
-    """Bytes of prepared pieces a build keeps in this process's memory instead of spill files (see uses_local_workers).
-
-    A quarter of the physical memory, at most HELD_PIECES_MAX_BYTES; pieces beyond it are spilled.
-    """
-    try:
-        physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, ValueError, OSError):
-        return 0
-    return min(HELD_PIECES_MAX_BYTES, physical // 4)
 
 
 # ---------------------------------------------------------------------------- convert and key

@@ -24,7 +24,8 @@ from tfrbeam.beam.publish import RunIdentity, staging_path, this_run
 from tfrbeam.build.config import BuildConfig, config_to_dict, resolve_config, with_features
 from tfrbeam.build.features import FeatureSpec
 from tfrbeam.build.inputs import InputFile, list_inputs
-from tfrbeam.build.shuffle import ShardingSpec, bucket_bits_for
+from tfrbeam.build.runners import choose_piece_store
+from tfrbeam.build.shuffle import INLINE, ShardingSpec, bucket_bits_for
 from tfrbeam.errors import ConfigError, OutputExistsError, OutputNotWritableError
 from tfrbeam.manifest import ERRORS_DIR_NAME, MANIFEST_NAME, read_manifest
 
@@ -48,6 +49,7 @@ class BuildPlan:
     run: RunIdentity
     runner: str
     overwrite: bool
+    piece_store: str = INLINE  # where the shuffle's pieces wait (tfrbeam.build.runners.choose_piece_store)
 
     @property
     def started(self) -> str:
@@ -113,6 +115,7 @@ def plan_build(config: BuildConfig, options: PipelineOptions | None = None, *, o
         sharding=sharding_spec(resolved, sum(item.size for item in inputs)),
         output_path=config.output.path, output_root=output_root,
         run=this_run(run_id or uuid.uuid4().hex[:16]), runner=runner_name(options), overwrite=overwrite,
+        piece_store=choose_piece_store(options),
     )
 
 

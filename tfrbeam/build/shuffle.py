@@ -25,22 +25,32 @@ bucket its first global rank; shard s of k receives global ranks ``[ceil(s*n/k),
 ceil((s+1)*n/k))``, so shard sizes differ by at most one record. With ``max_bytes_per_shard``
 the plan picks the smallest k for which every shard provably fits.
 
-Moving the bytes: each input piece is framed once as TFRecords and sorted by (split, key), so
-a shard's part of a piece is one contiguous slice (numpy copies payloads per group of equal
-length and writes every header and footer at once; the payload CRCs come with the piece,
-computed while its records were hashed). One element per (piece, shard) crosses the
-GroupByKey: the frames as one buffer plus numpy arrays of keys and offsets, with a coder that is
-a few memcpys; boundary buckets go to both neighbouring shards (about 1/64 of a shard each). A
-shard writer merges its slices by (key, frame bytes), keeps its exact rank range and writes the
+Moving the bytes: each input piece is put in (split, key) order, so a shard's part of a piece is
+one contiguous slice, and waits in a piece store (``PieceStore``: ``add`` a piece, get it back as
+a ``Piece`` of keys, frame offsets and a reference; ``records`` of a slice read it back), chosen
+once when the build is planned:
+
+- ``inline``: the piece is framed once as TFRecords into a new buffer in key order (numpy copies
+  payloads per group of equal length and writes every header and footer at once; the payload
+  CRCs come with the piece, computed while its records were hashed), and the frames travel in
+  the elements. One element per (piece, shard) crosses the GroupByKey: the frames as one buffer
+  plus numpy arrays of keys and offsets, with a coder that is a few memcpys; boundary buckets go
+  to both neighbouring shards (about 1/64 of a shard each).
+- ``spill``: framed the same way, the frames go to files under the temp dir; only keys and
+  offsets cross Beam, and writers read their slices back. Same graph as inline
+  (``WriteShardsThroughGroupByKey``).
+- ``memory``: the payloads stay in this process's memory where the encoder put them (only when
+  every worker runs in it), up to a byte budget per run, beyond which pieces are spilled. Such a
+  piece is ordered by moving its keys only (no copy); the writers frame its records from there.
+  No piece carries bytes, so the writers read them all as a side input and cut their own slices:
+  no routing stage and no GroupByKey, each a whole stage on the local runners
+  (``WriteShardsFromPieceList``). A piece is dropped once its last shard slice is written, the
+  run's holding once its last shard is written (or by ``discard_pieces`` after a failure):
+  nothing outlives the run.
+
+A shard writer merges its slices by (key, frame bytes), keeps its exact rank range and writes the
 frames (header and footer bytes made with numpy, one join per block). No element is larger than
-one piece and no worker holds more than one shard. With ``spill=True`` (the local runners) the
-pieces' bytes go to files under the temp dir and only keys and offsets cross Beam; writers read
-their slices back. With ``hold_bytes`` (only when every worker runs in this process) pieces up
-to that many bytes stay in this process's memory instead: such a piece is ordered by its keys
-alone, its payloads stay where the encoder put them (no copy), the shard writers frame them
-from there, and it is dropped once its last shard slice is written. Then no piece carries bytes,
-so the writers read them all as a side input and cut their own slices: no routing stage and no
-GroupByKey, each a whole stage on the local runners.
+one piece and no worker holds more than one shard.
 """
 
 from __future__ import annotations
@@ -75,19 +85,36 @@ from tfrbeam.records import (
 )
 
 __all__ = [
+    "INLINE",
+    "MEMORY",
+    "PIECE_STORES",
+    "SPILL",
+    "InlineStore",
     "KeyedRecords",
     "KeyedRecordsCoder",
+    "MemoryStore",
+    "Piece",
+    "PieceCoder",
+    "PieceRef",
+    "PieceStore",
     "ShardFile",
     "ShardPlan",
     "ShardingSpec",
+    "SpillStore",
     "SplitPlan",
+    "StoredRecords",
+    "WriteShardsFromPieceList",
+    "WriteShardsThroughGroupByKey",
     "WriteShuffledShards",
     "bucket_bits_for",
     "content_digests",
+    "discard_pieces",
     "frame_ordered",
     "input_order_keys",
+    "make_piece_store",
     "record_checksums",
     "release_held_pieces",
+    "runs_holding_pieces",
     "seeded_sort_keys",
     "shard_file_name",
     "split_indices",
@@ -309,27 +336,18 @@ def _split_key_order(split: np.ndarray, key: np.ndarray) -> np.ndarray:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class KeyedRecords:
-    """Serialized records of one input piece (or its part bound for one shard) with split and sort key.
+    """Encoded records of one input piece, before the shuffle: payloads with a split, a sort key and a CRC32C each.
 
-    ``offsets`` holds the n + 1 bounds of the records, starting at 0; ``split`` (uint16) and
-    ``key`` (uint64) are per record. Records are Example payloads, or once prepared for the
-    shuffle (``framed``) whole TFRecord frames, so shard writers only concatenate. The bytes are
-    in memory (``data``) or spilled: ``[spill_offset, spill_offset + offsets[-1])`` of ``spill_path``.
-    ``crcs`` optionally carries the payloads' CRC32C (uint32), computed while they were hashed,
-    so framing does not read them again. ``sources`` (pieces held in memory, see _HeldPieces)
-    says where each record starts in the held buffer: such a piece is put in order by moving its
-    keys only, so its records are not contiguous there (``offsets`` then only give their lengths).
+    ``offsets`` holds the n + 1 bounds of the payloads in ``data``, starting at 0; ``split``
+    (uint16) and ``key`` (uint64) are per record. ``crcs`` optionally carries the payloads'
+    CRC32C (uint32), computed while they were hashed, so framing does not read them again.
     """
 
     split: np.ndarray
     key: np.ndarray
     offsets: np.ndarray
-    data: np.ndarray | None
-    spill_path: str = ""
-    spill_offset: int = 0
-    framed: bool = False
+    data: np.ndarray
     crcs: np.ndarray | None = None
-    sources: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.key)
@@ -342,183 +360,390 @@ class KeyedRecords:
     def num_bytes(self) -> int:
         return int(self.offsets[-1])
 
-    def slice(self, start: int, end: int) -> KeyedRecords:
-        """Records ``start:end`` without copying payloads (a view, or a narrower range of the spill file)."""
-        first, last = int(self.offsets[start]), int(self.offsets[end])
-        sliced = dataclasses.replace(
-            self, split=self.split[start:end], key=self.key[start:end], offsets=self.offsets[start:end + 1] - first,
-            crcs=None if self.crcs is None else self.crcs[start:end],
-        )
-        if self.sources is not None:
-            return dataclasses.replace(sliced, sources=self.sources[start:end])
-        if self.data is None:
-            return dataclasses.replace(sliced, spill_offset=self.spill_offset + first)
-        return dataclasses.replace(sliced, data=self.data[first:last])
+    def sorted_frames(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(split, key, frame offsets, frames): the payloads framed as TFRecords, ordered by (split, key), in one new buffer."""
+        order = _split_key_order(self.split, self.key)
+        crcs = self.crcs if self.crcs is not None else payload_crcs(self.data, self.offsets)
+        data, offsets = frame_ordered(self.data, self.offsets, order, crcs)
+        return self.split[order], self.key[order], offsets, data
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PieceRef:
+    """Where a piece's records are: frames in the element itself (``data``), or in its store at ``location``.
+
+    ``location`` is a spill file of frames, ``offset`` the byte where the piece's first frame
+    starts (store "spill"), or the name of a piece held in this process's memory, ``offset`` the
+    index of the piece's first record there (store "memory"). An inline piece carries its frames
+    through the runner's GroupByKey.
+    """
+
+    store: str
+    data: np.ndarray | None = None
+    location: str = ""
+    offset: int = 0
+
+    def narrowed(self, first_record: int, first_byte: int, end_byte: int) -> PieceRef:
+        """The reference to a piece's records from ``first_record`` on (frames ``first_byte:end_byte``)."""
+        if self.data is not None:
+            return dataclasses.replace(self, data=self.data[first_byte:end_byte])
+        if self.store == MEMORY:
+            return dataclasses.replace(self, offset=self.offset + first_record)
+        return dataclasses.replace(self, offset=self.offset + first_byte)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Piece:
+    """A prepared piece, or its part bound for one shard: records sorted by (split, key), and where their frames are.
+
+    ``offsets`` are the n + 1 bounds of the records' TFRecord frames, from the first one's start
+    (whether or not the store keeps them framed). A shard writer reads the records through the
+    piece's store (``PieceStore.records``).
+    """
+
+    split: np.ndarray
+    key: np.ndarray
+    offsets: np.ndarray
+    ref: PieceRef
+
+    def __len__(self) -> int:
+        return len(self.key)
 
     @property
     def framed_lengths(self) -> np.ndarray:
         """Each record's size as a TFRecord frame."""
-        return self.lengths if self.framed else self.lengths + RECORD_OVERHEAD
+        return np.diff(self.offsets)
 
-    def sorted_and_framed(self) -> KeyedRecords:
-        """The payloads framed as TFRecords, ordered by (split, key), in one new buffer."""
-        if self.framed:
-            raise ValueError("these records are framed already")
-        order = _split_key_order(self.split, self.key)
-        payloads = self.payloads()
-        crcs = self.crcs if self.crcs is not None else payload_crcs(payloads, self.offsets)
-        data, offsets = frame_ordered(payloads, self.offsets, order, crcs)
-        return KeyedRecords(self.split[order], self.key[order], offsets, data, framed=True)
+    @property
+    def num_bytes(self) -> int:
+        return int(self.offsets[-1])
 
-    def sorted_in_place(self) -> KeyedRecords:
-        """The records ordered by (split, key) without moving their bytes (see ``sources``); CRCs computed if missing."""
-        if self.framed or self.sources is not None or self.data is None:
-            raise ValueError("sorted_in_place takes in-memory payloads in their own order")
-        order = _split_key_order(self.split, self.key)
-        lengths = np.diff(self.offsets)[order]
-        offsets = np.zeros(len(order) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        crcs = self.crcs if self.crcs is not None else payload_crcs(self.data, self.offsets)
-        return KeyedRecords(
-            self.split[order], self.key[order], offsets, self.data, crcs=crcs[order], sources=self.offsets[:-1][order]
-        )
-
-    def buffer_and_starts(self) -> tuple[np.ndarray, np.ndarray]:
-        """A buffer holding the records and where each one starts in it."""
-        if self.sources is None:
-            return self.payloads(), self.offsets[:-1]
-        return (self.data if self.data is not None else _HELD.get(self.spill_path)), self.sources
-
-    def payloads(self) -> np.ndarray:
-        """The payload bytes, read from the spill file when spilled (a view when held in this process's memory)."""
-        if self.sources is not None:
-            raise ValueError("records held out of order have no contiguous payloads (see buffer_and_starts)")
-        if self.data is not None:
-            return self.data
-        if _HeldPieces.holds(self.spill_path):
-            return _HELD.get(self.spill_path)[self.spill_offset:self.spill_offset + self.num_bytes]
-        with FileSystems.open(self.spill_path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-            handle.seek(self.spill_offset)
-            data = handle.read(self.num_bytes)
-        if len(data) != self.num_bytes:
-            raise RuntimeError(f"{self.spill_path}: spill file ends {self.num_bytes - len(data)} bytes early (was it deleted?)")
-        return np.frombuffer(data, dtype=np.uint8)
-
-    def spill(self, path: str) -> KeyedRecords:
-        """The records as they will be once spilled to ``path`` (no bytes in memory); ``write_spill`` writes them."""
-        return dataclasses.replace(self, data=None, spill_path=path, spill_offset=0)
-
-    def write_spill(self, path: str) -> None:
-        """Write the payloads to ``path`` (see ``spill``)."""
-        with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-            handle.write(memoryview(np.ascontiguousarray(self.data)))
+    def slice(self, start: int, end: int) -> Piece:
+        """Records ``start:end``, without copying frames (a view, or a narrower range of the store's bytes)."""
+        first, last = int(self.offsets[start]), int(self.offsets[end])
+        ref = self.ref.narrowed(start, first, last)
+        return Piece(self.split[start:end], self.key[start:end], self.offsets[start:end + 1] - first, ref)
 
     @classmethod
-    def empty(cls) -> KeyedRecords:
-        return cls(np.zeros(0, np.uint16), np.zeros(0, np.uint64), np.zeros(1, np.int64), np.zeros(0, np.uint8))
+    def empty(cls) -> Piece:
+        return cls(np.zeros(0, np.uint16), np.zeros(0, np.uint64), np.zeros(1, np.int64), PieceRef(INLINE, np.zeros(0, np.uint8)))
+
+
+# ------------------------------------------------------------------------------ piece stores
+
+INLINE, SPILL, MEMORY = "inline", "spill", "memory"
+PIECE_STORES = (INLINE, SPILL, MEMORY)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class StoredRecords:
+    """A piece slice's records as a shard writer reads them: payloads ``buffer[starts[i]:][:lengths[i]]`` and their masked CRCs."""
+
+    buffer: np.ndarray
+    starts: np.ndarray
+    lengths: np.ndarray
+    footers: np.ndarray  # masked CRC32C of each payload, "<u4": the frame's footer
+
+    @classmethod
+    def of_frames(cls, piece: Piece, frames: np.ndarray) -> StoredRecords:
+        """The records of ``piece`` whose frames are ``frames`` (the stored footer is the masked CRC)."""
+        frame_starts, sizes = piece.offsets[:-1], piece.framed_lengths
+        footers = windows(frames, 4)[frame_starts + sizes - FOOTER_SIZE].view("<u4")
+        return cls(frames, frame_starts + HEADER_SIZE, sizes - RECORD_OVERHEAD, footers)
+
+
+class PieceStore:
+    """Where prepared pieces wait for the shard writers, behind ``add`` and ``records`` (as TFDS's Shuffler).
+
+    A store is chosen once, when the build is planned (``tfrbeam.build.runners.choose_piece_store``),
+    and is pickled into the DoFns that prepare pieces and write shards; ``open`` / ``flush`` /
+    ``close`` bracket its use inside one worker (DoFn setup, finish_bundle, teardown).
+    """
+
+    name: typing.ClassVar[str]
+    # Pieces carry no bytes and every worker sees the store: writers may take all pieces as a side input.
+    pieces_as_side_input: typing.ClassVar[bool] = False
+
+    def open(self) -> None:
+        """Prepare to ``add`` in this worker."""
+
+    def add(self, records: KeyedRecords) -> Piece:
+        """Keep a piece's records, ordered by (split, key); the piece that finds them again.
+
+        The default frames them into one new buffer (``KeyedRecords.sorted_frames``) and keeps that.
+        """
+        split, key, offsets, frames = records.sorted_frames()
+        return Piece(split, key, offsets, self._keep(frames))
+
+    def _keep(self, frames: np.ndarray) -> PieceRef:
+        raise NotImplementedError
+
+    def flush(self) -> None:
+        """Every piece added so far can be read by other workers (end of a bundle)."""
+
+    def close(self) -> None:
+        """This worker adds no more."""
+
+    def records(self, piece: Piece) -> StoredRecords:
+        """The records of ``piece`` (a slice of an added piece), in order."""
+        return StoredRecords.of_frames(piece, self._frames(piece))
+
+    def _frames(self, piece: Piece) -> np.ndarray:
+        raise NotImplementedError
+
+    def routed(self, piece: Piece, slices: int) -> None:
+        """``piece`` was cut into ``slices`` shard slices (a piece may be routed again: only the first call counts)."""
+
+    def written(self, piece: Piece, shard_key: int) -> None:
+        """The slice ``piece`` of shard ``shard_key`` was written."""
+
+    def shard_written(self, shard_key: int, num_shards: int) -> None:
+        """Shard ``shard_key``, one of the plan's ``num_shards``, is written."""
+
+
+class InlineStore(PieceStore):
+    """The frames travel in the elements, through the runner's GroupByKey (distributed runners shuffle them well)."""
+
+    name = INLINE
+
+    def _keep(self, frames: np.ndarray) -> PieceRef:
+        return PieceRef(INLINE, data=frames)
+
+    def _frames(self, piece: Piece) -> np.ndarray:
+        return piece.ref.data
+
+
+class SpillStore(PieceStore):
+    """The frames go to files under ``directory``; only keys and offsets cross the runner.
+
+    Files are written by one background thread (the write releases the GIL and overlaps with
+    preparing the next piece; at most one more piece waits) and are complete when the bundle
+    finishes. Writers read them after a GroupByKey or as a side input, so always in a later stage.
+    """
+
+    name = SPILL
+
+    def __init__(self, directory: str):
+        self.directory = directory
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._pending: list[concurrent.futures.Future] = []
+
+    def __getstate__(self) -> dict:
+        return {"directory": self.directory}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["directory"])
+
+    def open(self) -> None:
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="tfrbeam-spill")
+
+    def _keep(self, frames: np.ndarray) -> PieceRef:
+        if self._executor is None:
+            self.open()
+        path = FileSystems.join(self.directory, f"{uuid.uuid4().hex}.bin")
+        self._wait(keep=1)
+        self._pending.append(self._executor.submit(_write_file, path, frames))
+        return PieceRef(SPILL, location=path)
+
+    def flush(self) -> None:
+        self._wait(keep=0)
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+
+    def _wait(self, keep: int) -> None:
+        while len(self._pending) > keep:
+            self._pending.pop(0).result()
+
+    def _frames(self, piece: Piece) -> np.ndarray:
+        ref, size = piece.ref, piece.num_bytes
+        with FileSystems.open(ref.location, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+            handle.seek(ref.offset)
+            data = handle.read(size)
+        if len(data) != size:
+            raise RuntimeError(f"{ref.location}: spill file ends {size - len(data)} bytes early (was it deleted?)")
+        return np.frombuffer(data, dtype=np.uint8)
+
+
+def _write_file(path: str, data: np.ndarray) -> None:
+    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        handle.write(memoryview(np.ascontiguousarray(data)))
 
 
 class _HeldPieces:
-    """Prepared pieces kept in this process's memory for shard writers running in the same process.
+    """The pieces one run holds in this process's memory, each dropped after its last shard slice is written.
 
-    The in-process local runners (DirectRunner in_memory / multi_threading) need no spill file:
-    a piece's bytes stay here, up to a byte budget for the whole process, and only their name
-    crosses the GroupByKey, like a spill path. A piece is dropped when the last shard slice routed
-    from it has been written.
+    A held piece is its payloads where the encoder put them, with each record's start and masked
+    CRC in (split, key) order: it was put in order by moving its keys only, never its bytes.
     """
 
-    PREFIX = "tfrbeam-held://"
-
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._pieces: dict[str, np.ndarray] = {}
-        self._pending: dict[str, int] = {}
-        self._expected: set[str] = set()
-        self._released: dict[str, set[int]] = {}  # per piece, the shards whose slice was written
-        self._done: set[str] = set()  # pieces dropped after their last slice
-        self._bytes = 0
+        self.lock = threading.Lock()
+        self.buffers: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # payloads, starts, footers
+        self.pending: dict[str, int] = {}  # per piece, shard slices not yet written
+        self.released: dict[str, set[int]] = {}  # per piece, the shards whose slice was written
+        self.shards_written: set[int] = set()
+        self.bytes = 0
 
-    @classmethod
-    def holds(cls, path: str) -> bool:
-        return path.startswith(cls.PREFIX)
+    def drop(self, name: str) -> None:
+        self.bytes -= self.buffers.pop(name)[0].nbytes
+        self.pending.pop(name, None)
+        self.released.pop(name, None)
 
-    def hold(self, data: np.ndarray, budget: int, owner: str) -> str | None:
-        """Keep ``data`` for the shuffle writing to ``owner`` (its temp dir); its name, or None when that
-        would pass ``budget`` bytes held in this process."""
-        with self._lock:
-            if self._bytes + data.nbytes > budget:
-                return None
-            name = f"{self.PREFIX}{owner}/{uuid.uuid4().hex}"
-            self._pieces[name] = data
-            self._pending[name] = 0
-            self._bytes += data.nbytes
-            return name
 
-    def expect(self, name: str, uses: int) -> None:
-        """``uses`` shard slices of piece ``name`` will be read (and released) by shard writers.
+# The runs whose pieces are held in this process, by staging directory: an entry lives from the
+# first piece a run holds until its last shard is written or ``discard_pieces`` ends the run.
+_RUNS_HOLDING: dict[str, _HeldPieces] = {}
+_RUNS_LOCK = threading.Lock()
 
-        Routing a piece always gives the same slices, so only the first call counts: a piece may be
-        routed again (a retried bundle, or each writer bundle routing every piece itself).
-        """
-        with self._lock:
-            if name not in self._expected and name not in self._done:
-                self._expected.add(name)
-                self._pending[name] += uses
 
-    def get(self, name: str) -> np.ndarray:
-        try:
-            return self._pieces[name]
-        except KeyError:
+class MemoryStore(PieceStore):
+    """The payloads stay in this process's memory, up to ``budget`` bytes per run; beyond it pieces are spilled.
+
+    Only for runs whose every worker runs in this process (the in-process local runners): the
+    pieces carry no bytes, so the shard writers take them as a side input, without a routing
+    stage and a GroupByKey. A piece is dropped once its last shard slice is written; the run's
+    whole holding once its last shard is written, or by ``discard_pieces`` after a failure.
+    """
+
+    name = MEMORY
+    pieces_as_side_input = True
+
+    def __init__(self, run_key: str, budget: int, spill_directory: str):
+        self.run_key = run_key
+        self.budget = budget
+        self.overflow = SpillStore(spill_directory)
+
+    def _holding(self, create: bool = False) -> _HeldPieces | None:
+        with _RUNS_LOCK:
+            held = _RUNS_HOLDING.get(self.run_key)
+            if held is None and create:
+                held = _RUNS_HOLDING[self.run_key] = _HeldPieces()
+            return held
+
+    def _held(self, create: bool = False) -> _HeldPieces:
+        held = self._holding(create)
+        if held is None:
             raise RuntimeError(
-                f"piece {name} is not held in this process: it was prepared by a worker in another process "
-                "(hold pieces in memory only when every worker runs in this process)"
-            ) from None
+                f"the pieces of the run staging in {self.run_key} are not held in this process: they were prepared by "
+                "a worker in another process, or the run ended (use piece store spill or inline with such runners)"
+            )
+        return held
 
-    def release(self, name: str, shard_key: int) -> None:
-        """The slice of piece ``name`` for shard ``shard_key`` was written; drop the piece after its last one.
+    def add(self, records: KeyedRecords) -> Piece:
+        """Hold the piece's payloads as they are, ordered by moving its keys only; spill it past the budget."""
+        held = self._held(create=True)
+        with held.lock:
+            fits = held.bytes + records.data.nbytes <= self.budget
+            if fits:
+                held.bytes += records.data.nbytes
+        if not fits:
+            return self.overflow.add(records)
+        order = _split_key_order(records.split, records.key)
+        crcs = records.crcs if records.crcs is not None else payload_crcs(records.data, records.offsets)
+        frame_offsets = np.zeros(len(order) + 1, dtype=np.int64)
+        np.cumsum(records.lengths[order] + RECORD_OVERHEAD, out=frame_offsets[1:])
+        name = uuid.uuid4().hex
+        with held.lock:
+            held.buffers[name] = (records.data, records.offsets[:-1][order], mask_crcs(crcs[order]).astype("<u4"))
+            held.pending[name] = 0
+        return Piece(records.split[order], records.key[order], frame_offsets, PieceRef(MEMORY, location=name))
 
-        A retried shard write releases its slices again: each shard counts once.
-        """
-        with self._lock:
-            if name in self._done:
-                return
-            released = self._released.setdefault(name, set())
-            if shard_key in released:
-                return
-            released.add(shard_key)
-            self._pending[name] -= 1
-            if self._pending[name] <= 0:
-                self._drop(name)
-                self._done.add(name)
+    def flush(self) -> None:
+        self.overflow.flush()
 
-    def release_all(self, owner: str) -> None:
-        """Drop every piece of the shuffle writing to ``owner`` (after a failed run)."""
-        prefix = f"{self.PREFIX}{owner}/"
-        with self._lock:
-            for name in [name for name in self._pieces if name.startswith(prefix)]:
-                self._drop(name)
-            self._done = {name for name in self._done if not name.startswith(prefix)}
+    def close(self) -> None:
+        self.overflow.close()
 
-    def _drop(self, name: str) -> None:
-        del self._pending[name]
-        self._expected.discard(name)
-        self._released.pop(name, None)
-        self._bytes -= self._pieces.pop(name).nbytes
+    def records(self, piece: Piece) -> StoredRecords:
+        if piece.ref.store != MEMORY:
+            return self.overflow.records(piece) if piece.ref.store == SPILL else StoredRecords.of_frames(piece, piece.ref.data)
+        held = self._held().buffers.get(piece.ref.location)
+        if held is None:
+            raise RuntimeError(f"piece {piece.ref.location} of the run staging in {self.run_key} was already dropped")
+        payloads, starts, footers = held
+        first, count = piece.ref.offset, len(piece)
+        return StoredRecords(payloads, starts[first:first + count], piece.framed_lengths - RECORD_OVERHEAD,
+                             footers[first:first + count])
 
-    @property
-    def held_bytes(self) -> int:
-        return self._bytes
+    def routed(self, piece: Piece, slices: int) -> None:
+        if piece.ref.store != MEMORY:
+            return
+        held = self._holding()
+        if held is None:
+            return  # the run ended; reading the piece's frames says so
+        with held.lock:
+            name = piece.ref.location
+            if name in held.buffers and name not in held.released:
+                held.released[name] = set()
+                held.pending[name] += slices
+
+    def written(self, piece: Piece, shard_key: int) -> None:
+        """Drop the piece after its last slice was written (a retried shard counts once)."""
+        held = self._holding() if piece.ref.store == MEMORY else None
+        if held is None:
+            return
+        with held.lock:
+            name = piece.ref.location
+            released = held.released.get(name)
+            if released is not None and shard_key not in released:
+                released.add(shard_key)
+                held.pending[name] -= 1
+                if held.pending[name] <= 0:
+                    held.drop(name)
+
+    def shard_written(self, shard_key: int, num_shards: int) -> None:
+        """After the run's last shard (of ``num_shards``) the run holds nothing: its entry goes."""
+        held = self._holding()
+        if held is None:
+            return
+        with held.lock:
+            held.shards_written.add(shard_key)
+            finished = len(held.shards_written) >= num_shards
+        if finished:
+            discard_pieces(self.run_key)
 
 
-_HELD = _HeldPieces()
+def discard_pieces(run_key: str) -> None:
+    """Free every piece the run staging in ``run_key`` holds in this process's memory (its end, or after a failure)."""
+    with _RUNS_LOCK:
+        held = _RUNS_HOLDING.pop(run_key, None)
+    if held is not None:
+        with held.lock:
+            for name in list(held.buffers):
+                held.drop(name)
 
 
 def release_held_pieces(temp_dir: str) -> None:
-    """Free the pieces a failed WriteShuffledShards into ``temp_dir`` still holds in this process's memory."""
-    _HELD.release_all(temp_dir)
+    """Former name of ``discard_pieces`` (the commit's cleanup calls it)."""
+    discard_pieces(temp_dir)
 
 
-_KEYED_HEADER = struct.Struct("<QQQI????")
+def runs_holding_pieces() -> list[str]:
+    """The runs that hold pieces in this process's memory now (none once every build has ended)."""
+    with _RUNS_LOCK:
+        return sorted(_RUNS_HOLDING)
+
+
+def make_piece_store(name: str, temp_dir: str, budget: int = 0) -> PieceStore:
+    """The store ``name`` (one of PIECE_STORES) for the run staging in ``temp_dir``; ``budget`` bounds a memory store."""
+    spill_dir = FileSystems.join(temp_dir, SPILL_DIR_NAME)
+    if name == INLINE:
+        return InlineStore()
+    if name == SPILL:
+        return SpillStore(spill_dir)
+    if name == MEMORY:
+        return MemoryStore(temp_dir, budget, spill_dir)
+    raise ValueError(f"unknown piece store {name!r}; choose one of {', '.join(PIECE_STORES)}")
+
+
+# ----------------------------------------------------------------------------------- coders
+
+_KEYED_HEADER = struct.Struct("<QQ?")
+_PIECE_HEADER = struct.Struct("<QQQI?")
+_STORE_CODES = {name: code for code, name in enumerate(PIECE_STORES)}
 
 
 def _raw(array: np.ndarray, dtype: str) -> np.ndarray:
@@ -526,53 +751,39 @@ def _raw(array: np.ndarray, dtype: str) -> np.ndarray:
     return np.ascontiguousarray(array, dtype=dtype).view(np.uint8)
 
 
+class _ArrayReader:
+    """Reads consecutive fixed-layout arrays out of one encoded element (views, no copies)."""
+
+    def __init__(self, encoded: bytes, position: int):
+        self.encoded, self.position = encoded, position
+
+    def take(self, dtype: str, count: int) -> np.ndarray:
+        array = np.frombuffer(self.encoded, dtype=dtype, count=count, offset=self.position)
+        self.position += array.nbytes
+        return array
+
+
 class KeyedRecordsCoder(beam.coders.Coder):
     """Encodes KeyedRecords as a header and raw arrays: one copy per element, not a coder call per record."""
 
     def encode(self, value: KeyedRecords) -> bytes:
-        count = len(value.key)
-        spilled = value.data is None
-        data = np.zeros(0, np.uint8) if spilled else _raw(value.data, "u1")
-        path = value.spill_path.encode("utf-8")
-        has_crcs, has_sources = value.crcs is not None, value.sources is not None
+        count, data, has_crcs = len(value.key), _raw(value.data, "u1"), value.crcs is not None
         return b"".join((
-            _KEYED_HEADER.pack(count, len(data), value.spill_offset, len(path), spilled, value.framed, has_crcs, has_sources),
-            path,
-            _raw(value.split, "<u2"),
-            _raw(value.key, "<u8"),
-            _raw(value.offsets, "<i8"),
-            _raw(value.crcs, "<u4") if has_crcs else b"",
-            _raw(value.sources, "<i8") if has_sources else b"",
-            data,
+            _KEYED_HEADER.pack(count, len(data), has_crcs), _raw(value.split, "<u2"), _raw(value.key, "<u8"),
+            _raw(value.offsets, "<i8"), _raw(value.crcs, "<u4") if has_crcs else b"", data,
         ))
 
     def estimate_size(self, value: KeyedRecords) -> int:
         """The encoded size, computed: Beam samples element sizes, and the default encodes a whole piece to measure it."""
         count = len(value.key)
-        data = 0 if value.data is None else np.asarray(value.data).nbytes
-        optional = (0 if value.crcs is None else 4 * count) + (0 if value.sources is None else 8 * count)
-        return _KEYED_HEADER.size + len(value.spill_path.encode("utf-8")) + 18 * count + 8 + optional + data
+        return _KEYED_HEADER.size + 18 * count + 8 + (0 if value.crcs is None else 4 * count) + np.asarray(value.data).nbytes
 
     def decode(self, encoded: bytes) -> KeyedRecords:
-        count, size, spill_offset, path_size, spilled, framed, has_crcs, has_sources = _KEYED_HEADER.unpack_from(encoded)
-        position = _KEYED_HEADER.size
-        path = bytes(encoded[position:position + path_size]).decode("utf-8")
-        position += path_size
-        split = np.frombuffer(encoded, dtype="<u2", count=count, offset=position)
-        position += 2 * count
-        key = np.frombuffer(encoded, dtype="<u8", count=count, offset=position)
-        position += 8 * count
-        offsets = np.frombuffer(encoded, dtype="<i8", count=count + 1, offset=position)
-        position += 8 * (count + 1)
-        crcs = sources = None
-        if has_crcs:
-            crcs = np.frombuffer(encoded, dtype="<u4", count=count, offset=position)
-            position += 4 * count
-        if has_sources:
-            sources = np.frombuffer(encoded, dtype="<i8", count=count, offset=position)
-            position += 8 * count
-        data = None if spilled else np.frombuffer(encoded, dtype=np.uint8, count=size, offset=position)
-        return KeyedRecords(split, key, offsets, data, path, spill_offset, framed, crcs, sources)
+        count, size, has_crcs = _KEYED_HEADER.unpack_from(encoded)
+        reader = _ArrayReader(encoded, _KEYED_HEADER.size)
+        split, key, offsets = reader.take("<u2", count), reader.take("<u8", count), reader.take("<i8", count + 1)
+        crcs = reader.take("<u4", count) if has_crcs else None
+        return KeyedRecords(split, key, offsets, reader.take("u1", size), crcs)
 
     def is_deterministic(self) -> bool:
         return True
@@ -581,7 +792,42 @@ class KeyedRecordsCoder(beam.coders.Coder):
         return KeyedRecords
 
 
+class PieceCoder(beam.coders.Coder):
+    """Encodes a Piece as a header, its reference and raw arrays (its frames too when it carries them)."""
+
+    def encode(self, value: Piece) -> bytes:
+        ref = value.ref
+        count, location = len(value.key), ref.location.encode("utf-8")
+        data = _raw(ref.data, "u1") if ref.data is not None else np.zeros(0, np.uint8)
+        header = _PIECE_HEADER.pack(count, len(data), ref.offset, len(location), ref.data is not None)
+        return b"".join((
+            header, bytes([_STORE_CODES[ref.store]]), location, _raw(value.split, "<u2"), _raw(value.key, "<u8"),
+            _raw(value.offsets, "<i8"), data,
+        ))
+
+    def estimate_size(self, value: Piece) -> int:
+        data = 0 if value.ref.data is None else np.asarray(value.ref.data).nbytes
+        return _PIECE_HEADER.size + 1 + len(value.ref.location.encode("utf-8")) + 18 * len(value.key) + 8 + data
+
+    def decode(self, encoded: bytes) -> Piece:
+        count, size, offset, location_size, has_data = _PIECE_HEADER.unpack_from(encoded)
+        position = _PIECE_HEADER.size
+        store = PIECE_STORES[encoded[position]]
+        location = bytes(encoded[position + 1:position + 1 + location_size]).decode("utf-8")
+        reader = _ArrayReader(encoded, position + 1 + location_size)
+        split, key, offsets = reader.take("<u2", count), reader.take("<u8", count), reader.take("<i8", count + 1)
+        data = reader.take("u1", size) if has_data else None
+        return Piece(split, key, offsets, PieceRef(store, data, location, offset))
+
+    def is_deterministic(self) -> bool:
+        return True
+
+    def to_type_hint(self):
+        return Piece
+
+
 beam.coders.registry.register_coder(KeyedRecords, KeyedRecordsCoder)
+beam.coders.registry.register_coder(Piece, PieceCoder)
 
 
 # ----------------------------------------------------------------------------------- the plan
@@ -661,7 +907,7 @@ class ShardFile:
 # -------------------------------------------------------------------------------- bucket counts
 
 
-def _record_buckets(records: KeyedRecords, spec: ShardingSpec) -> np.ndarray:
+def _record_buckets(records: Piece, spec: ShardingSpec) -> np.ndarray:
     """The bucket id of each record of a sorted piece: top key bits (hash mode) or its row block's first key (ordered)."""
     if not spec.ordered:
         return records.key >> np.uint64(64 - spec.bucket_bits)
@@ -670,7 +916,7 @@ def _record_buckets(records: KeyedRecords, spec: ShardingSpec) -> np.ndarray:
     return records.key[position - within % ORDERED_BLOCK_ROWS]
 
 
-def _histogram(records: KeyedRecords, spec: ShardingSpec) -> tuple[np.ndarray, ...]:
+def _histogram(records: Piece, spec: ShardingSpec) -> tuple[np.ndarray, ...]:
     """Per (split, bucket): record count, framed bytes and largest framed record."""
     if not len(records):
         return _empty_histogram()
@@ -704,7 +950,7 @@ class _BucketCounts(beam.CombineFn):
     def create_accumulator(self):
         return [_empty_histogram()]
 
-    def add_input(self, accumulator, records: KeyedRecords):
+    def add_input(self, accumulator, records: Piece):
         accumulator.append(_histogram(records, self._spec))
         return self._compact(accumulator) if len(accumulator) > 64 else accumulator
 
@@ -785,71 +1031,36 @@ def _shard_key(split: int, shard: int) -> int:
 
 
 class _PreparePieces(beam.DoFn):
-    """Orders each piece's records by (split, key), so that every shard's part is one range.
+    """Puts each piece's records in (split, key) order, so that every shard's part is one range, and stores them."""
 
-    A piece kept in this process's memory (within ``hold_bytes``, see _HeldPieces) is ordered by
-    its keys only (``sorted_in_place``); shard writers frame its records. Any other piece is
-    framed and sorted into a new buffer, then spilled to a file if asked, or passed on whole
-    through the GroupByKey. Spill files are written by a background
-    thread (the write releases the GIL and overlaps with preparing the next piece; at most one
-    more piece waits) and are complete when the bundle finishes. Only shard writers read them,
-    after a GroupByKey, so always in a later bundle.
-    """
-
-    def __init__(self, temp_dir: str, spill: bool, hold_bytes: int = 0):
-        self._temp_dir = temp_dir
-        self._spill_dir = FileSystems.join(temp_dir, SPILL_DIR_NAME) if spill else None
-        self._hold_bytes = hold_bytes
+    def __init__(self, store: PieceStore):
+        self._store = store
 
     def setup(self) -> None:
-        self._executor = None
-        if self._spill_dir is not None:
-            self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="tfrbeam-spill")
-        self._pending: list[concurrent.futures.Future] = []
+        self._store.open()
 
-    def start_bundle(self) -> None:
-        self._pending = []
-
-    def process(self, records: KeyedRecords) -> Iterator[KeyedRecords]:
+    def process(self, records: KeyedRecords) -> Iterator[Piece]:
         if not len(records):
             return
-        held = None
-        if self._hold_bytes and records.data is not None and not records.framed:
-            held = _HELD.hold(records.data, self._hold_bytes, self._temp_dir)
-        if held is not None:
-            yield dataclasses.replace(records.sorted_in_place(), data=None, spill_path=held)
-            return
-        prepared = records.sorted_and_framed()
-        if self._executor is None:
-            yield prepared
-            return
-        path = FileSystems.join(self._spill_dir, f"{uuid.uuid4().hex}.bin")
-        self._wait_for_spills(keep=1)
-        self._pending.append(self._executor.submit(prepared.write_spill, path))
-        yield prepared.spill(path)
+        yield self._store.add(records)
 
     def finish_bundle(self) -> None:
-        self._wait_for_spills(keep=0)
+        self._store.flush()
 
     def teardown(self) -> None:
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-
-    def _wait_for_spills(self, keep: int) -> None:
-        while len(self._pending) > keep:
-            self._pending.pop(0).result()
+        self._store.close()
 
 
-def _route(records: KeyedRecords, plan: ShardPlan) -> list[tuple[int, KeyedRecords]]:
+def _route(piece: Piece, plan: ShardPlan, store: PieceStore) -> list[tuple[int, Piece]]:
     """A sorted piece's records cut by the shard(s) its buckets' rank ranges overlap: one slice per shard.
 
-    Registers the slices of a piece held in memory, so it is dropped after the last one is written.
+    Tells the store how many slices there are, so a piece it holds is dropped after the last one is written.
     """
-    if not len(records):
+    if not len(piece):
         return []
-    buckets = _record_buckets(records, plan.spec)
-    split_bounds = np.searchsorted(records.split, np.arange(len(plan.splits) + 1))
-    routed: list[tuple[int, KeyedRecords]] = []
+    buckets = _record_buckets(piece, plan.spec)
+    split_bounds = np.searchsorted(piece.split, np.arange(len(plan.splits) + 1))
+    routed: list[tuple[int, Piece]] = []
     for index, split_plan in enumerate(plan.splits):
         begin, end = int(split_bounds[index]), int(split_bounds[index + 1])
         if begin == end:
@@ -867,17 +1078,19 @@ def _route(records: KeyedRecords, plan: ShardPlan) -> list[tuple[int, KeyedRecor
             low = begin + int(np.searchsorted(last, shard, side="left"))
             high = begin + int(np.searchsorted(first, shard, side="right"))
             if high > low:
-                routed.append((_shard_key(index, shard), records.slice(low, high)))
-    if _HeldPieces.holds(records.spill_path):
-        _HELD.expect(records.spill_path, len(routed))
+                routed.append((_shard_key(index, shard), piece.slice(low, high)))
+    store.routed(piece, len(routed))
     return routed
 
 
 class _RouteToShards(beam.DoFn):
     """Sends each sorted piece's records to the shard(s) they belong to, one slice per shard (see _route)."""
 
-    def process(self, records: KeyedRecords, plan: ShardPlan) -> Iterator[tuple[int, KeyedRecords]]:
-        yield from _route(records, plan)
+    def __init__(self, store: PieceStore):
+        self._store = store
+
+    def process(self, piece: Piece, plan: ShardPlan) -> Iterator[tuple[int, Piece]]:
+        yield from _route(piece, plan, self._store)
 
 
 def _shard_keys(plan: ShardPlan) -> Iterator[int]:
@@ -887,10 +1100,10 @@ def _shard_keys(plan: ShardPlan) -> Iterator[int]:
             yield _shard_key(index, shard)
 
 
-def _empty_shards(plan: ShardPlan) -> Iterator[tuple[int, KeyedRecords]]:
+def _empty_shards(plan: ShardPlan) -> Iterator[tuple[int, Piece]]:
     """One empty element per shard, so every shard (even one with no records) is written."""
     for key in _shard_keys(plan):
-        yield key, KeyedRecords.empty()
+        yield key, Piece.empty()
 
 
 # ------------------------------------------------------------------------------------ writing
@@ -958,26 +1171,19 @@ def _sorted_positions(keys: np.ndarray, record_bytes: typing.Callable[[int], byt
 class _Received:
     """The records one shard writer received, addressed by a flat position across all parts, framed as they are written.
 
-    Parts are framed records (sorted pieces) or payloads with their CRCs (held pieces); either
-    way a record is a payload slice, its length and its masked CRC.
+    Every part is a slice of a sorted piece, its records read through the piece store: a record
+    is a payload slice, its length and its masked CRC (the frame's footer).
     """
 
-    def __init__(self, parts: list[KeyedRecords]):
+    def __init__(self, parts: list[Piece], store: PieceStore):
         self.views: list[memoryview] = []
         starts, lengths, footers = [], [], []
         for part in parts:
-            buffer, record_starts = part.buffer_and_starts()
-            sizes = part.lengths
-            if part.framed:
-                # The stored footer is the masked CRC; re-framing writes the same header and footer.
-                footers.append(windows(buffer, 4)[record_starts + sizes - FOOTER_SIZE].view("<u4"))
-                record_starts, sizes = record_starts + HEADER_SIZE, sizes - RECORD_OVERHEAD
-            else:
-                crcs = part.crcs if part.crcs is not None else payload_crcs(buffer, part.offsets)
-                footers.append(mask_crcs(crcs))
-            self.views.append(memoryview(np.ascontiguousarray(buffer, dtype=np.uint8)))
-            starts.append(record_starts)
-            lengths.append(sizes)
+            stored = store.records(part)
+            self.views.append(memoryview(np.ascontiguousarray(stored.buffer, dtype=np.uint8)))
+            starts.append(stored.starts)
+            lengths.append(stored.lengths)
+            footers.append(stored.footers)
         if parts:
             self.keys = np.concatenate([part.key for part in parts])
             self.part_of = np.repeat(np.arange(len(parts)), [len(part) for part in parts])
@@ -1017,17 +1223,18 @@ class _Received:
 class _WriteShard(beam.DoFn):
     """Sorts one shard's records by (key, bytes), keeps its exact rank range and writes it to the temp dir."""
 
-    def __init__(self, temp_dir: str):
+    def __init__(self, temp_dir: str, store: PieceStore):
         self._temp_dir = temp_dir
+        self._store = store
 
-    def process(self, element: tuple[int, Iterable[KeyedRecords]], plan: ShardPlan) -> Iterator[ShardFile]:
+    def process(self, element: tuple[int, Iterable[Piece]], plan: ShardPlan) -> Iterator[ShardFile]:
         shard_key, parts = element
         split_index, shard = shard_key >> _FRAMED_SHARD_KEY_BITS, shard_key & ((1 << _FRAMED_SHARD_KEY_BITS) - 1)
         split_plan = plan.splits[split_index]
         parts = [part for part in parts if len(part)]
         low, high = split_plan.shard_start(shard), split_plan.shard_start(shard + 1)
         try:
-            received = _Received(parts)
+            received = _Received(parts, self._store)
             order = _sorted_positions(received.keys, received.frame)
             first_rank = self._first_rank_received(split_plan, low, high, plan.spec.ordered)
             if len(order) < high - first_rank or (plan.spec.ordered and len(order) != high - low):
@@ -1038,8 +1245,8 @@ class _WriteShard(beam.DoFn):
             written = self._write(split_plan, shard, plan.spec, received, order[low - first_rank:high - first_rank])
         finally:
             for part in parts:
-                if _HeldPieces.holds(part.spill_path):
-                    _HELD.release(part.spill_path, shard_key)
+                self._store.written(part, shard_key)
+        self._store.shard_written(shard_key, sum(split.num_shards for split in plan.splits))
         yield written
 
     @staticmethod
@@ -1091,55 +1298,83 @@ class _WriteShardOfPieces(_WriteShard):
     """
 
     def start_bundle(self) -> None:
-        self._parts: dict[int, list[KeyedRecords]] | None = None
+        self._parts: dict[int, list[Piece]] | None = None
 
-    def process(self, shard_key: int, plan: ShardPlan, pieces: list[KeyedRecords]) -> Iterator[ShardFile]:
+    def process(self, shard_key: int, plan: ShardPlan, pieces: list[Piece]) -> Iterator[ShardFile]:
         if self._parts is None:
             self._parts = collections.defaultdict(list)
             for piece in pieces:
-                for key, part in _route(piece, plan):
+                for key, part in _route(piece, plan, self._store):
                     self._parts[key].append(part)
         yield from super().process((shard_key, self._parts.pop(shard_key, [])), plan)
+
+
+class _WriteShardsOfPlan(beam.PTransform):
+    """PCollection[Piece] -> PCollection[ShardFile], one per shard of ``plan`` (a one-element PCollection[ShardPlan])."""
+
+    def __init__(self, temp_dir: str, store: PieceStore, plan: beam.PCollection):
+        super().__init__()
+        self._temp_dir, self._store, self._plan = temp_dir, store, plan
+
+
+class WriteShardsFromPieceList(_WriteShardsOfPlan):
+    """Shard writers that take every piece as a side input and route them themselves: no routing stage, no GroupByKey.
+
+    For stores whose pieces carry no bytes and whose workers all share this process (``MemoryStore``):
+    on the local runners the GroupByKey and the routing stage would each cost a whole stage.
+    """
+
+    def expand(self, pieces):
+        writer = _WriteShardOfPieces(self._temp_dir, self._store)
+        return (
+            self._plan
+            | "EveryShard" >> beam.FlatMap(_shard_keys).with_output_types(int)
+            | "WriteShards" >> beam.ParDo(writer, beam.pvalue.AsSingleton(self._plan), beam.pvalue.AsList(pieces))
+        )
+
+
+class WriteShardsThroughGroupByKey(_WriteShardsOfPlan):
+    """Pieces routed to their shards, one slice per (piece, shard), grouped by shard through the runner's GroupByKey.
+
+    For every runner: the slices carry their frames (``InlineStore``) or only keys and offsets
+    (``SpillStore``, writers read the frames back); no worker holds more than one shard.
+    """
+
+    def expand(self, pieces):
+        plan_side = beam.pvalue.AsSingleton(self._plan)
+        routed = (
+            pieces
+            | "RouteToShards" >> beam.ParDo(_RouteToShards(self._store), plan_side)
+            .with_output_types(typing.Tuple[int, Piece])
+        )
+        every_shard = self._plan | "EveryShard" >> beam.FlatMap(_empty_shards).with_output_types(typing.Tuple[int, Piece])
+        return (
+            (routed, every_shard)
+            | "WithEmptyShards" >> beam.Flatten()
+            | "GroupByShard" >> beam.GroupByKey()
+            | "WriteShards" >> beam.ParDo(_WriteShard(self._temp_dir, self._store), plan_side)
+        )
 
 
 class WriteShuffledShards(beam.PTransform):
     """PCollection[KeyedRecords] -> shuffled, split, exactly balanced shard files in ``temp_dir``.
 
-    Returns a dict: ``files`` (PCollection[ShardFile], one per shard, empty shards included) and
-    ``plan`` (a one-element PCollection[ShardPlan]).
+    The pieces' frames wait in ``store`` (a ``PieceStore``, default inline) between preparing and
+    writing. Returns a dict: ``files`` (PCollection[ShardFile], one per shard, empty shards
+    included) and ``plan`` (a one-element PCollection[ShardPlan]).
     """
 
-    def __init__(self, spec: ShardingSpec, temp_dir: str, spill: bool = False, hold_bytes: int = 0):
+    def __init__(self, spec: ShardingSpec, temp_dir: str, store: PieceStore | None = None):
         super().__init__()
         self._spec = spec
         self._temp_dir = temp_dir
-        self._spill = spill
-        self._hold_bytes = hold_bytes
+        self._store = store or InlineStore()
 
-    def expand(self, pieces):
-        prepare = _PreparePieces(self._temp_dir, self._spill, self._hold_bytes)
-        pieces = pieces | "SortPieces" >> beam.ParDo(prepare).with_output_types(KeyedRecords)
+    def expand(self, records):
+        pieces = records | "SortPieces" >> beam.ParDo(_PreparePieces(self._store)).with_output_types(Piece)
         plan = pieces | "PlanShards" >> beam.CombineGlobally(_PlanShards(self._spec))
-        plan_side = beam.pvalue.AsSingleton(plan)
-        if self._hold_bytes:
-            # Every worker runs in this process and pieces carry no bytes (held, or spilled past the
-            # budget): the writers take them as a side input, without a routing stage and a GroupByKey.
-            files = (
-                plan
-                | "EveryShard" >> beam.FlatMap(_shard_keys).with_output_types(int)
-                | "WriteShards" >> beam.ParDo(_WriteShardOfPieces(self._temp_dir), plan_side, beam.pvalue.AsList(pieces))
-            )
-            return {"files": files, "plan": plan}
-        routed = (
-            pieces
-            | "RouteToShards" >> beam.ParDo(_RouteToShards(), plan_side)
-            .with_output_types(typing.Tuple[int, KeyedRecords])
-        )
-        every_shard = plan | "EveryShard" >> beam.FlatMap(_empty_shards).with_output_types(typing.Tuple[int, KeyedRecords])
-        files = (
-            (routed, every_shard)
-            | "WithEmptyShards" >> beam.Flatten()
-            | "GroupByShard" >> beam.GroupByKey()
-            | "WriteShards" >> beam.ParDo(_WriteShard(self._temp_dir), plan_side)
-        )
+        if self._store.pieces_as_side_input:
+            files = pieces | "WriteShardsFromPieceList" >> WriteShardsFromPieceList(self._temp_dir, self._store, plan)
+        else:
+            files = pieces | "WriteShardsThroughGroupByKey" >> WriteShardsThroughGroupByKey(self._temp_dir, self._store, plan)
         return {"files": files, "plan": plan}
