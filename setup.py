@@ -38,17 +38,14 @@ setup(
             "hypothesis>=6.80",
             "pytest-xdist>=3",
             "apache-beam[gcp]>=2.60",
-<<<<<<< HEAD
             # The random-access reader is tested with Grain's real MapDataset and DataLoader.
             "grain>=0.2.10",
             # The lint and type gates of the test command (config in pyproject.toml).
             "ruff>=0.6",
             "mypy>=1.10",
             "types-PyYAML",
-=======
             # A real multi-process engine for the runner tests (Beam's DaskRunner on a LocalCluster).
             "dask[distributed]>=2024.1",
->>>>>>> issue-10
         ],
         # benchmarks/random_access.py compares against ArrayRecord's ArrayRecordDataSource.
         "bench": ["array-record>=0.5"],

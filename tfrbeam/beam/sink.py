@@ -48,12 +48,9 @@ from apache_beam.pvalue import AsList, AsSingleton
 from apache_beam.transforms import window
 from apache_beam.utils.windowed_value import WindowedValue
 
-<<<<<<< HEAD
 from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.publish import ABANDONED_NAME, JOURNAL_NAME, OWNER_NAME, CommitJournal, abandon, StagingDir, held_or_taken, recover, staging_path, this_run
-=======
 from tfrbeam.beam.runner_support import refuse_lossy_runner
->>>>>>> issue-10
 from tfrbeam.beam.source import compression_for_file, resolve_compression
 from tfrbeam.naming import ShardNaming
 from tfrbeam.errors import CommitError, ConfigError, OutputExistsError, ShortWriteError, TfrbeamError
