@@ -17,7 +17,7 @@ DEFINED_IN = {
     "RecordWriter": "tfrbeam.records",
     "masked_crc32c": "tfrbeam.records",
     "read_records": "tfrbeam.records",
-    "record_blocks": "tfrbeam.record_blocks",
+    "record_blocks": "tfrbeam.blocks",
     "decode_example": "tfrbeam.example",
     "decode_sequence_example": "tfrbeam.example",
     "encode_example": "tfrbeam.example",

@@ -96,7 +96,7 @@ def test_build_then_export_gives_each_splits_rows(built, tmp_path, config):
 
 def test_demo_export_equals_the_demo_input_rows(built, tmp_path):
     """Across splits, the exported rows are the demo table's good rows, computed without the pipeline."""
-    from tests.test_build_pipeline import expected_demo_examples
+    from tests.build.test_graph import expected_demo_examples
 
     paths = export_to_parquet(str(built / "demo"), str(tmp_path / "demo"))
     expected = collections.Counter({

@@ -18,7 +18,7 @@ _EXPORTS = {
     "RecordReader": "tfrbeam.records",
     "read_records": "tfrbeam.records",
     "masked_crc32c": "tfrbeam.records",
-    "record_blocks": "tfrbeam.record_blocks",
+    "record_blocks": "tfrbeam.blocks",
     # Example codec
     "encode_example": "tfrbeam.example",
     "decode_example": "tfrbeam.example",

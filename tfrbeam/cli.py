@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Callable
 
@@ -94,7 +95,7 @@ def _run_verify(args: argparse.Namespace) -> int:
 
     problems = 0
     for argument in args.paths:
-        if os.path.isdir(argument):
+        if os.path.isdir(argument) and _is_dataset_directory(argument):
             problems += _verify_dataset(argument)
             continue
         for path in file_tools.expand_record_paths([argument]):
@@ -106,6 +107,25 @@ def _run_verify(args: argparse.Namespace) -> int:
                 problems += 1
                 print(f"     {report.problem}")
     return EXIT_BAD_DATA if problems else EXIT_OK
+
+
+def _is_dataset_directory(directory: str) -> bool:
+    """A build's directory, finished or not: a manifest, a build's traces beside it, or split directories of shards.
+
+    A directory of plain TFRecord files is checked file by file instead.
+    """
+    from tfrbeam.manifest import MANIFEST_NAME, write_leftovers
+
+    if os.path.exists(os.path.join(directory, MANIFEST_NAME)) or write_leftovers(directory):
+        return True
+    for name in os.listdir(directory):
+        split_dir = os.path.join(directory, name)
+        if os.path.isdir(split_dir) and any(_SHARD_NAME.fullmatch(entry) for entry in os.listdir(split_dir)):
+            return True
+    return False
+
+
+_SHARD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*-\d{5,}-of-\d{5,}\.tfrecord(\.gz|\.zlib)?")
 
 
 def _verify_dataset(directory: str) -> int:

@@ -101,7 +101,7 @@ def examples_to_record_batch(
     int64 offsets (record i = ``buffer[offsets[i]:offsets[i + 1]]``), given as an object with
     ``.data`` and ``.offsets`` (like the encoder's EncodedExamples) or a ``(buffer, offsets)``
     tuple, or a ``(buffer, starts, ends)`` tuple (record i = ``buffer[starts[i]:ends[i]]``, other
-    bytes ignored: a block of ``tfrbeam.record_blocks``, read in place). Without ``schema`` the
+    bytes ignored: a block of ``tfrbeam.blocks``, read in place). Without ``schema`` the
     columns are inferred; with it the batch has exactly that schema. A record with more than
     ``max_features`` features raises ``RecordLimitError`` naming it (pass a larger limit, or None).
     """

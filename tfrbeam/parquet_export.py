@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tfrbeam.errors import ConfigError, OutputExistsError
-from tfrbeam.record_blocks import record_blocks
+from tfrbeam.blocks import record_blocks
 from tfrbeam.stats.accumulators import FEATURE_TYPES
 from tfrbeam.stats.compute import BLOCK_RECORDS, decode_block, resolve_input
 

@@ -52,7 +52,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from tfrbeam.errors import RecordError, RecordIndexError
-from tfrbeam.record_blocks import record_blocks
+from tfrbeam.blocks import record_blocks
 from tfrbeam.records import HEADER_SIZE, MAX_PAYLOAD_SIZE, RECORD_OVERHEAD, masked_crc32c
 
 _LOG = logging.getLogger(__name__)

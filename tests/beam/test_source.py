@@ -22,7 +22,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from tfrbeam.beam import ReadAllFromTFRecord, ReadExamples, ReadFromTFRecord, TFRecordSource
 from tfrbeam.beam import source as source_module
 from tfrbeam.beam.examples_read import DecodeToDicts, DecodeToRecordBatches, _ExampleSource
-from tfrbeam.record_blocks import RecordBlock
+from tfrbeam.blocks import RecordBlock
 from tfrbeam.beam.source import INDEXED, SCAN, WHOLE, ReadOptions, TFRecordFileSource, _ExpandIntoRanges
 from tfrbeam.columnar_decode import examples_to_record_batch
 from tfrbeam.columnar_encode import record_batch_to_examples

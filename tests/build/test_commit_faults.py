@@ -236,3 +236,24 @@ def test_the_users_own_files_survive_a_replace(workdir):
     assert _build("--overwrite", "--set", "shuffle.seed=7") == 0
     assert (output / "NOTES.txt").read_text() == "mine" and not (output / "stats.json").exists()
     assert _state(output)[1] == 7
+
+
+def test_verify_fails_on_a_half_published_directory_and_a_damaged_manifest(workdir, capsys):
+    from tfrbeam.cli import main as tfrbeam_main
+
+    output = workdir / "out" / "ds"
+    assert _build() == 0
+    manifest_file = output / "dataset_info.json"
+    text = manifest_file.read_text()
+    manifest_file.unlink()  # the state the old commit left after a kill: shards, no manifest
+    capsys.readouterr()
+    assert tfrbeam_main(["verify", str(output)]) == 1
+    assert "no manifest" in capsys.readouterr().out
+    manifest_file.write_text(text.replace('"sha256"', '"sha"', 1))
+    assert tfrbeam_main(["verify", str(output)]) == 1
+    out = capsys.readouterr().out
+    assert "sha256 is missing" in out and "Traceback" not in out
+    manifest_file.write_text(text)
+    (workdir / "out" / ".ds.tfrbeam-0123456789abcdef").mkdir()
+    assert tfrbeam_main(["verify", str(output)]) == 0
+    assert "WARN" in capsys.readouterr().out  # a leftover staging directory is reported, the dataset is fine

@@ -20,6 +20,8 @@ import pytest
 from pipelines.demo_data import write_demo_data
 from tests.worker_pool import external_worker_pool, workers_started
 from tfrbeam.build.cli import main as build_main
+from tfrbeam.offset_index import parse_offset_index
+from tfrbeam.record_index import parse_index
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 CONFIGS = {"demo": REPO_ROOT / "configs" / "demo.yaml", "csv_example": REPO_ROOT / "configs" / "csv_example.yaml"}
@@ -57,11 +59,22 @@ def _build(workdir: pathlib.Path, config: str, name: str, *args: str) -> pathlib
 def _dataset(output: pathlib.Path) -> tuple[dict[str, bytes], dict]:
     """Every file of a dataset by relative path (shards, read indexes, dead letters), and its manifest without run keys."""
     files = {
-        str(path.relative_to(output)): path.read_bytes()
+        str(path.relative_to(output)): _content(path)
         for path in sorted(output.rglob("*")) if path.is_file() and path.name != "dataset_info.json"
     }
     manifest = json.loads((output / "dataset_info.json").read_text().replace(str(output), "OUTPUT"))
     return files, {key: value for key, value in manifest.items() if key not in RUN_KEYS}
+
+
+def _content(path: pathlib.Path) -> bytes | tuple:
+    """A file's bytes; for an index, what it says but the shard's mtime (each run's shards have their own)."""
+    if path.suffix == ".idx":
+        index = parse_index(path.read_bytes(), str(path))
+        return index.file_size, index.num_records, index.offsets, index.record_numbers, index.mtime is not None
+    if path.suffix == ".offsets":
+        index = parse_offset_index(path.read_bytes(), str(path))
+        return index.file_size, tuple(index.offsets.tolist()), index.mtime is not None
+    return path.read_bytes()
 
 
 @pytest.fixture(scope="module")

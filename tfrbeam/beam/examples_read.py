@@ -1,7 +1,7 @@
 """ReadExamples: tf.train.Example TFRecord files as dicts or as Arrow RecordBatches.
 
 Records are never separate Beam elements on the way: the source reads a byte range a block of
-records at a time (``tfrbeam.record_blocks``: one buffer plus the payloads' spans, no Python
+records at a time (``tfrbeam.blocks``: one buffer plus the payloads' spans, no Python
 object per record) and decodes each block where it was read. With ``output="record_batches"`` one element is one RecordBatch of up to ``batch_size``
 rows, so Beam's per-element cost is paid once per batch; with ``output="dicts"`` each Example is
 one element (that is the output asked for), decoded in the reading step a batch at a time.
@@ -24,7 +24,7 @@ from tfrbeam.beam.source import TFRecordSource
 from tfrbeam.columnar_decode import examples_to_record_batch
 from tfrbeam.errors import ArrowConversionError, ConfigError, ExampleDecodeError
 from tfrbeam.example import decode_example
-from tfrbeam.record_blocks import RecordBlock
+from tfrbeam.blocks import RecordBlock
 
 OUTPUTS = ("dicts", "record_batches")
 # Rows per RecordBatch. Measured on ~400-byte Examples (framing + columnar decoding, per record):

@@ -56,7 +56,7 @@ from apache_beam.typehints import Tuple as TupleHint
 
 from tfrbeam.beam.runner_support import refuse_lossy_runner
 from tfrbeam.errors import ConfigError, CorruptRecordError, TfrbeamError, TruncatedRecordError, UnsupportedCompressionError
-from tfrbeam.record_blocks import RecordBlock, record_blocks
+from tfrbeam.blocks import RecordBlock, record_blocks
 from tfrbeam.record_index import RecordIndex, index_path_for, load_index
 from tfrbeam.records import (
     HEADER_SIZE,
@@ -157,7 +157,7 @@ class ReadOptions:
     coder: coders.Coder = dataclasses.field(default_factory=coders.BytesCoder)
     with_filename: bool = False
     # Example-level reads: records are read in blocks of ``batch_size`` (one buffer of payloads,
-    # see tfrbeam.record_blocks) and each block becomes output elements through ``batch_decoder(path, block)``;
+    # see tfrbeam.blocks) and each block becomes output elements through ``batch_decoder(path, block)``;
     # its ``output_type`` and ``output_coder`` attributes, when set, type the output PCollection.
     batch_size: int = 0
     batch_decoder: Callable[[str, RecordBlock], Iterable[Any]] | None = None
@@ -323,7 +323,7 @@ def read_range_batches(
     """Yield blocks of up to ``max_records`` records of ``path`` that start in the tracker's range.
 
     A block is the records' payloads joined in one buffer plus bounds and offsets (see
-    ``tfrbeam.record_blocks``): no Python object per record. All records of a block are claimed,
+    ``tfrbeam.blocks``): no Python object per record. All records of a block are claimed,
     under one lock, before it is yielded, so a dynamic split lands between blocks; reading stops
     at the first record the tracker refuses. Records starting at or after the range's stop are
     not read at all. ``get_plan`` is only called for ranges that start after byte 0.

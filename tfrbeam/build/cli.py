@@ -1,7 +1,7 @@
 """``tfrbeam build CONFIG.yaml [--set key.path=value ...] [--overwrite] [Beam options ...]``.
 
-Also ``tfrbeam build ...``. Options this command does not know go to Beam's PipelineOptions; the
-runner defaults to the DirectRunner. Config and output-directory problems are reported in one
+Also ``python -m tfrbeam.build``. Options this command does not know go to Beam's PipelineOptions;
+the runner defaults to the FnApiRunner in this process (``--piece_store`` picks how pieces travel). Config and output-directory problems are reported in one
 line with exit status 2 before any pipeline starts; a failed build (a bad row with
 ``on_bad_record: fail``, too many bad rows) is reported in one line with exit status 1.
 """
@@ -181,7 +181,8 @@ def summary_table(manifest: dict, seconds: float, run: BuildPlan) -> str:
     lines += [
         f"rows read:  {rows_read:,}",
         bad_line,
-        f"time:       {seconds:.1f} s ({rate:,.0f} rows/s, runner {manifest['runner']})",
+        f"time:       {seconds:.1f} s ({rate:,.0f} rows/s, runner {manifest['runner']}, "
+        f"piece store {manifest.get('piece_store', 'auto')})",
         f"manifest:   {run.manifest_path}",
     ]
     return "\n".join(lines)

@@ -34,7 +34,7 @@ from tfrbeam.beam.filesystem import BEAM_FILES
 from tfrbeam.beam.publish import CommitJournal, held_or_taken, recover, swap_into_place
 from tfrbeam.build.config import config_to_dict
 from tfrbeam.build.plan import BuildPlan, check_output_dir, dataset_entries, foreign_entries, normalized
-from tfrbeam.build.shuffle import ShardFile, ShardPlan, release_held_pieces
+from tfrbeam.build.shuffle import ShardFile, ShardPlan, discard_pieces
 from tfrbeam.errors import CommitError, ManifestError, OutputExistsError, ShortWriteError, TooManyBadRecordsError
 from tfrbeam.manifest import (
     ERRORS_DIR_NAME, MANIFEST_FORMAT, MANIFEST_NAME, feature_entries, manifest_bytes, parse_example_spec, read_manifest,
@@ -271,7 +271,7 @@ def recover_output(output_root: str, keep: str | None = None) -> list[str]:
 
 def discard_staging(plan: BuildPlan, keep_dead_letters: bool = False) -> None:
     """Remove a failed run's staging directory (its partial shards) and free the pieces it held in memory."""
-    release_held_pieces(plan.staging_dir)
+    discard_pieces(plan.staging_dir)
     if keep_dead_letters:
         for name in fs.list_names(plan.staging_dir):
             if name != ERRORS_DIR_NAME and name != "owner.json":

@@ -113,7 +113,6 @@ __all__ = [
     "input_order_keys",
     "make_piece_store",
     "record_checksums",
-    "release_held_pieces",
     "runs_holding_pieces",
     "seeded_sort_keys",
     "shard_file_name",
@@ -714,11 +713,6 @@ def discard_pieces(run_key: str) -> None:
         with held.lock:
             for name in list(held.buffers):
                 held.drop(name)
-
-
-def release_held_pieces(temp_dir: str) -> None:
-    """Former name of ``discard_pieces`` (the commit's cleanup calls it)."""
-    discard_pieces(temp_dir)
 
 
 def runs_holding_pieces() -> list[str]:

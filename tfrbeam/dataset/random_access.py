@@ -29,7 +29,7 @@ from tfrbeam.dataset.reader import RAW_KEY, BlockDecoder
 from tfrbeam.dataset.spec import FixedLenFeature, PathSpec, ShardFile, resolve_source
 from tfrbeam.errors import ConfigError, CorruptRecordError, RandomAccessError, ShardMismatchError
 from tfrbeam.offset_index import load_offsets
-from tfrbeam.record_blocks import TRAILING_SLACK, RecordBlock
+from tfrbeam.blocks import TRAILING_SLACK, RecordBlock
 from tfrbeam.records import FOOTER_SIZE, HEADER_SIZE, mask_crcs
 
 

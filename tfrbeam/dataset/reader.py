@@ -1,6 +1,6 @@
 """Reading one segment (a file, or a record range of one) as decoded blocks of consecutive records.
 
-Framing and CRC checks go through ``tfrbeam.record_blocks`` (a fast path for uncompressed files
+Framing and CRC checks go through ``tfrbeam.blocks`` (a fast path for uncompressed files
 that hands any damage to ``tfrbeam.records.RecordReader``); decoding through the columnar decoder
 with an Arrow schema built from the feature spec, so only the requested features are decoded. Every block carries the ids of its records (segment index << 40 | record number), which
 is what the exactly-once tests, resume and sharding reason about.
@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from tfrbeam.columnar_decode import DEFAULT_MAX_FEATURES, examples_to_record_batch
 from tfrbeam.dataset.columns import Block, Column, DenseLayout
-from tfrbeam.record_blocks import RecordBlock, offset_of_record, record_blocks
+from tfrbeam.blocks import RecordBlock, offset_of_record, record_blocks
 from tfrbeam.dataset.spec import NUMPY_DTYPES, Feature, FixedLenFeature, arrow_field
 from tfrbeam.errors import ArrowConversionError, ExampleDecodeError, RecordLimitError, ShardMismatchError
 from tfrbeam.record_index import seek_position, trusted_index

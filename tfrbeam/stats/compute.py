@@ -1,6 +1,6 @@
 """Statistics computed locally from TFRecord files: read in blocks, decoded columnar, accumulated, merged.
 
-Files are read a block of records at a time (``tfrbeam.record_blocks``) and decoded with the
+Files are read a block of records at a time (``tfrbeam.blocks``) and decoded with the
 manifest's feature types (``stats_schema``); each file's accumulator is built on its own (in
 worker processes when the data is large) and the results are merged, exactly as the Beam
 combine merges its accumulators.
@@ -22,7 +22,7 @@ import pyarrow as pa
 from tfrbeam.columnar_decode import examples_to_record_batch
 from tfrbeam.errors import ConfigError, ExampleDecodeError
 from tfrbeam.manifest import MANIFEST_NAME, read_manifest
-from tfrbeam.record_blocks import RecordBlock, record_blocks
+from tfrbeam.blocks import RecordBlock, record_blocks
 from tfrbeam.stats.files import STATS_HTML, STATS_JSON
 from tfrbeam.stats.accumulators import SplitAccumulator, stats_schema
 from tfrbeam.stats.report import dataset_stats

@@ -1,4 +1,4 @@
-"""tfrbeam.record_blocks: blocks of records equal RecordReader's records, errors and skips, on any file."""
+"""tfrbeam.blocks (tfrbeam.record_blocks): blocks of records equal RecordReader's records, errors and skips, on any file."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import tfrbeam.record_blocks as record_blocks_module
+import tfrbeam.blocks as record_blocks_module
 from tfrbeam.errors import RecordError
-from tfrbeam.record_blocks import RecordBlock, offset_of_record, record_blocks
+from tfrbeam.blocks import RecordBlock, offset_of_record, record_blocks
 from tfrbeam.records import RECORD_OVERHEAD, RecordReader, frame_records
 
 CHUNKS = st.sampled_from([16, 31, 64, 257, 4096, 1 << 20])
