@@ -411,3 +411,28 @@ def test_resolve_config_reads_the_first_input_file(tmp_path):
     assert [(s.name, s.type) for s in resolved.features] == [("id", "int64"), ("w", "float")]  # from a.csv
     with pytest.raises(ConfigError, match="matches no files"):
         resolve_config(parse_config({"input": {"path": str(tmp_path / "*.tsv")}, "output": {"path": "o"}}))
+
+
+def test_a_data_file_given_as_the_config_is_named_as_such_in_one_line(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    csv_file = tmp_path / "flights.csv"
+    csv_file.write_text("year,month,carrier\n" + "2013,1,UA\n" * 50_000)
+    with pytest.raises(ConfigError) as caught:
+        load_config(str(csv_file))
+    message = str(caught.value)
+    assert "not a YAML build config" in message and "year,month,carrier" in message
+    assert len(message) < 400 and "\n" not in message and "2013,1,UA" not in message
+    parquet_file = tmp_path / "flights.parquet"
+    pq.write_table(pa.table({"year": [2013] * 10}), parquet_file)
+    with pytest.raises(ConfigError) as caught:
+        load_config(str(parquet_file))
+    message = str(caught.value)
+    assert "not a YAML build config" in message and "Parquet" in message and "infer-config" in message
+    assert len(message) < 400 and "\n" not in message
+    binary = tmp_path / "blob.yaml"
+    binary.write_bytes(b"\xff\xfe\x00junk" * 100)
+    with pytest.raises(ConfigError, match="not a YAML build config") as caught:
+        load_config(str(binary))
+    assert len(str(caught.value)) < 400

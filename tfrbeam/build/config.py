@@ -121,12 +121,38 @@ class BuildConfig:
 def load_config(path: str, overrides: list[str] | tuple[str, ...] = ()) -> BuildConfig:
     """Read a YAML config file, apply `key.path=value` overrides and validate everything."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
+        with open(path, "rb") as handle:
+            data = handle.read()
     except OSError as error:
         raise ConfigError(f"cannot read the config file {path}: {error.strerror or error}") from error
-    raw = parse_yaml(text, path)
+    raw = parse_yaml(_config_text(data, path), path)
+    if raw is not None and not isinstance(raw, dict):
+        raise ConfigError(f"{path}: not a YAML build config (a mapping of sections input, output, ...); "
+                          f"it starts with {_first_line(data)}")
     return parse_config(apply_overrides(raw, overrides), where=path)
+
+
+_NOT_A_CONFIG_HINT = "write one with: tfrbeam infer-config DATA_FILE > build.yaml"
+
+
+def _config_text(data: bytes, path: str) -> str:
+    """The config file's text; a data file (Parquet, binary, non-UTF-8) is named as such in one line."""
+    if data.startswith(b"PAR1"):
+        raise ConfigError(f"{path}: not a YAML build config but a Parquet data file; {_NOT_A_CONFIG_HINT}")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path}: not a YAML build config (byte {error.start} is not UTF-8 text); "
+                          f"{_NOT_A_CONFIG_HINT}") from error
+    if "\0" in text:
+        raise ConfigError(f"{path}: not a YAML build config (it holds NUL bytes); {_NOT_A_CONFIG_HINT}")
+    return text
+
+
+def _first_line(data: bytes, limit: int = 80) -> str:
+    line = data.lstrip().split(b"\n", 1)[0].decode("utf-8", "replace").rstrip("\r")
+    shown = repr(line[:limit] + ("..." if len(line) > limit else ""))
+    return f"{shown}; {_NOT_A_CONFIG_HINT}"
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
