@@ -75,3 +75,53 @@ def test_dataflow_job_graph_builds_offline(workdir):
     for name in ("ReadInputs", "ConvertAndKey", "Shuffle/GroupByShard", "Shuffle/WriteShards", "Commit"):
         assert name in steps
     assert run.runner == "DataflowRunner" and not os.path.exists(run.manifest_path)
+
+
+def _one_error_line(capsys) -> str:
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("tfrbeam build: error: ")
+    return lines[0]
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--sett", "shuffle.seed=3"], "unknown option --sett; did you mean --set?"),
+    (["--runnr", "DataflowRunner"], "unknown option --runnr; did you mean --runner?"),
+    (["--dry-rn"], "unknown option --dry-rn; did you mean --dry-run?"),
+    (["--direct_num_worker=2"], "unknown option --direct_num_worker; did you mean --direct_num_workers?"),
+    (["--over"], "unknown option --over; did you mean --overwrite?"),
+    (["--runner", "DirectRuner"], "--runner: 'DirectRuner' is not a Beam runner; did you mean 'DirectRunner'?"),
+    (["--runner", "DataflowRunner"], "--runner DataflowRunner needs --project, --region and --temp_location"),
+    (["--runner", "DataflowRunner", "--project", "p", "--temp_location", "gs://b/t"],
+     "--runner DataflowRunner needs --region"),
+])
+def test_unknown_options_and_runner_problems_are_one_line_before_anything_runs(workdir, capsys, argv, expected):
+    code = build_main([DEMO_CONFIG, "--set", "output.path=out/never", *argv])
+    assert code == 2
+    assert expected in _one_error_line(capsys)
+    assert not (workdir / "out" / "never").exists()
+
+
+def test_a_stray_argument_is_an_error(workdir, capsys):
+    assert build_main([DEMO_CONFIG, "shuffle.seed=3", "--set", "output.path=out/never"]) == 2
+    assert "unexpected argument 'shuffle.seed=3'" in _one_error_line(capsys)
+
+
+def test_beam_options_are_still_accepted(workdir, capsys):
+    code = build_main([DEMO_CONFIG, "--quiet", "--set", "output.path=out/beam_opts", "--direct_num_workers", "1",
+                       "--max_num_workers=3"])
+    assert code == 0, capsys.readouterr().err
+
+
+def test_dry_run_prints_the_plan_and_runs_nothing(workdir, capsys):
+    code = build_main([DEMO_CONFIG, "--dry-run", "--set", "output.path=out/dry"])
+    assert code == 0
+    out = capsys.readouterr().out
+    for expected in ("demo_data/csv/flights-00000.csv", "bytes", "dep_delay", "float", "null -> default 0.0",
+                     "tailnum", "null -> omitted", "embedding", "[4]", "train", "0.9", "eval", "4 shards",
+                     "1 shard", "out/dry", "DirectRunner"):
+        assert expected in out, (expected, out)
+    assert not (workdir / "out" / "dry").exists()
+    leftovers = os.listdir(workdir / "out") if (workdir / "out").exists() else []
+    assert not [name for name in leftovers if "dry" in name]

@@ -9,13 +9,16 @@ line with exit status 2 before any pipeline starts; a failed build (a bad row wi
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 import re
 import sys
 import time
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions, StandardOptions, TestOptions
+from apache_beam.options.pipeline_options import (
+    GoogleCloudOptions, PipelineOptions, PortableOptions, StandardOptions, TestOptions, _BeamArgumentParser,
+)
 
 from tfrbeam.build.config import load_config
 from tfrbeam.beam.filesystem import BEAM_FILES
@@ -40,7 +43,7 @@ _OUR_ERROR_LINE = re.compile(
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=_PROG, description="Build a shuffled, split, sharded TFRecord dataset from Parquet or CSV.",
+        prog=_PROG, description="Build a shuffled, split, sharded TFRecord dataset from Parquet or CSV.", allow_abbrev=False,
         epilog="Other options (e.g. --runner DataflowRunner --project P --region R --temp_location gs://... "
         "--setup_file ./setup.py, or --direct_num_workers 2 --direct_running_mode multi_processing) go to Beam.",
     )
@@ -49,20 +52,24 @@ def _parser() -> argparse.ArgumentParser:
                         help="override one config value (YAML syntax), e.g. --set shuffle.seed=7; repeatable")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace a different dataset (or other files) in output.path")
-    parser.add_argument("--quiet", action="store_true", help="log warnings only")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="check everything and print the plan (inputs, features, splits, shards, output, runner); run nothing")
+    parser.add_argument("--quiet", action="store_true", help="log warnings only, and show no progress")
     parser.add_argument("--verbose", action="store_true", help="also show Beam's own log (worker tracebacks included)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run a dataset build; returns the exit status."""
-    args, beam_args = _parser().parse_known_args(sys.argv[1:] if argv is None else argv)
+    try:
+        args, options = parse_command_line(sys.argv[1:] if argv is None else argv)
+    except ConfigError as error:
+        return _fail(str(error), EXIT_USAGE)
     _configure_logging(args.quiet, args.verbose)
     try:
         config = load_config(args.config, args.overrides)
     except ConfigError as error:
         return _fail(str(error), EXIT_USAGE)
-    options = _pipeline_options(beam_args)
     started = time.monotonic()
     try:
         plan = plan_build(config, options, overwrite=args.overwrite)
@@ -70,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(error), EXIT_USAGE)
     except TfrbeamError as error:
         return _fail(str(error), EXIT_FAILED)
+    if args.dry_run:
+        print(describe_plan(plan))
+        return EXIT_OK
     try:
         lock = OutputLock(plan.output_root, plan.run).acquire()
     except (OutputLockedError, OutputNotWritableError) as error:
@@ -113,6 +123,129 @@ def _run_locked(plan: BuildPlan, options: PipelineOptions, started: float) -> in
         return EXIT_OK
     print(summary_table(manifest, time.monotonic() - started, plan))
     return EXIT_OK
+
+
+def parse_command_line(argv: list[str]) -> tuple[argparse.Namespace, PipelineOptions]:
+    """Our arguments and Beam's options; any other argument is a ConfigError (did-you-mean included).
+
+    Every option must be ours or one Beam's own parser knows (Beam would silently discard it),
+    the runner must be one Beam can create, and Dataflow gets the options it cannot run without.
+    """
+    parser = _parser()
+    args, rest = parser.parse_known_args(argv)
+    beam_parser = beam_argument_parser()
+    _, unknown = beam_parser.parse_known_args(rest)
+    if unknown:
+        raise ConfigError(_unknown_argument(unknown[0], [*_option_strings(parser), *_option_strings(beam_parser)]))
+    options = _pipeline_options(rest)
+    check_runner(options)
+    return args, options
+
+
+def beam_argument_parser() -> argparse.ArgumentParser:
+    """The parser Beam's PipelineOptions build from every options class (as get_all_options does)."""
+    parser = _BeamArgumentParser(allow_abbrev=False)
+    classes = {str(cls): cls for cls in PipelineOptions.__subclasses__()}
+    for cls in classes.values():
+        cls._add_argparse_args(parser)  # noqa: SLF001 - the one way to learn Beam's options
+    return parser
+
+
+def _option_strings(parser: argparse.ArgumentParser) -> list[str]:
+    return [name for name in parser._option_string_actions if name.startswith("--")]  # noqa: SLF001
+
+
+def _unknown_argument(argument: str, known: list[str]) -> str:
+    if not argument.startswith("-"):
+        return f"unexpected argument {argument!r} (the config is the one positional argument; options start with --)"
+    name = argument.split("=", 1)[0]
+    return f"unknown option {name}{_did_you_mean(name, known, quote=False)}"
+
+
+def _did_you_mean(word: str, choices: list[str], quote: bool = True) -> str:
+    match = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    if not match:
+        return ""
+    return f"; did you mean {match[0]!r}?" if quote else f"; did you mean {match[0]}?"
+
+
+_DATAFLOW_REQUIRED = (("project", "--project"), ("region", "--region"), ("temp_location", "--temp_location"))
+
+
+def check_runner(options: PipelineOptions) -> None:
+    """A runner Beam can create, and for Dataflow the project, region and temp_location it needs."""
+    runner = options.view_as(StandardOptions).runner
+    if not isinstance(runner, str):
+        return
+    known = {name.lower(): name for name in StandardOptions.KNOWN_RUNNER_NAMES}
+    lowered = runner.lower()
+    if "." not in runner and lowered not in known and lowered + "runner" not in known:
+        raise ConfigError(f"--runner: {runner!r} is not a Beam runner"
+                          f"{_did_you_mean(runner, list(StandardOptions.KNOWN_RUNNER_NAMES))} "
+                          f"(runners: {', '.join(StandardOptions.KNOWN_RUNNER_NAMES)})")
+    if lowered in ("dataflow", "dataflowrunner"):
+        cloud = options.view_as(GoogleCloudOptions)
+        missing = [flag for attribute, flag in _DATAFLOW_REQUIRED if not getattr(cloud, attribute)]
+        if missing:
+            listed = missing[0] if len(missing) == 1 else ", ".join(missing[:-1]) + " and " + missing[-1]
+            raise ConfigError(f"--runner DataflowRunner needs {listed} "
+                              "(e.g. --project my-project --region us-central1 --temp_location gs://my-bucket/tmp)")
+
+
+def describe_plan(plan: BuildPlan) -> str:
+    """What ``--dry-run`` prints: inputs, features, splits, shards, output, runner and piece store."""
+    sizes = [item.size for item in plan.input_files]
+    lines = ["dry run: nothing ran and nothing was written (the first input was sampled to settle the features)",
+             f"inputs:      {len(sizes)} {plan.config.input.format} file(s), {sum(sizes):,} bytes"]
+    lines += [f"  {item.path}  {item.size:,} bytes" for item in plan.input_files[:_SHOWN_INPUTS]]
+    if len(sizes) > _SHOWN_INPUTS:
+        lines.append(f"  ... and {len(sizes) - _SHOWN_INPUTS} more")
+    width = max(len(spec.name) for spec in plan.features)
+    lines.append(f"features:    {len(plan.features)}")
+    for spec in plan.features:
+        source = f"  from {spec.source}" if spec.source != spec.name else ""
+        lines.append(f"  {spec.name:<{width}}  {spec.type:<5}  {_shape_text(spec.shape):<7}  {_null_text(spec)}{source}")
+    lines.append("splits:      " + ", ".join(f"{name} {fraction:g}" for name, fraction in plan.config.splits.items())
+                 + (f" (by {', '.join(plan.config.split_key)})" if plan.config.split_key else ""))
+    sharding = plan.sharding
+    if sharding.max_bytes_per_shard is not None:
+        lines.append(f"shards:      as many per split as keep each under {sharding.max_bytes_per_shard:,} bytes")
+    else:
+        lines.append("shards:      " + ", ".join(f"{name} {count} shard{'s' if count != 1 else ''}"
+                                               for name, count in zip(sharding.splits, sharding.num_shards)))
+    shuffle = plan.config.shuffle
+    lines += [f"shuffle:     {'seed ' + str(shuffle.seed) if shuffle.enabled else 'off (input order)'}",
+              f"output:      {plan.output_path} (compression {sharding.compression or 'none'}"
+              f"{', replacing what is there' if plan.overwrite else ''})",
+              f"bad rows:    {plan.config.errors.on_bad_record}, at most {plan.config.errors.max_bad_fraction:g} of rows",
+              f"runner:      {plan.runner}"]
+    piece_store = getattr(plan, "piece_store", None)
+    if piece_store is not None:
+        lines.append(f"piece store: {piece_store}")
+    return "\n".join(lines)
+
+
+_SHOWN_INPUTS = 20
+
+
+def _shape_text(shape: tuple[int, ...] | None) -> str:
+    if shape is None:
+        return "[any]"
+    return "scalar" if shape == () else f"[{shape[0]}]"
+
+
+def _null_text(spec) -> str:
+    if spec.on_null == "omit":
+        return "null -> omitted"
+    if spec.on_null == "default":
+        default = spec.default
+        shown = [_plain(item) for item in default] if isinstance(default, tuple) else _plain(default)
+        return f"null -> default {shown}"
+    return "null -> bad row"
+
+
+def _plain(value):
+    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else value
 
 
 def _pipeline_options(beam_args: list[str]) -> PipelineOptions:
