@@ -154,7 +154,37 @@ def test_the_rest_of_the_config_is_complete_and_commented(tmp_path):
     raw = yaml.safe_load(text)
     assert set(raw) == {"input", "features", "shuffle", "splits", "split_key", "output", "errors"}
     assert raw["splits"] == {"train": 0.9, "eval": 0.1} and raw["shuffle"] == {"enabled": True, "seed": 42}
-    assert raw["output"] == {"path": "out/x", "num_shards": None, "max_bytes_per_shard": "256MiB", "compression": "none"}
+    assert raw["output"] == {"path": "out/x", "compression": "none"}  # the sharding default is a comment
     assert all(line.startswith("#") or " #" in line or line.endswith(":") or line.startswith("  ") for line in text.splitlines())
     config = load(tmp_path, text)
     assert config.output.max_bytes_per_shard == 256 << 20 and config.errors.on_bad_record == "fail"
+
+
+def test_the_edits_infer_config_invites_work(tmp_path):
+    data = tmp_path / "x.csv"
+    data.write_text("a,b\n1,x\n2,y\n")
+    path = tmp_path / "inferred.yaml"
+    path.write_text(infer_config(str(data)))
+    assert load_config(str(path), ["output.num_shards=4"]).output.num_shards == 4
+    sized = load_config(str(path), ["output.max_bytes_per_shard=1MiB"]).output
+    assert sized.max_bytes_per_shard == 1 << 20 and sized.num_shards is None
+    keep_going = load_config(str(path), ["errors.on_bad_record=dead_letter"]).errors
+    assert keep_going.max_bad_fraction == 0.1
+    text = path.read_text()
+    assert "  # num_shards: 4" in text and "  # max_bytes_per_shard: 256MiB" in text
+    assert "  # max_bad_fraction:" in text
+    edited = text.replace("  # num_shards: 4", "  num_shards: 4")
+    path.write_text(edited)
+    assert load_config(str(path)).output.num_shards == 4
+
+
+def test_set_of_one_sharding_key_replaces_the_other(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("input: {path: a.csv}\noutput: {path: o, max_bytes_per_shard: 1MiB}\n")
+    output = load_config(str(path), ["output.num_shards=3"]).output
+    assert output.num_shards == 3 and output.max_bytes_per_shard is None
+    path.write_text("input: {path: a.csv}\noutput: {path: o, num_shards: {train: 2}}\n")
+    output = load_config(str(path), ["output.max_bytes_per_shard=2MiB"]).output
+    assert output.num_shards is None and output.max_bytes_per_shard == 2 << 20
+    with pytest.raises(ConfigError, match="cannot be set together"):
+        load_config(str(path), ["output.max_bytes_per_shard=2MiB", "output.num_shards=2"])

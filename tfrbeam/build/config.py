@@ -203,7 +203,22 @@ def apply_overrides(raw: Any, overrides: list[str] | tuple[str, ...]) -> dict:
                 raise ConfigError(f"--set {override!r}: {at} is {_show(child)}, not a mapping, so it has no key {keys[depth + 1]!r}")
             node = child
         node[keys[-1]] = value
+    _drop_replaced_sharding_key(result, overrides)
     return result
+
+
+_SHARDING_KEYS = ("num_shards", "max_bytes_per_shard")
+
+
+def _drop_replaced_sharding_key(raw: dict, overrides: list[str] | tuple[str, ...]) -> None:
+    """--set of one of output.num_shards / output.max_bytes_per_shard replaces the other (they exclude each other)."""
+    set_keys = {override.partition("=")[0].strip().split(".")[:2][-1] for override in overrides
+                if override.strip().startswith("output.")}
+    chosen = [key for key in _SHARDING_KEYS if key in set_keys]
+    output = raw.get("output")
+    if len(chosen) == 1 and isinstance(output, dict):
+        other = _SHARDING_KEYS[1 - _SHARDING_KEYS.index(chosen[0])]
+        output.pop(other, None)
 
 
 def _deep_copy(value: Any) -> Any:

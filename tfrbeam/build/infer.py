@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tfrbeam.build.config import DEFAULT_MAX_BYTES_PER_SHARD
+from tfrbeam.build.config import DEFAULT_MAX_BAD_FRACTION_WHEN_KEEPING_GOING, DEFAULT_MAX_BYTES_PER_SHARD
 from tfrbeam.build.inputs import SAMPLE_ROWS, CsvOptions, InputConfig, _open, inspect_input, list_inputs
 from tfrbeam.errors import ArrowConversionError, ConfigError
 from tfrbeam.build.features import FeatureSpec, infer_spec, infer_text_type, resolve_spec
@@ -297,12 +297,14 @@ def _render(input_path: str, fmt: str, csv_options: CsvOptions | None, features:
             "split_key: null               # e.g. [user_id]: rows with the same key land in the same split",
             "output:",
             f"  path: {_q('out/' + stem)}",
-            "  num_shards: null            # shards per split, or per split as {train: 8, eval: 1}",
-            f"  max_bytes_per_shard: {DEFAULT_MAX_BYTES_PER_SHARD >> 20}MiB   # or size shards by bytes (set one of the two)",
+            "  # Set one of these two; left out, shards are sized by bytes (the default below).",
+            "  # num_shards: 4             # shards per split, or per split as {train: 8, eval: 1}",
+            f"  # max_bytes_per_shard: {DEFAULT_MAX_BYTES_PER_SHARD >> 20}MiB  # or size shards by bytes",
             "  compression: none           # none | gzip | zlib",
             "errors:",
             "  on_bad_record: fail         # fail | skip | dead_letter ({output.path}/_errors/*.jsonl)",
-            "  max_bad_fraction: 0.0       # fail the build when more rows than this are bad, even with skip"]
+            f"  # max_bad_fraction: {DEFAULT_MAX_BAD_FRACTION_WHEN_KEEPING_GOING}    # the default with skip and dead_letter "
+            "(0 with fail): more bad rows than this fraction fail the build"]
     return "\n".join(out) + "\n"
 
 
