@@ -102,7 +102,7 @@ def test_defaults_of_a_minimal_config():
     assert config == BuildConfig(input=config.input, output=config.output)
     assert config.input.format == "csv"  # from the .csv extension
     assert config.input.csv == CsvOptions()
-    assert config.input.csv.null_values == ()  # nothing is null unless configured
+    assert config.input.csv.null_values is None  # not given: none, or inferred when features are left out too
     assert config.features is None  # every input column, types inferred
     assert config.splits == {"train": 1.0} and config.split_key is None
     assert (config.shuffle.enabled, config.shuffle.seed) == (True, 0)
@@ -343,12 +343,12 @@ def _csv_config(**sections):
 
 def test_features_left_out_become_every_column_with_inferred_types():
     resolved = validate_against_schema(_csv_config(), CSV_SCHEMA, CSV_SAMPLE)
-    assert [(s.name, s.type, s.on_null) for s in resolved.features] == [
-        ("id", "int64", "omit"), ("delay", "float", "omit"), ("tailnum", "bytes", "omit"), ("emb", "bytes", "omit")]
+    # The sample decides, as infer-config does: nulls in the sample -> omit, none -> a later null is a bad row.
+    assert [(s.name, s.type, s.shape, s.on_null) for s in resolved.features] == [
+        ("id", "int64", (), "error"), ("delay", "float", (), "omit"), ("tailnum", "bytes", (), "error"),
+        ("emb", "int64", (2,), "error")]
+    assert resolved.feature("emb").separator == ";"
     assert resolved.input.columns == ("id", "delay", "tailnum", "emb")
-    no_nulls = validate_against_schema(parse_config({"input": {"path": "x.csv"}, "output": {"path": "o"}}),
-                                       CSV_SCHEMA, CSV_SAMPLE)
-    assert {s.on_null for s in no_nulls.features} == {"error"}  # no null_values: nothing can be null
 
 
 def test_listed_features_get_types_lists_and_the_projection():

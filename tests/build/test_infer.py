@@ -188,3 +188,27 @@ def test_set_of_one_sharding_key_replaces_the_other(tmp_path):
     assert output.num_shards is None and output.max_bytes_per_shard == 2 << 20
     with pytest.raises(ConfigError, match="cannot be set together"):
         load_config(str(path), ["output.max_bytes_per_shard=2MiB", "output.num_shards=2"])
+
+
+PENGUINS = '''"","species","island","bill_length_mm","body_mass_g","sex","year"
+"1","Adelie","Torgersen",39.1,3750,"male",2007
+"2","Adelie","Torgersen",NA,NA,NA,2007
+"3","Gentoo","Biscoe",46.1,4500,"female",2008
+'''
+
+
+def test_build_and_infer_config_infer_the_same_features(tmp_path):
+    """One inference path: the build with features left out gets what infer-config writes (NA is null, "" is named)."""
+    data = tmp_path / "penguins.csv"
+    data.write_text(PENGUINS)
+    built = resolve_config(load(tmp_path, f"input: {{path: {data}}}\noutput: {{path: {tmp_path / 'out'}}}\n"))
+    text = infer_config(str(data))
+    inferred = resolve_config(load(tmp_path, text))
+    assert built.features == inferred.features
+    assert built.input.csv.null_values == inferred.input.csv.null_values == ("NA",)
+    assert [(s.name, s.source, s.type, s.on_null) for s in built.features] == [
+        ("column_0", "column_0", "int64", "error"), ("species", "species", "bytes", "error"),
+        ("island", "island", "bytes", "error"), ("bill_length_mm", "bill_length_mm", "float", "omit"),
+        ("body_mass_g", "body_mass_g", "int64", "omit"), ("sex", "sex", "bytes", "omit"), ("year", "year", "int64", "error")]
+    assert "column_0: {type: int64, on_null: error}   # the header gives column 0 no name" in text
+    assert convert_all(built) == (3, 0)

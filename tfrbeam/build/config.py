@@ -16,12 +16,14 @@ from typing import Any, Callable
 import pyarrow as pa
 import yaml
 
-from tfrbeam.build.inputs import DEFAULT_SPLIT_BYTES, CsvOptions, InputConfig, InputFile, inspect_input
+from tfrbeam.build.inputs import DEFAULT_SPLIT_BYTES, CsvOptions, InputConfig, InputFile, InputSample, inspect_input
 from tfrbeam.errors import ArrowConversionError, ConfigError
 from tfrbeam.build.features import (
     FEATURE_TYPES,
     ON_NULL_ACTIONS,
     FeatureSpec,
+    infer_null_tokens,
+    infer_text_feature,
     resolve_spec,
     source_column,
     source_type,
@@ -429,7 +431,7 @@ def _parse_csv(check: _Checker, raw: Any, default_delimiter: str) -> CsvOptions:
                 check.fail(f"{path}.{other}", f"{_show(char)} is also the {name}; they must differ")
     null_values = section.get("null_values")
     if null_values is None:
-        null_values = ()
+        pass  # not given: none, or inferred from a sample when features are left out too
     elif not isinstance(null_values, list) or not all(isinstance(item, str) for item in null_values):
         check.fail(f"{path}.null_values", f"{_show(null_values)} is not a list of strings (e.g. [\"\", \"NA\"]); "
                    "quote values YAML would read as something else, like 'null' or '1'")
@@ -442,7 +444,8 @@ def _parse_csv(check: _Checker, raw: Any, default_delimiter: str) -> CsvOptions:
         check.fail(f"{path}.encoding", f"{_show(encoding)} is not an encoding Python knows (e.g. utf-8, latin-1, cp1252)")
         encoding = "utf-8"
     return CsvOptions(delimiter=delimiter, quote_char=quote_char, escape_char=escape_char, header=header,
-                      column_names=column_names, null_values=tuple(null_values), skip_rows=skip_rows,
+                      column_names=column_names, null_values=None if null_values is None else tuple(null_values),
+                      skip_rows=skip_rows,
                       encoding=encoding)
 
 
@@ -641,7 +644,7 @@ def config_to_dict(config: BuildConfig) -> dict:
         input_section["csv"] = {
             "delimiter": csv.delimiter, "quote_char": csv.quote_char, "escape_char": csv.escape_char,
             "header": csv.header, "column_names": _list_or_none(csv.column_names),
-            "null_values": list(csv.null_values), "skip_rows": csv.skip_rows, "encoding": csv.encoding,
+            "null_values": _list_or_none(csv.null_values), "skip_rows": csv.skip_rows, "encoding": csv.encoding,
         }
     input_section["columns"] = _list_or_none(config.input.columns)
     input_section["split_bytes"] = config.input.split_bytes
@@ -686,8 +689,10 @@ def _list_or_none(values: tuple[str, ...] | None) -> list[str] | None:
     return list(values) if values is not None else None
 
 
-def with_features(config: BuildConfig, features: tuple[FeatureSpec, ...]) -> BuildConfig:
-    """A copy of the config with its features replaced (used once they are resolved on the input schema)."""
+def with_features(config: BuildConfig, features: tuple[FeatureSpec, ...], csv: CsvOptions | None = None) -> BuildConfig:
+    """A copy of the config with its features (and the CSV options, null_values settled) replaced once resolved."""
+    if csv is not None:
+        config = replace(config, input=replace(config.input, csv=csv))
     return replace(config, features=features)
 
 
@@ -715,7 +720,10 @@ def validate_against_schema(config: BuildConfig, schema: pa.Schema, sample: pa.R
     inferred = specs is None
     if specs is None:
         columns = [name for name in names if config.input.columns is None or name in config.input.columns]
-        specs = tuple(_inferred_spec(schema.field(name), config) for name in columns)
+        if csv and sample is not None:  # the sample-based inference infer-config writes, too
+            specs = tuple(infer_text_feature(name, sample.column(name)) for name in columns)
+        else:
+            specs = tuple(_inferred_spec(schema.field(name), config) for name in columns)
     resolved = []
     for spec in specs:
         path = f"features.{spec.name}"
@@ -760,7 +768,7 @@ def validate_against_schema(config: BuildConfig, schema: pa.Schema, sample: pa.R
 def _inferred_spec(field_: pa.Field, config: BuildConfig) -> FeatureSpec:
     """A feature for a column the config leaves to inference; nulls are omitted where they can occur."""
     if config.input.format == "csv":
-        nullable = bool(config.input.csv.null_values)
+        nullable = bool(config.input.csv.null_values)  # no sample to tell
     else:
         nullable = field_.nullable
     return FeatureSpec(name=field_.name, type=None, source=field_.name, on_null="omit" if nullable else "error")
@@ -773,5 +781,40 @@ def _names(names: list[str], limit: int = 20) -> str:
 
 def resolve_config(config: BuildConfig, files: list[InputFile] | None = None) -> BuildConfig:
     """Read the first input file's schema (and a CSV sample) and validate_against_schema on it."""
-    sample = inspect_input(config.input, files=files)
-    return validate_against_schema(config, sample.schema, sample.sample, where=sample.path)
+    return resolve_with_sample(config, files)[0]
+
+
+def resolve_with_sample(config: BuildConfig, files: list[InputFile] | None = None) -> tuple[BuildConfig, InputSample]:
+    """resolve_config, and the sample it was resolved on (infer-config comments on it).
+
+    A CSV config that leaves out both features and null_values gets them inferred from a sample
+    (tokens like NA in number columns become null values); with features given, null_values
+    left out means none.
+    """
+    input_config = config.input
+    if input_config.format == "csv" and input_config.csv.null_values is None:
+        if config.features is None:
+            input_config, sample = infer_csv_null_values(input_config, files)
+        else:
+            input_config = replace(input_config, csv=replace(input_config.csv, null_values=()))
+            sample = inspect_input(input_config, files=files)
+    else:
+        sample = inspect_input(input_config, files=files)
+    config = replace(config, input=input_config)
+    return validate_against_schema(config, sample.schema, sample.sample, where=sample.path), sample
+
+
+def infer_csv_null_values(input_config: InputConfig, files: list[InputFile] | None = None) -> tuple[InputConfig, InputSample]:
+    """The CSV input with null_values inferred from a sample, and the sample read with them.
+
+    The sample is read again with the tokens, as the build reads it: a quoted "NA" stays a value,
+    and tokens that then make nothing null are dropped.
+    """
+    sample = inspect_input(replace(input_config, csv=replace(input_config.csv, null_values=())), files=files)
+    tokens = infer_null_tokens(sample.sample.columns)
+    if tokens:
+        with_nulls = replace(input_config, csv=replace(input_config.csv, null_values=tuple(tokens)))
+        resampled = inspect_input(with_nulls, files=files)
+        if any(column.null_count for column in resampled.sample.columns):
+            return with_nulls, resampled
+    return replace(input_config, csv=replace(input_config.csv, null_values=())), sample

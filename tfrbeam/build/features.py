@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, Sequence
+from typing import Any, Iterable, Protocol, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -42,7 +42,9 @@ __all__ = [
     "ON_NULL_ACTIONS",
     "Provenance",
     "convert_batch",
+    "infer_null_tokens",
     "infer_spec",
+    "infer_text_feature",
     "infer_text_type",
     "output_type",
     "resolve_spec",
@@ -341,6 +343,53 @@ def infer_text_type(values: pa.Array | None) -> str:
     if _parse_float(text)[1] is None:
         return "float"
     return "bytes"
+
+
+# Tokens that stand in for a missing number when a column holds only them and numbers; NaN stays a float value.
+NULL_TOKEN_CANDIDATES = ("", "NA", "N/A", "NULL", "null", "None", "none", "nan", "NaN", "-")
+LIST_SEPARATORS = (";", "|")
+
+
+def infer_null_tokens(columns: Iterable[pa.Array]) -> list[str]:
+    """Tokens that appear in sampled text columns whose other values are all numbers: they stand for missing values."""
+    found: set[str] = set()
+    for column in columns:
+        text = _as_text(column)
+        present = [token for token in NULL_TOKEN_CANDIDATES if pc.any(pc.equal(text, token)).as_py()]
+        if not present:
+            continue
+        rest = pc.if_else(pc.is_in(text, value_set=pa.array(present)), pa.scalar(None, pa.string()), text)
+        if rest.null_count < len(rest) and infer_text_type(rest) in ("int64", "float"):
+            found.update(token for token in present if token.lower() != "nan")
+    return [token for token in NULL_TOKEN_CANDIDATES if token in found]
+
+
+def infer_text_feature(name: str, values: pa.Array, source: str | None = None) -> FeatureSpec:
+    """The feature a sampled CSV column becomes: int64, else float, else numbers joined by ";" or "|" as a list,
+    else bytes. Nulls in the sample make it on_null: omit; none make a later null a bad row (on_null: error)."""
+    text = _as_text(values)
+    spec = FeatureSpec(name, infer_text_type(text), source or name, on_null="omit" if text.null_count else "error")
+    if spec.type == "bytes":
+        return _list_feature(spec, text) or spec
+    return spec
+
+
+def _list_feature(spec: FeatureSpec, text: pa.Array) -> FeatureSpec | None:
+    """A list feature when every non-null value is numbers joined by one of the list separators."""
+    present = text.drop_null()
+    if not len(present):
+        return None
+    for separator in LIST_SEPARATORS:
+        if not pc.all(pc.match_substring(present, separator)).as_py():
+            continue
+        parts = pc.split_pattern(present, separator)
+        item_type = infer_text_type(pc.list_flatten(parts))
+        if item_type == "bytes":
+            continue
+        counts = np.asarray(pc.list_value_length(parts))
+        length = int(counts[0]) if (counts == counts[0]).all() else None
+        return replace(spec, type=item_type, separator=separator, length=length, is_list=True)
+    return None
 
 
 # ----------------------------------------------------------------------------------- conversion

@@ -89,7 +89,7 @@ class CsvOptions:
     escape_char: str | None = None
     header: bool = True
     column_names: tuple[str, ...] | None = None
-    null_values: tuple[str, ...] = ()
+    null_values: tuple[str, ...] | None = None  # None: not given (none, unless inferred with the features)
     skip_rows: int = 0
     encoding: str = "utf-8"
 
@@ -594,13 +594,22 @@ def _read_preamble(tracker: _LineTracker, options: CsvOptions, path: str, decode
         if names is not None and len(names) != len(parsed):
             raise InputError(f"{path}: the header has {len(parsed)} columns ({', '.join(parsed)}) but "
                              f"input.csv.column_names lists {len(names)}")
-        names = names or parsed
+        names = names or unnamed_columns_named(parsed)
     assert names is not None
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
         raise InputError(f"{path}: column names {', '.join(map(repr, duplicates))} appear more than once in the "
                          "header; set input.csv.column_names to name every column uniquely")
     return _Preamble(names=tuple(names), data_line=line, data_offset=tracker.position)
+
+
+def unnamed_column_name(index: int) -> str:
+    """The name a column gets when the header gives it none (R's write.csv leaves the row-name column "")."""
+    return f"column_{index}"
+
+
+def unnamed_columns_named(names: Sequence[str]) -> tuple[str, ...]:
+    return tuple(name if name else unnamed_column_name(index) for index, name in enumerate(names))
 
 
 def _parse_header(lines: list[bytes], tracker: _LineTracker, options: CsvOptions, path: str,
@@ -670,7 +679,7 @@ def _read_rows(path: str, tracker: _LineTracker, preamble: _Preamble, options: C
             invalid[row.number] = (row.expected_columns, row.actual_columns, row.text)
         return "skip"
 
-    null_values = list(options.null_values)
+    null_values = list(options.null_values or ())
     reader_options = pcsv.ReadOptions(use_threads=False, block_size=_CSV_BLOCK_BYTES, column_names=names)
     convert_options = pcsv.ConvertOptions(
         column_types={name: pa.binary() for name in names}, null_values=null_values,

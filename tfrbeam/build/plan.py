@@ -104,7 +104,7 @@ def plan_build(config: BuildConfig, options: PipelineOptions | None = None, *, o
     resolved_input = resolve_config(config, files=inputs)
     features = resolved_input.features
     _check_split_key(config, features)
-    resolved = with_features(config, features)
+    resolved = with_features(config, features, csv=resolved_input.input.csv)
     output_root = config.output.path if fs.is_remote(config.output.path) else os.path.abspath(config.output.path)
     check_output_place(output_root, config.output.path)
     check_output_dir(output_root, normalized(config_to_dict(resolved)), overwrite, shown=config.output.path)
