@@ -196,7 +196,7 @@ def test_load_config_reports_missing_file_and_yaml_errors(tmp_path):
         (_with(input={"format": "csv"}), "input.path: is required"),
         (_with(output={"num_shards": 2}), "output.path: is required"),
         (_with(inputs={}), "inputs: unknown key (allowed: input, features, shuffle, splits, split_key, output, errors); did you mean 'input'?"),
-        (_with(input={"path": "a.csv", "csv": {"delimeter": ";"}}), "input.csv.delimeter: unknown key (allowed: delimiter, quote_char, escape_char, header, column_names, null_values, skip_rows, encoding); did you mean 'delimiter'?"),
+        (_with(input={"path": "a.csv", "csv": {"delimeter": ";"}}), "input.csv.delimeter: unknown key (allowed: delimiter, quote_char, escape_char, header, column_names, null_values, true_values, false_values, skip_rows, encoding); did you mean 'delimiter'?"),
         (_with(input={"path": "gs://b/x/*"}), "input.format: is required: 'gs://b/x/*' does not end in .csv, .tsv or .parquet (allowed: csv, parquet)"),
         (_with(input={"path": "a", "format": "json"}), "input.format: 'json' is not one of csv, parquet"),
         (_with(input={"path": "a.parquet", "csv": {"delimiter": ";"}}), "input.csv: CSV options are only for input.format csv, but the format is parquet"),
@@ -216,10 +216,10 @@ def test_load_config_reports_missing_file_and_yaml_errors(tmp_path):
         (_with(input={"path": "a.csv", "columns": "a"}), "input.columns: 'a' is not a non-empty list of non-empty strings"),
         (_with(input={"path": "a.csv", "split_bytes": "lots"}), "input.split_bytes: 'lots' is not a positive size"),
         (_with(features=[]), "features: expected a mapping of feature name to its settings"),
-        (_with(features={"a": {"type": "string"}}), "features.a.type: 'string' is not one of int64, float, bytes; use bytes"),
-        (_with(features={"a": {"type": "float64"}}), "features.a.type: 'float64' is not one of int64, float, bytes; use float"),
-        (_with(features={"a": {"type": "int64", "typo": 1}}), "features.a.typo: unknown key (allowed: type, source, on_null, default, separator, length)"),
-        (_with(features={"a": "int64"}), "features.a: expected a mapping with keys type, source, on_null, default, separator, length, got 'int64'"),
+        (_with(features={"a": {"type": "string"}}), "features.a.type: 'string' is not one of int64, float, bytes, timestamp; use bytes"),
+        (_with(features={"a": {"type": "float64"}}), "features.a.type: 'float64' is not one of int64, float, bytes, timestamp; use float"),
+        (_with(features={"a": {"type": "int64", "typo": 1}}), "features.a.typo: unknown key (allowed: type, source, on_null, default, separator, length, format, unit)"),
+        (_with(features={"a": "int64"}), "features.a: expected a mapping with keys type, source, on_null, default, separator, length, format, unit, got 'int64'"),
         (_with(features={"dep_delay": {"type": "float", "on_null": "zero"}}), "features.dep_delay.on_null: 'zero' is not one of omit, default, error"),
         (_with(features={"a": {"type": "float", "on_null": "default"}}), "features.a.default: is required when on_null is default (a value of type float)"),
         (_with(features={"a": {"type": "int64", "on_null": "default", "default": 1.5}}), "features.a.default: 1.5 is not a int64 value (an integer from -2**63 to 2**63-1)"),
@@ -436,3 +436,37 @@ def test_a_data_file_given_as_the_config_is_named_as_such_in_one_line(tmp_path):
     with pytest.raises(ConfigError, match="not a YAML build config") as caught:
         load_config(str(binary))
     assert len(str(caught.value)) < 400
+
+
+def test_timestamp_features_and_boolean_tokens_parse_and_round_trip():
+    config = parse_config({
+        "input": {"path": "x.csv", "csv": {"true_values": ["TRUE", "yes"], "false_values": ["FALSE"]}},
+        "output": {"path": "o"},
+        "features": {"dep": {"type": "timestamp", "unit": "ms", "format": "%Y-%m-%d %H:%M"},
+                     "arr": {"type": "timestamp"}, "late": {"type": "int64"}},
+    })
+    assert config.input.csv.true_values == ("TRUE", "yes") and config.input.csv.false_values == ("FALSE",)
+    assert config.feature("dep") == FeatureSpec("dep", "int64", "dep", time_unit="ms", time_format="%Y-%m-%d %H:%M")
+    assert config.feature("arr") == FeatureSpec("arr", "int64", "arr", time_unit="s")
+    assert parse_config(config_to_dict(config)) == config
+    assert config_to_dict(config)["features"]["dep"]["type"] == "timestamp"
+
+
+@pytest.mark.parametrize("feature, message", [
+    ({"type": "timestamp", "unit": "hours"}, "features.t.unit: 'hours' is not one of s, ms, us, ns"),
+    ({"type": "int64", "format": "%Y"}, "features.t.format: is only used with type: timestamp"),
+    ({"type": "timestamp", "separator": ";"}, "features.t.separator: a timestamp feature is one value"),
+    ({"type": "timestamp", "format": ""}, "features.t.format: '' is not a non-empty string"),
+])
+def test_timestamp_feature_problems(feature, message):
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"input": {"path": "x.csv"}, "output": {"path": "o"}, "features": {"t": feature}})
+    assert message in str(caught.value)
+
+
+def test_boolean_tokens_must_be_lists_of_strings_and_not_both():
+    with pytest.raises(ConfigError, match=r"input.csv.true_values: 'yes' is not a list of strings"):
+        parse_config({"input": {"path": "x.csv", "csv": {"true_values": "yes"}}, "output": {"path": "o"}})
+    with pytest.raises(ConfigError, match=r"input.csv.false_values: 'T' is also in true_values"):
+        parse_config({"input": {"path": "x.csv", "csv": {"true_values": ["T"], "false_values": ["T"]}},
+                      "output": {"path": "o"}})

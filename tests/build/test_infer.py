@@ -51,12 +51,13 @@ def test_csv_with_nulls_lists_and_types(tmp_path):
     assert "  delay: {type: float, on_null: omit}   # 8 of 50 sampled rows are null: they leave the feature out" in text
     assert '  emb: {type: float, on_null: error, separator: "|", length: 3}' in text
     assert "  tail: {type: bytes, on_null: error}" in text  # "" is a value: only NA was made null
-    assert "  flag: {type: bytes, on_null: error}" in text
+    assert "  flag: {type: int64, on_null: error}" in text  # true/false: proposed as true_values/false_values
+    assert '    true_values: ["true"]' in text
     config = resolve_config(load(tmp_path, text))
     assert [(s.name, s.type, s.shape, s.on_null) for s in config.features] == [
         ("id", "int64", (), "error"), ("carrier", "bytes", (), "error"), ("delay", "float", (), "omit"),
         ("tail", "bytes", (), "error"), ("emb", "float", (3,), "error"), ("tags", "int64", (), "error"),
-        ("flag", "bytes", (), "error")]
+        ("flag", "int64", (), "error")]
     assert config.input.csv.null_values == ("NA",)
     assert convert_all(config) == (50, 0)
 
@@ -212,3 +213,22 @@ def test_build_and_infer_config_infer_the_same_features(tmp_path):
         ("body_mass_g", "body_mass_g", "int64", "omit"), ("sex", "sex", "bytes", "omit"), ("year", "year", "int64", "error")]
     assert "column_0: {type: int64, on_null: error}   # the header gives column 0 no name" in text
     assert convert_all(built) == (3, 0)
+
+
+def test_infer_config_proposes_boolean_tokens_and_timestamps(tmp_path):
+    data = tmp_path / "flights.csv"
+    data.write_text("id,cancelled,dep_time,day\n1,TRUE,2013-01-01 05:15:00,2013-01-01\n"
+                    "2,FALSE,2013-01-01T05:29:30,2013-01-02\n3,FALSE,2013-01-01 06:00:00,2013-01-03\n")
+    text = infer_config(str(data))
+    assert '    true_values: ["TRUE"]' in text and '    false_values: ["FALSE"]' in text
+    assert "  cancelled: {type: int64, on_null: error}" in text
+    assert "  dep_time: {type: timestamp, unit: s, on_null: error}   # ISO 8601 text" in text
+    config = resolve_config(load(tmp_path, text))
+    assert config.feature("dep_time").time_unit == "s" and config.feature("day").time_unit == "s"
+    built = resolve_config(load(tmp_path, f"input: {{path: {data}}}\noutput: {{path: {tmp_path / 'o'}}}\n"))
+    assert built.features == config.features  # the build infers the same
+    assert convert_all(config) == (3, 0)
+    source = next(read_csv_file(str(data), config.input.csv))
+    converted = convert_source_batch(source, config.features).batch
+    assert converted.column("cancelled").to_pylist() == [1, 0, 0]
+    assert converted.column("dep_time").to_pylist()[:2] == [1357017300, 1357018170]

@@ -204,7 +204,8 @@ def describe_plan(plan: BuildPlan) -> str:
     lines.append(f"features:    {len(plan.features)}")
     for spec in plan.features:
         source = f"  from {spec.source}" if spec.source != spec.name else ""
-        lines.append(f"  {spec.name:<{width}}  {spec.type:<5}  {_shape_text(spec.shape):<7}  {_null_text(spec)}{source}")
+        kind = spec.type if spec.time_unit is None else f"int64 ({spec.time_unit} since 1970 from {spec.time_format or 'ISO 8601'})"
+        lines.append(f"  {spec.name:<{width}}  {kind:<5}  {_shape_text(spec.shape):<7}  {_null_text(spec)}{source}")
     lines.append("splits:      " + ", ".join(f"{name} {fraction:g}" for name, fraction in plan.config.splits.items())
                  + (f" (by {', '.join(plan.config.split_key)})" if plan.config.split_key else ""))
     sharding = plan.sharding

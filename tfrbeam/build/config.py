@@ -21,7 +21,10 @@ from tfrbeam.errors import ArrowConversionError, ConfigError
 from tfrbeam.build.features import (
     FEATURE_TYPES,
     ON_NULL_ACTIONS,
+    TIME_UNITS,
+    TIMESTAMP,
     FeatureSpec,
+    infer_boolean_tokens,
     infer_null_tokens,
     infer_text_feature,
     resolve_spec,
@@ -360,8 +363,9 @@ class _Checker:
 
 _TOP_KEYS = ("input", "features", "shuffle", "splits", "split_key", "output", "errors")
 _INPUT_KEYS = ("format", "path", "csv", "columns", "split_bytes")
-_CSV_KEYS = ("delimiter", "quote_char", "escape_char", "header", "column_names", "null_values", "skip_rows", "encoding")
-_FEATURE_KEYS = ("type", "source", "on_null", "default", "separator", "length")
+_CSV_KEYS = ("delimiter", "quote_char", "escape_char", "header", "column_names", "null_values", "true_values",
+             "false_values", "skip_rows", "encoding")
+_FEATURE_KEYS = ("type", "source", "on_null", "default", "separator", "length", "format", "unit")
 _SHUFFLE_KEYS = ("enabled", "seed")
 _OUTPUT_KEYS = ("path", "num_shards", "max_bytes_per_shard", "compression")
 _ERRORS_KEYS = ("on_bad_record", "max_bad_fraction")
@@ -429,13 +433,11 @@ def _parse_csv(check: _Checker, raw: Any, default_delimiter: str) -> CsvOptions:
         for other, other_char in used[index + 1:]:
             if char == other_char:
                 check.fail(f"{path}.{other}", f"{_show(char)} is also the {name}; they must differ")
-    null_values = section.get("null_values")
-    if null_values is None:
-        pass  # not given: none, or inferred from a sample when features are left out too
-    elif not isinstance(null_values, list) or not all(isinstance(item, str) for item in null_values):
-        check.fail(f"{path}.null_values", f"{_show(null_values)} is not a list of strings (e.g. [\"\", \"NA\"]); "
-                   "quote values YAML would read as something else, like 'null' or '1'")
-        null_values = ()
+    null_values = _tokens(check, section, "null_values", '["", "NA"]')
+    true_values = _tokens(check, section, "true_values", '["TRUE", "true"]')
+    false_values = _tokens(check, section, "false_values", '["FALSE", "false"]')
+    for token in sorted(set(true_values or ()) & set(false_values or ())):
+        check.fail(f"{path}.false_values", f"{token!r} is also in true_values")
     skip_rows = check.integer(section, "skip_rows", path, 0, minimum=0)
     encoding = check.string(section, "encoding", path, "utf-8")
     try:
@@ -444,9 +446,20 @@ def _parse_csv(check: _Checker, raw: Any, default_delimiter: str) -> CsvOptions:
         check.fail(f"{path}.encoding", f"{_show(encoding)} is not an encoding Python knows (e.g. utf-8, latin-1, cp1252)")
         encoding = "utf-8"
     return CsvOptions(delimiter=delimiter, quote_char=quote_char, escape_char=escape_char, header=header,
-                      column_names=column_names, null_values=None if null_values is None else tuple(null_values),
-                      skip_rows=skip_rows,
-                      encoding=encoding)
+                      column_names=column_names, null_values=null_values, true_values=true_values,
+                      false_values=false_values, skip_rows=skip_rows, encoding=encoding)
+
+
+def _tokens(check: _Checker, section: dict, key: str, example: str) -> tuple[str, ...] | None:
+    """A list of strings; None when not given (none, or inferred from a sample when features are left out too)."""
+    value = section.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        check.fail(f"input.csv.{key}", f"{_show(value)} is not a list of strings (e.g. {example}); "
+                   "quote values YAML would read as something else, like 'null' or '1'")
+        return ()
+    return tuple(value)
 
 
 def _parse_features(check: _Checker, raw: Any, input_config: InputConfig) -> tuple[FeatureSpec, ...] | None:
@@ -469,12 +482,16 @@ def _parse_features(check: _Checker, raw: Any, input_config: InputConfig) -> tup
 def _parse_feature(check: _Checker, name: str, raw: Any, path: str, input_config: InputConfig) -> FeatureSpec:
     section = check.mapping(raw, path, _FEATURE_KEYS)
     type_name = section.get("type")
-    if type_name is not None and type_name not in FEATURE_TYPES:
+    if type_name is not None and type_name not in (*FEATURE_TYPES, TIMESTAMP):
         hint = {"string": "bytes", "str": "bytes", "int": "int64", "integer": "int64", "float32": "float",
-                "float64": "float", "double": "float", "bool": "int64"}.get(str(type_name).lower())
+                "float64": "float", "double": "float", "bool": "int64", "datetime": TIMESTAMP,
+                "date": TIMESTAMP}.get(str(type_name).lower())
         suggestion = f"; use {hint}" if hint else ""
-        check.fail(f"{path}.type", f"{_show(type_name)} is not one of {', '.join(FEATURE_TYPES)}{suggestion}")
+        check.fail(f"{path}.type", f"{_show(type_name)} is not one of {', '.join((*FEATURE_TYPES, TIMESTAMP))}{suggestion}")
         type_name = None
+    time_unit, time_format = _timestamp_settings(check, section, path, type_name == TIMESTAMP)
+    if type_name == TIMESTAMP:
+        type_name = "int64"  # the feature holds the count of time_unit since the epoch
     source = check.string(section, "source", path, name)
     on_null = check.choice(section, "on_null", path, ON_NULL_ACTIONS, "error")
     separator = section.get("separator")
@@ -497,8 +514,29 @@ def _parse_feature(check: _Checker, name: str, raw: Any, path: str, input_config
     elif default is not None:
         check.fail(f"{path}.default", f"is only used with on_null: default, but on_null is {on_null}")
         default = None
+    if time_unit is not None and (separator is not None or length is not None):
+        check.fail(f"{path}.{'separator' if separator is not None else 'length'}",
+                   "a timestamp feature is one value (leave out separator and length)")
     return FeatureSpec(name=name, type=type_name, source=source, on_null=on_null, default=default,
-                       separator=separator, length=length, is_list=is_list)
+                       separator=separator, length=length, is_list=is_list, time_unit=time_unit, time_format=time_format)
+
+
+def _timestamp_settings(check: _Checker, section: dict, path: str, is_timestamp: bool) -> tuple[str | None, str | None]:
+    """(unit, format) of a timestamp feature; format and unit are refused on other types."""
+    if not is_timestamp:
+        for key in ("format", "unit"):
+            if section.get(key) is not None:
+                check.fail(f"{path}.{key}", "is only used with type: timestamp")
+        return None, None
+    unit = check.choice(section, "unit", path, TIME_UNITS, "s") or "s"
+    time_format = None
+    if section.get("format") is not None:
+        if not isinstance(section["format"], str) or not section["format"]:
+            check.fail(f"{path}.format", f"{_show(section['format'])} is not a non-empty string "
+                       "(a strptime format like \"%Y-%m-%d %H:%M\", or null for ISO 8601)")
+        else:
+            time_format = section["format"]
+    return unit, time_format
 
 
 def _check_default(check: _Checker, path: str, value: Any, type_name: str, is_list: bool, length: int | None) -> Any:
@@ -644,7 +682,8 @@ def config_to_dict(config: BuildConfig) -> dict:
         input_section["csv"] = {
             "delimiter": csv.delimiter, "quote_char": csv.quote_char, "escape_char": csv.escape_char,
             "header": csv.header, "column_names": _list_or_none(csv.column_names),
-            "null_values": _list_or_none(csv.null_values), "skip_rows": csv.skip_rows, "encoding": csv.encoding,
+            "null_values": _list_or_none(csv.null_values), "true_values": _list_or_none(csv.true_values),
+            "false_values": _list_or_none(csv.false_values), "skip_rows": csv.skip_rows, "encoding": csv.encoding,
         }
     input_section["columns"] = _list_or_none(config.input.columns)
     input_section["split_bytes"] = config.input.split_bytes
@@ -676,6 +715,8 @@ def _feature_to_dict(spec: FeatureSpec) -> dict:
     else:
         default = as_text(default)
     result: dict[str, Any] = {"type": spec.type, "source": spec.source, "on_null": spec.on_null}
+    if spec.time_unit is not None:
+        result.update(type=TIMESTAMP, unit=spec.time_unit, format=spec.time_format)
     if spec.on_null == "default":
         result["default"] = default
     if spec.separator is not None:
@@ -721,7 +762,8 @@ def validate_against_schema(config: BuildConfig, schema: pa.Schema, sample: pa.R
     if specs is None:
         columns = [name for name in names if config.input.columns is None or name in config.input.columns]
         if csv and sample is not None:  # the sample-based inference infer-config writes, too
-            specs = tuple(infer_text_feature(name, sample.column(name)) for name in columns)
+            booleans = (config.input.csv.true_values or (), config.input.csv.false_values or ())
+            specs = tuple(infer_text_feature(name, sample.column(name), None, *booleans) for name in columns)
         else:
             specs = tuple(_inferred_spec(schema.field(name), config) for name in columns)
     resolved = []
@@ -792,11 +834,14 @@ def resolve_with_sample(config: BuildConfig, files: list[InputFile] | None = Non
     left out means none.
     """
     input_config = config.input
-    if input_config.format == "csv" and input_config.csv.null_values is None:
+    csv = input_config.csv
+    if input_config.format == "csv" and None in (csv.null_values, csv.true_values, csv.false_values):
         if config.features is None:
-            input_config, sample = infer_csv_null_values(input_config, files)
+            input_config, sample = infer_csv_tokens(input_config, files)
         else:
-            input_config = replace(input_config, csv=replace(input_config.csv, null_values=()))
+            input_config = replace(input_config, csv=replace(
+                csv, null_values=csv.null_values or (), true_values=csv.true_values or (),
+                false_values=csv.false_values or ()))
             sample = inspect_input(input_config, files=files)
     else:
         sample = inspect_input(input_config, files=files)
@@ -804,17 +849,25 @@ def resolve_with_sample(config: BuildConfig, files: list[InputFile] | None = Non
     return validate_against_schema(config, sample.schema, sample.sample, where=sample.path), sample
 
 
-def infer_csv_null_values(input_config: InputConfig, files: list[InputFile] | None = None) -> tuple[InputConfig, InputSample]:
-    """The CSV input with null_values inferred from a sample, and the sample read with them.
+def infer_csv_tokens(input_config: InputConfig, files: list[InputFile] | None = None) -> tuple[InputConfig, InputSample]:
+    """The CSV input with the null, true and false values it leaves out inferred from a sample, and the sample.
 
-    The sample is read again with the tokens, as the build reads it: a quoted "NA" stays a value,
-    and tokens that then make nothing null are dropped.
+    Null tokens (like NA in number columns): the sample is read again with them, as the build
+    reads it (a quoted "NA" stays a value), and tokens that then make nothing null are dropped.
+    Boolean tokens: true/false spellings of columns that hold nothing else.
     """
-    sample = inspect_input(replace(input_config, csv=replace(input_config.csv, null_values=())), files=files)
-    tokens = infer_null_tokens(sample.sample.columns)
-    if tokens:
-        with_nulls = replace(input_config, csv=replace(input_config.csv, null_values=tuple(tokens)))
-        resampled = inspect_input(with_nulls, files=files)
-        if any(column.null_count for column in resampled.sample.columns):
-            return with_nulls, resampled
-    return replace(input_config, csv=replace(input_config.csv, null_values=())), sample
+    csv = input_config.csv
+    sample = inspect_input(replace(input_config, csv=replace(csv, null_values=csv.null_values or ())), files=files)
+    if csv.true_values is None and csv.false_values is None:
+        true_values, false_values = infer_boolean_tokens(sample.sample.columns)
+        csv = replace(csv, true_values=tuple(true_values), false_values=tuple(false_values))
+    csv = replace(csv, true_values=csv.true_values or (), false_values=csv.false_values or ())
+    if csv.null_values is None:
+        tokens = infer_null_tokens(sample.sample.columns)
+        if tokens:
+            with_nulls = replace(input_config, csv=replace(csv, null_values=tuple(tokens)))
+            resampled = inspect_input(with_nulls, files=files)
+            if any(column.null_count for column in resampled.sample.columns):
+                return with_nulls, resampled
+        csv = replace(csv, null_values=())
+    return replace(input_config, csv=csv), sample

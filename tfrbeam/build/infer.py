@@ -200,6 +200,9 @@ def _csv_features(specs, sample: pa.RecordBatch, null_tokens, unnamed: dict[str,
         values = sample.column(spec.source)
         comments = [f"{values.null_count} of {len(values)} sampled rows are null: they leave the feature out"
                     if values.null_count else ""]
+        if spec.time_unit is not None:
+            comments.insert(0, f"ISO 8601 text -> {spec.time_unit} since 1970-01-01 UTC (a zone offset is applied; "
+                            "set format for other layouts, e.g. \"%d/%m/%Y %H:%M\")")
         if spec.source in unnamed:
             comments.insert(0, f"the header gives column {unnamed[spec.source]} no name; the build calls it {spec.source}")
         features.append(_Feature(spec, "; ".join(comment for comment in comments if comment)))
@@ -235,11 +238,14 @@ def _render(input_path: str, fmt: str, csv_options: CsvOptions | None, features:
                 "    escape_char: null",
                 f"    header: {'true' if csv_options.header else 'false'}",
                 f"    column_names: {names}",
-                f"    null_values: [{', '.join(json.dumps(token) for token in csv_options.null_values)}]"
+                f"    null_values: {_token_list(csv_options.null_values)}"
                 "   # only these are null; 0, \"\" and false are values otherwise",
+                f"    true_values: {_token_list(csv_options.true_values)}"
+                "   # read as 1 (and false_values as 0) by int64 and float features",
+                f"    false_values: {_token_list(csv_options.false_values)}",
                 "    skip_rows: 0",
                 f"    encoding: {csv_options.encoding}"]
-    out += ["features:                     # name: {type: int64 | float | bytes, source, on_null, default, separator, length}"]
+    out += ["features:                     # name: {type: int64 | float | bytes | timestamp, source, on_null, default, separator, length, unit, format}"]
     for feature in features:
         out.append(_feature_line(feature))
     for note in left_out:
@@ -264,9 +270,15 @@ def _render(input_path: str, fmt: str, csv_options: CsvOptions | None, features:
     return "\n".join(out) + "\n"
 
 
+def _token_list(tokens) -> str:
+    return f"[{', '.join(json.dumps(token) for token in tokens or ())}]"
+
+
 def _feature_line(feature: _Feature) -> str:
     spec = feature.spec
-    parts = [f"type: {spec.type}"]
+    parts = [f"type: {spec.type}"] if spec.time_unit is None else ["type: timestamp", f"unit: {spec.time_unit}"]
+    if spec.time_format is not None:
+        parts.append(f"format: {json.dumps(spec.time_format)}")
     if spec.source != spec.name:
         parts.append(f"source: {_q(spec.source)}")
     parts.append(f"on_null: {spec.on_null}")

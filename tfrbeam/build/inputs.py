@@ -33,7 +33,7 @@ import logging
 import pickle
 import queue
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import BinaryIO, Callable, Generator, Iterable, Iterator, Sequence
 
 import apache_beam as beam
@@ -90,6 +90,8 @@ class CsvOptions:
     header: bool = True
     column_names: tuple[str, ...] | None = None
     null_values: tuple[str, ...] | None = None  # None: not given (none, unless inferred with the features)
+    true_values: tuple[str, ...] | None = None  # read as 1 by int64 and float features (pyarrow's name)
+    false_values: tuple[str, ...] | None = None  # read as 0
     skip_rows: int = 0
     encoding: str = "utf-8"
 
@@ -133,6 +135,8 @@ class SourceBatch:
     raw_first_line: int = 0
     raw_line_starts: np.ndarray | None = None
     spans: np.ndarray | None = None
+    true_values: tuple[str, ...] = ()  # the CSV dialect's boolean tokens, for the conversion
+    false_values: tuple[str, ...] = ()
 
     @property
     def first_line(self) -> int:
@@ -182,7 +186,7 @@ beam.coders.registry.register_coder(SourceBatch, SourceBatchCoder)
 
 def convert_source_batch(source: SourceBatch, specs: Sequence[FeatureSpec]) -> ConvertedBatch:
     """convert_batch on a SourceBatch; the reader's own bad rows come first in the result's bad_rows."""
-    converted = convert_batch(source.batch, specs, source)
+    converted = convert_batch(source.batch, specs, source, source.true_values, source.false_values)
     if source.bad_rows:
         return ConvertedBatch(batch=converted.batch, bad_rows=list(source.bad_rows) + converted.bad_rows,
                               kept_rows=converted.kept_rows)
@@ -701,7 +705,11 @@ def _read_rows(path: str, tracker: _LineTracker, preamble: _Preamble, options: C
     try:
         quote = options.quote_char if quoting and not options.escape_char else None
         batches = _numbered_batches(path, tracker, reader, invalid, invalid_lock, keep, ordinal, first_file_line, quote)
-        yield from (_ahead(batches) if _PREFETCH_BATCHES else batches)
+        produced = _ahead(batches) if _PREFETCH_BATCHES else batches
+        booleans = (tuple(options.true_values or ()), tuple(options.false_values or ()))
+        if any(booleans):
+            produced = (replace(source, true_values=booleans[0], false_values=booleans[1]) for source in produced)
+        yield from produced
     finally:
         reader.close()  # stop pyarrow's read-ahead thread now, not at garbage collection
 
