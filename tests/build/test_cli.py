@@ -125,3 +125,25 @@ def test_dry_run_prints_the_plan_and_runs_nothing(workdir, capsys):
     assert not (workdir / "out" / "dry").exists()
     leftovers = os.listdir(workdir / "out") if (workdir / "out").exists() else []
     assert not [name for name in leftovers if "dry" in name]
+
+
+def _write_config(path: pathlib.Path, input_path: str, output: str, extra: str = "") -> str:
+    path.write_text(f"input: {{path: '{input_path}'}}\noutput: {{path: '{output}', num_shards: 1}}\n"
+                    "splits: {train: 1.0}\n" + extra)
+    return str(path)
+
+
+def test_a_header_only_csv_warns_and_allow_empty_false_fails_it(workdir, capsys, caplog):
+    (workdir / "empty").mkdir(exist_ok=True)
+    (workdir / "empty" / "a.csv").write_text("x,y\n")
+    (workdir / "empty" / "b.csv").write_text("x,y\n\n")
+    config = _write_config(workdir / "empty.yaml", "empty/*.csv", "out/empty", "features: {x: {type: int64}}\n")
+    with caplog.at_level("WARNING"):
+        assert build_main([config]) == 0
+    assert "the input files hold no rows (2 files, only header lines: empty/a.csv, ...)" in caplog.text
+    assert "errors.allow_empty: false" in caplog.text
+    capsys.readouterr()
+    assert build_main([config, "--set", "output.path=out/empty_refused", "--set", "errors.allow_empty=false"]) == 1
+    line = _one_error_line(capsys)
+    assert "the input files hold no rows" in line and "errors.allow_empty is false" in line
+    assert not (workdir / "out" / "empty_refused").exists()

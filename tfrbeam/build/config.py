@@ -99,6 +99,7 @@ class ErrorsConfig:
 
     on_bad_record: str = "fail"
     max_bad_fraction: float = 0.0
+    allow_empty: bool = True  # false: inputs without a single row fail the build (true: a warning)
 
 
 @dataclass(frozen=True)
@@ -368,7 +369,7 @@ _CSV_KEYS = ("delimiter", "quote_char", "escape_char", "header", "column_names",
 _FEATURE_KEYS = ("type", "source", "on_null", "default", "separator", "length", "format", "unit")
 _SHUFFLE_KEYS = ("enabled", "seed")
 _OUTPUT_KEYS = ("path", "num_shards", "max_bytes_per_shard", "compression")
-_ERRORS_KEYS = ("on_bad_record", "max_bad_fraction")
+_ERRORS_KEYS = ("on_bad_record", "max_bad_fraction", "allow_empty")
 
 
 def parse_config(raw: Any, where: str = "<config>") -> BuildConfig:
@@ -644,7 +645,8 @@ def _parse_errors(check: _Checker, raw: Any) -> ErrorsConfig:
     action = check.choice(section, "on_bad_record", "errors", BAD_RECORD_ACTIONS, "fail") or "fail"
     default_fraction = 0.0 if action == "fail" else DEFAULT_MAX_BAD_FRACTION_WHEN_KEEPING_GOING
     fraction = check.number(section, "max_bad_fraction", "errors", default_fraction, 0.0, 1.0)
-    return ErrorsConfig(on_bad_record=action, max_bad_fraction=fraction)
+    allow_empty = check.boolean(section, "allow_empty", "errors", True)
+    return ErrorsConfig(on_bad_record=action, max_bad_fraction=fraction, allow_empty=allow_empty)
 
 
 def _size(check: _Checker, section: dict, key: str, path: str, default: int | None) -> int | None:
@@ -703,7 +705,8 @@ def config_to_dict(config: BuildConfig) -> dict:
             "max_bytes_per_shard": output.max_bytes_per_shard,
             "compression": output.compression or "none",
         },
-        "errors": {"on_bad_record": config.errors.on_bad_record, "max_bad_fraction": config.errors.max_bad_fraction},
+        "errors": {"on_bad_record": config.errors.on_bad_record, "max_bad_fraction": config.errors.max_bad_fraction,
+                   "allow_empty": config.errors.allow_empty},
     }
 
 

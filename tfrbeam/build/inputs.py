@@ -1131,6 +1131,30 @@ def inspect_input(input_config: InputConfig, sample_rows: int = SAMPLE_ROWS,
     return InputSample(path, table.schema, sample)
 
 
+def check_inputs_hold_rows(input_config: InputConfig, files: Sequence[InputFile], allow_empty: bool) -> None:
+    """Warn (or, when not allow_empty, raise InputError) when no input file holds a single row.
+
+    Files are looked at in order until one holds a row: the first one usually does, so this costs
+    one Parquet footer or one CSV block.
+    """
+    if any(_holds_rows(input_config, item.path) for item in files):
+        return
+    kind = "only header lines" if input_config.format == "csv" and input_config.csv.header else "no rows"
+    message = f"the input files hold no rows ({len(files)} file{'s' if len(files) != 1 else ''}, {kind}: {files[0].path}"
+    message += ", ...)" if len(files) > 1 else ")"
+    if not allow_empty:
+        raise InputError(f"{message}; errors.allow_empty is false, so the build fails")
+    _LOG.warning("%s: the dataset will be empty; set errors.allow_empty: false to fail such a build", message)
+
+
+def _holds_rows(input_config: InputConfig, path: str) -> bool:
+    if input_config.format == "parquet":
+        with _open(path) as raw:
+            return _parquet_file(path, raw).metadata.num_rows > 0
+    with contextlib.closing(read_csv_file(path, input_config.csv)) as sources:
+        return any(source.num_rows or source.bad_rows for source in sources)
+
+
 def _empty_batch(names: Sequence[str]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([pa.array([], pa.binary()) for _ in names], names=list(names))
 
