@@ -252,9 +252,11 @@ def test_encodings(tmp_path, encoding):
     assert rows_of(sources) == [(2, {"name": "José", "city": "Zürich"}), (3, {"name": "Åsa", "city": "Malmö\nSkåne"})]
 
 
-def test_invalid_utf8_bytes_are_kept_as_bytes(tmp_path):
+def test_invalid_utf8_bytes_are_a_bad_row_and_latin1_reads_them_as_text(tmp_path):
     (source,) = list(read_csv_file(write(tmp_path, b"a\n\xff\xfe\n"), CsvOptions()))
-    assert source.batch.column("a").to_pylist() == [b"\xff\xfe"]
+    assert source.num_rows == 0 and [bad.line for bad in source.bad_rows] == [2]
+    (source,) = list(read_csv_file(write(tmp_path, b"a\n\xff\xfe\n"), CsvOptions(encoding="latin-1")))
+    assert source.batch.column("a").to_pylist() == ["\u00ff\u00fe".encode("utf-8")]
 
 
 @pytest.mark.parametrize(
@@ -535,3 +537,25 @@ def test_source_batches_have_a_coder_that_sizes_them_without_pickling(tmp_path, 
     monkeypatch.setattr(tabular_read.pickle, "dumps", lambda *args: pytest.fail("estimate_size pickled the batch"))
     size = coder.get_impl().estimate_size(source)
     assert size >= source.batch.get_total_buffer_size() + len(source.raw) > 0
+
+
+def test_text_that_is_not_valid_in_the_declared_encoding_is_a_bad_row(tmp_path):
+    data = "name,city\nAna,Lisboa\nJos\u00e9,S\u00e3o Paulo\nBo,\"Malm\u00f6\nnorth\"\nEve,Oslo\n"
+    path = write(tmp_path, data.encode("latin-1"))  # declared (by default) as utf-8
+    sources = list(read_csv_file(path, CsvOptions()))
+    assert rows_of(sources) == [(2, {"name": "Ana", "city": "Lisboa"}), (6, {"name": "Eve", "city": "Oslo"})]
+    assert [(line, reason) for line, reason, _ in bad_of(sources)] == [
+        (3, "byte 3 of the row is not valid utf-8 text (invalid continuation byte); set input.csv.encoding"),
+        (4, "byte 8 of the row is not valid utf-8 text (invalid start byte); set input.csv.encoding")]
+    assert bad_of(sources)[0][2] == "Jos\ufffd,S\ufffdo Paulo"
+    ascii_sources = list(read_csv_file(write(tmp_path, "a\nx\n\u00e9\n", "ascii.csv"), CsvOptions(encoding="ascii")))
+    assert [(line, reason) for line, reason, _ in bad_of(ascii_sources)] == [
+        (3, "byte 0 of the row is not valid ascii text (ordinal not in range(128)); set input.csv.encoding")]
+    # The same rows split into parallel ranges are checked the same way.
+    big = "name,city\n" + "Ana,Lisboa\n" * 3000 + "Jos\u00e9,x\n"
+    big_path = write(tmp_path, big.encode("latin-1"), "big.csv")
+    size = len(big.encode("latin-1"))
+    ranged = [source for start, end in csv_ranges(size, 8192)
+              for source in read_csv_range(big_path, start, end, big.encode("latin-1")[:start].count(b"\n"),
+                                           CsvOptions())]
+    assert [line for line, _, _ in bad_of(ranged)] == [3002]

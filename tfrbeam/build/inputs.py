@@ -706,6 +706,9 @@ def _read_rows(path: str, tracker: _LineTracker, preamble: _Preamble, options: C
         quote = options.quote_char if quoting and not options.escape_char else None
         batches = _numbered_batches(path, tracker, reader, invalid, invalid_lock, keep, ordinal, first_file_line, quote)
         produced = _ahead(batches) if _PREFETCH_BATCHES else batches
+        if _passes_through(options.encoding):  # other encodings were decoded (strictly) on the way in
+            codec = codecs.lookup(options.encoding).name
+            produced = (_without_undecodable_rows(source, codec) for source in produced)
         booleans = (tuple(options.true_values or ()), tuple(options.false_values or ()))
         if any(booleans):
             produced = (replace(source, true_values=booleans[0], false_values=booleans[1]) for source in produced)
@@ -764,6 +767,44 @@ def _ahead(items: Generator[SourceBatch, None, None]) -> Iterator[SourceBatch]:
     finally:
         stop.set()
         thread.join()
+
+
+def _passes_through(encoding: str) -> bool:
+    return codecs.lookup(encoding).name in ("utf-8", "utf-8-sig", "ascii")
+
+
+def _without_undecodable_rows(source: SourceBatch, codec: str) -> SourceBatch:
+    """The batch without rows whose text is not valid in the declared encoding; they become bad rows.
+
+    The whole batch's text is decoded once (fast when valid, the usual case); only a batch that
+    fails is looked at row by row.
+    """
+    if source.raw is None or source.num_rows == 0:
+        return source
+    try:
+        source.raw.decode(codec)
+        return source
+    except UnicodeDecodeError:
+        pass
+    keep = np.ones(source.num_rows, dtype=bool)
+    bad_rows = []
+    for row in range(source.num_rows):
+        first = int(source.lines[row]) - source.raw_first_line
+        text = source.raw[source.raw_line_starts[first]:source.raw_line_starts[first + int(source.spans[row])]]
+        try:
+            text.decode(codec)
+        except UnicodeDecodeError as error:
+            keep[row] = False
+            bad_rows.append(BadRow(source.path, int(source.lines[row]),
+                                   f"byte {error.start} of the row is not valid {codec.replace('-sig', '')} text "
+                                   f"({error.reason}); set input.csv.encoding",
+                                   _strip_line_break(text).decode(codec, "replace")))
+    if not bad_rows:
+        return source
+    mask = pa.array(keep)
+    merged = sorted([*source.bad_rows, *bad_rows], key=lambda bad: bad.line)
+    return replace(source, lines=source.lines[keep], batch=source.batch.filter(mask), spans=source.spans[keep],
+                   bad_rows=tuple(merged))
 
 
 def _numbered_batches(path: str, tracker: _LineTracker, reader, invalid: dict, invalid_lock: threading.Lock,
