@@ -559,3 +559,54 @@ def test_text_that_is_not_valid_in_the_declared_encoding_is_a_bad_row(tmp_path):
               for source in read_csv_range(big_path, start, end, big.encode("latin-1")[:start].count(b"\n"),
                                            CsvOptions())]
     assert [line for line, _, _ in bad_of(ranged)] == [3002]
+
+
+def _checksum_table() -> pa.Table:
+    return pa.table({"a": list(range(3000)), "s": [f"v{i % 5}" for i in range(3000)],
+                     "l": [[i, i + 1] for i in range(3000)], "f": [i * 0.5 for i in range(3000)]})
+
+
+@pytest.mark.parametrize("dictionary", [True, False])
+def test_page_checksums_are_detected_from_the_page_headers(tmp_path, dictionary):
+    with_crc, without = str(tmp_path / "crc.parquet"), str(tmp_path / "none.parquet")
+    pq.write_table(_checksum_table(), with_crc, write_page_checksum=True, row_group_size=1000, use_dictionary=dictionary)
+    pq.write_table(_checksum_table(), without, row_group_size=1000, use_dictionary=dictionary)
+    assert tabular_read.parquet_columns_without_checksums(with_crc) == []
+    assert tabular_read.parquet_columns_without_checksums(without)[:2] == [(0, "a"), (0, "s")]
+
+
+def test_require_checksums_refuses_files_without_them(tmp_path):
+    without = str(tmp_path / "none.parquet")
+    pq.write_table(_checksum_table(), without, row_group_size=1000)
+    config = parse_config({"input": {"path": without, "parquet": {"require_checksums": True}}, "output": {"path": "o"}})
+    assert config.input.parquet.require_checksums
+    with pytest.raises(InputError, match=r"none.parquet: column 'a' of row group 0 has no page checksums .*"
+                       r"write_page_checksum=True.*input.parquet.require_checksums"):
+        resolve_config(config)
+    with pytest.raises(InputError, match="has no page checksums"):
+        tabular_read.parquet_row_groups(without, require_checksums=True)
+    assert len(tabular_read.parquet_row_groups(without)) == 3  # not required: read as before
+    with_crc = str(tmp_path / "crc.parquet")
+    pq.write_table(_checksum_table(), with_crc, write_page_checksum=True, row_group_size=1000)
+    assert len(tabular_read.parquet_row_groups(with_crc, require_checksums=True)) == 3
+    with pytest.raises(ConfigError, match="input.parquet: Parquet options are only for input.format parquet"):
+        parse_config({"input": {"path": "x.csv", "parquet": {"require_checksums": True}}, "output": {"path": "o"}})
+
+
+def test_a_flipped_byte_in_a_checksummed_page_fails_naming_the_file(tmp_path):
+    path = tmp_path / "crc.parquet"
+    pq.write_table(pa.table({"a": list(range(1000))}), path, write_page_checksum=True, use_dictionary=False,
+                   compression="none")
+    data = bytearray(path.read_bytes())
+    data[200] ^= 0x01  # inside the plain-encoded values of the one data page
+    path.write_bytes(bytes(data))
+    with pytest.raises(InputError, match=r"crc.parquet: cannot read row group 0"):
+        list(read_parquet_file(str(path)))
+
+
+def test_demo_parquet_files_are_written_with_page_checksums(tmp_path):
+    from pipelines.demo_data import write_demo_data
+
+    write_demo_data(str(tmp_path / "demo"), num_rows=300)
+    files = sorted((tmp_path / "demo" / "parquet").glob("*.parquet"))
+    assert files and all(tabular_read.parquet_columns_without_checksums(str(path)) == [] for path in files)

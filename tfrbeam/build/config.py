@@ -16,7 +16,9 @@ from typing import Any, Callable
 import pyarrow as pa
 import yaml
 
-from tfrbeam.build.inputs import DEFAULT_SPLIT_BYTES, CsvOptions, InputConfig, InputFile, InputSample, inspect_input
+from tfrbeam.build.inputs import (
+    DEFAULT_SPLIT_BYTES, CsvOptions, InputConfig, InputFile, InputSample, ParquetOptions, inspect_input,
+)
 from tfrbeam.errors import ArrowConversionError, ConfigError
 from tfrbeam.build.features import (
     FEATURE_TYPES,
@@ -363,7 +365,8 @@ class _Checker:
 
 
 _TOP_KEYS = ("input", "features", "shuffle", "splits", "split_key", "output", "errors")
-_INPUT_KEYS = ("format", "path", "csv", "columns", "split_bytes")
+_INPUT_KEYS = ("format", "path", "csv", "parquet", "columns", "split_bytes")
+_PARQUET_KEYS = ("require_checksums",)
 _CSV_KEYS = ("delimiter", "quote_char", "escape_char", "header", "column_names", "null_values", "true_values",
              "false_values", "skip_rows", "encoding")
 _FEATURE_KEYS = ("type", "source", "on_null", "default", "separator", "length", "format", "unit")
@@ -403,10 +406,14 @@ def _parse_input(check: _Checker, raw: Any) -> InputConfig:
         fmt = check.choice({"format": fmt}, "format", "input", INPUT_FORMATS, "csv") or "csv"
     if fmt != "csv" and section.get("csv") is not None:
         check.fail("input.csv", f"CSV options are only for input.format csv, but the format is {fmt}")
+    if fmt != "parquet" and section.get("parquet") is not None:
+        check.fail("input.parquet", f"Parquet options are only for input.format parquet, but the format is {fmt}")
     csv = _parse_csv(check, section.get("csv"), default_delimiter="\t" if (path or "").lower().endswith(".tsv") else ",")
+    parquet_section = check.mapping(section.get("parquet"), "input.parquet", _PARQUET_KEYS)
+    parquet = ParquetOptions(require_checksums=check.boolean(parquet_section, "require_checksums", "input.parquet", False))
     columns = check.names(section, "columns", "input")
     split_bytes = _size(check, section, "split_bytes", "input", DEFAULT_SPLIT_BYTES)
-    return InputConfig(format=fmt, path=path or "", csv=csv, columns=columns, split_bytes=split_bytes)
+    return InputConfig(format=fmt, path=path or "", csv=csv, parquet=parquet, columns=columns, split_bytes=split_bytes)
 
 
 def _format_from_path(path: str) -> str | None:
@@ -687,6 +694,8 @@ def config_to_dict(config: BuildConfig) -> dict:
             "null_values": _list_or_none(csv.null_values), "true_values": _list_or_none(csv.true_values),
             "false_values": _list_or_none(csv.false_values), "skip_rows": csv.skip_rows, "encoding": csv.encoding,
         }
+    if config.input.format == "parquet":
+        input_section["parquet"] = {"require_checksums": config.input.parquet.require_checksums}
     input_section["columns"] = _list_or_none(config.input.columns)
     input_section["split_bytes"] = config.input.split_bytes
     features = None

@@ -53,6 +53,7 @@ __all__ = [
     "InputConfig",
     "InputFile",
     "InputSample",
+    "ParquetOptions",
     "RangeScan",
     "ReadTabular",
     "SourceBatch",
@@ -61,6 +62,7 @@ __all__ = [
     "csv_ranges",
     "inspect_input",
     "list_inputs",
+    "parquet_columns_without_checksums",
     "parquet_row_groups",
     "read_csv_file",
     "read_csv_range",
@@ -97,12 +99,20 @@ class CsvOptions:
 
 
 @dataclass(frozen=True)
+class ParquetOptions:
+    """require_checksums: refuse files whose pages carry no CRC (pyarrow writes none unless write_page_checksum=True)."""
+
+    require_checksums: bool = False
+
+
+@dataclass(frozen=True)
 class InputConfig:
     """Where the rows come from: a glob of CSV or Parquet files and how to read them."""
 
     format: str
     path: str
     csv: CsvOptions = field(default_factory=CsvOptions)
+    parquet: ParquetOptions = field(default_factory=ParquetOptions)
     columns: tuple[str, ...] | None = None
     split_bytes: int = DEFAULT_SPLIT_BYTES
 
@@ -1090,15 +1100,78 @@ def _parquet_file(path: str, raw: BinaryIO) -> pq.ParquetFile:
         raise InputError(f"{path}: not a readable Parquet file: {error}") from error
 
 
-def parquet_row_groups(path: str) -> list[tuple[int, int]]:
-    """(row group index, number of rows before it) for each row group of a Parquet file."""
+def parquet_row_groups(path: str, require_checksums: bool = False) -> list[tuple[int, int]]:
+    """(row group index, number of rows before it) for each row group of a Parquet file.
+
+    require_checksums: raise InputError when a column chunk's pages carry no CRC.
+    """
     with _open(path) as raw:
         metadata = _parquet_file(path, raw).metadata
+        if require_checksums:
+            _require_checksums(path, raw, metadata)
         groups, before = [], 0
         for index in range(metadata.num_row_groups):
             groups.append((index, before))
             before += metadata.row_group(index).num_rows
         return groups
+
+
+def parquet_columns_without_checksums(path: str) -> list[tuple[int, str]]:
+    """(row group, column path) of every column chunk whose first page header holds no CRC.
+
+    pyarrow's metadata does not say whether pages carry checksums, so the first page header of
+    each column chunk (Thrift compact PageHeader: field 4 is the optional crc) is read directly;
+    a writer stores CRCs on all pages of a file or none.
+    """
+    with _open(path) as raw:
+        return _chunks_without_checksums(raw, _parquet_file(path, raw).metadata)
+
+
+def _require_checksums(path: str, raw: BinaryIO, metadata: pq.FileMetaData) -> None:
+    missing = _chunks_without_checksums(raw, metadata)
+    if missing:
+        group, column = missing[0]
+        raise InputError(
+            f"{path}: column {column!r} of row group {group} has no page checksums (the writer stored none; pyarrow "
+            "stores them with write_page_checksum=True), and input.parquet.require_checksums refuses such files: "
+            "without them a damaged page reads as wrong values")
+
+
+def _chunks_without_checksums(raw: BinaryIO, metadata: pq.FileMetaData) -> list[tuple[int, str]]:
+    missing = []
+    for group in range(metadata.num_row_groups):
+        row_group = metadata.row_group(group)
+        for index in range(row_group.num_columns):
+            chunk = row_group.column(index)
+            offset = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
+            raw.seek(offset)
+            if not _page_header_has_crc(raw.read(_PAGE_HEADER_PREFIX_BYTES)):
+                missing.append((group, chunk.path_in_schema))
+    return missing
+
+
+_PAGE_HEADER_PREFIX_BYTES = 64  # type, two sizes and the crc: at most 1 + 4 * (1 + 10) bytes
+_COMPACT_I32 = 5
+
+
+def _page_header_has_crc(header: bytes) -> bool:
+    """Whether a Thrift-compact PageHeader holds field 4 (crc); fields 1-3 (type, sizes) are i32 varints before it."""
+    position, field_id = 0, 0
+    while position < len(header):
+        byte = header[position]
+        position += 1
+        delta, kind = byte >> 4, byte & 0x0F
+        if byte == 0 or delta == 0:  # the end of the struct, or a long-form field id: not the layout writers use
+            return False
+        field_id += delta
+        if field_id == 4:
+            return kind == _COMPACT_I32
+        if field_id > 4 or kind != _COMPACT_I32:
+            return False
+        while position < len(header) and header[position] & 0x80:  # skip the varint
+            position += 1
+        position += 1
+    return False
 
 
 def read_parquet_row_group(path: str, group: int, rows_before: int, columns: Sequence[str] | None = None) -> Iterator[SourceBatch]:
@@ -1154,7 +1227,10 @@ def inspect_input(input_config: InputConfig, sample_rows: int = SAMPLE_ROWS,
     path = files[0].path
     if input_config.format == "parquet":
         with _open(path) as raw:
-            return InputSample(path, _parquet_file(path, raw).schema_arrow, None)
+            parquet = _parquet_file(path, raw)
+            if input_config.parquet.require_checksums:
+                _require_checksums(path, raw, parquet.metadata)
+            return InputSample(path, parquet.schema_arrow, None)
     batches, count = [], 0
     with contextlib.closing(read_csv_file(path, input_config.csv)) as sources:
         for source in sources:
@@ -1231,8 +1307,10 @@ class ReadTabular(beam.PTransform):
         files = pbegin | "ListFiles" >> beam.Create([(f.path, f.size) for f in self.inputs], reshuffle=False)
         columns = self.columns
         if self.input_config.format == "parquet":
+            required = self.input_config.parquet.require_checksums
             return (files
-                    | "RowGroups" >> beam.FlatMap(lambda item: [(item[0], g, b) for g, b in parquet_row_groups(item[0])])
+                    | "RowGroups" >> beam.FlatMap(
+                        lambda item: [(item[0], g, b) for g, b in parquet_row_groups(item[0], required)])
                     | "SpreadRowGroups" >> beam.Reshuffle()
                     | "ReadRowGroup" >> beam.FlatMap(lambda item: read_parquet_row_group(*item, columns=columns))
                     .with_output_types(SourceBatch))
