@@ -28,6 +28,8 @@ setup(
         "pyarrow>=14",
         "numpy>=1.24",
         "PyYAML>=6",
+        # The build's progress bar on a terminal (rate, ETA, terminal width); pure Python, no dependencies.
+        "tqdm>=4.66",
     ],
     extras_require={
         "test": [

@@ -9,10 +9,14 @@ line with exit status 2 before any pipeline starts; a failed build (a bad row wi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import logging
+import os
 import re
+import signal
 import sys
+import threading
 import time
 
 import apache_beam as beam
@@ -25,6 +29,7 @@ from tfrbeam.beam.filesystem import BEAM_FILES
 from tfrbeam.beam.publish import OutputLock, recover
 from tfrbeam.build.commit import NEW_DATASET_DIR, OLD_DATASET_DIR, discard_staging
 from tfrbeam.build.graph import build_pipeline
+from tfrbeam.build.inputs import progress_dir, read_progress
 from tfrbeam.build.plan import BuildPlan, check_output_dir, plan_build
 from tfrbeam.manifest import read_manifest
 from tfrbeam import errors as tfrbeam_errors
@@ -60,7 +65,16 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run a dataset build; returns the exit status."""
+    """Run a dataset build; returns the exit status (130 after Ctrl-C, 143 after SIGTERM)."""
+    with _INTERRUPTS.handled():
+        try:
+            return _build(argv)
+        except KeyboardInterrupt:
+            _INTERRUPTS.signal = _INTERRUPTS.signal or signal.SIGINT
+            return _INTERRUPTS.report()
+
+
+def _build(argv: list[str] | None) -> int:
     try:
         args, options = parse_command_line(sys.argv[1:] if argv is None else argv)
     except ConfigError as error:
@@ -107,7 +121,8 @@ def _run_locked(plan: BuildPlan, options: PipelineOptions, started: float) -> in
         "building %s from %d input file(s) with %s", plan.output_path, len(plan.inputs), plan.runner
     )
     try:
-        pipeline.run().wait_until_finish()
+        with build_progress(plan):
+            pipeline.run().wait_until_finish()
     except Exception as error:  # noqa: BLE001 - every runner wraps worker errors differently
         message = _one_line(error)
         # Too many bad rows keeps its dead letters for a look; the next run removes them.
@@ -289,7 +304,191 @@ def _one_line(error: BaseException) -> str:
 _WHILE_RUNNING = re.compile(r"\s*\[while running '[^\]]*'\]\s*$")
 
 
+PROGRESS_LOG_SECONDS = 10.0  # without a terminal: one progress line this often
+_PROGRESS_BAR_SECONDS = 0.5
+
+
+@contextlib.contextmanager
+def build_progress(plan: BuildPlan):
+    """While the pipeline runs: a progress bar on a terminal, else a log line every PROGRESS_LOG_SECONDS.
+
+    Rows and bytes come from the readers' counter files in the staging directory (see
+    inputs.progress_dir), so multi-process workers count too; the byte total is the inputs'
+    size from planning. Shown at info level: --quiet turns it off; remote staging has none.
+    """
+    directory = progress_dir(plan.staging_dir)
+    if directory is None or not logging.getLogger("tfrbeam").isEnabledFor(logging.INFO):
+        yield
+        return
+    total = sum(item.size for item in plan.input_files)
+    display = _ProgressBar(total) if sys.stderr.isatty() else _ProgressLog(total)
+    stop = threading.Event()
+    offsets: dict[str, int] = {}
+    counts = [0, 0]
+
+    def poll() -> None:
+        while not stop.wait(display.interval):
+            display.show(*read_progress(directory, offsets, counts))
+
+    thread = threading.Thread(target=poll, name="tfrbeam-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        display.close(*read_progress(directory, offsets, counts))
+
+
+class _ProgressBar:
+    """tqdm's bar over the input bytes, with the rows read."""
+
+    interval = _PROGRESS_BAR_SECONDS
+
+    def __init__(self, total: int) -> None:
+        from tqdm import tqdm
+
+        try:
+            size = os.get_terminal_size(sys.stderr.fileno())
+            sized = size.columns > 0 and size.lines > 0
+        except OSError:
+            sized = False
+        # tqdm hides every bar on a terminal that reports no size (a bare pty): give it one.
+        self.bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="reading", file=sys.stderr,
+                        dynamic_ncols=sized, ncols=None if sized else 100, nrows=None if sized else 24, leave=False,
+                        mininterval=_PROGRESS_BAR_SECONDS)
+        self.total = total
+
+    def show(self, rows: int, size: int) -> None:
+        self.bar.set_postfix_str(f"{rows:,} rows", refresh=False)
+        self.bar.update(min(size, self.total) - self.bar.n)
+
+    def close(self, rows: int, size: int) -> None:
+        self.show(rows, size)
+        self.bar.close()
+
+
+class _ProgressLog:
+    """A log line every PROGRESS_LOG_SECONDS: rows, bytes of the total, rate and ETA."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.started = time.monotonic()
+        self.interval = PROGRESS_LOG_SECONDS
+
+    def show(self, rows: int, size: int) -> None:
+        seconds = time.monotonic() - self.started
+        done = min(size, self.total)
+        rate = done / seconds if seconds > 0 else 0.0
+        eta = f", about {_duration((self.total - done) / rate)} left" if rate > 0 and done < self.total else ""
+        share = 100.0 * done / self.total if self.total else 100.0
+        logging.getLogger(__name__).info(
+            "read %s rows, %s of %s input bytes (%.0f%%) in %s, %s rows/s%s", f"{rows:,}", f"{done:,}",
+            f"{self.total:,}", share, _duration(seconds), f"{rows / seconds:,.0f}" if seconds > 0 else "0", eta)
+
+    def close(self, rows: int, size: int) -> None:
+        pass  # the summary table follows
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
+class _Interrupts:
+    """Ctrl-C (SIGINT) and SIGTERM end a build with one line and exit 128 + the signal's number.
+
+    The handler records the signal and raises KeyboardInterrupt, which Beam may wrap into its
+    own error on the way out; every failure reported after a signal is reported as the
+    interruption instead. What the run staged beside the output is removed by the next run's
+    recovery (a dead run's staging directory is never mistaken for a live one).
+    """
+
+    def __init__(self) -> None:
+        self.signal: int | None = None
+        self._said = False
+        self._reported = threading.Lock()
+        self._watchdog: threading.Timer | None = None
+
+    @contextlib.contextmanager
+    def handled(self):
+        self.signal = None
+        self._said = False
+        previous = {}
+        if threading.current_thread() is threading.main_thread():
+            for number in (signal.SIGINT, signal.SIGTERM):
+                previous[number] = signal.signal(number, self._on_signal)
+        try:
+            yield self
+        finally:
+            if self._watchdog is not None:
+                self._watchdog.cancel()  # unwound in time
+                self._watchdog = None
+            for number, handler in previous.items():
+                signal.signal(number, handler)
+
+    def _on_signal(self, number: int, frame) -> None:
+        if self.signal is not None:  # a second signal: stop now
+            self._force_exit()
+        self.signal = number
+        # A runner may swallow the KeyboardInterrupt while it waits for its workers: give it a
+        # few seconds to unwind, then stop the workers and exit anyway.
+        self._watchdog = threading.Timer(_UNWIND_SECONDS, self._force_exit)
+        self._watchdog.daemon = True
+        self._watchdog.start()
+        raise KeyboardInterrupt
+
+    def _force_exit(self) -> None:
+        code = self.report()
+        for pid in child_processes(os.getpid()):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
+        sys.stderr.flush()
+        os._exit(code)
+
+    def report(self) -> int:
+        assert self.signal is not None
+        with self._reported:
+            if not self._said:
+                self._said = True
+                name = signal.Signals(self.signal).name
+                print(f"{_PROG}: interrupted ({name}); the next run removes (or completes) what this one left",
+                      file=sys.stderr)
+        return 128 + self.signal
+
+
+_UNWIND_SECONDS = 5.0
+
+
+def child_processes(pid: int) -> list[int]:
+    """Every process below pid (e.g. a multi-process runner's workers), from /proc; none where /proc is absent."""
+    parents: dict[int, int] = {}
+    with contextlib.suppress(OSError):
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                with contextlib.suppress(OSError, IndexError, ValueError):
+                    with open(f"/proc/{entry}/stat") as handle:
+                        parents[int(entry)] = int(handle.read().rsplit(")", 1)[1].split()[1])
+    found: list[int] = []
+    frontier = [pid]
+    while frontier:
+        frontier = [child for child, parent in parents.items() if parent in frontier and child not in found]
+        found.extend(frontier)
+    return found
+
+
+_INTERRUPTS = _Interrupts()
+
+
 def _fail(message: str, code: int) -> int:
+    if _INTERRUPTS.signal is not None:
+        return _INTERRUPTS.report()
     print(f"{_PROG}: error: {message}", file=sys.stderr)
     return code
 

@@ -30,9 +30,11 @@ import contextlib
 import csv
 import io
 import logging
+import os
 import pickle
 import queue
 import threading
+import uuid
 from dataclasses import dataclass, field, replace
 from typing import BinaryIO, Callable, Generator, Iterable, Iterator, Sequence
 
@@ -1105,6 +1107,11 @@ def parquet_row_groups(path: str, require_checksums: bool = False) -> list[tuple
 
     require_checksums: raise InputError when a column chunk's pages carry no CRC.
     """
+    return _row_group_listing(path, require_checksums)[0]
+
+
+def _row_group_listing(path: str, require_checksums: bool) -> tuple[list[tuple[int, int]], int]:
+    """parquet_row_groups, and the file's number of rows."""
     with _open(path) as raw:
         metadata = _parquet_file(path, raw).metadata
         if require_checksums:
@@ -1113,7 +1120,7 @@ def parquet_row_groups(path: str, require_checksums: bool = False) -> list[tuple
         for index in range(metadata.num_row_groups):
             groups.append((index, before))
             before += metadata.row_group(index).num_rows
-        return groups
+        return groups, before
 
 
 def parquet_columns_without_checksums(path: str) -> list[tuple[int, str]]:
@@ -1276,9 +1283,6 @@ def _empty_batch(names: Sequence[str]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([pa.array([], pa.binary()) for _ in names], names=list(names))
 
 
-# ------------------------------------------------------------------------------------------- Beam
-
-
 @dataclass(frozen=True)
 class _CsvPiece:
     path: str
@@ -1288,31 +1292,119 @@ class _CsvPiece:
     whole: bool
 
 
+# --------------------------------------------------------------------------------------- progress
+
+PROGRESS_DIR_NAME = "progress"
+
+
+def progress_dir(staging_dir: str) -> str | None:
+    """Where the readers of a run count what they read: local staging only (an object store cannot append)."""
+    if "://" in staging_dir:
+        return None
+    return f"{staging_dir.rstrip('/')}/{PROGRESS_DIR_NAME}"
+
+
+class _ProgressCounter:
+    """Appends "rows bytes" lines to one file per worker process; the build's own process sums them.
+
+    One small append per batch (a batch is thousands of rows), so counting costs nothing noticeable;
+    any runner whose workers share this machine's disk (in-process, multi-process) reports this way.
+    """
+
+    _files: dict[str, int] = {}
+    _lock = threading.Lock()
+
+    def __init__(self, directory: str):
+        self.directory = directory
+
+    def add(self, rows: int, size: int) -> None:
+        try:
+            os.write(self._file(), f"{rows} {size}\n".encode("ascii"))
+        except OSError:  # progress is a courtesy: never fail a build over it
+            pass
+
+    def _file(self) -> int:
+        key = f"{self.directory}:{os.getpid()}"
+        with self._lock:
+            if key not in self._files:
+                os.makedirs(self.directory, exist_ok=True)
+                path = os.path.join(self.directory, f"{os.getpid()}-{uuid.uuid4().hex[:8]}.count")
+                self._files[key] = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            return self._files[key]
+
+
+def read_progress(directory: str, offsets: dict[str, int], totals: list[int]) -> tuple[int, int]:
+    """Add the lines the counter files got since the last call to totals [rows, bytes]; returns the totals."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return totals[0], totals[1]
+    for name in names:
+        path = os.path.join(directory, name)
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(offsets.get(path, 0))
+                data = handle.read()
+        except OSError:
+            continue
+        complete = data[:data.rfind(b"\n") + 1]  # a line still being written waits for the next call
+        offsets[path] = offsets.get(path, 0) + len(complete)
+        for line in complete.splitlines():
+            rows, size = line.split()
+            totals[0] += int(rows)
+            totals[1] += int(size)
+    return totals[0], totals[1]
+
+
+def _counted(sources: Iterable[SourceBatch], counter: _ProgressCounter | None,
+             bytes_per_row: float | None = None) -> Iterator[SourceBatch]:
+    for source in sources:
+        if counter is not None:
+            rows = source.num_rows + len(source.bad_rows)
+            size = len(source.raw) if source.raw is not None else int(rows * (bytes_per_row or 0))
+            counter.add(rows, size)
+        yield source
+
+
+def _row_groups_with_row_size(item: tuple[str, int], required: bool) -> list[tuple[str, int, int, float]]:
+    """(path, row group, rows before it, file bytes per row) for each row group of a listed Parquet file."""
+    path, size = item
+    groups, rows = _row_group_listing(path, required)
+    per_row = size / rows if rows else 0.0
+    return [(path, group, before, per_row) for group, before in groups]
+
+
+# ------------------------------------------------------------------------------------------- Beam
+
+
 class ReadTabular(beam.PTransform):
     """Read the inputs of a build as SourceBatch elements (Parquet by row group, CSV by range or whole file).
 
     columns limits what is read (Parquet projection; CSV columns dropped after parsing); None
     means input_config.columns, and None there means every column. The input files are listed
-    when the transform is built (see .inputs, for the manifest).
+    when the transform is built (see .inputs, for the manifest). progress_under (a run's local
+    staging directory) makes the readers count rows and bytes read there, for the progress display.
     """
 
     def __init__(self, input_config: InputConfig, columns: Sequence[str] | None = None,
-                 inputs: Sequence[InputFile] | None = None):
+                 inputs: Sequence[InputFile] | None = None, progress_under: str | None = None):
         super().__init__()
         self.input_config = input_config
         self.columns = tuple(columns) if columns is not None else input_config.columns
         self.inputs = list(inputs) if inputs is not None else list_inputs(input_config.path)
+        self.progress_dir = progress_dir(progress_under) if progress_under is not None else None
 
     def expand(self, pbegin):
         files = pbegin | "ListFiles" >> beam.Create([(f.path, f.size) for f in self.inputs], reshuffle=False)
         columns = self.columns
+        counts = self.progress_dir
         if self.input_config.format == "parquet":
             required = self.input_config.parquet.require_checksums
             return (files
-                    | "RowGroups" >> beam.FlatMap(
-                        lambda item: [(item[0], g, b) for g, b in parquet_row_groups(item[0], required)])
+                    | "RowGroups" >> beam.FlatMap(_row_groups_with_row_size, required)
                     | "SpreadRowGroups" >> beam.Reshuffle()
-                    | "ReadRowGroup" >> beam.FlatMap(lambda item: read_parquet_row_group(*item, columns=columns))
+                    | "ReadRowGroup" >> beam.FlatMap(lambda item: _counted(
+                        read_parquet_row_group(*item[:3], columns=columns), _counter(counts), item[3]))
                     .with_output_types(SourceBatch))
         options = self.input_config.csv
         split_bytes = self.input_config.split_bytes
@@ -1323,7 +1415,12 @@ class ReadTabular(beam.PTransform):
                 | "ByFile" >> beam.GroupByKey()
                 | "PlanPieces" >> beam.FlatMap(_plan_pieces)
                 | "SpreadPieces" >> beam.Reshuffle()
-                | "ReadPiece" >> beam.FlatMap(_read_piece, options, columns).with_output_types(SourceBatch))
+                | "ReadPiece" >> beam.FlatMap(lambda piece: _counted(_read_piece(piece, options, columns), _counter(counts)))
+                .with_output_types(SourceBatch))
+
+
+def _counter(directory: str | None) -> _ProgressCounter | None:
+    return _ProgressCounter(directory) if directory is not None else None
 
 
 def _ranges_of(item: tuple[str, int], split_bytes: int, options: CsvOptions) -> list[tuple[str, tuple[int, int, int, int]]]:
