@@ -196,7 +196,7 @@ def test_load_config_reports_missing_file_and_yaml_errors(tmp_path):
         (_with(input={"format": "csv"}), "input.path: is required"),
         (_with(output={"num_shards": 2}), "output.path: is required"),
         (_with(inputs={}), "inputs: unknown key (allowed: input, features, shuffle, splits, split_key, output, errors); did you mean 'input'?"),
-        (_with(input={"path": "a.csv", "csv": {"delimeter": ";"}}), "input.csv.delimeter: unknown key (allowed: delimiter, quote_char, escape_char, header, column_names, null_values, true_values, false_values, skip_rows, encoding); did you mean 'delimiter'?"),
+        (_with(input={"path": "a.csv", "csv": {"delimeter": ";"}}), "input.csv.delimeter: unknown key (allowed: delimiter, quote_char, escape_char, header, column_names, null_values, true_values, false_values, skip_rows, encoding, max_row_bytes); did you mean 'delimiter'?"),
         (_with(input={"path": "gs://b/x/*"}), "input.format: is required: 'gs://b/x/*' does not end in .csv, .tsv or .parquet (allowed: csv, parquet)"),
         (_with(input={"path": "a", "format": "json"}), "input.format: 'json' is not one of csv, parquet"),
         (_with(input={"path": "a.parquet", "csv": {"delimiter": ";"}}), "input.csv: CSV options are only for input.format csv, but the format is parquet"),

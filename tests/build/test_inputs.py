@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import random
 import re
 import subprocess
@@ -610,3 +611,31 @@ def test_demo_parquet_files_are_written_with_page_checksums(tmp_path):
     write_demo_data(str(tmp_path / "demo"), num_rows=300)
     files = sorted((tmp_path / "demo" / "parquet").glob("*.parquet"))
     assert files and all(tabular_read.parquet_columns_without_checksums(str(path)) == [] for path in files)
+
+
+def test_a_field_over_the_block_size_grows_the_block_up_to_max_row_bytes(tmp_path):
+    big = "x" * (10 << 20)
+    text = f'id,text\n1,short\n2,"{big}\nsecond line"\n3,after\n'
+    path = write(tmp_path, text)
+    rows = rows_of(read_csv_file(path, CsvOptions()))
+    assert [(line, row["id"]) for line, row in rows] == [(2, "1"), (3, "2"), (5, "3")]
+    assert rows[1][1]["text"] == big + "\nsecond line"
+    unquoted = write(tmp_path, f"id,text\n1,short\n2,{big}\n3,after\n", "unquoted.csv")
+    size = os.path.getsize(unquoted)
+    ranged = [source for start, end in csv_ranges(size, 4 << 20)
+              for source in read_csv_range(unquoted, start, end, open(unquoted, "rb").read(start).count(b"\n"),
+                                           CsvOptions())]
+    assert [(line, row["id"]) for line, row in rows_of(ranged)] == [(2, "1"), (3, "2"), (4, "3")]
+    with pytest.raises(InputError) as caught:
+        list(read_csv_file(path, CsvOptions(max_row_bytes=4 << 20)))  # pyarrow reads rows up to ~2 blocks
+    message = str(caught.value)
+    assert "a row longer than input.csv.max_row_bytes (4 MiB) after line 2" in message
+    assert "block size" not in message
+
+
+def test_max_row_bytes_is_a_size_in_the_config():
+    config = parse_config({"input": {"path": "x.csv", "csv": {"max_row_bytes": "128MiB"}}, "output": {"path": "o"}})
+    assert config.input.csv.max_row_bytes == 128 << 20
+    assert parse_config({"input": {"path": "x.csv"}, "output": {"path": "o"}}).input.csv.max_row_bytes == 64 << 20
+    with pytest.raises(ConfigError, match=r"input.csv.max_row_bytes: 1000 is below 1 MiB"):
+        parse_config({"input": {"path": "x.csv", "csv": {"max_row_bytes": 1000}}, "output": {"path": "o"}})

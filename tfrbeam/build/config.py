@@ -17,7 +17,7 @@ import pyarrow as pa
 import yaml
 
 from tfrbeam.build.inputs import (
-    DEFAULT_SPLIT_BYTES, CsvOptions, InputConfig, InputFile, InputSample, ParquetOptions, inspect_input,
+    DEFAULT_MAX_ROW_BYTES, DEFAULT_SPLIT_BYTES, CsvOptions, InputConfig, InputFile, InputSample, ParquetOptions, inspect_input,
 )
 from tfrbeam.errors import ArrowConversionError, ConfigError
 from tfrbeam.build.features import (
@@ -368,7 +368,7 @@ _TOP_KEYS = ("input", "features", "shuffle", "splits", "split_key", "output", "e
 _INPUT_KEYS = ("format", "path", "csv", "parquet", "columns", "split_bytes")
 _PARQUET_KEYS = ("require_checksums",)
 _CSV_KEYS = ("delimiter", "quote_char", "escape_char", "header", "column_names", "null_values", "true_values",
-             "false_values", "skip_rows", "encoding")
+             "false_values", "skip_rows", "encoding", "max_row_bytes")
 _FEATURE_KEYS = ("type", "source", "on_null", "default", "separator", "length", "format", "unit")
 _SHUFFLE_KEYS = ("enabled", "seed")
 _OUTPUT_KEYS = ("path", "num_shards", "max_bytes_per_shard", "compression")
@@ -455,7 +455,17 @@ def _parse_csv(check: _Checker, raw: Any, default_delimiter: str) -> CsvOptions:
         encoding = "utf-8"
     return CsvOptions(delimiter=delimiter, quote_char=quote_char, escape_char=escape_char, header=header,
                       column_names=column_names, null_values=null_values, true_values=true_values,
-                      false_values=false_values, skip_rows=skip_rows, encoding=encoding)
+                      false_values=false_values, skip_rows=skip_rows, encoding=encoding,
+                      max_row_bytes=_max_row_bytes(check, section))
+
+
+def _max_row_bytes(check: _Checker, section: dict) -> int:
+    size = _size(check, section, "max_row_bytes", "input.csv", DEFAULT_MAX_ROW_BYTES)
+    if size is not None and size < 1 << 20:
+        check.fail("input.csv.max_row_bytes", f"{_show(section.get('max_row_bytes'))} is below 1 MiB (the default is "
+                   f"{DEFAULT_MAX_ROW_BYTES >> 20}MiB; it only needs raising for longer rows)")
+        return DEFAULT_MAX_ROW_BYTES
+    return size or DEFAULT_MAX_ROW_BYTES
 
 
 def _tokens(check: _Checker, section: dict, key: str, example: str) -> tuple[str, ...] | None:
@@ -693,6 +703,7 @@ def config_to_dict(config: BuildConfig) -> dict:
             "header": csv.header, "column_names": _list_or_none(csv.column_names),
             "null_values": _list_or_none(csv.null_values), "true_values": _list_or_none(csv.true_values),
             "false_values": _list_or_none(csv.false_values), "skip_rows": csv.skip_rows, "encoding": csv.encoding,
+            "max_row_bytes": csv.max_row_bytes,
         }
     if config.input.format == "parquet":
         input_section["parquet"] = {"require_checksums": config.input.parquet.require_checksums}

@@ -18,8 +18,9 @@ are always read whole. A quote still open at the end of a file fails it (pyarrow
 the rest of the file one value).
 
 Line numbers are physical lines (counting \\n, \\r\\n and a lone \\r) of the row's first line;
-skip_rows counts physical lines; blank lines are not rows. Rows longer than 4 MiB (pyarrow's
-block) are refused with a clear error.
+skip_rows counts physical lines; blank lines are not rows. A row longer than pyarrow's 4 MiB
+block makes the read start again with a 4x block, up to input.csv.max_row_bytes (64 MiB by
+default); a longer row fails the file with an error naming that setting.
 """
 
 from __future__ import annotations
@@ -77,7 +78,8 @@ _LOG = logging.getLogger(__name__)
 
 DEFAULT_SPLIT_BYTES = 64 << 20
 SAMPLE_ROWS = 10_000
-_CSV_BLOCK_BYTES = 4 << 20
+_CSV_BLOCK_BYTES = 4 << 20  # pyarrow's block; grown (x4 per retry) up to max_row_bytes for longer rows
+DEFAULT_MAX_ROW_BYTES = 64 << 20
 _READ_CHUNK_BYTES = 4 << 20
 _PARQUET_BATCH_ROWS = 65_536
 _CR, _LF = 13, 10
@@ -98,6 +100,7 @@ class CsvOptions:
     false_values: tuple[str, ...] | None = None  # read as 0
     skip_rows: int = 0
     encoding: str = "utf-8"
+    max_row_bytes: int = DEFAULT_MAX_ROW_BYTES  # the longest row (in bytes) that can be read
 
 
 @dataclass(frozen=True)
@@ -676,7 +679,7 @@ def _parse_options(options: CsvOptions, quoting: bool, on_invalid) -> pcsv.Parse
 
 
 def _read_rows(path: str, tracker: _LineTracker, preamble: _Preamble, options: CsvOptions, first_file_line: int,
-               quoting: bool, columns: Sequence[str] | None) -> Iterator[SourceBatch]:
+               quoting: bool, columns: Sequence[str] | None, block_size: int = _CSV_BLOCK_BYTES) -> Iterator[SourceBatch]:
     """Parse the rows after the preamble with pyarrow and give every row its physical line and raw text.
 
     Rows are numbered by pyarrow from 1 (invalid ones included); row j starts on the j-th
@@ -696,7 +699,7 @@ def _read_rows(path: str, tracker: _LineTracker, preamble: _Preamble, options: C
         return "skip"
 
     null_values = list(options.null_values or ())
-    reader_options = pcsv.ReadOptions(use_threads=False, block_size=_CSV_BLOCK_BYTES, column_names=names)
+    reader_options = pcsv.ReadOptions(use_threads=False, block_size=block_size, column_names=names)
     convert_options = pcsv.ConvertOptions(
         column_types={name: pa.binary() for name in names}, null_values=null_values,
         strings_can_be_null=bool(null_values), quoted_strings_can_be_null=False, check_utf8=False)
@@ -713,6 +716,8 @@ def _read_rows(path: str, tracker: _LineTracker, preamble: _Preamble, options: C
     except pa.ArrowInvalid as error:
         if str(error).startswith("Empty CSV file"):  # nothing but blank lines after the preamble
             return
+        if "straddl" in str(error):
+            raise _RowTooLong(path, "in its first rows", preamble.data_line - 1) from error
         raise InputError(f"{path}: cannot parse the CSV in its first rows: {error}") from error
     try:
         quote = options.quote_char if quoting and not options.escape_char else None
@@ -862,9 +867,63 @@ def _numbered_batches(path: str, tracker: _LineTracker, reader, invalid: dict, i
             yield source
     except pa.ArrowInvalid as error:
         where = f"after line {last_line}" if last_line else "in its first rows"
-        hint = (f" (a row longer than {_CSV_BLOCK_BYTES >> 20} MiB, or a quote that is never closed)"
-                if "straddl" in str(error) else "")
-        raise InputError(f"{path}: cannot parse the CSV {where}: {error}{hint}") from error
+        if "straddl" in str(error):  # a row longer than the block
+            raise _RowTooLong(path, where, last_line) from error
+        raise InputError(f"{path}: cannot parse the CSV {where}: {error}") from error
+
+
+class _RowTooLong(InputError):
+    """A row longer than pyarrow's block: the read is retried with a bigger one (see _growing_blocks)."""
+
+    def __init__(self, path: str, where: str, last_line: int):
+        super().__init__(f"{path}: a row {where} is longer than the CSV block")
+        self.where = where
+        self.last_line = last_line
+
+
+def _growing_blocks(read: Callable[[int], Iterator[SourceBatch]], path: str, max_row_bytes: int) -> Iterator[SourceBatch]:
+    """read(block_size)'s batches; a row longer than the block restarts the read with a 4x block (up to
+    max_row_bytes), skipping the rows already given. Rows that long are rare: the common case reads once."""
+    block = min(_CSV_BLOCK_BYTES, max_row_bytes)
+    given_line = 0  # every row on this line or before was given
+    while True:
+        try:
+            for source in read(block):
+                source = _rows_after(source, given_line)
+                if source.num_rows or source.bad_rows:
+                    given_line = max(given_line, _last_line(source))
+                    yield source
+            return
+        except _RowTooLong as error:
+            if block >= max_row_bytes:
+                raise InputError(
+                    f"{path}: a row longer than input.csv.max_row_bytes ({_mib(max_row_bytes)}) {error.where}, or a "
+                    "quote that is never closed; raise input.csv.max_row_bytes if rows are that long") from error
+            block = min(block * 4, max_row_bytes)
+            _LOG.info("%s: a row %s is longer than the CSV block; reading again with %s blocks", path, error.where,
+                      _mib(block))
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1 << 20):g} MiB"
+
+
+def _rows_after(source: SourceBatch, line: int) -> SourceBatch:
+    """The batch without the rows (and bad rows) on or before line (given by an earlier attempt)."""
+    if line == 0 or ((not len(source.lines) or source.lines[0] > line)
+                     and all(bad.line > line for bad in source.bad_rows)):
+        return source
+    keep = source.lines > line
+    return replace(source, lines=source.lines[keep], batch=source.batch.filter(pa.array(keep)),
+                   spans=source.spans[keep] if source.spans is not None else None,
+                   bad_rows=tuple(bad for bad in source.bad_rows if bad.line > line))
+
+
+def _last_line(source: SourceBatch) -> int:
+    lines = [bad.line for bad in source.bad_rows]
+    if len(source.lines):
+        lines.append(int(source.lines[-1]))
+    return max(lines, default=0)
 
 
 def _check_closed_quotes(path: str, last_row: tuple[int, int, str] | None, quote: str | None) -> None:
@@ -959,11 +1018,15 @@ def _assemble(path: str, tracker: _LineTracker, batch: pa.RecordBatch, record: i
 
 def read_csv_file(path: str, options: CsvOptions, columns: Sequence[str] | None = None) -> Iterator[SourceBatch]:
     """Every row of a CSV file, streamed block by block from the start (quoted line breaks are fine)."""
-    with _open(path) as raw:
-        special = _special_bytes(options)
-        tracker = _LineTracker(_utf8_chunks(raw, options.encoding, True, None, path), special)
-        preamble = _read_preamble(tracker, options, path, _decoder_for("utf-8"))
-        yield from _read_rows(path, tracker, preamble, options, 1, True, columns)
+
+    def read(block_size: int) -> Iterator[SourceBatch]:
+        with _open(path) as raw:
+            special = _special_bytes(options)
+            tracker = _LineTracker(_utf8_chunks(raw, options.encoding, True, None, path), special)
+            preamble = _read_preamble(tracker, options, path, _decoder_for("utf-8"))
+            yield from _read_rows(path, tracker, preamble, options, 1, True, columns, block_size)
+
+    return _growing_blocks(read, path, options.max_row_bytes)
 
 
 def _special_bytes(options: CsvOptions) -> bytes:
@@ -1064,21 +1127,24 @@ def read_csv_range(path: str, start: int, end: int, line_breaks_before: int, opt
     of the earlier ranges); it makes the line numbers. Only safe when no quote or escape
     character occurs in the file: then every line break ends a row.
     """
-    with _open(path) as raw:
-        preamble = _head_preamble(raw, options, path)
-        data_offset = preamble.data_offset
-        own_start = max(_record_boundary(raw, start), data_offset)
-        own_end = max(_record_boundary(raw, end), own_start) if end > own_start else own_start
-        if own_start >= own_end:
-            return
-        if own_start == data_offset:
-            first_line = preamble.data_line
-        else:
-            first_line = 1 + line_breaks_before + (1 if own_start > start else 0)
-        raw.seek(own_start)
-        tracker = _LineTracker(_utf8_chunks(raw, options.encoding, own_start == 0, own_end - own_start, path))
-        inline = _Preamble(names=preamble.names, data_line=first_line, data_offset=0)
-        yield from _read_rows(path, tracker, inline, options, first_line, False, columns)
+    def read(block_size: int) -> Iterator[SourceBatch]:
+        with _open(path) as raw:
+            preamble = _head_preamble(raw, options, path)
+            data_offset = preamble.data_offset
+            own_start = max(_record_boundary(raw, start), data_offset)
+            own_end = max(_record_boundary(raw, end), own_start) if end > own_start else own_start
+            if own_start >= own_end:
+                return
+            if own_start == data_offset:
+                first_line = preamble.data_line
+            else:
+                first_line = 1 + line_breaks_before + (1 if own_start > start else 0)
+            raw.seek(own_start)
+            tracker = _LineTracker(_utf8_chunks(raw, options.encoding, own_start == 0, own_end - own_start, path))
+            inline = _Preamble(names=preamble.names, data_line=first_line, data_offset=0)
+            yield from _read_rows(path, tracker, inline, options, first_line, False, columns, block_size)
+
+    return _growing_blocks(read, path, options.max_row_bytes)
 
 
 def _raw_chunks(raw: BinaryIO) -> Iterator[bytes]:
