@@ -217,10 +217,12 @@ def describe_plan(plan: BuildPlan) -> str:
         lines.append(f"  ... and {len(sizes) - _SHOWN_INPUTS} more")
     width = max(len(spec.name) for spec in plan.features)
     lines.append(f"features:    {len(plan.features)}")
-    for spec in plan.features:
+    kinds = [spec.type if spec.time_unit is None else f"int64 ({spec.time_unit} since 1970 from {spec.time_format or 'ISO 8601'})"
+             for spec in plan.features]
+    kind_width = max(len(kind) for kind in kinds)
+    for spec, kind in zip(plan.features, kinds):
         source = f"  from {spec.source}" if spec.source != spec.name else ""
-        kind = spec.type if spec.time_unit is None else f"int64 ({spec.time_unit} since 1970 from {spec.time_format or 'ISO 8601'})"
-        lines.append(f"  {spec.name:<{width}}  {kind:<5}  {_shape_text(spec.shape):<7}  {_null_text(spec)}{source}")
+        lines.append(f"  {spec.name:<{width}}  {kind:<{kind_width}}  {_shape_text(spec.shape):<7}  {_null_text(spec)}{source}")
     lines.append("splits:      " + ", ".join(f"{name} {fraction:g}" for name, fraction in plan.config.splits.items())
                  + (f" (by {', '.join(plan.config.split_key)})" if plan.config.split_key else ""))
     sharding = plan.sharding

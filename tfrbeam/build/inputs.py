@@ -1377,26 +1377,24 @@ class _ProgressCounter:
     any runner whose workers share this machine's disk (in-process, multi-process) reports this way.
     """
 
-    _files: dict[str, int] = {}
-    _lock = threading.Lock()
+    _names: dict[tuple[str, int], str] = {}
 
     def __init__(self, directory: str):
         self.directory = directory
 
     def add(self, rows: int, size: int) -> None:
         try:
-            os.write(self._file(), f"{rows} {size}\n".encode("ascii"))
+            with open(self._path(), "ab") as handle:
+                handle.write(f"{rows} {size}\n".encode("ascii"))
         except OSError:  # progress is a courtesy: never fail a build over it
             pass
 
-    def _file(self) -> int:
-        key = f"{self.directory}:{os.getpid()}"
-        with self._lock:
-            if key not in self._files:
-                os.makedirs(self.directory, exist_ok=True)
-                path = os.path.join(self.directory, f"{os.getpid()}-{uuid.uuid4().hex[:8]}.count")
-                self._files[key] = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-            return self._files[key]
+    def _path(self) -> str:
+        key = (self.directory, os.getpid())
+        if key not in self._names:
+            os.makedirs(self.directory, exist_ok=True)
+            self._names[key] = os.path.join(self.directory, f"{os.getpid()}-{uuid.uuid4().hex[:8]}.count")
+        return self._names[key]
 
 
 def read_progress(directory: str, offsets: dict[str, int], totals: list[int]) -> tuple[int, int]:
