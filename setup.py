@@ -31,6 +31,8 @@ setup(
         "PyYAML>=6",
         # Apache DataSketches' KLL sketch: mergeable quantiles with a stated rank error, updated from numpy arrays.
         "datasketches>=5.0",
+        # The build's progress bar on a terminal (rate, ETA, terminal width); pure Python, no dependencies.
+        "tqdm>=4.66",
     ],
     extras_require={
         "test": [

@@ -41,13 +41,12 @@ def write_inputs(rows: int, directory: pathlib.Path) -> dict[str, pathlib.Path]:
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.csv as pacsv
-    import pyarrow.parquet as pq
 
-    from benchmarks.table import make_benchmark_table
+    from benchmarks.table import make_benchmark_table, write_parquet
 
     table = make_benchmark_table(rows)
     parquet_path = directory / "table.parquet"
-    pq.write_table(table, parquet_path, row_group_size=131072)
+    write_parquet(table, parquet_path, row_group_size=131072)
     emb_text = pc.binary_join(pc.cast(table.column("emb"), pa.list_(pa.string())), ";")
     csv_table = table.set_column(table.schema.get_field_index("emb"), "emb", emb_text)
     csv_path = directory / "table.csv"
@@ -114,7 +113,9 @@ def _head(fmt: str, input_path: pathlib.Path, target: pathlib.Path, rows: int) -
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
-        pq.write_table(pq.read_table(input_path).slice(0, rows), target)
+        from benchmarks.table import write_parquet
+
+        write_parquet(pq.read_table(input_path).slice(0, rows), target)
         return
     with open(input_path, encoding="utf-8") as source, open(target, "w", encoding="utf-8") as out:
         for index, line in enumerate(source):

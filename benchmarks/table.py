@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 EMBEDDING_SIZE = 16
 NULL_FRACTION = 0.1
@@ -46,6 +47,11 @@ def make_benchmark_table(num_rows: int = 1_000_000, seed: int = 0) -> pa.Table:
     nulls = rng.random(num_rows) < NULL_FRACTION
     columns["n0"] = pa.array(rng.integers(0, 1000, num_rows), mask=nulls)
     return pa.table(columns)
+
+
+def write_parquet(table: pa.Table, path: str, **options) -> None:
+    """Write a benchmark Parquet file with page checksums (pyarrow's default stores none), as users should."""
+    pq.write_table(table, path, write_page_checksum=True, **options)
 
 
 def _random_words(rng: np.random.Generator, num_rows: int, shortest: int = 5, longest: int = 12) -> pa.Array:

@@ -106,7 +106,8 @@ def write_demo_data(out_dir: str, num_rows: int = DEFAULT_ROWS) -> list[str]:
     for index in range(PARQUET_FILES):
         path = os.path.join(out_dir, "parquet", f"flights-{index:05d}.parquet")
         part = table.slice(index * per_file, per_file)
-        pq.write_table(part, path, row_group_size=500, compression="snappy")
+        # Page checksums: a damaged page then fails the read instead of changing a value silently.
+        pq.write_table(part, path, row_group_size=500, compression="snappy", write_page_checksum=True)
         paths.append(path)
     return paths
 

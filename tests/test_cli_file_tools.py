@@ -129,3 +129,63 @@ def test_console_script_runs_without_a_traceback(tmp_path):
     )
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert len(result.stderr.splitlines()) == 1
+
+
+def test_every_command_has_a_description_in_help(capsys):
+    code, out, _ = _run_help(capsys)
+    assert code == 0
+    commands = {}
+    for line in out.splitlines():
+        parts = line.split(None, 1)
+        if line.startswith("    ") and parts and parts[0] in ("verify", "cat", "inspect", "build", "infer-config"):
+            commands[parts[0]] = parts[1] if len(parts) > 1 else ""
+    assert set(commands) == {"verify", "cat", "inspect", "build", "infer-config"}
+    for name in ("verify", "cat", "inspect"):
+        with pytest.raises(SystemExit) as exited:
+            main([name, "--help"])
+        assert exited.value.code == 0
+        sub_help = capsys.readouterr().out
+        description = sub_help.split("\n\n")[1]
+        assert not description.startswith(("positional", "options")) and len(description) > 30, sub_help
+
+
+def _run_help(capsys) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exited:
+        main(["--help"])
+    out, err = capsys.readouterr()
+    return exited.value.code, out, err
+
+
+def test_cat_raw_prints_records_that_are_not_examples_and_the_error_says_so(capsys, tmp_path):
+    path = tmp_path / "raw.tfrecord"
+    with RecordWriter(str(path)) as writer:
+        writer.write(b"hello \xff")
+        writer.write(b"plain text")
+    code, out, err = _run(capsys, "cat", str(path))
+    assert code == 1 and "--raw" in err and len(err.strip().splitlines()) == 1
+    code, out, err = _run(capsys, "cat", "--raw", str(path))
+    assert code == 0, err
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert lines == [
+        {"offset": 0, "size": 7, "data": {"base64": base64.b64encode(b"hello \xff").decode()}},
+        {"offset": 23, "size": 10, "data": "plain text"},
+    ]
+    code, out, _ = _run(capsys, "cat", "--raw", "--limit", "1", str(path))
+    assert code == 0 and len(out.splitlines()) == 1
+
+
+def test_cat_prints_float32_values_as_their_shortest_round_trip_repr(capsys, tmp_path):
+    import numpy as np
+
+    values = [5.2, 0.1, 1e-45, 3.4028234663852886e38, 16777217.0, -0.0, 123456.789]
+    path = tmp_path / "floats.tfrecord"
+    with RecordWriter(str(path)) as writer:
+        writer.write(encode_example({"x": np.array(values, np.float32)}))
+    code, out, _ = _run(capsys, "cat", str(path))
+    assert code == 0
+    printed = out.strip()
+    assert printed.startswith('{"x": [5.2, 0.1, 1e-45, 3.4028235e+38')
+    assert "5.199999809265137" not in printed
+    decoded = json.loads(printed)["x"]
+    assert [np.float32(v) for v in decoded] == [np.float32(v) for v in values]
+    assert np.signbit(np.float32(decoded[5]))

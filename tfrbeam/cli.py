@@ -57,19 +57,33 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tfrbeam {__version__}")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
 
-    verify = commands.add_parser("verify", help="check every record's CRCs (and Example parsing); a dataset directory is checked against its manifest")
+    verify = commands.add_parser(
+        "verify", help="check every record's CRCs (and Example parsing); a dataset directory is checked against its manifest",
+        description="Read every record of each file and check its length and data CRCs; with --examples, also that "
+        "each payload parses as a tf.train.Example. A dataset directory (one holding dataset_info.json) is checked "
+        "against its manifest: shard counts, sizes and sha256. Exit 1 when anything is damaged.")
     verify.add_argument("paths", nargs="+", metavar="PATH", help="files, globs or directories")
     verify.add_argument("--examples", action="store_true", help="also check that every payload parses as a tf.train.Example")
     verify.set_defaults(run=_run_verify)
 
-    cat = commands.add_parser("cat", help="print records as JSON lines (bytes as UTF-8 text, else {\"base64\": ...})")
+    cat = commands.add_parser(
+        "cat", help="print records as JSON lines (bytes as UTF-8 text, else {\"base64\": ...})",
+        description="Print each tf.train.Example (or, with --sequence, SequenceExample) as one JSON line of "
+        "feature name to values: bytes as UTF-8 text, else {\"base64\": ...}; floats as the shortest text that "
+        "reads back as the same float32. With --raw, print each record's payload as it is, whatever it holds.")
     cat.add_argument("paths", nargs="+", metavar="PATH")
     cat.add_argument("--limit", type=int, default=None, metavar="N", help="stop after N records")
     cat.add_argument("--kinds", action="store_true", help="print each feature as {\"kind\": ..., \"values\": [...]}")
     cat.add_argument("--sequence", action="store_true", help="records are tf.train.SequenceExample")
+    cat.add_argument("--raw", action="store_true",
+                     help="records are not Examples: print {\"offset\", \"size\", \"data\"} per record")
     cat.set_defaults(run=_run_cat)
 
-    inspect = commands.add_parser("inspect", help="record count, sizes, feature kinds, presence and a tf.io.parse_example spec")
+    inspect = commands.add_parser(
+        "inspect", help="record count, sizes, feature kinds, presence and a tf.io.parse_example spec",
+        description="Summarise record files of tf.train.Example: record count, bytes on disk and in payloads, each "
+        "feature's kind, how often it is present and how many values it holds, and a feature spec to paste "
+        "into tf.io.parse_example.")
     inspect.add_argument("paths", nargs="+", metavar="PATH")
     inspect.add_argument("--limit", type=int, default=None, metavar="N", help="look at the first N records only")
     inspect.add_argument("--json", action="store_true", help="machine-readable output")
@@ -166,6 +180,10 @@ def _run_cat(args: argparse.Namespace) -> int:
     from tfrbeam import file_tools
 
     paths = file_tools.expand_record_paths(args.paths)
+    if args.raw:
+        for line in file_tools.iter_raw_json(paths, args.limit):
+            print(json.dumps(line, ensure_ascii=False))
+        return EXIT_OK
     for count, (_, _, decoded) in enumerate(file_tools.iter_decoded(paths, sequence=args.sequence)):
         if args.limit is not None and count >= args.limit:
             break

@@ -10,6 +10,7 @@ import dataclasses
 import glob
 import math
 import os
+import struct
 from collections.abc import Callable, Iterator
 
 from tfrbeam.errors import ExampleDecodeError, RecordError, TfrbeamError
@@ -19,6 +20,8 @@ from tfrbeam.records import RecordReader
 from tfrbeam.stats.files import STATS_HTML, STATS_JSON
 
 _NOT_RECORD_FILES = (MANIFEST_NAME, STATS_JSON, STATS_HTML)  # what a dataset directory holds beside its shards
+
+_FLOAT32 = struct.Struct("<f")
 
 
 
@@ -96,8 +99,22 @@ def iter_decoded(paths: list[str], sequence: bool = False) -> Iterator[tuple[str
                 try:
                     decoded = decode_sequence_example(payload, kinds=True) if sequence else decode_example(payload, kinds=True)
                 except ExampleDecodeError as error:
-                    raise ExampleDecodeError(f"{path}: the record at offset {offset} does not decode: {error}") from error
+                    kind = "SequenceExample" if sequence else "Example"
+                    raise ExampleDecodeError(f"{path}: the record at offset {offset} is not a tf.train.{kind} "
+                                             f"({error}); use cat --raw to print records of any kind") from error
                 yield path, offset, decoded
+
+
+def iter_raw_json(paths: list[str], limit: int | None = None) -> Iterator[dict]:
+    """Every record as ``{"offset", "size", "data"}`` (data as in value_to_json), for ``cat --raw``."""
+    count = 0
+    for path in paths:
+        with RecordReader(path) as reader:
+            for offset, payload in reader.records_with_offsets():
+                if limit is not None and count >= limit:
+                    return
+                count += 1
+                yield {"offset": offset, "size": len(payload), "data": value_to_json("bytes", bytes(payload))}
 
 
 def value_to_json(kind: str | None, value: object) -> object:
@@ -114,6 +131,20 @@ def value_to_json(kind: str | None, value: object) -> object:
             return "NaN"
         if math.isinf(value):
             return "Infinity" if value > 0 else "-Infinity"
+        # Example floats are float32: the shortest text that reads back as the same float32 (5.2, not 5.199999809265137).
+        return shortest_float32(value)
+    return value
+
+
+def shortest_float32(value: float) -> float:
+    """The float with the fewest significant digits that is still the same float32 as ``value``."""
+    for digits in range(1, 10):  # 9 significant digits always round-trip a float32
+        candidate = float(f"{value:.{digits}g}")
+        try:
+            if _FLOAT32.unpack(_FLOAT32.pack(candidate))[0] == value:
+                return candidate
+        except OverflowError:  # rounded past the largest float32
+            continue
     return value
 
 

@@ -76,3 +76,196 @@ def test_dataflow_job_graph_builds_offline(workdir):
                  "Shuffle/WriteShardsThroughGroupByKey/WriteShards", "Commit"):
         assert name in steps
     assert run.runner == "DataflowRunner" and run.piece_store == "inline" and not os.path.exists(run.manifest_path)
+
+
+def _one_error_line(capsys) -> str:
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("tfrbeam build: error: ")
+    return lines[0]
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--sett", "shuffle.seed=3"], "unknown option --sett; did you mean --set?"),
+    (["--runnr", "DataflowRunner"], "unknown option --runnr; did you mean --runner?"),
+    (["--dry-rn"], "unknown option --dry-rn; did you mean --dry-run?"),
+    (["--direct_num_worker=2"], "unknown option --direct_num_worker; did you mean --direct_num_workers?"),
+    (["--over"], "unknown option --over; did you mean --overwrite?"),
+    (["--runner", "DirectRuner"], "--runner: 'DirectRuner' is not a Beam runner; did you mean 'DirectRunner'?"),
+    (["--runner", "DataflowRunner"], "--runner DataflowRunner needs --project, --region and --temp_location"),
+    (["--runner", "DataflowRunner", "--project", "p", "--temp_location", "gs://b/t"],
+     "--runner DataflowRunner needs --region"),
+])
+def test_unknown_options_and_runner_problems_are_one_line_before_anything_runs(workdir, capsys, argv, expected):
+    code = build_main([DEMO_CONFIG, "--set", "output.path=out/never", *argv])
+    assert code == 2
+    assert expected in _one_error_line(capsys)
+    assert not (workdir / "out" / "never").exists()
+
+
+def test_a_stray_argument_is_an_error(workdir, capsys):
+    assert build_main([DEMO_CONFIG, "shuffle.seed=3", "--set", "output.path=out/never"]) == 2
+    assert "unexpected argument 'shuffle.seed=3'" in _one_error_line(capsys)
+
+
+def test_beam_options_are_still_accepted(workdir, capsys):
+    code = build_main([DEMO_CONFIG, "--quiet", "--set", "output.path=out/beam_opts", "--direct_num_workers", "1",
+                       "--max_num_workers=3"])
+    assert code == 0, capsys.readouterr().err
+
+
+def test_dry_run_prints_the_plan_and_runs_nothing(workdir, capsys):
+    code = build_main([DEMO_CONFIG, "--dry-run", "--set", "output.path=out/dry"])
+    assert code == 0
+    out = capsys.readouterr().out
+    for expected in ("demo_data/csv/flights-00000.csv", "bytes", "dep_delay", "float", "null -> default 0.0",
+                     "tailnum", "null -> omitted", "embedding", "[4]", "train", "0.9", "eval", "4 shards",
+                     "1 shard", "out/dry", "DirectRunner"):
+        assert expected in out, (expected, out)
+    assert not (workdir / "out" / "dry").exists()
+    leftovers = os.listdir(workdir / "out") if (workdir / "out").exists() else []
+    assert not [name for name in leftovers if "dry" in name]
+
+
+def _write_config(path: pathlib.Path, input_path: str, output: str, extra: str = "") -> str:
+    path.write_text(f"input: {{path: '{input_path}'}}\noutput: {{path: '{output}', num_shards: 1}}\n"
+                    "splits: {train: 1.0}\n" + extra)
+    return str(path)
+
+
+def test_a_header_only_csv_warns_and_allow_empty_false_fails_it(workdir, capsys, caplog):
+    (workdir / "empty").mkdir(exist_ok=True)
+    (workdir / "empty" / "a.csv").write_text("x,y\n")
+    (workdir / "empty" / "b.csv").write_text("x,y\n\n")
+    config = _write_config(workdir / "empty.yaml", "empty/*.csv", "out/empty", "features: {x: {type: int64}}\n")
+    with caplog.at_level("WARNING"):
+        assert build_main([config]) == 0
+    assert "the input files hold no rows (2 files, only header lines: empty/a.csv, ...)" in caplog.text
+    assert "errors.allow_empty: false" in caplog.text
+    capsys.readouterr()
+    assert build_main([config, "--set", "output.path=out/empty_refused", "--set", "errors.allow_empty=false"]) == 1
+    line = _one_error_line(capsys)
+    assert "the input files hold no rows" in line and "errors.allow_empty is false" in line
+    assert not (workdir / "out" / "empty_refused").exists()
+
+
+def _entries_beside(directory: pathlib.Path) -> list[str]:
+    return sorted(name for name in os.listdir(directory))
+
+
+@pytest.fixture(scope="module")
+def big_demo_data(tmp_path_factory) -> pathlib.Path:
+    """Enough rows that a build runs for a few seconds (to be interrupted)."""
+    directory = tmp_path_factory.mktemp("big_demo") / "demo_data"
+    write_demo_data(str(directory), num_rows=300_000)
+    return directory
+
+
+def _descendants(pid: int) -> set[int]:
+    from tfrbeam.build.cli import child_processes
+
+    return set(child_processes(pid))
+
+
+@pytest.mark.parametrize("signal_name, code, runner_args", [
+    ("SIGINT", 130, []), ("SIGTERM", 143, []),
+    ("SIGTERM", 143, ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]),
+])
+def test_a_signal_mid_build_is_one_line_and_a_rerun_succeeds_leaving_nothing_extra(tmp_path, big_demo_data,
+                                                                                     signal_name, code, runner_args):
+    import signal as signals
+    import subprocess
+    import sys
+    import time
+
+    os.symlink(big_demo_data, tmp_path / "demo_data")
+    (tmp_path / "out").mkdir()
+    command = [sys.executable, "-m", "tfrbeam.build", DEMO_CONFIG, "--set", "output.path=out/demo",
+               "--set", "errors.max_bad_fraction=0.5", *runner_args]
+    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    process = subprocess.Popen(command, cwd=tmp_path, stderr=subprocess.PIPE, text=True, env=environment)
+    seen = ""
+    while "building out/demo" not in seen:  # logged just before the pipeline runs
+        line = process.stderr.readline()
+        assert line, f"the build ended before it started running: {seen}"
+        seen += line
+    time.sleep(1.0)
+    assert process.poll() is None, "the build finished before the signal; give it more rows"
+    workers = _descendants(process.pid)
+    process.send_signal(getattr(signals, signal_name))
+    rest = process.stderr.read()
+    assert process.wait(timeout=60) == code
+    deadline = time.monotonic() + 20
+    while workers & _descendants(1) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not workers & _descendants(1), "worker processes outlived the interrupted build"
+    ours = [line for line in rest.splitlines() if line.startswith("tfrbeam build:")]
+    assert ours == [f"tfrbeam build: interrupted ({signal_name}); the next run removes (or completes) what this one left"]
+    assert "Traceback" not in rest and "KeyboardInterrupt" not in rest
+    assert not (tmp_path / "out" / "demo" / "dataset_info.json").exists()
+    rerun = subprocess.run(command + ["--quiet"], cwd=tmp_path, capture_output=True, text=True, env=environment)
+    assert rerun.returncode == 0, rerun.stderr
+    clean = tmp_path / "clean"
+    (clean / "out").mkdir(parents=True)
+    os.symlink(big_demo_data, clean / "demo_data")
+    fresh = subprocess.run(command + ["--quiet"], cwd=clean, capture_output=True, text=True, env=environment)
+    assert fresh.returncode == 0, fresh.stderr
+    assert _entries_beside(tmp_path / "out") == _entries_beside(clean / "out")
+    assert _entries_beside(tmp_path / "out" / "demo") == _entries_beside(clean / "out" / "demo")
+    assert shard_bytes(tmp_path / "out" / "demo") == shard_bytes(clean / "out" / "demo")
+
+
+def test_progress_is_logged_without_a_terminal_with_counts_from_worker_processes(workdir, capsys, caplog, monkeypatch):
+    import re
+
+    import tfrbeam.build.cli as build_cli
+
+    monkeypatch.setattr(build_cli, "PROGRESS_LOG_SECONDS", 0.05)
+    with caplog.at_level("INFO"):
+        assert build_main([DEMO_CONFIG, "--set", "output.path=out/progress", "--direct_num_workers=2",
+                           "--direct_running_mode=multi_processing"]) == 0
+    lines = [record.getMessage() for record in caplog.records if record.getMessage().startswith("read ")]
+    assert lines, caplog.text
+    pattern = re.compile(r"read ([\d,]+) rows, ([\d,]+) of ([\d,]+) input bytes \((\d+)%\) in \d+ s, [\d,]+ rows/s")
+    counts = [pattern.match(line) for line in lines]
+    assert all(counts), lines
+    assert int(counts[-1].group(3).replace(",", "")) == sum(os.path.getsize(workdir / "demo_data" / "csv" / name)
+                                                           for name in os.listdir(workdir / "demo_data" / "csv"))
+    caplog.clear()
+    with caplog.at_level("INFO"):
+        assert build_main([DEMO_CONFIG, "--quiet", "--set", "output.path=out/progress_quiet"]) == 0
+    assert not [record for record in caplog.records if record.getMessage().startswith("read ")]
+
+
+def test_progress_bar_on_a_terminal(tmp_path, big_demo_data):
+    import pty
+    import subprocess
+    import sys
+
+    os.symlink(big_demo_data, tmp_path / "demo_data")
+    import fcntl
+    import struct
+    import termios
+
+    primary, secondary = pty.openpty()
+    fcntl.ioctl(secondary, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # a terminal has a size
+    process = subprocess.Popen([sys.executable, "-m", "tfrbeam.build", DEMO_CONFIG, "--set", "output.path=out/bar",
+                                "--set", "errors.max_bad_fraction=0.5"], cwd=tmp_path, stderr=secondary,
+                               stdout=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    os.close(secondary)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(primary, 65536)
+        except OSError:  # the terminal closed: the build ended
+            break
+        if not chunk:
+            break
+        seen += chunk
+    assert process.wait(timeout=120) == 0
+    os.close(primary)
+    text = seen.decode("utf-8", "replace")
+    bars = [part for part in text.split("\r") if part.startswith("reading")]
+    assert bars, text[-2000:]
+    assert any(" rows" in bar and "B/s" in bar and "%|" in bar for bar in bars), bars[-3:]

@@ -102,7 +102,7 @@ def test_defaults_of_a_minimal_config():
     assert config == BuildConfig(input=config.input, output=config.output)
     assert config.input.format == "csv"  # from the .csv extension
     assert config.input.csv == CsvOptions()
-    assert config.input.csv.null_values == ()  # nothing is null unless configured
+    assert config.input.csv.null_values is None  # not given: none, or inferred when features are left out too
     assert config.features is None  # every input column, types inferred
     assert config.splits == {"train": 1.0} and config.split_key is None
     assert (config.shuffle.enabled, config.shuffle.seed) == (True, 0)
@@ -196,7 +196,7 @@ def test_load_config_reports_missing_file_and_yaml_errors(tmp_path):
         (_with(input={"format": "csv"}), "input.path: is required"),
         (_with(output={"num_shards": 2}), "output.path: is required"),
         (_with(inputs={}), "inputs: unknown key (allowed: input, features, shuffle, splits, split_key, output, errors); did you mean 'input'?"),
-        (_with(input={"path": "a.csv", "csv": {"delimeter": ";"}}), "input.csv.delimeter: unknown key (allowed: delimiter, quote_char, escape_char, header, column_names, null_values, skip_rows, encoding); did you mean 'delimiter'?"),
+        (_with(input={"path": "a.csv", "csv": {"delimeter": ";"}}), "input.csv.delimeter: unknown key (allowed: delimiter, quote_char, escape_char, header, column_names, null_values, true_values, false_values, skip_rows, encoding, max_row_bytes); did you mean 'delimiter'?"),
         (_with(input={"path": "gs://b/x/*"}), "input.format: is required: 'gs://b/x/*' does not end in .csv, .tsv or .parquet (allowed: csv, parquet)"),
         (_with(input={"path": "a", "format": "json"}), "input.format: 'json' is not one of csv, parquet"),
         (_with(input={"path": "a.parquet", "csv": {"delimiter": ";"}}), "input.csv: CSV options are only for input.format csv, but the format is parquet"),
@@ -216,10 +216,10 @@ def test_load_config_reports_missing_file_and_yaml_errors(tmp_path):
         (_with(input={"path": "a.csv", "columns": "a"}), "input.columns: 'a' is not a non-empty list of non-empty strings"),
         (_with(input={"path": "a.csv", "split_bytes": "lots"}), "input.split_bytes: 'lots' is not a positive size"),
         (_with(features=[]), "features: expected a mapping of feature name to its settings"),
-        (_with(features={"a": {"type": "string"}}), "features.a.type: 'string' is not one of int64, float, bytes; use bytes"),
-        (_with(features={"a": {"type": "float64"}}), "features.a.type: 'float64' is not one of int64, float, bytes; use float"),
-        (_with(features={"a": {"type": "int64", "typo": 1}}), "features.a.typo: unknown key (allowed: type, source, on_null, default, separator, length)"),
-        (_with(features={"a": "int64"}), "features.a: expected a mapping with keys type, source, on_null, default, separator, length, got 'int64'"),
+        (_with(features={"a": {"type": "string"}}), "features.a.type: 'string' is not one of int64, float, bytes, timestamp; use bytes"),
+        (_with(features={"a": {"type": "float64"}}), "features.a.type: 'float64' is not one of int64, float, bytes, timestamp; use float"),
+        (_with(features={"a": {"type": "int64", "typo": 1}}), "features.a.typo: unknown key (allowed: type, source, on_null, default, separator, length, format, unit)"),
+        (_with(features={"a": "int64"}), "features.a: expected a mapping with keys type, source, on_null, default, separator, length, format, unit, got 'int64'"),
         (_with(features={"dep_delay": {"type": "float", "on_null": "zero"}}), "features.dep_delay.on_null: 'zero' is not one of omit, default, error"),
         (_with(features={"a": {"type": "float", "on_null": "default"}}), "features.a.default: is required when on_null is default (a value of type float)"),
         (_with(features={"a": {"type": "int64", "on_null": "default", "default": 1.5}}), "features.a.default: 1.5 is not a int64 value (an integer from -2**63 to 2**63-1)"),
@@ -343,12 +343,12 @@ def _csv_config(**sections):
 
 def test_features_left_out_become_every_column_with_inferred_types():
     resolved = validate_against_schema(_csv_config(), CSV_SCHEMA, CSV_SAMPLE)
-    assert [(s.name, s.type, s.on_null) for s in resolved.features] == [
-        ("id", "int64", "omit"), ("delay", "float", "omit"), ("tailnum", "bytes", "omit"), ("emb", "bytes", "omit")]
+    # The sample decides, as infer-config does: nulls in the sample -> omit, none -> a later null is a bad row.
+    assert [(s.name, s.type, s.shape, s.on_null) for s in resolved.features] == [
+        ("id", "int64", (), "error"), ("delay", "float", (), "omit"), ("tailnum", "bytes", (), "error"),
+        ("emb", "int64", (2,), "error")]
+    assert resolved.feature("emb").separator == ";"
     assert resolved.input.columns == ("id", "delay", "tailnum", "emb")
-    no_nulls = validate_against_schema(parse_config({"input": {"path": "x.csv"}, "output": {"path": "o"}}),
-                                       CSV_SCHEMA, CSV_SAMPLE)
-    assert {s.on_null for s in no_nulls.features} == {"error"}  # no null_values: nothing can be null
 
 
 def test_listed_features_get_types_lists_and_the_projection():
@@ -411,3 +411,62 @@ def test_resolve_config_reads_the_first_input_file(tmp_path):
     assert [(s.name, s.type) for s in resolved.features] == [("id", "int64"), ("w", "float")]  # from a.csv
     with pytest.raises(ConfigError, match="matches no files"):
         resolve_config(parse_config({"input": {"path": str(tmp_path / "*.tsv")}, "output": {"path": "o"}}))
+
+
+def test_a_data_file_given_as_the_config_is_named_as_such_in_one_line(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    csv_file = tmp_path / "flights.csv"
+    csv_file.write_text("year,month,carrier\n" + "2013,1,UA\n" * 50_000)
+    with pytest.raises(ConfigError) as caught:
+        load_config(str(csv_file))
+    message = str(caught.value)
+    assert "not a YAML build config" in message and "year,month,carrier" in message
+    assert len(message) < 400 and "\n" not in message and "2013,1,UA" not in message
+    parquet_file = tmp_path / "flights.parquet"
+    pq.write_table(pa.table({"year": [2013] * 10}), parquet_file)
+    with pytest.raises(ConfigError) as caught:
+        load_config(str(parquet_file))
+    message = str(caught.value)
+    assert "not a YAML build config" in message and "Parquet" in message and "infer-config" in message
+    assert len(message) < 400 and "\n" not in message
+    binary = tmp_path / "blob.yaml"
+    binary.write_bytes(b"\xff\xfe\x00junk" * 100)
+    with pytest.raises(ConfigError, match="not a YAML build config") as caught:
+        load_config(str(binary))
+    assert len(str(caught.value)) < 400
+
+
+def test_timestamp_features_and_boolean_tokens_parse_and_round_trip():
+    config = parse_config({
+        "input": {"path": "x.csv", "csv": {"true_values": ["TRUE", "yes"], "false_values": ["FALSE"]}},
+        "output": {"path": "o"},
+        "features": {"dep": {"type": "timestamp", "unit": "ms", "format": "%Y-%m-%d %H:%M"},
+                     "arr": {"type": "timestamp"}, "late": {"type": "int64"}},
+    })
+    assert config.input.csv.true_values == ("TRUE", "yes") and config.input.csv.false_values == ("FALSE",)
+    assert config.feature("dep") == FeatureSpec("dep", "int64", "dep", time_unit="ms", time_format="%Y-%m-%d %H:%M")
+    assert config.feature("arr") == FeatureSpec("arr", "int64", "arr", time_unit="s")
+    assert parse_config(config_to_dict(config)) == config
+    assert config_to_dict(config)["features"]["dep"]["type"] == "timestamp"
+
+
+@pytest.mark.parametrize("feature, message", [
+    ({"type": "timestamp", "unit": "hours"}, "features.t.unit: 'hours' is not one of s, ms, us, ns"),
+    ({"type": "int64", "format": "%Y"}, "features.t.format: is only used with type: timestamp"),
+    ({"type": "timestamp", "separator": ";"}, "features.t.separator: a timestamp feature is one value"),
+    ({"type": "timestamp", "format": ""}, "features.t.format: '' is not a non-empty string"),
+])
+def test_timestamp_feature_problems(feature, message):
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"input": {"path": "x.csv"}, "output": {"path": "o"}, "features": {"t": feature}})
+    assert message in str(caught.value)
+
+
+def test_boolean_tokens_must_be_lists_of_strings_and_not_both():
+    with pytest.raises(ConfigError, match=r"input.csv.true_values: 'yes' is not a list of strings"):
+        parse_config({"input": {"path": "x.csv", "csv": {"true_values": "yes"}}, "output": {"path": "o"}})
+    with pytest.raises(ConfigError, match=r"input.csv.false_values: 'T' is also in true_values"):
+        parse_config({"input": {"path": "x.csv", "csv": {"true_values": ["T"], "false_values": ["T"]}},
+                      "output": {"path": "o"}})

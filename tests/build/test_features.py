@@ -344,3 +344,41 @@ def test_struct_sources_and_dotted_names():
     assert source_column(schema, "s.a.b") == "s"
     assert source_type(schema, "x.y") == pa.string() and source_column(schema, "x.y") == "x.y"
     assert source_type(schema, "s.zz") is None and source_column(schema, "nope") is None
+
+
+def test_timestamp_text_becomes_int64_since_the_epoch():
+    iso = FeatureSpec("t", "int64", "t", time_unit="s")
+    result = convert({"t": text(["2013-01-01 05:00:00", "2013-01-01T00:00:00Z", "2013-01-01T01:00:00+01:00",
+                                 "2013-01-02", "01/02/2013", "2013-01-01T00:00:00.5"])}, iso)
+    assert result.batch.column("t").to_pylist() == [1357016400, 1356998400, 1356998400, 1357084800]
+    assert [(bad.line, bad.reason) for bad in result.bad_rows] == [
+        (6, "feature 't': '01/02/2013' is not an ISO 8601 timestamp (set format, e.g. format: \"%d/%m/%Y\")"),
+        (7, "feature 't': '2013-01-01T00:00:00.5' is not an ISO 8601 timestamp in whole s (use a finer unit: ms, us or ns)")]
+    millis = FeatureSpec("t", "int64", "t", time_unit="ms", time_format="%d/%m/%Y %H:%M")
+    result = convert({"t": text(["02/01/2013 10:30", "2013-01-02"])}, millis)
+    assert result.batch.column("t").to_pylist() == [1357122600000]
+    assert result.bad_rows[0].reason == "feature 't': '2013-01-02' does not match format '%d/%m/%Y %H:%M'"
+
+
+def test_timestamp_type_on_typed_columns_converts_the_unit():
+    spec_ms = FeatureSpec("t", "int64", "t", time_unit="ms", on_null="omit")
+    stamps = pa.array([datetime.datetime(2013, 1, 1, 0, 0, 1), None], pa.timestamp("us"))
+    result = convert({"t": stamps}, spec_ms)
+    assert result.batch.column("t").to_pylist() == [1356998401000, None]
+    days = convert({"t": pa.array([datetime.date(1970, 1, 2)], pa.date32())}, FeatureSpec("t", "int64", "t", time_unit="s"))
+    assert days.batch.column("t").to_pylist() == [86400]
+    with pytest.raises(ArrowConversionError, match="type timestamp needs a text, timestamp or date column"):
+        resolve_spec(FeatureSpec("t", "int64", "t", time_unit="s"), pa.float64())
+
+
+def test_true_and_false_values_are_1_and_0_in_number_features():
+    batch = pa.record_batch({"b": text(["TRUE", "FALSE", "1", "yes"]), "s": text(["TRUE", "x", "y", "z"])})
+    specs = (FeatureSpec("b", "int64", "b"), FeatureSpec("f", "float", "b"), FeatureSpec("s", "bytes", "s"))
+    result = convert_batch(batch, specs, BatchProvenance("in.csv", batch, first_line=2),
+                           true_values=("TRUE",), false_values=("FALSE",))
+    assert result.batch.column("b").to_pylist() == [1, 0, 1]
+    assert result.batch.column("f").to_pylist() == [1.0, 0.0, 1.0]
+    assert result.batch.column("s").to_pylist() == [b"TRUE", b"x", b"y"]  # bytes stay text
+    assert "'yes' is not an int64" in result.bad_rows[0].reason
+    assert infer_text_type(text(["TRUE", "FALSE"]), true_values=("TRUE",), false_values=("FALSE",)) == "int64"
+    assert infer_text_type(text(["TRUE", "FALSE"])) == "bytes"

@@ -51,12 +51,13 @@ def test_csv_with_nulls_lists_and_types(tmp_path):
     assert "  delay: {type: float, on_null: omit}   # 8 of 50 sampled rows are null: they leave the feature out" in text
     assert '  emb: {type: float, on_null: error, separator: "|", length: 3}' in text
     assert "  tail: {type: bytes, on_null: error}" in text  # "" is a value: only NA was made null
-    assert "  flag: {type: bytes, on_null: error}" in text
+    assert "  flag: {type: int64, on_null: error}" in text  # true/false: proposed as true_values/false_values
+    assert '    true_values: ["true"]' in text
     config = resolve_config(load(tmp_path, text))
     assert [(s.name, s.type, s.shape, s.on_null) for s in config.features] == [
         ("id", "int64", (), "error"), ("carrier", "bytes", (), "error"), ("delay", "float", (), "omit"),
         ("tail", "bytes", (), "error"), ("emb", "float", (3,), "error"), ("tags", "int64", (), "error"),
-        ("flag", "bytes", (), "error")]
+        ("flag", "int64", (), "error")]
     assert config.input.csv.null_values == ("NA",)
     assert convert_all(config) == (50, 0)
 
@@ -154,7 +155,80 @@ def test_the_rest_of_the_config_is_complete_and_commented(tmp_path):
     raw = yaml.safe_load(text)
     assert set(raw) == {"input", "features", "shuffle", "splits", "split_key", "output", "errors"}
     assert raw["splits"] == {"train": 0.9, "eval": 0.1} and raw["shuffle"] == {"enabled": True, "seed": 42}
-    assert raw["output"] == {"path": "out/x", "num_shards": None, "max_bytes_per_shard": "256MiB", "compression": "none"}
+    assert raw["output"] == {"path": "out/x", "compression": "none"}  # the sharding default is a comment
     assert all(line.startswith("#") or " #" in line or line.endswith(":") or line.startswith("  ") for line in text.splitlines())
     config = load(tmp_path, text)
     assert config.output.max_bytes_per_shard == 256 << 20 and config.errors.on_bad_record == "fail"
+
+
+def test_the_edits_infer_config_invites_work(tmp_path):
+    data = tmp_path / "x.csv"
+    data.write_text("a,b\n1,x\n2,y\n")
+    path = tmp_path / "inferred.yaml"
+    path.write_text(infer_config(str(data)))
+    assert load_config(str(path), ["output.num_shards=4"]).output.num_shards == 4
+    sized = load_config(str(path), ["output.max_bytes_per_shard=1MiB"]).output
+    assert sized.max_bytes_per_shard == 1 << 20 and sized.num_shards is None
+    keep_going = load_config(str(path), ["errors.on_bad_record=dead_letter"]).errors
+    assert keep_going.max_bad_fraction == 0.1
+    text = path.read_text()
+    assert "  # num_shards: 4" in text and "  # max_bytes_per_shard: 256MiB" in text
+    assert "  # max_bad_fraction:" in text
+    edited = text.replace("  # num_shards: 4", "  num_shards: 4")
+    path.write_text(edited)
+    assert load_config(str(path)).output.num_shards == 4
+
+
+def test_set_of_one_sharding_key_replaces_the_other(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("input: {path: a.csv}\noutput: {path: o, max_bytes_per_shard: 1MiB}\n")
+    output = load_config(str(path), ["output.num_shards=3"]).output
+    assert output.num_shards == 3 and output.max_bytes_per_shard is None
+    path.write_text("input: {path: a.csv}\noutput: {path: o, num_shards: {train: 2}}\n")
+    output = load_config(str(path), ["output.max_bytes_per_shard=2MiB"]).output
+    assert output.num_shards is None and output.max_bytes_per_shard == 2 << 20
+    with pytest.raises(ConfigError, match="cannot be set together"):
+        load_config(str(path), ["output.max_bytes_per_shard=2MiB", "output.num_shards=2"])
+
+
+PENGUINS = '''"","species","island","bill_length_mm","body_mass_g","sex","year"
+"1","Adelie","Torgersen",39.1,3750,"male",2007
+"2","Adelie","Torgersen",NA,NA,NA,2007
+"3","Gentoo","Biscoe",46.1,4500,"female",2008
+'''
+
+
+def test_build_and_infer_config_infer_the_same_features(tmp_path):
+    """One inference path: the build with features left out gets what infer-config writes (NA is null, "" is named)."""
+    data = tmp_path / "penguins.csv"
+    data.write_text(PENGUINS)
+    built = resolve_config(load(tmp_path, f"input: {{path: {data}}}\noutput: {{path: {tmp_path / 'out'}}}\n"))
+    text = infer_config(str(data))
+    inferred = resolve_config(load(tmp_path, text))
+    assert built.features == inferred.features
+    assert built.input.csv.null_values == inferred.input.csv.null_values == ("NA",)
+    assert [(s.name, s.source, s.type, s.on_null) for s in built.features] == [
+        ("column_0", "column_0", "int64", "error"), ("species", "species", "bytes", "error"),
+        ("island", "island", "bytes", "error"), ("bill_length_mm", "bill_length_mm", "float", "omit"),
+        ("body_mass_g", "body_mass_g", "int64", "omit"), ("sex", "sex", "bytes", "omit"), ("year", "year", "int64", "error")]
+    assert "column_0: {type: int64, on_null: error}   # the header gives column 0 no name" in text
+    assert convert_all(built) == (3, 0)
+
+
+def test_infer_config_proposes_boolean_tokens_and_timestamps(tmp_path):
+    data = tmp_path / "flights.csv"
+    data.write_text("id,cancelled,dep_time,day\n1,TRUE,2013-01-01 05:15:00,2013-01-01\n"
+                    "2,FALSE,2013-01-01T05:29:30,2013-01-02\n3,FALSE,2013-01-01 06:00:00,2013-01-03\n")
+    text = infer_config(str(data))
+    assert '    true_values: ["TRUE"]' in text and '    false_values: ["FALSE"]' in text
+    assert "  cancelled: {type: int64, on_null: error}" in text
+    assert "  dep_time: {type: timestamp, unit: s, on_null: error}   # ISO 8601 text" in text
+    config = resolve_config(load(tmp_path, text))
+    assert config.feature("dep_time").time_unit == "s" and config.feature("day").time_unit == "s"
+    built = resolve_config(load(tmp_path, f"input: {{path: {data}}}\noutput: {{path: {tmp_path / 'o'}}}\n"))
+    assert built.features == config.features  # the build infers the same
+    assert convert_all(config) == (3, 0)
+    source = next(read_csv_file(str(data), config.input.csv))
+    converted = convert_source_batch(source, config.features).batch
+    assert converted.column("cancelled").to_pylist() == [1, 0, 0]
+    assert converted.column("dep_time").to_pylist()[:2] == [1357017300, 1357018170]

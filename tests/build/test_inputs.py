@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import random
 import re
 import subprocess
@@ -252,9 +253,11 @@ def test_encodings(tmp_path, encoding):
     assert rows_of(sources) == [(2, {"name": "José", "city": "Zürich"}), (3, {"name": "Åsa", "city": "Malmö\nSkåne"})]
 
 
-def test_invalid_utf8_bytes_are_kept_as_bytes(tmp_path):
+def test_invalid_utf8_bytes_are_a_bad_row_and_latin1_reads_them_as_text(tmp_path):
     (source,) = list(read_csv_file(write(tmp_path, b"a\n\xff\xfe\n"), CsvOptions()))
-    assert source.batch.column("a").to_pylist() == [b"\xff\xfe"]
+    assert source.num_rows == 0 and [bad.line for bad in source.bad_rows] == [2]
+    (source,) = list(read_csv_file(write(tmp_path, b"a\n\xff\xfe\n"), CsvOptions(encoding="latin-1")))
+    assert source.batch.column("a").to_pylist() == ["\u00ff\u00fe".encode("utf-8")]
 
 
 @pytest.mark.parametrize(
@@ -535,3 +538,104 @@ def test_source_batches_have_a_coder_that_sizes_them_without_pickling(tmp_path, 
     monkeypatch.setattr(tabular_read.pickle, "dumps", lambda *args: pytest.fail("estimate_size pickled the batch"))
     size = coder.get_impl().estimate_size(source)
     assert size >= source.batch.get_total_buffer_size() + len(source.raw) > 0
+
+
+def test_text_that_is_not_valid_in_the_declared_encoding_is_a_bad_row(tmp_path):
+    data = "name,city\nAna,Lisboa\nJos\u00e9,S\u00e3o Paulo\nBo,\"Malm\u00f6\nnorth\"\nEve,Oslo\n"
+    path = write(tmp_path, data.encode("latin-1"))  # declared (by default) as utf-8
+    sources = list(read_csv_file(path, CsvOptions()))
+    assert rows_of(sources) == [(2, {"name": "Ana", "city": "Lisboa"}), (6, {"name": "Eve", "city": "Oslo"})]
+    assert [(line, reason) for line, reason, _ in bad_of(sources)] == [
+        (3, "byte 3 of the row is not valid utf-8 text (invalid continuation byte); set input.csv.encoding"),
+        (4, "byte 8 of the row is not valid utf-8 text (invalid start byte); set input.csv.encoding")]
+    assert bad_of(sources)[0][2] == "Jos\ufffd,S\ufffdo Paulo"
+    ascii_sources = list(read_csv_file(write(tmp_path, "a\nx\n\u00e9\n", "ascii.csv"), CsvOptions(encoding="ascii")))
+    assert [(line, reason) for line, reason, _ in bad_of(ascii_sources)] == [
+        (3, "byte 0 of the row is not valid ascii text (ordinal not in range(128)); set input.csv.encoding")]
+    # The same rows split into parallel ranges are checked the same way.
+    big = "name,city\n" + "Ana,Lisboa\n" * 3000 + "Jos\u00e9,x\n"
+    big_path = write(tmp_path, big.encode("latin-1"), "big.csv")
+    size = len(big.encode("latin-1"))
+    ranged = [source for start, end in csv_ranges(size, 8192)
+              for source in read_csv_range(big_path, start, end, big.encode("latin-1")[:start].count(b"\n"),
+                                           CsvOptions())]
+    assert [line for line, _, _ in bad_of(ranged)] == [3002]
+
+
+def _checksum_table() -> pa.Table:
+    return pa.table({"a": list(range(3000)), "s": [f"v{i % 5}" for i in range(3000)],
+                     "l": [[i, i + 1] for i in range(3000)], "f": [i * 0.5 for i in range(3000)]})
+
+
+@pytest.mark.parametrize("dictionary", [True, False])
+def test_page_checksums_are_detected_from_the_page_headers(tmp_path, dictionary):
+    with_crc, without = str(tmp_path / "crc.parquet"), str(tmp_path / "none.parquet")
+    pq.write_table(_checksum_table(), with_crc, write_page_checksum=True, row_group_size=1000, use_dictionary=dictionary)
+    pq.write_table(_checksum_table(), without, row_group_size=1000, use_dictionary=dictionary)
+    assert tabular_read.parquet_columns_without_checksums(with_crc) == []
+    assert tabular_read.parquet_columns_without_checksums(without)[:2] == [(0, "a"), (0, "s")]
+
+
+def test_require_checksums_refuses_files_without_them(tmp_path):
+    without = str(tmp_path / "none.parquet")
+    pq.write_table(_checksum_table(), without, row_group_size=1000)
+    config = parse_config({"input": {"path": without, "parquet": {"require_checksums": True}}, "output": {"path": "o"}})
+    assert config.input.parquet.require_checksums
+    with pytest.raises(InputError, match=r"none.parquet: column 'a' of row group 0 has no page checksums .*"
+                       r"write_page_checksum=True.*input.parquet.require_checksums"):
+        resolve_config(config)
+    with pytest.raises(InputError, match="has no page checksums"):
+        tabular_read.parquet_row_groups(without, require_checksums=True)
+    assert len(tabular_read.parquet_row_groups(without)) == 3  # not required: read as before
+    with_crc = str(tmp_path / "crc.parquet")
+    pq.write_table(_checksum_table(), with_crc, write_page_checksum=True, row_group_size=1000)
+    assert len(tabular_read.parquet_row_groups(with_crc, require_checksums=True)) == 3
+    with pytest.raises(ConfigError, match="input.parquet: Parquet options are only for input.format parquet"):
+        parse_config({"input": {"path": "x.csv", "parquet": {"require_checksums": True}}, "output": {"path": "o"}})
+
+
+def test_a_flipped_byte_in_a_checksummed_page_fails_naming_the_file(tmp_path):
+    path = tmp_path / "crc.parquet"
+    pq.write_table(pa.table({"a": list(range(1000))}), path, write_page_checksum=True, use_dictionary=False,
+                   compression="none")
+    data = bytearray(path.read_bytes())
+    data[200] ^= 0x01  # inside the plain-encoded values of the one data page
+    path.write_bytes(bytes(data))
+    with pytest.raises(InputError, match=r"crc.parquet: cannot read row group 0"):
+        list(read_parquet_file(str(path)))
+
+
+def test_demo_parquet_files_are_written_with_page_checksums(tmp_path):
+    from pipelines.demo_data import write_demo_data
+
+    write_demo_data(str(tmp_path / "demo"), num_rows=300)
+    files = sorted((tmp_path / "demo" / "parquet").glob("*.parquet"))
+    assert files and all(tabular_read.parquet_columns_without_checksums(str(path)) == [] for path in files)
+
+
+def test_a_field_over_the_block_size_grows_the_block_up_to_max_row_bytes(tmp_path):
+    big = "x" * (10 << 20)
+    text = f'id,text\n1,short\n2,"{big}\nsecond line"\n3,after\n'
+    path = write(tmp_path, text)
+    rows = rows_of(read_csv_file(path, CsvOptions()))
+    assert [(line, row["id"]) for line, row in rows] == [(2, "1"), (3, "2"), (5, "3")]
+    assert rows[1][1]["text"] == big + "\nsecond line"
+    unquoted = write(tmp_path, f"id,text\n1,short\n2,{big}\n3,after\n", "unquoted.csv")
+    size = os.path.getsize(unquoted)
+    ranged = [source for start, end in csv_ranges(size, 4 << 20)
+              for source in read_csv_range(unquoted, start, end, open(unquoted, "rb").read(start).count(b"\n"),
+                                           CsvOptions())]
+    assert [(line, row["id"]) for line, row in rows_of(ranged)] == [(2, "1"), (3, "2"), (4, "3")]
+    with pytest.raises(InputError) as caught:
+        list(read_csv_file(path, CsvOptions(max_row_bytes=4 << 20)))  # pyarrow reads rows up to ~2 blocks
+    message = str(caught.value)
+    assert "a row longer than input.csv.max_row_bytes (4 MiB) after line 2" in message
+    assert "block size" not in message
+
+
+def test_max_row_bytes_is_a_size_in_the_config():
+    config = parse_config({"input": {"path": "x.csv", "csv": {"max_row_bytes": "128MiB"}}, "output": {"path": "o"}})
+    assert config.input.csv.max_row_bytes == 128 << 20
+    assert parse_config({"input": {"path": "x.csv"}, "output": {"path": "o"}}).input.csv.max_row_bytes == 64 << 20
+    with pytest.raises(ConfigError, match=r"input.csv.max_row_bytes: 1000 is below 1 MiB"):
+        parse_config({"input": {"path": "x.csv", "csv": {"max_row_bytes": 1000}}, "output": {"path": "o"}})

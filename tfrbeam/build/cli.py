@@ -9,19 +9,27 @@ line with exit status 2 before any pipeline starts; a failed build (a bad row wi
 from __future__ import annotations
 
 import argparse
+import contextlib
+import difflib
 import logging
+import os
 import re
+import signal
 import sys
+import threading
 import time
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions, StandardOptions, TestOptions
+from apache_beam.options.pipeline_options import (
+    GoogleCloudOptions, PipelineOptions, PortableOptions, StandardOptions, TestOptions, _BeamArgumentParser,
+)
 
 from tfrbeam.build.config import load_config
 from tfrbeam.beam.filesystem import BEAM_FILES
 from tfrbeam.beam.publish import OutputLock, abandon
 from tfrbeam.build.commit import discard_staging, recover_output
 from tfrbeam.build.graph import build_pipeline
+from tfrbeam.build.inputs import progress_dir, read_progress
 from tfrbeam.build.plan import BuildPlan, check_output_dir, plan_build
 from tfrbeam.build.runners import DEFAULT_RUNNER
 from tfrbeam.manifest import read_manifest
@@ -41,7 +49,7 @@ _OUR_ERROR_LINE = re.compile(
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=_PROG, description="Build a shuffled, split, sharded TFRecord dataset from Parquet or CSV.",
+        prog=_PROG, description="Build a shuffled, split, sharded TFRecord dataset from Parquet or CSV.", allow_abbrev=False,
         epilog="Other options (e.g. --runner DataflowRunner --project P --region R --temp_location gs://... "
         "--setup_file ./setup.py, or --direct_num_workers 2 --direct_running_mode multi_processing) go to Beam.",
     )
@@ -50,20 +58,33 @@ def _parser() -> argparse.ArgumentParser:
                         help="override one config value (YAML syntax), e.g. --set shuffle.seed=7; repeatable")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace a different dataset (or other files) in output.path")
-    parser.add_argument("--quiet", action="store_true", help="log warnings only")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="check everything and print the plan (inputs, features, splits, shards, output, runner); run nothing")
+    parser.add_argument("--quiet", action="store_true", help="log warnings only, and show no progress")
     parser.add_argument("--verbose", action="store_true", help="also show Beam's own log (worker tracebacks included)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run a dataset build; returns the exit status."""
-    args, beam_args = _parser().parse_known_args(sys.argv[1:] if argv is None else argv)
+    """Run a dataset build; returns the exit status (130 after Ctrl-C, 143 after SIGTERM)."""
+    with _INTERRUPTS.handled():
+        try:
+            return _build(argv)
+        except KeyboardInterrupt:
+            _INTERRUPTS.signal = _INTERRUPTS.signal or signal.SIGINT
+            return _INTERRUPTS.report()
+
+
+def _build(argv: list[str] | None) -> int:
+    try:
+        args, options = parse_command_line(sys.argv[1:] if argv is None else argv)
+    except ConfigError as error:
+        return _fail(str(error), EXIT_USAGE)
     _configure_logging(args.quiet, args.verbose)
     try:
         config = load_config(args.config, args.overrides)
     except ConfigError as error:
         return _fail(str(error), EXIT_USAGE)
-    options = _pipeline_options(beam_args)
     started = time.monotonic()
     try:
         plan = plan_build(config, options, overwrite=args.overwrite)
@@ -71,6 +92,9 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(error), EXIT_USAGE)
     except TfrbeamError as error:
         return _fail(str(error), EXIT_FAILED)
+    if args.dry_run:
+        print(describe_plan(plan))
+        return EXIT_OK
     try:
         lock = OutputLock(plan.output_root, plan.run).acquire()
     except (OutputLockedError, OutputNotWritableError) as error:
@@ -99,7 +123,8 @@ def _run_locked(plan: BuildPlan, options: PipelineOptions, started: float) -> in
         "building %s from %d input file(s) with %s", plan.output_path, len(plan.inputs), plan.runner
     )
     try:
-        pipeline.run().wait_until_finish()
+        with build_progress(plan):
+            pipeline.run().wait_until_finish()
     except Exception as error:  # noqa: BLE001 - every runner wraps worker errors differently
         message = _one_line(error)
         # Too many bad rows keeps its dead letters for a look; the next run removes them.
@@ -115,6 +140,132 @@ def _run_locked(plan: BuildPlan, options: PipelineOptions, started: float) -> in
         return EXIT_OK
     print(summary_table(manifest, time.monotonic() - started, plan))
     return EXIT_OK
+
+
+def parse_command_line(argv: list[str]) -> tuple[argparse.Namespace, PipelineOptions]:
+    """Our arguments and Beam's options; any other argument is a ConfigError (did-you-mean included).
+
+    Every option must be ours or one Beam's own parser knows (Beam would silently discard it),
+    the runner must be one Beam can create, and Dataflow gets the options it cannot run without.
+    """
+    parser = _parser()
+    args, rest = parser.parse_known_args(argv)
+    beam_parser = beam_argument_parser()
+    _, unknown = beam_parser.parse_known_args(rest)
+    if unknown:
+        raise ConfigError(_unknown_argument(unknown[0], [*_option_strings(parser), *_option_strings(beam_parser)]))
+    options = _pipeline_options(rest)
+    check_runner(options)
+    return args, options
+
+
+def beam_argument_parser() -> argparse.ArgumentParser:
+    """The parser Beam's PipelineOptions build from every options class (as get_all_options does)."""
+    parser = _BeamArgumentParser(allow_abbrev=False)
+    classes = {str(cls): cls for cls in PipelineOptions.__subclasses__()}
+    for cls in classes.values():
+        cls._add_argparse_args(parser)  # noqa: SLF001 - the one way to learn Beam's options
+    return parser
+
+
+def _option_strings(parser: argparse.ArgumentParser) -> list[str]:
+    return [name for name in parser._option_string_actions if name.startswith("--")]  # noqa: SLF001
+
+
+def _unknown_argument(argument: str, known: list[str]) -> str:
+    if not argument.startswith("-"):
+        return f"unexpected argument {argument!r} (the config is the one positional argument; options start with --)"
+    name = argument.split("=", 1)[0]
+    return f"unknown option {name}{_did_you_mean(name, known, quote=False)}"
+
+
+def _did_you_mean(word: str, choices: list[str], quote: bool = True) -> str:
+    match = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    if not match:
+        return ""
+    return f"; did you mean {match[0]!r}?" if quote else f"; did you mean {match[0]}?"
+
+
+_DATAFLOW_REQUIRED = (("project", "--project"), ("region", "--region"), ("temp_location", "--temp_location"))
+
+
+def check_runner(options: PipelineOptions) -> None:
+    """A runner Beam can create, and for Dataflow the project, region and temp_location it needs."""
+    runner = options.view_as(StandardOptions).runner
+    if not isinstance(runner, str):
+        return
+    known = {name.lower(): name for name in StandardOptions.KNOWN_RUNNER_NAMES}
+    lowered = runner.lower()
+    if "." not in runner and lowered not in known and lowered + "runner" not in known:
+        raise ConfigError(f"--runner: {runner!r} is not a Beam runner"
+                          f"{_did_you_mean(runner, list(StandardOptions.KNOWN_RUNNER_NAMES))} "
+                          f"(runners: {', '.join(StandardOptions.KNOWN_RUNNER_NAMES)})")
+    if lowered in ("dataflow", "dataflowrunner"):
+        cloud = options.view_as(GoogleCloudOptions)
+        missing = [flag for attribute, flag in _DATAFLOW_REQUIRED if not getattr(cloud, attribute)]
+        if missing:
+            listed = missing[0] if len(missing) == 1 else ", ".join(missing[:-1]) + " and " + missing[-1]
+            raise ConfigError(f"--runner DataflowRunner needs {listed} "
+                              "(e.g. --project my-project --region us-central1 --temp_location gs://my-bucket/tmp)")
+
+
+def describe_plan(plan: BuildPlan) -> str:
+    """What ``--dry-run`` prints: inputs, features, splits, shards, output, runner and piece store."""
+    sizes = [item.size for item in plan.input_files]
+    lines = ["dry run: nothing ran and nothing was written (the first input was sampled to settle the features)",
+             f"inputs:      {len(sizes)} {plan.config.input.format} file(s), {sum(sizes):,} bytes"]
+    lines += [f"  {item.path}  {item.size:,} bytes" for item in plan.input_files[:_SHOWN_INPUTS]]
+    if len(sizes) > _SHOWN_INPUTS:
+        lines.append(f"  ... and {len(sizes) - _SHOWN_INPUTS} more")
+    width = max(len(spec.name) for spec in plan.features)
+    lines.append(f"features:    {len(plan.features)}")
+    kinds = [spec.type if spec.time_unit is None else f"int64 ({spec.time_unit} since 1970 from {spec.time_format or 'ISO 8601'})"
+             for spec in plan.features]
+    kind_width = max(len(kind) for kind in kinds)
+    for spec, kind in zip(plan.features, kinds):
+        source = f"  from {spec.source}" if spec.source != spec.name else ""
+        lines.append(f"  {spec.name:<{width}}  {kind:<{kind_width}}  {_shape_text(spec.shape):<7}  {_null_text(spec)}{source}")
+    lines.append("splits:      " + ", ".join(f"{name} {fraction:g}" for name, fraction in plan.config.splits.items())
+                 + (f" (by {', '.join(plan.config.split_key)})" if plan.config.split_key else ""))
+    sharding = plan.sharding
+    if sharding.max_bytes_per_shard is not None:
+        lines.append(f"shards:      as many per split as keep each under {sharding.max_bytes_per_shard:,} bytes")
+    else:
+        lines.append("shards:      " + ", ".join(f"{name} {count} shard{'s' if count != 1 else ''}"
+                                               for name, count in zip(sharding.splits, sharding.num_shards)))
+    shuffle = plan.config.shuffle
+    lines += [f"shuffle:     {'seed ' + str(shuffle.seed) if shuffle.enabled else 'off (input order)'}",
+              f"output:      {plan.output_path} (compression {sharding.compression or 'none'}"
+              f"{', replacing what is there' if plan.overwrite else ''})",
+              f"bad rows:    {plan.config.errors.on_bad_record}, at most {plan.config.errors.max_bad_fraction:g} of rows",
+              f"runner:      {plan.runner}"]
+    piece_store = getattr(plan, "piece_store", None)
+    if piece_store is not None:
+        lines.append(f"piece store: {piece_store}")
+    return "\n".join(lines)
+
+
+_SHOWN_INPUTS = 20
+
+
+def _shape_text(shape: tuple[int, ...] | None) -> str:
+    if shape is None:
+        return "[any]"
+    return "scalar" if shape == () else f"[{shape[0]}]"
+
+
+def _null_text(spec) -> str:
+    if spec.on_null == "omit":
+        return "null -> omitted"
+    if spec.on_null == "default":
+        default = spec.default
+        shown = [_plain(item) for item in default] if isinstance(default, tuple) else _plain(default)
+        return f"null -> default {shown}"
+    return "null -> bad row"
+
+
+def _plain(value):
+    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else value
 
 
 def _pipeline_options(beam_args: list[str]) -> PipelineOptions:
@@ -158,7 +309,191 @@ def _one_line(error: BaseException) -> str:
 _WHILE_RUNNING = re.compile(r"\s*\[while running '[^\]]*'\]\s*$")
 
 
+PROGRESS_LOG_SECONDS = 10.0  # without a terminal: one progress line this often
+_PROGRESS_BAR_SECONDS = 0.5
+
+
+@contextlib.contextmanager
+def build_progress(plan: BuildPlan):
+    """While the pipeline runs: a progress bar on a terminal, else a log line every PROGRESS_LOG_SECONDS.
+
+    Rows and bytes come from the readers' counter files in the staging directory (see
+    inputs.progress_dir), so multi-process workers count too; the byte total is the inputs'
+    size from planning. Shown at info level: --quiet turns it off; remote staging has none.
+    """
+    directory = progress_dir(plan.staging_dir)
+    if directory is None or not logging.getLogger("tfrbeam").isEnabledFor(logging.INFO):
+        yield
+        return
+    total = sum(item.size for item in plan.input_files)
+    display = _ProgressBar(total) if sys.stderr.isatty() else _ProgressLog(total)
+    stop = threading.Event()
+    offsets: dict[str, int] = {}
+    counts = [0, 0]
+
+    def poll() -> None:
+        while not stop.wait(display.interval):
+            display.show(*read_progress(directory, offsets, counts))
+
+    thread = threading.Thread(target=poll, name="tfrbeam-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        display.close(*read_progress(directory, offsets, counts))
+
+
+class _ProgressBar:
+    """tqdm's bar over the input bytes, with the rows read."""
+
+    interval = _PROGRESS_BAR_SECONDS
+
+    def __init__(self, total: int) -> None:
+        from tqdm import tqdm
+
+        try:
+            size = os.get_terminal_size(sys.stderr.fileno())
+            sized = size.columns > 0 and size.lines > 0
+        except OSError:
+            sized = False
+        # tqdm hides every bar on a terminal that reports no size (a bare pty): give it one.
+        self.bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="reading", file=sys.stderr,
+                        dynamic_ncols=sized, ncols=None if sized else 100, nrows=None if sized else 24, leave=False,
+                        mininterval=_PROGRESS_BAR_SECONDS)
+        self.total = total
+
+    def show(self, rows: int, size: int) -> None:
+        self.bar.set_postfix_str(f"{rows:,} rows", refresh=False)
+        self.bar.update(min(size, self.total) - self.bar.n)
+
+    def close(self, rows: int, size: int) -> None:
+        self.show(rows, size)
+        self.bar.close()
+
+
+class _ProgressLog:
+    """A log line every PROGRESS_LOG_SECONDS: rows, bytes of the total, rate and ETA."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.started = time.monotonic()
+        self.interval = PROGRESS_LOG_SECONDS
+
+    def show(self, rows: int, size: int) -> None:
+        seconds = time.monotonic() - self.started
+        done = min(size, self.total)
+        rate = done / seconds if seconds > 0 else 0.0
+        eta = f", about {_duration((self.total - done) / rate)} left" if rate > 0 and done < self.total else ""
+        share = 100.0 * done / self.total if self.total else 100.0
+        logging.getLogger(__name__).info(
+            "read %s rows, %s of %s input bytes (%.0f%%) in %s, %s rows/s%s", f"{rows:,}", f"{done:,}",
+            f"{self.total:,}", share, _duration(seconds), f"{rows / seconds:,.0f}" if seconds > 0 else "0", eta)
+
+    def close(self, rows: int, size: int) -> None:
+        pass  # the summary table follows
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
+class _Interrupts:
+    """Ctrl-C (SIGINT) and SIGTERM end a build with one line and exit 128 + the signal's number.
+
+    The handler records the signal and raises KeyboardInterrupt, which Beam may wrap into its
+    own error on the way out; every failure reported after a signal is reported as the
+    interruption instead. What the run staged beside the output is removed by the next run's
+    recovery (a dead run's staging directory is never mistaken for a live one).
+    """
+
+    def __init__(self) -> None:
+        self.signal: int | None = None
+        self._said = False
+        self._reported = threading.Lock()
+        self._watchdog: threading.Timer | None = None
+
+    @contextlib.contextmanager
+    def handled(self):
+        self.signal = None
+        self._said = False
+        previous = {}
+        if threading.current_thread() is threading.main_thread():
+            for number in (signal.SIGINT, signal.SIGTERM):
+                previous[number] = signal.signal(number, self._on_signal)
+        try:
+            yield self
+        finally:
+            if self._watchdog is not None:
+                self._watchdog.cancel()  # unwound in time
+                self._watchdog = None
+            for number, handler in previous.items():
+                signal.signal(number, handler)
+
+    def _on_signal(self, number: int, frame) -> None:
+        if self.signal is not None:  # a second signal: stop now
+            self._force_exit()
+        self.signal = number
+        # A runner may swallow the KeyboardInterrupt while it waits for its workers: give it a
+        # few seconds to unwind, then stop the workers and exit anyway.
+        self._watchdog = threading.Timer(_UNWIND_SECONDS, self._force_exit)
+        self._watchdog.daemon = True
+        self._watchdog.start()
+        raise KeyboardInterrupt
+
+    def _force_exit(self) -> None:
+        code = self.report()
+        for pid in child_processes(os.getpid()):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
+        sys.stderr.flush()
+        os._exit(code)
+
+    def report(self) -> int:
+        assert self.signal is not None
+        with self._reported:
+            if not self._said:
+                self._said = True
+                name = signal.Signals(self.signal).name
+                print(f"{_PROG}: interrupted ({name}); the next run removes (or completes) what this one left",
+                      file=sys.stderr)
+        return 128 + self.signal
+
+
+_UNWIND_SECONDS = 5.0
+
+
+def child_processes(pid: int) -> list[int]:
+    """Every process below pid (e.g. a multi-process runner's workers), from /proc; none where /proc is absent."""
+    parents: dict[int, int] = {}
+    with contextlib.suppress(OSError):
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                with contextlib.suppress(OSError, IndexError, ValueError):
+                    with open(f"/proc/{entry}/stat") as handle:
+                        parents[int(entry)] = int(handle.read().rsplit(")", 1)[1].split()[1])
+    found: list[int] = []
+    frontier = [pid]
+    while frontier:
+        frontier = [child for child, parent in parents.items() if parent in frontier and child not in found]
+        found.extend(frontier)
+    return found
+
+
+_INTERRUPTS = _Interrupts()
+
+
 def _fail(message: str, code: int) -> int:
+    if _INTERRUPTS.signal is not None:
+        return _INTERRUPTS.report()
     print(f"{_PROG}: error: {message}", file=sys.stderr)
     return code
 

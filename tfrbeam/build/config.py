@@ -16,12 +16,19 @@ from typing import Any, Callable
 import pyarrow as pa
 import yaml
 
-from tfrbeam.build.inputs import DEFAULT_SPLIT_BYTES, CsvOptions, InputConfig, InputFile, inspect_input
+from tfrbeam.build.inputs import (
+    DEFAULT_MAX_ROW_BYTES, DEFAULT_SPLIT_BYTES, CsvOptions, InputConfig, InputFile, InputSample, ParquetOptions, inspect_input,
+)
 from tfrbeam.errors import ArrowConversionError, ConfigError
 from tfrbeam.build.features import (
     FEATURE_TYPES,
     ON_NULL_ACTIONS,
+    TIME_UNITS,
+    TIMESTAMP,
     FeatureSpec,
+    infer_boolean_tokens,
+    infer_null_tokens,
+    infer_text_feature,
     resolve_spec,
     source_column,
     source_type,
@@ -94,6 +101,7 @@ class ErrorsConfig:
 
     on_bad_record: str = "fail"
     max_bad_fraction: float = 0.0
+    allow_empty: bool = True  # false: inputs without a single row fail the build (true: a warning)
 
 
 @dataclass(frozen=True)
@@ -121,12 +129,38 @@ class BuildConfig:
 def load_config(path: str, overrides: list[str] | tuple[str, ...] = ()) -> BuildConfig:
     """Read a YAML config file, apply `key.path=value` overrides and validate everything."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
+        with open(path, "rb") as handle:
+            data = handle.read()
     except OSError as error:
         raise ConfigError(f"cannot read the config file {path}: {error.strerror or error}") from error
-    raw = parse_yaml(text, path)
+    raw = parse_yaml(_config_text(data, path), path)
+    if raw is not None and not isinstance(raw, dict):
+        raise ConfigError(f"{path}: not a YAML build config (a mapping of sections input, output, ...); "
+                          f"it starts with {_first_line(data)}")
     return parse_config(apply_overrides(raw, overrides), where=path)
+
+
+_NOT_A_CONFIG_HINT = "write one with: tfrbeam infer-config DATA_FILE > build.yaml"
+
+
+def _config_text(data: bytes, path: str) -> str:
+    """The config file's text; a data file (Parquet, binary, non-UTF-8) is named as such in one line."""
+    if data.startswith(b"PAR1"):
+        raise ConfigError(f"{path}: not a YAML build config but a Parquet data file; {_NOT_A_CONFIG_HINT}")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path}: not a YAML build config (byte {error.start} is not UTF-8 text); "
+                          f"{_NOT_A_CONFIG_HINT}") from error
+    if "\0" in text:
+        raise ConfigError(f"{path}: not a YAML build config (it holds NUL bytes); {_NOT_A_CONFIG_HINT}")
+    return text
+
+
+def _first_line(data: bytes, limit: int = 80) -> str:
+    line = data.lstrip().split(b"\n", 1)[0].decode("utf-8", "replace").rstrip("\r")
+    shown = repr(line[:limit] + ("..." if len(line) > limit else ""))
+    return f"{shown}; {_NOT_A_CONFIG_HINT}"
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -177,7 +211,22 @@ def apply_overrides(raw: Any, overrides: list[str] | tuple[str, ...]) -> dict:
                 raise ConfigError(f"--set {override!r}: {at} is {_show(child)}, not a mapping, so it has no key {keys[depth + 1]!r}")
             node = child
         node[keys[-1]] = value
+    _drop_replaced_sharding_key(result, overrides)
     return result
+
+
+_SHARDING_KEYS = ("num_shards", "max_bytes_per_shard")
+
+
+def _drop_replaced_sharding_key(raw: dict, overrides: list[str] | tuple[str, ...]) -> None:
+    """--set of one of output.num_shards / output.max_bytes_per_shard replaces the other (they exclude each other)."""
+    set_keys = {override.partition("=")[0].strip().split(".")[:2][-1] for override in overrides
+                if override.strip().startswith("output.")}
+    chosen = [key for key in _SHARDING_KEYS if key in set_keys]
+    output = raw.get("output")
+    if len(chosen) == 1 and isinstance(output, dict):
+        other = _SHARDING_KEYS[1 - _SHARDING_KEYS.index(chosen[0])]
+        output.pop(other, None)
 
 
 def _deep_copy(value: Any) -> Any:
@@ -316,12 +365,14 @@ class _Checker:
 
 
 _TOP_KEYS = ("input", "features", "shuffle", "splits", "split_key", "output", "errors")
-_INPUT_KEYS = ("format", "path", "csv", "columns", "split_bytes")
-_CSV_KEYS = ("delimiter", "quote_char", "escape_char", "header", "column_names", "null_values", "skip_rows", "encoding")
-_FEATURE_KEYS = ("type", "source", "on_null", "default", "separator", "length")
+_INPUT_KEYS = ("format", "path", "csv", "parquet", "columns", "split_bytes")
+_PARQUET_KEYS = ("require_checksums",)
+_CSV_KEYS = ("delimiter", "quote_char", "escape_char", "header", "column_names", "null_values", "true_values",
+             "false_values", "skip_rows", "encoding", "max_row_bytes")
+_FEATURE_KEYS = ("type", "source", "on_null", "default", "separator", "length", "format", "unit")
 _SHUFFLE_KEYS = ("enabled", "seed")
 _OUTPUT_KEYS = ("path", "num_shards", "max_bytes_per_shard", "compression")
-_ERRORS_KEYS = ("on_bad_record", "max_bad_fraction")
+_ERRORS_KEYS = ("on_bad_record", "max_bad_fraction", "allow_empty")
 
 
 def parse_config(raw: Any, where: str = "<config>") -> BuildConfig:
@@ -355,10 +406,14 @@ def _parse_input(check: _Checker, raw: Any) -> InputConfig:
         fmt = check.choice({"format": fmt}, "format", "input", INPUT_FORMATS, "csv") or "csv"
     if fmt != "csv" and section.get("csv") is not None:
         check.fail("input.csv", f"CSV options are only for input.format csv, but the format is {fmt}")
+    if fmt != "parquet" and section.get("parquet") is not None:
+        check.fail("input.parquet", f"Parquet options are only for input.format parquet, but the format is {fmt}")
     csv = _parse_csv(check, section.get("csv"), default_delimiter="\t" if (path or "").lower().endswith(".tsv") else ",")
+    parquet_section = check.mapping(section.get("parquet"), "input.parquet", _PARQUET_KEYS)
+    parquet = ParquetOptions(require_checksums=check.boolean(parquet_section, "require_checksums", "input.parquet", False))
     columns = check.names(section, "columns", "input")
     split_bytes = _size(check, section, "split_bytes", "input", DEFAULT_SPLIT_BYTES)
-    return InputConfig(format=fmt, path=path or "", csv=csv, columns=columns, split_bytes=split_bytes)
+    return InputConfig(format=fmt, path=path or "", csv=csv, parquet=parquet, columns=columns, split_bytes=split_bytes)
 
 
 def _format_from_path(path: str) -> str | None:
@@ -386,13 +441,11 @@ def _parse_csv(check: _Checker, raw: Any, default_delimiter: str) -> CsvOptions:
         for other, other_char in used[index + 1:]:
             if char == other_char:
                 check.fail(f"{path}.{other}", f"{_show(char)} is also the {name}; they must differ")
-    null_values = section.get("null_values")
-    if null_values is None:
-        null_values = ()
-    elif not isinstance(null_values, list) or not all(isinstance(item, str) for item in null_values):
-        check.fail(f"{path}.null_values", f"{_show(null_values)} is not a list of strings (e.g. [\"\", \"NA\"]); "
-                   "quote values YAML would read as something else, like 'null' or '1'")
-        null_values = ()
+    null_values = _tokens(check, section, "null_values", '["", "NA"]')
+    true_values = _tokens(check, section, "true_values", '["TRUE", "true"]')
+    false_values = _tokens(check, section, "false_values", '["FALSE", "false"]')
+    for token in sorted(set(true_values or ()) & set(false_values or ())):
+        check.fail(f"{path}.false_values", f"{token!r} is also in true_values")
     skip_rows = check.integer(section, "skip_rows", path, 0, minimum=0)
     encoding = check.string(section, "encoding", path, "utf-8")
     try:
@@ -401,8 +454,30 @@ def _parse_csv(check: _Checker, raw: Any, default_delimiter: str) -> CsvOptions:
         check.fail(f"{path}.encoding", f"{_show(encoding)} is not an encoding Python knows (e.g. utf-8, latin-1, cp1252)")
         encoding = "utf-8"
     return CsvOptions(delimiter=delimiter, quote_char=quote_char, escape_char=escape_char, header=header,
-                      column_names=column_names, null_values=tuple(null_values), skip_rows=skip_rows,
-                      encoding=encoding)
+                      column_names=column_names, null_values=null_values, true_values=true_values,
+                      false_values=false_values, skip_rows=skip_rows, encoding=encoding,
+                      max_row_bytes=_max_row_bytes(check, section))
+
+
+def _max_row_bytes(check: _Checker, section: dict) -> int:
+    size = _size(check, section, "max_row_bytes", "input.csv", DEFAULT_MAX_ROW_BYTES)
+    if size is not None and size < 1 << 20:
+        check.fail("input.csv.max_row_bytes", f"{_show(section.get('max_row_bytes'))} is below 1 MiB (the default is "
+                   f"{DEFAULT_MAX_ROW_BYTES >> 20}MiB; it only needs raising for longer rows)")
+        return DEFAULT_MAX_ROW_BYTES
+    return size or DEFAULT_MAX_ROW_BYTES
+
+
+def _tokens(check: _Checker, section: dict, key: str, example: str) -> tuple[str, ...] | None:
+    """A list of strings; None when not given (none, or inferred from a sample when features are left out too)."""
+    value = section.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        check.fail(f"input.csv.{key}", f"{_show(value)} is not a list of strings (e.g. {example}); "
+                   "quote values YAML would read as something else, like 'null' or '1'")
+        return ()
+    return tuple(value)
 
 
 def _parse_features(check: _Checker, raw: Any, input_config: InputConfig) -> tuple[FeatureSpec, ...] | None:
@@ -425,12 +500,16 @@ def _parse_features(check: _Checker, raw: Any, input_config: InputConfig) -> tup
 def _parse_feature(check: _Checker, name: str, raw: Any, path: str, input_config: InputConfig) -> FeatureSpec:
     section = check.mapping(raw, path, _FEATURE_KEYS)
     type_name = section.get("type")
-    if type_name is not None and type_name not in FEATURE_TYPES:
+    if type_name is not None and type_name not in (*FEATURE_TYPES, TIMESTAMP):
         hint = {"string": "bytes", "str": "bytes", "int": "int64", "integer": "int64", "float32": "float",
-                "float64": "float", "double": "float", "bool": "int64"}.get(str(type_name).lower())
+                "float64": "float", "double": "float", "bool": "int64", "datetime": TIMESTAMP,
+                "date": TIMESTAMP}.get(str(type_name).lower())
         suggestion = f"; use {hint}" if hint else ""
-        check.fail(f"{path}.type", f"{_show(type_name)} is not one of {', '.join(FEATURE_TYPES)}{suggestion}")
+        check.fail(f"{path}.type", f"{_show(type_name)} is not one of {', '.join((*FEATURE_TYPES, TIMESTAMP))}{suggestion}")
         type_name = None
+    time_unit, time_format = _timestamp_settings(check, section, path, type_name == TIMESTAMP)
+    if type_name == TIMESTAMP:
+        type_name = "int64"  # the feature holds the count of time_unit since the epoch
     source = check.string(section, "source", path, name)
     on_null = check.choice(section, "on_null", path, ON_NULL_ACTIONS, "error")
     separator = section.get("separator")
@@ -453,8 +532,29 @@ def _parse_feature(check: _Checker, name: str, raw: Any, path: str, input_config
     elif default is not None:
         check.fail(f"{path}.default", f"is only used with on_null: default, but on_null is {on_null}")
         default = None
+    if time_unit is not None and (separator is not None or length is not None):
+        check.fail(f"{path}.{'separator' if separator is not None else 'length'}",
+                   "a timestamp feature is one value (leave out separator and length)")
     return FeatureSpec(name=name, type=type_name, source=source, on_null=on_null, default=default,
-                       separator=separator, length=length, is_list=is_list)
+                       separator=separator, length=length, is_list=is_list, time_unit=time_unit, time_format=time_format)
+
+
+def _timestamp_settings(check: _Checker, section: dict, path: str, is_timestamp: bool) -> tuple[str | None, str | None]:
+    """(unit, format) of a timestamp feature; format and unit are refused on other types."""
+    if not is_timestamp:
+        for key in ("format", "unit"):
+            if section.get(key) is not None:
+                check.fail(f"{path}.{key}", "is only used with type: timestamp")
+        return None, None
+    unit = check.choice(section, "unit", path, TIME_UNITS, "s") or "s"
+    time_format = None
+    if section.get("format") is not None:
+        if not isinstance(section["format"], str) or not section["format"]:
+            check.fail(f"{path}.format", f"{_show(section['format'])} is not a non-empty string "
+                       "(a strptime format like \"%Y-%m-%d %H:%M\", or null for ISO 8601)")
+        else:
+            time_format = section["format"]
+    return unit, time_format
 
 
 def _check_default(check: _Checker, path: str, value: Any, type_name: str, is_list: bool, length: int | None) -> Any:
@@ -562,7 +662,8 @@ def _parse_errors(check: _Checker, raw: Any) -> ErrorsConfig:
     action = check.choice(section, "on_bad_record", "errors", BAD_RECORD_ACTIONS, "fail") or "fail"
     default_fraction = 0.0 if action == "fail" else DEFAULT_MAX_BAD_FRACTION_WHEN_KEEPING_GOING
     fraction = check.number(section, "max_bad_fraction", "errors", default_fraction, 0.0, 1.0)
-    return ErrorsConfig(on_bad_record=action, max_bad_fraction=fraction)
+    allow_empty = check.boolean(section, "allow_empty", "errors", True)
+    return ErrorsConfig(on_bad_record=action, max_bad_fraction=fraction, allow_empty=allow_empty)
 
 
 def _size(check: _Checker, section: dict, key: str, path: str, default: int | None) -> int | None:
@@ -600,8 +701,12 @@ def config_to_dict(config: BuildConfig) -> dict:
         input_section["csv"] = {
             "delimiter": csv.delimiter, "quote_char": csv.quote_char, "escape_char": csv.escape_char,
             "header": csv.header, "column_names": _list_or_none(csv.column_names),
-            "null_values": list(csv.null_values), "skip_rows": csv.skip_rows, "encoding": csv.encoding,
+            "null_values": _list_or_none(csv.null_values), "true_values": _list_or_none(csv.true_values),
+            "false_values": _list_or_none(csv.false_values), "skip_rows": csv.skip_rows, "encoding": csv.encoding,
+            "max_row_bytes": csv.max_row_bytes,
         }
+    if config.input.format == "parquet":
+        input_section["parquet"] = {"require_checksums": config.input.parquet.require_checksums}
     input_section["columns"] = _list_or_none(config.input.columns)
     input_section["split_bytes"] = config.input.split_bytes
     features = None
@@ -620,7 +725,8 @@ def config_to_dict(config: BuildConfig) -> dict:
             "max_bytes_per_shard": output.max_bytes_per_shard,
             "compression": output.compression or "none",
         },
-        "errors": {"on_bad_record": config.errors.on_bad_record, "max_bad_fraction": config.errors.max_bad_fraction},
+        "errors": {"on_bad_record": config.errors.on_bad_record, "max_bad_fraction": config.errors.max_bad_fraction,
+                   "allow_empty": config.errors.allow_empty},
     }
 
 
@@ -632,6 +738,8 @@ def _feature_to_dict(spec: FeatureSpec) -> dict:
     else:
         default = as_text(default)
     result: dict[str, Any] = {"type": spec.type, "source": spec.source, "on_null": spec.on_null}
+    if spec.time_unit is not None:
+        result.update(type=TIMESTAMP, unit=spec.time_unit, format=spec.time_format)
     if spec.on_null == "default":
         result["default"] = default
     if spec.separator is not None:
@@ -645,8 +753,10 @@ def _list_or_none(values: tuple[str, ...] | None) -> list[str] | None:
     return list(values) if values is not None else None
 
 
-def with_features(config: BuildConfig, features: tuple[FeatureSpec, ...]) -> BuildConfig:
-    """A copy of the config with its features replaced (used once they are resolved on the input schema)."""
+def with_features(config: BuildConfig, features: tuple[FeatureSpec, ...], csv: CsvOptions | None = None) -> BuildConfig:
+    """A copy of the config with its features (and the CSV options, null_values settled) replaced once resolved."""
+    if csv is not None:
+        config = replace(config, input=replace(config.input, csv=csv))
     return replace(config, features=features)
 
 
@@ -674,7 +784,11 @@ def validate_against_schema(config: BuildConfig, schema: pa.Schema, sample: pa.R
     inferred = specs is None
     if specs is None:
         columns = [name for name in names if config.input.columns is None or name in config.input.columns]
-        specs = tuple(_inferred_spec(schema.field(name), config) for name in columns)
+        if csv and sample is not None:  # the sample-based inference infer-config writes, too
+            booleans = (config.input.csv.true_values or (), config.input.csv.false_values or ())
+            specs = tuple(infer_text_feature(name, sample.column(name), None, *booleans) for name in columns)
+        else:
+            specs = tuple(_inferred_spec(schema.field(name), config) for name in columns)
     resolved = []
     for spec in specs:
         path = f"features.{spec.name}"
@@ -719,7 +833,7 @@ def validate_against_schema(config: BuildConfig, schema: pa.Schema, sample: pa.R
 def _inferred_spec(field_: pa.Field, config: BuildConfig) -> FeatureSpec:
     """A feature for a column the config leaves to inference; nulls are omitted where they can occur."""
     if config.input.format == "csv":
-        nullable = bool(config.input.csv.null_values)
+        nullable = bool(config.input.csv.null_values)  # no sample to tell
     else:
         nullable = field_.nullable
     return FeatureSpec(name=field_.name, type=None, source=field_.name, on_null="omit" if nullable else "error")
@@ -732,5 +846,51 @@ def _names(names: list[str], limit: int = 20) -> str:
 
 def resolve_config(config: BuildConfig, files: list[InputFile] | None = None) -> BuildConfig:
     """Read the first input file's schema (and a CSV sample) and validate_against_schema on it."""
-    sample = inspect_input(config.input, files=files)
-    return validate_against_schema(config, sample.schema, sample.sample, where=sample.path)
+    return resolve_with_sample(config, files)[0]
+
+
+def resolve_with_sample(config: BuildConfig, files: list[InputFile] | None = None) -> tuple[BuildConfig, InputSample]:
+    """resolve_config, and the sample it was resolved on (infer-config comments on it).
+
+    A CSV config that leaves out both features and null_values gets them inferred from a sample
+    (tokens like NA in number columns become null values); with features given, null_values
+    left out means none.
+    """
+    input_config = config.input
+    csv = input_config.csv
+    if input_config.format == "csv" and None in (csv.null_values, csv.true_values, csv.false_values):
+        if config.features is None:
+            input_config, sample = infer_csv_tokens(input_config, files)
+        else:
+            input_config = replace(input_config, csv=replace(
+                csv, null_values=csv.null_values or (), true_values=csv.true_values or (),
+                false_values=csv.false_values or ()))
+            sample = inspect_input(input_config, files=files)
+    else:
+        sample = inspect_input(input_config, files=files)
+    config = replace(config, input=input_config)
+    return validate_against_schema(config, sample.schema, sample.sample, where=sample.path), sample
+
+
+def infer_csv_tokens(input_config: InputConfig, files: list[InputFile] | None = None) -> tuple[InputConfig, InputSample]:
+    """The CSV input with the null, true and false values it leaves out inferred from a sample, and the sample.
+
+    Null tokens (like NA in number columns): the sample is read again with them, as the build
+    reads it (a quoted "NA" stays a value), and tokens that then make nothing null are dropped.
+    Boolean tokens: true/false spellings of columns that hold nothing else.
+    """
+    csv = input_config.csv
+    sample = inspect_input(replace(input_config, csv=replace(csv, null_values=csv.null_values or ())), files=files)
+    if csv.true_values is None and csv.false_values is None:
+        true_values, false_values = infer_boolean_tokens(sample.sample.columns)
+        csv = replace(csv, true_values=tuple(true_values), false_values=tuple(false_values))
+    csv = replace(csv, true_values=csv.true_values or (), false_values=csv.false_values or ())
+    if csv.null_values is None:
+        tokens = infer_null_tokens(sample.sample.columns)
+        if tokens:
+            with_nulls = replace(input_config, csv=replace(csv, null_values=tuple(tokens)))
+            resampled = inspect_input(with_nulls, files=files)
+            if any(column.null_count for column in resampled.sample.columns):
+                return with_nulls, resampled
+        csv = replace(csv, null_values=())
+    return replace(input_config, csv=csv), sample

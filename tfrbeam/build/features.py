@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, Sequence
+from typing import Any, Iterable, Protocol, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -42,7 +42,10 @@ __all__ = [
     "ON_NULL_ACTIONS",
     "Provenance",
     "convert_batch",
+    "infer_boolean_tokens",
+    "infer_null_tokens",
     "infer_spec",
+    "infer_text_feature",
     "infer_text_type",
     "output_type",
     "resolve_spec",
@@ -51,6 +54,11 @@ __all__ = [
 ]
 
 FEATURE_TYPES = ("int64", "float", "bytes")
+TIMESTAMP = "timestamp"  # a declared type that becomes an int64 feature: the count of time_unit since the epoch
+TIME_UNITS = ("s", "ms", "us", "ns")
+TRUE_TOKENS, FALSE_TOKENS = ("true", "True", "TRUE"), ("false", "False", "FALSE")
+_ZONED_TEXT = r":[0-9]{2}(\.[0-9]*)?(Z|z|[+-][0-9]{2}(:?[0-9]{2})?)$"  # a time of day, then a zone
+_ISO_DATE_TEXT = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}"
 ON_NULL_ACTIONS = ("omit", "default", "error")
 
 _INT_TEXT = r"^[+-]?[0-9]+$"
@@ -78,6 +86,8 @@ class FeatureSpec:
     separator: str | None = None
     length: int | None = None
     is_list: bool = False
+    time_unit: str | None = None  # set for type: timestamp (an int64 count of this unit since 1970-01-01 UTC)
+    time_format: str | None = None  # the strptime format of timestamp text; None is ISO 8601
 
     @property
     def shape(self) -> tuple[int, ...] | None:
@@ -289,6 +299,12 @@ def resolve_spec(spec: FeatureSpec, arrow_type: pa.DataType, text_sample: pa.Arr
     int64, else float, else bytes by what its values in text_sample (a sample of the file) parse as.
     Typed (Parquet) columns keep their natural type.
     """
+    if spec.time_unit is not None:
+        if not (_is_text(arrow_type) or _is_binary(arrow_type) or pa.types.is_timestamp(arrow_type)
+                or pa.types.is_date(arrow_type)):
+            raise ArrowConversionError(f"type timestamp needs a text, timestamp or date column, but column "
+                                       f"{spec.source!r} has Arrow type {arrow_type}")
+        return replace(spec, type="int64", is_list=False)
     if spec.separator is not None and not (_is_text(arrow_type) or _is_binary(arrow_type)):
         raise ArrowConversionError(f"separator needs a string column, but column {spec.source!r} has Arrow type {arrow_type}")
     if spec.length is not None and spec.separator is None and not _is_list(arrow_type):
@@ -325,15 +341,16 @@ def resolve_spec(spec: FeatureSpec, arrow_type: pa.DataType, text_sample: pa.Arr
     return replace(spec, type=feature_type, is_list=is_list, length=length)
 
 
-def infer_text_type(values: pa.Array | None) -> str:
+def infer_text_type(values: pa.Array | None, true_values: Sequence[str] = (), false_values: Sequence[str] = ()) -> str:
     """int64 when every non-null value parses as one, else float when every one parses as a number, else bytes.
 
     The same parsers convert the data later, so a value that does not parse as the type inferred
-    from a sample is a bad row then (the type never changes mid-build).
+    from a sample is a bad row then (the type never changes mid-build). true_values and
+    false_values count as 1 and 0, as they convert.
     """
     if values is None:
         return "bytes"
-    text = _as_text(values)
+    text = _booleans_as_digits(_as_text(values), true_values, false_values)
     if text.null_count == len(text):
         return "bytes"
     if _parse_int64(text)[1] is None:
@@ -341,6 +358,77 @@ def infer_text_type(values: pa.Array | None) -> str:
     if _parse_float(text)[1] is None:
         return "float"
     return "bytes"
+
+
+# Tokens that stand in for a missing number when a column holds only them and numbers; NaN stays a float value.
+NULL_TOKEN_CANDIDATES = ("", "NA", "N/A", "NULL", "null", "None", "none", "nan", "NaN", "-")
+LIST_SEPARATORS = (";", "|")
+
+
+def infer_null_tokens(columns: Iterable[pa.Array]) -> list[str]:
+    """Tokens that appear in sampled text columns whose other values are all numbers: they stand for missing values."""
+    found: set[str] = set()
+    for column in columns:
+        text = _as_text(column)
+        present = [token for token in NULL_TOKEN_CANDIDATES if pc.any(pc.equal(text, token)).as_py()]
+        if not present:
+            continue
+        rest = pc.if_else(pc.is_in(text, value_set=pa.array(present)), pa.scalar(None, pa.string()), text)
+        if rest.null_count < len(rest) and infer_text_type(rest) in ("int64", "float"):
+            found.update(token for token in present if token.lower() != "nan")
+    return [token for token in NULL_TOKEN_CANDIDATES if token in found]
+
+
+def infer_text_feature(name: str, values: pa.Array, source: str | None = None, true_values: Sequence[str] = (),
+                       false_values: Sequence[str] = ()) -> FeatureSpec:
+    """The feature a sampled CSV column becomes: int64, else float, else an ISO 8601 timestamp (in the coarsest
+    unit that holds every value), else numbers joined by ";" or "|" as a list, else bytes. Nulls in the sample
+    make it on_null: omit; none make a later null a bad row (on_null: error)."""
+    text = _as_text(values)
+    spec = FeatureSpec(name, infer_text_type(text, true_values, false_values), source or name,
+                       on_null="omit" if text.null_count else "error")
+    if spec.type == "bytes":
+        return _timestamp_feature(spec, text) or _list_feature(spec, text) or spec
+    return spec
+
+
+def _timestamp_feature(spec: FeatureSpec, text: pa.Array) -> FeatureSpec | None:
+    present = text.drop_null()
+    if not len(present) or not pc.all(pc.match_substring_regex(present, _ISO_DATE_TEXT)).as_py():
+        return None
+    for unit in TIME_UNITS:
+        if not _iso_timestamps(present, unit).null_count:
+            return replace(spec, type="int64", time_unit=unit)
+    return None
+
+
+def infer_boolean_tokens(columns: Iterable[pa.Array]) -> tuple[list[str], list[str]]:
+    """The true and false spellings (true/True/TRUE, false/...) of sampled columns that hold nothing else."""
+    found: set[str] = set()
+    for column in columns:
+        values = set(pc.unique(_as_text(column).drop_null()).to_pylist())
+        if values and values <= set(TRUE_TOKENS + FALSE_TOKENS):
+            found |= values
+    spellings = [index for index in range(len(TRUE_TOKENS)) if {TRUE_TOKENS[index], FALSE_TOKENS[index]} & found]
+    return [TRUE_TOKENS[index] for index in spellings], [FALSE_TOKENS[index] for index in spellings]
+
+
+def _list_feature(spec: FeatureSpec, text: pa.Array) -> FeatureSpec | None:
+    """A list feature when every non-null value is numbers joined by one of the list separators."""
+    present = text.drop_null()
+    if not len(present):
+        return None
+    for separator in LIST_SEPARATORS:
+        if not pc.all(pc.match_substring(present, separator)).as_py():
+            continue
+        parts = pc.split_pattern(present, separator)
+        item_type = infer_text_type(pc.list_flatten(parts))
+        if item_type == "bytes":
+            continue
+        counts = np.asarray(pc.list_value_length(parts))
+        length = int(counts[0]) if (counts == counts[0]).all() else None
+        return replace(spec, type=item_type, separator=separator, length=length, is_list=True)
+    return None
 
 
 # ----------------------------------------------------------------------------------- conversion
@@ -362,13 +450,17 @@ class _Problems:
             self.reasons.setdefault(row, []).append(reason)
 
 
-def convert_batch(batch: pa.RecordBatch, specs: Sequence[FeatureSpec], provenance: Provenance) -> ConvertedBatch:
+def convert_batch(batch: pa.RecordBatch, specs: Sequence[FeatureSpec], provenance: Provenance,
+                  true_values: Sequence[str] = (), false_values: Sequence[str] = ()) -> ConvertedBatch:
     """Turn input columns into feature columns; bad rows come out separately with file, line, reason, raw text.
 
-    specs must be resolved (see resolve_spec). String columns declared int64 or float are parsed.
+    specs must be resolved (see resolve_spec). String columns declared int64 or float are parsed,
+    true_values and false_values (CSV tokens) as 1 and 0.
     """
     problems = _Problems(batch.num_rows)
-    columns = [_convert_column(spec, _source_column(batch, spec.source, provenance.path), problems) for spec in specs]
+    booleans = (tuple(true_values), tuple(false_values))
+    columns = [_convert_column(spec, _source_column(batch, spec.source, provenance.path), problems, booleans)
+               for spec in specs]
     bad_rows = []
     kept_rows = np.arange(batch.num_rows, dtype=np.int64)
     if problems.bad.any():
@@ -404,8 +496,16 @@ def _source_column(batch: pa.RecordBatch, source: str, path: str) -> pa.Array:
     return column
 
 
-def _convert_column(spec: FeatureSpec, column: pa.Array, problems: _Problems) -> pa.Array:
+def _convert_column(spec: FeatureSpec, column: pa.Array, problems: _Problems,
+                    booleans: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())) -> pa.Array:
     label = f"feature {spec.name!r}" + (f" (column {spec.source!r})" if spec.source != spec.name else "")
+    if spec.time_unit is not None:
+        return _apply_on_null(spec, _convert_timestamp(spec, column, problems, label), column.is_null(), problems, label)
+    if spec.separator is None and spec.type in ("int64", "float") and any(booleans) and (
+            _is_text(column.type) or _is_binary(column.type)):
+        column_text = _booleans_as_digits(_as_text(column), *booleans)
+        return _apply_on_null(spec, _convert_scalar(spec.type, column_text, problems, label), column.is_null(),
+                              problems, label)
     if spec.separator is not None:
         values = _split_text(_as_text(column), spec.separator)
     else:
@@ -534,6 +634,76 @@ def _convert_scalar(feature_type: str, values: pa.Array, problems: _Problems, la
     if pa.types.is_integer(arrow_type) or pa.types.is_float16(arrow_type) or pa.types.is_float32(arrow_type):
         return pc.cast(values, pa.float32(), safe=False)
     return _to_float32(pc.cast(values, pa.float64(), safe=False), problems, label, None)
+
+
+def _booleans_as_digits(text: pa.Array, true_values: Sequence[str], false_values: Sequence[str]) -> pa.Array:
+    """Text with the true and false tokens replaced by "1" and "0" (pyarrow's true_values/false_values)."""
+    for tokens, digit in ((true_values, "1"), (false_values, "0")):
+        if tokens:
+            hit = pc.fill_null(pc.is_in(text, value_set=pa.array(list(tokens), pa.string())), False)
+            text = pc.if_else(hit, pa.scalar(digit, pa.string()), text)
+    return text
+
+
+def _convert_timestamp(spec: FeatureSpec, column: pa.Array, problems: _Problems, label: str) -> pa.Array:
+    """Timestamp text (ISO 8601, or time_format) or a timestamp/date column as int64 counts of time_unit since the epoch."""
+    unit = spec.time_unit
+    assert unit is not None
+    if _is_text(column.type) or _is_binary(column.type):
+        text = _as_text(column)
+        if spec.time_format is not None:
+            counts = pc.cast(pc.strptime(text, format=spec.time_format, unit=unit, error_is_null=True), pa.int64())
+        else:
+            counts = _iso_timestamps(text, unit)
+    else:
+        target = pa.timestamp(unit, tz=column.type.tz) if pa.types.is_timestamp(column.type) else pa.timestamp(unit)
+        counts = _cast_or_null(column, target)
+        text = None
+    failed = np.flatnonzero(np.asarray(pc.and_(counts.is_null(), column.is_valid())))
+    if len(failed):
+        problems.add(failed, [f"{label}: {_timestamp_problem(spec, column, text, row)}" for row in failed.tolist()])
+    return counts
+
+
+def _timestamp_problem(spec: FeatureSpec, column: pa.Array, text: pa.Array | None, row: int) -> str:
+    if text is None:
+        return f"{column[row].as_py()} is not a whole number of {spec.time_unit} (use a finer unit)"
+    shown = _quote(text[row])
+    if spec.time_format is not None:
+        return f"{shown} does not match format {spec.time_format!r}"
+    if _iso_timestamps(text.slice(row, 1), "ns").null_count == 0:
+        finer = ", ".join(TIME_UNITS[TIME_UNITS.index(spec.time_unit) + 1:])
+        return f"{shown} is not an ISO 8601 timestamp in whole {spec.time_unit} (use a finer unit: {_or_list(finer)})"
+    return f"{shown} is not an ISO 8601 timestamp (set format, e.g. format: \"%d/%m/%Y\")"
+
+
+def _or_list(items: str) -> str:
+    head, _, last = items.rpartition(", ")
+    return f"{head} or {last}" if head else last
+
+
+def _iso_timestamps(text: pa.Array, unit: str) -> pa.Array:
+    """ISO 8601 text as int64 counts of unit since the epoch (a zone offset is applied, no offset is UTC); null where it is not."""
+    zoned = pc.fill_null(pc.match_substring_regex(text, _ZONED_TEXT), False)
+    no_text = pa.scalar(None, pa.string())
+    naive = _cast_or_null(pc.if_else(zoned, no_text, text), pa.timestamp(unit))
+    aware = _cast_or_null(pc.if_else(zoned, text, no_text), pa.timestamp(unit, tz="UTC"))
+    return pc.if_else(zoned, aware, naive)
+
+
+def _cast_or_null(values: pa.Array, target: pa.DataType) -> pa.Array:
+    """values cast (safely) to a timestamp type, as int64; values that do not cast become null, found one by one."""
+    try:
+        return pc.cast(values.cast(target), pa.int64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        pass
+    counts = []
+    for index in range(len(values)):
+        try:
+            counts.append(pc.cast(values.slice(index, 1).cast(target), pa.int64())[0].as_py())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            counts.append(None)
+    return pa.array(counts, pa.int64())
 
 
 def _scalar_output(feature_type: str) -> pa.DataType:

@@ -67,7 +67,8 @@ def build_pipeline(pipeline: beam.Pipeline, plan: BuildPlan | BuildConfig, *, ov
     config = plan.config
     converted = (
         pipeline
-        | "ReadInputs" >> ReadTabular(config.input, list(plan.columns), inputs=list(plan.input_files))
+        | "ReadInputs" >> ReadTabular(config.input, list(plan.columns), inputs=list(plan.input_files),
+                                      progress_under=plan.staging_dir)
         | "ConvertAndKey" >> beam.ParDo(_ConvertAndKey(plan, plan.sharding, [item.path for item in plan.input_files]))
         .with_output_types(KeyedRecords).with_outputs(_BAD_ROWS, _STATS, main=_PIECES)
     )

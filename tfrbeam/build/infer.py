@@ -14,15 +14,17 @@ from __future__ import annotations
 import csv
 import json
 import posixpath
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from tfrbeam.build.config import DEFAULT_MAX_BYTES_PER_SHARD
-from tfrbeam.build.inputs import SAMPLE_ROWS, CsvOptions, InputConfig, _open, inspect_input, list_inputs
+from tfrbeam.build.config import (
+    DEFAULT_MAX_BAD_FRACTION_WHEN_KEEPING_GOING, DEFAULT_MAX_BYTES_PER_SHARD, BuildConfig, OutputConfig, resolve_with_sample,
+)
+from tfrbeam.build.inputs import (
+    SAMPLE_ROWS, CsvOptions, InputConfig, _open, inspect_input, list_inputs, unnamed_column_name,
+)
 from tfrbeam.errors import ArrowConversionError, ConfigError
 from tfrbeam.build.features import FeatureSpec, infer_spec, infer_text_type, resolve_spec
 
@@ -30,8 +32,6 @@ __all__ = ["infer_config"]
 
 SNIFF_BYTES = 64 << 10
 _DELIMITERS = ",;\t|"
-_NULL_TOKENS = ("", "NA", "N/A", "NULL", "null", "None", "none", "nan", "NaN", "-")
-_LIST_SEPARATORS = (";", "|")
 
 
 @dataclass(frozen=True)
@@ -55,18 +55,12 @@ def infer_config(input_path: str, format: str | None = None) -> str:
         header = [f"# Inferred from the Parquet schema of {sample.path}."]
         csv_options = None
     else:
-        csv_options, sniff_notes = _sniff_csv(files[0].path)
-        input_config = InputConfig(format="csv", path=input_path, csv=csv_options)
-        sample = inspect_input(input_config, files=files)
-        null_tokens = _null_tokens(_as_text(sample.sample.column(i)) for i in range(sample.sample.num_columns))
-        if null_tokens:  # read the sample again as the build will: quoted tokens stay values
-            input_config = replace(input_config, csv=replace(csv_options, null_values=tuple(null_tokens)))
-            sample = inspect_input(input_config, files=files)
-            if not any(sample.sample.column(i).null_count for i in range(sample.sample.num_columns)):
-                null_tokens = []
-                input_config = replace(input_config, csv=csv_options)
-        csv_options = input_config.csv
-        features, null_notes = _csv_features(sample.sample, null_tokens)
+        csv_options, sniff_notes, unnamed = _sniff_csv(files[0].path)
+        draft = BuildConfig(input=InputConfig(format="csv", path=input_path, csv=csv_options),
+                            output=OutputConfig(path="out"))
+        resolved, sample = resolve_with_sample(draft, files)  # the build's own inference, null values included
+        csv_options = resolved.input.csv
+        features, null_notes = _csv_features(resolved.features, sample.sample, csv_options.null_values, unnamed)
         left_out: list[str] = []
         header = [f"# Inferred from the first {min(sample.sample.num_rows, SAMPLE_ROWS)} rows of {sample.path}.",
                   *sniff_notes, *null_notes,
@@ -151,8 +145,9 @@ def _parquet_cast(arrow_type: pa.DataType) -> tuple[str, str] | None:
 # ----------------------------------------------------------------------------------------------- CSV
 
 
-def _sniff_csv(path: str) -> tuple[CsvOptions, list[str]]:
-    """Delimiter and header from the first lines (csv.Sniffer), with comments saying what was found."""
+def _sniff_csv(path: str) -> tuple[CsvOptions, list[str], dict[str, int]]:
+    """Delimiter and header from the first lines (csv.Sniffer), comments saying what was found, and the
+    generated names of columns the header leaves unnamed (with their index)."""
     with _open(path) as raw:
         head = raw.read(SNIFF_BYTES)
     encoding = "utf-8"
@@ -183,15 +178,17 @@ def _sniff_csv(path: str) -> tuple[CsvOptions, list[str]]:
     header = not any(infer_text_type(pa.array([field])) != "bytes" for field in first if field)
     column_names = None
     if not header:
-        column_names = tuple(f"column_{index}" for index in range(len(first)))
+        column_names = tuple(unnamed_column_name(index) for index in range(len(first)))
         notes.append("# No header line was detected: the columns got names; rename them in column_names.")
+    unnamed = [index for index, name in enumerate(first) if not name] if header else []
     if encoding != "utf-8":
         notes.append("# The file is not UTF-8; latin-1 is a guess, check input.csv.encoding.")
-    return CsvOptions(delimiter=delimiter, header=header, column_names=column_names, encoding=encoding), notes
+    options = CsvOptions(delimiter=delimiter, header=header, column_names=column_names, encoding=encoding)
+    return options, notes, {unnamed_column_name(index): index for index in unnamed}
 
 
-def _csv_features(sample: pa.RecordBatch, null_tokens: list[str]) -> tuple[list[_Feature], list[str]]:
-    """One feature per column of a sample read with the chosen null values, and the comments on nulls."""
+def _csv_features(specs, sample: pa.RecordBatch, null_tokens, unnamed: dict[str, int]) -> tuple[list[_Feature], list[str]]:
+    """The inferred features with the comments on their nulls, and the comment on the null values."""
     if null_tokens:
         shown = ", ".join(json.dumps(token) for token in null_tokens)
         notes = [f"# {shown} stand{'s' if len(null_tokens) == 1 else ''} in for missing numbers, so "
@@ -199,55 +196,17 @@ def _csv_features(sample: pa.RecordBatch, null_tokens: list[str]) -> tuple[list[
     else:
         notes = ["# No null values: empty fields and zeros are values. Add tokens to null_values to change that."]
     features = []
-    for name in sample.schema.names:
-        values = _as_text(sample.column(name))
-        null_count = values.null_count
-        comment = (f"{null_count} of {len(values)} sampled rows are null: they leave the feature out"
-                   if null_count else "")
-        spec = FeatureSpec(name, infer_text_type(values), name, on_null="omit" if null_count else "error")
-        list_spec = _list_feature(spec, values) if spec.type == "bytes" else None
-        features.append(_Feature(list_spec or spec, comment))
+    for spec in specs:
+        values = sample.column(spec.source)
+        comments = [f"{values.null_count} of {len(values)} sampled rows are null: they leave the feature out"
+                    if values.null_count else ""]
+        if spec.time_unit is not None:
+            comments.insert(0, f"ISO 8601 text -> {spec.time_unit} since 1970-01-01 UTC (a zone offset is applied; "
+                            "set format for other layouts, e.g. \"%d/%m/%Y %H:%M\")")
+        if spec.source in unnamed:
+            comments.insert(0, f"the header gives column {unnamed[spec.source]} no name; the build calls it {spec.source}")
+        features.append(_Feature(spec, "; ".join(comment for comment in comments if comment)))
     return features, notes
-
-
-def _as_text(column: pa.Array) -> pa.Array:
-    return column.cast(pa.binary()).view(pa.string()) if not pa.types.is_string(column.type) else column
-
-
-def _null_tokens(columns) -> list[str]:
-    """Tokens that appear in columns whose other values are all numbers: they stand for missing values."""
-    found: set[str] = set()
-    for text in columns:
-        present = [token for token in _NULL_TOKENS if pc.any(pc.equal(text, token)).as_py()]
-        if not present:
-            continue
-        rest = pc.if_else(pc.is_in(text, value_set=pa.array(present)), pa.scalar(None, pa.string()), text)
-        if rest.null_count < len(rest) and infer_text_type(rest) in ("int64", "float"):
-            found.update(token for token in present if not _is_float_token(token))
-    return [token for token in _NULL_TOKENS if token in found]
-
-
-def _is_float_token(token: str) -> bool:
-    return token.lower() == "nan"  # a float column keeps NaN as a value
-
-
-def _list_feature(spec: FeatureSpec, values: pa.Array) -> FeatureSpec | None:
-    """A list feature when every non-null value is numbers joined by one of the list separators."""
-    present = values.drop_null()
-    if not len(present):
-        return None
-    for separator in _LIST_SEPARATORS:
-        if not pc.all(pc.match_substring(present, separator)).as_py():
-            continue
-        parts = pc.split_pattern(present, separator)
-        item_type = infer_text_type(pc.list_flatten(parts))
-        if item_type == "bytes":
-            continue
-        counts = np.asarray(pc.list_value_length(parts))
-        length = int(counts[0]) if (counts == counts[0]).all() else None
-        return FeatureSpec(spec.name, item_type, spec.source, on_null=spec.on_null, separator=separator,
-                           length=length, is_list=True)
-    return None
 
 
 # ------------------------------------------------------------------------------------------ render
@@ -279,11 +238,14 @@ def _render(input_path: str, fmt: str, csv_options: CsvOptions | None, features:
                 "    escape_char: null",
                 f"    header: {'true' if csv_options.header else 'false'}",
                 f"    column_names: {names}",
-                f"    null_values: [{', '.join(json.dumps(token) for token in csv_options.null_values)}]"
+                f"    null_values: {_token_list(csv_options.null_values)}"
                 "   # only these are null; 0, \"\" and false are values otherwise",
+                f"    true_values: {_token_list(csv_options.true_values)}"
+                "   # read as 1 (and false_values as 0) by int64 and float features",
+                f"    false_values: {_token_list(csv_options.false_values)}",
                 "    skip_rows: 0",
                 f"    encoding: {csv_options.encoding}"]
-    out += ["features:                     # name: {type: int64 | float | bytes, source, on_null, default, separator, length}"]
+    out += ["features:                     # name: {type: int64 | float | bytes | timestamp, source, on_null, default, separator, length, unit, format}"]
     for feature in features:
         out.append(_feature_line(feature))
     for note in left_out:
@@ -297,18 +259,26 @@ def _render(input_path: str, fmt: str, csv_options: CsvOptions | None, features:
             "split_key: null               # e.g. [user_id]: rows with the same key land in the same split",
             "output:",
             f"  path: {_q('out/' + stem)}",
-            "  num_shards: null            # shards per split, or per split as {train: 8, eval: 1}",
-            f"  max_bytes_per_shard: {DEFAULT_MAX_BYTES_PER_SHARD >> 20}MiB   # or size shards by bytes (set one of the two)",
+            "  # Set one of these two; left out, shards are sized by bytes (the default below).",
+            "  # num_shards: 4             # shards per split, or per split as {train: 8, eval: 1}",
+            f"  # max_bytes_per_shard: {DEFAULT_MAX_BYTES_PER_SHARD >> 20}MiB  # or size shards by bytes",
             "  compression: none           # none | gzip | zlib",
             "errors:",
             "  on_bad_record: fail         # fail | skip | dead_letter ({output.path}/_errors/*.jsonl)",
-            "  max_bad_fraction: 0.0       # fail the build when more rows than this are bad, even with skip"]
+            f"  # max_bad_fraction: {DEFAULT_MAX_BAD_FRACTION_WHEN_KEEPING_GOING}    # the default with skip and dead_letter "
+            "(0 with fail): more bad rows than this fraction fail the build"]
     return "\n".join(out) + "\n"
+
+
+def _token_list(tokens) -> str:
+    return f"[{', '.join(json.dumps(token) for token in tokens or ())}]"
 
 
 def _feature_line(feature: _Feature) -> str:
     spec = feature.spec
-    parts = [f"type: {spec.type}"]
+    parts = [f"type: {spec.type}"] if spec.time_unit is None else ["type: timestamp", f"unit: {spec.time_unit}"]
+    if spec.time_format is not None:
+        parts.append(f"format: {json.dumps(spec.time_format)}")
     if spec.source != spec.name:
         parts.append(f"source: {_q(spec.source)}")
     parts.append(f"on_null: {spec.on_null}")

@@ -18,8 +18,9 @@ are always read whole. A quote still open at the end of a file fails it (pyarrow
 the rest of the file one value).
 
 Line numbers are physical lines (counting \\n, \\r\\n and a lone \\r) of the row's first line;
-skip_rows counts physical lines; blank lines are not rows. Rows longer than 4 MiB (pyarrow's
-block) are refused with a clear error.
+skip_rows counts physical lines; blank lines are not rows. A row longer than pyarrow's 4 MiB
+block makes the read start again with a 4x block, up to input.csv.max_row_bytes (64 MiB by
+default); a longer row fails the file with an error naming that setting.
 """
 
 from __future__ import annotations
@@ -30,10 +31,12 @@ import contextlib
 import csv
 import io
 import logging
+import os
 import pickle
 import queue
 import threading
-from dataclasses import dataclass, field
+import uuid
+from dataclasses import dataclass, field, replace
 from typing import BinaryIO, Callable, Generator, Iterable, Iterator, Sequence
 
 import apache_beam as beam
@@ -53,6 +56,7 @@ __all__ = [
     "InputConfig",
     "InputFile",
     "InputSample",
+    "ParquetOptions",
     "RangeScan",
     "ReadTabular",
     "SourceBatch",
@@ -61,6 +65,7 @@ __all__ = [
     "csv_ranges",
     "inspect_input",
     "list_inputs",
+    "parquet_columns_without_checksums",
     "parquet_row_groups",
     "read_csv_file",
     "read_csv_range",
@@ -73,7 +78,8 @@ _LOG = logging.getLogger(__name__)
 
 DEFAULT_SPLIT_BYTES = 64 << 20
 SAMPLE_ROWS = 10_000
-_CSV_BLOCK_BYTES = 4 << 20
+_CSV_BLOCK_BYTES = 4 << 20  # pyarrow's block; grown (x4 per retry) up to max_row_bytes for longer rows
+DEFAULT_MAX_ROW_BYTES = 64 << 20
 _READ_CHUNK_BYTES = 4 << 20
 _PARQUET_BATCH_ROWS = 65_536
 _CR, _LF = 13, 10
@@ -89,9 +95,19 @@ class CsvOptions:
     escape_char: str | None = None
     header: bool = True
     column_names: tuple[str, ...] | None = None
-    null_values: tuple[str, ...] = ()
+    null_values: tuple[str, ...] | None = None  # None: not given (none, unless inferred with the features)
+    true_values: tuple[str, ...] | None = None  # read as 1 by int64 and float features (pyarrow's name)
+    false_values: tuple[str, ...] | None = None  # read as 0
     skip_rows: int = 0
     encoding: str = "utf-8"
+    max_row_bytes: int = DEFAULT_MAX_ROW_BYTES  # the longest row (in bytes) that can be read
+
+
+@dataclass(frozen=True)
+class ParquetOptions:
+    """require_checksums: refuse files whose pages carry no CRC (pyarrow writes none unless write_page_checksum=True)."""
+
+    require_checksums: bool = False
 
 
 @dataclass(frozen=True)
@@ -101,6 +117,7 @@ class InputConfig:
     format: str
     path: str
     csv: CsvOptions = field(default_factory=CsvOptions)
+    parquet: ParquetOptions = field(default_factory=ParquetOptions)
     columns: tuple[str, ...] | None = None
     split_bytes: int = DEFAULT_SPLIT_BYTES
 
@@ -133,6 +150,8 @@ class SourceBatch:
     raw_first_line: int = 0
     raw_line_starts: np.ndarray | None = None
     spans: np.ndarray | None = None
+    true_values: tuple[str, ...] = ()  # the CSV dialect's boolean tokens, for the conversion
+    false_values: tuple[str, ...] = ()
 
     @property
     def first_line(self) -> int:
@@ -182,7 +201,7 @@ beam.coders.registry.register_coder(SourceBatch, SourceBatchCoder)
 
 def convert_source_batch(source: SourceBatch, specs: Sequence[FeatureSpec]) -> ConvertedBatch:
     """convert_batch on a SourceBatch; the reader's own bad rows come first in the result's bad_rows."""
-    converted = convert_batch(source.batch, specs, source)
+    converted = convert_batch(source.batch, specs, source, source.true_values, source.false_values)
     if source.bad_rows:
         return ConvertedBatch(batch=converted.batch, bad_rows=list(source.bad_rows) + converted.bad_rows,
                               kept_rows=converted.kept_rows)
@@ -594,13 +613,22 @@ def _read_preamble(tracker: _LineTracker, options: CsvOptions, path: str, decode
         if names is not None and len(names) != len(parsed):
             raise InputError(f"{path}: the header has {len(parsed)} columns ({', '.join(parsed)}) but "
                              f"input.csv.column_names lists {len(names)}")
-        names = names or parsed
+        names = names or unnamed_columns_named(parsed)
     assert names is not None
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
         raise InputError(f"{path}: column names {', '.join(map(repr, duplicates))} appear more than once in the "
                          "header; set input.csv.column_names to name every column uniquely")
     return _Preamble(names=tuple(names), data_line=line, data_offset=tracker.position)
+
+
+def unnamed_column_name(index: int) -> str:
+    """The name a column gets when the header gives it none (R's write.csv leaves the row-name column "")."""
+    return f"column_{index}"
+
+
+def unnamed_columns_named(names: Sequence[str]) -> tuple[str, ...]:
+    return tuple(name if name else unnamed_column_name(index) for index, name in enumerate(names))
 
 
 def _parse_header(lines: list[bytes], tracker: _LineTracker, options: CsvOptions, path: str,
@@ -651,7 +679,7 @@ def _parse_options(options: CsvOptions, quoting: bool, on_invalid) -> pcsv.Parse
 
 
 def _read_rows(path: str, tracker: _LineTracker, preamble: _Preamble, options: CsvOptions, first_file_line: int,
-               quoting: bool, columns: Sequence[str] | None) -> Iterator[SourceBatch]:
+               quoting: bool, columns: Sequence[str] | None, block_size: int = _CSV_BLOCK_BYTES) -> Iterator[SourceBatch]:
     """Parse the rows after the preamble with pyarrow and give every row its physical line and raw text.
 
     Rows are numbered by pyarrow from 1 (invalid ones included); row j starts on the j-th
@@ -670,8 +698,8 @@ def _read_rows(path: str, tracker: _LineTracker, preamble: _Preamble, options: C
             invalid[row.number] = (row.expected_columns, row.actual_columns, row.text)
         return "skip"
 
-    null_values = list(options.null_values)
-    reader_options = pcsv.ReadOptions(use_threads=False, block_size=_CSV_BLOCK_BYTES, column_names=names)
+    null_values = list(options.null_values or ())
+    reader_options = pcsv.ReadOptions(use_threads=False, block_size=block_size, column_names=names)
     convert_options = pcsv.ConvertOptions(
         column_types={name: pa.binary() for name in names}, null_values=null_values,
         strings_can_be_null=bool(null_values), quoted_strings_can_be_null=False, check_utf8=False)
@@ -688,11 +716,20 @@ def _read_rows(path: str, tracker: _LineTracker, preamble: _Preamble, options: C
     except pa.ArrowInvalid as error:
         if str(error).startswith("Empty CSV file"):  # nothing but blank lines after the preamble
             return
+        if "straddl" in str(error):
+            raise _RowTooLong(path, "in its first rows", preamble.data_line - 1) from error
         raise InputError(f"{path}: cannot parse the CSV in its first rows: {error}") from error
     try:
         quote = options.quote_char if quoting and not options.escape_char else None
         batches = _numbered_batches(path, tracker, reader, invalid, invalid_lock, keep, ordinal, first_file_line, quote)
-        yield from (_ahead(batches) if _PREFETCH_BATCHES else batches)
+        produced = _ahead(batches) if _PREFETCH_BATCHES else batches
+        if _passes_through(options.encoding):  # other encodings were decoded (strictly) on the way in
+            codec = codecs.lookup(options.encoding).name
+            produced = (_without_undecodable_rows(source, codec) for source in produced)
+        booleans = (tuple(options.true_values or ()), tuple(options.false_values or ()))
+        if any(booleans):
+            produced = (replace(source, true_values=booleans[0], false_values=booleans[1]) for source in produced)
+        yield from produced
     finally:
         reader.close()  # stop pyarrow's read-ahead thread now, not at garbage collection
 
@@ -749,6 +786,44 @@ def _ahead(items: Generator[SourceBatch, None, None]) -> Iterator[SourceBatch]:
         thread.join()
 
 
+def _passes_through(encoding: str) -> bool:
+    return codecs.lookup(encoding).name in ("utf-8", "utf-8-sig", "ascii")
+
+
+def _without_undecodable_rows(source: SourceBatch, codec: str) -> SourceBatch:
+    """The batch without rows whose text is not valid in the declared encoding; they become bad rows.
+
+    The whole batch's text is decoded once (fast when valid, the usual case); only a batch that
+    fails is looked at row by row.
+    """
+    if source.raw is None or source.num_rows == 0:
+        return source
+    try:
+        source.raw.decode(codec)
+        return source
+    except UnicodeDecodeError:
+        pass
+    keep = np.ones(source.num_rows, dtype=bool)
+    bad_rows = []
+    for row in range(source.num_rows):
+        first = int(source.lines[row]) - source.raw_first_line
+        text = source.raw[source.raw_line_starts[first]:source.raw_line_starts[first + int(source.spans[row])]]
+        try:
+            text.decode(codec)
+        except UnicodeDecodeError as error:
+            keep[row] = False
+            bad_rows.append(BadRow(source.path, int(source.lines[row]),
+                                   f"byte {error.start} of the row is not valid {codec.replace('-sig', '')} text "
+                                   f"({error.reason}); set input.csv.encoding",
+                                   _strip_line_break(text).decode(codec, "replace")))
+    if not bad_rows:
+        return source
+    mask = pa.array(keep)
+    merged = sorted([*source.bad_rows, *bad_rows], key=lambda bad: bad.line)
+    return replace(source, lines=source.lines[keep], batch=source.batch.filter(mask), spans=source.spans[keep],
+                   bad_rows=tuple(merged))
+
+
 def _numbered_batches(path: str, tracker: _LineTracker, reader, invalid: dict, invalid_lock: threading.Lock,
                       keep: list[str], ordinal: int, first_file_line: int, quote: str | None) -> Iterator[SourceBatch]:
     """The batches of a pyarrow CSV reader with every row's line, and the invalid rows placed between them."""
@@ -792,9 +867,63 @@ def _numbered_batches(path: str, tracker: _LineTracker, reader, invalid: dict, i
             yield source
     except pa.ArrowInvalid as error:
         where = f"after line {last_line}" if last_line else "in its first rows"
-        hint = (f" (a row longer than {_CSV_BLOCK_BYTES >> 20} MiB, or a quote that is never closed)"
-                if "straddl" in str(error) else "")
-        raise InputError(f"{path}: cannot parse the CSV {where}: {error}{hint}") from error
+        if "straddl" in str(error):  # a row longer than the block
+            raise _RowTooLong(path, where, last_line) from error
+        raise InputError(f"{path}: cannot parse the CSV {where}: {error}") from error
+
+
+class _RowTooLong(InputError):
+    """A row longer than pyarrow's block: the read is retried with a bigger one (see _growing_blocks)."""
+
+    def __init__(self, path: str, where: str, last_line: int):
+        super().__init__(f"{path}: a row {where} is longer than the CSV block")
+        self.where = where
+        self.last_line = last_line
+
+
+def _growing_blocks(read: Callable[[int], Iterator[SourceBatch]], path: str, max_row_bytes: int) -> Iterator[SourceBatch]:
+    """read(block_size)'s batches; a row longer than the block restarts the read with a 4x block (up to
+    max_row_bytes), skipping the rows already given. Rows that long are rare: the common case reads once."""
+    block = min(_CSV_BLOCK_BYTES, max_row_bytes)
+    given_line = 0  # every row on this line or before was given
+    while True:
+        try:
+            for source in read(block):
+                source = _rows_after(source, given_line)
+                if source.num_rows or source.bad_rows:
+                    given_line = max(given_line, _last_line(source))
+                    yield source
+            return
+        except _RowTooLong as error:
+            if block >= max_row_bytes:
+                raise InputError(
+                    f"{path}: a row longer than input.csv.max_row_bytes ({_mib(max_row_bytes)}) {error.where}, or a "
+                    "quote that is never closed; raise input.csv.max_row_bytes if rows are that long") from error
+            block = min(block * 4, max_row_bytes)
+            _LOG.info("%s: a row %s is longer than the CSV block; reading again with %s blocks", path, error.where,
+                      _mib(block))
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1 << 20):g} MiB"
+
+
+def _rows_after(source: SourceBatch, line: int) -> SourceBatch:
+    """The batch without the rows (and bad rows) on or before line (given by an earlier attempt)."""
+    if line == 0 or ((not len(source.lines) or source.lines[0] > line)
+                     and all(bad.line > line for bad in source.bad_rows)):
+        return source
+    keep = source.lines > line
+    return replace(source, lines=source.lines[keep], batch=source.batch.filter(pa.array(keep)),
+                   spans=source.spans[keep] if source.spans is not None else None,
+                   bad_rows=tuple(bad for bad in source.bad_rows if bad.line > line))
+
+
+def _last_line(source: SourceBatch) -> int:
+    lines = [bad.line for bad in source.bad_rows]
+    if len(source.lines):
+        lines.append(int(source.lines[-1]))
+    return max(lines, default=0)
 
 
 def _check_closed_quotes(path: str, last_row: tuple[int, int, str] | None, quote: str | None) -> None:
@@ -889,11 +1018,15 @@ def _assemble(path: str, tracker: _LineTracker, batch: pa.RecordBatch, record: i
 
 def read_csv_file(path: str, options: CsvOptions, columns: Sequence[str] | None = None) -> Iterator[SourceBatch]:
     """Every row of a CSV file, streamed block by block from the start (quoted line breaks are fine)."""
-    with _open(path) as raw:
-        special = _special_bytes(options)
-        tracker = _LineTracker(_utf8_chunks(raw, options.encoding, True, None, path), special)
-        preamble = _read_preamble(tracker, options, path, _decoder_for("utf-8"))
-        yield from _read_rows(path, tracker, preamble, options, 1, True, columns)
+
+    def read(block_size: int) -> Iterator[SourceBatch]:
+        with _open(path) as raw:
+            special = _special_bytes(options)
+            tracker = _LineTracker(_utf8_chunks(raw, options.encoding, True, None, path), special)
+            preamble = _read_preamble(tracker, options, path, _decoder_for("utf-8"))
+            yield from _read_rows(path, tracker, preamble, options, 1, True, columns, block_size)
+
+    return _growing_blocks(read, path, options.max_row_bytes)
 
 
 def _special_bytes(options: CsvOptions) -> bytes:
@@ -994,21 +1127,24 @@ def read_csv_range(path: str, start: int, end: int, line_breaks_before: int, opt
     of the earlier ranges); it makes the line numbers. Only safe when no quote or escape
     character occurs in the file: then every line break ends a row.
     """
-    with _open(path) as raw:
-        preamble = _head_preamble(raw, options, path)
-        data_offset = preamble.data_offset
-        own_start = max(_record_boundary(raw, start), data_offset)
-        own_end = max(_record_boundary(raw, end), own_start) if end > own_start else own_start
-        if own_start >= own_end:
-            return
-        if own_start == data_offset:
-            first_line = preamble.data_line
-        else:
-            first_line = 1 + line_breaks_before + (1 if own_start > start else 0)
-        raw.seek(own_start)
-        tracker = _LineTracker(_utf8_chunks(raw, options.encoding, own_start == 0, own_end - own_start, path))
-        inline = _Preamble(names=preamble.names, data_line=first_line, data_offset=0)
-        yield from _read_rows(path, tracker, inline, options, first_line, False, columns)
+    def read(block_size: int) -> Iterator[SourceBatch]:
+        with _open(path) as raw:
+            preamble = _head_preamble(raw, options, path)
+            data_offset = preamble.data_offset
+            own_start = max(_record_boundary(raw, start), data_offset)
+            own_end = max(_record_boundary(raw, end), own_start) if end > own_start else own_start
+            if own_start >= own_end:
+                return
+            if own_start == data_offset:
+                first_line = preamble.data_line
+            else:
+                first_line = 1 + line_breaks_before + (1 if own_start > start else 0)
+            raw.seek(own_start)
+            tracker = _LineTracker(_utf8_chunks(raw, options.encoding, own_start == 0, own_end - own_start, path))
+            inline = _Preamble(names=preamble.names, data_line=first_line, data_offset=0)
+            yield from _read_rows(path, tracker, inline, options, first_line, False, columns, block_size)
+
+    return _growing_blocks(read, path, options.max_row_bytes)
 
 
 def _raw_chunks(raw: BinaryIO) -> Iterator[bytes]:
@@ -1032,15 +1168,83 @@ def _parquet_file(path: str, raw: BinaryIO) -> pq.ParquetFile:
         raise InputError(f"{path}: not a readable Parquet file: {error}") from error
 
 
-def parquet_row_groups(path: str) -> list[tuple[int, int]]:
-    """(row group index, number of rows before it) for each row group of a Parquet file."""
+def parquet_row_groups(path: str, require_checksums: bool = False) -> list[tuple[int, int]]:
+    """(row group index, number of rows before it) for each row group of a Parquet file.
+
+    require_checksums: raise InputError when a column chunk's pages carry no CRC.
+    """
+    return _row_group_listing(path, require_checksums)[0]
+
+
+def _row_group_listing(path: str, require_checksums: bool) -> tuple[list[tuple[int, int]], int]:
+    """parquet_row_groups, and the file's number of rows."""
     with _open(path) as raw:
         metadata = _parquet_file(path, raw).metadata
+        if require_checksums:
+            _require_checksums(path, raw, metadata)
         groups, before = [], 0
         for index in range(metadata.num_row_groups):
             groups.append((index, before))
             before += metadata.row_group(index).num_rows
-        return groups
+        return groups, before
+
+
+def parquet_columns_without_checksums(path: str) -> list[tuple[int, str]]:
+    """(row group, column path) of every column chunk whose first page header holds no CRC.
+
+    pyarrow's metadata does not say whether pages carry checksums, so the first page header of
+    each column chunk (Thrift compact PageHeader: field 4 is the optional crc) is read directly;
+    a writer stores CRCs on all pages of a file or none.
+    """
+    with _open(path) as raw:
+        return _chunks_without_checksums(raw, _parquet_file(path, raw).metadata)
+
+
+def _require_checksums(path: str, raw: BinaryIO, metadata: pq.FileMetaData) -> None:
+    missing = _chunks_without_checksums(raw, metadata)
+    if missing:
+        group, column = missing[0]
+        raise InputError(
+            f"{path}: column {column!r} of row group {group} has no page checksums (the writer stored none; pyarrow "
+            "stores them with write_page_checksum=True), and input.parquet.require_checksums refuses such files: "
+            "without them a damaged page reads as wrong values")
+
+
+def _chunks_without_checksums(raw: BinaryIO, metadata: pq.FileMetaData) -> list[tuple[int, str]]:
+    missing = []
+    for group in range(metadata.num_row_groups):
+        row_group = metadata.row_group(group)
+        for index in range(row_group.num_columns):
+            chunk = row_group.column(index)
+            offset = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
+            raw.seek(offset)
+            if not _page_header_has_crc(raw.read(_PAGE_HEADER_PREFIX_BYTES)):
+                missing.append((group, chunk.path_in_schema))
+    return missing
+
+
+_PAGE_HEADER_PREFIX_BYTES = 64  # type, two sizes and the crc: at most 1 + 4 * (1 + 10) bytes
+_COMPACT_I32 = 5
+
+
+def _page_header_has_crc(header: bytes) -> bool:
+    """Whether a Thrift-compact PageHeader holds field 4 (crc); fields 1-3 (type, sizes) are i32 varints before it."""
+    position, field_id = 0, 0
+    while position < len(header):
+        byte = header[position]
+        position += 1
+        delta, kind = byte >> 4, byte & 0x0F
+        if byte == 0 or delta == 0:  # the end of the struct, or a long-form field id: not the layout writers use
+            return False
+        field_id += delta
+        if field_id == 4:
+            return kind == _COMPACT_I32
+        if field_id > 4 or kind != _COMPACT_I32:
+            return False
+        while position < len(header) and header[position] & 0x80:  # skip the varint
+            position += 1
+        position += 1
+    return False
 
 
 def read_parquet_row_group(path: str, group: int, rows_before: int, columns: Sequence[str] | None = None) -> Iterator[SourceBatch]:
@@ -1096,7 +1300,10 @@ def inspect_input(input_config: InputConfig, sample_rows: int = SAMPLE_ROWS,
     path = files[0].path
     if input_config.format == "parquet":
         with _open(path) as raw:
-            return InputSample(path, _parquet_file(path, raw).schema_arrow, None)
+            parquet = _parquet_file(path, raw)
+            if input_config.parquet.require_checksums:
+                _require_checksums(path, raw, parquet.metadata)
+            return InputSample(path, parquet.schema_arrow, None)
     batches, count = [], 0
     with contextlib.closing(read_csv_file(path, input_config.csv)) as sources:
         for source in sources:
@@ -1114,11 +1321,32 @@ def inspect_input(input_config: InputConfig, sample_rows: int = SAMPLE_ROWS,
     return InputSample(path, table.schema, sample)
 
 
+def check_inputs_hold_rows(input_config: InputConfig, files: Sequence[InputFile], allow_empty: bool) -> None:
+    """Warn (or, when not allow_empty, raise InputError) when no input file holds a single row.
+
+    Files are looked at in order until one holds a row: the first one usually does, so this costs
+    one Parquet footer or one CSV block.
+    """
+    if any(_holds_rows(input_config, item.path) for item in files):
+        return
+    kind = "only header lines" if input_config.format == "csv" and input_config.csv.header else "no rows"
+    message = f"the input files hold no rows ({len(files)} file{'s' if len(files) != 1 else ''}, {kind}: {files[0].path}"
+    message += ", ...)" if len(files) > 1 else ")"
+    if not allow_empty:
+        raise InputError(f"{message}; errors.allow_empty is false, so the build fails")
+    _LOG.warning("%s: the dataset will be empty; set errors.allow_empty: false to fail such a build", message)
+
+
+def _holds_rows(input_config: InputConfig, path: str) -> bool:
+    if input_config.format == "parquet":
+        with _open(path) as raw:
+            return _parquet_file(path, raw).metadata.num_rows > 0
+    with contextlib.closing(read_csv_file(path, input_config.csv)) as sources:
+        return any(source.num_rows or source.bad_rows for source in sources)
+
+
 def _empty_batch(names: Sequence[str]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([pa.array([], pa.binary()) for _ in names], names=list(names))
-
-
-# ------------------------------------------------------------------------------------------- Beam
 
 
 @dataclass(frozen=True)
@@ -1130,29 +1358,117 @@ class _CsvPiece:
     whole: bool
 
 
+# --------------------------------------------------------------------------------------- progress
+
+PROGRESS_DIR_NAME = "progress"
+
+
+def progress_dir(staging_dir: str) -> str | None:
+    """Where the readers of a run count what they read: local staging only (an object store cannot append)."""
+    if "://" in staging_dir:
+        return None
+    return f"{staging_dir.rstrip('/')}/{PROGRESS_DIR_NAME}"
+
+
+class _ProgressCounter:
+    """Appends "rows bytes" lines to one file per worker process; the build's own process sums them.
+
+    One small append per batch (a batch is thousands of rows), so counting costs nothing noticeable;
+    any runner whose workers share this machine's disk (in-process, multi-process) reports this way.
+    """
+
+    _names: dict[tuple[str, int], str] = {}
+
+    def __init__(self, directory: str):
+        self.directory = directory
+
+    def add(self, rows: int, size: int) -> None:
+        try:
+            with open(self._path(), "ab") as handle:
+                handle.write(f"{rows} {size}\n".encode("ascii"))
+        except OSError:  # progress is a courtesy: never fail a build over it
+            pass
+
+    def _path(self) -> str:
+        key = (self.directory, os.getpid())
+        if key not in self._names:
+            os.makedirs(self.directory, exist_ok=True)
+            self._names[key] = os.path.join(self.directory, f"{os.getpid()}-{uuid.uuid4().hex[:8]}.count")
+        return self._names[key]
+
+
+def read_progress(directory: str, offsets: dict[str, int], totals: list[int]) -> tuple[int, int]:
+    """Add the lines the counter files got since the last call to totals [rows, bytes]; returns the totals."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return totals[0], totals[1]
+    for name in names:
+        path = os.path.join(directory, name)
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(offsets.get(path, 0))
+                data = handle.read()
+        except OSError:
+            continue
+        complete = data[:data.rfind(b"\n") + 1]  # a line still being written waits for the next call
+        offsets[path] = offsets.get(path, 0) + len(complete)
+        for line in complete.splitlines():
+            rows, size = line.split()
+            totals[0] += int(rows)
+            totals[1] += int(size)
+    return totals[0], totals[1]
+
+
+def _counted(sources: Iterable[SourceBatch], counter: _ProgressCounter | None,
+             bytes_per_row: float | None = None) -> Iterator[SourceBatch]:
+    for source in sources:
+        if counter is not None:
+            rows = source.num_rows + len(source.bad_rows)
+            size = len(source.raw) if source.raw is not None else int(rows * (bytes_per_row or 0))
+            counter.add(rows, size)
+        yield source
+
+
+def _row_groups_with_row_size(item: tuple[str, int], required: bool) -> list[tuple[str, int, int, float]]:
+    """(path, row group, rows before it, file bytes per row) for each row group of a listed Parquet file."""
+    path, size = item
+    groups, rows = _row_group_listing(path, required)
+    per_row = size / rows if rows else 0.0
+    return [(path, group, before, per_row) for group, before in groups]
+
+
+# ------------------------------------------------------------------------------------------- Beam
+
+
 class ReadTabular(beam.PTransform):
     """Read the inputs of a build as SourceBatch elements (Parquet by row group, CSV by range or whole file).
 
     columns limits what is read (Parquet projection; CSV columns dropped after parsing); None
     means input_config.columns, and None there means every column. The input files are listed
-    when the transform is built (see .inputs, for the manifest).
+    when the transform is built (see .inputs, for the manifest). progress_under (a run's local
+    staging directory) makes the readers count rows and bytes read there, for the progress display.
     """
 
     def __init__(self, input_config: InputConfig, columns: Sequence[str] | None = None,
-                 inputs: Sequence[InputFile] | None = None):
+                 inputs: Sequence[InputFile] | None = None, progress_under: str | None = None):
         super().__init__()
         self.input_config = input_config
         self.columns = tuple(columns) if columns is not None else input_config.columns
         self.inputs = list(inputs) if inputs is not None else list_inputs(input_config.path)
+        self.progress_dir = progress_dir(progress_under) if progress_under is not None else None
 
     def expand(self, pbegin):
         files = pbegin | "ListFiles" >> beam.Create([(f.path, f.size) for f in self.inputs], reshuffle=False)
         columns = self.columns
+        counts = self.progress_dir
         if self.input_config.format == "parquet":
+            required = self.input_config.parquet.require_checksums
             return (files
-                    | "RowGroups" >> beam.FlatMap(lambda item: [(item[0], g, b) for g, b in parquet_row_groups(item[0])])
+                    | "RowGroups" >> beam.FlatMap(_row_groups_with_row_size, required)
                     | "SpreadRowGroups" >> beam.Reshuffle()
-                    | "ReadRowGroup" >> beam.FlatMap(lambda item: read_parquet_row_group(*item, columns=columns))
+                    | "ReadRowGroup" >> beam.FlatMap(lambda item: _counted(
+                        read_parquet_row_group(*item[:3], columns=columns), _counter(counts), item[3]))
                     .with_output_types(SourceBatch))
         options = self.input_config.csv
         split_bytes = self.input_config.split_bytes
@@ -1163,7 +1479,12 @@ class ReadTabular(beam.PTransform):
                 | "ByFile" >> beam.GroupByKey()
                 | "PlanPieces" >> beam.FlatMap(_plan_pieces)
                 | "SpreadPieces" >> beam.Reshuffle()
-                | "ReadPiece" >> beam.FlatMap(_read_piece, options, columns).with_output_types(SourceBatch))
+                | "ReadPiece" >> beam.FlatMap(lambda piece: _counted(_read_piece(piece, options, columns), _counter(counts)))
+                .with_output_types(SourceBatch))
+
+
+def _counter(directory: str | None) -> _ProgressCounter | None:
+    return _ProgressCounter(directory) if directory is not None else None
 
 
 def _ranges_of(item: tuple[str, int], split_bytes: int, options: CsvOptions) -> list[tuple[str, tuple[int, int, int, int]]]:

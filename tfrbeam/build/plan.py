@@ -23,7 +23,7 @@ from tfrbeam.beam.filesystem import BEAM_FILES
 from tfrbeam.beam.publish import RunIdentity, staging_path, this_run
 from tfrbeam.build.config import BuildConfig, config_to_dict, resolve_config, with_features
 from tfrbeam.build.features import FeatureSpec
-from tfrbeam.build.inputs import InputFile, list_inputs
+from tfrbeam.build.inputs import InputFile, check_inputs_hold_rows, list_inputs
 from tfrbeam.build.runners import choose_piece_store
 from tfrbeam.build.shuffle import INLINE, ShardingSpec, bucket_bits_for
 from tfrbeam.errors import ConfigError, OutputExistsError, OutputNotWritableError
@@ -105,8 +105,9 @@ def plan_build(config: BuildConfig, options: PipelineOptions | None = None, *, o
     inputs = list_inputs(config.input.path)
     resolved_input = resolve_config(config, files=inputs)
     features = resolved_input.features
+    check_inputs_hold_rows(resolved_input.input, inputs, config.errors.allow_empty)
     _check_split_key(config, features)
-    resolved = with_features(config, features)
+    resolved = with_features(config, features, csv=resolved_input.input.csv)
     output_root = config.output.path if fs.is_remote(config.output.path) else os.path.abspath(config.output.path)
     check_output_place(output_root, config.output.path)
     check_output_dir(output_root, normalized(config_to_dict(resolved)), overwrite, shown=config.output.path)
