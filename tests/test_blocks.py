@@ -297,6 +297,6 @@ def test_blocks_feed_the_columnar_decoder_as_one_buffer(tmp_path):
 
 
 def test_importing_record_blocks_imports_no_beam():
-    code = "import sys, tfrbeam.record_blocks; print('apache_beam' in sys.modules)"
+    code = "import sys, tfrbeam.blocks; print('apache_beam' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"

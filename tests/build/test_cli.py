@@ -121,7 +121,7 @@ def test_dry_run_prints_the_plan_and_runs_nothing(workdir, capsys):
     out = capsys.readouterr().out
     for expected in ("demo_data/csv/flights-00000.csv", "bytes", "dep_delay", "float", "null -> default 0.0",
                      "tailnum", "null -> omitted", "embedding", "[4]", "train", "0.9", "eval", "4 shards",
-                     "1 shard", "out/dry", "DirectRunner"):
+                     "1 shard", "out/dry", "FnApiRunner", "piece store: memory"):
         assert expected in out, (expected, out)
     assert not (workdir / "out" / "dry").exists()
     leftovers = os.listdir(workdir / "out") if (workdir / "out").exists() else []
