@@ -30,10 +30,10 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from benchmarks.dataset import write_dataset  # noqa: E402
-from tfrbeam.dataset import open_random_access  # noqa: E402
-from tfrbeam.dataset.random_access import decode_rows  # noqa: E402
-from tfrbeam.records import read_records  # noqa: E402
+from benchmarks.dataset import write_dataset
+from tfrbeam.dataset import open_random_access
+from tfrbeam.dataset.random_access import decode_rows
+from tfrbeam.records import read_records
 
 BATCH = 1024
 TARGET_RECORDS_PER_SECOND = 150_000

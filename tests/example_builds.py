@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import pathlib
 
-from tfrbeam.build.cli import main as build_main
 from pipelines.demo_data import write_demo_data
+from tfrbeam.build.cli import main as build_main
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 

@@ -10,9 +10,9 @@ import apache_beam as beam
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
+from tests.example_builds import build_examples
 from tfrbeam.beam.stats_combine import ComputeDatasetStats, SplitStatsCombineFn, WriteStatsFiles, files_pattern
 from tfrbeam.stats.compute import compute_stats, write_dataset_stats
-from tests.example_builds import build_examples
 
 EXACT_KEYS = ("present", "missing", "num_values", "values_per_example", "min", "max", "num_zeros", "num_nan",
               "top_values", "num_unique", "length")
@@ -82,8 +82,8 @@ def test_write_dataset_stats_is_what_the_build_calls(demo_build):
 
 
 def test_a_split_without_records_is_reported_with_zero_examples(tmp_path):
-    from tfrbeam.records import RecordWriter
     from tfrbeam.example import encode_example
+    from tfrbeam.records import RecordWriter
 
     (tmp_path / "train").mkdir()
     (tmp_path / "eval").mkdir()

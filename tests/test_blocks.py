@@ -12,12 +12,11 @@ import threading
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import tfrbeam.blocks as record_blocks_module
-from tfrbeam.errors import RecordError
 from tfrbeam.blocks import RecordBlock, offset_of_record, record_blocks
+from tfrbeam.errors import RecordError
 from tfrbeam.records import RECORD_OVERHEAD, RecordReader, frame_records
 
 CHUNKS = st.sampled_from([16, 31, 64, 257, 4096, 1 << 20])

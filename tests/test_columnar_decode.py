@@ -16,8 +16,7 @@ import struct
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from benchmarks.table import make_benchmark_table
 from tfrbeam import columnar_decode
@@ -672,7 +671,7 @@ def test_gather_cuts_exact_spans_of_every_width(count):
     rng = np.random.default_rng(count)
     buf = rng.integers(0, 256, 4000, dtype=np.uint8)
     buf[-columnar_decode._PAD :] = 0
-    for width in range(0, 20):
+    for width in range(20):
         for lengths in (np.full(count, width), rng.integers(0, width + 1, count), np.r_[np.full(count - 1, 1), 600]):
             # anywhere, and ending within a few bytes of the buffer's end (windows would run past it)
             for starts in (rng.integers(0, 3000, count), buf.size - lengths - rng.integers(0, 3, count)):

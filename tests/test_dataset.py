@@ -11,11 +11,10 @@ import tempfile
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tfrbeam.dataset import FixedLenFeature, Ragged, VarLenFeature, open_dataset
-from tfrbeam.errors import ConfigError, CorruptRecordError, ExampleDecodeError, TruncatedRecordError, ArrowConversionError
+from tfrbeam.errors import ArrowConversionError, ConfigError, CorruptRecordError, ExampleDecodeError, TruncatedRecordError
 from tfrbeam.example import decode_example, encode_example
 from tfrbeam.record_index import IndexBuilder, index_path_for
 from tfrbeam.records import RECORD_OVERHEAD, RecordWriter
@@ -547,7 +546,6 @@ def test_a_replaced_pass_raises_and_leaves_the_position_alone(files):
 
 def test_a_dropped_pass_stops_its_thread(files):
     import gc
-    import threading
 
     dataset = open_dataset(str(files / "*.tfrecord"), batch_size=2, prefetch=1, executor="threads")
     it = iter(dataset)

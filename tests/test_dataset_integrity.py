@@ -10,8 +10,7 @@ import pathlib
 import struct
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tfrbeam.dataset import FixedLenFeature, open_dataset
 from tfrbeam.errors import ShardMismatchError

@@ -10,8 +10,7 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from tfrbeam.cli import main
 from tfrbeam.errors import RecordIndexError

@@ -14,18 +14,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
+from tests.example_builds import build_examples
 from tfrbeam.beam.parquet_export import ExportToParquet
+from tfrbeam.build.cli import main as build_main
 from tfrbeam.cli import main
 from tfrbeam.columnar_encode import record_batch_to_examples
 from tfrbeam.errors import ConfigError, RecordError
 from tfrbeam.example import decode_example
 from tfrbeam.parquet_export import export_to_parquet, parquet_name
-from tfrbeam.build.cli import main as build_main
 from tfrbeam.records import RecordWriter, read_records
-from tests.example_builds import build_examples
 
 CONFIGS = ("demo.yaml", "csv_example.yaml", "parquet_example.yaml")
 

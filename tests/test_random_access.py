@@ -7,12 +7,11 @@ import json
 import logging
 import pathlib
 import pickle
-import struct
 
 import numpy as np
 import pytest
 
-from tfrbeam.dataset import RandomAccessDataset, Ragged, VarLenFeature, open_random_access
+from tfrbeam.dataset import RandomAccessDataset, VarLenFeature, open_random_access
 from tfrbeam.errors import ConfigError, CorruptRecordError, RandomAccessError, ShardMismatchError
 from tfrbeam.example import encode_example
 from tfrbeam.offset_index import offset_index_bytes, offset_index_path_for, offsets_from_headers

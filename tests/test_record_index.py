@@ -7,8 +7,7 @@ import logging
 import os
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from tfrbeam.errors import RecordIndexError
 from tfrbeam.record_index import (

@@ -10,8 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from tfrbeam.cli import main
 from tfrbeam.columnar_encode import record_batch_to_examples
@@ -22,8 +21,8 @@ from tfrbeam.stats.accumulators import SplitAccumulator, stats_schema
 from tfrbeam.stats.compute import accumulate_file, compute_stats, write_dataset_stats
 from tfrbeam.stats.drift import jensen_shannon, l_infinity
 from tfrbeam.stats.report import DECILES, dataset_stats
-from tfrbeam.stats.text import format_fraction
 from tfrbeam.stats.sketches import DISTINCT_K, DistinctCount, TopValues, hash_binary
+from tfrbeam.stats.text import format_fraction
 
 DOCUMENTED_KEYS = {"type", "present", "min", "max", "mean", "std", "num_zeros", "num_nan", "histogram", "quantiles",
                    "top_values", "num_unique"}

@@ -14,9 +14,9 @@ import zlib
 import numpy as np
 import pytest
 
+from tests.example_builds import build_examples
 from tfrbeam.stats.compute import write_dataset_stats
 from tfrbeam.stats.html import presence_bar, render_html
-from tests.example_builds import build_examples
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_browser = pytest.mark.skipif(
@@ -171,7 +171,7 @@ def test_report_renders_offline_with_one_row_per_feature_and_svg_histograms(demo
     features = sorted(manifest["features"])
     dom = _Dom()
     dom.feed(chromium("--dump-dom", page.as_uri()).stdout.decode("utf-8"))
-    assert dom.rows == {split: features for split in manifest["splits"]}
+    assert dom.rows == dict.fromkeys(manifest["splits"], features)
     numeric = [name for name, entry in manifest["features"].items() if entry["type"] != "bytes"]
     assert len(dom.histograms) == 2 * len(numeric) * len(manifest["splits"])  # equal-width and decile histograms
     assert all(bars >= 1 for bars in dom.histograms) and max(dom.histograms) == 20

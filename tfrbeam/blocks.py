@@ -318,7 +318,7 @@ def _fast_blocks(
                 block_bytes = max(block_bytes, after - starts[0])
             if remaining is not None:
                 remaining -= len(starts)
-            if len(starts) < want and (after >= stop - window.base or window.eof and after == window.end):
+            if len(starts) < want and (after >= stop - window.base or (window.eof and after == window.end)):
                 return
         else:
             return

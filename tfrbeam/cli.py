@@ -224,7 +224,7 @@ def _run_inspect(args: argparse.Namespace) -> int:
         for name, stats in sorted(report.features.items()):
             rate = format_fraction(stats.present, report.records)
             counts = f"{stats.min_count}..{stats.max_count}" if stats.min_count != stats.max_count else f"{stats.min_count}"
-            print(f"{name or repr(name):<24} {str(stats.kind()):<8} {rate:>9} {counts:>14}")
+            print(f"{name or repr(name):<24} {stats.kind()!s:<8} {rate:>9} {counts:>14}")
         print("\nfeature_spec = {")
         for name, feature in spec.items():
             print(f"    {name!r}: {feature},")

@@ -44,7 +44,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Iterable
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -93,7 +93,7 @@ DEFAULT_MAX_FEATURES = 100_000
 
 
 def examples_to_record_batch(
-    records: Any, schema: Optional[pa.Schema] = None, *, max_features: Optional[int] = DEFAULT_MAX_FEATURES
+    records: Any, schema: pa.Schema | None = None, *, max_features: int | None = DEFAULT_MAX_FEATURES
 ) -> pa.RecordBatch:
     """Decode serialized tf.train.Example records into one Arrow RecordBatch, row i = record i.
 
@@ -109,7 +109,7 @@ def examples_to_record_batch(
 
 
 def _to_record_batch(
-    records: Any, schema: Optional[pa.Schema], exact_only: bool = False, max_features: Optional[int] = DEFAULT_MAX_FEATURES
+    records: Any, schema: pa.Schema | None, exact_only: bool = False, max_features: int | None = DEFAULT_MAX_FEATURES
 ) -> pa.RecordBatch:
     """examples_to_record_batch; ``exact_only`` sends every record through the exact walker (tests)."""
     batch = _RecordBuffer.from_input(records)
@@ -282,7 +282,7 @@ class _Piece:
     rec: np.ndarray
     counts: np.ndarray
     values: np.ndarray
-    data: Optional[np.ndarray] = None
+    data: np.ndarray | None = None
 
     @classmethod
     def empty(cls, kind: int, rec: np.ndarray) -> _Piece:
@@ -499,7 +499,7 @@ def _read_lengths(buf: np.ndarray, positions: np.ndarray):
     return value, after, ok
 
 
-def _both(ok: np.ndarray, more: Optional[np.ndarray]) -> np.ndarray:
+def _both(ok: np.ndarray, more: np.ndarray | None) -> np.ndarray:
     return ok if more is None else ok & more
 
 
@@ -553,7 +553,7 @@ class _StepEntries:
 class _Walk:
     """Lockstep parse of every canonical record of a batch down to each feature's list message."""
 
-    def __init__(self, batch: _RecordBuffer, wanted: Optional[set[bytes]]):
+    def __init__(self, batch: _RecordBuffer, wanted: set[bytes] | None):
         self.batch = batch
         self.buf = batch.buf
         self.u64 = _unaligned_u64(batch.buf)
@@ -627,7 +627,7 @@ class _Walk:
             return rec, entry_end, fend
         return rec[more], entry_end[more], fend[more]
 
-    def _entries_framed_alike(self, head: np.ndarray, pos: np.ndarray, fend: np.ndarray) -> Optional[_StepEntries]:
+    def _entries_framed_alike(self, head: np.ndarray, pos: np.ndarray, fend: np.ndarray) -> _StepEntries | None:
         """Entries whose framing bytes are all those of the first: one name (up to 4 bytes) and one
         value size, as for a scalar float, a fixed-size float vector or a small int in every record.
 
@@ -711,7 +711,7 @@ class _Walk:
         return _StepEntries.located(ok, entry_end, name_start, name_len, kind, empty, list_start,
                                     np.full(len(pos), -1, dtype=np.int64))
 
-    def _file_by_key(self, rec: np.ndarray, keys: Optional[np.ndarray], found: _StepEntries) -> None:
+    def _file_by_key(self, rec: np.ndarray, keys: np.ndarray | None, found: _StepEntries) -> None:
         """Group entries by name key and file each group under its feature id (``keys`` None:
         all entries are known to have one name)."""
         if keys is None or (keys == keys[0]).all():
@@ -1132,7 +1132,7 @@ def _parse_entry(data: bytes, start: int, end: int) -> _EntryState:
     return entry
 
 
-def _walk_record(data: bytes, wanted: Optional[set[bytes]]) -> dict[bytes, tuple[int, list[tuple[int, int]]]]:
+def _walk_record(data: bytes, wanted: set[bytes] | None) -> dict[bytes, tuple[int, list[tuple[int, int]]]]:
     """Parse one Example exactly as Python protobuf (upb) does: {name: (kind, value runs)}.
 
     Like upb, a map entry carrying unknown fields is dropped (after being checked), a later
@@ -1169,7 +1169,7 @@ def _walk_features(data, start, end, wanted, features) -> None:
             pos = _skip(data, pos, end, field, wire_type)
 
 
-def _fallback_pieces(batch: _RecordBuffer, records: np.ndarray, wanted: Optional[set[bytes]],
+def _fallback_pieces(batch: _RecordBuffer, records: np.ndarray, wanted: set[bytes] | None,
                      base: int) -> dict[bytes, list[_Piece]]:
     """Decode the given records with the exact walker; values go through the shared decoders.
 
@@ -1228,7 +1228,7 @@ class _Feature:
         return {piece.kind: piece.rec for piece in self.pieces}
 
 
-def _decode_features(batch: _RecordBuffer, wanted: Optional[set[bytes]], exact_only: bool = False) -> dict[bytes, _Feature]:
+def _decode_features(batch: _RecordBuffer, wanted: set[bytes] | None, exact_only: bool = False) -> dict[bytes, _Feature]:
     """Decode the batch chunk by chunk; each feature's pieces are joined in record order."""
     by_name: dict[bytes, dict[int, list[_Piece]]] = {}
     for base in range(0, batch.num_records, _CHUNK_RECORDS):
@@ -1240,7 +1240,7 @@ def _decode_features(batch: _RecordBuffer, wanted: Optional[set[bytes]], exact_o
             for name, by_kind in by_name.items()}
 
 
-def _decode_chunk(batch: _RecordBuffer, wanted: Optional[set[bytes]], exact_only: bool, base: int) -> dict[bytes, list[_Piece]]:
+def _decode_chunk(batch: _RecordBuffer, wanted: set[bytes] | None, exact_only: bool, base: int) -> dict[bytes, list[_Piece]]:
     """Walk and decode one chunk: fast path for canonical records, exact walker for the rest.
 
     Returns {name: pieces (one per kind)} with batch record indexes (chunk index + ``base``).
@@ -1400,7 +1400,7 @@ def _decoded_type(arrow_type: pa.DataType) -> pa.DataType:
     return arrow_type
 
 
-def _convert_to(array: pa.Array, arrow_type: pa.DataType, name: str, slot_rec: Optional[np.ndarray] = None) -> pa.Array:
+def _convert_to(array: pa.Array, arrow_type: pa.DataType, name: str, slot_rec: np.ndarray | None = None) -> pa.Array:
     """Convert a built array to the schema's type (dictionary, view, fixed-size binary...).
 
     ``slot_rec`` gives the record of each slot (None: slot i is record i), for error messages.
@@ -1426,7 +1426,7 @@ def _convert_to(array: pa.Array, arrow_type: pa.DataType, name: str, slot_rec: O
     return array.cast(arrow_type)
 
 
-def _convert_list(array: pa.Array, arrow_type: pa.DataType, name: str, slot_rec: Optional[np.ndarray]) -> pa.Array:
+def _convert_list(array: pa.Array, arrow_type: pa.DataType, name: str, slot_rec: np.ndarray | None) -> pa.Array:
     records = np.arange(len(array)) if slot_rec is None else slot_rec
     if pa.types.is_fixed_size_list(array.type):
         counts = np.full(len(array), array.type.list_size)
@@ -1445,7 +1445,7 @@ def _convert_list(array: pa.Array, arrow_type: pa.DataType, name: str, slot_rec:
     return pa.Array.from_buffers(arrow_type, len(array), buffers, children=[child])
 
 
-def _kind_of_type(arrow_type: pa.DataType) -> Optional[int]:
+def _kind_of_type(arrow_type: pa.DataType) -> int | None:
     if pa.types.is_integer(arrow_type) or pa.types.is_boolean(arrow_type) or _is_temporal(arrow_type):
         return KIND_INT64
     if pa.types.is_floating(arrow_type):
@@ -1467,7 +1467,7 @@ def _storage_type(arrow_type: pa.DataType) -> pa.DataType:
     return pa.int32() if arrow_type.bit_width == 32 else pa.int64()
 
 
-def _build_column(target: _Target, feature: Optional[_Feature], num_records: int) -> pa.Array:
+def _build_column(target: _Target, feature: _Feature | None, num_records: int) -> pa.Array:
     name = target.field.name
     if feature is None:
         piece = _Piece.empty(target.kind, np.zeros(0, dtype=np.int64))
@@ -1622,7 +1622,7 @@ def _convert_numbers(values: np.ndarray, element: pa.DataType, name: str, value_
     return values.astype(_numpy_storage(element), copy=False)
 
 
-def _numeric_array(element: pa.DataType, values: np.ndarray, validity: Optional[pa.Buffer]) -> pa.Array:
+def _numeric_array(element: pa.DataType, values: np.ndarray, validity: pa.Buffer | None) -> pa.Array:
     if pa.types.is_boolean(element):
         data = _bitmap(values.astype(bool))
     else:

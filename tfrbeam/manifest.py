@@ -117,7 +117,7 @@ def check_manifest(manifest: Any, where: str, verifiable: bool = False) -> None:
         for where_in, value in _lookup(manifest, path.split("."), ""):
             if value is _MISSING:
                 raise ManifestError(f"{where}: the key {where_in} is missing; the manifest is damaged or from another tool")
-            if not isinstance(value, expected) or isinstance(value, bool) and expected is int:
+            if not isinstance(value, expected) or (isinstance(value, bool) and expected is int):
                 raise ManifestError(f"{where}: {where_in} is {value!r}, not a {getattr(expected, '__name__', expected)}")
 
 

@@ -36,8 +36,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tfrbeam.errors import RecordIndexError
 from tfrbeam.blocks import length_crcs_match, record_blocks
+from tfrbeam.errors import RecordIndexError
 from tfrbeam.record_index import INDEX_SUFFIX, MTIME_TOLERANCE_SECONDS, index_path_for, write_file_atomically
 from tfrbeam.records import MAX_PAYLOAD_SIZE, RECORD_OVERHEAD, masked_crc32c
 

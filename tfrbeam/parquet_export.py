@@ -18,8 +18,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tfrbeam.errors import ConfigError, OutputExistsError
 from tfrbeam.blocks import record_blocks
+from tfrbeam.errors import ConfigError, OutputExistsError
 from tfrbeam.stats.accumulators import FEATURE_TYPES
 from tfrbeam.stats.compute import BLOCK_RECORDS, decode_block, resolve_input
 

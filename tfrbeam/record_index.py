@@ -51,8 +51,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from tfrbeam.errors import RecordError, RecordIndexError
 from tfrbeam.blocks import record_blocks
+from tfrbeam.errors import RecordError, RecordIndexError
 from tfrbeam.records import HEADER_SIZE, MAX_PAYLOAD_SIZE, RECORD_OVERHEAD, masked_crc32c
 
 _LOG = logging.getLogger(__name__)

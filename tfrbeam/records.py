@@ -29,7 +29,6 @@ from typing import BinaryIO, Union
 import crc32c as _crc32c
 import numpy as np
 
-from tfrbeam.naming import partial_path
 from tfrbeam.errors import (
     CorruptRecordError,
     RecordError,
@@ -37,6 +36,7 @@ from tfrbeam.errors import (
     TruncatedRecordError,
     UnsupportedCompressionError,
 )
+from tfrbeam.naming import partial_path
 
 _LOG = logging.getLogger(__name__)
 

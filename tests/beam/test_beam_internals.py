@@ -23,7 +23,7 @@ def test_offset_range_tracker_fields_are_the_ones_the_block_claim_updates():
 
 
 def test_file_based_source_private_hooks_exist_and_ours_are_used(tmp_path):
-    assert callable(getattr(FileBasedSource, "_validate")) and callable(getattr(FileBasedSource, "_get_concat_source"))
+    assert callable(FileBasedSource._validate) and callable(FileBasedSource._get_concat_source)
     with pytest.raises(FileNotFoundError, match="pass validate=False"):
         TFRecordSource(str(tmp_path / "missing-*"))
     with RecordWriter(str(tmp_path / "a.tfrecord")) as writer:

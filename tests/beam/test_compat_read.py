@@ -14,8 +14,7 @@ import apache_beam.io.tfrecordio_test as beam_tests
 import pytest
 from apache_beam.io.filesystem import CompressionTypes
 
-from tfrbeam.beam import ReadAllFromTFRecord, ReadFromTFRecord
-from tfrbeam.beam import source as tfrbeam_source
+from tfrbeam.beam import ReadAllFromTFRecord, ReadFromTFRecord, source as tfrbeam_source
 from tfrbeam.errors import UnsupportedCompressionError
 
 

@@ -7,10 +7,10 @@ import glob
 import io
 import json
 import os
-import subprocess
-import sys
 import pathlib
 import re
+import subprocess
+import sys
 
 import apache_beam as beam
 import numpy as np
@@ -19,13 +19,11 @@ import pytest
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from tfrbeam.beam import sink
 from tfrbeam.beam.examples_write import WriteExamples, _FrameExamplesFn
 from tfrbeam.beam.sink import Finalizer, WriteToTFRecord, frame_batch, make_sink_spec
-from tfrbeam.naming import ShardNaming
 from tfrbeam.columnar_encode import encode_record_batch
 from tfrbeam.errors import (
     ArrowConversionError,
@@ -36,6 +34,7 @@ from tfrbeam.errors import (
     UnsupportedCompressionError,
 )
 from tfrbeam.example import encode_example
+from tfrbeam.naming import ShardNaming
 from tfrbeam.record_index import INDEX_DIR_NAME, index_path_for, load_index
 from tfrbeam.records import RECORD_OVERHEAD, read_records
 

@@ -34,7 +34,7 @@ def _write(workdir: pathlib.Path, kind: str, at: int, count: int, shards: int, l
         try:
             with injected(None if kind == "none" else kind, at, log):
                 code = _sink_main([str(workdir / "out"), str(count), str(shards)])
-        except Exception:  # noqa: BLE001 - the runner wraps the injected OSError
+        except Exception:  # the runner wraps the injected OSError
             code = 1
         return code, log
     log = workdir / log_name

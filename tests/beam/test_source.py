@@ -19,18 +19,24 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 
-from tfrbeam.beam import ReadAllFromTFRecord, ReadExamples, ReadFromTFRecord, TFRecordSource
-from tfrbeam.beam import source as source_module
+from tfrbeam.beam import ReadAllFromTFRecord, ReadExamples, ReadFromTFRecord, TFRecordSource, source as source_module
 from tfrbeam.beam.examples_read import DecodeToDicts, DecodeToRecordBatches, _ExampleSource
-from tfrbeam.blocks import RecordBlock
 from tfrbeam.beam.source import INDEXED, SCAN, WHOLE, ReadOptions, TFRecordFileSource, _ExpandIntoRanges
+from tfrbeam.blocks import RecordBlock
 from tfrbeam.columnar_decode import examples_to_record_batch
 from tfrbeam.columnar_encode import record_batch_to_examples
-from tfrbeam.errors import ConfigError, CorruptRecordError, ExampleDecodeError, RecordError, TfrbeamError, TruncatedRecordError, UnsupportedCompressionError
-from tfrbeam.record_index import INDEX_INTERVAL_BYTES, IndexBuilder, index_path_for
+from tfrbeam.errors import (
+    ConfigError,
+    CorruptRecordError,
+    ExampleDecodeError,
+    RecordError,
+    TfrbeamError,
+    TruncatedRecordError,
+    UnsupportedCompressionError,
+)
 from tfrbeam.example import decode_example, encode_example
+from tfrbeam.record_index import INDEX_INTERVAL_BYTES, IndexBuilder, index_path_for
 from tfrbeam.records import RecordWriter, frame_records, read_records
-
 
 # ---------------------------------------------------------------------------------------------
 # helpers

@@ -10,10 +10,10 @@ import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from pipelines.demo_data import write_demo_data
 from tfrbeam.build.cli import main as build_main
 from tfrbeam.build.config import load_config
 from tfrbeam.build.graph import build_pipeline
-from pipelines.demo_data import write_demo_data
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 DEMO_CONFIG = str(REPO_ROOT / "configs" / "demo.yaml")

@@ -20,8 +20,8 @@ import time
 
 import pytest
 
-from tfrbeam.build.cli import main as build_main
 from tests.faults import injected
+from tfrbeam.build.cli import main as build_main
 from tfrbeam.manifest import read_manifest, verify_dataset, write_leftovers
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -9,10 +9,8 @@ import json
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
-from tfrbeam.errors import ArrowConversionError
 from tfrbeam.build.features import (
     BatchProvenance,
     FeatureSpec,
@@ -24,6 +22,7 @@ from tfrbeam.build.features import (
     source_column,
     source_type,
 )
+from tfrbeam.errors import ArrowConversionError
 
 
 def convert(columns: dict, *specs: FeatureSpec, first_line: int = 2):

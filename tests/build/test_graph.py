@@ -11,12 +11,12 @@ import shutil
 import numpy as np
 import pytest
 
-from tfrbeam.build.cli import main as build_main
-from tfrbeam.record_index import INDEX_DIR_NAME
-from tfrbeam.manifest import verify_dataset
 from pipelines.demo_data import demo_table, write_demo_data
+from tfrbeam.build.cli import main as build_main
 from tfrbeam.errors import ConfigError
 from tfrbeam.example import decode_example
+from tfrbeam.manifest import verify_dataset
+from tfrbeam.record_index import INDEX_DIR_NAME
 from tfrbeam.records import read_records
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -57,7 +57,7 @@ def canonical(example: dict) -> tuple:
 
 def expected_demo_examples() -> collections.Counter:
     """The demo config's Examples computed straight from the generated table, not through the pipeline."""
-    f32 = lambda value: float(np.float32(value))  # noqa: E731
+    f32 = lambda value: float(np.float32(value))
     expected = collections.Counter()
     for row in demo_table().to_pylist():
         if row["flight_id"] in BROKEN_FLIGHT_IDS:

@@ -17,8 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 import tfrbeam.build.inputs as tabular_read
 from tfrbeam.build.config import parse_config, resolve_config

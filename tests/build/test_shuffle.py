@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-import dataclasses
 import os
 import pathlib
 import random
@@ -14,8 +13,7 @@ import numpy as np
 import pytest
 import xxhash
 from apache_beam.options.pipeline_options import PipelineOptions
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from tfrbeam.build.shuffle import (
     INLINE,
@@ -30,20 +28,20 @@ from tfrbeam.build.shuffle import (
     PieceRef,
     ShardingSpec,
     WriteShuffledShards,
+    _BucketCounts,
     bucket_bits_for,
     content_digests,
+    discard_pieces,
     frame_gathered,
     frame_ordered,
     input_order_keys,
-    make_plan,
-    discard_pieces,
     make_piece_store,
+    make_plan,
     record_checksums,
     runs_holding_pieces,
     seeded_sort_keys,
     shard_file_name,
     split_indices,
-    _BucketCounts,
 )
 from tfrbeam.record_index import index_path_for, parse_index
 from tfrbeam.records import RECORD_OVERHEAD, frame_records, read_records

@@ -5,15 +5,15 @@ from __future__ import annotations
 # Reading (source helper).
 from tfrbeam.beam.arrow_coder import RecordBatchCoder
 from tfrbeam.beam.examples_read import ReadExamples
-from tfrbeam.beam.source import ReadAllFromTFRecord, ReadFromTFRecord, TFRecordSource
-
-# Statistics and Parquet export of datasets.
-from tfrbeam.beam.parquet_export import ExportToParquet, WriteToParquetWithChecksums
-from tfrbeam.beam.stats_combine import ComputeDatasetStats, SplitStatsCombineFn, WriteStatsFiles
 
 # Writing (sink helper).
 from tfrbeam.beam.examples_write import WriteExamples
+
+# Statistics and Parquet export of datasets.
+from tfrbeam.beam.parquet_export import ExportToParquet, WriteToParquetWithChecksums
 from tfrbeam.beam.sink import WriteToTFRecord
+from tfrbeam.beam.source import ReadAllFromTFRecord, ReadFromTFRecord, TFRecordSource
+from tfrbeam.beam.stats_combine import ComputeDatasetStats, SplitStatsCombineFn, WriteStatsFiles
 
 __all__ = [
     "ComputeDatasetStats",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from typing import Any, Optional
+from typing import Any
 
 import pyarrow as pa
 from apache_beam.io import iobase
@@ -21,10 +21,10 @@ from apache_beam.transforms import PTransform
 from tfrbeam.beam.arrow_coder import RecordBatchCoder
 from tfrbeam.beam.runner_support import refuse_lossy_runner
 from tfrbeam.beam.source import TFRecordSource
+from tfrbeam.blocks import RecordBlock
 from tfrbeam.columnar_decode import examples_to_record_batch
 from tfrbeam.errors import ArrowConversionError, ConfigError, ExampleDecodeError
 from tfrbeam.example import decode_example
-from tfrbeam.blocks import RecordBlock
 
 OUTPUTS = ("dicts", "record_batches")
 # Rows per RecordBatch. Measured on ~400-byte Examples (framing + columnar decoding, per record):
@@ -39,7 +39,7 @@ class DecodeToRecordBatches:
     output_type = pa.RecordBatch
     output_coder = RecordBatchCoder()
 
-    def __init__(self, schema: Optional[pa.Schema] = None):
+    def __init__(self, schema: pa.Schema | None = None):
         self.schema = schema
 
     def __call__(self, path: str, block: RecordBlock) -> Iterator[pa.RecordBatch]:
@@ -77,7 +77,7 @@ class DecodeToDicts:
 
 
 def _locate_decode_error(
-    path: str, block: RecordBlock, schema: Optional[pa.Schema], error: ExampleDecodeError
+    path: str, block: RecordBlock, schema: pa.Schema | None, error: ExampleDecodeError
 ) -> ExampleDecodeError:
     """Name the file and byte offset of the first record that fails on its own (the batch error names its index)."""
     offsets = block.offsets.tolist()
@@ -115,7 +115,7 @@ class ReadExamples(PTransform):
         *,
         output: str = "dicts",
         batch_size: int = DEFAULT_BATCH_SIZE,
-        schema: Optional[pa.Schema] = None,
+        schema: pa.Schema | None = None,
         compression: str | None = "auto",
         compression_type: str = CompressionTypes.AUTO,
         validate: bool = True,

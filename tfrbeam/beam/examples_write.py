@@ -18,7 +18,7 @@ import pyarrow as pa
 from apache_beam.io.filesystem import CompressionTypes
 
 from tfrbeam.beam.sink import FramedBatch, FrameRecordsFn, StrOrProvider, WriteFramedBatches, make_sink_spec
-from tfrbeam.columnar_encode import feature_kind, encode_record_batch
+from tfrbeam.columnar_encode import encode_record_batch, feature_kind
 from tfrbeam.errors import ArrowConversionError, ExampleEncodeError
 from tfrbeam.example import encode_example
 from tfrbeam.records import frame_buffer

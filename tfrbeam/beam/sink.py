@@ -33,7 +33,6 @@ from __future__ import annotations
 import dataclasses
 import io
 import logging
-import re
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Union
@@ -49,11 +48,22 @@ from apache_beam.transforms import window
 from apache_beam.utils.windowed_value import WindowedValue
 
 from tfrbeam.beam import filesystem as fs
-from tfrbeam.beam.publish import ABANDONED_NAME, JOURNAL_NAME, OWNER_NAME, CommitJournal, abandon, StagingDir, held_or_taken, recover, staging_path, this_run
+from tfrbeam.beam.publish import (
+    ABANDONED_NAME,
+    JOURNAL_NAME,
+    OWNER_NAME,
+    CommitJournal,
+    StagingDir,
+    abandon,
+    held_or_taken,
+    recover,
+    staging_path,
+    this_run,
+)
 from tfrbeam.beam.runner_support import refuse_lossy_runner
 from tfrbeam.beam.source import compression_for_file, resolve_compression
-from tfrbeam.naming import ShardNaming
 from tfrbeam.errors import CommitError, ConfigError, OutputExistsError, ShortWriteError, TfrbeamError
+from tfrbeam.naming import ShardNaming
 from tfrbeam.offset_index import offset_index_bytes, offset_index_path_for, offsets_from_headers
 from tfrbeam.record_index import IndexBuilder, index_path_for
 from tfrbeam.records import RECORD_OVERHEAD, RecordWriter, frame_records

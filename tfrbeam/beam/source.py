@@ -51,12 +51,11 @@ from apache_beam.options.value_provider import ValueProvider
 from apache_beam.transforms import Create, DoFn, ParDo, PTransform
 from apache_beam.transforms.display import DisplayDataItem
 from apache_beam.transforms.util import Reshuffle
-from apache_beam.typehints import Any as AnyHint
-from apache_beam.typehints import Tuple as TupleHint
+from apache_beam.typehints import Any as AnyHint, Tuple as TupleHint
 
 from tfrbeam.beam.runner_support import refuse_lossy_runner
-from tfrbeam.errors import ConfigError, CorruptRecordError, TfrbeamError, TruncatedRecordError, UnsupportedCompressionError
 from tfrbeam.blocks import RecordBlock, record_blocks
+from tfrbeam.errors import ConfigError, CorruptRecordError, TfrbeamError, TruncatedRecordError, UnsupportedCompressionError
 from tfrbeam.record_index import RecordIndex, index_path_for, load_index
 from tfrbeam.records import (
     HEADER_SIZE,

@@ -21,22 +21,32 @@ import time
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import (
-    GoogleCloudOptions, PipelineOptions, PortableOptions, StandardOptions, TestOptions, _BeamArgumentParser,
+    GoogleCloudOptions,
+    PipelineOptions,
+    PortableOptions,
+    StandardOptions,
+    TestOptions,
+    _BeamArgumentParser,
 )
 
-from tfrbeam.build.config import load_config
+from tfrbeam import errors as tfrbeam_errors
 from tfrbeam.beam.filesystem import BEAM_FILES
 from tfrbeam.beam.publish import OutputLock, abandon
 from tfrbeam.build.commit import discard_staging, recover_output
+from tfrbeam.build.config import load_config
 from tfrbeam.build.graph import build_pipeline
 from tfrbeam.build.inputs import progress_dir, read_progress
 from tfrbeam.build.plan import BuildPlan, check_output_dir, plan_build
 from tfrbeam.build.runners import DEFAULT_RUNNER
-from tfrbeam.manifest import read_manifest
-from tfrbeam import errors as tfrbeam_errors
 from tfrbeam.errors import (
-    ConfigError, OutputExistsError, OutputLockedError, OutputNotWritableError, TfrbeamError, TooManyBadRecordsError,
+    ConfigError,
+    OutputExistsError,
+    OutputLockedError,
+    OutputNotWritableError,
+    TfrbeamError,
+    TooManyBadRecordsError,
 )
+from tfrbeam.manifest import read_manifest
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 _PROG = "tfrbeam build"
@@ -125,7 +135,7 @@ def _run_locked(plan: BuildPlan, options: PipelineOptions, started: float) -> in
     try:
         with build_progress(plan):
             pipeline.run().wait_until_finish()
-    except Exception as error:  # noqa: BLE001 - every runner wraps worker errors differently
+    except Exception as error:  # every runner wraps worker errors differently
         message = _one_line(error)
         # Too many bad rows keeps its dead letters for a look; the next run removes them.
         discard_staging(plan, keep_dead_letters=message.startswith(TooManyBadRecordsError.__name__))
@@ -164,12 +174,12 @@ def beam_argument_parser() -> argparse.ArgumentParser:
     parser = _BeamArgumentParser(allow_abbrev=False)
     classes = {str(cls): cls for cls in PipelineOptions.__subclasses__()}
     for cls in classes.values():
-        cls._add_argparse_args(parser)  # noqa: SLF001 - the one way to learn Beam's options
+        cls._add_argparse_args(parser)  # the one way to learn Beam's options
     return parser
 
 
 def _option_strings(parser: argparse.ArgumentParser) -> list[str]:
-    return [name for name in parser._option_string_actions if name.startswith("--")]  # noqa: SLF001
+    return [name for name in parser._option_string_actions if name.startswith("--")]  # Beam keeps no public list
 
 
 def _unknown_argument(argument: str, known: list[str]) -> str:

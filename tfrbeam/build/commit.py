@@ -37,7 +37,13 @@ from tfrbeam.build.plan import BuildPlan, check_output_dir, dataset_entries, for
 from tfrbeam.build.shuffle import ShardFile, ShardPlan, discard_pieces
 from tfrbeam.errors import CommitError, ManifestError, OutputExistsError, ShortWriteError, TooManyBadRecordsError
 from tfrbeam.manifest import (
-    ERRORS_DIR_NAME, MANIFEST_FORMAT, MANIFEST_NAME, feature_entries, manifest_bytes, parse_example_spec, read_manifest,
+    ERRORS_DIR_NAME,
+    MANIFEST_FORMAT,
+    MANIFEST_NAME,
+    feature_entries,
+    manifest_bytes,
+    parse_example_spec,
+    read_manifest,
 )
 from tfrbeam.offset_index import offset_index_bytes, offset_index_path_for, offsets_from_headers
 from tfrbeam.record_index import INDEX_DIR_NAME, index_path_for, stamp_index

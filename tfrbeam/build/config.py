@@ -10,16 +10,13 @@ import codecs
 import difflib
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any
 
 import pyarrow as pa
 import yaml
 
-from tfrbeam.build.inputs import (
-    DEFAULT_MAX_ROW_BYTES, DEFAULT_SPLIT_BYTES, CsvOptions, InputConfig, InputFile, InputSample, ParquetOptions, inspect_input,
-)
-from tfrbeam.errors import ArrowConversionError, ConfigError
 from tfrbeam.build.features import (
     FEATURE_TYPES,
     ON_NULL_ACTIONS,
@@ -33,6 +30,17 @@ from tfrbeam.build.features import (
     source_column,
     source_type,
 )
+from tfrbeam.build.inputs import (
+    DEFAULT_MAX_ROW_BYTES,
+    DEFAULT_SPLIT_BYTES,
+    CsvOptions,
+    InputConfig,
+    InputFile,
+    InputSample,
+    ParquetOptions,
+    inspect_input,
+)
+from tfrbeam.errors import ArrowConversionError, ConfigError
 
 __all__ = [
     "BuildConfig",
@@ -185,7 +193,7 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 def parse_yaml(text: str, where: str = "<config>") -> Any:
     """YAML text to Python objects; syntax errors and duplicate keys become a ConfigError with the line."""
     try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
     except yaml.YAMLError as error:
         raise ConfigError(f"{where}: not valid YAML: {error}") from error
 

@@ -23,8 +23,9 @@ Rules (the README states them too):
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Iterable, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa

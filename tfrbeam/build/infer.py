@@ -20,13 +20,23 @@ from typing import Any
 import pyarrow as pa
 
 from tfrbeam.build.config import (
-    DEFAULT_MAX_BAD_FRACTION_WHEN_KEEPING_GOING, DEFAULT_MAX_BYTES_PER_SHARD, BuildConfig, OutputConfig, resolve_with_sample,
+    DEFAULT_MAX_BAD_FRACTION_WHEN_KEEPING_GOING,
+    DEFAULT_MAX_BYTES_PER_SHARD,
+    BuildConfig,
+    OutputConfig,
+    resolve_with_sample,
 )
+from tfrbeam.build.features import FeatureSpec, infer_spec, infer_text_type, resolve_spec
 from tfrbeam.build.inputs import (
-    SAMPLE_ROWS, CsvOptions, InputConfig, _open, inspect_input, list_inputs, unnamed_column_name,
+    SAMPLE_ROWS,
+    CsvOptions,
+    InputConfig,
+    _open,
+    inspect_input,
+    list_inputs,
+    unnamed_column_name,
 )
 from tfrbeam.errors import ArrowConversionError, ConfigError
-from tfrbeam.build.features import FeatureSpec, infer_spec, infer_text_type, resolve_spec
 
 __all__ = ["infer_config"]
 

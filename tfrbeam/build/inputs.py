@@ -36,8 +36,9 @@ import pickle
 import queue
 import threading
 import uuid
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import BinaryIO, Callable, Generator, Iterable, Iterator, Sequence
+from typing import BinaryIO
 
 import apache_beam as beam
 import numpy as np
@@ -48,8 +49,8 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from tfrbeam.errors import ConfigError, InputError
 from tfrbeam.build.features import BadRow, ConvertedBatch, FeatureSpec, convert_batch, rows_as_json
+from tfrbeam.errors import ConfigError, InputError
 
 __all__ = [
     "CsvOptions",

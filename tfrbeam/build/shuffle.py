@@ -77,11 +77,18 @@ import xxhash
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from tfrbeam.byte_views import windows
 from tfrbeam.naming import shard_file_name
 from tfrbeam.record_index import IndexBuilder, index_path_for
-from tfrbeam.byte_views import windows
 from tfrbeam.records import (
-    FOOTER_SIZE, HEADER_SIZE, MAX_PAYLOAD_SIZE, RECORD_OVERHEAD, RecordWriter, frame_records, mask_crcs, masked_crc32c,
+    FOOTER_SIZE,
+    HEADER_SIZE,
+    MAX_PAYLOAD_SIZE,
+    RECORD_OVERHEAD,
+    RecordWriter,
+    frame_records,
+    mask_crcs,
+    masked_crc32c,
 )
 
 __all__ = [
@@ -1339,9 +1346,9 @@ class WriteShardsThroughGroupByKey(_WriteShardsOfPlan):
         routed = (
             pieces
             | "RouteToShards" >> beam.ParDo(_RouteToShards(self._store), plan_side)
-            .with_output_types(typing.Tuple[int, Piece])
+            .with_output_types(tuple[int, Piece])
         )
-        every_shard = self._plan | "EveryShard" >> beam.FlatMap(_empty_shards).with_output_types(typing.Tuple[int, Piece])
+        every_shard = self._plan | "EveryShard" >> beam.FlatMap(_empty_shards).with_output_types(tuple[int, Piece])
         return (
             (routed, every_shard)
             | "WithEmptyShards" >> beam.Flatten()

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 

@@ -166,10 +166,10 @@ def _select(features: Mapping[str, Any], columns: Sequence[str] | None) -> dict[
 def _padding(padded: bool | Mapping[str, int | None] | Sequence[str], features: Mapping[str, Any]) -> dict[str, int | None]:
     varlen = [name for name, feature in features.items() if isinstance(feature, VarLenFeature)]
     if padded is True:
-        return {name: None for name in varlen}
+        return dict.fromkeys(varlen)
     if not padded:
         return {}
-    chosen = dict(padded) if isinstance(padded, Mapping) else {name: None for name in padded}
+    chosen = dict(padded) if isinstance(padded, Mapping) else dict.fromkeys(padded)
     wrong = [name for name in chosen if name not in varlen]
     if wrong:
         raise ConfigError(f"padded names {wrong} that are not variable-length features being read; those are {varlen}")

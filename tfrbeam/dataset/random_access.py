@@ -23,13 +23,13 @@ from typing import Any
 import crc32c
 import numpy as np
 
+from tfrbeam.blocks import TRAILING_SLACK, RecordBlock
 from tfrbeam.dataset.columns import Ragged
 from tfrbeam.dataset.output import to_numpy
 from tfrbeam.dataset.reader import RAW_KEY, BlockDecoder
 from tfrbeam.dataset.spec import FixedLenFeature, PathSpec, ShardFile, resolve_source
 from tfrbeam.errors import ConfigError, CorruptRecordError, RandomAccessError, ShardMismatchError
 from tfrbeam.offset_index import load_offsets
-from tfrbeam.blocks import TRAILING_SLACK, RecordBlock
 from tfrbeam.records import FOOTER_SIZE, HEADER_SIZE, mask_crcs
 
 

@@ -17,9 +17,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tfrbeam.blocks import RecordBlock, offset_of_record, record_blocks
 from tfrbeam.columnar_decode import DEFAULT_MAX_FEATURES, examples_to_record_batch
 from tfrbeam.dataset.columns import Block, Column, DenseLayout
-from tfrbeam.blocks import RecordBlock, offset_of_record, record_blocks
 from tfrbeam.dataset.spec import NUMPY_DTYPES, Feature, FixedLenFeature, arrow_field
 from tfrbeam.errors import ArrowConversionError, ExampleDecodeError, RecordLimitError, ShardMismatchError
 from tfrbeam.record_index import seek_position, trusted_index

@@ -23,7 +23,6 @@ import socket
 import subprocess
 import sys
 import threading
-
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 

@@ -19,12 +19,12 @@ from typing import Any
 
 import pyarrow as pa
 
+from tfrbeam.blocks import RecordBlock, record_blocks
 from tfrbeam.columnar_decode import examples_to_record_batch
 from tfrbeam.errors import ConfigError, ExampleDecodeError
 from tfrbeam.manifest import MANIFEST_NAME, read_manifest
-from tfrbeam.blocks import RecordBlock, record_blocks
-from tfrbeam.stats.files import STATS_HTML, STATS_JSON
 from tfrbeam.stats.accumulators import SplitAccumulator, stats_schema
+from tfrbeam.stats.files import STATS_HTML, STATS_JSON
 from tfrbeam.stats.report import dataset_stats
 
 _LOG = logging.getLogger(__name__)
