@@ -106,7 +106,7 @@ def main() -> None:
     for read in contenders.values():  # warm up: open every shard, fill the page cache
         read(rng.integers(0, args.rows, BATCH).tolist())
     rates: dict[str, list[float]] = {name: [] for name in contenders}
-    for run in range(args.repeat):
+    for _ in range(args.repeat):
         batches = [rng.integers(0, args.rows, BATCH).tolist() for _ in range(args.batches)]
         for name, read in contenders.items():
             rates[name].append(rate(read, batches))

@@ -292,7 +292,7 @@ def test_blocks_feed_the_columnar_decoder_as_one_buffer(tmp_path):
     decoded = [examples_to_record_batch((block.data, block.starts, block.ends)) for block in blocks]
     head = blocks[0].prefix(7)
     decoded.append(examples_to_record_batch((head.data, head.starts, head.ends)))
-    assert sum((batch.column("id").to_pylist() for batch in decoded), []) == [[n] for n in range(50)] + [[n] for n in range(7)]
+    assert [ids for batch in decoded for ids in batch.column("id").to_pylist()] == [[n] for n in range(50)] + [[n] for n in range(7)]
 
 
 def test_importing_record_blocks_imports_no_beam():

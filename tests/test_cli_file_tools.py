@@ -24,7 +24,7 @@ def _run(capsys, *argv: str) -> tuple[int, str, str]:
 def test_verify_reports_each_file_and_fails_on_the_corrupt_one(capsys, tf_vectors):
     good = str(tf_vectors / "examples.tfrecord")
     bad = str(tf_vectors / "corrupt_b_length_crc_bitflip.tfrecord")
-    code, out, err = _run(capsys, "verify", "--examples", good, bad)
+    code, out, _err = _run(capsys, "verify", "--examples", good, bad)
     assert code == 1
     lines = out.splitlines()
     assert lines[0].startswith(f"OK   {good}: 20 records, 1078105 payload bytes, 1078425 file bytes")

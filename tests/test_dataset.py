@@ -265,7 +265,7 @@ def test_epochs_reshuffle_and_repeat_take_and_iterating_again(files):
     again = open_dataset(str(files / "*.tfrecord"), batch_size=9, shuffle_files=True, shuffle_buffer=64, seed=3, executor="threads")
     assert ids_of(again) == first and ids_of(again) == second  # each pass is the next epoch
     taken = open_dataset(str(files / "*.tfrecord"), batch_size=9, executor="threads").take(4)
-    assert len([batch for batch in taken]) == 4
+    assert len(list(taken)) == 4
 
 
 def test_breaking_off_a_pass_and_iterating_again_reads_the_next_epoch_whole(files):

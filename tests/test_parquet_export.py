@@ -114,7 +114,7 @@ def test_page_checksums_are_written_and_catch_a_flipped_byte(built, tmp_path):
     data[column.data_page_offset + column.total_compressed_size - 3] ^= 0x55
     broken = tmp_path / "broken.parquet"
     broken.write_bytes(bytes(data))
-    with pytest.raises(OSError, match="(?i)crc|checksum"):
+    with pytest.raises(OSError, match=r"(?i)crc|checksum"):
         pq.read_table(broken, page_checksum_verification=True)
 
 
@@ -139,7 +139,7 @@ def test_a_corrupt_shard_leaves_no_parquet_file_under_its_name(built, tmp_path):
     data[len(data) // 2] ^= 0xFF
     shard.write_bytes(bytes(data))
     out = tmp_path / "out"
-    with pytest.raises(RecordError, match="train-00002-of-00004.tfrecord"):
+    with pytest.raises(RecordError, match=r"train-00002-of-00004\.tfrecord"):
         export_to_parquet(str(dataset), str(out), splits=["train"])
     assert sorted(os.listdir(out / "train")) == ["train-00000-of-00004.parquet", "train-00001-of-00004.parquet"]
     for path in (out / "train").iterdir():

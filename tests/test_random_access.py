@@ -148,7 +148,7 @@ def test_shards_that_disagree_with_the_manifest_or_are_damaged(dataset_dir):
     data = shard.read_bytes()
     second = int(offsets_from_headers(str(shard))[1])
     shard.write_bytes(data[:-40])
-    with pytest.raises(ShardMismatchError, match="train-00002-of-00004.tfrecord: the manifest says"):
+    with pytest.raises(ShardMismatchError, match=r"train-00002-of-00004\.tfrecord: the manifest says"):
         open_random_access(dataset_dir, "train")[100]
     damaged = bytearray(data)
     damaged[second + 20] ^= 0xFF  # inside record 1's payload

@@ -129,7 +129,7 @@ def test_every_damaged_byte_and_every_truncation_is_refused():
         for flip in (0x01, 0x80):
             damaged = bytearray(data)
             damaged[position] ^= flip
-            with pytest.raises(RecordIndexError, match="broken.idx"):
+            with pytest.raises(RecordIndexError, match=r"broken\.idx"):
                 parse_index(bytes(damaged), "broken.idx")
     for size in range(len(data)):
         with pytest.raises(RecordIndexError):

@@ -63,7 +63,7 @@ def test_the_limit_can_be_raised_or_lifted(tmp_path):
         batch = examples_to_record_batch([payload], max_features=limit)
         assert batch.num_columns == 3000 and batch.column("f0002999").to_pylist() == [[2999]]
     path = write(tmp_path / "w.tfrecord", [payload, wide_record(10)])
-    with pytest.raises(RecordLimitError, match="w.tfrecord: record 0 has more than 2000"):
+    with pytest.raises(RecordLimitError, match=r"w\.tfrecord: record 0 has more than 2000"):
         open_dataset(path, max_features=2000, executor="threads")
     batches = list(open_dataset(path, max_features=3000, executor="threads", batch_size=2))
     assert batches[0]["f0002999"].values.tolist() == [2999] and batches[0]["f0000009"].tolist() == [9, 9]

@@ -180,9 +180,9 @@ def normalize_compression(compression: str | None, name: str = "") -> str | None
 def compression_from_name(name: str) -> str | None:
     """The compression implied by a file name: .gz is gzip, .zlib / .zz is zlib, anything else none."""
     lower = os.fspath(name).lower()
-    if lower.endswith(".gz") or lower.endswith(".gzip"):
+    if lower.endswith((".gz", ".gzip")):
         return "gzip"
-    if lower.endswith(".zlib") or lower.endswith(".zz"):
+    if lower.endswith((".zlib", ".zz")):
         return "zlib"
     return None
 

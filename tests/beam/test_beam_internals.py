@@ -45,5 +45,5 @@ def test_tagged_with_step_lets_our_error_reach_the_caller_as_is(tmp_path):
     path.write_bytes(bytes(data))
     pipeline = beam.Pipeline()
     _ = pipeline | ReadFromTFRecord(str(path))
-    with pytest.raises(CorruptRecordError, match="bad.tfrecord"):  # our type, not a RuntimeError rebuilt from text
+    with pytest.raises(CorruptRecordError, match=r"bad\.tfrecord"):  # our type, not a RuntimeError rebuilt from text
         pipeline.run().wait_until_finish()

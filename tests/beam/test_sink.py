@@ -324,7 +324,7 @@ def test_rerun_is_refused_again_at_finalize(tmp_path):
     pipeline = beam.Pipeline()
     _ = pipeline | beam.Create([b"new"] * 10) | WriteToTFRecord(prefix, num_shards=2)  # nothing there yet
     old = _make_old_run(prefix, 3)  # an earlier run lands while this one is built
-    with pytest.raises(Exception, match="OutputExistsError|of an earlier run"):
+    with pytest.raises(Exception, match=r"OutputExistsError|of an earlier run"):
         pipeline.run().wait_until_finish()
     assert _shards(prefix) == old  # nothing renamed: no mix of -of-00003 and -of-00002
     assert _read_all(old) == collections.Counter(b"old-%d" % i for i in range(12))
@@ -483,9 +483,9 @@ def test_write_examples_from_record_batches_and_dicts(tmp_path):
 def test_write_examples_refuses_what_it_cannot_encode():
     encoder = _FrameExamplesFn({"id": "float"})
     encoder.start_bundle()
-    with pytest.raises(ArrowConversionError, match="column 'id' has Arrow type int64.*kinds declares 'float'"):
+    with pytest.raises(ArrowConversionError, match=r"column 'id' has Arrow type int64.*kinds declares 'float'"):
         list(encoder.process(pa.record_batch({"id": pa.array([1], pa.int64())})))
-    with pytest.raises(ExampleEncodeError, match="takes dicts .* or pyarrow RecordBatches/Tables, got a int"):
+    with pytest.raises(ExampleEncodeError, match=r"takes dicts .* or pyarrow RecordBatches/Tables, got a int"):
         list(encoder.process(42))
 
 

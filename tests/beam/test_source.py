@@ -76,13 +76,13 @@ def read(source, start=None, stop=None) -> list:
 
 def read_pieces(source, cuts, size) -> list[list]:
     """Read the adjacent ranges [0, c1), [c1, c2), ..., [cn, size)."""
-    bounds = [0, *sorted(set(c for c in cuts if 0 < c < size)), size]
+    bounds = [0, *sorted({c for c in cuts if 0 < c < size}), size]
     return [read(source, lo, hi) for lo, hi in zip(bounds, bounds[1:])]
 
 
 def assert_pieces_exact(source, cuts, payloads, starts, size) -> None:
     """Each range [lo, hi) reads exactly the records whose true start lies in it, so any union is exact."""
-    bounds = [0, *sorted(set(c for c in cuts if 0 < c < size)), size]
+    bounds = [0, *sorted({c for c in cuts if 0 < c < size}), size]
     for (lo, hi), got in zip(zip(bounds, bounds[1:]), read_pieces(source, cuts, size)):
         want = payloads[bisect.bisect_left(starts, lo):bisect.bisect_left(starts, hi)]
         assert got == want, f"range [{lo}, {hi}) read {len(got)} records, expected {len(want)}"
@@ -433,7 +433,7 @@ def test_compression_arguments(tmp_path):
     bz2.write_bytes(b"BZh9")
     with pytest.raises(UnsupportedCompressionError, match="BZIP2"):
         ReadFromTFRecord(str(tmp_path / "*.bz2"))
-    with pytest.raises(UnsupportedCompressionError, match="data.tfrecord.bz2"):
+    with pytest.raises(UnsupportedCompressionError, match=r"data\.tfrecord\.bz2"):
         list(TFRecordSource(str(tmp_path / "data.*"), validate=False).split(100))
     zlib_named = tmp_path / "f.tfrecord.zlib"
     write_records(zlib_named, payloads, compression="zlib", index=False)
@@ -619,7 +619,7 @@ def test_read_examples_record_batches_split_anywhere_give_the_exact_table(tmp_pa
     first = next(reading)
     split = tracker.try_split(size // 2)
     assert split is not None
-    rest = [b for b in reading]
+    rest = list(reading)
     residual = read(bundle.source, size // 2, size)
     assert pa.Table.from_batches([first, *rest, *residual]).equals(pa.Table.from_batches([table]))
 

@@ -69,7 +69,7 @@ def _state(output: pathlib.Path) -> tuple[str | None, int | None]:
     """(run id, seed) of the valid dataset in ``output``; (None, None) when there is none. Fails on anything else."""
     manifest = read_manifest(str(output)) if output.exists() else None
     if manifest is None:
-        assert not output.exists() or not [p for p in output.rglob("*.tfrecord")], f"shards without a manifest in {output}"
+        assert not output.exists() or not list(output.rglob("*.tfrecord")), f"shards without a manifest in {output}"
         return None, None
     assert verify_dataset(str(output)) == [], verify_dataset(str(output))
     return manifest["run_id"], manifest["seed"]

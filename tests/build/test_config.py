@@ -176,11 +176,11 @@ def test_override_error_is_reported_by_load_config_too(tmp_path):
 
 
 def test_load_config_reports_missing_file_and_yaml_errors(tmp_path):
-    with pytest.raises(ConfigError, match="cannot read the config file .*nope.yaml"):
+    with pytest.raises(ConfigError, match=r"cannot read the config file .*nope\.yaml"):
         load_config(str(tmp_path / "nope.yaml"))
     bad = tmp_path / "bad.yaml"
     bad.write_text("input: {path: [unclosed\n")
-    with pytest.raises(ConfigError, match="bad.yaml: not valid YAML"):
+    with pytest.raises(ConfigError, match=r"bad\.yaml: not valid YAML"):
         load_config(str(bad))
     duplicate = tmp_path / "dup.yaml"
     duplicate.write_text("input: {path: a.csv}\noutput: {path: o}\nsplits:\n  train: 0.5\n  train: 0.5\n")

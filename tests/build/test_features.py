@@ -112,7 +112,7 @@ def test_nan_is_a_float_value():
 def test_float_text_that_is_not_a_number_is_a_bad_row(value, reason):
     result = convert({"x": text([value.encode(), b"2"])}, spec("x", "float"))
     assert result.batch.column("x").to_pylist() == [2.0]
-    assert [bad.reason.split(" (add")[0] for bad in result.bad_rows][0].startswith(f"feature 'x': {reason}")
+    assert result.bad_rows[0].reason.split(" (add")[0].startswith(f"feature 'x': {reason}")
     assert result.bad_rows[0].line == 2
 
 

@@ -156,7 +156,7 @@ def test_the_rest_of_the_config_is_complete_and_commented(tmp_path):
     assert set(raw) == {"input", "features", "shuffle", "splits", "split_key", "output", "errors"}
     assert raw["splits"] == {"train": 0.9, "eval": 0.1} and raw["shuffle"] == {"enabled": True, "seed": 42}
     assert raw["output"] == {"path": "out/x", "compression": "none"}  # the sharding default is a comment
-    assert all(line.startswith("#") or " #" in line or line.endswith(":") or line.startswith("  ") for line in text.splitlines())
+    assert all(line.startswith(("#", "  ")) or " #" in line or line.endswith(":") for line in text.splitlines())
     config = load(tmp_path, text)
     assert config.output.max_bytes_per_shard == 256 << 20 and config.errors.on_bad_record == "fail"
 

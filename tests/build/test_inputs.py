@@ -589,7 +589,7 @@ def test_require_checksums_refuses_files_without_them(tmp_path):
     with_crc = str(tmp_path / "crc.parquet")
     pq.write_table(_checksum_table(), with_crc, write_page_checksum=True, row_group_size=1000)
     assert len(tabular_read.parquet_row_groups(with_crc, require_checksums=True)) == 3
-    with pytest.raises(ConfigError, match="input.parquet: Parquet options are only for input.format parquet"):
+    with pytest.raises(ConfigError, match=r"input\.parquet: Parquet options are only for input\.format parquet"):
         parse_config({"input": {"path": "x.csv", "parquet": {"require_checksums": True}}, "output": {"path": "o"}})
 
 

@@ -81,7 +81,7 @@ def _content(path: pathlib.Path) -> bytes | tuple:
 def reference(workdir):
     """Each config built by ``tfrbeam build``'s default runner (in this process, pieces held in memory)."""
     built = {config: _build(workdir, config, "default") for config in CONFIGS}
-    for config, output in built.items():
+    for output in built.values():
         manifest = json.loads((output / "dataset_info.json").read_text())
         assert (manifest["runner"], manifest["piece_store"]) == ("FnApiRunner", "memory")
     return {config: _dataset(output) for config, output in built.items()}

@@ -102,7 +102,7 @@ def _dataset(count: int, rng: random.Random) -> list[bytes]:
 
 
 def _spec(**overrides) -> ShardingSpec:
-    values = dict(splits=("train", "eval"), num_shards=(3, 2), max_bytes_per_shard=None, ordered=False)
+    values = {"splits": ("train", "eval"), "num_shards": (3, 2), "max_bytes_per_shard": None, "ordered": False}
     values.update(overrides)
     return ShardingSpec(**values)
 
@@ -215,7 +215,7 @@ def test_byte_cap_smaller_than_a_record_is_refused():
     spec = _spec(splits=("train",), num_shards=(None,), max_bytes_per_shard=50)
     combine = _BucketCounts(spec)
     accumulator = combine.add_input(combine.create_accumulator(), _prepared(_pieces([b"x" * 100], [1], [1.0], seed=0)[0]))
-    with pytest.raises(ValueError, match="larger than output.max_bytes_per_shard=50"):
+    with pytest.raises(ValueError, match=r"larger than output\.max_bytes_per_shard=50"):
         make_plan(combine.extract_output(accumulator), spec)
 
 

@@ -35,7 +35,7 @@ import io
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, Union
+from typing import Any
 
 import apache_beam as beam
 import numpy as np
@@ -80,7 +80,7 @@ _FRAME_BATCH_BYTES = 4 << 20
 _SHARD_BUFFER_BYTES = 64 << 20
 _LENGTH_DTYPE = np.dtype("<u4")
 
-StrOrProvider = Union[str, ValueProvider]
+StrOrProvider = str | ValueProvider
 
 # A batch of framed records: (framed bytes, payload lengths as little-endian uint32 bytes).
 # A plain tuple of bytes crosses Beam's coders natively, with no pickling.

@@ -32,7 +32,7 @@ def files_pattern(files: Sequence[str]) -> str | None:
     if len(directories) != 1 or not files:
         return None
     names = [posixpath.basename(path.replace(os.sep, "/")) for path in files]
-    suffix = os.path.commonprefix([name[::-1] for name in names])[::-1]
+    suffix = os.path.commonprefix([name[::-1] for name in names])[::-1]  # noqa: RUF071 - a common suffix of characters is meant
     pattern = os.path.join(os.path.dirname(files[0]), "*" + suffix)
     try:
         matched = {metadata.path for metadata in FileSystems.match([pattern])[0].metadata_list}

@@ -370,7 +370,7 @@ class _LineTracker(io.RawIOBase):
         super().__init__()
         self._lock = threading.RLock()
         self._chunks = iter(chunks)
-        self._special = [byte for byte in special]
+        self._special = list(special)
         self.special_seen = False
         self._held_cr = False
         self._eof = False

@@ -222,10 +222,10 @@ class Dataset:
     # ------------------------------------------------------------------ derived datasets
 
     def _derive(self, **changes: Any) -> Dataset:
-        fields = dict(
-            source=self.source, features=self.features, options=self.options, segments=self.segments,
-            counts=self._counts, shard_key=self._shard_key, epochs=self._epochs, limit=self._limit,
-        )
+        fields: dict[str, Any] = {
+            "source": self.source, "features": self.features, "options": self.options, "segments": self.segments,
+            "counts": self._counts, "shard_key": self._shard_key, "epochs": self._epochs, "limit": self._limit,
+        }
         fields.update(changes)
         return Dataset(**fields)
 

@@ -76,7 +76,7 @@ class VarLenFeature:
         object.__setattr__(self, "dtype", _dtype(self.dtype, "VarLenFeature"))
 
 
-Feature = Union[FixedLenFeature, VarLenFeature]
+Feature = FixedLenFeature | VarLenFeature
 
 
 def feature_from_manifest(name: str, entry: Mapping[str, Any]) -> Feature:
