@@ -21,7 +21,7 @@ import os
 import struct
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from typing import BinaryIO, NamedTuple, Union
 
 import crc32c
@@ -106,7 +106,7 @@ class RecordBlock(NamedTuple):
     def joined(self) -> tuple[bytes, np.ndarray]:
         """(the payloads back to back, their n + 1 bounds): for readers that need them contiguous."""
         assert self.data is not None, "a block read with verify=False holds no payloads"
-        view = memoryview(self.data).cast("B")
+        view = memoryview(self.data).cast("B")  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
         data = b"".join(map(view.__getitem__, map(slice, self.starts.tolist(), self.ends.tolist())))
         return data, _bounds(self.lengths)
 
@@ -136,7 +136,7 @@ def record_blocks(
     on_skip: Callable[[SkippedRegion], None] | None = None,
     skip_records: int = 0,
     name: str | None = None,
-) -> Iterator[RecordBlock]:
+) -> Generator[RecordBlock, None, None]:
     """Blocks of up to ``block_length`` records from ``start_offset`` (a record start), ``limit`` records in all.
 
     ``source`` is a path or a seekable binary file (not closed here). Records starting at or
@@ -402,7 +402,7 @@ def _block_crcs_match(data: np.ndarray, heads: np.ndarray, lengths: np.ndarray, 
         return False
     byte_rows(data, HEADER_SIZE)[heads] = _HEADER_STAND_IN
     words[payload_ends] = ~unmask_crcs(words[payload_ends])
-    return _crc(memoryview(data)[:size], 0xFFFFFFFF) == 0xFFFFFFFF
+    return _crc(memoryview(data)[:size], 0xFFFFFFFF) == 0xFFFFFFFF  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
 
 
 def length_crcs_match(lengths: np.ndarray, masked_crcs: np.ndarray) -> bool:

@@ -188,7 +188,7 @@ def _run_cat(args: argparse.Namespace) -> int:
         if args.limit is not None and count >= args.limit:
             break
         if args.sequence:
-            context, feature_lists = decoded  # type: ignore[misc]
+            context, feature_lists = decoded
             line = {
                 "context": file_tools.features_to_json(context, args.kinds),
                 "feature_lists": {
@@ -197,7 +197,7 @@ def _run_cat(args: argparse.Namespace) -> int:
                 },
             }
         else:
-            line = file_tools.features_to_json(decoded, args.kinds)  # type: ignore[arg-type]
+            line = file_tools.features_to_json(decoded, args.kinds)
         print(json.dumps(line, ensure_ascii=False, allow_nan=False))
     return EXIT_OK
 

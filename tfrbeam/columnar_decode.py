@@ -307,7 +307,8 @@ def _concat_ordered(pieces: list[_Piece]) -> _Piece:
         return pieces[0]
     kind = pieces[0].kind
     data = None if kind != KIND_BYTES else np.concatenate([p.data for p in pieces])
-    return _Piece(kind, *(np.concatenate([getattr(p, f) for p in pieces]) for f in ("rec", "counts", "values")), data)
+    rec, counts, values = (np.concatenate([getattr(p, f) for p in pieces]) for f in ("rec", "counts", "values"))
+    return _Piece(kind, rec, counts, values, data)
 
 
 def _concat_pieces(pieces: list[_Piece]) -> _Piece:
@@ -542,7 +543,7 @@ class _StepEntries:
         for field in dataclasses.fields(self):
             getattr(self, field.name)[where] = getattr(other, field.name)
 
-    def select(self, keep: np.ndarray) -> _StepEntries:
+    def select(self, keep: np.ndarray | slice) -> _StepEntries:
         return _StepEntries(*(getattr(self, field.name)[keep] for field in dataclasses.fields(self)))
 
     @classmethod
@@ -846,8 +847,8 @@ def _fast_pieces(walk: _Walk) -> dict[int, list[_Piece]]:
                 single_runs.setdefault((k, width), []).append((fid, parts[0], parts[1] + 2, lengths))
             else:
                 pieces.setdefault(fid, []).append(_decode_entries(walk, k, *parts[:3]))
-    for (kind, _), runs in single_runs.items():
-        for fid, piece in _decode_single_runs(walk, kind, runs):
+    for (run_kind, _), runs in single_runs.items():
+        for fid, piece in _decode_single_runs(walk, run_kind, runs):
             pieces.setdefault(fid, []).append(piece)
     return pieces
 
@@ -890,7 +891,10 @@ def _decode_single_runs(walk: _Walk, kind: int, runs: list[tuple[int, np.ndarray
     run of floats or varints. All features of the kind are decoded at once, then split."""
     buf = walk.buf
     sizes = [len(run[1]) for run in runs]
-    rec, start, length = (np.concatenate([run[i] for run in runs]) if len(runs) > 1 else runs[0][i] for i in (1, 2, 3))
+    if len(runs) > 1:
+        rec, start, length = (np.concatenate([run[i] for run in runs]) for i in (1, 2, 3))
+    else:
+        _, rec, start, length = runs[0]
     if kind == KIND_BYTES:
         parts = zip(_split(rec, sizes), _split(length, sizes), _split(_gather(buf, start, length), _part_sums(length, sizes)))
         return [(run[0], _Piece(kind, r, np.ones(len(r), dtype=np.int32), n, d)) for run, (r, n, d) in zip(runs, parts)]
@@ -909,9 +913,9 @@ def _decode_single_runs(walk: _Walk, kind: int, runs: list[tuple[int, np.ndarray
     if not nonempty.all():
         values = values[nonempty]
     out = []
-    parts = zip(_split(rec, sizes), _split(counts, sizes), _split(values, _part_sums(counts, sizes)),
-                _split(single | ~nonempty, sizes))
-    for run, (r, c, v, good) in zip(runs, parts):
+    varint_parts = zip(_split(rec, sizes), _split(counts, sizes), _split(values, _part_sums(counts, sizes)),
+                       _split(single | ~nonempty, sizes))
+    for run, (r, c, v, good) in zip(runs, varint_parts):
         # A run that is not one varint holds several (or is malformed): decode it the long way.
         piece = _Piece(kind, r, c, v) if good.all() else _decode_entries(walk, kind, r, run[2] - 2, run[2] + run[3])
         out.append((run[0], piece))
@@ -1260,7 +1264,7 @@ def _decode_chunk(batch: _RecordBuffer, wanted: set[bytes] | None, exact_only: b
     if fallback.size:
         for name, pieces in _fallback_pieces(batch, fallback, wanted, base).items():
             by_name.setdefault(name, []).extend(pieces)
-    features = {}
+    features: dict[bytes, list[_Piece]] = {}
     for name, pieces in by_name.items():
         merged: dict[int, list[_Piece]] = {}
         for piece in pieces:
@@ -1322,7 +1326,7 @@ _INT_RANGES = {
     pa.uint64(): (0, 2**63 - 1),  # int64_list holds int64: larger uint64 values never occur
     pa.bool_(): (0, 1),
 }
-_NUMPY_TYPES = {
+_NUMPY_TYPES: dict[pa.DataType, np.dtype] = {
     pa.int8(): np.dtype(np.int8),
     pa.int16(): np.dtype(np.int16),
     pa.int32(): np.dtype(np.int32),
@@ -1523,6 +1527,7 @@ def _scalar_array(target: _Target, piece: _Piece, num_records: int) -> pa.Array:
     if target.kind == KIND_BYTES:
         lengths = np.zeros(num_records, dtype=np.int64)
         lengths[value_rec] = piece.values
+        assert piece.data is not None  # a bytes piece holds its values' bytes
         return _binary_array(target.element, lengths, piece.data, validity, name, np.arange(num_records))
     values = _convert_numbers(piece.values, target.element, name, value_rec)
     full = np.zeros(num_records, dtype=values.dtype)
@@ -1544,6 +1549,7 @@ def _child_array(piece: _Piece, element: pa.DataType, name: str) -> pa.Array:
     """The flat values of a list column, converted to the element type."""
     value_rec = _ValueRecords(piece)
     if piece.kind == KIND_BYTES:
+        assert piece.data is not None  # a bytes piece holds its values' bytes
         return _binary_array(element, piece.values, piece.data, None, name, value_rec)
     return _numeric_array(element, _convert_numbers(piece.values, element, name, value_rec), None)
 
@@ -1604,7 +1610,8 @@ def _numpy_storage(element: pa.DataType) -> np.dtype:
     return _NUMPY_TYPES[_storage_type(element)]
 
 
-def _convert_numbers(values: np.ndarray, element: pa.DataType, name: str, value_rec: np.ndarray) -> np.ndarray:
+def _convert_numbers(values: np.ndarray, element: pa.DataType, name: str,
+                     value_rec: np.ndarray | _ValueRecords) -> np.ndarray:
     """int64 or float32 values as numpy values of the element type; out-of-range ints are errors."""
     if values.dtype == np.float32:
         with np.errstate(over="ignore"):
@@ -1631,7 +1638,7 @@ def _numeric_array(element: pa.DataType, values: np.ndarray, validity: pa.Buffer
 
 
 def _binary_array(element: pa.DataType, lengths: np.ndarray, data: np.ndarray, validity, name: str,
-                  slot_rec: np.ndarray) -> pa.Array:
+                  slot_rec: np.ndarray | _ValueRecords) -> pa.Array:
     """A binary/string array from value lengths and bytes; string types check UTF-8.
 
     ``slot_rec`` gives the record of each slot, for the error message.

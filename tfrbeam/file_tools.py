@@ -12,6 +12,7 @@ import math
 import os
 import struct
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from tfrbeam.errors import ExampleDecodeError, RecordError, TfrbeamError
 from tfrbeam.example import decode_example, decode_sequence_example
@@ -91,8 +92,8 @@ def _check_example(path: str, offset: int, payload: bytes) -> None:
         raise ExampleDecodeError(f"{path}: the record at offset {offset} is not a tf.train.Example: {error}") from error
 
 
-def iter_decoded(paths: list[str], sequence: bool = False) -> Iterator[tuple[str, int, object]]:
-    """Yield ``(path, offset, decoded)`` for every record, decoded with kinds."""
+def iter_decoded(paths: list[str], sequence: bool = False) -> Iterator[tuple[str, int, Any]]:
+    """Yield ``(path, offset, decoded)`` for every record, decoded with kinds (``(context, feature_lists)`` if sequence)."""
     for path in paths:
         with RecordReader(path) as reader:
             for offset, payload in reader.records_with_offsets():
@@ -174,7 +175,7 @@ class FeatureStats:
         self.max_count = count if self.max_count is None else max(self.max_count, count)
 
     def kind(self) -> str | None:
-        known = self.kinds - {None}
+        known = {kind for kind in self.kinds if kind is not None}
         return known.pop() if len(known) == 1 else (None if not known else "mixed:" + ",".join(sorted(known)))
 
     def parse_spec(self, total: int) -> str:
@@ -231,7 +232,8 @@ def inspect_statistics(report: InspectReport, limit: int | None = None) -> dict:
     from tfrbeam.stats.compute import FILES_SPLIT, accumulate_file
     from tfrbeam.stats.report import dataset_stats
 
-    types = {name: stats.kind() for name, stats in report.features.items() if stats.kind() in TF_DTYPES}
+    kinds = {name: stats.kind() for name, stats in report.features.items()}
+    types = {name: kind for name, kind in kinds.items() if kind is not None and kind in TF_DTYPES}
     total = SplitAccumulator(types)
     remaining = limit
     for path in report.files:

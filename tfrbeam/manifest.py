@@ -48,10 +48,13 @@ _REQUIRED_TO_VERIFY = _REQUIRED_TO_READ + (
 
 
 class FeatureDescription(Protocol):
-    """What the manifest records of a feature (``tfrbeam.build.features.FeatureSpec`` is one)."""
+    """What the manifest records of a feature (``tfrbeam.build.features.FeatureSpec`` is one, once resolved)."""
 
-    name: str
-    type: str
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def type(self) -> str | None: ...  # None only before a build resolves it; never in a manifest
 
     @property
     def shape(self) -> tuple[int, ...] | None: ...
@@ -76,6 +79,7 @@ def parse_example_spec(features: Sequence[FeatureDescription]) -> dict[str, str]
     """A ``tf.io.parse_example`` spec to paste: FixedLenFeature when every example has the same shape, else VarLenFeature."""
     spec_strings = {}
     for spec in sorted(features, key=lambda spec: spec.name):
+        assert spec.type is not None, f"feature {spec.name!r} was not resolved"
         dtype = TF_DTYPES[spec.type]
         if spec.always_present and spec.shape is not None:
             spec_strings[spec.name] = f"tf.io.FixedLenFeature({list(spec.shape)}, {dtype})"

@@ -62,7 +62,8 @@ class ExportPlan:
     @property
     def num_records(self) -> int | None:
         counts = [count for _, _, count, _ in self.files]
-        return None if any(count is None for count in counts) else sum(counts)  # type: ignore[misc]
+        known = [count for count in counts if count is not None]
+        return sum(known) if len(known) == len(counts) else None
 
 
 def parquet_name(record_path: str) -> str:
@@ -86,7 +87,7 @@ def plan_export(path: str, output_dir: str, splits: Sequence[str] | None = None,
             os.path.join(path, *shard["path"].split("/")): int(shard["num_examples"])
             for entry in source.manifest["splits"].values() for shard in entry["shards"]
         }
-        files = tuple(
+        files: tuple[tuple[str, str, int | None, str | None], ...] = tuple(
             (record, os.path.join(output_dir, split, parquet_name(record)), counts.get(record), split)
             for split, records in source.splits.items() for record in records
         )

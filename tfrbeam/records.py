@@ -24,7 +24,7 @@ import uuid
 import warnings
 import zlib
 from collections.abc import Callable, Iterable, Iterator
-from typing import BinaryIO, Union
+from typing import Any, BinaryIO, Protocol, Union, cast
 
 import crc32c as _crc32c
 import numpy as np
@@ -54,7 +54,32 @@ _SCAN_WINDOW = 1 << 16  # offsets whose lengths find_record_start checks at once
 _TF_ZLIB_LEVEL = 6
 _TF_ZLIB_MEM_LEVEL = 9
 
-PathOrFile = Union[str, "os.PathLike[str]", BinaryIO]
+
+
+class Readable(Protocol):
+    """What the readers need of a file object: ``read(size)``, which may return short or ``None``."""
+
+    def read(self, size: int, /) -> bytes | None: ...
+
+
+class ReadableFile(Readable, Protocol):
+    """A file object ``RecordReader`` reads: any binary file, or a wrapper with ``read`` and ``close``."""
+
+    def close(self) -> None: ...
+
+
+class WritableFile(Protocol):
+    """A file object ``RecordWriter`` writes: any binary file, or a wrapper with these three methods."""
+
+    def write(self, data: bytes | bytearray | memoryview, /) -> object: ...
+
+    def flush(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+ReadSource = Union[str, "os.PathLike[str]", ReadableFile]
+WriteTarget = Union[str, "os.PathLike[str]", WritableFile]
 
 _crc = _crc32c.crc32c
 _second = operator.itemgetter(1)
@@ -202,24 +227,30 @@ class RecordWriter:
     the next record, which the Beam sink uses to build its read index.
     """
 
-    def __init__(self, target: PathOrFile, compression: str | None = None):
+    def __init__(self, target: WriteTarget, compression: str | None = None):
         self.name = _name_of(target)
         self.compression = normalize_compression(compression, self.name)
         self._owns_file = isinstance(target, (str, os.PathLike))
         # A path is written under a hidden temporary name beside it and renamed on close, so a
         # crash or a full disk never leaves a partial file at the final path.
-        self._temp_path = _partial_path(os.fspath(target)) if self._owns_file else None  # type: ignore[arg-type]
-        self._file: BinaryIO = self._open_temp() if self._owns_file else target  # type: ignore[assignment]
+        self._temp_path: str | None
+        self._file: WritableFile
+        if isinstance(target, (str, os.PathLike)):
+            self._temp_path = _partial_path(os.fspath(target))
+            self._file = self._open_temp(self._temp_path)
+        else:
+            self._temp_path = None
+            self._file = target
         self._compressor = _make_compressor(self.compression)
         self.records_written = 0
         self.bytes_written = 0
         self._closed = False
 
-    def _open_temp(self) -> BinaryIO:
+    def _open_temp(self, temp_path: str) -> BinaryIO:
         try:
-            return open(self._temp_path, "wb")  # type: ignore[arg-type]
+            return open(temp_path, "wb")
         except OSError as error:
-            raise OSError(error.errno, f"{error.strerror} (creating {self.name})", self._temp_path) from error
+            raise OSError(error.errno, f"{error.strerror} (creating {self.name})", temp_path) from error
 
     def write(self, payload: bytes | bytearray | memoryview) -> None:
         """Frame and write one record."""
@@ -265,7 +296,8 @@ class RecordWriter:
             os.replace(self._temp_path, self.name)  # type: ignore[arg-type]
         except OSError as error:
             self._discard()
-            raise OSError(error.errno, f"{error.strerror} (finishing {self.name}; nothing was left at that path)", self.name) from error
+            message = f"{error.strerror} (finishing {self.name}; nothing was left at that path)"
+            raise OSError(error.errno, message, self.name) from error
 
     def abort(self) -> None:
         """Stop without publishing: a file this writer opened is deleted, the final path is left untouched."""
@@ -333,7 +365,7 @@ class ReadStats:
 class _Decompressor:
     """A file-like ``read(n)`` over a GZIP or ZLIB stream that raises on truncation or corruption."""
 
-    def __init__(self, raw: BinaryIO, compression: str, path: str):
+    def __init__(self, raw: Readable, compression: str, path: str):
         self._raw = raw
         self._wbits = 31 if compression == "gzip" else 15
         self._gzip = compression == "gzip"
@@ -396,7 +428,7 @@ class _Decompressor:
             ) from exc
 
 
-def _read_some(fileobj: BinaryIO, size: int) -> bytes:
+def _read_some(fileobj: Readable, size: int) -> bytes:
     data = fileobj.read(size)
     return b"" if data is None else bytes(data)
 
@@ -411,7 +443,7 @@ class RecordReader:
 
     def __init__(
         self,
-        source: PathOrFile,
+        source: ReadSource,
         compression: str | None = "auto",
         *,
         verify: bool = True,
@@ -429,12 +461,12 @@ class RecordReader:
         self.on_skip = on_skip
         self.stats = ReadStats()
         self._owns_file = isinstance(source, (str, os.PathLike))
-        raw: BinaryIO = open(source, "rb") if self._owns_file else source  # type: ignore[arg-type]
+        raw: ReadableFile = open(source, "rb") if isinstance(source, (str, os.PathLike)) else source
         self._raw = raw
         if start_offset and self.compression is not None:
             raise ValueError(f"{self.path}: a compressed file can only be read from offset 0")
         if start_offset:
-            raw.seek(start_offset)
+            cast(BinaryIO, raw).seek(start_offset)  # a start offset is only for seekable files
         self._stream = _Decompressor(raw, self.compression, self.path) if self.compression else raw
         self._size = None if self.compression else _size_of(raw)
         self._buffer = b""
@@ -512,7 +544,8 @@ class RecordReader:
             length, length_crc = unpack_header(buffer, pos)
             # Datasets repeat a few lengths: comparing with the cached header replaces a CRC call.
             if verify and buffer[pos:pos + HEADER_SIZE] != headers[length]:
-                self._fail(CorruptRecordError(self.path, self.offset, "length_crc", _crc_detail(length_crc, buffer[pos:pos + 8]), self._compressed))
+                detail = _crc_detail(length_crc, buffer[pos:pos + 8])
+                self._fail(CorruptRecordError(self.path, self.offset, "length_crc", detail, self._compressed))
                 continue
             end = pos + HEADER_SIZE + length + FOOTER_SIZE
             if end > len(buffer):
@@ -526,7 +559,8 @@ class RecordReader:
                 c = crc(payload)
                 stored = unpack_crc(buffer, end - FOOTER_SIZE)[0]
                 if (((c >> 15) | (c << 17)) + _MASK_DELTA) & 0xFFFFFFFF != stored:
-                    self._fail(CorruptRecordError(self.path, self.offset, "data_crc", f"payload of {length} bytes", self._compressed))
+                    detail = f"payload of {length} bytes"
+                    self._fail(CorruptRecordError(self.path, self.offset, "data_crc", detail, self._compressed))
                     continue
             offset = self._base + pos
             self._pos = end
@@ -610,7 +644,7 @@ class RecordReader:
         return masked_crc32c(buffer[pos + HEADER_SIZE:end]) == _unpack_crc(buffer, end)[0]
 
 
-def _size_of(fileobj: BinaryIO) -> int | None:
+def _size_of(fileobj: Any) -> int | None:
     """Total size of a seekable file object, or None for a stream."""
     try:
         if not fileobj.seekable():
@@ -628,7 +662,7 @@ def _crc_detail(stored: int, length_bytes: bytes) -> str:
 
 
 def read_records(
-    source: PathOrFile,
+    source: ReadSource,
     compression: str | None = "auto",
     verify: bool = True,
     *,

@@ -43,7 +43,7 @@ def encode_batch(batch: pa.RecordBatch | pa.Table) -> FramedBatch:
     """Encode and frame every row of an Arrow batch in one piece."""
     encoded = encode_record_batch(batch)
     lengths = np.diff(np.asarray(encoded.offsets, dtype=np.int64)).astype("<u4")
-    return frame_buffer(encoded.data, encoded.offsets), lengths.tobytes()
+    return frame_buffer(encoded.data, encoded.offsets), lengths.tobytes()  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
 
 
 class _FrameExamplesFn(FrameRecordsFn):

@@ -10,6 +10,7 @@ Files are committed by Beam's file sink (temp files, then renames) with page che
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import apache_beam as beam
 import pyarrow as pa
@@ -32,7 +33,7 @@ class _ChecksummedParquetSink(FileBasedSink):
             compression_type=CompressionTypes.UNCOMPRESSED,
         )
         self._schema = schema
-        self._handles = {}
+        self._handles: dict[int, Any] = {}  # writer id -> the file handle under it
 
     def open(self, temp_path):
         handle = super().open(temp_path)
@@ -77,7 +78,7 @@ class ExportToParquet(beam.PTransform):
 
     def expand(self, pbegin):
         plan = self._plan
-        by_split: dict[str, list[str]] = {}
+        by_split: dict[str | None, list[str]] = {}  # None: plain TFRecord files, not a build
         for record_path, _, _, split in plan.files:
             by_split.setdefault(split, []).append(record_path)
         written = []

@@ -35,7 +35,7 @@ import io
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 import apache_beam as beam
 import numpy as np
@@ -80,7 +80,7 @@ _FRAME_BATCH_BYTES = 4 << 20
 _SHARD_BUFFER_BYTES = 64 << 20
 _LENGTH_DTYPE = np.dtype("<u4")
 
-StrOrProvider = str | ValueProvider
+StrOrProvider: TypeAlias = str | ValueProvider
 
 # A batch of framed records: (framed bytes, payload lengths as little-endian uint32 bytes).
 # A plain tuple of bytes crosses Beam's coders natively, with no pickling.
@@ -333,7 +333,7 @@ class _WriteBundleShardsFn(beam.DoFn):
 
     def _close(self) -> TempShard:
         writer, self._writer = self._writer, None
-        return writer.close()
+        return writer.close()  # type: ignore[union-attr]  # called only while a shard is open
 
     def finish_bundle(self) -> Iterator[WindowedValue]:
         if self._writer is not None:
@@ -445,7 +445,7 @@ class Finalizer:
                         f"two temporary files claim shard {shard.shard}: {by_number[shard.shard].path} and "
                         f"{shard.path}; the runner committed a shard twice, refusing to duplicate records"
                     )
-                by_number[shard.shard] = shard
+                by_number[shard.shard] = shard  # type: ignore[index]  # with num_shards every shard has its number
             count = self.spec.num_shards
             return [_Move(self.naming.name(i, count), by_number.get(i)) for i in range(count)]
         count = max(len(shards), 1)
@@ -475,7 +475,9 @@ class Finalizer:
             if not fs.is_remote(self.temp_dir):
                 missing = [move.dst for move in moves if move.dst not in finals]
                 if missing:
-                    raise CommitError(f"{missing[0]}: missing right after the commit renamed it; the output changed under the write")
+                    raise CommitError(
+                        f"{missing[0]}: missing right after the commit renamed it; the output changed under the write"
+                    )
             self._write_indexes(moves, finals)
             fs.delete_tree(self.temp_dir)
         self._count(moves, finals)
@@ -576,10 +578,10 @@ class Finalizer:
 
         def write(move: _Move) -> None:
             meta = finals[move.dst]
-            builder = move.shard.index if move.shard is not None else IndexBuilder()
+            builder = move.shard.index if move.shard is not None else IndexBuilder()  # uncompressed: every shard has its index
             records = move.shard.records if move.shard is not None else 0
             mtime = meta.last_updated_in_seconds or None
-            fs.write_bytes(index_path_for(move.dst), builder.to_bytes(meta.size_in_bytes, mtime, records))
+            fs.write_bytes(index_path_for(move.dst), builder.to_bytes(meta.size_in_bytes, mtime, records))  # type: ignore[union-attr]
             if not fs.is_remote(move.dst):  # remote shards get theirs on first random access
                 fs.write_bytes(offset_index_path_for(move.dst), offset_index_bytes(offsets_from_headers(move.dst), mtime))
 

@@ -441,7 +441,9 @@ class _RecordRangeTracker(OffsetRangeTracker):
     Whether a file may be split needs its index; it is looked up only when a split is asked for.
     """
 
-    def __init__(self, start: int, stop: int, can_split: Callable[[], bool]):
+    _last_attempted_record_start: int  # OffsetRangeTracker's
+
+    def __init__(self, start: int, stop: int | float, can_split: Callable[[], bool]):
         super().__init__(start, stop)
         self._can_split = can_split
 
@@ -580,6 +582,8 @@ class TFRecordSource(FileBasedSource):
     ``compression_type`` (Beam's CompressionTypes) and ``compression`` ("auto", None, "gzip",
     "zlib") say the same thing; set either. ``with_filename`` yields ``(file name, record)``.
     """
+
+    _concat_source: ConcatSource | None  # FileBasedSource's cache of the per-file sources
 
     def __init__(
         self,
@@ -818,5 +822,5 @@ class _ReadRange(DoFn):
             # Beam re-raises a DoFn's error as a new one of the same type built from the message
             # alone; ours cannot be rebuilt that way and would arrive as a RuntimeError. Marked as
             # already annotated, it reaches the pipeline's caller as is, attributes included.
-            exc._tagged_with_step = True
+            exc._tagged_with_step = True  # type: ignore[attr-defined]  # the marker Beam's DoFnRunner looks for
             raise

@@ -34,6 +34,7 @@ from tfrbeam.beam.filesystem import BEAM_FILES
 from tfrbeam.beam.publish import OutputLock, abandon
 from tfrbeam.build.commit import discard_staging, recover_output
 from tfrbeam.build.config import load_config
+from tfrbeam.build.features import FeatureSpec
 from tfrbeam.build.graph import build_pipeline
 from tfrbeam.build.inputs import progress_dir, read_progress
 from tfrbeam.build.plan import BuildPlan, check_output_dir, plan_build
@@ -219,6 +220,13 @@ def check_runner(options: PipelineOptions) -> None:
                               "(e.g. --project my-project --region us-central1 --temp_location gs://my-bucket/tmp)")
 
 
+def _shown_kind(spec: FeatureSpec) -> str:
+    if spec.time_unit is not None:
+        return f"int64 ({spec.time_unit} since 1970 from {spec.time_format or 'ISO 8601'})"
+    assert spec.type is not None  # a plan's features are resolved
+    return spec.type
+
+
 def describe_plan(plan: BuildPlan) -> str:
     """What ``--dry-run`` prints: inputs, features, splits, shards, output, runner and piece store."""
     sizes = [item.size for item in plan.input_files]
@@ -229,8 +237,7 @@ def describe_plan(plan: BuildPlan) -> str:
         lines.append(f"  ... and {len(sizes) - _SHOWN_INPUTS} more")
     width = max(len(spec.name) for spec in plan.features)
     lines.append(f"features:    {len(plan.features)}")
-    kinds = [spec.type if spec.time_unit is None else f"int64 ({spec.time_unit} since 1970 from {spec.time_format or 'ISO 8601'})"
-             for spec in plan.features]
+    kinds = [_shown_kind(spec) for spec in plan.features]
     kind_width = max(len(kind) for kind in kinds)
     for spec, kind in zip(plan.features, kinds):
         source = f"  from {spec.source}" if spec.source != spec.name else ""

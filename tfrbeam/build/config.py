@@ -12,7 +12,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal, overload
 
 import pyarrow as pa
 import yaml
@@ -312,6 +312,11 @@ class _Checker:
             return default
         return value
 
+    @overload
+    def integer(self, raw: dict, key: str, path: str, default: int, minimum: int, maximum: int = ...) -> int: ...
+    @overload
+    def integer(self, raw: dict, key: str, path: str, default: None, minimum: int, maximum: int = ...) -> int | None: ...
+
     def integer(self, raw: dict, key: str, path: str, default: int | None, minimum: int, maximum: int = _INT64_MAX) -> int | None:
         value = raw.get(key, default)
         if value is None:
@@ -333,6 +338,11 @@ class _Checker:
             return default
         return float(value)
 
+    @overload
+    def string(self, raw: dict, key: str, path: str, default: str) -> str: ...
+    @overload
+    def string(self, raw: dict, key: str, path: str, default: None) -> str | None: ...
+
     def string(self, raw: dict, key: str, path: str, default: str | None) -> str | None:
         value = raw.get(key, default)
         if value is None:
@@ -341,6 +351,11 @@ class _Checker:
             self.fail(f"{path}.{key}", f"{_show(value)} is not a non-empty string")
             return default
         return value
+
+    @overload
+    def char(self, raw: dict, key: str, path: str, default: str, nullable: Literal[False]) -> str: ...
+    @overload
+    def char(self, raw: dict, key: str, path: str, default: str | None, nullable: bool) -> str | None: ...
 
     def char(self, raw: dict, key: str, path: str, default: str | None, nullable: bool) -> str | None:
         """A single character; null (or false) means none when nullable."""
@@ -674,6 +689,12 @@ def _parse_errors(check: _Checker, raw: Any) -> ErrorsConfig:
     return ErrorsConfig(on_bad_record=action, max_bad_fraction=fraction, allow_empty=allow_empty)
 
 
+@overload
+def _size(check: _Checker, section: dict, key: str, path: str, default: int) -> int: ...
+@overload
+def _size(check: _Checker, section: dict, key: str, path: str, default: None) -> int | None: ...
+
+
 def _size(check: _Checker, section: dict, key: str, path: str, default: int | None) -> int | None:
     value = section.get(key)
     if value is None:
@@ -816,6 +837,7 @@ def validate_against_schema(config: BuildConfig, schema: pa.Schema, sample: pa.R
             check.fail(path + (" (inferred: features was left out)" if inferred else ""), str(error))
             continue
         if spec.type is None and spec.on_null == "default":
+            assert spec_done.type is not None  # resolve_spec always settles the type
             default = _check_default(check, f"{path}.default", spec.default, spec_done.type, spec_done.is_list,
                                      spec_done.length)
             spec_done = replace(spec_done, default=default)
@@ -889,16 +911,18 @@ def infer_csv_tokens(input_config: InputConfig, files: list[InputFile] | None = 
     """
     csv = input_config.csv
     sample = inspect_input(replace(input_config, csv=replace(csv, null_values=csv.null_values or ())), files=files)
+    rows = sample.sample
+    assert rows is not None  # a CSV input is always sampled
     if csv.true_values is None and csv.false_values is None:
-        true_values, false_values = infer_boolean_tokens(sample.sample.columns)
+        true_values, false_values = infer_boolean_tokens(rows.columns)
         csv = replace(csv, true_values=tuple(true_values), false_values=tuple(false_values))
     csv = replace(csv, true_values=csv.true_values or (), false_values=csv.false_values or ())
     if csv.null_values is None:
-        tokens = infer_null_tokens(sample.sample.columns)
+        tokens = infer_null_tokens(rows.columns)
         if tokens:
             with_nulls = replace(input_config, csv=replace(csv, null_values=tuple(tokens)))
             resampled = inspect_input(with_nulls, files=files)
-            if any(column.null_count for column in resampled.sample.columns):
+            if resampled.sample is not None and any(column.null_count for column in resampled.sample.columns):
                 return with_nulls, resampled
         csv = replace(csv, null_values=())
     return replace(input_config, csv=csv), sample

@@ -131,10 +131,13 @@ class ConvertedBatch:
 class Provenance(Protocol):
     """Where a batch's rows come from: the file, each row's line (or row number) and its raw text."""
 
-    path: str
-    lines: np.ndarray
+    @property
+    def path(self) -> str: ...
 
-    def raw_text(self, rows: Sequence[int]) -> list[str]: ...
+    @property
+    def lines(self) -> np.ndarray: ...
+
+    def raw_text(self, rows: Iterable[int]) -> list[str]: ...
 
 
 @dataclass(frozen=True, eq=False)
@@ -149,11 +152,11 @@ class BatchProvenance:
     def lines(self) -> np.ndarray:
         return np.arange(self.first_line, self.first_line + self.batch.num_rows, dtype=np.int64)
 
-    def raw_text(self, rows: Sequence[int]) -> list[str]:
+    def raw_text(self, rows: Iterable[int]) -> list[str]:
         return rows_as_json(self.batch, rows)
 
 
-def rows_as_json(batch: pa.RecordBatch, rows: Sequence[int]) -> list[str]:
+def rows_as_json(batch: pa.RecordBatch, rows: Iterable[int]) -> list[str]:
     """The given rows rendered as JSON objects (bytes as text where UTF-8, else escaped)."""
     taken = batch.take(pa.array(list(rows), pa.int64())).to_pylist()
     return [json.dumps(row, default=_json_default, ensure_ascii=False) for row in taken]
@@ -502,10 +505,12 @@ def _convert_column(spec: FeatureSpec, column: pa.Array, problems: _Problems,
     label = f"feature {spec.name!r}" + (f" (column {spec.source!r})" if spec.source != spec.name else "")
     if spec.time_unit is not None:
         return _apply_on_null(spec, _convert_timestamp(spec, column, problems, label), column.is_null(), problems, label)
-    if spec.separator is None and spec.type in ("int64", "float") and any(booleans) and (
+    feature_type = spec.type
+    assert feature_type is not None  # specs are resolved before any batch is converted
+    if spec.separator is None and feature_type in ("int64", "float") and any(booleans) and (
             _is_text(column.type) or _is_binary(column.type)):
         column_text = _booleans_as_digits(_as_text(column), *booleans)
-        return _apply_on_null(spec, _convert_scalar(spec.type, column_text, problems, label), column.is_null(),
+        return _apply_on_null(spec, _convert_scalar(feature_type, column_text, problems, label), column.is_null(),
                               problems, label)
     if spec.separator is not None:
         values = _split_text(_as_text(column), spec.separator)
@@ -514,7 +519,7 @@ def _convert_column(spec: FeatureSpec, column: pa.Array, problems: _Problems,
     if _is_list(values.type):
         result = _convert_list(spec, values, problems, label)
     else:
-        result = _convert_scalar(spec.type, values, problems, label)
+        result = _convert_scalar(feature_type, values, problems, label)
     return _apply_on_null(spec, result, column.is_null(), problems, label)
 
 
@@ -580,7 +585,9 @@ def _convert_list(spec: FeatureSpec, lists: pa.Array, problems: _Problems, label
     counts = np.asarray(pc.fill_null(pc.list_value_length(lists), 0), dtype=np.int64)
     items = pc.list_flatten(lists)
     item_problems = _Problems(len(items))
-    converted = _convert_scalar(spec.type, items, item_problems, label)
+    feature_type = spec.type
+    assert feature_type is not None  # specs are resolved before any batch is converted
+    converted = _convert_scalar(feature_type, items, item_problems, label)
     null_items = np.asarray(items.is_null()) if items.null_count else np.zeros(len(items), dtype=bool)
     flagged = np.flatnonzero(item_problems.bad | null_items)
     if len(flagged):
@@ -595,7 +602,7 @@ def _convert_list(spec: FeatureSpec, lists: pa.Array, problems: _Problems, label
         wrong = np.flatnonzero(valid & (counts != spec.length))
         problems.add(wrong, [f"{label}: has {counts[row]} values, but length is {spec.length}" for row in wrong.tolist()])
     if converted.null_count:
-        converted = pc.fill_null(converted, _zero(spec.type))  # only in rows already reported as bad
+        converted = pc.fill_null(converted, _zero(feature_type))  # only in rows already reported as bad
     offsets = pa.array(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32))
     return pa.ListArray.from_arrays(offsets, converted, type=output_type(spec), mask=pa.array(~valid))
 

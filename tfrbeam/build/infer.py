@@ -70,9 +70,11 @@ def infer_config(input_path: str, format: str | None = None) -> str:
                             output=OutputConfig(path="out"))
         resolved, sample = resolve_with_sample(draft, files)  # the build's own inference, null values included
         csv_options = resolved.input.csv
-        features, null_notes = _csv_features(resolved.features, sample.sample, csv_options.null_values, unnamed)
-        left_out: list[str] = []
-        header = [f"# Inferred from the first {min(sample.sample.num_rows, SAMPLE_ROWS)} rows of {sample.path}.",
+        rows = sample.sample
+        assert rows is not None  # a CSV input is always sampled
+        features, null_notes = _csv_features(resolved.features, rows, csv_options.null_values, unnamed)
+        left_out = []
+        header = [f"# Inferred from the first {min(rows.num_rows, SAMPLE_ROWS)} rows of {sample.path}.",
                   *sniff_notes, *null_notes,
                   "# Types were inferred from a sample: a later value that does not parse as its",
                   "# type is a bad row (see errors), never a silent change of type."]

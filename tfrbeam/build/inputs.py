@@ -162,10 +162,11 @@ class SourceBatch:
     def num_rows(self) -> int:
         return self.batch.num_rows
 
-    def raw_text(self, rows: Sequence[int]) -> list[str]:
+    def raw_text(self, rows: Iterable[int]) -> list[str]:
         """The raw text of the given rows: the CSV lines as in the file, or the Parquet row as JSON."""
         if self.raw is None:
             return rows_as_json(self.batch, rows)
+        assert self.raw_line_starts is not None and self.spans is not None  # CSV batches carry them with raw
         texts = []
         for row in rows:
             first = int(self.lines[row]) - self.raw_first_line
@@ -804,6 +805,7 @@ def _without_undecodable_rows(source: SourceBatch, codec: str) -> SourceBatch:
         return source
     except UnicodeDecodeError:
         pass
+    assert source.raw_line_starts is not None and source.spans is not None  # CSV batches carry them with raw
     keep = np.ones(source.num_rows, dtype=bool)
     bad_rows = []
     for row in range(source.num_rows):
@@ -826,7 +828,8 @@ def _without_undecodable_rows(source: SourceBatch, codec: str) -> SourceBatch:
 
 
 def _numbered_batches(path: str, tracker: _LineTracker, reader, invalid: dict, invalid_lock: threading.Lock,
-                      keep: list[str], ordinal: int, first_file_line: int, quote: str | None) -> Iterator[SourceBatch]:
+                      keep: list[str], ordinal: int, first_file_line: int, quote: str | None,
+                      ) -> Generator[SourceBatch, None, None]:
     """The batches of a pyarrow CSV reader with every row's line, and the invalid rows placed between them."""
     record = 1
     last_line = 0
@@ -860,6 +863,7 @@ def _numbered_batches(path: str, tracker: _LineTracker, reader, invalid: dict, i
             if len(source.lines):
                 last_line = int(source.lines[-1])
                 if quote:
+                    assert source.spans is not None  # _assemble gives every CSV batch its spans
                     last_row = (last_line, int(source.spans[-1]), source.raw_text([source.num_rows - 1])[0])
             with invalid_lock:
                 for number in inside:
@@ -882,7 +886,8 @@ class _RowTooLong(InputError):
         self.last_line = last_line
 
 
-def _growing_blocks(read: Callable[[int], Iterator[SourceBatch]], path: str, max_row_bytes: int) -> Iterator[SourceBatch]:
+def _growing_blocks(read: Callable[[int], Iterator[SourceBatch]], path: str,
+                    max_row_bytes: int) -> Generator[SourceBatch, None, None]:
     """read(block_size)'s batches; a row longer than the block restarts the read with a 4x block (up to
     max_row_bytes), skipping the rows already given. Rows that long are rare: the common case reads once."""
     block = min(_CSV_BLOCK_BYTES, max_row_bytes)
@@ -1017,7 +1022,8 @@ def _assemble(path: str, tracker: _LineTracker, batch: pa.RecordBatch, record: i
                        raw_line_starts=starts, spans=lines[~is_invalid])
 
 
-def read_csv_file(path: str, options: CsvOptions, columns: Sequence[str] | None = None) -> Iterator[SourceBatch]:
+def read_csv_file(path: str, options: CsvOptions,
+                  columns: Sequence[str] | None = None) -> Generator[SourceBatch, None, None]:
     """Every row of a CSV file, streamed block by block from the start (quoted line breaks are fine)."""
 
     def read(block_size: int) -> Iterator[SourceBatch]:
@@ -1248,7 +1254,8 @@ def _page_header_has_crc(header: bytes) -> bool:
     return False
 
 
-def read_parquet_row_group(path: str, group: int, rows_before: int, columns: Sequence[str] | None = None) -> Iterator[SourceBatch]:
+def read_parquet_row_group(path: str, group: int, rows_before: int,
+                           columns: Sequence[str] | None = None) -> Iterator[SourceBatch]:
     """The rows of one row group as batches; lines are 1-based row numbers in the file."""
     with _open(path) as raw:
         parquet = _parquet_file(path, raw)
@@ -1469,7 +1476,7 @@ class ReadTabular(beam.PTransform):
                     | "RowGroups" >> beam.FlatMap(_row_groups_with_row_size, required)
                     | "SpreadRowGroups" >> beam.Reshuffle()
                     | "ReadRowGroup" >> beam.FlatMap(lambda item: _counted(
-                        read_parquet_row_group(*item[:3], columns=columns), _counter(counts), item[3]))
+                        read_parquet_row_group(item[0], item[1], item[2], columns=columns), _counter(counts), item[3]))
                     .with_output_types(SourceBatch))
         options = self.input_config.csv
         split_bytes = self.input_config.split_bytes

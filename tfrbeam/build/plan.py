@@ -105,6 +105,8 @@ def plan_build(config: BuildConfig, options: PipelineOptions | None = None, *, o
     inputs = list_inputs(config.input.path)
     resolved_input = resolve_config(config, files=inputs)
     features = resolved_input.features
+    columns = resolved_input.input.columns
+    assert features is not None and columns is not None  # resolve_config settles both
     check_inputs_hold_rows(resolved_input.input, inputs, config.errors.allow_empty)
     _check_split_key(config, features)
     resolved = with_features(config, features, csv=resolved_input.input.csv)
@@ -112,7 +114,7 @@ def plan_build(config: BuildConfig, options: PipelineOptions | None = None, *, o
     check_output_place(output_root, config.output.path)
     check_output_dir(output_root, normalized(config_to_dict(resolved)), overwrite, shown=config.output.path)
     return BuildPlan(
-        config=resolved, features=features, input_files=tuple(inputs), columns=tuple(sorted(resolved_input.input.columns)),
+        config=resolved, features=features, input_files=tuple(inputs), columns=tuple(sorted(columns)),
         sharding=sharding_spec(resolved, sum(item.size for item in inputs)),
         output_path=config.output.path, output_root=output_root,
         run=this_run(run_id or uuid.uuid4().hex[:16]), runner=runner_name(options), overwrite=overwrite,

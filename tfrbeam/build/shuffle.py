@@ -172,7 +172,7 @@ def gc_paused() -> Iterator[None]:
 def _record_slices(data: np.ndarray | bytes, offsets: np.ndarray) -> list[memoryview]:
     """One memoryview per record of ``data`` (bounded by ``offsets``), for the per-record hash and CRC calls."""
     buffer = data if isinstance(data, np.ndarray) else np.frombuffer(data, dtype=np.uint8)
-    view = memoryview(np.ascontiguousarray(buffer, dtype=np.uint8))
+    view = memoryview(np.ascontiguousarray(buffer, dtype=np.uint8))  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
     bounds = np.asarray(offsets, dtype=np.int64).tolist()
     return [view[start:end] for start, end in zip(bounds, bounds[1:])]
 
@@ -312,7 +312,7 @@ def frame_ordered(data: np.ndarray, offsets: np.ndarray, order: np.ndarray, crcs
     if int(unique_lengths[-1]) > MAX_PAYLOAD_SIZE or len(unique_lengths) > max(
         _MIN_LENGTH_GROUPS, count // _RECORDS_PER_LENGTH_GROUP
     ):
-        framed = frame_gathered(memoryview(np.ascontiguousarray(data, dtype=np.uint8)), starts, starts + lengths)
+        framed = frame_gathered(memoryview(np.ascontiguousarray(data, dtype=np.uint8)), starts, starts + lengths)  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
         return np.frombuffer(framed, dtype=np.uint8), framed_offsets
     out = np.empty(int(framed_offsets[-1]), dtype=np.uint8)
     payload_starts = framed_offsets[:-1] + HEADER_SIZE
@@ -516,6 +516,7 @@ class InlineStore(PieceStore):
         return PieceRef(INLINE, data=frames)
 
     def _frames(self, piece: Piece) -> np.ndarray:
+        assert piece.ref.data is not None  # an inline piece carries its frames
         return piece.ref.data
 
 
@@ -538,7 +539,7 @@ class SpillStore(PieceStore):
         return {"directory": self.directory}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["directory"])
+        self.__init__(state["directory"])  # type: ignore[misc]  # unpickling rebuilds the fresh, unpicklable state
 
     def open(self) -> None:
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="tfrbeam-spill")
@@ -546,6 +547,7 @@ class SpillStore(PieceStore):
     def _keep(self, frames: np.ndarray) -> PieceRef:
         if self._executor is None:
             self.open()
+        assert self._executor is not None  # open() made it
         path = FileSystems.join(self.directory, f"{uuid.uuid4().hex}.bin")
         self._wait(keep=1)
         self._pending.append(self._executor.submit(_write_file, path, frames))
@@ -575,7 +577,7 @@ class SpillStore(PieceStore):
 
 def _write_file(path: str, data: np.ndarray) -> None:
     with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        handle.write(memoryview(np.ascontiguousarray(data)))
+        handle.write(memoryview(np.ascontiguousarray(data)))  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
 
 
 class _HeldPieces:
@@ -664,8 +666,11 @@ class MemoryStore(PieceStore):
         self.overflow.close()
 
     def records(self, piece: Piece) -> StoredRecords:
+        if piece.ref.store == SPILL:
+            return self.overflow.records(piece)
         if piece.ref.store != MEMORY:
-            return self.overflow.records(piece) if piece.ref.store == SPILL else StoredRecords.of_frames(piece, piece.ref.data)
+            assert piece.ref.data is not None  # an inline piece carries its frames
+            return StoredRecords.of_frames(piece, piece.ref.data)
         held = self._held().buffers.get(piece.ref.location)
         if held is None:
             raise RuntimeError(f"piece {piece.ref.location} of the run staging in {self.run_key} was already dropped")
@@ -769,9 +774,9 @@ class KeyedRecordsCoder(beam.coders.Coder):
 
     def encode(self, value: KeyedRecords) -> bytes:
         count, data, has_crcs = len(value.key), _raw(value.data, "u1"), value.crcs is not None
-        return b"".join((
+        return b"".join((  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
             _KEYED_HEADER.pack(count, len(data), has_crcs), _raw(value.split, "<u2"), _raw(value.key, "<u8"),
-            _raw(value.offsets, "<i8"), _raw(value.crcs, "<u4") if has_crcs else b"", data,
+            _raw(value.offsets, "<i8"), _raw(value.crcs, "<u4") if value.crcs is not None else b"", data,
         ))
 
     def estimate_size(self, value: KeyedRecords) -> int:
@@ -801,7 +806,7 @@ class PieceCoder(beam.coders.Coder):
         count, location = len(value.key), ref.location.encode("utf-8")
         data = _raw(ref.data, "u1") if ref.data is not None else np.zeros(0, np.uint8)
         header = _PIECE_HEADER.pack(count, len(data), ref.offset, len(location), ref.data is not None)
-        return b"".join((
+        return b"".join((  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
             header, bytes([_STORE_CODES[ref.store]]), location, _raw(value.split, "<u2"), _raw(value.key, "<u8"),
             _raw(value.offsets, "<i8"), data,
         ))
@@ -1181,7 +1186,7 @@ class _Received:
         starts, lengths, footers = [], [], []
         for part in parts:
             stored = store.records(part)
-            self.views.append(memoryview(np.ascontiguousarray(stored.buffer, dtype=np.uint8)))
+            self.views.append(memoryview(np.ascontiguousarray(stored.buffer, dtype=np.uint8)))  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
             starts.append(stored.starts)
             lengths.append(stored.lengths)
             footers.append(stored.footers)
@@ -1301,7 +1306,8 @@ class _WriteShardOfPieces(_WriteShard):
     def start_bundle(self) -> None:
         self._parts: dict[int, list[Piece]] | None = None
 
-    def process(self, shard_key: int, plan: ShardPlan, pieces: list[Piece]) -> Iterator[ShardFile]:
+    # Another element type than the base's (a shard key, pieces as a side input): a different DoFn signature.
+    def process(self, shard_key: int, plan: ShardPlan, pieces: list[Piece]) -> Iterator[ShardFile]:  # type: ignore[override]
         if self._parts is None:
             self._parts = collections.defaultdict(list)
             for piece in pieces:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -89,7 +89,8 @@ class EpochRun:
         self.threshold = max(options.shuffle_buffer, options.batch_size) if self.shuffling else options.batch_size
         self.draining = False
 
-    def _consume(self, receive: Callable[[int | None], tuple[int, Any]], limit: int | None = None) -> Iterator[Block]:
+    def _consume(self, receive: Callable[[int | None], tuple[int, Any]],
+                 limit: int | None = None) -> Generator[Block, None, None]:
         """Feed blocks into the buffer in interleave order and cut batches; stop after ``limit`` batches."""
         state = self.interleave
         size = self.options.batch_size
@@ -182,7 +183,8 @@ class EpochRun:
         self.buffer = ShufflePool(self.options.shuffle_buffer, self.rng) if self.shuffling else RowQueue()
         self.buffer.add(restored)
 
-    def run(self, workers: ThreadWorkers | ProcessWorkers, cancel: threading.Event | None = None) -> Iterator[Block]:
+    def run(self, workers: ThreadWorkers | ProcessWorkers,
+            cancel: threading.Event | None = None) -> Generator[Block, None, None]:
         """The rest of the epoch, read and decoded by ``workers``."""
         count = workers.num_workers
         starts = self.interleave.starts()
@@ -197,6 +199,7 @@ class EpochRun:
                     raise message[1]
                 if message == DONE:
                     continue
+                assert got is not None  # only DONE messages have no slot
                 return got, message
 
         batches = self._consume(receive)

@@ -209,7 +209,7 @@ class Dataset:
         self._workers: ThreadWorkers | ProcessWorkers | None = None
         self._lock = threading.Lock()
         self.skipped: list[SkippedRegion] = []
-        self.stats = {"workers": options.num_workers, "prefetch": options.prefetch, "executor": None}
+        self.stats: dict[str, Any] = {"workers": options.num_workers, "prefetch": options.prefetch, "executor": None}
 
     def __repr__(self) -> str:
         records = "unknown" if self.num_records is None else f"{self.num_records:,}"

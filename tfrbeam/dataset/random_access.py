@@ -93,7 +93,7 @@ class _Shard:
         heads = self.offsets[records]
         starts = heads + HEADER_SIZE
         ends = self.offsets[records + 1] - FOOTER_SIZE
-        view = memoryview(self.raw)
+        view = memoryview(self.raw)  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
         # One slice per record: cheaper than a vectorised gather for records of a few hundred bytes.
         parts = list(map(view.__getitem__, map(slice, starts.tolist(), ends.tolist())))
         computed = np.fromiter(map(crc32c.crc32c, parts), dtype=np.uint32, count=len(parts))

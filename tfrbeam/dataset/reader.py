@@ -53,7 +53,7 @@ class Segment:
 
 def dense_layout(features: Mapping[str, Feature]) -> DenseLayout:
     """The packed layout of the record ids and every fixed-shape numeric feature."""
-    dense = [(ID_KEY, "<i8", ())]
+    dense: list[tuple[str, str, tuple[int, ...]]] = [(ID_KEY, "<i8", ())]
     dense += [
         (name, NUMPY_DTYPES[feature.dtype].str, feature.shape)
         for name, feature in features.items()

@@ -32,7 +32,7 @@ _DTYPE_ALIASES = {
     "bytes": "bytes", "string": "bytes", "str": "bytes", "binary": "bytes",
 }
 _ARROW_TYPES = {"int64": pa.int64(), "float": pa.float32(), "bytes": pa.binary()}
-NUMPY_DTYPES = {"int64": np.dtype(np.int64), "float": np.dtype(np.float32), "bytes": np.dtype(object)}
+NUMPY_DTYPES: dict[str, np.dtype] = {"int64": np.dtype(np.int64), "float": np.dtype(np.float32), "bytes": np.dtype(object)}
 INFER_RECORDS = 1000
 
 
@@ -147,7 +147,8 @@ class Source:
     @property
     def num_records(self) -> int | None:
         counts = [shard.num_records for shard in self.files]
-        return None if any(count is None for count in counts) else sum(counts)  # type: ignore[misc]
+        known = [count for count in counts if count is not None]
+        return sum(known) if len(known) == len(counts) else None
 
 
 PathSpec = Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]]
@@ -269,9 +270,10 @@ def infer_feature_spec(
     try:
         batch = examples_to_record_batch(payloads, max_features=max_features)
     except RecordLimitError as exc:
-        path, number = sources[exc.record] if exc.record is not None else (files[0].path, None)
+        where: tuple[str, int | None] = sources[exc.record] if exc.record is not None else (files[0].path, None)
+        path, record_number = where
         raise RecordLimitError(
-            f"{path}: record {number} has more than {exc.limit} features, too many to infer a feature spec "
+            f"{path}: record {record_number} has more than {exc.limit} features, too many to infer a feature spec "
             "column by column; pass open_dataset(max_features=...) a larger limit (or None), or raw=True",
             record=exc.record, limit=exc.limit,
         ) from exc

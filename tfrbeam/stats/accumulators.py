@@ -89,7 +89,7 @@ class NumericValues:
     def merge(self, other: NumericValues) -> None:
         for name in ("num_zeros", "num_nan", "num_pos_inf", "num_neg_inf"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
-        if other.min is not None:
+        if other.min is not None and other.max is not None:  # both are set by the first value
             self.min = other.min if self.min is None else min(self.min, other.min)
             self.max = other.max if self.max is None else max(self.max, other.max)
         self.moments.merge(other.moments)
@@ -124,7 +124,7 @@ class CategoricalValues:
         self.distinct.merge(other.distinct)
 
     def _drop_uncategorical_top(self) -> None:
-        if self.numeric_keys and self.top.pruned:
+        if self.numeric_keys and self.top is not None and self.top.pruned:
             self.top = None
 
 
@@ -143,6 +143,7 @@ class Lengths:
 
     def merge(self, other: Lengths) -> None:
         if other.count:
+            assert other.min is not None and other.max is not None  # set with the first count
             self.min = other.min if self.min is None else min(self.min, other.min)
             self.max = other.max if self.max is None else max(self.max, other.max)
             self.total += other.total
@@ -180,6 +181,7 @@ class FeatureAccumulator:
             self._add_bytes(values)
             return
         numbers = values.to_numpy(zero_copy_only=False)
+        assert self.numeric is not None  # every kind but bytes has numeric statistics
         self.numeric.add(numbers)
         if self.categorical is not None:
             self.categorical.add(numbers.view(np.uint64), None)
@@ -188,6 +190,7 @@ class FeatureAccumulator:
         offsets = np.frombuffer(values.buffers()[1], dtype=np.int32)[values.offset:values.offset + len(values) + 1]
         data_buffer = values.buffers()[2]
         data = np.frombuffer(data_buffer, dtype=np.uint8) if data_buffer is not None else np.zeros(0, np.uint8)
+        assert self.lengths is not None and self.categorical is not None  # both exist for bytes
         self.lengths.add(np.diff(offsets))
         self.categorical.add(hash_binary(data, offsets), values)
 

@@ -71,6 +71,7 @@ def _from_build(directory: str, wanted: Sequence[str] | None) -> StatsInput:
     if not sources:
         raise ConfigError(f"{directory}: the manifest lists no splits")
     first = next(iter(sources.values()))
+    assert first.manifest is not None  # a dataset directory is opened through its manifest
     features = first.manifest.get("features") or {}
     return StatsInput(
         splits={name: tuple(shard.path for shard in source.files) for name, source in sources.items()},

@@ -13,7 +13,8 @@ import math
 
 import numpy as np
 
-from tfrbeam.stats.accumulators import FeatureAccumulator
+from tfrbeam.stats.accumulators import FeatureAccumulator, NumericValues
+from tfrbeam.stats.sketches import TopValues
 
 CATEGORICAL_MAX_UNIQUE = 20
 DRIFT_BUCKETS = 20
@@ -46,7 +47,8 @@ def is_categorical(kind: str, *features: FeatureAccumulator) -> bool:
         return True
     if kind != "int64":
         return False
-    return all(f.categorical.distinct.exact and f.categorical.distinct.estimate() <= CATEGORICAL_MAX_UNIQUE for f in features)
+    return all(f.categorical is not None and f.categorical.distinct.exact
+               and f.categorical.distinct.estimate() <= CATEGORICAL_MAX_UNIQUE for f in features)
 
 
 def feature_drift(kind: str, base: FeatureAccumulator, other: FeatureAccumulator) -> dict | None:
@@ -54,12 +56,14 @@ def feature_drift(kind: str, base: FeatureAccumulator, other: FeatureAccumulator
     if not base.num_values or not other.num_values:
         return None
     if is_categorical(kind, base, other):
-        score = l_infinity(base.categorical.top.frequencies(), other.categorical.top.frequencies())
-        return {"method": "l_infinity", "score": score}
-    if base.numeric.min is None or other.numeric.min is None:
+        base_top, other_top = _top_values(base), _top_values(other)
+        return {"method": "l_infinity", "score": l_infinity(base_top.frequencies(), other_top.frequencies())}
+    base_numbers, other_numbers = _numeric(base), _numeric(other)
+    if base_numbers.min is None or other_numbers.min is None:
         return None
-    low = min(base.numeric.min, other.numeric.min)
-    high = max(base.numeric.max, other.numeric.max)
+    assert base_numbers.max is not None and other_numbers.max is not None  # set with min
+    low = min(base_numbers.min, other_numbers.min)
+    high = max(base_numbers.max, other_numbers.max)
     if not high > low:
         return {"method": "jensen_shannon", "score": 0.0}
     edges = np.linspace(float(low), float(high), DRIFT_BUCKETS + 1)[1:-1].tolist()
@@ -67,8 +71,20 @@ def feature_drift(kind: str, base: FeatureAccumulator, other: FeatureAccumulator
     return {"method": "jensen_shannon", "score": score}
 
 
+def _top_values(feature: FeatureAccumulator) -> TopValues:
+    """The top values of a feature ``is_categorical`` accepted (they are kept below TopValues' capacity)."""
+    assert feature.categorical is not None and feature.categorical.top is not None
+    return feature.categorical.top
+
+
+def _numeric(feature: FeatureAccumulator) -> NumericValues:
+    """The numeric statistics of an int64 or float feature."""
+    assert feature.numeric is not None
+    return feature.numeric
+
+
 def _masses(feature: FeatureAccumulator, inner_edges: list[float]) -> np.ndarray:
-    cdf = feature.numeric.quantiles.cdf(inner_edges)
+    cdf = _numeric(feature).quantiles.cdf(inner_edges)
     return np.diff(np.concatenate(([0.0], cdf)))
 
 

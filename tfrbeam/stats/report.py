@@ -169,7 +169,7 @@ def drift_result(splits: Mapping[str, SplitAccumulator], thresholds: Mapping[str
     if names:
         base = splits[names[0]]
         for split in names[1:]:
-            scores = {}
+            scores: dict[str, dict[str, Any] | None] = {}
             for feature, accumulator in splits[split].features.items():
                 found = feature_drift(accumulator.kind, base.features[feature], accumulator)
                 if found is None:
