@@ -235,9 +235,11 @@ def main() -> None:
 def _report(fmt: str, label: str, rows: int, runs: list, base_wall: list[float] | None, base_cpu: list[float] | None) -> None:
     wall = [rows / run[0] for run in runs]
     cpu = [rows / run[2] for run in runs]
-    line = (f"{fmt:<8} {label}: wall {_spread(wall)}  cpu {_spread(cpu)}  "
-            f"peak RSS {statistics.median(run[1] for run in runs) / 2**20:,.0f} MB (max {max(run[1] for run in runs) / 2**20:,.0f})  "
-            f"output {runs[0][3] / 2**20:,.0f} MB")
+    line = (
+        f"{fmt:<8} {label}: wall {_spread(wall)}  cpu {_spread(cpu)}  "
+        f"peak RSS {statistics.median(run[1] for run in runs) / 2**20:,.0f} MB (max {max(run[1] for run in runs) / 2**20:,.0f})  "
+        f"output {runs[0][3] / 2**20:,.0f} MB"
+    )
     if base_wall:
         line += (f"  ratio of medians: wall {statistics.median(wall) / statistics.median(base_wall):.1f}x, "
                  f"cpu {statistics.median(cpu) / statistics.median(base_cpu):.1f}x")

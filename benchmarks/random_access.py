@@ -66,7 +66,8 @@ def rate(read: Callable[[list[int]], list], batches: list[list[int]]) -> float:
 
 
 def summary(name: str, rates: list[float]) -> str:
-    return f"{name:<34} median {statistics.median(rates):>10,.0f} records/s  (range {min(rates):,.0f}..{max(rates):,.0f}, {len(rates)} runs)"
+    return (f"{name:<34} median {statistics.median(rates):>10,.0f} records/s  "
+            f"(range {min(rates):,.0f}..{max(rates):,.0f}, {len(rates)} runs)")
 
 
 def main() -> None:
@@ -116,7 +117,9 @@ def main() -> None:
     ratio = statistics.median(rates["tfrbeam open_random_access"]) / statistics.median(rates["ArrayRecordDataSource + decode"])
     ours_median = statistics.median(rates["tfrbeam open_random_access"])
     verdict = "meets" if ours_median >= TARGET_RECORDS_PER_SECOND and ratio >= 1.0 else "misses"
-    print(f"decoded: ours / ArrayRecord = {ratio:.2f}x; {verdict} the target (>= 1x and >= {TARGET_RECORDS_PER_SECOND:,} records/s)")
+    print(
+        f"decoded: ours / ArrayRecord = {ratio:.2f}x; {verdict} the target (>= 1x and >= {TARGET_RECORDS_PER_SECOND:,} records/s)"
+    )
 
 
 if __name__ == "__main__":

@@ -105,7 +105,9 @@ def main() -> None:
         assert rows == args.rows
         rates[names[3]].append(args.rows / (seconds + more))
     for name, values in rates.items():
-        print(f"{name:<40} median {statistics.median(values):>11,.0f} records/s  (range {min(values):,.0f} .. {max(values):,.0f})")
+        print(
+            f"{name:<40} median {statistics.median(values):>11,.0f} records/s  (range {min(values):,.0f} .. {max(values):,.0f})"
+        )
     ours = statistics.median(rates[names[0]])
     verdict = "meets" if ours >= TARGET_RECORDS_PER_SECOND else "misses"
     print(f"ours (median): {ours:,.0f} records/s — {verdict} the {TARGET_RECORDS_PER_SECOND:,} records/s target")

@@ -47,7 +47,9 @@ def demo_table(num_rows: int = DEFAULT_ROWS, seed: int = 2024) -> pa.Table:
     origin = rng.integers(0, len(_AIRPORTS), num_rows)
     dest = (origin + rng.integers(1, len(_AIRPORTS), num_rows)) % len(_AIRPORTS)
     delay = np.round(rng.normal(5.0, 20.0, num_rows), 1)
-    tail = [f"N{number}{letter}" for number, letter in zip(rng.integers(100, 999, num_rows), rng.choice(list("ABCDEFGH"), num_rows))]
+    tail = [
+        f"N{number}{letter}" for number, letter in zip(rng.integers(100, 999, num_rows), rng.choice(list("ABCDEFGH"), num_rows))
+    ]
     tag_counts = rng.integers(0, 4, num_rows)
     tags = [[_TAGS[i] for i in rng.choice(len(_TAGS), count, replace=False)] for count in tag_counts]
     embedding = np.round(rng.normal(0.0, 1.0, (num_rows, EMBEDDING_SIZE)), 3).astype(np.float32)

@@ -92,10 +92,16 @@ def test_a_split_without_records_is_reported_with_zero_examples(tmp_path):
             writer.write(encode_example({"x": [value]}))
     with RecordWriter(str(tmp_path / "eval" / "eval-00000-of-00001.tfrecord")):
         pass
-    shards = {split: [{"path": f"{split}/{split}-00000-of-00001.tfrecord", "num_examples": count}] for split, count in (("train", 5), ("eval", 0))}
-    manifest = {"format": "tfrbeam-dataset/1", "compression": None,
-                "features": {"x": {"type": "int64", "shape": [], "always_present": True}},
-                "splits": {split: {"num_examples": entries[0]["num_examples"], "shards": entries} for split, entries in shards.items()}}
+    shards = {
+        split: [{"path": f"{split}/{split}-00000-of-00001.tfrecord", "num_examples": count}]
+        for split, count in (("train", 5), ("eval", 0))
+    }
+    manifest = {
+        "format": "tfrbeam-dataset/1",
+        "compression": None,
+        "features": {"x": {"type": "int64", "shape": [], "always_present": True}},
+        "splits": {split: {"num_examples": entries[0]["num_examples"], "shards": entries} for split, entries in shards.items()},
+    }
     (tmp_path / "dataset_info.json").write_text(json.dumps(manifest))
     with beam.Pipeline() as pipeline:
         stats = pipeline | ComputeDatasetStats(str(tmp_path))

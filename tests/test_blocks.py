@@ -108,7 +108,9 @@ def test_blocks_equal_record_reader_from_any_record_start(
     first=st.integers(0, 19),
     stop_record=st.one_of(st.none(), st.integers(0, 20)),
 )
-def test_damage_gives_record_readers_records_then_its_error(monkeypatch, payloads, chunk, block_length, damage, first, stop_record):
+def test_damage_gives_record_readers_records_then_its_error(
+    monkeypatch, payloads, chunk, block_length, damage, first, stop_record
+):
     """Flipped bytes, cut files, absurd lengths: the same good records first, then the same error type, check and offset."""
     monkeypatch.setattr(record_blocks_module, "READ_CHUNK", chunk)
     starts = record_starts(payloads)
@@ -292,7 +294,9 @@ def test_blocks_feed_the_columnar_decoder_as_one_buffer(tmp_path):
     decoded = [examples_to_record_batch((block.data, block.starts, block.ends)) for block in blocks]
     head = blocks[0].prefix(7)
     decoded.append(examples_to_record_batch((head.data, head.starts, head.ends)))
-    assert [ids for batch in decoded for ids in batch.column("id").to_pylist()] == [[n] for n in range(50)] + [[n] for n in range(7)]
+    assert [ids for batch in decoded for ids in batch.column("id").to_pylist()] == [[n] for n in range(50)] + [
+        [n] for n in range(7)
+    ]
 
 
 def test_importing_record_blocks_imports_no_beam():

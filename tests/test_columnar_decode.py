@@ -220,7 +220,10 @@ def wire_records(draw):
         feature = b""
         if draw(st.booleans()):  # an earlier kind the oneof drops when the last one arrives
             earlier = draw(st.sampled_from(["bytes", "float", "int64"]))
-            feature += field({"bytes": 1, "float": 2, "int64": 3}[earlier], list_bytes(earlier, [7] if earlier != "bytes" else [b"7"], "packed"))
+            feature += field(
+                {"bytes": 1, "float": 2, "int64": 3}[earlier],
+                list_bytes(earlier, [7] if earlier != "bytes" else [b"7"], "packed"),
+            )
         if draw(st.integers(0, 5)) == 0:
             feature += draw(st.sampled_from(UNKNOWN_FIELDS))
         if tag_number is not None:
@@ -589,7 +592,9 @@ def test_spans_in_a_buffer_with_other_bytes_around_decode_as_the_records(records
     else:
         got = examples_to_record_batch(spans)
         assert got.schema == want.schema
-        assert all(got.column(i).equals(want.column(i)) or _same_bits(got.column(i), want.column(i)) for i in range(want.num_columns))
+        assert all(
+            got.column(i).equals(want.column(i)) or _same_bits(got.column(i), want.column(i)) for i in range(want.num_columns)
+        )
 
 
 def test_span_input_is_checked():

@@ -35,7 +35,9 @@ def make_record(record_id: int) -> bytes:
     return encode_example(features, kinds=FEATURE_KINDS)
 
 
-def write_files(directory: pathlib.Path, sizes: list[int], compression: str | None = None, index_interval: int | None = None) -> list[str]:
+def write_files(
+    directory: pathlib.Path, sizes: list[int], compression: str | None = None, index_interval: int | None = None
+) -> list[str]:
     """One TFRecord file per entry of ``sizes`` with consecutive record ids; optionally a read index beside each."""
     directory.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -77,7 +79,9 @@ def check_rows(batch: dict) -> None:
     if "x" in batch:
         np.testing.assert_array_equal(batch["x"], np.array([[i, i / 2.0, -1.0] for i in ids], dtype=np.float32))
     if "tags" in batch:
-        assert [row.tolist() for row in batch["tags"].to_list()] == [[b"t" * (1 + (i + j) % 3) for j in range(i % 4)] for i in ids]
+        assert [row.tolist() for row in batch["tags"].to_list()] == [
+            [b"t" * (1 + (i + j) % 3) for j in range(i % 4)] for i in ids
+        ]
     if "opt" in batch:
         assert [row.tolist() for row in batch["opt"].to_list()] == [[i, i + 1] if i % 3 == 0 else [] for i in ids]
 
@@ -166,7 +170,9 @@ def test_multi_dimensional_and_fixed_length_bytes_features(tmp_path):
 
 def test_a_missing_fixed_feature_uses_its_default_or_names_the_file_and_offset(files):
     spec = dict(SPEC, opt=FixedLenFeature((2,), "int64", default_value=[-7, -8]))
-    batch = next(iter(open_dataset(str(files / "*.tfrecord"), feature_spec=spec, batch_size=4, num_parallel_reads=1, executor="threads")))
+    batch = next(
+        iter(open_dataset(str(files / "*.tfrecord"), feature_spec=spec, batch_size=4, num_parallel_reads=1, executor="threads"))
+    )
     assert batch["opt"].tolist() == [[0, 1], [-7, -8], [-7, -8], [3, 4]]
     spec = dict(SPEC, opt=FixedLenFeature((2,), "int64"))
     with pytest.raises((ExampleDecodeError, ArrowConversionError), match=r"part-000\.tfrecord: the record at offset \d+"):
@@ -256,13 +262,17 @@ def test_every_record_once_deterministic_and_resumable(config):
 
 
 def test_epochs_reshuffle_and_repeat_take_and_iterating_again(files):
-    dataset = open_dataset(str(files / "*.tfrecord"), batch_size=9, shuffle_files=True, shuffle_buffer=64, seed=3, executor="threads")
+    dataset = open_dataset(
+        str(files / "*.tfrecord"), batch_size=9, shuffle_files=True, shuffle_buffer=64, seed=3, executor="threads"
+    )
     epochs = ids_of(dataset.repeat(3))
     assert len(epochs) == 3 * TOTAL
     first, second, third = epochs[:TOTAL], epochs[TOTAL:2 * TOTAL], epochs[2 * TOTAL:]
     assert sorted(first) == sorted(second) == sorted(third) == list(range(TOTAL))
     assert first != second != third
-    again = open_dataset(str(files / "*.tfrecord"), batch_size=9, shuffle_files=True, shuffle_buffer=64, seed=3, executor="threads")
+    again = open_dataset(
+        str(files / "*.tfrecord"), batch_size=9, shuffle_files=True, shuffle_buffer=64, seed=3, executor="threads"
+    )
     assert ids_of(again) == first and ids_of(again) == second  # each pass is the next epoch
     taken = open_dataset(str(files / "*.tfrecord"), batch_size=9, executor="threads").take(4)
     assert len(list(taken)) == 4
@@ -350,7 +360,9 @@ def test_record_range_shards_seek_with_the_read_index(tmp_path, monkeypatch):
     import tfrbeam.dataset.reader as reader_module
 
     original = reader_module.offset_of_record
-    monkeypatch.setattr(reader_module, "offset_of_record", lambda path, offset, count: walked.append(count) or original(path, offset, count))
+    monkeypatch.setattr(
+        reader_module, "offset_of_record", lambda path, offset, count: walked.append(count) or original(path, offset, count)
+    )
     union = []
     for index in range(5):
         shard = open_dataset(str(tmp_path / "*.tfrecord"), feature_spec=SPEC, batch_size=16, executor="threads").shard(5, index)
@@ -423,7 +435,10 @@ def test_reads_the_tensorflow_written_examples(tf_vectors, name):
         present = {feature["name"]: feature for feature in example["features"]}
         for feature_name in usable:
             values = batch[feature_name].values.tolist()
-            if feature_name in present and present[feature_name]["values_b64" if usable[feature_name] == "bytes_list" else "kind"] is not None:
+            if (
+                feature_name in present
+                and present[feature_name]["values_b64" if usable[feature_name] == "bytes_list" else "kind"] is not None
+            ):
                 want = _feature_values(present[feature_name])
                 if usable[feature_name] == "float_list":
                     np.testing.assert_array_equal(np.array(values, np.float32), np.array(want, np.float32))

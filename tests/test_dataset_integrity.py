@@ -104,7 +104,9 @@ def test_a_shard_with_fewer_records_of_the_same_size_raises_with_both_counts(tmp
     root = build_dir(tmp_path / "ds", [60, 80])
     shard = root / "train-00000-of-00002.tfrecord"
     merge_two_records(shard, 20)
-    with pytest.raises(ShardMismatchError, match=r"train-00000-of-00002\.tfrecord: the manifest says 60 records, the shard has 59") as info:
+    with pytest.raises(
+        ShardMismatchError, match=r"train-00000-of-00002\.tfrecord: the manifest says 60 records, the shard has 59"
+    ) as info:
         list(open_dataset(root, "train", batch_size=16, executor="threads"))
     assert (info.value.expected, info.value.found) == (60, 59)
     for workers in (2, 3, 7):
@@ -137,7 +139,11 @@ def test_an_intact_dataset_reads_whole_by_every_sharding(tmp_path):
 def record_range_union(path_or_glob, workers: int, **kwargs) -> list[int]:
     union = []
     for index in range(workers):
-        union += ids_of(open_dataset(path_or_glob, batch_size=16, executor="threads", feature_spec=SPEC, **kwargs).shard(workers, index, by="record"))
+        union += ids_of(
+            open_dataset(path_or_glob, batch_size=16, executor="threads", feature_spec=SPEC, **kwargs).shard(
+                workers, index, by="record"
+            )
+        )
     return union
 
 
@@ -172,7 +178,9 @@ def test_a_stale_index_is_ignored_with_a_warning_and_no_record_is_read_twice(tmp
 def forge(shard: pathlib.Path, offsets: list[int], numbers: list[int], num_records: int) -> None:
     """Write an index for ``shard`` with these entries, a valid CRC and the file's real size and mtime."""
     index_path = pathlib.Path(index_path_for(str(shard)))
-    header = struct.pack("<8sIIQdQQ", b"TFRBIDX1", 1, INTERVAL, shard.stat().st_size, shard.stat().st_mtime, num_records, len(offsets))
+    header = struct.pack(
+        "<8sIIQdQQ", b"TFRBIDX1", 1, INTERVAL, shard.stat().st_size, shard.stat().st_mtime, num_records, len(offsets)
+    )
     body = header + b"".join(struct.pack("<QQ", offset, number) for offset, number in zip(offsets, numbers))
     index_path.write_bytes(body + struct.pack("<I", masked_crc32c(body)))
 
@@ -204,7 +212,13 @@ def test_an_index_entry_inside_a_payload_is_reported_as_the_index_fault_not_a_tr
 @st.composite
 def forgeries(draw):
     """A real index's entries with some changed: offsets moved, numbers shifted, entries dropped or the count changed."""
-    changes = draw(st.lists(st.tuples(st.integers(0, 40), st.sampled_from(["offset", "number", "shift", "drop"]), st.integers(-40, 40)), min_size=1, max_size=4))
+    changes = draw(
+        st.lists(
+            st.tuples(st.integers(0, 40), st.sampled_from(["offset", "number", "shift", "drop"]), st.integers(-40, 40)),
+            min_size=1,
+            max_size=4,
+        )
+    )
     count_delta = draw(st.sampled_from([0, 0, 1, -1]))
     workers = draw(st.sampled_from([2, 3, 5]))
     return changes, count_delta, workers
@@ -253,7 +267,9 @@ def test_a_current_index_is_used_without_a_warning(tmp_path, caplog, monkeypatch
 
     walked: list[int] = []
     original = reader_module.offset_of_record
-    monkeypatch.setattr(reader_module, "offset_of_record", lambda path, offset, count: walked.append(count) or original(path, offset, count))
+    monkeypatch.setattr(
+        reader_module, "offset_of_record", lambda path, offset, count: walked.append(count) or original(path, offset, count)
+    )
     assert sorted(record_range_union(str(shard), 5)) == list(range(300))
     assert not [record for record in caplog.records if "read index" in record.getMessage()]
     record_size = len(make_record(6)) + RECORD_OVERHEAD

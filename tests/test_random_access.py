@@ -22,8 +22,10 @@ TOTAL = sum(SIZES)
 
 
 def make_record(record_id: int) -> bytes:
-    return encode_example({"id": record_id, "vec": [float(record_id)] * 3, "tags": [b"t"] * (record_id % 3), "name": f"r{record_id}"},
-                          kinds={"tags": "bytes"})
+    return encode_example(
+        {"id": record_id, "vec": [float(record_id)] * 3, "tags": [b"t"] * (record_id % 3), "name": f"r{record_id}"},
+        kinds={"tags": "bytes"},
+    )
 
 
 def build(root: pathlib.Path, compression: str | None = None) -> pathlib.Path:
@@ -60,7 +62,12 @@ def test_records_by_number_in_manifest_order_and_in_the_asked_order(dataset_dir)
     assert isinstance(source, RandomAccessDataset) and len(source) == TOTAL
     assert "200 records in 4 shards" in repr(source) and "features=['id', 'vec', 'tags', 'name']" in repr(source)
     record = source[7]
-    assert record["id"] == 7 and record["vec"].tolist() == [7.0] * 3 and record["tags"].tolist() == [b"t"] and record["name"] == b"r7"
+    assert (
+        record["id"] == 7
+        and record["vec"].tolist() == [7.0] * 3
+        and record["tags"].tolist() == [b"t"]
+        and record["name"] == b"r7"
+    )
     assert source[-1]["id"] == TOTAL - 1 and source[0]["tags"].tolist() == []
     asked = [199, 3, 70, 3, 164, 0, 69, 165]
     assert [int(item["id"]) for item in source.__getitems__(asked)] == asked
@@ -87,7 +94,11 @@ def test_one_decode_per_batch(dataset_dir, monkeypatch):
 
     calls: list[int] = []
     original = reader_module.examples_to_record_batch
-    monkeypatch.setattr(reader_module, "examples_to_record_batch", lambda records, schema, **options: calls.append(len(records[1])) or original(records, schema, **options))
+    monkeypatch.setattr(
+        reader_module,
+        "examples_to_record_batch",
+        lambda records, schema, **options: calls.append(len(records[1])) or original(records, schema, **options),
+    )
     source = open_random_access(dataset_dir, "train")
     source.__getitems__(list(range(0, TOTAL, 3)))
     assert calls == [len(range(0, TOTAL, 3))]  # one call across all shards
@@ -155,7 +166,10 @@ def test_shards_that_disagree_with_the_manifest_or_are_damaged(dataset_dir):
     shard.write_bytes(bytes(damaged))
     source = open_random_access(dataset_dir, "train")
     assert source[70]["id"] == 70
-    with pytest.raises(CorruptRecordError, match=rf"train-00002-of-00004.tfrecord: data CRC mismatch .* at offset {second} \(record 1 of the shard\)"):
+    with pytest.raises(
+        CorruptRecordError,
+        match=rf"train-00002-of-00004.tfrecord: data CRC mismatch .* at offset {second} \(record 1 of the shard\)",
+    ):
         source.__getitems__([72, 71])
 
 
@@ -178,7 +192,9 @@ def _loader(grain, source, workers: int):
     sampler = grain.samplers.IndexSampler(
         num_records=len(source), shard_options=grain.sharding.NoSharding(), shuffle=True, num_epochs=1, seed=7,
     )
-    return grain.DataLoader(data_source=source, sampler=sampler, operations=[grain.transforms.Batch(batch_size=10)], worker_count=workers)
+    return grain.DataLoader(
+        data_source=source, sampler=sampler, operations=[grain.transforms.Batch(batch_size=10)], worker_count=workers
+    )
 
 
 def test_grain_data_loader_with_two_worker_processes_and_a_checkpoint_restored_mid_epoch(dataset_dir):

@@ -155,7 +155,9 @@ def test_merged_accumulators_equal_one_pass_and_survive_pickling(tmp_path):
     table = sample_table(4000, seed=5)
     whole = SplitAccumulator(FEATURE_TYPES)
     whole.merge(accumulate_file(write_table(tmp_path / "all.tfrecord", table), FEATURE_TYPES))
-    parts = [accumulate_file(write_table(tmp_path / f"p{i}.tfrecord", table.slice(i * 1000, 1000)), FEATURE_TYPES) for i in range(4)]
+    parts = [
+        accumulate_file(write_table(tmp_path / f"p{i}.tfrecord", table.slice(i * 1000, 1000)), FEATURE_TYPES) for i in range(4)
+    ]
     merged = SplitAccumulator(FEATURE_TYPES)
     for part in reversed(parts):
         merged.merge(pickle.loads(pickle.dumps(part)))
@@ -208,7 +210,10 @@ def test_binary_hashes_are_equal_exactly_for_equal_values(values, start):
     for i in range(len(items)):
         for j in range(len(items)):
             assert (hashes[i] == hashes[j]) == (items[i] == items[j])
-    alone = [hash_binary(np.frombuffer(item, dtype=np.uint8) if item else np.zeros(0, np.uint8), np.array([0, len(item)]))[0] for item in items]
+    alone = [
+        hash_binary(np.frombuffer(item, dtype=np.uint8) if item else np.zeros(0, np.uint8), np.array([0, len(item)]))[0]
+        for item in items
+    ]
     assert alone == hashes  # a value's hash does not depend on its neighbours
 
 

@@ -38,7 +38,10 @@ def million(tmp_path_factory) -> tuple[bytes, str]:
 
 def test_the_million_feature_record_is_refused_by_name_in_examples_to_record_batch(million):
     payload, _ = million
-    with pytest.raises(RecordLimitError, match=rf"record 1 of the batch \({len(payload)} bytes\) has more than {DEFAULT_MAX_FEATURES} features.*max_features") as info:
+    with pytest.raises(
+        RecordLimitError,
+        match=rf"record 1 of the batch \({len(payload)} bytes\) has more than {DEFAULT_MAX_FEATURES} features.*max_features",
+    ) as info:
         examples_to_record_batch([encode_example({"a": 1}), payload])
     assert (info.value.record, info.value.limit) == (1, DEFAULT_MAX_FEATURES)
 
@@ -49,7 +52,10 @@ def test_the_million_feature_record_is_refused_by_name_in_open_dataset(million):
         open_dataset(path, executor="threads")  # inferring the spec meets it first
     dataset = open_dataset(path, feature_spec={"f0000000": FixedLenFeature((), "int64")}, executor="threads", batch_size=1)
     offset = 16 + len(encode_example({"f0000000": 1}))
-    with pytest.raises(RecordLimitError, match=rf"{path}: the record at offset {offset} has more than {DEFAULT_MAX_FEATURES} features.*max_features"):
+    with pytest.raises(
+        RecordLimitError,
+        match=rf"{path}: the record at offset {offset} has more than {DEFAULT_MAX_FEATURES} features.*max_features",
+    ):
         list(dataset)
     raw = [batch["record"][0] for batch in open_dataset(path, raw=True, executor="threads", batch_size=1)]
     assert len(raw[1]) == len(million[0])  # raw reads are not limited

@@ -94,7 +94,9 @@ def _parser() -> argparse.ArgumentParser:
     infer.add_argument("--format", choices=("csv", "parquet"), default=None)
     infer.set_defaults(run=_run_infer_config)
 
-    index = commands.add_parser("index", help="write index files for other readers: --dali OUT_DIR writes NVIDIA DALI's tfrecord2idx files")
+    index = commands.add_parser(
+        "index", help="write index files for other readers: --dali OUT_DIR writes NVIDIA DALI's tfrecord2idx files"
+    )
     index.add_argument("paths", nargs="+", metavar="DIR_OR_GLOB", help="uncompressed TFRecord files, globs or directories")
     index.add_argument("--dali", required=True, metavar="OUT_DIR", help="write <OUT_DIR>/<file name>.idx for each file")
     index.set_defaults(run=_run_index)
@@ -116,7 +118,9 @@ def _run_verify(args: argparse.Namespace) -> int:
             report = file_tools.verify_file(path, examples=args.examples, progress=_progress_printer(path))
             _clear_progress()
             status = "OK  " if report.problem is None else "FAIL"
-            print(f"{status} {path}: {report.records} records, {report.payload_bytes} payload bytes, {report.file_bytes} file bytes")
+            print(
+                f"{status} {path}: {report.records} records, {report.payload_bytes} payload bytes, {report.file_bytes} file bytes"
+            )
             if report.problem is not None:
                 problems += 1
                 print(f"     {report.problem}")
@@ -150,7 +154,9 @@ def _verify_dataset(directory: str) -> int:
     for problem in found:
         print(f"FAIL {directory}: {problem}")
     if found and any("no manifest" in problem for problem in found):
-        print(f"     (to check TFRecord files that are not a tfrbeam dataset, name them: tfrbeam verify '{directory}/*.tfrecord*')")
+        print(
+            f"     (to check TFRecord files that are not a tfrbeam dataset, name them: tfrbeam verify '{directory}/*.tfrecord*')"
+        )
     for note in write_leftovers(directory):
         print(f"WARN {directory}: {note}")
     if not found:
@@ -218,7 +224,9 @@ def _run_inspect(args: argparse.Namespace) -> int:
                    "payload_bytes": report.payload_bytes, "features": features, "parse_example_spec": spec}
         print(json.dumps(summary, indent=2))
         return EXIT_OK
-    print(f"{len(paths)} file(s), {report.records} records, {report.file_bytes} bytes on disk, {report.payload_bytes} payload bytes")
+    print(
+        f"{len(paths)} file(s), {report.records} records, {report.file_bytes} bytes on disk, {report.payload_bytes} payload bytes"
+    )
     if report.features:
         print(f"\n{'feature':<24} {'kind':<8} {'present':>9} {'values/record':>14}")
         for name, stats in sorted(report.features.items()):
@@ -245,7 +253,9 @@ def _run_index(args: argparse.Namespace) -> int:
     names = [os.path.basename(path) for path in paths]
     clashing = sorted({name for name in names if names.count(name) > 1})
     if clashing:
-        raise ConfigError(f"several input files are named {clashing[0]!r}: their DALI indexes would overwrite each other in {args.dali}")
+        raise ConfigError(
+            f"several input files are named {clashing[0]!r}: their DALI indexes would overwrite each other in {args.dali}"
+        )
     for path, name in zip(paths, names):
         out = os.path.join(args.dali, name + ".idx")
         count = write_dali_index(path, out)
@@ -263,13 +273,25 @@ def _print_inspect_summary(stats: dict) -> None:
 
 def _add_stats_commands(commands) -> None:
     """The ``stats`` and ``export`` subcommands (statistics report; TFRecord -> Parquet)."""
-    stats = commands.add_parser("stats", help="write DATASET/stats.json and stats.html: per-split feature statistics and drift between splits")
-    stats.add_argument("dataset", metavar="DATASET", help="a tfrbeam build directory, or TFRecord files (a glob; then give --output-dir)")
-    stats.add_argument("--split", action="append", default=None, metavar="S", help="only this split (repeatable; the first is the drift baseline)")
+    stats = commands.add_parser(
+        "stats", help="write DATASET/stats.json and stats.html: per-split feature statistics and drift between splits"
+    )
+    stats.add_argument(
+        "dataset", metavar="DATASET", help="a tfrbeam build directory, or TFRecord files (a glob; then give --output-dir)"
+    )
+    stats.add_argument(
+        "--split",
+        action="append",
+        default=None,
+        metavar="S",
+        help="only this split (repeatable; the first is the drift baseline)",
+    )
     stats.add_argument("--output-dir", default=None, metavar="DIR", help="where to write the two files (default: DATASET)")
     stats.add_argument("--drift-threshold", type=float, default=None, metavar="X",
                        help="flag features whose drift score is above X (default 0.1 for both methods)")
-    stats.add_argument("--workers", type=int, default=None, metavar="N", help="worker processes (default: CPUs for data over 64 MiB, else 1)")
+    stats.add_argument(
+        "--workers", type=int, default=None, metavar="N", help="worker processes (default: CPUs for data over 64 MiB, else 1)"
+    )
     stats.set_defaults(run=_run_stats)
 
     export = commands.add_parser("export", help="write each TFRecord shard as a Parquet file: OUTPUT_DIR/<split>/<shard>.parquet")
@@ -277,7 +299,9 @@ def _add_stats_commands(commands) -> None:
     export.add_argument("output_dir", metavar="OUTPUT_DIR")
     export.add_argument("--split", action="append", default=None, metavar="S", help="only this split (repeatable)")
     export.add_argument("--columns", nargs="+", default=None, metavar="NAME", help="only these features, in this order")
-    export.add_argument("--overwrite", action="store_true", help="replace Parquet files already in OUTPUT_DIR's split directories")
+    export.add_argument(
+        "--overwrite", action="store_true", help="replace Parquet files already in OUTPUT_DIR's split directories"
+    )
     export.set_defaults(run=_run_export)
 
 
@@ -285,9 +309,13 @@ def _run_stats(args: argparse.Namespace) -> int:
     from tfrbeam.stats.compute import compute_stats, write_stats_files
     from tfrbeam.stats.text import summary_lines
 
-    thresholds = None if args.drift_threshold is None else {"l_infinity": args.drift_threshold, "jensen_shannon": args.drift_threshold}
+    thresholds = (
+        None if args.drift_threshold is None else {"l_infinity": args.drift_threshold, "jensen_shannon": args.drift_threshold}
+    )
     if args.output_dir is None and not os.path.isdir(args.dataset):
-        raise ConfigError(f"{args.dataset} is not a dataset directory: pass --output-dir for the stats files of plain TFRecord files")
+        raise ConfigError(
+            f"{args.dataset} is not a dataset directory: pass --output-dir for the stats files of plain TFRecord files"
+        )
     stats = compute_stats(args.dataset, splits=args.split, thresholds=thresholds, workers=args.workers)
     json_path, html_path = write_stats_files(stats, args.output_dir or args.dataset)
     for line in summary_lines(stats):

@@ -216,7 +216,9 @@ class _RecordBuffer:
         raw = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data.view(np.uint8).reshape(-1)
         offsets = np.asarray(offsets, dtype=np.int64).reshape(-1)
         if offsets.size == 0:
-            raise ExampleDecodeError("record offsets are empty: n records need n + 1 offsets (the first is the start of record 0)")
+            raise ExampleDecodeError(
+                "record offsets are empty: n records need n + 1 offsets (the first is the start of record 0)"
+            )
         if offsets[0] < 0 or offsets[-1] > raw.size or (offsets.size > 1 and (np.diff(offsets) < 0).any()):
             raise ExampleDecodeError(
                 f"record offsets must be non-decreasing and within the {raw.size}-byte buffer "
@@ -274,7 +276,8 @@ class _Piece:
     """Decoded values of one feature, for a set of records, all of one kind.
 
     ``rec`` lists the records holding the feature (ascending), ``counts`` their number of
-    values (both int32 in the fast path: a batch holds far fewer than 2**31 records). ``values`` is int64 or float32 for those kinds; for bytes it holds each value's
+    values (both int32 in the fast path: a batch holds far fewer than 2**31 records). ``values`` is int64 or float32 for those
+    kinds; for bytes it holds each value's
     length and ``data`` the values' bytes back to back.
     """
 
@@ -369,7 +372,9 @@ def _gather(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndar
         rows = byte_rows(buf, width)[starts]
     else:  # windows near the end would run past the buffer: read them 8 bytes at a time, clamped
         u64 = _unaligned_u64(buf)
-        rows = _words_at(u64, starts[:, None] + np.arange(0, 8 * words, 8, dtype=np.int64)).view(np.uint8).reshape(count, 8 * words)
+        rows = (
+            _words_at(u64, starts[:, None] + np.arange(0, 8 * words, 8, dtype=np.int64)).view(np.uint8).reshape(count, 8 * words)
+        )
     if uniform:
         return np.ascontiguousarray(rows[:, :longest]).reshape(-1)
     return rows[np.arange(rows.shape[1]) < lengths[:, None]]
@@ -1454,7 +1459,12 @@ def _kind_of_type(arrow_type: pa.DataType) -> int | None:
         return KIND_INT64
     if pa.types.is_floating(arrow_type):
         return KIND_FLOAT
-    if pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type) or pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
+    if (
+        pa.types.is_binary(arrow_type)
+        or pa.types.is_large_binary(arrow_type)
+        or pa.types.is_string(arrow_type)
+        or pa.types.is_large_string(arrow_type)
+    ):
         return KIND_BYTES
     return None
 

@@ -111,7 +111,9 @@ def offset_index_bytes(offsets: np.ndarray, mtime: float | None) -> bytes:
     offsets = np.asarray(offsets, dtype="<u8")
     if offsets.size < 1 or (offsets.size > 1 and np.any(np.diff(offsets.astype(np.int64)) < RECORD_OVERHEAD)):
         raise ValueError("offsets must end with the file size and leave at least 16 bytes per record")
-    header = _HEADER.pack(OFFSETS_MAGIC, OFFSETS_VERSION, 0, int(offsets[-1]), math.nan if mtime is None else float(mtime), offsets.size - 1)
+    header = _HEADER.pack(
+        OFFSETS_MAGIC, OFFSETS_VERSION, 0, int(offsets[-1]), math.nan if mtime is None else float(mtime), offsets.size - 1
+    )
     body = header + offsets.tobytes()
     return body + _CRC.pack(masked_crc32c(body))
 
@@ -141,7 +143,9 @@ def parse_offset_index(data: bytes, index_path: str) -> OffsetIndex:
     if magic != OFFSETS_MAGIC or version != OFFSETS_VERSION:
         raise fail(f"magic {magic!r} version {version} is not {OFFSETS_MAGIC!r} version {OFFSETS_VERSION}")
     if len(data) != _HEADER.size + 8 * (num_records + 1) + _CRC.size:
-        raise fail(f"{num_records} records need {_HEADER.size + 8 * (num_records + 1) + _CRC.size} bytes, the file has {len(data)}")
+        raise fail(
+            f"{num_records} records need {_HEADER.size + 8 * (num_records + 1) + _CRC.size} bytes, the file has {len(data)}"
+        )
     if masked_crc32c(memoryview(data)[: len(data) - _CRC.size]) != _CRC.unpack_from(data, len(data) - _CRC.size)[0]:
         raise fail("checksum mismatch (the file is damaged)")
     offsets = np.frombuffer(data, dtype="<u8", count=num_records + 1, offset=_HEADER.size).astype(np.int64)
@@ -155,14 +159,18 @@ def stamp_offset_index(data_path: str, index_path: str | None = None) -> None:
     index_path = index_path or offset_index_path_for(data_path)
     with open(index_path, "rb") as handle:
         data = handle.read()
-    write_file_atomically(index_path, stamped_offset_index_bytes(data, os.path.getsize(data_path), os.path.getmtime(data_path), index_path))
+    write_file_atomically(
+        index_path, stamped_offset_index_bytes(data, os.path.getsize(data_path), os.path.getmtime(data_path), index_path)
+    )
 
 
 def stamped_offset_index_bytes(data: bytes, file_size: int, mtime: float, index_path: str = "<index>") -> bytes:
     """``data`` (an offset index's bytes) with the finished file's mtime in its header; its size must match."""
     index = parse_offset_index(data, index_path)
     if index.file_size != file_size:
-        raise RecordIndexError(f"{index_path}: the index describes a file of {index.file_size} bytes, the data file has {file_size}")
+        raise RecordIndexError(
+            f"{index_path}: the index describes a file of {index.file_size} bytes, the data file has {file_size}"
+        )
     body = bytearray(data[: len(data) - _CRC.size])
     struct.pack_into("<d", body, _MTIME_OFFSET, float(mtime))
     return bytes(body) + _CRC.pack(masked_crc32c(body))
@@ -191,7 +199,9 @@ def offsets_problem(raw: np.ndarray | bytes | mmap.mmap, offsets: np.ndarray) ->
         headers = data[starts[:, None] + window] if len(starts) else np.zeros((0, 12), np.uint8)
         lengths = np.ascontiguousarray(headers[:, :8]).view("<u8").ravel()
         crcs = np.ascontiguousarray(headers[:, 8:]).view("<u4").ravel()
-        wrong = np.flatnonzero((lengths > MAX_PAYLOAD_SIZE) | (lengths.astype(np.int64) + RECORD_OVERHEAD != spans[begin:begin + _CHECK_CHUNK]))
+        wrong = np.flatnonzero(
+            (lengths > MAX_PAYLOAD_SIZE) | (lengths.astype(np.int64) + RECORD_OVERHEAD != spans[begin : begin + _CHECK_CHUNK])
+        )
         if wrong.size:
             record = begin + int(wrong[0])
             return f"the record at offset {int(offsets[record])} (record {record}) does not end where record {record + 1} starts"

@@ -78,8 +78,11 @@ def parquet_name(record_path: str) -> str:
     return name + ".parquet"
 
 
-def plan_export(path: str, output_dir: str, splits: Sequence[str] | None = None, columns: Sequence[str] | None = None) -> ExportPlan:
-    """The export of a build directory (``OUTPUT_DIR/<split>/<shard>.parquet``) or TFRecord files (``OUTPUT_DIR/<file>.parquet``)."""
+def plan_export(
+    path: str, output_dir: str, splits: Sequence[str] | None = None, columns: Sequence[str] | None = None
+) -> ExportPlan:
+    """The export of a build directory (``OUTPUT_DIR/<split>/<shard>.parquet``) or TFRecord files
+    (``OUTPUT_DIR/<file>.parquet``)."""
     source = resolve_input(path, splits)
     if source.manifest is not None:
         features = source.manifest.get("features") or {}
@@ -102,7 +105,9 @@ def plan_export(path: str, output_dir: str, splits: Sequence[str] | None = None,
         )
     targets = [target for _, target, _, _ in files]
     if len(set(targets)) != len(targets):
-        raise ConfigError("two input files would be exported to the same Parquet file name; export them into separate directories")
+        raise ConfigError(
+            "two input files would be exported to the same Parquet file name; export them into separate directories"
+        )
     return ExportPlan(export_schema(features, columns), source.compression, files)
 
 

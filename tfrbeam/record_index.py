@@ -231,7 +231,9 @@ def _check_entries(
             raise fail(f"entries do not increase at offset {offset} (record {number})")
         if offset >= file_size or number >= num_records:
             raise fail(f"entry at offset {offset} (record {number}) lies outside the file")
-        if offset < number * RECORD_OVERHEAD or (previous_offset >= 0 and offset - previous_offset < (number - previous_number) * RECORD_OVERHEAD):
+        if offset < number * RECORD_OVERHEAD or (
+            previous_offset >= 0 and offset - previous_offset < (number - previous_number) * RECORD_OVERHEAD
+        ):
             raise fail(f"entry at offset {offset} (record {number}) leaves less than 16 bytes per record")
         previous_offset, previous_number = offset, number
 
@@ -351,7 +353,9 @@ def walk_problem(data_path: str, start: int, records: int, end: int, file_size: 
                 return f"no record starts at offset {start} (its length CRC does not match)"
             reached, walked = start, 0
             limit = records + 1 if end == file_size else records  # at the end of the file, nothing may follow
-            for block in record_blocks(handle, None, start, 1 << 16, limit, verify=False, stop_offset=end if end < file_size else None, name=data_path):
+            for block in record_blocks(
+                handle, None, start, 1 << 16, limit, verify=False, stop_offset=end if end < file_size else None, name=data_path
+            ):
                 walked += block.num_records
                 reached = block.end_offset
     except RecordError as exc:
@@ -376,7 +380,9 @@ def entry_problem(data_path: str, index: RecordIndex, position: int) -> str | No
     return f"entry {position} (record {number} at offset {offset}): {problem}"
 
 
-def content_problem(data_path: str, index: RecordIndex, positions: Sequence[int], expected_records: int | None = None) -> str | None:
+def content_problem(
+    data_path: str, index: RecordIndex, positions: Sequence[int], expected_records: int | None = None
+) -> str | None:
     """Why the index does not match the data at ``positions`` (plus its first and last entries); None when it does."""
     if expected_records is not None and index.num_records != expected_records:
         return f"it counts {index.num_records} records, the manifest {expected_records}"
@@ -412,7 +418,9 @@ def _warn_once(data_path: str, reason: str) -> None:
     )
 
 
-def trusted_index(data_path: str, expected_records: int | None = None, positions_for: Callable[[RecordIndex], Sequence[int]] = lambda index: ()) -> RecordIndex | None:
+def trusted_index(
+    data_path: str, expected_records: int | None = None, positions_for: Callable[[RecordIndex], Sequence[int]] = lambda index: ()
+) -> RecordIndex | None:
     """The index of a local uncompressed ``data_path`` when it matches the file; else None (warned once per index).
 
     ``positions_for(index)`` names the entries about to be used; they are checked against the data
@@ -433,7 +441,14 @@ def trusted_index(data_path: str, expected_records: int | None = None, positions
     problem = metadata_problem(index, stat.st_size, stat.st_mtime)
     if problem is None:
         positions = tuple(positions_for(index))
-        key = (data_path, stat.st_size, stat.st_mtime_ns, masked_crc32c(data), expected_records, positions if index.mtime is not None else None)
+        key = (
+            data_path,
+            stat.st_size,
+            stat.st_mtime_ns,
+            masked_crc32c(data),
+            expected_records,
+            positions if index.mtime is not None else None,
+        )
         with _check_lock:
             known = key in _checked
             problem = _checked.get(key)

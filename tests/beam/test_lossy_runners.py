@@ -108,7 +108,8 @@ def _count_side_input(_, stats, directory):
 
 
 def test_beam_bundle_based_direct_runner_still_loses_a_tagged_side_input(tmp_path):
-    """Plain Beam: a tagged output of 3 elements read as a side input has 3 on the FnApiRunner, others on the BundleBasedDirectRunner.
+    """Plain Beam: a tagged output of 3 elements read as a side input has 3 on the FnApiRunner, others on the
+    BundleBasedDirectRunner.
 
     (Measured: 0 elements, or 6 with the main output's mixed in, depending on the pipeline around it.)
     """

@@ -483,7 +483,9 @@ def test_every_valid_tensorflow_vector_reads_through_a_pipeline(tf_vectors):
 
     run_pipeline(build)
     for name, json_name in VALID_VECTORS.items():  # and in order, read directly
-        assert [hashlib.sha256(r).hexdigest() for r in read(file_source(tf_vectors / name))] == expected_digests(tf_vectors, json_name)
+        assert [hashlib.sha256(r).hexdigest() for r in read(file_source(tf_vectors / name))] == expected_digests(
+            tf_vectors, json_name
+        )
 
 
 CORRUPT_VECTORS = {

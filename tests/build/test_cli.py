@@ -33,14 +33,21 @@ def in_workdir(workdir, monkeypatch):
 
 def shard_bytes(dataset: pathlib.Path) -> dict[str, bytes]:
     manifest = json.loads((dataset / "dataset_info.json").read_text())
-    return {shard["path"]: (dataset / shard["path"]).read_bytes() for split in manifest["splits"].values() for shard in split["shards"]}
+    return {
+        shard["path"]: (dataset / shard["path"]).read_bytes()
+        for split in manifest["splits"].values()
+        for shard in split["shards"]
+    }
 
 
 def test_config_errors_are_one_report_before_any_pipeline(workdir, capsys):
     code = build_main([DEMO_CONFIG, "--set", "features.dep_delay.on_null=zero", "--set", "output.path=out/bad"])
     assert code == 2
     error = capsys.readouterr().err
-    assert error.startswith("tfrbeam build: error: ") and "features.dep_delay.on_null: 'zero' is not one of omit, default, error" in error
+    assert (
+        error.startswith("tfrbeam build: error: ")
+        and "features.dep_delay.on_null: 'zero' is not one of omit, default, error" in error
+    )
     assert not (workdir / "out" / "bad").exists()
     assert build_main([DEMO_CONFIG, "--set", "split_key=[nope]", "--set", "output.path=out/bad"]) == 2
     assert "split_key: 'nope' is not a feature" in capsys.readouterr().err

@@ -195,45 +195,131 @@ def test_load_config_reports_missing_file_and_yaml_errors(tmp_path):
         ({"input": {"path": "a.csv"}}, "output: is required"),
         (_with(input={"format": "csv"}), "input.path: is required"),
         (_with(output={"num_shards": 2}), "output.path: is required"),
-        (_with(inputs={}), "inputs: unknown key (allowed: input, features, shuffle, splits, split_key, output, errors); did you mean 'input'?"),
-        (_with(input={"path": "a.csv", "csv": {"delimeter": ";"}}), "input.csv.delimeter: unknown key (allowed: delimiter, quote_char, escape_char, header, column_names, null_values, true_values, false_values, skip_rows, encoding, max_row_bytes); did you mean 'delimiter'?"),
-        (_with(input={"path": "gs://b/x/*"}), "input.format: is required: 'gs://b/x/*' does not end in .csv, .tsv or .parquet (allowed: csv, parquet)"),
+        (
+            _with(inputs={}),
+            "inputs: unknown key (allowed: input, features, shuffle, splits, split_key, output, errors); did you mean 'input'?",
+        ),
+        (
+            _with(input={"path": "a.csv", "csv": {"delimeter": ";"}}),
+            "input.csv.delimeter: unknown key (allowed: delimiter, quote_char, escape_char, header, column_names, "
+            "null_values, true_values, false_values, skip_rows, encoding, max_row_bytes); did you mean 'delimiter'?",
+        ),
+        (
+            _with(input={"path": "gs://b/x/*"}),
+            "input.format: is required: 'gs://b/x/*' does not end in .csv, .tsv or .parquet (allowed: csv, parquet)",
+        ),
         (_with(input={"path": "a", "format": "json"}), "input.format: 'json' is not one of csv, parquet"),
-        (_with(input={"path": "a.parquet", "csv": {"delimiter": ";"}}), "input.csv: CSV options are only for input.format csv, but the format is parquet"),
-        (_with(input={"path": "a.csv", "csv": {"delimiter": ";;"}}), "input.csv.delimiter: ';;' is not a single character other than a line break"),
-        (_with(input={"path": "a.csv", "csv": {"delimiter": None}}), "input.csv.delimiter: null is not a single character other than a line break"),
+        (
+            _with(input={"path": "a.parquet", "csv": {"delimiter": ";"}}),
+            "input.csv: CSV options are only for input.format csv, but the format is parquet",
+        ),
+        (
+            _with(input={"path": "a.csv", "csv": {"delimiter": ";;"}}),
+            "input.csv.delimiter: ';;' is not a single character other than a line break",
+        ),
+        (
+            _with(input={"path": "a.csv", "csv": {"delimiter": None}}),
+            "input.csv.delimiter: null is not a single character other than a line break",
+        ),
         (_with(input={"path": "a.csv", "csv": {"delimiter": "\n"}}), "input.csv.delimiter: '\\n' is not a single character"),
-        (_with(input={"path": "a.csv", "csv": {"quote_char": 5}}), "input.csv.quote_char: 5 is not a single character other than a line break, or null for none"),
-        (_with(input={"path": "a.csv", "csv": {"delimiter": '"'}}), "input.csv.quote_char: '\"' is also the delimiter; they must differ"),
+        (
+            _with(input={"path": "a.csv", "csv": {"quote_char": 5}}),
+            "input.csv.quote_char: 5 is not a single character other than a line break, or null for none",
+        ),
+        (
+            _with(input={"path": "a.csv", "csv": {"delimiter": '"'}}),
+            "input.csv.quote_char: '\"' is also the delimiter; they must differ",
+        ),
         (_with(input={"path": "a.csv", "csv": {"header": "yes"}}), "input.csv.header: 'yes' is not a boolean (true or false)"),
-        (_with(input={"path": "a.csv", "csv": {"header": False}}), "input.csv.column_names: is required when header is false (list the column names in file order)"),
-        (_with(input={"path": "a.csv", "csv": {"column_names": ["a", "a"]}}), "input.csv.column_names: ['a', 'a'] names 'a' more than once"),
+        (
+            _with(input={"path": "a.csv", "csv": {"header": False}}),
+            "input.csv.column_names: is required when header is false (list the column names in file order)",
+        ),
+        (
+            _with(input={"path": "a.csv", "csv": {"column_names": ["a", "a"]}}),
+            "input.csv.column_names: ['a', 'a'] names 'a' more than once",
+        ),
         (_with(input={"path": "a.csv", "csv": {"null_values": "NA"}}), "input.csv.null_values: 'NA' is not a list of strings"),
-        (_with(input={"path": "a.csv", "csv": {"null_values": ["NA", None]}}), "input.csv.null_values: ['NA', None] is not a list of strings"),
+        (
+            _with(input={"path": "a.csv", "csv": {"null_values": ["NA", None]}}),
+            "input.csv.null_values: ['NA', None] is not a list of strings",
+        ),
         (_with(input={"path": "a.csv", "csv": {"skip_rows": -1}}), "input.csv.skip_rows: -1 is out of range (allowed: 0 to"),
         (_with(input={"path": "a.csv", "csv": {"skip_rows": 1.5}}), "input.csv.skip_rows: 1.5 is not an integer"),
-        (_with(input={"path": "a.csv", "csv": {"encoding": "utf-9"}}), "input.csv.encoding: 'utf-9' is not an encoding Python knows"),
+        (
+            _with(input={"path": "a.csv", "csv": {"encoding": "utf-9"}}),
+            "input.csv.encoding: 'utf-9' is not an encoding Python knows",
+        ),
         (_with(input={"path": "a.csv", "columns": "a"}), "input.columns: 'a' is not a non-empty list of non-empty strings"),
         (_with(input={"path": "a.csv", "split_bytes": "lots"}), "input.split_bytes: 'lots' is not a positive size"),
         (_with(features=[]), "features: expected a mapping of feature name to its settings"),
-        (_with(features={"a": {"type": "string"}}), "features.a.type: 'string' is not one of int64, float, bytes, timestamp; use bytes"),
-        (_with(features={"a": {"type": "float64"}}), "features.a.type: 'float64' is not one of int64, float, bytes, timestamp; use float"),
-        (_with(features={"a": {"type": "int64", "typo": 1}}), "features.a.typo: unknown key (allowed: type, source, on_null, default, separator, length, format, unit)"),
-        (_with(features={"a": "int64"}), "features.a: expected a mapping with keys type, source, on_null, default, separator, length, format, unit, got 'int64'"),
-        (_with(features={"dep_delay": {"type": "float", "on_null": "zero"}}), "features.dep_delay.on_null: 'zero' is not one of omit, default, error"),
-        (_with(features={"a": {"type": "float", "on_null": "default"}}), "features.a.default: is required when on_null is default (a value of type float)"),
-        (_with(features={"a": {"type": "int64", "on_null": "default", "default": 1.5}}), "features.a.default: 1.5 is not a int64 value (an integer from -2**63 to 2**63-1)"),
-        (_with(features={"a": {"type": "int64", "on_null": "default", "default": 2**63}}), "features.a.default: 9223372036854775808 is not a int64 value"),
-        (_with(features={"a": {"type": "int64", "on_null": "default", "default": True}}), "features.a.default: true is not a int64 value"),
-        (_with(features={"a": {"type": "float", "on_null": "default", "default": "x"}}), "features.a.default: 'x' is not a float value (a number)"),
-        (_with(features={"a": {"type": "bytes", "on_null": "default", "default": 0}}), "features.a.default: 0 is not a bytes value (a string)"),
-        (_with(features={"a": {"type": "float", "default": 0.0}}), "features.a.default: is only used with on_null: default, but on_null is error"),
+        (
+            _with(features={"a": {"type": "string"}}),
+            "features.a.type: 'string' is not one of int64, float, bytes, timestamp; use bytes",
+        ),
+        (
+            _with(features={"a": {"type": "float64"}}),
+            "features.a.type: 'float64' is not one of int64, float, bytes, timestamp; use float",
+        ),
+        (
+            _with(features={"a": {"type": "int64", "typo": 1}}),
+            "features.a.typo: unknown key (allowed: type, source, on_null, default, separator, length, format, unit)",
+        ),
+        (
+            _with(features={"a": "int64"}),
+            "features.a: expected a mapping with keys type, source, on_null, default, separator, length, format, unit, got "
+            "'int64'",
+        ),
+        (
+            _with(features={"dep_delay": {"type": "float", "on_null": "zero"}}),
+            "features.dep_delay.on_null: 'zero' is not one of omit, default, error",
+        ),
+        (
+            _with(features={"a": {"type": "float", "on_null": "default"}}),
+            "features.a.default: is required when on_null is default (a value of type float)",
+        ),
+        (
+            _with(features={"a": {"type": "int64", "on_null": "default", "default": 1.5}}),
+            "features.a.default: 1.5 is not a int64 value (an integer from -2**63 to 2**63-1)",
+        ),
+        (
+            _with(features={"a": {"type": "int64", "on_null": "default", "default": 2**63}}),
+            "features.a.default: 9223372036854775808 is not a int64 value",
+        ),
+        (
+            _with(features={"a": {"type": "int64", "on_null": "default", "default": True}}),
+            "features.a.default: true is not a int64 value",
+        ),
+        (
+            _with(features={"a": {"type": "float", "on_null": "default", "default": "x"}}),
+            "features.a.default: 'x' is not a float value (a number)",
+        ),
+        (
+            _with(features={"a": {"type": "bytes", "on_null": "default", "default": 0}}),
+            "features.a.default: 0 is not a bytes value (a string)",
+        ),
+        (
+            _with(features={"a": {"type": "float", "default": 0.0}}),
+            "features.a.default: is only used with on_null: default, but on_null is error",
+        ),
         (_with(features={"a": {"type": "float", "length": 3}}), "features.a.length: is only allowed with separator"),
-        (_with(features={"a": {"type": "float", "separator": ";", "length": 0}}), "features.a.length: 0 is out of range (allowed: 1 to"),
+        (
+            _with(features={"a": {"type": "float", "separator": ";", "length": 0}}),
+            "features.a.length: 0 is out of range (allowed: 1 to",
+        ),
         (_with(features={"a": {"type": "float", "separator": ""}}), "features.a.separator: '' is not a non-empty string"),
-        (_with(features={"a": {"type": "float", "separator": ";", "on_null": "default", "default": 1.0}}), "features.a.default: 1.0 is not a list of float values (the feature is a list)"),
-        (_with(features={"a": {"type": "float", "separator": ";", "length": 2, "on_null": "default", "default": [1.0]}}), "features.a.default: [1.0] has 1 values but length is 2"),
-        (_with(features={"a": {"type": "int64", "separator": ";", "on_null": "default", "default": [1, "x"]}}), "features.a.default: [1, 'x'] is not a list of int64 values"),
+        (
+            _with(features={"a": {"type": "float", "separator": ";", "on_null": "default", "default": 1.0}}),
+            "features.a.default: 1.0 is not a list of float values (the feature is a list)",
+        ),
+        (
+            _with(features={"a": {"type": "float", "separator": ";", "length": 2, "on_null": "default", "default": [1.0]}}),
+            "features.a.default: [1.0] has 1 values but length is 2",
+        ),
+        (
+            _with(features={"a": {"type": "int64", "separator": ";", "on_null": "default", "default": [1, "x"]}}),
+            "features.a.default: [1, 'x'] is not a list of int64 values",
+        ),
         (_with(features={"a": {"source": ""}}), "features.a.source: '' is not a non-empty string"),
         (_with(shuffle={"enabled": 1}), "shuffle.enabled: 1 is not a boolean (true or false)"),
         (_with(shuffle={"seed": -3}), "shuffle.seed: -3 is out of range (allowed: 0 to 18446744073709551615)"),
@@ -242,7 +328,10 @@ def test_load_config_reports_missing_file_and_yaml_errors(tmp_path):
         (_with(splits={"train": 0.8, "eval": 0.3}), "sum to 1.1, not 1"),
         (_with(splits={"train": 1.0, "eval": 0}), "splits.eval: 0 is not a fraction greater than 0 and at most 1"),
         (_with(splits={"train": 0.5, "eval": "half"}), "splits.eval: 'half' is not a fraction greater than 0 and at most 1"),
-        (_with(splits={"tr ain": 1.0}), "splits.tr ain: 'tr ain' is not a valid split name (a letter, then letters, digits, _ or -"),
+        (
+            _with(splits={"tr ain": 1.0}),
+            "splits.tr ain: 'tr ain' is not a valid split name (a letter, then letters, digits, _ or -",
+        ),
         (_with(splits={"../x": 1.0}), "splits.../x: '../x' is not a valid split name"),
         (_with(splits={"_errors": 1.0}), "splits._errors: '_errors' is not a valid split name"),
         (_with(splits={"Train": 0.5, "train": 0.5}), "splits.Train: differs from another split name only in case"),
@@ -251,14 +340,30 @@ def test_load_config_reports_missing_file_and_yaml_errors(tmp_path):
         (_with(split_key=["a", "a"]), "split_key: ['a', 'a'] names 'a' more than once"),
         (_with(output={"path": "o", "num_shards": 0}), "output.num_shards: 0 is out of range (allowed: 1 to 1000000)"),
         (_with(output={"path": "o", "num_shards": "8"}), "output.num_shards: '8' is not an integer"),
-        (_with(output={"path": "o", "num_shards": {"train": 2, "test": 1}}), "output.num_shards.test: is not a split name (splits: train)"),
-        (_with(splits={"train": 0.5, "eval": 0.5}, output={"path": "o", "num_shards": {"train": 2}}), "output.num_shards: gives no shard count for split eval (give every split a count, or one integer for all)"),
+        (
+            _with(output={"path": "o", "num_shards": {"train": 2, "test": 1}}),
+            "output.num_shards.test: is not a split name (splits: train)",
+        ),
+        (
+            _with(splits={"train": 0.5, "eval": 0.5}, output={"path": "o", "num_shards": {"train": 2}}),
+            "output.num_shards: gives no shard count for split eval (give every split a count, or one integer for all)",
+        ),
         (_with(output={"path": "o", "num_shards": {"train": -1}}), "output.num_shards.train: -1 is not a positive integer"),
-        (_with(output={"path": "o", "num_shards": 2, "max_bytes_per_shard": "1GB"}), "output.max_bytes_per_shard: cannot be set together with num_shards (set one of them)"),
-        (_with(output={"path": "o", "max_bytes_per_shard": "256 MB/s"}), "output.max_bytes_per_shard: '256 MB/s' is not a positive size (an integer number of bytes, or a string like \"256MiB\""),
+        (
+            _with(output={"path": "o", "num_shards": 2, "max_bytes_per_shard": "1GB"}),
+            "output.max_bytes_per_shard: cannot be set together with num_shards (set one of them)",
+        ),
+        (
+            _with(output={"path": "o", "max_bytes_per_shard": "256 MB/s"}),
+            "output.max_bytes_per_shard: '256 MB/s' is not a positive size (an integer number of bytes, or a string like "
+            "\"256MiB\"",
+        ),
         (_with(output={"path": "o", "max_bytes_per_shard": 0}), "output.max_bytes_per_shard: 0 is not a positive size"),
         (_with(output={"path": "o", "compression": "snappy"}), "output.compression: 'snappy' is not one of none, gzip, zlib"),
-        (_with(output={"path": "o", "compression": "gzp"}), "output.compression: 'gzp' is not one of none, gzip, zlib; did you mean 'gzip'?"),
+        (
+            _with(output={"path": "o", "compression": "gzp"}),
+            "output.compression: 'gzp' is not one of none, gzip, zlib; did you mean 'gzip'?",
+        ),
         (_with(errors={"on_bad_record": "ignore"}), "errors.on_bad_record: 'ignore' is not one of fail, skip, dead_letter"),
         (_with(errors={"max_bad_fraction": 1.5}), "errors.max_bad_fraction: 1.5 is not a number from 0.0 to 1.0"),
         ([], "(top level): expected a mapping with keys input, features"),
@@ -277,7 +382,9 @@ def test_all_problems_are_reported_together_without_follow_on_noise():
     text = _problems(raw)
     assert text.startswith("<config>: 3 problems in the build config:\n")
     assert "features.dep_delay.on_null: 'zero' is not one of omit, default, error\n" in text
-    assert "default" not in text.split("\n", 2)[2].split("output")[0].replace("on_null: 'zero' is not one of omit, default, error", "")
+    assert "default" not in text.split("\n", 2)[2].split("output")[0].replace(
+        "on_null: 'zero' is not one of omit, default, error", ""
+    )
     assert "output.compression: 'lz4'" in text and "errors.on_bad_record: 'ignore'" in text
 
 
@@ -363,13 +470,29 @@ def test_listed_features_get_types_lists_and_the_projection():
 @pytest.mark.parametrize(
     "sections, message",
     [
-        ({"features": {"delay": {"source": "dealy"}}}, "features.delay.source: column 'dealy' is not in the input (columns: id, delay, tailnum, emb); did you mean 'delay'?"),
-        ({"features": {"tailnmu": {"type": "bytes"}}}, "features.tailnmu: column 'tailnmu' is not in the input (columns: id, delay, tailnum, emb); did you mean 'tailnum'?"),
-        ({"split_key": ["carrier"]}, "split_key: 'carrier' is not a feature (features: id, delay, tailnum, emb); the split key is hashed from the converted values of the features it names"),
+        (
+            {"features": {"delay": {"source": "dealy"}}},
+            "features.delay.source: column 'dealy' is not in the input (columns: id, delay, tailnum, emb); did you mean 'delay'?",
+        ),
+        (
+            {"features": {"tailnmu": {"type": "bytes"}}},
+            "features.tailnmu: column 'tailnmu' is not in the input (columns: id, delay, tailnum, emb); did you mean 'tailnum'?",
+        ),
+        (
+            {"split_key": ["carrier"]},
+            "split_key: 'carrier' is not a feature (features: id, delay, tailnum, emb); the split key is hashed from the "
+            "converted values of the features it names",
+        ),
         ({"features": {"d": {"source": "delay"}}, "split_key": ["delay"]}, "split_key: 'delay' is not a feature (features: d)"),
         ({"input": {"path": "x.csv", "columns": ["id", "nope"]}}, "input.columns: 'nope' is not a column of the input"),
-        ({"input": {"path": "x.csv", "columns": ["id"]}, "features": {"delay": {"type": "float"}}}, "features.delay: reads column 'delay', which input.columns leaves out"),
-        ({"features": {"id": {"on_null": "default", "default": "x"}}}, "features.id.default: 'x' is not a int64 value (an integer from -2**63 to 2**63-1)"),
+        (
+            {"input": {"path": "x.csv", "columns": ["id"]}, "features": {"delay": {"type": "float"}}},
+            "features.delay: reads column 'delay', which input.columns leaves out",
+        ),
+        (
+            {"features": {"id": {"on_null": "default", "default": "x"}}},
+            "features.id.default: 'x' is not a int64 value (an integer from -2**63 to 2**63-1)",
+        ),
         ({"features": {"id": {"type": "int64", "separator": ";", "length": 2}}}, None),
     ],
 )

@@ -64,7 +64,11 @@ def test_zeros_empty_strings_and_false_are_values():
         ("0x10", "'0x10' is not an int64 (expected an optional sign and decimal digits)"),
         (" 1", "' 1' is not an int64 (expected an optional sign and decimal digits)"),
         ("1_000", "'1_000' is not an int64"),
-        ("", "'' is not an int64 (expected an optional sign and decimal digits; an empty field is a value, add \"\" to input.csv.null_values to read it as null)"),
+        (
+            "",
+            "'' is not an int64 (expected an optional sign and decimal digits; an empty field is a value, add \"\" to "
+            "input.csv.null_values to read it as null)",
+        ),
         ("abc", "'abc' is not an int64"),
     ],
 )
@@ -241,7 +245,9 @@ def test_typed_columns_and_casts():
 def test_float64_beyond_float32_is_a_bad_row_and_infinity_is_not():
     result = convert({"x": pa.array([1e300, float("inf"), 1.0])}, spec("x", "float"))
     assert result.batch.column("x").to_pylist() == [float("inf"), 1.0]
-    assert [bad.reason for bad in result.bad_rows] == ["feature 'x': 1e+300 is beyond the float32 range (Example floats are 32-bit)"]
+    assert [bad.reason for bad in result.bad_rows] == [
+        "feature 'x': 1e+300 is beyond the float32 range (Example floats are 32-bit)"
+    ]
 
 
 def test_native_lists_with_null_items_are_bad_rows():
@@ -292,12 +298,21 @@ def test_infer_spec_from_arrow_types():
 @pytest.mark.parametrize(
     "arrow_type, message",
     [
-        (pa.timestamp("us"), "column 'ts' has Arrow type timestamp[us], which has no Example feature mapping without a "
-                             "declared type: declare it, e.g. features: {ts: {type: int64}} (the stored count of the "
-                             "type's unit since the epoch) or {type: bytes} (ISO 8601 text)"),
+        (
+            pa.timestamp("us"),
+            "column 'ts' has Arrow type timestamp[us], which has no Example feature mapping without a "
+            "declared type: declare it, e.g. features: {ts: {type: int64}} (the stored count of the "
+            "type's unit since the epoch) or {type: bytes} (ISO 8601 text)",
+        ),
         (pa.date32(), "features: {ts: {type: int64}} (the stored count of days since the epoch)"),
-        (pa.decimal128(10, 2), "declare it, e.g. features: {ts: {type: float}} (rounded to 32-bit float) or {type: bytes} (exact decimal text)"),
-        (pa.struct([("a", pa.int64()), ("b", pa.string())]), "map its fields one by one with a dotted source, e.g. features: {ts_a: {type: ..., source: ts.a}} (fields: a, b)"),
+        (
+            pa.decimal128(10, 2),
+            "declare it, e.g. features: {ts: {type: float}} (rounded to 32-bit float) or {type: bytes} (exact decimal text)",
+        ),
+        (
+            pa.struct([("a", pa.int64()), ("b", pa.string())]),
+            "map its fields one by one with a dotted source, e.g. features: {ts_a: {type: ..., source: ts.a}} (fields: a, b)",
+        ),
         (pa.map_(pa.string(), pa.int64()), "a map has no Example mapping"),
         (pa.list_(pa.list_(pa.int64())), "an Example feature is one flat list, so nested lists"),
         (pa.null(), "every value is null; declare its type, e.g. features: {ts: {type: float, on_null: omit}}"),
@@ -314,9 +329,17 @@ def test_unmappable_types_name_column_type_and_the_config_that_maps_them(arrow_t
 @pytest.mark.parametrize(
     "declared, arrow_type, message",
     [
-        ("int64", pa.float64(), "type int64 does not fit column 'x' of Arrow type double: a float column is never cast "
-                                "to int64 (that would silently drop fractions); declare type: float"),
-        ("float", pa.timestamp("s"), "type float does not fit column 'x' of Arrow type timestamp[s]: allowed for it: int64, bytes"),
+        (
+            "int64",
+            pa.float64(),
+            "type int64 does not fit column 'x' of Arrow type double: a float column is never cast "
+            "to int64 (that would silently drop fractions); declare type: float",
+        ),
+        (
+            "float",
+            pa.timestamp("s"),
+            "type float does not fit column 'x' of Arrow type timestamp[s]: allowed for it: int64, bytes",
+        ),
         ("int64", pa.decimal128(5, 2), "allowed for it: float, bytes"),
     ],
 )

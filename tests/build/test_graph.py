@@ -122,9 +122,15 @@ def test_reruns_input_file_order_and_seeds(demo_dir, tmp_path):
     assert build(tmp_path, "demo.yaml", "--set", "output.path=out/b") == 0
     assert build(demo_dir, "demo.yaml", "--set", "output.path=out/a") == 0  # a rerun into the same directory
     assert build(demo_dir, "demo.yaml", "--set", "output.path=out/c", "--set", "shuffle.seed=43") == 0
-    first, moved, other_seed = _shard_bytes(demo_dir / "out" / "a"), _shard_bytes(tmp_path / "out" / "b"), _shard_bytes(demo_dir / "out" / "c")
+    first, moved, other_seed = (
+        _shard_bytes(demo_dir / "out" / "a"),
+        _shard_bytes(tmp_path / "out" / "b"),
+        _shard_bytes(demo_dir / "out" / "c"),
+    )
     dead_letters = {name for name in first if name.startswith("_errors")}
-    assert {k: v for k, v in first.items() if k not in dead_letters} == {k: v for k, v in moved.items() if not k.startswith("_errors")}
+    assert {k: v for k, v in first.items() if k not in dead_letters} == {
+        k: v for k, v in moved.items() if not k.startswith("_errors")
+    }
     assert first.keys() == other_seed.keys()
     assert first["train/train-00000-of-00004.tfrecord"] != other_seed["train/train-00000-of-00004.tfrecord"]
     for split in ("train", "eval"):  # the seed reorders, it never moves an example between splits
@@ -244,7 +250,9 @@ def _write_config(directory: pathlib.Path, text: str) -> str:
 
 def test_inferred_csv_features_are_always_present_without_null_values(tmp_path, capsys):
     (tmp_path / "rows.csv").write_text("a,b,c\n1,0.5,x\n0,0.0,\n2,1.5,z\n")
-    config = _write_config(tmp_path, f"input: {{format: csv, path: '{tmp_path}/rows.csv'}}\noutput: {{path: '{tmp_path}/out', num_shards: 1}}\n")
+    config = _write_config(
+        tmp_path, f"input: {{format: csv, path: '{tmp_path}/rows.csv'}}\noutput: {{path: '{tmp_path}/out', num_shards: 1}}\n"
+    )
     assert build_main([config, "--quiet"]) == 0
     manifest = json.loads((tmp_path / "out" / "dataset_info.json").read_text())
     assert {name: (f["type"], f["always_present"]) for name, f in manifest["features"].items()} == {

@@ -126,7 +126,10 @@ def test_parquet_comments_say_what_casts_do(tmp_path):
     path = tmp_path / "t.parquet"
     pq.write_table(table, path)
     text = infer_config(str(path))
-    assert "  ts: {type: int64, on_null: omit}   # timestamp[us] as int64: the count of us (use type: bytes for ISO 8601 text)" in text
+    assert (
+        "  ts: {type: int64, on_null: omit}   # timestamp[us] as int64: the count of us (use type: bytes for ISO 8601 text)"
+        in text
+    )
     assert "  day: {type: int64, on_null: omit}   # date32[day] as int64: days since 1970-01-01" in text
     assert "  price: {type: float, on_null: omit}   # decimal128(5, 2) as a 32-bit float, rounded" in text
     assert "  tags: {type: bytes, on_null: omit}   # nullable in the schema" in text

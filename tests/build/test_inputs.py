@@ -87,7 +87,10 @@ def test_every_csv_spectrum_file_parses_to_its_json(csv_spectrum):
 
 def test_csv_spectrum_line_numbers_follow_quoted_line_breaks(csv_spectrum):
     assert [line for line, _ in rows_of(read_csv_file(str(csv_spectrum / "csvs" / "newlines.csv"), CsvOptions()))] == [2, 3, 5]
-    assert [line for line, _ in rows_of(read_csv_file(str(csv_spectrum / "csvs" / "quotes_and_newlines.csv"), CsvOptions()))] == [2, 5]
+    assert [line for line, _ in rows_of(read_csv_file(str(csv_spectrum / "csvs" / "quotes_and_newlines.csv"), CsvOptions()))] == [
+        2,
+        5,
+    ]
 
 
 # ----------------------------------------------------------------------------- lines and raw text
@@ -264,7 +267,11 @@ def test_invalid_utf8_bytes_are_a_bad_row_and_latin1_reads_them_as_text(tmp_path
     [
         ("", CsvOptions(), "no header line (the file is empty after 0 skipped lines)"),
         ("a,a\n1,2\n", CsvOptions(), "column names 'a' appear more than once in the header"),
-        ("a,b,c\n1,2,3\n", CsvOptions(column_names=("x", "y")), "the header has 3 columns (a, b, c) but input.csv.column_names lists 2"),
+        (
+            "a,b,c\n1,2,3\n",
+            CsvOptions(column_names=("x", "y")),
+            "the header has 3 columns (a, b, c) but input.csv.column_names lists 2",
+        ),
         ('a,b\n1,"never closed\n2,3\n', CsvOptions(), 'a quote (") opened in the row on line 2 is never closed'),
     ],
 )
@@ -371,7 +378,9 @@ def test_read_tabular_pipeline_splits_safe_files_and_reads_quoted_ones_whole(tmp
     expected += [("plain.csv", 3003 + i, (str(i).encode(), b"x")) for i in range(2000)]
     expected += [("quoted.csv", 2 + 2 * i, (str(i).encode(), f"v\n{i}".encode())) for i in range(1500)]
     config = InputConfig("csv", str(tmp_path / "*.csv"), split_bytes=4096)
-    ranges = [piece for file in list_inputs(config.path) for piece in tabular_read._ranges_of((file.path, file.size), 4096, config.csv)]
+    ranges = [
+        piece for file in list_inputs(config.path) for piece in tabular_read._ranges_of((file.path, file.size), 4096, config.csv)
+    ]
     assert len(ranges) > 10
     with beam.Pipeline() as pipeline:
         assert_that(pipeline | ReadTabular(config) | beam.FlatMap(_beam_rows), equal_to(expected))

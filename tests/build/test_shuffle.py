@@ -153,7 +153,9 @@ def test_keyed_records_and_piece_coders_round_trip(payloads):
         np.frombuffer(b"".join(payloads), dtype=np.uint8),
     )
     coder = KeyedRecordsCoder()
-    with_crcs = KeyedRecords(records.split, records.key, records.offsets, records.data, crcs=np.arange(len(payloads), dtype=np.uint32) * 3)
+    with_crcs = KeyedRecords(
+        records.split, records.key, records.offsets, records.data, crcs=np.arange(len(payloads), dtype=np.uint32) * 3
+    )
     for value in (records, with_crcs):
         decoded = coder.decode(coder.encode(value))
         for field in ("split", "key", "offsets", "data"):
@@ -174,7 +176,11 @@ def test_keyed_records_and_piece_coders_round_trip(payloads):
         decoded = piece_coder.decode(piece_coder.encode(piece))
         for field in ("split", "key", "offsets"):
             np.testing.assert_array_equal(getattr(decoded, field), getattr(piece, field))
-        assert (decoded.ref.store, decoded.ref.location, decoded.ref.offset) == (piece.ref.store, piece.ref.location, piece.ref.offset)
+        assert (decoded.ref.store, decoded.ref.location, decoded.ref.offset) == (
+            piece.ref.store,
+            piece.ref.location,
+            piece.ref.offset,
+        )
         assert (decoded.ref.data is None) == (piece.ref.data is None)
         if piece.ref.data is not None:
             assert decoded.ref.data.tobytes() == piece.ref.data.tobytes()

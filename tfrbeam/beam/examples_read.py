@@ -2,7 +2,8 @@
 
 Records are never separate Beam elements on the way: the source reads a byte range a block of
 records at a time (``tfrbeam.blocks``: one buffer plus the payloads' spans, no Python
-object per record) and decodes each block where it was read. With ``output="record_batches"`` one element is one RecordBatch of up to ``batch_size``
+object per record) and decodes each block where it was read. With ``output="record_batches"`` one element is one RecordBatch of
+up to ``batch_size``
 rows, so Beam's per-element cost is paid once per batch; with ``output="dicts"`` each Example is
 one element (that is the output asked for), decoded in the reading step a batch at a time.
 """

@@ -24,9 +24,28 @@ from apache_beam.io.localfilesystem import LocalFileSystem
 from tfrbeam.file_access import is_remote
 
 __all__ = [
-    "BEAM_FILES", "BeamFiles", "create", "delete_files", "delete_tree", "exchange", "exists", "in_threads", "is_local", "is_remote",
-    "join", "list_names", "match", "mkdirs", "open_read", "parent", "read_bytes", "rename", "rename_local", "same_content",
-    "split", "write_bytes",
+    "BEAM_FILES",
+    "BeamFiles",
+    "create",
+    "delete_files",
+    "delete_tree",
+    "exchange",
+    "exists",
+    "in_threads",
+    "is_local",
+    "is_remote",
+    "join",
+    "list_names",
+    "match",
+    "mkdirs",
+    "open_read",
+    "parent",
+    "read_bytes",
+    "rename",
+    "rename_local",
+    "same_content",
+    "split",
+    "write_bytes",
 ]
 
 _LOG = logging.getLogger(__name__)

@@ -57,7 +57,9 @@ class WriteToParquetWithChecksums(beam.PTransform):
         self._sink = _ChecksummedParquetSink(file_path_prefix, schema, num_shards)
 
     def expand(self, pcoll):
-        tables = pcoll | "ToTables" >> beam.Map(lambda item: pa.Table.from_batches([item]) if isinstance(item, pa.RecordBatch) else item)
+        tables = pcoll | "ToTables" >> beam.Map(
+            lambda item: pa.Table.from_batches([item]) if isinstance(item, pa.RecordBatch) else item
+        )
         return tables | "Write" >> iobase.Write(self._sink)
 
 

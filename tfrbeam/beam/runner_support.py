@@ -34,7 +34,8 @@ TAGGED_SIDE_INPUT_LOSERS = {
 
 
 def refuse_lossy_runner(pipeline: beam.Pipeline, what: str, also: dict[str, str] | None = None) -> None:
-    """Raise UnsupportedRunnerError if ``pipeline`` runs on a runner in LOSSY_RUNNERS (or ``also``); ``what`` names our transform."""
+    """Raise UnsupportedRunnerError if ``pipeline`` runs on a runner in LOSSY_RUNNERS (or ``also``); ``what`` names our
+    transform."""
     name = type(pipeline.runner).__name__ if pipeline.runner is not None else ""
     reason = LOSSY_RUNNERS.get(name) or (also or {}).get(name)
     if reason:

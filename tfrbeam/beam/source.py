@@ -120,7 +120,9 @@ def resolve_compression(compression_type: str = CompressionTypes.AUTO, compressi
     if compression_type not in _FROM_COMPRESSION_TYPE:
         raise TypeError(f"compression_type must be one of apache_beam's CompressionTypes, got {compression_type!r}")
     from_type = _FROM_COMPRESSION_TYPE[compression_type]
-    ours = "auto" if isinstance(compression, str) and compression.strip().lower() == "auto" else normalize_compression(compression)
+    ours = (
+        "auto" if isinstance(compression, str) and compression.strip().lower() == "auto" else normalize_compression(compression)
+    )
     if from_type == "auto":
         return ours
     if ours != "auto" and ours != from_type:

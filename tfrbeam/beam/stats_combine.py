@@ -42,7 +42,8 @@ def files_pattern(files: Sequence[str]) -> str | None:
 
 
 def read_batches(pbegin, label: str, files: Sequence[str], schema: pa.Schema, compression: str | None, batch_size: int):
-    """``ReadExamples`` record batches of ``files``: one read of a glob when one matches exactly those files, else one per file."""
+    """``ReadExamples`` record batches of ``files``: one read of a glob when one matches exactly those files, else one per
+    file."""
     pattern = files_pattern(files)
     patterns = [pattern] if pattern is not None else list(files)
     reads = [

@@ -1,4 +1,5 @@
-"""``python -m tfrbeam.build CONFIG.yaml [--set key.path=value ...] [--overwrite] [Beam options ...]``: the same as ``tfrbeam build``."""
+"""``python -m tfrbeam.build CONFIG.yaml [--set key.path=value ...] [--overwrite] [Beam options ...]``: the same as ``tfrbeam
+build``."""
 
 import sys
 

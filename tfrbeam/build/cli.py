@@ -1,7 +1,8 @@
 """``tfrbeam build CONFIG.yaml [--set key.path=value ...] [--overwrite] [Beam options ...]``.
 
 Also ``python -m tfrbeam.build``. Options this command does not know go to Beam's PipelineOptions;
-the runner defaults to the FnApiRunner in this process (``--piece_store`` picks how pieces travel). Config and output-directory problems are reported in one
+the runner defaults to the FnApiRunner in this process (``--piece_store`` picks how pieces travel). Config and output-directory
+problems are reported in one
 line with exit status 2 before any pipeline starts; a failed build (a bad row with
 ``on_bad_record: fail``, too many bad rows) is reported in one line with exit status 1.
 """
@@ -69,8 +70,11 @@ def _parser() -> argparse.ArgumentParser:
                         help="override one config value (YAML syntax), e.g. --set shuffle.seed=7; repeatable")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace a different dataset (or other files) in output.path")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="check everything and print the plan (inputs, features, splits, shards, output, runner); run nothing")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check everything and print the plan (inputs, features, splits, shards, output, runner); run nothing",
+    )
     parser.add_argument("--quiet", action="store_true", help="log warnings only, and show no progress")
     parser.add_argument("--verbose", action="store_true", help="also show Beam's own log (worker tracebacks included)")
     return parser

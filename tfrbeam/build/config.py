@@ -216,7 +216,9 @@ def apply_overrides(raw: Any, overrides: list[str] | tuple[str, ...]) -> dict:
                 child = node[key] = {}
             if not isinstance(child, dict):
                 at = ".".join(keys[: depth + 1])
-                raise ConfigError(f"--set {override!r}: {at} is {_show(child)}, not a mapping, so it has no key {keys[depth + 1]!r}")
+                raise ConfigError(
+                    f"--set {override!r}: {at} is {_show(child)}, not a mapping, so it has no key {keys[depth + 1]!r}"
+                )
             node = child
         node[keys[-1]] = value
     _drop_replaced_sharding_key(result, overrides)
@@ -423,7 +425,9 @@ def _parse_input(check: _Checker, raw: Any) -> InputConfig:
     default_format = _format_from_path(path or "")
     fmt = section.get("format") or default_format
     if fmt is None:
-        check.fail("input.format", f"is required: {path!r} does not end in .csv, .tsv or .parquet (allowed: {', '.join(INPUT_FORMATS)})")
+        check.fail(
+            "input.format", f"is required: {path!r} does not end in .csv, .tsv or .parquet (allowed: {', '.join(INPUT_FORMATS)})"
+        )
         fmt = "csv"
     else:
         fmt = check.choice({"format": fmt}, "format", "input", INPUT_FORMATS, "csv") or "csv"

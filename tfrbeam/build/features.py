@@ -691,7 +691,8 @@ def _or_list(items: str) -> str:
 
 
 def _iso_timestamps(text: pa.Array, unit: str) -> pa.Array:
-    """ISO 8601 text as int64 counts of unit since the epoch (a zone offset is applied, no offset is UTC); null where it is not."""
+    """ISO 8601 text as int64 counts of unit since the epoch (a zone offset is applied, no offset is UTC); null where it is
+    not."""
     zoned = pc.fill_null(pc.match_substring_regex(text, _ZONED_TEXT), False)
     no_text = pa.scalar(None, pa.string())
     naive = _cast_or_null(pc.if_else(zoned, no_text, text), pa.timestamp(unit))

@@ -257,7 +257,10 @@ def _render(input_path: str, fmt: str, csv_options: CsvOptions | None, features:
                 f"    false_values: {_token_list(csv_options.false_values)}",
                 "    skip_rows: 0",
                 f"    encoding: {csv_options.encoding}"]
-    out += ["features:                     # name: {type: int64 | float | bytes | timestamp, source, on_null, default, separator, length, unit, format}"]
+    out += [
+        "features:                     # name: {type: int64 | float | bytes | timestamp, source, on_null, default, "
+        "separator, length, unit, format}"
+    ]
     for feature in features:
         out.append(_feature_line(feature))
     for note in left_out:

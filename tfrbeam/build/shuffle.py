@@ -443,7 +443,8 @@ PIECE_STORES = (INLINE, SPILL, MEMORY)
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class StoredRecords:
-    """A piece slice's records as a shard writer reads them: payloads ``buffer[starts[i]:][:lengths[i]]`` and their masked CRCs."""
+    """A piece slice's records as a shard writer reads them: payloads ``buffer[starts[i]:][:lengths[i]]`` and their masked
+    CRCs."""
 
     buffer: np.ndarray
     starts: np.ndarray

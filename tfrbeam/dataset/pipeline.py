@@ -308,7 +308,9 @@ class Dataset:
     def _fingerprint(self) -> str:
         description = {
             # Names and sizes, not full paths: a dataset copied elsewhere (say to a local disk) still resumes.
-            "segments": [(os.path.basename(segment.path), _size(segment.path), segment.start, segment.stop) for segment in self.segments],
+            "segments": [
+                (os.path.basename(segment.path), _size(segment.path), segment.start, segment.stop) for segment in self.segments
+            ],
             "features": sorted(self.features),
             "options": {name: getattr(self.options, name) for name in Options.order_fields + ("raw",)},
             "cycle": min(self.options.cycle_length, max(len(self.segments), 1)),
@@ -346,7 +348,9 @@ class Dataset:
     def __iter__(self) -> Iterator[Any]:
         with self._lock:
             position = self._position
-            if not self._resume_pending and (position["batch"] or position["taken"] or position["epoch"] != position["pass_start"]):
+            if not self._resume_pending and (
+                position["batch"] or position["taken"] or position["epoch"] != position["pass_start"]
+            ):
                 fresh = position["epoch"] + (1 if position["batch"] else 0)
                 self._position = {"epoch": fresh, "batch": 0, "pass_start": fresh, "taken": 0}
             self._resume_pending = False
@@ -397,7 +401,9 @@ class Dataset:
             self._workers = (ProcessWorkers if kind == "processes" else ThreadWorkers)(plan, count, readahead)
             self.stats["executor"] = kind
             self.stats["workers"] = count
-            _LOG.info("reading %d segments with %d worker %s, %d files interleaved", len(self.segments), count, kind, self._cycle())
+            _LOG.info(
+                "reading %d segments with %d worker %s, %d files interleaved", len(self.segments), count, kind, self._cycle()
+            )
         return self._workers
 
     def _plan(self) -> ReadPlan:

@@ -191,12 +191,16 @@ class RandomAccessDataset:
         joined = np.concatenate(pieces).tobytes() if pieces else b""
         return [joined[begin:end] for begin, end in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
 
-    def _decoded(self, pieces: list[np.ndarray], bounds: np.ndarray, records: np.ndarray, shard_numbers: np.ndarray) -> list[dict[str, Any]]:
+    def _decoded(
+        self, pieces: list[np.ndarray], bounds: np.ndarray, records: np.ndarray, shard_numbers: np.ndarray
+    ) -> list[dict[str, Any]]:
         names = sorted({os.path.basename(self._files[number].path) for number in np.unique(shard_numbers).tolist()})
         return decode_rows(self._decoder, pieces, bounds, records, ", ".join(names))
 
 
-def decode_rows(decoder: BlockDecoder, pieces: list[np.ndarray], bounds: np.ndarray, ids: np.ndarray, where: str) -> list[dict[str, Any]]:
+def decode_rows(
+    decoder: BlockDecoder, pieces: list[np.ndarray], bounds: np.ndarray, ids: np.ndarray, where: str
+) -> list[dict[str, Any]]:
     """Payloads (``pieces`` back to back, split at ``bounds``) decoded in one call, as one dict per record.
 
     ``where`` names the files in error messages; ``ids`` label the records.

@@ -2,7 +2,8 @@
 
 Framing and CRC checks go through ``tfrbeam.blocks`` (a fast path for uncompressed files
 that hands any damage to ``tfrbeam.records.RecordReader``); decoding through the columnar decoder
-with an Arrow schema built from the feature spec, so only the requested features are decoded. Every block carries the ids of its records (segment index << 40 | record number), which
+with an Arrow schema built from the feature spec, so only the requested features are decoded. Every block carries the ids of
+its records (segment index << 40 | record number), which
 is what the exactly-once tests, resume and sharding reason about.
 """
 
@@ -86,13 +87,17 @@ class BlockDecoder:
             block = {RAW_KEY: Column(np.frombuffer(data, dtype=np.uint8), (np.diff(bounds),)), ID_KEY: Column(ids)}
             return self.layout.pack(block)
         try:
-            batch = examples_to_record_batch((records.data, records.starts, records.ends), self.schema, max_features=self.max_features)
+            batch = examples_to_record_batch(
+                (records.data, records.starts, records.ends), self.schema, max_features=self.max_features
+            )
         except RecordLimitError as exc:
             offset = int(records.offsets[exc.record]) if exc.record is not None else None
             raise RecordLimitError(
                 f"{path}: the record at offset {offset} has more than {exc.limit} features; decoding one column per "
                 f"feature would cost gigabytes. Pass open_dataset(max_features=...) a larger limit (or None) to read it, "
-                "or raw=True for its bytes", record=exc.record, limit=exc.limit,
+                "or raw=True for its bytes",
+                record=exc.record,
+                limit=exc.limit,
             ) from exc
         except (ExampleDecodeError, ArrowConversionError) as exc:
             raise self._locate_error(records, path, exc) from exc

@@ -218,7 +218,9 @@ def read_manifest(manifest_path: str) -> dict:
     return parse_manifest(data, manifest_path)
 
 
-def _from_manifest(manifest_path: str, split: str | None, feature_spec: Mapping[str, Any] | None, compression: str | None) -> Source:
+def _from_manifest(
+    manifest_path: str, split: str | None, feature_spec: Mapping[str, Any] | None, compression: str | None
+) -> Source:
     root = os.path.dirname(manifest_path)
     manifest = read_manifest(manifest_path)
     splits = manifest.get("splits") or {}
@@ -266,7 +268,9 @@ def infer_feature_spec(
         if len(payloads) >= records:
             break
     if not payloads:
-        raise ConfigError(f"cannot infer a feature spec: the files ({len(files)}, first {files[0].path if files else None!r}) hold no records")
+        raise ConfigError(
+            f"cannot infer a feature spec: the files ({len(files)}, first {files[0].path if files else None!r}) hold no records"
+        )
     try:
         batch = examples_to_record_batch(payloads, max_features=max_features)
     except RecordLimitError as exc:
@@ -286,7 +290,11 @@ def infer_feature_spec(
     for name, column in zip(batch.schema.names, batch.columns):
         value_type = column.type.value_type
         if pa.types.is_null(value_type):
-            _LOG.warning("feature %r has no kind in the first %d records; leaving it out (pass feature_spec to read it)", name, len(payloads))
+            _LOG.warning(
+                "feature %r has no kind in the first %d records; leaving it out (pass feature_spec to read it)",
+                name,
+                len(payloads),
+            )
             continue
         dtype = "int64" if pa.types.is_integer(value_type) else "float" if pa.types.is_floating(value_type) else "bytes"
         lengths = column.value_lengths().to_numpy(zero_copy_only=False)

@@ -145,7 +145,9 @@ class ThreadWorkers:
         self._threads = []
         for number, job in enumerate(jobs):
             out = self._queues[number] if ordered else self._shared
-            thread = threading.Thread(target=self._run, args=(job, out, number, self._stop), daemon=True, name=f"tfrbeam-reader-{number}")
+            thread = threading.Thread(
+                target=self._run, args=(job, out, number, self._stop), daemon=True, name=f"tfrbeam-reader-{number}"
+            )
             thread.start()
             self._threads.append(thread)
 
@@ -281,16 +283,24 @@ class ProcessWorkers:
             ours, theirs = socket.socketpair()
             fds = (theirs.fileno(), *self.limit.fds)
             process = subprocess.Popen(
-                [sys.executable, "-c", "import sys; from tfrbeam.dataset.workers import _process_main; _process_main(*map(int, sys.argv[1:]))",
-                 *map(str, fds)],
-                pass_fds=fds, env=env, stdin=subprocess.DEVNULL,
+                [
+                    sys.executable,
+                    "-c",
+                    "import sys; from tfrbeam.dataset.workers import _process_main; _process_main(*map(int, sys.argv[1:]))",
+                    *map(str, fds),
+                ],
+                pass_fds=fds,
+                env=env,
+                stdin=subprocess.DEVNULL,
             )
             theirs.close()
             connection = multiprocessing.connection.Connection(ours.detach())
             connection.send_bytes(blob)
             self._connections.append(connection)
             self._processes.append(process)
-            threading.Thread(target=self._receive, args=(number, connection), daemon=True, name=f"tfrbeam-receiver-{number}").start()
+            threading.Thread(
+                target=self._receive, args=(number, connection), daemon=True, name=f"tfrbeam-receiver-{number}"
+            ).start()
 
     def _receive(self, number: int, connection: Any) -> None:
         while True:

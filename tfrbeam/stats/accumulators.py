@@ -23,7 +23,9 @@ FEATURE_TYPES = {"int64": pa.int64(), "float": pa.float32(), "bytes": pa.binary(
 
 def stats_schema(feature_types: Mapping[str, str]) -> pa.Schema:
     """The decode schema statistics read with: every feature a nullable list of its type (absent -> null)."""
-    return pa.schema([pa.field(name, pa.list_(FEATURE_TYPES[kind]), nullable=True) for name, kind in sorted(feature_types.items())])
+    return pa.schema(
+        [pa.field(name, pa.list_(FEATURE_TYPES[kind]), nullable=True) for name, kind in sorted(feature_types.items())]
+    )
 
 
 @dataclasses.dataclass
@@ -221,7 +223,9 @@ class SplitAccumulator:
 
     def merge(self, other: SplitAccumulator) -> None:
         if other.feature_types != self.feature_types:
-            raise ValueError(f"cannot merge statistics of features {sorted(other.feature_types)} into {sorted(self.feature_types)}")
+            raise ValueError(
+                f"cannot merge statistics of features {sorted(other.feature_types)} into {sorted(self.feature_types)}"
+            )
         self.num_examples += other.num_examples
         for name, accumulator in self.features.items():
             accumulator.merge(other.features[name])

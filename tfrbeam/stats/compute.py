@@ -63,7 +63,8 @@ def resolve_input(path: str, splits: Sequence[str] | None = None) -> StatsInput:
 
 
 def _from_build(directory: str, wanted: Sequence[str] | None) -> StatsInput:
-    """Each split's shards as ``open_dataset`` finds them (it reads and checks the manifest); types and shapes from the manifest."""
+    """Each split's shards as ``open_dataset`` finds them (it reads and checks the manifest); types and shapes from the
+    manifest."""
     from tfrbeam.dataset import open_dataset
 
     names = list(wanted) if wanted else _split_names(directory)
@@ -161,7 +162,9 @@ def write_stats_files(stats: Mapping[str, Any], output_dir: str, title: str | No
     return json_path, html_path
 
 
-def write_dataset_stats(dataset_dir: str, workers: int | None = None, thresholds: Mapping[str, float] | None = None) -> tuple[str, str]:
+def write_dataset_stats(
+    dataset_dir: str, workers: int | None = None, thresholds: Mapping[str, float] | None = None
+) -> tuple[str, str]:
     """Compute a build directory's statistics and write ``stats.json`` and ``stats.html`` beside its manifest.
 
     The build calls this after it commits the dataset (``stats: true``); returns both paths.

@@ -19,11 +19,13 @@ _HIST_WIDTH, _HIST_HEIGHT = 220, 56
 _CSS = """
 :root { --ink:#1d2433; --muted:#5b6478; --line:#e3e7ef; --bar:#3b6fd8; --bar2:#8fb0f0; --bad:#c8372d; --ok:#2e8b57; }
 * { box-sizing: border-box; }
-body { margin: 0; font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: var(--ink); background: #f6f7fb; }
+body { margin: 0; font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif;
+       color: var(--ink); background: #f6f7fb; }
 main { max-width: 1260px; margin: 0 auto; padding: 24px 20px 48px; }
 h1 { font-size: 22px; margin: 0 0 4px; } h2 { font-size: 18px; margin: 28px 0 10px; }
 .sub { color: var(--muted); margin: 0 0 16px; }
-.chips span { display: inline-block; background: #fff; border: 1px solid var(--line); border-radius: 14px; padding: 3px 12px; margin: 0 6px 6px 0; }
+.chips span { display: inline-block; background: #fff; border: 1px solid var(--line); border-radius: 14px;
+              padding: 3px 12px; margin: 0 6px 6px 0; }
 table { width: 100%; border-collapse: collapse; background: #fff; border: 1px solid var(--line); border-radius: 6px; }
 th, td { text-align: left; vertical-align: top; padding: 8px 10px; border-bottom: 1px solid var(--line); }
 th { font-size: 12px; text-transform: uppercase; letter-spacing: .04em; color: var(--muted); background: #fafbfd; }
@@ -69,7 +71,8 @@ def presence_bar(present: int, total: int) -> str:
     if 0 < present < total:
         filled = min(max(filled, 1), width - 1)  # a partly missing feature never draws as full or empty
     return (
-        f'<svg class="presence-bar" width="{width}" height="10" role="img" aria-label="present {format_fraction(present, total)}">'
+        f'<svg class="presence-bar" width="{width}" height="10" role="img" '
+        f'aria-label="present {format_fraction(present, total)}">'
         f'<rect width="{width}" height="10" fill="#e3e7ef"/><rect width="{filled}" height="10" fill="#2e8b57"/></svg>'
         f'<div class="label num">{format_fraction(present, total)} · {present:,} / {total:,}</div>'
     )
@@ -208,13 +211,14 @@ def _comparison_section(drift: Mapping[str, Any]) -> str:
         badge = '<span class="flag">drift</span>' if found["flagged"] else '<span class="fine">ok</span>'
         width = min(found["score"] / max(found["threshold"], 1e-12), 2.0) * 60
         body.append(
-            f'<tr class="drift-row{" flagged" if found["flagged"] else ""}" data-feature="{_e(feature)}" data-split="{_e(split)}">'
-            f"<td class=\"name\">{_e(feature)}</td><td>{_e(split)} vs {_e(drift['baseline'])}</td>"
-            f"<td>{_e(found['method'].replace('_', '-'))}</td><td class=\"num\">{found['score']:.4f} "
+            f'<tr class="drift-row{" flagged" if found["flagged"] else ""}" data-feature="{_e(feature)}" '
+            f'data-split="{_e(split)}">'
+            f'<td class="name">{_e(feature)}</td><td>{_e(split)} vs {_e(drift["baseline"])}</td>'
+            f'<td>{_e(found["method"].replace("_", "-"))}</td><td class="num">{found["score"]:.4f} '
             f'<svg width="120" height="8"><rect width="120" height="8" fill="#e3e7ef"/>'
             f'<rect width="{width:.1f}" height="8" fill="{"#c8372d" if found["flagged"] else "#8fb0f0"}"/>'
             f'<rect x="60" width="1" height="8" fill="#1d2433"/></svg></td>'
-            f"<td class=\"num\">{found['threshold']:g}</td><td>{badge}</td></tr>"
+            f'<td class="num">{found["threshold"]:g}</td><td>{badge}</td></tr>'
         )
     flagged = len(drift.get("flagged", []))
     return (
@@ -229,14 +233,17 @@ def _comparison_section(drift: Mapping[str, Any]) -> str:
 def render_html(stats: Mapping[str, Any], title: str = "dataset") -> str:
     """The report page of a ``stats.json`` document."""
     splits = stats["splits"]
-    chips = "".join(f"<span>{_e(name)}: <b class=\"num\">{split['num_examples']:,}</b> examples</span>" for name, split in splits.items())
+    chips = "".join(
+        f'<span>{_e(name)}: <b class="num">{split["num_examples"]:,}</b> examples</span>' for name, split in splits.items()
+    )
     features = len(next(iter(splits.values()))["features"]) if splits else 0
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>Statistics · {_e(title)}</title><style>{_CSS}</style></head><body><main>"
         f"<h1>Statistics · {_e(title)}</h1>"
-        f'<p class="sub">{features} features · {_e(stats.get("source") or "")} · tfrbeam {_e(stats.get("tfrbeam_version", ""))}</p>'
+        f'<p class="sub">{features} features · {_e(stats.get("source") or "")} · '
+        f'tfrbeam {_e(stats.get("tfrbeam_version", ""))}</p>'
         f'<div class="chips">{chips}</div>'
         + _comparison_section(stats.get("drift") or {})
         + "".join(_split_section(name, split) for name, split in splits.items())

@@ -183,7 +183,12 @@ def drift_result(splits: Mapping[str, SplitAccumulator], thresholds: Mapping[str
                     flagged.append({"split": split, "feature": feature, **found})
             comparisons[split] = scores
     flagged.sort(key=lambda item: (-item["score"], item["split"], item["feature"]))
-    return {"baseline": names[0] if names else None, "thresholds": dict(thresholds), "comparisons": comparisons, "flagged": flagged}
+    return {
+        "baseline": names[0] if names else None,
+        "thresholds": dict(thresholds),
+        "comparisons": comparisons,
+        "flagged": flagged,
+    }
 
 
 def dataset_stats(

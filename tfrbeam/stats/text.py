@@ -46,7 +46,9 @@ def feature_summary(feature: Mapping[str, Any]) -> str:
             parts.append(f"{feature['num_nan']:,} NaN")
     if feature.get("num_unique") is not None and (feature["type"] == "bytes" or feature["num_unique"] <= 20):
         unique = ("~" if feature["num_unique_estimated"] else "") + f"{feature['num_unique']:,} unique"
-        top = ", ".join(f"{value_label(item['value'], 16)} ({item['count']:,})" for item in feature["top_values"][:TOP_IN_SUMMARY])
+        top = ", ".join(
+            f"{value_label(item['value'], 16)} ({item['count']:,})" for item in feature["top_values"][:TOP_IN_SUMMARY]
+        )
         parts.append(f"{unique}: {top}" if top else unique)
     counts = feature["values_per_example"]
     if counts["min"] is not None and (counts["min"], counts["max"]) != (1, 1):
@@ -62,7 +64,9 @@ def summary_lines(stats: Mapping[str, Any]) -> list[str]:
         lines.append(f"split {split}: {total:,} examples")
         lines.append(f"  {'feature':<24} {'type':<6} {'present':>9}  values")
         for name, feature in entry["features"].items():
-            lines.append(f"  {name:<24} {feature['type']:<6} {format_fraction(feature['present'], total):>9}  {feature_summary(feature)}")
+            lines.append(
+                f"  {name:<24} {feature['type']:<6} {format_fraction(feature['present'], total):>9}  {feature_summary(feature)}"
+            )
     drift = stats.get("drift") or {}
     if drift.get("comparisons"):
         flagged = drift.get("flagged", [])
