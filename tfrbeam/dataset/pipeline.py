@@ -330,7 +330,11 @@ class Dataset:
         return self._fingerprint()
 
     def _fingerprint(self) -> str:
-        return hashlib.sha256(json.dumps(self._description(), sort_keys=True, default=str).encode()).hexdigest()
+        return hashlib.sha256(json.dumps(self._described, sort_keys=True, default=str).encode()).hexdigest()
+
+    @functools.cached_property
+    def _described(self) -> dict[str, Any]:
+        return self._description()
 
     def _description(self) -> dict[str, Any]:
         """What a saved position depends on, by the argument it comes from."""
@@ -344,9 +348,10 @@ class Dataset:
             "shard": self._shard_key,
         }
 
+    @functools.cached_property
     def _described_digests(self) -> dict[str, str]:
         return {key: hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
-                for key, value in self._description().items()}
+                for key, value in self._described.items()}
 
     def state_dict(self) -> dict[str, Any]:
         """The position after the last batch delivered: pass it to ``load_state_dict`` to continue there."""
@@ -358,14 +363,14 @@ class Dataset:
         fingerprint = self._fingerprint_digest  # reads every shard's size once, outside the lock
         with self._lock:
             return {"version": STATE_VERSION, "fingerprint": fingerprint, "seed": self.options.seed,
-                    "arguments": self._described_digests(), **self._position}
+                    "arguments": self._described_digests, **self._position}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from a position saved by ``state_dict`` (same files, seed and order options)."""
         if state.get("version") != STATE_VERSION:
             raise ConfigError(f"dataset state version {state.get('version')!r} is not {STATE_VERSION}")
         if state.get("fingerprint") != self._fingerprint_digest or state.get("seed") != self.options.seed:
-            saved, ours = state.get("arguments") or {}, self._described_digests()
+            saved, ours = state.get("arguments") or {}, self._described_digests
             differing = [key for key in ours if saved.get(key) != ours[key]]
             if state.get("seed") != self.options.seed and "seed" not in differing:
                 differing.insert(0, "seed")
