@@ -77,14 +77,19 @@ def feature_entries(features: Sequence[FeatureDescription]) -> dict[str, dict[st
 
 def parse_example_spec(features: Sequence[FeatureDescription]) -> dict[str, str]:
     """A ``tf.io.parse_example`` spec to paste: FixedLenFeature when every example has the same shape, else VarLenFeature."""
+    return parse_example_spec_of(feature_entries(features))
+
+
+def parse_example_spec_of(entries: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """The same spec from the manifest's ``features`` entries (type, shape, always_present)."""
     spec_strings = {}
-    for spec in sorted(features, key=lambda spec: spec.name):
-        assert spec.type is not None, f"feature {spec.name!r} was not resolved"
-        dtype = TF_DTYPES[spec.type]
-        if spec.always_present and spec.shape is not None:
-            spec_strings[spec.name] = f"tf.io.FixedLenFeature({list(spec.shape)}, {dtype})"
+    for name in sorted(entries):
+        entry = entries[name]
+        dtype = TF_DTYPES[entry["type"]]
+        if entry["always_present"] and entry["shape"] is not None:
+            spec_strings[name] = f"tf.io.FixedLenFeature({list(entry['shape'])}, {dtype})"
         else:
-            spec_strings[spec.name] = f"tf.io.VarLenFeature({dtype})"
+            spec_strings[name] = f"tf.io.VarLenFeature({dtype})"
     return spec_strings
 
 

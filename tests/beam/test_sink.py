@@ -315,14 +315,23 @@ def test_rerun_is_refused_before_the_pipeline_runs(tmp_path):
     old = _make_old_run(prefix, 3)
     pipeline = beam.Pipeline()
     with pytest.raises(OutputExistsError, match=r"3 file\(s\) of an earlier run.*data-00000-of-00003.*overwrite=True"):
-        _ = pipeline | beam.Create([b"new"]) | WriteToTFRecord(prefix, num_shards=2)
+        _ = pipeline | beam.Create([b"new"]) | WriteToTFRecord(prefix, num_shards=2, overwrite=False)
     assert _shards(prefix) == old
+
+
+def test_by_default_a_rerun_replaces_the_earlier_set_as_beam_does(tmp_path):
+    prefix = str(tmp_path / "data")
+    _make_old_run(prefix, 3)
+    for _ in range(2):  # the same pipeline twice, as a README snippet run twice
+        (names,), _ = _run([b"new-%d" % i for i in range(10)], (prefix, {"num_shards": 2}))
+        assert _shards(prefix) == names and len(names) == 2
+        assert _read_all(names) == collections.Counter(b"new-%d" % i for i in range(10))
 
 
 def test_rerun_is_refused_again_at_finalize(tmp_path):
     prefix = str(tmp_path / "data")
     pipeline = beam.Pipeline()
-    _ = pipeline | beam.Create([b"new"] * 10) | WriteToTFRecord(prefix, num_shards=2)  # nothing there yet
+    _ = pipeline | beam.Create([b"new"] * 10) | WriteToTFRecord(prefix, num_shards=2, overwrite=False)  # nothing there yet
     old = _make_old_run(prefix, 3)  # an earlier run lands while this one is built
     with pytest.raises(Exception, match=r"OutputExistsError|of an earlier run"):
         pipeline.run().wait_until_finish()

@@ -331,3 +331,32 @@ def test_each_piece_store_gets_its_named_graph_shape(demo_dir, store, shape):
     discard_staging(plan)  # built, never run
     assert plan.piece_store == store and shape in names
     assert (f"{shape}/GroupByShard" in names) == (store != "memory")
+
+
+def test_presence_is_what_the_build_saw_not_what_the_schema_allows(tmp_path, monkeypatch):
+    """Parquet columns are nullable by default; one with no null in any row is a dense, always-present feature."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tfrbeam.dataset import Ragged, open_dataset
+
+    monkeypatch.chdir(tmp_path)
+    table = pa.table({"id": pa.array(range(400), pa.int64()),
+                      "score": pa.array([None if i % 4 == 1 else i * 0.5 for i in range(400)], pa.float32())})
+    assert table.schema.field("id").nullable
+    pq.write_table(table, "t.parquet")
+    (tmp_path / "cfg.yaml").write_text(
+        "input: {format: parquet, path: t.parquet}\nsplits: {train: 0.5, eval: 0.5}\noutput: {path: out, num_shards: 1}\n")
+    assert build_main(["cfg.yaml", "--quiet"]) == 0
+    manifest = json.loads((tmp_path / "out" / "dataset_info.json").read_text())
+    assert manifest["features"]["id"]["always_present"] is True
+    assert manifest["features"]["score"]["always_present"] is False
+    assert manifest["parse_example_spec"]["id"] == "tf.io.FixedLenFeature([], tf.int64)"
+    assert manifest["parse_example_spec"]["score"] == "tf.io.VarLenFeature(tf.float32)"
+    for entry in manifest["splits"].values():
+        assert entry["examples_with_feature"]["id"] == entry["num_examples"]
+        assert entry["examples_with_feature"]["score"] <= entry["num_examples"]
+    assert sum(entry["num_examples"] - entry["examples_with_feature"]["score"] for entry in manifest["splits"].values()) == 100
+    batch = next(iter(open_dataset("out", split="train", batch_size=50)))
+    assert not isinstance(batch["id"], Ragged) and batch["id"].shape == (50,)
+    assert isinstance(batch["score"], Ragged)

@@ -89,7 +89,7 @@ class WriteExamples(beam.PTransform):
         compression: str | None = None,
         max_records_per_shard: int | None = None,
         max_bytes_per_shard: int | None = None,
-        overwrite: bool = False,
+        overwrite: bool = True,
     ):
         super().__init__()
         self._kinds = dict(kinds) if kinds is not None else None

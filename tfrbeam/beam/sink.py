@@ -18,10 +18,10 @@ How a write works (README text, kept in sync with the code below):
    whose final file exists and whose temporary file is gone was renamed by an earlier attempt
    and is left alone, so running it twice (as Beam may on a retry) gives the same result.
 4. **Reruns.** Files that match this sink's naming pattern (any shard count) but are not this
-   run's shards belong to an earlier run. They are refused with ``OutputExistsError`` when the
-   pipeline is built (when the prefix is known then) and again at finalize; with
-   ``overwrite=True`` finalize deletes them and their read-index files once the new shards are
-   complete, so a ``-of-00003`` set is never mixed with a ``-of-00002`` one.
+   run's shards belong to an earlier run. By default (``overwrite=True``, Beam's behaviour) the
+   commit deletes them and their index files together with renaming the new shards in, so a
+   ``-of-00003`` set is never mixed with a ``-of-00002`` one; ``overwrite=False`` refuses them with
+   ``OutputExistsError`` when the pipeline is built (when the prefix is known then) and again at finalize.
 
 A failed pipeline renames nothing, so it leaves no final shard; its hidden temporary directory
 stays (Beam has no failure hook), is never matched by shard globs, is reported by the next run
@@ -676,7 +676,7 @@ def make_sink_spec(
     compression: str | None = None,
     max_records_per_shard: int | None = None,
     max_bytes_per_shard: int | None = None,
-    overwrite: bool = False,
+    overwrite: bool = True,
 ) -> SinkSpec:
     """Check the sink arguments (as Beam does, plus ours) and build the spec; errors name the argument."""
     if not isinstance(file_path_prefix, (str, ValueProvider)):
@@ -760,9 +760,10 @@ class WriteToTFRecord(beam.PTransform):
     - ``max_records_per_shard`` / ``max_bytes_per_shard``: no shard exceeds them (bytes count the
       framed, uncompressed record bytes: payload + 16 per record). Not combinable with
       ``num_shards``, which fixes the count: exactly that many files, empty ones included.
-    - ``overwrite``: output of an earlier run under this prefix (any shard count) raises
-      ``OutputExistsError`` unless True, which removes it once this run's shards are complete.
-      Beam's sink instead deletes only files with the *new* shard count, silently.
+    - ``overwrite`` (default True, as Beam): an earlier run's shards under this prefix (any shard
+      count) are replaced in the same commit, so a ``-of-00003`` set never mixes with a
+      ``-of-00002`` one (Beam deletes only files with the *new* shard count). ``overwrite=False``
+      refuses them with ``OutputExistsError`` instead.
 
     Uncompressed shards get a read index in ``<dir>/.tfrbeam-index/``, so tfrbeam's reader splits
     them exactly. Unbounded (streaming) input is not supported. See the module docstring for how
@@ -782,7 +783,7 @@ class WriteToTFRecord(beam.PTransform):
         compression: str | None = None,
         max_records_per_shard: int | None = None,
         max_bytes_per_shard: int | None = None,
-        overwrite: bool = False,
+        overwrite: bool = True,
     ):
         super().__init__()
         if triggering_frequency is not None:

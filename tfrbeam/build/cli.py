@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import importlib
 import logging
 import os
 import re
@@ -165,6 +166,7 @@ def parse_command_line(argv: list[str]) -> tuple[argparse.Namespace, PipelineOpt
     """
     parser = _parser()
     args, rest = parser.parse_known_args(argv)
+    _import_named_runner(rest)
     beam_parser = beam_argument_parser()
     _, unknown = beam_parser.parse_known_args(rest)
     if unknown:
@@ -172,6 +174,22 @@ def parse_command_line(argv: list[str]) -> tuple[argparse.Namespace, PipelineOpt
     options = _pipeline_options(rest)
     check_runner(options)
     return args, options
+
+
+def _import_named_runner(arguments: list[str]) -> None:
+    """A runner given by module path (``--runner pkg.module.Class``) registers its options when imported."""
+    runner = None
+    for index, argument in enumerate(arguments):
+        if argument.startswith("--runner="):
+            runner = argument.split("=", 1)[1]
+        elif argument == "--runner" and index + 1 < len(arguments):
+            runner = arguments[index + 1]
+    if runner and "." in runner:
+        module = runner.rsplit(".", 1)[0]
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            raise ConfigError(f"--runner: cannot import {module} ({error}); install the runner's package") from error
 
 
 def beam_argument_parser() -> argparse.ArgumentParser:

@@ -27,6 +27,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import apache_beam as beam
+import numpy as np
 
 import tfrbeam
 from tfrbeam.beam import filesystem as fs
@@ -42,7 +43,7 @@ from tfrbeam.manifest import (
     MANIFEST_NAME,
     feature_entries,
     manifest_bytes,
-    parse_example_spec,
+    parse_example_spec_of,
     read_manifest,
 )
 from tfrbeam.offset_index import offset_index_bytes, offset_index_path_for, offsets_from_headers
@@ -69,12 +70,21 @@ def _utc_now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def sum_counts(counts: Sequence[tuple[int, int]]) -> tuple[int, int]:
+def sum_counts(counts: Sequence[tuple]) -> tuple[int, int]:
+    """Rows read and bad rows over every converted batch's (rows read, bad rows, absent counts)."""
     rows, bad = 0, 0
-    for read, failed in counts:
+    for read, failed, *_ in counts:
         rows += read
         bad += failed
     return rows, bad
+
+
+def absent_counts(counts: Sequence[tuple], num_splits: int, num_features: int) -> np.ndarray:
+    """Per split and feature, the examples that lack the feature (a null with on_null: omit), summed."""
+    total = np.zeros((num_splits, num_features), dtype=np.int64)
+    for _, _, absent in counts:
+        total += np.asarray(absent, dtype=np.int64).reshape(num_splits, num_features)
+    return total
 
 
 def too_many_bad(bad: int, rows_read: int, limit: float) -> bool:
@@ -101,7 +111,8 @@ class CommitDataset(beam.DoFn):
                 f"errors.max_bad_fraction={limit:g} allows; nothing was written to {plan.output_path}{kept}"
             )
         check_every_record_arrived(files, rows_read - bad, plan.output_path)
-        manifest = build_manifest(plan, shard_plan, files, rows_read, bad, dead_letters)
+        absent = absent_counts(counts, len(plan.config.splits), len(plan.features))
+        manifest = build_manifest(plan, shard_plan, files, rows_read, bad, dead_letters, absent)
         with held_or_taken(plan.output_root, plan.run):
             recover_output(plan.output_root, keep=plan.staging_dir)
             self._check_output_unchanged()
@@ -143,7 +154,14 @@ def check_every_record_arrived(files: Sequence[ShardFile], expected: int, output
 
 
 def build_manifest(plan: BuildPlan, shard_plan: ShardPlan, files: Sequence[ShardFile], rows_read: int, bad: int,
-                   dead_letters: Sequence[DeadLetterFile]) -> dict[str, Any]:
+                   dead_letters: Sequence[DeadLetterFile], absent: np.ndarray | None = None) -> dict[str, Any]:
+    if absent is None:
+        absent = np.zeros((len(plan.config.splits), len(plan.features)), dtype=np.int64)
+    split_index = {name: index for index, name in enumerate(plan.config.splits)}
+    names = [spec.name for spec in plan.features]
+    features = feature_entries(plan.features)
+    for column, name in enumerate(names):  # presence as the build saw it, not as the schema allows
+        features[name]["always_present"] = bool(absent[:, column].sum() == 0)
     splits = {}
     for split_plan in shard_plan.splits:
         shards = sorted((item for item in files if item.split == split_plan.name), key=lambda item: item.shard)
@@ -155,14 +173,18 @@ def build_manifest(plan: BuildPlan, shard_plan: ShardPlan, files: Sequence[Shard
                  "sha256": item.sha256}
                 for item in shards
             ],
+            "examples_with_feature": {
+                name: sum(item.num_examples for item in shards) - int(absent[split_index[split_plan.name], column])
+                for column, name in sorted(enumerate(names), key=lambda pair: pair[1])
+            },
         }
     config = plan.config
     return {
         "format": MANIFEST_FORMAT,
         "splits": splits,
         "compression": config.output.compression,
-        "features": feature_entries(plan.features),
-        "parse_example_spec": parse_example_spec(plan.features),
+        "features": features,
+        "parse_example_spec": parse_example_spec_of(features),
         "inputs": list(plan.inputs),
         "config": normalized(config_to_dict(config)),
         "seed": config.shuffle.seed if config.shuffle.enabled else None,

@@ -119,7 +119,7 @@ class _ConvertAndKey(beam.DoFn):
         converted = convert_source_batch(source, self._features)
         bad_rows = converted.bad_rows
         rows_read = source.batch.num_rows + len(source.bad_rows)  # the reader's rejects are not in the batch
-        yield beam.pvalue.TaggedOutput(_STATS, (rows_read, len(bad_rows)))
+        self._absent = np.zeros((len(self._fractions), len(self._features)), dtype=np.int64)
         if bad_rows:
             beam.metrics.Metrics.counter("tfrbeam", "bad_rows").inc(len(bad_rows))
             if self._action == "fail":
@@ -132,6 +132,9 @@ class _ConvertAndKey(beam.DoFn):
         batch = converted.batch
         if batch.num_rows:
             yield from self._pieces(source, batch, converted.kept_rows)
+        # (rows read, bad rows, per split and feature the examples that lack it): the commit checks
+        # the first two against the shards and records presence from the data, not from the schema.
+        yield beam.pvalue.TaggedOutput(_STATS, (rows_read, len(bad_rows), tuple(map(tuple, self._absent.tolist()))))
         self._progress(rows_read)
 
     def _pieces(self, source, batch, kept_rows: np.ndarray) -> Iterator[KeyedRecords]:
@@ -144,6 +147,10 @@ class _ConvertAndKey(beam.DoFn):
         else:
             split_hashes = digests[:, 0]
         split = split_indices(split_hashes, self._fractions)
+        for column, spec in enumerate(self._features):
+            if batch.column(spec.name).null_count:
+                missing = np.asarray(batch.column(spec.name).is_null(), dtype=bool)
+                self._absent[:, column] += np.bincount(split[missing], minlength=len(self._fractions))
         if self._seed is not None:
             keys = seeded_sort_keys(digests[:, 1], self._seed)
         else:

@@ -26,7 +26,7 @@ from tfrbeam.build.features import FeatureSpec
 from tfrbeam.build.inputs import InputFile, check_inputs_hold_rows, list_inputs
 from tfrbeam.build.runners import choose_piece_store
 from tfrbeam.build.shuffle import INLINE, ShardingSpec, bucket_bits_for
-from tfrbeam.errors import ConfigError, OutputExistsError, OutputNotWritableError
+from tfrbeam.errors import ConfigError, ManifestError, OutputExistsError, OutputNotWritableError
 from tfrbeam.manifest import ERRORS_DIR_NAME, MANIFEST_NAME, read_manifest
 
 __all__ = ["BuildPlan", "check_output_dir", "dataset_entries", "plan_build"]
@@ -214,7 +214,16 @@ def check_output_dir(output_root: str, resolved_config: dict, overwrite: bool, s
     shown = shown or output_root
     if overwrite:
         return
-    manifest = read_manifest(output_root, BEAM_FILES)
+    try:
+        manifest = read_manifest(output_root, BEAM_FILES)
+    except ManifestError:
+        raise
+    except Exception as error:
+        first = (str(error).splitlines() or [type(error).__name__])[0][:200]
+        raise OutputNotWritableError(
+            f"output.path {shown}: cannot look at the output ({type(error).__name__}: {first}); check the path, "
+            "the network and the credentials"
+        ) from error
     if manifest is not None:
         previous = manifest.get("config")
         if previous == normalized(resolved_config):

@@ -35,8 +35,9 @@ def _writable(array: np.ndarray) -> np.ndarray:
     return array if array.flags.writeable else array.copy()
 
 
-def to_numpy(block: Block, features: Mapping[str, Feature], padded: Padding) -> dict[str, np.ndarray | Ragged]:
-    """Fixed-length features as dense arrays, variable-length ones as ``Ragged`` (or padded on request)."""
+def to_numpy(block: Block, features: Mapping[str, Feature], padded: Padding, pad_values: Mapping[str, object] | None = None,
+             return_mask: bool = False) -> dict[str, np.ndarray | Ragged]:
+    """Fixed-length features as dense arrays, variable-length ones as ``Ragged`` (or padded on request, with masks)."""
     out: dict[str, np.ndarray | Ragged] = {}
     for name, feature in features.items():
         column = block[name]
@@ -50,7 +51,10 @@ def to_numpy(block: Block, features: Mapping[str, Feature], padded: Padding) -> 
         values = _bytes_objects(column.leaf, column.levels[-1]) if feature.dtype == "bytes" else _writable(column.leaf)
         lengths = column.levels[0]
         if name in padded:
-            out[name] = pad_rows(values, lengths, padded[name])
+            dense = pad_rows(values, lengths, padded[name], (pad_values or {}).get(name))
+            out[name] = dense
+            if return_mask:
+                out[f"{name}__mask"] = np.arange(dense.shape[1]) < np.asarray(lengths, dtype=np.int64)[:, None]
         else:
             out[name] = Ragged(values, _writable(lengths))
     return out

@@ -71,7 +71,8 @@ class _Producer:
         block = self.layout.unpack(block)
         if self.dataset.options.output == "arrow":
             return to_arrow(block, features)
-        return to_numpy(block, features, self.dataset.options.padded)
+        options = self.dataset.options
+        return to_numpy(block, features, options.padded, options.pad_values, options.return_mask)
 
     def put(self, item: tuple) -> bool:
         while not self.stop.is_set():

@@ -63,6 +63,8 @@ class Options:
     num_workers: int
     raw: bool = False
     max_features: int | None = DEFAULT_MAX_FEATURES
+    pad_values: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    return_mask: bool = False
 
     order_fields = ("batch_size", "cycle_length", "block_length", "shuffle_files", "shuffle_buffer", "seed", "drop_remainder")
 
@@ -83,6 +85,8 @@ def open_dataset(
     deterministic: bool = True,
     skip_corrupt: bool = False,
     padded: bool | Mapping[str, int | None] | Sequence[str] = False,
+    pad_value: Any = None,
+    return_mask: bool = False,
     drop_remainder: bool = False,
     feature_spec: Mapping[str, Any] | None = None,
     compression: str | None = "auto",
@@ -101,6 +105,9 @@ def open_dataset(
     - Batches: ``batch_size`` records (the last one of an epoch smaller unless ``drop_remainder``),
       as ``{name: numpy array | Ragged}`` (``output="numpy"``; ``padded`` pads variable-length
       features: True, a list of names, or {name: length}) or ``pyarrow.RecordBatch`` (``"arrow"``).
+      Padding fills with ``pad_value`` (one value, or {name: value}; default 0, ``b""`` for bytes),
+      and ``return_mask=True`` adds ``{name}__mask``, a bool array ``[B, T]`` that is True where a
+      value was read, so a padded 0 is never mistaken for a real 0.
     - Order: ``num_parallel_reads`` files interleaved (default 8), ``block_length`` records from
       each in turn, ``shuffle_files`` and a ``shuffle_buffer`` of records, all seeded by ``seed``
       (random if None, but recorded in ``state_dict``). ``deterministic=False`` takes blocks in
@@ -117,6 +124,9 @@ def open_dataset(
     source = resolve_source(path_or_pattern, split, feature_spec, compression, skip_corrupt, max_features)
     features = _select(source.features, columns)
     padding = _padding(padded, features)
+    pad_values = _pad_values(pad_value, padding)
+    if return_mask and not padding:
+        raise ConfigError("return_mask=True marks padded positions: pass padded= too")
     if batch_size < 1:
         raise ConfigError(f"batch_size must be at least 1, got {batch_size}")
     if output not in ("numpy", "arrow"):
@@ -141,6 +151,8 @@ def open_dataset(
         deterministic=deterministic,
         skip_corrupt=skip_corrupt,
         padded=padding,
+        pad_values=pad_values,
+        return_mask=return_mask,
         executor=executor,
         num_workers=max(1, workers),
         raw=raw,
@@ -161,6 +173,18 @@ def _select(features: Mapping[str, Any], columns: Sequence[str] | None) -> dict[
     if missing:
         raise ConfigError(f"columns {missing} are not features of this dataset; it has {sorted(features)}")
     return {name: features[name] for name in columns}
+
+
+def _pad_values(pad_value: Any, padding: Mapping[str, int | None]) -> dict[str, Any]:
+    """The fill value of each padded feature: one value for all, or {name: value} (others get the default)."""
+    if pad_value is None:
+        return {}
+    if isinstance(pad_value, Mapping):
+        unknown = sorted(set(pad_value) - set(padding))
+        if unknown:
+            raise ConfigError(f"pad_value names {unknown} that are not padded features; those are {sorted(padding)}")
+        return dict(pad_value)
+    return dict.fromkeys(padding, pad_value)
 
 
 def _padding(padded: bool | Mapping[str, int | None] | Sequence[str], features: Mapping[str, Any]) -> dict[str, int | None]:
@@ -306,17 +330,30 @@ class Dataset:
         return self._fingerprint()
 
     def _fingerprint(self) -> str:
-        description = {
+        return hashlib.sha256(json.dumps(self._described, sort_keys=True, default=str).encode()).hexdigest()
+
+    @functools.cached_property
+    def _described(self) -> dict[str, Any]:
+        return self._description()
+
+    def _description(self) -> dict[str, Any]:
+        """What a saved position depends on, by the argument it comes from."""
+        options = {name: getattr(self.options, name) for name in Options.order_fields + ("raw",)}
+        return {
             # Names and sizes, not full paths: a dataset copied elsewhere (say to a local disk) still resumes.
-            "segments": [
+            "files": [
                 (os.path.basename(segment.path), _size(segment.path), segment.start, segment.stop) for segment in self.segments
             ],
-            "features": sorted(self.features),
-            "options": {name: getattr(self.options, name) for name in Options.order_fields + ("raw",)},
-            "cycle": min(self.options.cycle_length, max(len(self.segments), 1)),
+            "columns": sorted(self.features),
+            **options,
+            "num_parallel_reads": min(self.options.cycle_length, max(len(self.segments), 1)),
             "shard": self._shard_key,
         }
-        return hashlib.sha256(json.dumps(description, sort_keys=True, default=str).encode()).hexdigest()
+
+    @functools.cached_property
+    def _described_digests(self) -> dict[str, str]:
+        return {key: hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
+                for key, value in self._described.items()}
 
     def state_dict(self) -> dict[str, Any]:
         """The position after the last batch delivered: pass it to ``load_state_dict`` to continue there."""
@@ -327,17 +364,22 @@ class Dataset:
             )
         fingerprint = self._fingerprint_digest  # reads every shard's size once, outside the lock
         with self._lock:
-            return {"version": STATE_VERSION, "fingerprint": fingerprint, "seed": self.options.seed, **self._position}
+            return {"version": STATE_VERSION, "fingerprint": fingerprint, "seed": self.options.seed,
+                    "arguments": self._described_digests, **self._position}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from a position saved by ``state_dict`` (same files, seed and order options)."""
         if state.get("version") != STATE_VERSION:
             raise ConfigError(f"dataset state version {state.get('version')!r} is not {STATE_VERSION}")
         if state.get("fingerprint") != self._fingerprint_digest or state.get("seed") != self.options.seed:
+            saved, ours = state.get("arguments") or {}, self._described_digests
+            differing = [key for key in ours if saved.get(key) != ours[key]]
+            if state.get("seed") != self.options.seed and "seed" not in differing:
+                differing.insert(0, "seed")
+            named = ", ".join(differing) if saved else "files, shard, seed or order options"
             raise ConfigError(
-                "this dataset state was saved by a dataset with other files, shard, seed or order options "
-                "(batch_size, num_parallel_reads, block_length, shuffle_files, shuffle_buffer, drop_remainder, "
-                "columns); open the dataset with the same arguments (and seed) to resume"
+                f"this dataset state was saved by a dataset with other {named} (saved seed {state.get('seed')}, this "
+                f"dataset's {self.options.seed}); open the dataset with the same arguments to resume"
             )
         with self._lock:
             self._position = {key: int(state[key]) for key in ("epoch", "batch", "pass_start", "taken")}

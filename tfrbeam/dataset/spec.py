@@ -167,6 +167,8 @@ def resolve_source(
     if manifest_path is not None:
         return _from_manifest(manifest_path, split, feature_spec, compression)
     if split is not None:
+        if isinstance(path, (str, os.PathLike)) and not os.path.exists(path) and not globmod.has_magic(os.fspath(path)):
+            raise ConfigError(f"{os.fspath(path)!r} does not exist (relative paths are from {os.getcwd()})")
         raise ConfigError(
             f"split={split!r} needs a directory written by `tfrbeam build` (with {MANIFEST_NAME}); "
             f"{path!r} has no manifest, so pass the split's files (a glob) instead"
