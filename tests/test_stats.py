@@ -15,7 +15,7 @@ from hypothesis import given, settings, strategies as st
 from tfrbeam.cli import main
 from tfrbeam.columnar_encode import record_batch_to_examples
 from tfrbeam.example import encode_example
-from tfrbeam.file_tools import value_to_json
+from tfrbeam.json_values import value_to_json
 from tfrbeam.records import RecordWriter
 from tfrbeam.stats.accumulators import SplitAccumulator, stats_schema
 from tfrbeam.stats.compute import accumulate_file, compute_stats, write_dataset_stats

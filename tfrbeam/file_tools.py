@@ -5,24 +5,21 @@ No Beam here; the CLI module only parses arguments and prints what these functio
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import glob
-import math
 import os
-import struct
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from tfrbeam.errors import ExampleDecodeError, RecordError, TfrbeamError
 from tfrbeam.example import decode_example, decode_sequence_example
+from tfrbeam.json_values import value_to_json
 from tfrbeam.manifest import MANIFEST_NAME, TF_DTYPES
 from tfrbeam.records import RecordReader
 from tfrbeam.stats.files import STATS_HTML, STATS_JSON
 
 _NOT_RECORD_FILES = (MANIFEST_NAME, STATS_JSON, STATS_HTML)  # what a dataset directory holds beside its shards
 
-_FLOAT32 = struct.Struct("<f")
 
 
 
@@ -116,37 +113,6 @@ def iter_raw_json(paths: list[str], limit: int | None = None) -> Iterator[dict]:
                     return
                 count += 1
                 yield {"offset": offset, "size": len(payload), "data": value_to_json("bytes", bytes(payload))}
-
-
-def value_to_json(kind: str | None, value: object) -> object:
-    """A JSON-safe value: bytes as text when valid UTF-8, else ``{"base64": ...}``; non-finite floats as strings."""
-    if kind == "bytes":
-        assert isinstance(value, bytes)
-        try:
-            return value.decode("utf-8")
-        except UnicodeDecodeError:
-            return {"base64": base64.b64encode(value).decode("ascii")}
-    if kind == "float":
-        assert isinstance(value, float)
-        if math.isnan(value):
-            return "NaN"
-        if math.isinf(value):
-            return "Infinity" if value > 0 else "-Infinity"
-        # Example floats are float32: the shortest text that reads back as the same float32 (5.2, not 5.199999809265137).
-        return shortest_float32(value)
-    return value
-
-
-def shortest_float32(value: float) -> float:
-    """The float with the fewest significant digits that is still the same float32 as ``value``."""
-    for digits in range(1, 10):  # 9 significant digits always round-trip a float32
-        candidate = float(f"{value:.{digits}g}")
-        try:
-            if _FLOAT32.unpack(_FLOAT32.pack(candidate))[0] == value:
-                return candidate
-        except OverflowError:  # rounded past the largest float32
-            continue
-    return value
 
 
 def features_to_json(features: dict[str, tuple[str | None, list]], with_kinds: bool = False) -> dict:

@@ -62,7 +62,7 @@ from tfrbeam.beam.publish import (
 )
 from tfrbeam.beam.runner_support import refuse_lossy_runner
 from tfrbeam.beam.source import compression_for_file, resolve_compression
-from tfrbeam.errors import CommitError, ConfigError, OutputExistsError, ShortWriteError, TfrbeamError
+from tfrbeam.errors import CommitError, ConfigError, OutputExistsError, OutputLockedError, ShortWriteError, TfrbeamError
 from tfrbeam.naming import ShardNaming
 from tfrbeam.offset_index import offset_index_bytes, offset_index_path_for, offsets_from_headers
 from tfrbeam.record_index import IndexBuilder, index_path_for
@@ -458,6 +458,11 @@ class Finalizer:
         temp_shards = list(temp_shards)
         try:
             return self._run(temp_shards, expected_records)
+        except OutputLockedError:
+            # Another run is committing into this prefix: this one fails for good (a retry must not
+            # publish after it), and nothing it wrote is kept.
+            fs.delete_tree(self.temp_dir)
+            raise
         except BaseException:
             abandon(self.temp_dir)  # the next run into the prefix completes or removes what this one left
             raise
