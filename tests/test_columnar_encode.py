@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from benchmarks.table import make_benchmark_table
 from tfrbeam import columnar_encode
+from tfrbeam.arrow_types import is_list
 from tfrbeam.columnar_encode import EncodedExamples, encode_record_batch, record_batch_to_examples
 from tfrbeam.errors import ArrowConversionError
 from tfrbeam.example import encode_example
@@ -24,7 +25,7 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 def _item_type(arrow_type: pa.DataType) -> pa.DataType:
-    if columnar_encode._is_list_type(arrow_type):
+    if is_list(arrow_type):
         arrow_type = arrow_type.value_type
     return arrow_type.value_type if pa.types.is_dictionary(arrow_type) else arrow_type
 

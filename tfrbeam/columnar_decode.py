@@ -50,6 +50,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tfrbeam.arrow_types import is_bytes
 from tfrbeam.byte_views import byte_rows, le_integers
 from tfrbeam.errors import ArrowConversionError, ExampleDecodeError, RecordLimitError
 
@@ -1459,12 +1460,7 @@ def _kind_of_type(arrow_type: pa.DataType) -> int | None:
         return KIND_INT64
     if pa.types.is_floating(arrow_type):
         return KIND_FLOAT
-    if (
-        pa.types.is_binary(arrow_type)
-        or pa.types.is_large_binary(arrow_type)
-        or pa.types.is_string(arrow_type)
-        or pa.types.is_large_string(arrow_type)
-    ):
+    if is_bytes(arrow_type):
         return KIND_BYTES
     return None
 

@@ -23,6 +23,7 @@ from typing import overload
 import numpy as np
 import pyarrow as pa
 
+from tfrbeam.arrow_types import is_list, scalar_kind
 from tfrbeam.byte_views import windows
 from tfrbeam.errors import ArrowConversionError
 from tfrbeam.example import encode_varint
@@ -161,47 +162,12 @@ def _single_array(column: pa.Array | pa.ChunkedArray) -> pa.Array:
     return pa.concat_arrays(chunks)
 
 
-def scalar_kind(arrow_type: pa.DataType) -> str | None:
-    """The Example kind ("int64", "float", "bytes") of a scalar Arrow type, or None when it has none."""
-    if pa.types.is_dictionary(arrow_type):
-        return scalar_kind(arrow_type.value_type)
-    if pa.types.is_integer(arrow_type) or pa.types.is_boolean(arrow_type):
-        return "int64"
-    if pa.types.is_floating(arrow_type):
-        return "float"
-    if _is_bytes_type(arrow_type):
-        return "bytes"
-    return None
-
-
-def _is_bytes_type(arrow_type: pa.DataType) -> bool:
-    return (
-        pa.types.is_string(arrow_type)
-        or pa.types.is_large_string(arrow_type)
-        or pa.types.is_binary(arrow_type)
-        or pa.types.is_large_binary(arrow_type)
-        or pa.types.is_string_view(arrow_type)
-        or pa.types.is_binary_view(arrow_type)
-        or pa.types.is_fixed_size_binary(arrow_type)
-    )
-
-
-def _is_list_type(arrow_type: pa.DataType) -> bool:
-    return (
-        pa.types.is_list(arrow_type)
-        or pa.types.is_large_list(arrow_type)
-        or pa.types.is_fixed_size_list(arrow_type)
-        or pa.types.is_list_view(arrow_type)
-        or pa.types.is_large_list_view(arrow_type)
-    )
-
-
 def feature_kind(name: str, arrow_type: pa.DataType) -> tuple[str, bool]:
     """The Example kind of column ``name`` and whether it is a list; ArrowConversionError when unmappable."""
     kind = scalar_kind(arrow_type)
     if kind is not None:
         return kind, False
-    if _is_list_type(arrow_type):
+    if is_list(arrow_type):
         kind = scalar_kind(arrow_type.value_type)
         if kind is not None:
             return kind, True
@@ -232,7 +198,7 @@ def _suggested_fix(arrow_type: pa.DataType, inside_list: bool) -> str:
         return "flatten it into one column per field with table.flatten()"
     if types.is_map(arrow_type):
         return "split it into two list columns with pc.map_keys(col) and pc.map_values(col)"
-    if _is_list_type(arrow_type):
+    if is_list(arrow_type):
         return "Example lists are flat; flatten one level with pc.list_flatten(col) or serialize the inner lists to bytes"
     where = "list items" if inside_list else "values"
     return f"convert the {where} to integers, floats or strings first (e.g. pc.cast(col, pa.string()))"

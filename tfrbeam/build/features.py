@@ -31,7 +31,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tfrbeam.columnar_encode import scalar_kind as _natural_type  # the encoder's own mapping, shared
+from tfrbeam.arrow_types import (
+    is_binary as _is_binary,
+    is_list as _is_list,
+    is_temporal as _is_temporal,
+    is_text as _is_text,
+    plain_list,
+    scalar_kind as _natural_type,
+)
 from tfrbeam.errors import ArrowConversionError
 
 __all__ = [
@@ -207,28 +214,6 @@ def _find_source(names: Sequence[str], source: str) -> tuple[str, list[str]] | N
         if head in names:
             return head, parts[cut:]
     return None
-
-
-def _is_text(arrow_type: pa.DataType) -> bool:
-    types = pa.types
-    return types.is_string(arrow_type) or types.is_large_string(arrow_type) or types.is_string_view(arrow_type)
-
-
-def _is_binary(arrow_type: pa.DataType) -> bool:
-    types = pa.types
-    return (types.is_binary(arrow_type) or types.is_large_binary(arrow_type) or types.is_binary_view(arrow_type)
-            or types.is_fixed_size_binary(arrow_type))
-
-
-def _is_list(arrow_type: pa.DataType) -> bool:
-    types = pa.types
-    return types.is_list(arrow_type) or types.is_large_list(arrow_type) or types.is_fixed_size_list(arrow_type)
-
-
-def _is_temporal(arrow_type: pa.DataType) -> bool:
-    types = pa.types
-    return (types.is_timestamp(arrow_type) or types.is_date(arrow_type) or types.is_time(arrow_type)
-            or types.is_duration(arrow_type))
 
 
 def _allowed_types(arrow_type: pa.DataType) -> tuple[str, ...]:
@@ -497,7 +482,7 @@ def _source_column(batch: pa.RecordBatch, source: str, path: str) -> pa.Array:
         column = pa.concat_arrays(column.chunks) if column.num_chunks != 1 else column.chunk(0)
     if pa.types.is_dictionary(column.type):
         column = column.dictionary_decode()
-    return column
+    return plain_list(column)
 
 
 def _convert_column(spec: FeatureSpec, column: pa.Array, problems: _Problems,
