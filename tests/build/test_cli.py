@@ -197,7 +197,7 @@ def test_a_signal_mid_build_is_one_line_and_a_rerun_succeeds_leaving_nothing_ext
         line = process.stderr.readline()
         assert line, f"the build ended before it started running: {seen}"
         seen += line
-    time.sleep(1.0)
+    time.sleep(0.3)  # the pipeline has started; 300k rows keep it busy for well over a second after this
     assert process.poll() is None, "the build finished before the signal; give it more rows"
     workers = _descendants(process.pid)
     process.send_signal(getattr(signals, signal_name))

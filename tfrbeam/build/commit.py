@@ -46,7 +46,7 @@ from tfrbeam.manifest import (
     parse_example_spec_of,
     read_manifest,
 )
-from tfrbeam.offset_index import offset_index_bytes, offset_index_path_for, offsets_from_headers
+from tfrbeam.offset_index import offset_index_path_for, stamp_offset_index
 from tfrbeam.record_index import INDEX_DIR_NAME, index_path_for, stamp_index
 
 __all__ = ["CommitDataset", "DeadLetterFile", "NEW_DATASET_DIR", "OLD_DATASET_DIR", "discard_staging", "recover_output"]
@@ -104,7 +104,8 @@ class CommitDataset(beam.DoFn):
         rows_read, bad = sum_counts(counts)
         limit = plan.config.errors.max_bad_fraction
         if too_many_bad(bad, rows_read, limit):
-            fs.delete_files([item.temp_path for item in files] + [item.temp_index_path for item in files if item.temp_index_path])
+            staged = [(item.temp_path, item.temp_index_path, item.temp_offsets_path) for item in files]
+            fs.delete_files([path for paths in staged for path in paths if path])
             kept = f"; the bad rows are kept in {fs.join(plan.staging_dir, ERRORS_DIR_NAME)}" if dead_letters else ""
             raise TooManyBadRecordsError(
                 f"{bad} of {rows_read} input rows ({bad / max(rows_read, 1):.2%}) were bad, more than "
@@ -216,8 +217,8 @@ def _staged_moves(plan: BuildPlan, files: Sequence[ShardFile], dead_letters: Seq
     """(staged file, its path under ``root``) for every shard, read index and dead-letter file."""
     moves = [(item.temp_path, fs.join(root, *item.relative_path.split("/"))) for item in files]
     moves += [
-        (item.temp_index_path, fs.join(root, item.split, INDEX_DIR_NAME, posixpath.basename(item.temp_index_path)))
-        for item in files if item.temp_index_path
+        (index, fs.join(root, item.split, INDEX_DIR_NAME, posixpath.basename(index)))
+        for item in files for index in (item.temp_index_path, item.temp_offsets_path) if index
     ]
     moves += [(item.temp_path, fs.join(root, *item.relative_path.split("/"))) for item in dead_letters]
     return moves
@@ -248,12 +249,11 @@ def publish_by_swap(plan: BuildPlan, files: Sequence[ShardFile], dead_letters: S
 
 
 def _finish_indexes(shard_path: str) -> None:
-    """Stamp a staged shard's read index with the file's mtime (renames keep it) and write its offset index."""
-    stat = os.stat(shard_path)
+    """Stamp a staged shard's read index and offset index with the file's mtime (the swap's renames keep it)."""
     if os.path.exists(index_path_for(shard_path)):
         stamp_index(shard_path)
-    offsets = offsets_from_headers(shard_path)
-    fs.write_bytes(offset_index_path_for(shard_path), offset_index_bytes(offsets, stat.st_mtime))
+    if os.path.exists(offset_index_path_for(shard_path)):
+        stamp_offset_index(shard_path)
 
 
 def _old_manifest(output_root: str) -> dict | None:

@@ -79,6 +79,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from tfrbeam.byte_views import windows
 from tfrbeam.naming import shard_file_name
+from tfrbeam.offset_index import OffsetIndexBuilder, offset_index_path_for
 from tfrbeam.record_index import IndexBuilder, index_path_for
 from tfrbeam.records import (
     FOOTER_SIZE,
@@ -906,6 +907,7 @@ class ShardFile:
     relative_path: str
     temp_path: str
     temp_index_path: str | None
+    temp_offsets_path: str | None
     num_examples: int
     num_bytes: int
     sha256: str
@@ -1270,30 +1272,37 @@ class _WriteShard(beam.DoFn):
         relative_path = f"{split_plan.name}/{name}"
         temp_path = FileSystems.join(self._temp_dir, split_plan.name, name)
         index = IndexBuilder() if spec.write_index and spec.compression is None else None
+        offsets = OffsetIndexBuilder() if index is not None else None
         handle = _HashingFile(FileSystems.create(temp_path, compression_type=CompressionTypes.UNCOMPRESSED))
         try:
             writer = RecordWriter(handle, spec.compression)
             for start in range(0, len(kept), _WRITE_BLOCK_RECORDS):
                 positions = kept[start:start + _WRITE_BLOCK_RECORDS]
-                if index is not None:
-                    index.add_batch(writer.bytes_written, writer.records_written, received.payload_lengths(positions))
+                if index is not None and offsets is not None:
+                    lengths = received.payload_lengths(positions)
+                    index.add_batch(writer.bytes_written, writer.records_written, lengths)
+                    offsets.add_batch(writer.bytes_written, writer.records_written, lengths)
                 writer.write_framed(received.frames(positions), len(positions))
             writer.close()
         finally:
             handle.close()
-        temp_index_path = None
-        if index is not None:
+        temp_index_path = temp_offsets_path = None
+        if index is not None and offsets is not None:
+            # mtime None here: the commit stamps the file's own mtime once the shard is in its final directory.
             temp_index_path = index_path_for(temp_path)
             with FileSystems.create(temp_index_path, compression_type=CompressionTypes.UNCOMPRESSED) as index_file:
-                # mtime None: a rename (a copy on object stores) changes it, and reruns stay byte-identical.
                 index_file.write(index.to_bytes(handle.size, None, len(kept)))
+            temp_offsets_path = offset_index_path_for(temp_path)
+            with FileSystems.create(temp_offsets_path, compression_type=CompressionTypes.UNCOMPRESSED) as offsets_file:
+                offsets_file.write(offsets.to_bytes(handle.size, None))
         beam.metrics.Metrics.counter("tfrbeam", "examples_written").inc(len(kept))
         _LOG.info(
             "wrote %s: %d examples, %d bytes in %.1f s", relative_path, len(kept), handle.size, time.monotonic() - started
         )
         return ShardFile(
             split=split_plan.name, shard=shard, num_shards=split_plan.num_shards, relative_path=relative_path,
-            temp_path=temp_path, temp_index_path=temp_index_path, num_examples=len(kept), num_bytes=handle.size,
+            temp_path=temp_path, temp_index_path=temp_index_path, temp_offsets_path=temp_offsets_path,
+            num_examples=len(kept), num_bytes=handle.size,
             sha256=handle.sha256_hex,
         )
 
