@@ -15,16 +15,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import tfrbeam.blocks as record_blocks_module
+from tests.helpers import record_offsets as record_starts
 from tfrbeam.blocks import RecordBlock, offset_of_record, record_blocks
 from tfrbeam.errors import RecordError
 from tfrbeam.records import RECORD_OVERHEAD, RecordReader, frame_records
 
 CHUNKS = st.sampled_from([16, 31, 64, 257, 4096, 1 << 20])
 PAYLOADS = st.lists(st.binary(max_size=300), max_size=30)
-
-
-def record_starts(payloads: list[bytes]) -> list[int]:
-    return np.concatenate([[0], np.cumsum([len(p) + RECORD_OVERHEAD for p in payloads])]).astype(int).tolist()
 
 
 def reader_result(path, start=0, **kwargs) -> tuple[list[tuple[int, bytes]], RecordError | None]:

@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
 import tfrbeam.example as example_module
+from tests.helpers import with_float32_bits as _bits
 from tfrbeam.errors import ExampleDecodeError, ExampleEncodeError
 from tfrbeam.example import (
     INT64_MAX,
@@ -81,17 +82,6 @@ def _reference_example(reference: dict) -> bytes:
 def _expected_decoding(reference: dict) -> dict:
     return {name: (kind, _narrow(values) if kind == "float" else values)
             for name, (kind, values) in sorted(reference.items())}
-
-
-def _bits(decoded):
-    """decoded output with every float replaced by its float32 bit pattern, so NaN compares equal."""
-    if isinstance(decoded, float):
-        return struct.pack("<f", decoded).hex() if abs(decoded) <= 3.5e38 or decoded != decoded else repr(decoded)
-    if isinstance(decoded, (list, tuple)):
-        return type(decoded)(_bits(item) for item in decoded)
-    if isinstance(decoded, dict):
-        return {name: _bits(value) for name, value in decoded.items()}
-    return decoded
 
 
 def _protobuf_decoding(message_features) -> dict:

@@ -29,10 +29,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import struct
 
 import pytest
 
+from tests.helpers import float32_bits as _f32_bits, with_float32_bits as _bits
 from tfrbeam.example import (
     decode_example,
     decode_sequence_example,
@@ -49,21 +49,6 @@ _TF_DIFFERS = {2, 3, 7, 9, 10}
 
 def _load(tf_vectors, name: str) -> dict:
     return json.loads((tf_vectors / name).read_text(encoding="utf-8"))
-
-
-def _f32_bits(value: float) -> str:
-    return f"0x{struct.unpack('<I', struct.pack('<f', value))[0]:08x}"
-
-
-def _bits(decoded):
-    """decoded output with every float replaced by its float32 bit pattern, so NaN compares equal."""
-    if isinstance(decoded, float):
-        return _f32_bits(decoded)
-    if isinstance(decoded, (list, tuple)):
-        return type(decoded)(_bits(item) for item in decoded)
-    if isinstance(decoded, dict):
-        return {name: _bits(value) for name, value in decoded.items()}
-    return decoded
 
 
 def _assert_values(kind: str | None, values: list, expected: dict, where: str) -> None:

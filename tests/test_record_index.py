@@ -9,6 +9,7 @@ import os
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from tests.helpers import record_offsets, write_index
 from tfrbeam.errors import RecordIndexError
 from tfrbeam.record_index import (
     INDEX_INTERVAL_BYTES,
@@ -19,14 +20,6 @@ from tfrbeam.record_index import (
     parse_index,
 )
 from tfrbeam.records import RECORD_OVERHEAD, RecordReader, RecordWriter, masked_crc32c
-
-
-def record_starts(lengths: list[int], start: int = 0) -> list[int]:
-    starts = []
-    for length in lengths:
-        starts.append(start)
-        start += length + RECORD_OVERHEAD
-    return starts
 
 
 def expected_entries(starts: list[int], interval: int) -> list[int]:
@@ -73,7 +66,7 @@ def test_shard_globs_do_not_see_the_index(tmp_path):
     cuts=st.lists(st.integers(0, 60), max_size=5),
 )
 def test_add_and_add_batch_keep_the_first_start_after_each_boundary(lengths, interval, cuts):
-    starts = record_starts(lengths)
+    starts = record_offsets(lengths)[:-1]
     one_by_one = IndexBuilder(interval)
     for number, start in enumerate(starts):
         one_by_one.add(start, number)
@@ -91,7 +84,7 @@ def test_add_and_add_batch_keep_the_first_start_after_each_boundary(lengths, int
 
 def test_round_trip_keeps_every_field():
     builder = IndexBuilder(100)
-    for number, start in enumerate(record_starts([40] * 30)):
+    for number, start in enumerate(record_offsets([40] * 30)[:-1]):
         builder.add(start, number)
     index = parse_index(builder.to_bytes(30 * 56, 1_700_000_000.123456, 30), "x.idx")
     assert index == RecordIndex(
@@ -122,7 +115,7 @@ def test_to_bytes_refuses_entries_outside_the_file():
 
 def test_every_damaged_byte_and_every_truncation_is_refused():
     builder = IndexBuilder(64)
-    for number, start in enumerate(record_starts([30] * 20)):
+    for number, start in enumerate(record_offsets([30] * 20)[:-1]):
         builder.add(start, number)
     data = builder.to_bytes(20 * 46, 3.0, 20)
     for position in range(len(data)):
@@ -192,13 +185,6 @@ def test_index_of_a_real_file_points_at_record_starts(tmp_path):
     assert list(index.offsets) == expected_entries(starts, 16 * 1024)
     assert all(starts[n] == offset for offset, n in zip(index.offsets, index.record_numbers))
     assert len(index.offsets) == pytest.approx(size / (16 * 1024), abs=1)
-
-
-def write_index(data_path: str, data: bytes) -> None:
-    index_path = index_path_for(data_path)
-    os.makedirs(os.path.dirname(index_path), exist_ok=True)
-    with open(index_path, "wb") as handle:
-        handle.write(data)
 
 
 def test_load_index_uses_current_and_ignores_missing_garbage_and_stale(tmp_path, caplog):

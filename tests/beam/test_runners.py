@@ -20,6 +20,7 @@ import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from tests.helpers import shard_files
 from tests.worker_pool import external_worker_pool, workers_started
 from tfrbeam.beam.examples_read import ReadExamples
 from tfrbeam.beam.examples_write import WriteExamples
@@ -71,12 +72,8 @@ def _build(pipeline: beam.Pipeline, patterns: tuple[str, str], out: str, validat
     )
 
 
-def _shards(out: pathlib.Path, name: str) -> list[str]:
-    return sorted(str(path) for path in out.glob(f"{name}-*-of-*"))
-
-
 def _verify(out: pathlib.Path) -> None:
-    fixed, limited = _shards(out, "fixed"), _shards(out, "limited")
+    fixed, limited = shard_files(str(out / "fixed")), shard_files(str(out / "limited"), ".gz")
     assert len(fixed) == 3 and all(path.endswith("-of-00003") for path in fixed)
     assert len(limited) >= 5 and all(path.endswith(".gz") for path in limited)
     expected = collections.Counter(INPUT_RECORDS)
@@ -85,7 +82,8 @@ def _verify(out: pathlib.Path) -> None:
     assert all(sum(1 for _ in read_records(path)) <= 25 for path in limited)
     by_id = sorted(EXAMPLES, key=lambda example: example["id"])
     for name, compression in (("batches", None), ("dicts", "zlib")):
-        written = [decode_example(r) for path in _shards(out, name) for r in read_records(path, compression)]
+        suffix = ".gz" if name == "limited" else ""
+        written = [decode_example(r) for path in shard_files(str(out / name), suffix) for r in read_records(path, compression)]
         assert sorted(written, key=lambda example: example["id"]) == by_id
     assert not [name for name in os.listdir(out) if name.startswith(".tfrbeam-temp")]
 

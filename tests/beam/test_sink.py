@@ -8,7 +8,6 @@ import io
 import json
 import os
 import pathlib
-import re
 import subprocess
 import sys
 
@@ -21,6 +20,7 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 from hypothesis import given, settings, strategies as st
 
+from tests.helpers import shard_files as _shards
 from tfrbeam.beam import sink
 from tfrbeam.beam.examples_write import WriteExamples, _FrameExamplesFn
 from tfrbeam.beam.sink import Finalizer, WriteToTFRecord, frame_batch, make_sink_spec
@@ -70,12 +70,6 @@ def _run(records, *writes, options=(), create_reshuffle=True):
 
 def _read_all(paths, compression="auto"):
     return collections.Counter(record for path in paths for record in read_records(path, compression))
-
-
-def _shards(prefix, suffix=""):
-    """Files named like shards of ``prefix`` (five-digit -SSSSS-of-NNNNN), found on disk."""
-    pattern = re.escape(prefix) + r"-\d{5}-of-\d{5}" + re.escape(suffix)
-    return sorted(path for path in glob.glob(f"{prefix}-*") if re.fullmatch(pattern, path))
 
 
 def _temp_dirs(directory):

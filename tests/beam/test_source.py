@@ -19,6 +19,7 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 
+from tests.helpers import write_index
 from tfrbeam.beam import ReadAllFromTFRecord, ReadExamples, ReadFromTFRecord, TFRecordSource, source as source_module
 from tfrbeam.beam.examples_read import DecodeToDicts, DecodeToRecordBatches, _ExampleSource
 from tfrbeam.beam.source import INDEXED, SCAN, WHOLE, ReadOptions, TFRecordFileSource, _ExpandIntoRanges
@@ -35,7 +36,7 @@ from tfrbeam.errors import (
     UnsupportedCompressionError,
 )
 from tfrbeam.example import decode_example, encode_example
-from tfrbeam.record_index import INDEX_INTERVAL_BYTES, IndexBuilder, index_path_for
+from tfrbeam.record_index import INDEX_INTERVAL_BYTES, IndexBuilder
 from tfrbeam.records import RecordWriter, frame_records, read_records
 
 # ---------------------------------------------------------------------------------------------
@@ -55,13 +56,6 @@ def write_records(path, payloads, *, index=True, interval=INDEX_INTERVAL_BYTES, 
     if index:
         write_index(path, builder.to_bytes(os.path.getsize(path), os.path.getmtime(path), len(payloads)))
     return starts
-
-
-def write_index(path, data: bytes) -> None:
-    index_path = index_path_for(str(path))
-    os.makedirs(os.path.dirname(index_path), exist_ok=True)
-    with open(index_path, "wb") as handle:
-        handle.write(data)
 
 
 def file_source(path, **kwargs) -> TFRecordFileSource:
