@@ -360,3 +360,25 @@ def test_presence_is_what_the_build_saw_not_what_the_schema_allows(tmp_path, mon
     batch = next(iter(open_dataset("out", split="train", batch_size=50)))
     assert not isinstance(batch["id"], Ragged) and batch["id"].shape == (50,)
     assert isinstance(batch["score"], Ragged)
+
+
+def test_the_build_writes_dali_index_files_on_request(demo_dir):
+    from tfrbeam.build.config import load_config
+    from tfrbeam.errors import ConfigError
+    from tfrbeam.records import RECORD_OVERHEAD
+
+    assert build(demo_dir, "demo.yaml", "--set", "output.path=out/dali", "--set", "output.dali_index=true") == 0
+    dataset = demo_dir / "out" / "dali"
+    manifest = json.loads((dataset / "dataset_info.json").read_text())
+    for split, entry in manifest["splits"].items():
+        for shard in entry["shards"]:
+            path = dataset / shard["path"]
+            lines, offset = [], 0
+            for payload in read_records(str(path)):  # an independent header walk
+                lines.append(f"{offset} {len(payload) + RECORD_OVERHEAD}")
+                offset += len(payload) + RECORD_OVERHEAD
+            index = dataset / "dali" / split / (path.name + ".idx")
+            assert index.read_text().splitlines() == lines
+    assert verify_dataset(str(dataset)) == []
+    with pytest.raises(ConfigError, match=r"output\.dali_index: DALI indexes describe uncompressed"):
+        load_config(str(REPO_ROOT / "configs" / "demo.yaml"), ["output.dali_index=true", "output.compression=gzip"])

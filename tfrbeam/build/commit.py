@@ -34,7 +34,7 @@ from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.filesystem import BEAM_FILES
 from tfrbeam.beam.publish import CommitJournal, held_or_taken, recover, swap_into_place
 from tfrbeam.build.config import config_to_dict
-from tfrbeam.build.plan import BuildPlan, check_output_dir, dataset_entries, foreign_entries, normalized
+from tfrbeam.build.plan import DALI_DIR_NAME, BuildPlan, check_output_dir, dataset_entries, foreign_entries, normalized
 from tfrbeam.build.shuffle import ShardFile, ShardPlan, discard_pieces
 from tfrbeam.errors import CommitError, ManifestError, OutputExistsError, ShortWriteError, TooManyBadRecordsError
 from tfrbeam.manifest import (
@@ -46,7 +46,7 @@ from tfrbeam.manifest import (
     parse_example_spec_of,
     read_manifest,
 )
-from tfrbeam.offset_index import offset_index_path_for, stamp_offset_index
+from tfrbeam.offset_index import dali_index_text, offset_index_path_for, parse_offset_index, stamp_offset_index, write_dali_index
 from tfrbeam.record_index import INDEX_DIR_NAME, index_path_for, stamp_index
 
 __all__ = ["CommitDataset", "DeadLetterFile", "NEW_DATASET_DIR", "OLD_DATASET_DIR", "discard_staging", "recover_output"]
@@ -238,6 +238,9 @@ def publish_by_swap(plan: BuildPlan, files: Sequence[ShardFile], dead_letters: S
     fs.rename(moves)
     if plan.config.output.compression is None:
         fs.in_threads(_finish_indexes, [fs.join(new_dir, *item.relative_path.split("/")) for item in files])
+    if plan.config.output.dali_index:
+        for item in files:
+            write_dali_index(fs.join(new_dir, *item.relative_path.split("/")), _dali_path(new_dir, item))
     fs.write_bytes(fs.join(new_dir, MANIFEST_NAME), manifest_bytes(manifest), "application/json")
     replaced = swap_into_place(new_dir, plan.output_root, old_dir)  # the commit point
     try:
@@ -246,6 +249,17 @@ def publish_by_swap(plan: BuildPlan, files: Sequence[ShardFile], dead_letters: S
     except OSError as error:  # published already: what is left is the next run's to remove
         _LOG.warning("published %s, but could not clean up %s (%s); the next build into it finishes this",
                      plan.output_path, plan.staging_dir, error)
+
+
+def load_offsets_of(staged_shard: str) -> Any:
+    """Record starts (and the end) of a staged shard, from the offset index its writer wrote."""
+    with fs.open_read(offset_index_path_for(staged_shard)) as handle:
+        return parse_offset_index(handle.read(), offset_index_path_for(staged_shard)).offsets
+
+
+def _dali_path(root: str, item: ShardFile) -> str:
+    """Where a shard's DALI index goes: ``{root}/dali/{split}/{shard file name}.idx``."""
+    return fs.join(root, DALI_DIR_NAME, item.split, posixpath.basename(item.relative_path) + ".idx")
 
 
 def _finish_indexes(shard_path: str) -> None:
@@ -285,7 +299,13 @@ def publish_by_journal(plan: BuildPlan, files: Sequence[ShardFile], dead_letters
     for name in sorted(names):
         doomed += list(fs.match(fs.join(root, name, "**")))
         doomed += [path for path in (fs.join(root, name),) if fs.exists(path)]
-    moves = _staged_moves(plan, files, dead_letters, root) + [(staged_manifest, fs.join(root, MANIFEST_NAME))]
+    moves = _staged_moves(plan, files, dead_letters, root)
+    if plan.config.output.dali_index:  # written from the staged shards, moved in with them
+        for item in files:
+            staged = _dali_path(plan.staging_dir, item)
+            fs.write_bytes(staged, dali_index_text(load_offsets_of(item.temp_path)).encode("ascii"), "text/plain")
+            moves.append((staged, _dali_path(root, item)))
+    moves.append((staged_manifest, fs.join(root, MANIFEST_NAME)))
     journal = CommitJournal(plan.run.run_id, root, tuple(doomed), tuple(moves))
     journal.write(plan.staging_dir)
     journal.apply()

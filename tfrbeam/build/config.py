@@ -95,6 +95,7 @@ class OutputConfig:
     num_shards: int | dict[str, int] | None = None
     max_bytes_per_shard: int | None = DEFAULT_MAX_BYTES_PER_SHARD
     compression: str | None = None
+    dali_index: bool = False  # also write NVIDIA DALI's tfrecord2idx files under {path}/dali/{split}/
 
     def shards_for(self, split: str) -> int | None:
         """The shard count of one split, or None when shards are sized by max_bytes_per_shard."""
@@ -396,7 +397,7 @@ _CSV_KEYS = ("delimiter", "quote_char", "escape_char", "header", "column_names",
              "false_values", "skip_rows", "encoding", "max_row_bytes")
 _FEATURE_KEYS = ("type", "source", "on_null", "default", "separator", "length", "format", "unit")
 _SHUFFLE_KEYS = ("enabled", "seed")
-_OUTPUT_KEYS = ("path", "num_shards", "max_bytes_per_shard", "compression")
+_OUTPUT_KEYS = ("path", "num_shards", "max_bytes_per_shard", "compression", "dali_index")
 _ERRORS_KEYS = ("on_bad_record", "max_bad_fraction", "allow_empty")
 
 
@@ -680,8 +681,12 @@ def _parse_output(check: _Checker, raw: Any, splits: dict[str, float]) -> Output
     if raw_shards is None and raw_max_bytes is None:
         max_bytes = DEFAULT_MAX_BYTES_PER_SHARD
     compression = check.choice(section, "compression", "output", COMPRESSIONS, "none") or "none"
+    dali_index = check.boolean(section, "dali_index", "output", False)
+    if dali_index and compression != "none":
+        check.fail("output.dali_index", "DALI indexes describe uncompressed TFRecord files; set output.compression: none "
+                   "or drop dali_index")
     return OutputConfig(path=path, num_shards=num_shards, max_bytes_per_shard=max_bytes,
-                        compression=None if compression == "none" else compression)
+                        compression=None if compression == "none" else compression, dali_index=dali_index)
 
 
 def _parse_errors(check: _Checker, raw: Any) -> ErrorsConfig:
@@ -757,6 +762,7 @@ def config_to_dict(config: BuildConfig) -> dict:
             "num_shards": dict(output.num_shards) if isinstance(output.num_shards, dict) else output.num_shards,
             "max_bytes_per_shard": output.max_bytes_per_shard,
             "compression": output.compression or "none",
+            "dali_index": output.dali_index,
         },
         "errors": {"on_bad_record": config.errors.on_bad_record, "max_bad_fraction": config.errors.max_bad_fraction,
                    "allow_empty": config.errors.allow_empty},

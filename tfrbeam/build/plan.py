@@ -33,6 +33,7 @@ __all__ = ["BuildPlan", "check_output_dir", "dataset_entries", "plan_build"]
 
 # Entries of a dataset directory that belong to the dataset itself; a replace drops them, anything else is carried over.
 _DERIVED_ENTRIES = ("stats.json", "stats.html")
+DALI_DIR_NAME = "dali"  # NVIDIA DALI index files of the shards (output.dali_index), replaced with the dataset
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,7 +196,7 @@ def _probe(directory: str, shown: str) -> None:
 
 def dataset_entries(manifest: dict | None, splits: tuple[str, ...] = ()) -> set[str]:
     """Names in a dataset directory that are the dataset's own (replaced together); others are the user's."""
-    names = {MANIFEST_NAME, ERRORS_DIR_NAME, *_DERIVED_ENTRIES, *splits}
+    names = {MANIFEST_NAME, ERRORS_DIR_NAME, DALI_DIR_NAME, *_DERIVED_ENTRIES, *splits}
     names.update((manifest or {}).get("splits", {}))
     return names
 
