@@ -257,3 +257,26 @@ def test_verify_fails_on_a_half_published_directory_and_a_damaged_manifest(workd
     (workdir / "out" / ".ds.tfrbeam-0123456789abcdef").mkdir()
     assert tfrbeam_main(["verify", str(output)]) == 0
     assert "WARN" in capsys.readouterr().out  # a leftover staging directory is reported, the dataset is fine
+
+
+def test_a_full_disk_while_writing_shards_names_the_file_and_keeps_the_old_dataset(workdir, monkeypatch, capsys):
+    import errno
+
+    from tfrbeam.build import shuffle
+
+    output = workdir / "out" / "ds"
+    assert _build() == 0
+    old_run, _ = _state(output)
+
+    def full(self, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    capsys.readouterr()
+    with monkeypatch.context() as patched:
+        patched.setattr(shuffle._HashingFile, "write", full)
+        assert _build("--overwrite", "--set", "shuffle.seed=7") == 1
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and "No space left on device" in error and "writing shard" in error and ".ds.tfrbeam-" in error
+    assert _state(output)[0] == old_run
+    assert _build("--overwrite", "--set", "shuffle.seed=7") == 0
+    _assert_clean(output)

@@ -1273,6 +1273,13 @@ class _WriteShard(beam.DoFn):
         name = shard_file_name(split_plan.name, shard, split_plan.num_shards, spec.compression)
         relative_path = f"{split_plan.name}/{name}"
         temp_path = FileSystems.join(self._temp_dir, split_plan.name, name)
+        try:
+            return self._write_file(split_plan, shard, spec, received, kept, temp_path, relative_path, started)
+        except OSError as error:  # a full disk and the like: name the file (the OSError of a write names none)
+            raise OSError(error.errno, f"{error.strerror or error} (writing shard {temp_path})", temp_path) from error
+
+    def _write_file(self, split_plan: SplitPlan, shard: int, spec: ShardingSpec, received: _Received, kept: np.ndarray,
+                    temp_path: str, relative_path: str, started: float) -> ShardFile:
         index = IndexBuilder() if spec.write_index and spec.compression is None else None
         offsets = OffsetIndexBuilder() if index is not None else None
         handle = _HashingFile(FileSystems.create(temp_path, compression_type=CompressionTypes.UNCOMPRESSED))
