@@ -382,3 +382,21 @@ def test_the_build_writes_dali_index_files_on_request(demo_dir):
     assert verify_dataset(str(dataset)) == []
     with pytest.raises(ConfigError, match=r"output\.dali_index: DALI indexes describe uncompressed"):
         load_config(str(REPO_ROOT / "configs" / "demo.yaml"), ["output.dali_index=true", "output.compression=gzip"])
+
+
+def test_stats_true_writes_the_report_with_the_dataset(demo_dir):
+    from tfrbeam.build.config import load_config
+    from tfrbeam.errors import ConfigError
+
+    assert build(demo_dir, "demo.yaml", "--set", "output.path=out/with_stats", "--set", "stats=true") == 0
+    dataset = demo_dir / "out" / "with_stats"
+    stats = json.loads((dataset / "stats.json").read_text())
+    manifest = json.loads((dataset / "dataset_info.json").read_text())
+    assert {split: entry["num_examples"] for split, entry in stats["splits"].items()} == {
+        split: entry["num_examples"] for split, entry in manifest["splits"].items()}
+    assert (dataset / "stats.html").read_text().lstrip().lower().startswith("<!doctype html")
+    assert verify_dataset(str(dataset)) == []
+    assert build(demo_dir, "demo.yaml", "--set", "output.path=out/no_stats") == 0
+    assert not (demo_dir / "out" / "no_stats" / "stats.json").exists()  # off by default
+    with pytest.raises(ConfigError, match="stats: 'yes please' is not a boolean"):
+        load_config(str(REPO_ROOT / "configs" / "demo.yaml"), ["stats='yes please'"])

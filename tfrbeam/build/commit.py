@@ -36,7 +36,13 @@ from tfrbeam.beam.publish import CommitJournal, held_or_taken, recover, swap_int
 from tfrbeam.build.config import config_to_dict
 from tfrbeam.build.plan import DALI_DIR_NAME, BuildPlan, check_output_dir, dataset_entries, foreign_entries, normalized
 from tfrbeam.build.shuffle import ShardFile, ShardPlan, discard_pieces
-from tfrbeam.errors import CommitError, ManifestError, OutputExistsError, ShortWriteError, TooManyBadRecordsError
+from tfrbeam.errors import (
+    CommitError,
+    ManifestError,
+    OutputExistsError,
+    ShortWriteError,
+    TooManyBadRecordsError,
+)
 from tfrbeam.manifest import (
     ERRORS_DIR_NAME,
     MANIFEST_FORMAT,
@@ -249,6 +255,21 @@ def publish_by_swap(plan: BuildPlan, files: Sequence[ShardFile], dead_letters: S
     except OSError as error:  # published already: what is left is the next run's to remove
         _LOG.warning("published %s, but could not clean up %s (%s); the next build into it finishes this",
                      plan.output_path, plan.staging_dir, error)
+    if plan.config.stats:
+        write_stats(plan)
+
+
+def write_stats(plan: BuildPlan) -> None:
+    """``stats: true``: stats.json and stats.html of the published dataset; a failure is a warning (it is published)."""
+    from tfrbeam.stats.compute import write_dataset_stats
+
+    try:
+        json_path, _ = write_dataset_stats(plan.output_root)
+    except Exception as error:  # the dataset is published; nothing about its statistics may undo that
+        _LOG.warning("published %s, but its statistics failed (%s); run tfrbeam stats %s", plan.output_path, error,
+                     plan.output_path)
+        return
+    _LOG.info("wrote %s and stats.html", json_path)
 
 
 def load_offsets_of(staged_shard: str) -> Any:
@@ -310,6 +331,9 @@ def publish_by_journal(plan: BuildPlan, files: Sequence[ShardFile], dead_letters
     journal.write(plan.staging_dir)
     journal.apply()
     fs.delete_tree(plan.staging_dir)
+    if plan.config.stats:
+        _LOG.warning("stats: true computes statistics of local outputs only; run tfrbeam stats where %s is readable",
+                     plan.output_path)
 
 
 def recover_output(output_root: str, keep: str | None = None) -> list[str]:
