@@ -15,6 +15,7 @@ Integrity rules (stricter than TensorFlow and Beam, on purpose):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import operator
@@ -307,16 +308,13 @@ class RecordWriter:
         self._discard()
 
     def _discard(self) -> None:
+        """Close and delete the partial file; best effort, so the error that got us here is the one raised."""
         if not self._owns_file:
             return
-        try:
+        with contextlib.suppress(OSError):  # a full disk can fail the close too
             self._file.close()
-        except OSError:
-            pass
-        try:
+        with contextlib.suppress(OSError):  # already gone, or not creatable in the first place
             os.unlink(self._temp_path)  # type: ignore[arg-type]
-        except OSError:
-            pass
 
     def __enter__(self) -> RecordWriter:
         return self

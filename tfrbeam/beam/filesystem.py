@@ -146,7 +146,7 @@ def mkdirs(directory: str) -> None:
         return
     try:
         _mutating("mkdirs", directory, lambda: FileSystems.mkdirs(directory))
-    except OSError:
+    except OSError:  # object stores have no directories: GCS and S3 refuse mkdirs, and need none
         pass
 
 

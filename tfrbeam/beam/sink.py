@@ -587,10 +587,13 @@ class Finalizer:
             records = move.shard.records if move.shard is not None else 0
             mtime = meta.last_updated_in_seconds or None
             fs.write_bytes(index_path_for(move.dst), builder.to_bytes(meta.size_in_bytes, mtime, records))  # type: ignore[union-attr]
-            if not fs.is_remote(move.dst):  # remote shards get theirs on first random access
-                fs.write_bytes(offset_index_path_for(move.dst), offset_index_bytes(offsets_from_headers(move.dst), mtime))
 
         fs.in_threads(write, moves)
+        for move in moves:  # one shard at a time: each header walk holds a shard's worth of read buffers
+            if not fs.is_remote(move.dst):  # remote shards get theirs on first random access
+                mtime = finals[move.dst].last_updated_in_seconds or None
+                offsets = offsets_from_headers(move.dst)
+                fs.write_bytes(offset_index_path_for(move.dst), offset_index_bytes(offsets, mtime))
 
     def _count(self, moves: list[_Move], finals: dict[str, FileMetadata]) -> None:
         Metrics.counter(METRICS_NAMESPACE, "shards_written").inc(len(moves))

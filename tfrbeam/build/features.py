@@ -690,7 +690,7 @@ def _cast_or_null(values: pa.Array, target: pa.DataType) -> pa.Array:
     try:
         return pc.cast(values.cast(target), pa.int64())
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        pass
+        pass  # some value does not cast: find which, one by one (only batches with a bad value get here)
     counts = []
     for index in range(len(values)):
         try:

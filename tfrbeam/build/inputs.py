@@ -51,6 +51,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from tfrbeam.build.features import BadRow, ConvertedBatch, FeatureSpec, convert_batch, rows_as_json
 from tfrbeam.errors import ConfigError, InputError
+from tfrbeam.handoff import put_until_stopped
 
 __all__ = [
     "CsvOptions",
@@ -754,13 +755,7 @@ def _ahead(items: Generator[SourceBatch, None, None]) -> Iterator[SourceBatch]:
     stop = threading.Event()
 
     def put(item) -> bool:
-        while not stop.is_set():
-            try:
-                handoff.put(item, timeout=0.05)
-                return True
-            except queue.Full:
-                continue
-        return False
+        return put_until_stopped(handoff, item, stop)
 
     def produce() -> None:
         try:

@@ -8,6 +8,7 @@ in one line before a pipeline starts. Workers receive the plan inside the pipeli
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import errno
@@ -188,10 +189,8 @@ def _probe(directory: str, shown: str) -> None:
         reason = "the disk is full" if error.errno == errno.ENOSPC else (error.strerror or str(error))
         raise OutputNotWritableError(f"output.path {shown}: cannot write in {directory} ({reason})") from error
     finally:
-        try:
+        with contextlib.suppress(OSError):  # a probe that could not be created leaves nothing to remove
             os.unlink(probe)
-        except OSError:
-            pass
 
 
 def dataset_entries(manifest: dict | None, splits: tuple[str, ...] = ()) -> set[str]:

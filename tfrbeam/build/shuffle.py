@@ -486,7 +486,11 @@ class PieceStore:
         return Piece(split, key, offsets, self._keep(frames))
 
     def _keep(self, frames: np.ndarray) -> PieceRef:
-        raise NotImplementedError
+        """Keep one piece's framed bytes; the stores that keep frames (inline, spill) implement it.
+
+        The memory store keeps payloads where the encoder put them and overrides ``add`` instead.
+        """
+        raise NotImplementedError(f"{type(self).__name__} keeps no framed bytes: it overrides add()")
 
     def flush(self) -> None:
         """Every piece added so far can be read by other workers (end of a bundle)."""
@@ -499,7 +503,8 @@ class PieceStore:
         return StoredRecords.of_frames(piece, self._frames(piece))
 
     def _frames(self, piece: Piece) -> np.ndarray:
-        raise NotImplementedError
+        """The framed bytes ``_keep`` kept for ``piece``; the memory store overrides ``records`` instead."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no framed bytes: it overrides records()")
 
     def routed(self, piece: Piece, slices: int) -> None:
         """``piece`` was cut into ``slices`` shard slices (a piece may be routed again: only the first call counts)."""

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from tfrbeam.dataset.reader import BlockDecoder, Segment, SegmentBlock, read_segment
+from tfrbeam.handoff import put_until_stopped
 
 _LOG = logging.getLogger(__name__)
 
@@ -178,13 +179,7 @@ class ThreadWorkers:
 
 
 def _put(out: queue.Queue, item: Any, stop: threading.Event) -> bool:
-    while not stop.is_set():
-        try:
-            out.put(item, timeout=0.1)
-            return True
-        except queue.Full:
-            continue
-    return False
+    return put_until_stopped(out, item, stop, poll_seconds=0.1)
 
 
 class Cancelled(Exception):
