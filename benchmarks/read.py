@@ -3,7 +3,7 @@
 Run by hand from the repository root (single-threaded; the machine may be shared, so each figure
 is the median of --repeats runs, with their range and best):
 
-    python -m benchmarks.read [--rows 1000000] [--batch-records 65536] [--baseline-records 50000]
+    python -m benchmarks.read [--rows 1000000] [--batch-records 65536] [--baseline-records N]
 
 Writes (once, cached) the --rows-record file of the benchmark table with our encoder and
 RecordWriter, then measures:
@@ -11,7 +11,8 @@ RecordWriter, then measures:
     ``apache_beam.io.tfrecordio._TFRecordUtil.read_record`` loop over the same file;
 (b) decoding the records to Arrow: records/s of ``examples_to_record_batch`` in batches of
     --batch-records vs. per-record protobuf parsing (``Example.FromString`` plus building Python
-    lists, the usual hand-written decode) on the first --baseline-records records.
+    lists, the usual hand-written decode) on the same records, unless --baseline-records asks
+    for fewer (the output then says so).
 The decoded values are checked against the table before any figure is printed.
 """
 
@@ -97,7 +98,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--batch-records", type=int, default=65_536)
-    parser.add_argument("--baseline-records", type=int, default=50_000)
+    parser.add_argument("--baseline-records", type=int, default=None,
+                        help="time the decode baseline on only the first N records (default: all, the same records)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--cache-dir", type=pathlib.Path, default=pathlib.Path(tempfile.gettempdir()) / "tfrbeam-bench")
     args = parser.parse_args(argv)
@@ -120,7 +122,10 @@ def main(argv: list[str] | None = None) -> None:
     check_decoded(records[: 3 * args.batch_records], args.rows, args.batch_records)
     batches = [records[start : start + args.batch_records] for start in range(0, len(records), args.batch_records)]
     decode_times = time_runs(lambda: [examples_to_record_batch(batch) for batch in batches], args.repeats)
-    sample = records[: args.baseline_records]
+    sample = records if args.baseline_records is None else records[: args.baseline_records]
+    if len(sample) < len(records):
+        print(f"NOTE: the decode baseline runs on {len(sample):,} of {len(records):,} records "
+              "(--baseline-records): not the same records")
     baseline_times = time_runs(lambda: protobuf_decode(sample), args.repeats)
     mean = sum(map(len, sample)) / len(sample)
     ours_rate = [runs.rates(len(records)) for runs in decode_times]
