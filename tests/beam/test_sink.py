@@ -21,6 +21,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from hypothesis import given, settings, strategies as st
 
 from tests.helpers import shard_files as _shards
+from tfrbeam import offset_index
 from tfrbeam.beam import sink
 from tfrbeam.beam.examples_write import WriteExamples, _FrameExamplesFn
 from tfrbeam.beam.sink import Finalizer, WriteToTFRecord, frame_batch, make_sink_spec
@@ -35,6 +36,7 @@ from tfrbeam.errors import (
 )
 from tfrbeam.example import encode_example
 from tfrbeam.naming import ShardNaming
+from tfrbeam.offset_index import load_offsets, offset_index_is_current
 from tfrbeam.record_index import INDEX_DIR_NAME, index_path_for, load_index
 from tfrbeam.records import RECORD_OVERHEAD, read_records
 
@@ -137,6 +139,32 @@ def test_index_offsets_are_record_starts_across_many_batches(tmp_path):
             starts.append(offset)
             offset += len(payload) + RECORD_OVERHEAD
         assert all(starts[number] == offset for offset, number in zip(index.offsets, index.record_numbers))
+
+
+def test_offset_indexes_come_from_the_writers_not_from_walking_the_shards_again(tmp_path, monkeypatch):
+    """The writers collect every record start as they write; finalize only moves and stamps the index."""
+
+    def walk_refused(path):
+        raise AssertionError(f"finalize walked the headers of {path}")
+
+    monkeypatch.setattr(offset_index, "offsets_from_headers", walk_refused)
+    monkeypatch.setattr(sink, "offsets_from_headers", walk_refused)
+    payloads = [bytes([i % 251]) * (1 + i % 700) for i in range(3000)]
+    prefixes = {count: str(tmp_path / f"n{count}") for count in (0, 3, 3000 + 5)}  # the last has empty shards
+    _run(payloads, *[(prefix, {"num_shards": count}) for count, prefix in prefixes.items()])
+    for prefix in prefixes.values():
+        for path in _shards(prefix):
+            assert offset_index_is_current(path)[0]
+            assert load_offsets(path, write=False).tolist() == _record_starts(path)
+    assert _temp_dirs(tmp_path) == []
+
+
+def _record_starts(path):
+    starts, offset = [], 0
+    for payload in read_records(path):
+        starts.append(offset)
+        offset += len(payload) + RECORD_OVERHEAD
+    return starts + [offset]
 
 
 def test_more_shards_than_records_gives_valid_empty_shards(tmp_path):

@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import logging
+import os
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeAlias
@@ -62,9 +63,23 @@ from tfrbeam.beam.publish import (
 )
 from tfrbeam.beam.runner_support import refuse_lossy_runner
 from tfrbeam.beam.source import compression_for_file, resolve_compression
-from tfrbeam.errors import CommitError, ConfigError, OutputExistsError, OutputLockedError, ShortWriteError, TfrbeamError
+from tfrbeam.errors import (
+    CommitError,
+    ConfigError,
+    OutputExistsError,
+    OutputLockedError,
+    RecordIndexError,
+    ShortWriteError,
+    TfrbeamError,
+)
 from tfrbeam.naming import ShardNaming
-from tfrbeam.offset_index import offset_index_bytes, offset_index_path_for, offsets_from_headers
+from tfrbeam.offset_index import (
+    OffsetIndexBuilder,
+    offset_index_bytes,
+    offset_index_path_for,
+    offsets_from_headers,
+    stamp_offset_index,
+)
 from tfrbeam.record_index import IndexBuilder, index_path_for
 from tfrbeam.records import RECORD_OVERHEAD, RecordWriter, frame_records
 
@@ -123,6 +138,7 @@ class TempShard:
     records: int
     framed_bytes: int
     index: IndexBuilder | None  # record starts, for the read index of uncompressed output
+    offsets_path: str | None = None  # every record start (uncompressed local output), staged beside the temp file
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,7 +212,7 @@ def _output_exists_error(spec: SinkSpec, paths: Sequence[str]) -> OutputExistsEr
 
 
 class _TempShardWriter:
-    """Writes framed batches to one temporary shard file and builds its read index."""
+    """Writes framed batches to one temporary shard file and builds its read index and offset index as it goes."""
 
     def __init__(self, spec: SinkSpec, compression: str | None, shard: int | None):
         name = f"shard-{shard:05d}-" if shard is not None else ""
@@ -205,6 +221,8 @@ class _TempShardWriter:
         self._handle = fs.create(self.path)
         self._writer = RecordWriter(self._handle, compression)
         self._index = IndexBuilder() if compression is None else None
+        # Local uncompressed output: every record start too, so finalize never walks the shard again.
+        self._offsets = OffsetIndexBuilder() if compression is None and not fs.is_remote(self.path) else None
 
     @property
     def records(self) -> int:
@@ -217,18 +235,24 @@ class _TempShardWriter:
     def write(self, framed: bytes | memoryview, lengths: np.ndarray) -> None:
         if self._index is not None:
             self._index.add_batch(self._writer.bytes_written, self._writer.records_written, lengths)
+        if self._offsets is not None:
+            self._offsets.add_batch(self._writer.bytes_written, self._writer.records_written, lengths)
         self._writer.write_framed(framed, len(lengths))
 
     def close(self) -> TempShard:
         self._writer.close()
         self._handle.close()
-        return TempShard(self.path, self.shard, self.records, self.framed_bytes, self._index)
+        offsets_path = None
+        if self._offsets is not None:  # mtime None: finalize stamps the shard's own once it has its final name
+            offsets_path = offset_index_path_for(self.path)
+            fs.write_bytes(offsets_path, self._offsets.to_bytes(self.framed_bytes, None))
+        return TempShard(self.path, self.shard, self.records, self.framed_bytes, self._index, offsets_path)
 
     def discard(self) -> None:
         """Close and delete a file that will never be committed (the bundle failed)."""
         try:
             self._handle.close()
-            fs.delete_files([self.path])
+            fs.delete_files([self.path, offset_index_path_for(self.path)])
         except Exception:  # cleanup of a failing bundle must not hide the bundle's own error
             _LOG.warning("could not delete the temporary file %s of a failed bundle", self.path, exc_info=True)
 
@@ -529,11 +553,13 @@ class Finalizer:
             )
 
     def _staged_sources(self, moves: list[_Move]) -> list[tuple[str, str]]:
-        """(staged file, final name) pairs; an empty shard gets an empty staged file now, before the journal."""
+        """(staged file, final name) pairs, each shard's offset index after it; an empty shard gets an empty staged file now."""
         pairs = []
         for move in moves:
             source = move.shard.path if move.shard is not None else self._empty_source(move)
             pairs.append((source, move.dst))
+            if move.shard is not None and move.shard.offsets_path is not None:
+                pairs.append((move.shard.offsets_path, offset_index_path_for(move.dst)))
         return pairs
 
     def _classify(
@@ -589,11 +615,20 @@ class Finalizer:
             fs.write_bytes(index_path_for(move.dst), builder.to_bytes(meta.size_in_bytes, mtime, records))  # type: ignore[union-attr]
 
         fs.in_threads(write, moves)
-        for move in moves:  # one shard at a time: each header walk holds a shard's worth of read buffers
-            if not fs.is_remote(move.dst):  # remote shards get theirs on first random access
-                mtime = finals[move.dst].last_updated_in_seconds or None
-                offsets = offsets_from_headers(move.dst)
-                fs.write_bytes(offset_index_path_for(move.dst), offset_index_bytes(offsets, mtime))
+        if not fs.is_remote(self.temp_dir):  # remote shards get theirs on first random access
+            fs.in_threads(self._finish_offset_index, moves)
+
+    def _finish_offset_index(self, move: _Move) -> None:
+        """Stamp the offset index the writer staged (the journal moved it) with its shard's mtime."""
+        if move.shard is None or move.shard.offsets_path is None:  # an empty shard: its index is one number
+            mtime = os.path.getmtime(move.dst)
+            fs.write_bytes(offset_index_path_for(move.dst), offset_index_bytes(np.zeros(1, np.int64), mtime))
+            return
+        try:
+            stamp_offset_index(move.dst)
+        except (OSError, RecordIndexError):  # an earlier, interrupted finalize moved the shard but not its index
+            mtime = os.path.getmtime(move.dst)
+            fs.write_bytes(offset_index_path_for(move.dst), offset_index_bytes(offsets_from_headers(move.dst), mtime))
 
     def _count(self, moves: list[_Move], finals: dict[str, FileMetadata]) -> None:
         Metrics.counter(METRICS_NAMESPACE, "shards_written").inc(len(moves))
