@@ -29,6 +29,8 @@ from tfrbeam.errors import ArrowConversionError
 from tfrbeam.example import encode_varint
 
 __all__ = ["EncodedExamples", "encode_record_batch", "record_batch_to_examples"]
+# Also used by tfrbeam.sequence_encode (not part of the package's API): Spans, concatenate_parts,
+# encode_feature_list_steps, varint_sizes.
 
 # Rows encoded together: bounds the numpy temporaries; larger chunks pay less Python overhead.
 _ROWS_PER_CHUNK = 65536
@@ -138,15 +140,16 @@ def _prepare_columns(batch: pa.RecordBatch | pa.Table) -> list[_Column]:
             f"column names {duplicates} appear more than once; each column becomes one Example "
             "feature, so names must be unique (rename the columns)"
         )
-    columns = []
-    for index, name in enumerate(names):
-        field = batch.schema.field(index)
-        kind, is_list = feature_kind(name, field.type)
-        encoded_name = name.encode("utf-8")
-        key_prefix = b"\x0a" + encode_varint(len(encoded_name)) + encoded_name + b"\x12"
-        columns.append(_Column(name, key_prefix, kind, is_list, _single_array(batch.column(index))))
+    columns = [_column(name, batch.column(index)) for index, name in enumerate(names)]
     columns.sort(key=lambda column: column.name.encode("utf-8"))
     return columns
+
+
+def _column(name: str, array: pa.Array | pa.ChunkedArray) -> _Column:
+    kind, is_list = feature_kind(name, array.type)
+    encoded_name = name.encode("utf-8")
+    key_prefix = b"\x0a" + encode_varint(len(encoded_name)) + encoded_name + b"\x12"
+    return _Column(name, key_prefix, kind, is_list, _single_array(array))
 
 
 def _single_array(column: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -678,23 +681,87 @@ def _feature_entry(column: _Column, row_base: int) -> tuple[list[_Piece], np.nda
     """Pieces of one Features map entry per row, and each row's entry length (0 if omitted)."""
     array = _decoded(column.array)
     rows = _present_rows(array)
-    if column.is_list:
-        payload = _list_payload(column, array, rows, row_base)
-    elif column.kind == "int64":
-        payload = _int64_payload(column, array, rows, row_base)
-    elif column.kind == "float":
-        payload = _float_payload(array, rows)
-    else:
-        payload = _bytes_payload(array, rows)
+    payload = _payload(column, array, rows, row_base)
     header_slots, entry_lengths, payload_valid = _entry_header(column.key_prefix, payload, rows)
     return [*header_slots, *payload.build(payload_valid)], entry_lengths
+
+
+def _payload(column: _Column, array: pa.Array, rows: Rows, row_base: int) -> _Payload:
+    if column.is_list:
+        return _list_payload(column, array, rows, row_base)
+    if column.kind == "int64":
+        return _int64_payload(column, array, rows, row_base)
+    if column.kind == "float":
+        return _float_payload(array, rows)
+    return _bytes_payload(array, rows)
+
+
+# A FeatureList step of no values (0a 02, then the empty list of the kind): a null row's step.
+_EMPTY_STEP = {"int64": b"\x0a\x02\x1a\x00", "float": b"\x0a\x02\x12\x00", "bytes": b"\x0a\x02\x0a\x00"}
+
+
+def encode_feature_list_steps(name: str, array: pa.Array | pa.ChunkedArray, row_base: int = 0) -> EncodedExamples:
+    """Each row of column `name` as one FeatureList step (0a, length, Feature), for SequenceExamples.
+
+    A null row is a step holding an empty list of the column's kind (a step cannot be absent).
+    Consecutive rows' steps are adjacent, so a run of rows is one contiguous FeatureList body.
+    `row_base` is the first row's number in error messages.
+    """
+    column = _column(name, array)
+    count = len(column.array)
+    decoded = _decoded(column.array)
+    rows = _present_rows(decoded)
+    payload = _payload(column, decoded, rows, row_base)
+    header_slots, lengths, payload_valid = _entry_header(None, payload, rows)
+    pieces = [*header_slots, *payload.build(payload_valid)]
+    if rows is not None:
+        absent = ~rows
+        pieces.append(_const(_EMPTY_STEP[column.kind], absent))
+        lengths = lengths + absent * len(_EMPTY_STEP[column.kind])
+    offsets = np.zeros(count + 1, np.int64)
+    np.cumsum(np.broadcast_to(lengths, (count,)), out=offsets[1:])
+    return EncodedExamples(data=_assemble(count, pieces, offsets), offsets=offsets)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Spans:
+    """Bytes per record for concatenate_parts: record i's are data[starts[i] : starts[i] + lengths[i]]."""
+
+    data: np.ndarray
+    starts: np.ndarray
+    lengths: np.ndarray
+
+
+def concatenate_parts(count: int, parts: Sequence[bytes | np.ndarray | Spans]) -> EncodedExamples:
+    """`count` records, each its parts side by side: bytes (the same in every record), an int64
+    array (one non-negative varint per record) or Spans; assembled as the Example rows are."""
+    pieces: list[_Piece] = []
+    lengths = np.zeros(count, np.int64)
+    for part in parts:
+        if isinstance(part, bytes):
+            pieces.append(_const(part))
+            lengths += len(part)
+        elif isinstance(part, Spans):
+            pieces.append(_ragged(part.data, part.starts, part.lengths, None))
+            lengths += part.lengths
+        else:
+            pieces.append(_varint(part))
+            lengths += _length_of_varint(part)
+    offsets = np.zeros(count + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return EncodedExamples(data=_assemble(count, pieces, offsets), offsets=offsets)
+
+
+def varint_sizes(values: np.ndarray) -> np.ndarray:
+    """Bytes of the varint of each non-negative int64 value (int64)."""
+    return _length_of_varint(values)
 
 
 def _no_valid(width: int) -> None:
     return None
 
 
-def _entry_header(key_prefix: bytes, payload: _Payload, rows: Rows):
+def _entry_header(key_prefix: bytes | None, payload: _Payload, rows: Rows):
     """Slots of a map entry's bytes before the payload, each row's entry length, and how to key
     the payload's validity.
 
@@ -702,6 +769,7 @@ def _entry_header(key_prefix: bytes, payload: _Payload, rows: Rows):
     covers what follows. All of them are functions of the payload length P, so when P takes
     few distinct values the header is one lookup table indexed by P (and so is the validity
     of a padded payload: its first P bytes); otherwise it is built from per-row varints.
+    With no `key_prefix`, the entry is a FeatureList step instead: 0a len(F) [kind ...].
     """
     lengths = payload.lengths
     if isinstance(lengths, (int, np.integer)):
@@ -741,14 +809,22 @@ def _entry_header(key_prefix: bytes, payload: _Payload, rows: Rows):
     return [header], _masked(table_entry_lengths[index], rows), payload_valid
 
 
-def _header_fields(key_prefix: bytes, kind_tag: bytes, framing: str, payload_length: int) -> tuple[tuple[bytes, ...], int]:
-    """The header's fields for one payload length, and the whole entry's length."""
+def _header_fields(
+    key_prefix: bytes | None, kind_tag: bytes, framing: str, payload_length: int
+) -> tuple[tuple[bytes, ...], int]:
+    """The header's fields for one payload length, and the whole entry's length.
+
+    With no `key_prefix` the entry is a FeatureList step: 0a len(F) [Feature], no map key.
+    """
     if framing == _ITEMS or (framing == _PACKED and payload_length == 0):
         list_prefix = b""
     else:
         list_prefix = b"\x0a" + encode_varint(payload_length)
     list_length = len(list_prefix) + payload_length
     feature_length = 1 + len(encode_varint(list_length)) + list_length
+    if key_prefix is None:
+        step_fields = (b"\x0a", encode_varint(feature_length), kind_tag, encode_varint(list_length), list_prefix)
+        return step_fields, 1 + len(encode_varint(feature_length)) + feature_length
     entry_length = len(key_prefix) + len(encode_varint(feature_length)) + feature_length
     fields = (b"\x0a", encode_varint(entry_length), key_prefix, encode_varint(feature_length), kind_tag,
               encode_varint(list_length), list_prefix)  # fmt: skip
@@ -756,7 +832,7 @@ def _header_fields(key_prefix: bytes, kind_tag: bytes, framing: str, payload_len
 
 
 @functools.lru_cache(maxsize=1024)
-def _header_table(key_prefix: bytes, kind_tag: bytes, framing: str, smallest: int, largest: int):
+def _header_table(key_prefix: bytes | None, kind_tag: bytes, framing: str, smallest: int, largest: int):
     """Headers of payload lengths smallest..largest: bytes (k, width), validity, entry lengths.
 
     Each header's bytes come first in its row (the real bytes of a slot are always a prefix);
@@ -772,7 +848,7 @@ def _header_table(key_prefix: bytes, kind_tag: bytes, framing: str, smallest: in
     return np.frombuffer(table, np.uint8).reshape(shape), np.frombuffer(valid, bool).reshape(shape), entry_lengths
 
 
-def _header_varints(key_prefix: bytes, payload: _Payload, rows: Rows) -> tuple[list[_Slot], np.ndarray]:
+def _header_varints(key_prefix: bytes | None, payload: _Payload, rows: Rows) -> tuple[list[_Slot], np.ndarray]:
     """Header slots built from per-row varints (payload lengths too varied for a table)."""
     lengths = payload.lengths
     assert isinstance(lengths, np.ndarray)  # per-row lengths: constant ones take the lookup table
@@ -790,15 +866,17 @@ def _header_varints(key_prefix: bytes, payload: _Payload, rows: Rows) -> tuple[l
         prefix = [_const(b"\x0a", prefix_rows), _varint(lengths, prefix_rows)]
         list_length = prefix_length + lengths
     feature_length = 1 + _length_of_varint(list_length) + list_length
+    kind_slots = [_const(payload.kind_tag, rows), _varint(list_length, rows), *prefix]
+    if key_prefix is None:  # a FeatureList step
+        return [_const(b"\x0a", rows), _varint(feature_length, rows), *kind_slots], (
+            1 + _length_of_varint(feature_length) + feature_length)
     entry_length = len(key_prefix) + _length_of_varint(feature_length) + feature_length
     slots = [
         _const(b"\x0a", rows),
         _varint(entry_length, rows),
         _const(key_prefix, rows),
         _varint(feature_length, rows),
-        _const(payload.kind_tag, rows),
-        _varint(list_length, rows),
-        *prefix,
+        *kind_slots,
     ]
     return slots, 1 + _length_of_varint(entry_length) + entry_length
 
