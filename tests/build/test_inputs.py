@@ -570,6 +570,52 @@ def test_text_that_is_not_valid_in_the_declared_encoding_is_a_bad_row(tmp_path):
     assert [line for line, _, _ in bad_of(ranged)] == [3002]
 
 
+@pytest.mark.parametrize("encoding, bad, shown", [
+    ("cp1252", b"\x81", "0x81"),  # a byte cp1252 leaves undefined
+    ("shift_jis", b"\x81\x20", "0x81"),  # a lead byte without its trail byte
+    ("utf-16", b"\x00\xd8", "0x00 0xd8"),  # a lone surrogate
+])
+def test_invalid_text_in_any_declared_encoding_is_a_bad_row(tmp_path, encoding, bad, shown):
+    plain = "utf-16-le" if encoding == "utf-16" else encoding  # the rest of the file, without a second BOM
+    data = "name,city\nAna,Lisboa\nJo".encode(encoding) + bad + ",x\nEve,Oslo\n".encode(plain)
+    sources = list(read_csv_file(write(tmp_path, data), CsvOptions(encoding=encoding)))
+    assert rows_of(sources) == [(2, {"name": "Ana", "city": "Lisboa"}), (4, {"name": "Eve", "city": "Oslo"})]
+    byte = len("Jo".encode(plain))
+    assert [(line, reason) for line, reason, _ in bad_of(sources)] == [
+        (3, f"byte {byte} of the row is not valid {encoding} text ({shown} cannot be decoded); "
+            "set input.csv.encoding")]
+    assert bad_of(sources)[0][2].startswith("Jo\ufffd")
+
+
+def test_a_utf16_file_cut_inside_a_character_makes_its_last_row_bad(tmp_path):
+    data = "a,b\n1,2\n3,4".encode("utf-16")[:-1]
+    sources = list(read_csv_file(write(tmp_path, data), CsvOptions(encoding="utf-16")))
+    assert rows_of(sources) == [(2, {"a": "1", "b": "2"})]
+    assert [(line, reason) for line, reason, _ in bad_of(sources)] == [
+        (3, "byte 4 of the row is not valid utf-16 text (0x34 cannot be decoded); set input.csv.encoding")]
+
+
+def test_invalid_cp1252_text_in_a_split_file_is_a_bad_row_of_its_range(tmp_path):
+    big = b"name,city\n" + b"Ana,Lisboa\n" * 3000 + b"Jo\x81,x\n" + b"Eve,Oslo\n" * 10
+    path = write(tmp_path, big, "big.csv")
+    ranged = [source for start, end in csv_ranges(len(big), 8192)
+              for source in read_csv_range(path, start, end, big[:start].count(b"\n"), CsvOptions(encoding="cp1252"))]
+    assert [(line, reason) for line, reason, _ in bad_of(ranged)] == [
+        (3002, "byte 2 of the row is not valid cp1252 text (0x81 cannot be decoded); set input.csv.encoding")]
+    assert len(rows_of(ranged)) == 3010
+
+
+@pytest.mark.parametrize("encoding, reason", [
+    ("base64", "'base64' is not a text encoding"),
+    ("rot13", "'rot13' is not a text encoding"),
+    ("utf-7", "'utf-7' can decode to lone surrogates"),
+    ("unicode_escape", "'unicode_escape' can decode to lone surrogates"),
+])
+def test_encodings_whose_rows_cannot_be_checked_are_refused_in_the_config(encoding, reason):
+    with pytest.raises(ConfigError, match=rf"input.csv.encoding: {re.escape(reason)}"):
+        parse_config({"input": {"path": "x.csv", "csv": {"encoding": encoding}}, "output": {"path": "o"}})
+
+
 def _checksum_table() -> pa.Table:
     return pa.table({"a": list(range(3000)), "s": [f"v{i % 5}" for i in range(3000)],
                      "l": [[i, i + 1] for i in range(3000)], "f": [i * 0.5 for i in range(3000)]})

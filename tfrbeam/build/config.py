@@ -6,7 +6,6 @@ Everything is checked before any pipeline starts. Every problem is reported as a
 
 from __future__ import annotations
 
-import codecs
 import difflib
 import math
 import re
@@ -38,6 +37,7 @@ from tfrbeam.build.inputs import (
     InputFile,
     InputSample,
     ParquetOptions,
+    encoding_problem,
     inspect_input,
 )
 from tfrbeam.errors import ArrowConversionError, ConfigError
@@ -483,10 +483,9 @@ def _parse_csv(check: _Checker, raw: Any, default_delimiter: str) -> CsvOptions:
         check.fail(f"{path}.false_values", f"{token!r} is also in true_values")
     skip_rows = check.integer(section, "skip_rows", path, 0, minimum=0)
     encoding = check.string(section, "encoding", path, "utf-8")
-    try:
-        codecs.lookup(encoding)
-    except LookupError:
-        check.fail(f"{path}.encoding", f"{_show(encoding)} is not an encoding Python knows (e.g. utf-8, latin-1, cp1252)")
+    problem = encoding_problem(encoding)
+    if problem is not None:
+        check.fail(f"{path}.encoding", problem)
         encoding = "utf-8"
     return CsvOptions(delimiter=delimiter, quote_char=quote_char, escape_char=escape_char, header=header,
                       column_names=column_names, null_values=null_values, true_values=true_values,

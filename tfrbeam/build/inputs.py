@@ -69,6 +69,7 @@ __all__ = [
     "convert_source_batch",
     "csv_data_offset",
     "csv_ranges",
+    "encoding_problem",
     "inspect_input",
     "list_inputs",
     "parquet_columns_without_checksums",
@@ -259,14 +260,52 @@ def _splittable_encoding(encoding: str) -> bool:
     return name in ("utf-8", "utf-8-sig", "ascii", "latin-1", "iso8859-1") or name.startswith(("iso8859-", "cp125"))
 
 
-def _utf8_chunks(raw: BinaryIO, encoding: str, at_file_start: bool, limit: int | None, path: str) -> Iterator[bytes]:
-    """The file's bytes from the current position as UTF-8 (transcoded if needed), BOM removed at the start."""
-    name = codecs.lookup(encoding).name
-    passthrough = name in ("utf-8", "utf-8-sig", "ascii")
-    decoder = None if passthrough else codecs.getincrementaldecoder(encoding)("strict")
+_MARK_UNDECODABLE = "tfrbeam-mark-undecodable"
+
+
+def _mark_undecodable(error: UnicodeError) -> tuple[str, int]:
+    """Decode each undecodable byte b as the lone surrogate U+DC00 + b.
+
+    Valid text never decodes to a lone surrogate in the encodings read (encoding_problem refuses
+    those that can), and its UTF-8 form (surrogatepass) is not valid UTF-8, so the row holding it
+    is found when its batch is checked, and the byte can be named.
+    """
+    if not isinstance(error, UnicodeDecodeError):
+        raise error
+    return "".join(chr(0xDC00 + byte) for byte in error.object[error.start:error.end]), error.end
+
+
+codecs.register_error(_MARK_UNDECODABLE, _mark_undecodable)
+
+# Codecs Python knows that decode valid input to lone surrogates (or decode nothing), so their
+# rows cannot be checked: refused in the config.
+_UNCHECKABLE_CODECS = ("utf-7", "unicode-escape", "raw-unicode-escape", "undefined")
+
+
+def encoding_problem(encoding: str) -> str | None:
+    """Why CSV text in this encoding cannot be read with every row checked, or None when it can."""
+    try:
+        info = codecs.lookup(encoding)
+    except LookupError:
+        return f"{encoding!r} is not an encoding Python knows (e.g. utf-8, latin-1, cp1252)"
+    if not getattr(info, "_is_text_encoding", True):
+        return f"{encoding!r} is not a text encoding (it maps bytes to bytes, or text to text)"
+    if info.name in _UNCHECKABLE_CODECS:
+        return (f"{encoding!r} can decode to lone surrogates, which UTF-8 cannot hold, so its rows cannot be "
+                "checked; convert the file to UTF-8 first")
+    return None
+
+
+def _utf8_chunks(raw: BinaryIO, encoding: str, at_file_start: bool, limit: int | None) -> Iterator[bytes]:
+    """The file's bytes from the current position as UTF-8, BOM removed at the start.
+
+    Other encodings are transcoded; bytes they cannot decode are marked (see _mark_undecodable),
+    and the rows holding them become bad rows.
+    """
+    passthrough = _passes_through(encoding)
+    decoder = None if passthrough else codecs.getincrementaldecoder(encoding)(_MARK_UNDECODABLE)
     remaining = limit
     first = at_file_start
-    offset = 0
     while remaining is None or remaining > 0:
         size = _READ_CHUNK_BYTES if remaining is None else min(_READ_CHUNK_BYTES, remaining)
         data = raw.read(size)
@@ -284,19 +323,11 @@ def _utf8_chunks(raw: BinaryIO, encoding: str, at_file_start: bool, limit: int |
                 data = data[3:]
         first = False
         if decoder is not None:
-            try:
-                data = decoder.decode(data).encode("utf-8")
-            except UnicodeDecodeError as error:
-                raise InputError(f"{path}: not valid {encoding} text at byte {offset + error.start}: {error.reason} "
-                                 "(set input.csv.encoding)") from error
-        offset += len(data)
+            data = decoder.decode(data).encode("utf-8", "surrogatepass")
         if data:
             yield data
     if decoder is not None:
-        try:
-            tail = decoder.decode(b"", final=True).encode("utf-8")
-        except UnicodeDecodeError as error:
-            raise InputError(f"{path}: the file ends inside a {encoding} character (set input.csv.encoding)") from error
+        tail = decoder.decode(b"", final=True).encode("utf-8", "surrogatepass")  # a cut character is marked
         if tail:
             yield tail
 
@@ -763,9 +794,8 @@ def _read_rows(path: str, tracker: _LineTracker, preamble: _Preamble, options: C
         quote = options.quote_char if quoting and not options.escape_char else None
         batches = _numbered_batches(path, tracker, reader, invalid, invalid_lock, keep, ordinal, first_file_line, quote)
         produced = _ahead(batches) if _PREFETCH_BATCHES else batches
-        if _passes_through(options.encoding):  # other encodings were decoded (strictly) on the way in
-            codec = codecs.lookup(options.encoding).name
-            produced = (_without_undecodable_rows(source, codec) for source in produced)
+        codec = codecs.lookup(options.encoding).name
+        produced = (_without_undecodable_rows(source, codec) for source in produced)
         booleans = (tuple(options.true_values or ()), tuple(options.false_values or ()))
         if any(booleans):
             produced = (replace(source, true_values=booleans[0], false_values=booleans[1]) for source in produced)
@@ -827,13 +857,16 @@ def _passes_through(encoding: str) -> bool:
 def _without_undecodable_rows(source: SourceBatch, codec: str) -> SourceBatch:
     """The batch without rows whose text is not valid in the declared encoding; they become bad rows.
 
-    The whole batch's text is decoded once (fast when valid, the usual case); only a batch that
-    fails is looked at row by row.
+    UTF-8 and ASCII text is checked as it is; text of other encodings was transcoded with every
+    undecodable byte marked (see _mark_undecodable), and the marks are not valid UTF-8. The whole
+    batch's text is decoded once (fast when valid, the usual case); only a batch that fails is
+    looked at row by row.
     """
+    check = codec if _passes_through(codec) else "utf-8"
     if source.raw is None or source.num_rows == 0:
         return source
     try:
-        source.raw.decode(codec)
+        source.raw.decode(check)
         return source
     except UnicodeDecodeError:
         pass
@@ -844,19 +877,37 @@ def _without_undecodable_rows(source: SourceBatch, codec: str) -> SourceBatch:
         first = int(source.lines[row]) - source.raw_first_line
         text = source.raw[source.raw_line_starts[first]:source.raw_line_starts[first + int(source.spans[row])]]
         try:
-            text.decode(codec)
+            text.decode(check)
         except UnicodeDecodeError as error:
             keep[row] = False
-            bad_rows.append(BadRow(source.path, int(source.lines[row]),
-                                   f"byte {error.start} of the row is not valid {codec.replace('-sig', '')} text "
-                                   f"({error.reason}); set input.csv.encoding",
-                                   _strip_line_break(text).decode(codec, "replace")))
+            bad_rows.append(BadRow(source.path, int(source.lines[row]), _undecodable_reason(text, error, codec),
+                                   _shown_text(_strip_line_break(text), codec)))
     if not bad_rows:
         return source
     mask = pa.array(keep)
     merged = sorted([*source.bad_rows, *bad_rows], key=lambda bad: bad.line)
     return replace(source, lines=source.lines[keep], batch=source.batch.filter(mask), spans=source.spans[keep],
                    bad_rows=tuple(merged))
+
+
+def _undecodable_reason(text: bytes, error: UnicodeDecodeError, codec: str) -> str:
+    """Where a row stops being valid text: the byte in the row as the file holds it, and why."""
+    name = codec.replace("-sig", "")
+    if _passes_through(codec):
+        return f"byte {error.start} of the row is not valid {name} text ({error.reason}); set input.csv.encoding"
+    before = text[:error.start].decode("utf-8")
+    byte = len(before.encode(codec, "replace")) - len("".encode(codec))  # without the BOM some codecs write
+    marks = itertools.takewhile(lambda char: 0xDC00 <= ord(char) <= 0xDCFF,
+                                text[error.start:].decode("utf-8", "surrogatepass"))
+    shown = " ".join(f"0x{ord(char) - 0xDC00:02x}" for char in marks)
+    return f"byte {byte} of the row is not valid {name} text ({shown} cannot be decoded); set input.csv.encoding"
+
+
+def _shown_text(text: bytes, codec: str) -> str:
+    """A row's text for the dead letters: an undecodable byte (or its mark) shows as U+FFFD."""
+    if _passes_through(codec):
+        return text.decode(codec, "replace")
+    return re.sub("[\udc00-\udcff]", "\ufffd", text.decode("utf-8", "surrogatepass"))
 
 
 def _numbered_batches(path: str, tracker: _LineTracker, reader, invalid: dict, invalid_lock: threading.Lock,
@@ -1271,7 +1322,7 @@ def read_csv_file(path: str, options: CsvOptions,
                   columns: Sequence[str] | None = None) -> Generator[SourceBatch, None, None]:
     """Every row of a CSV file, streamed block by block from the start (quoted line breaks are fine)."""
     with _open(path) as raw:
-        tracker = _LineTracker(_utf8_chunks(raw, options.encoding, True, None, path), _special_bytes(options))
+        tracker = _LineTracker(_utf8_chunks(raw, options.encoding, True, None), _special_bytes(options))
         preamble = _read_preamble(tracker, options, path, _decoder_for("utf-8"))
         yield from _rows_with_long_rows(path, tracker, preamble, options, 1, True, columns,
                                         functools.partial(_row_file_offset, path, options.encoding, 0))
@@ -1387,7 +1438,7 @@ def read_csv_range(path: str, start: int, end: int, line_breaks_before: int, opt
         else:
             first_line = 1 + line_breaks_before + (1 if own_start > start else 0)
         raw.seek(own_start)
-        tracker = _LineTracker(_utf8_chunks(raw, options.encoding, own_start == 0, own_end - own_start, path))
+        tracker = _LineTracker(_utf8_chunks(raw, options.encoding, own_start == 0, own_end - own_start))
         inline = _Preamble(names=preamble.names, data_line=first_line, data_offset=0)
         yield from _rows_with_long_rows(path, tracker, inline, options, first_line, False, columns,
                                         functools.partial(_row_file_offset, path, options.encoding, own_start))
@@ -1560,7 +1611,7 @@ def inspect_input(input_config: InputConfig, sample_rows: int = SAMPLE_ROWS,
                 break
     if not batches:  # a header and no rows (read_csv_file yields nothing): the names are still known
         with _open(path) as raw:
-            tracker = _LineTracker(_utf8_chunks(raw, input_config.csv.encoding, True, None, path))
+            tracker = _LineTracker(_utf8_chunks(raw, input_config.csv.encoding, True, None))
             names = _read_preamble(tracker, input_config.csv, path, _decoder_for("utf-8")).names
         batches = [_empty_batch(names)]
     table = pa.Table.from_batches(batches).slice(0, sample_rows)
