@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import glob
+import math
 import os
+import pathlib
 import re
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from tfrbeam.record_index import index_path_for
 from tfrbeam.records import RECORD_OVERHEAD
@@ -53,3 +59,60 @@ def shard_files(prefix: str, suffix: str = "") -> list[str]:
     """Files named like Beam-style shards of ``prefix`` (``-SSSSS-of-NNNNN`` + suffix), found on disk."""
     pattern = re.escape(prefix) + r"-\d{5}-of-\d{5}" + re.escape(suffix)
     return sorted(path for path in glob.glob(f"{prefix}-*") if re.fullmatch(pattern, path))
+
+
+# ------------------------------------------------------------------ Parquet: pyarrow's read, the oracle
+
+EXAMPLE_TYPES = {"int64": pa.int64(), "float": pa.float32(), "bytes": pa.binary()}
+
+
+def same_values(left: Any, right: Any) -> bool:
+    """Equal values, NaN equal to NaN (pyarrow's Table.equals says NaN != NaN)."""
+    if isinstance(left, float) and isinstance(right, float):
+        return (math.isnan(left) and math.isnan(right)) or left == right
+    if isinstance(left, list) and isinstance(right, list):
+        return len(left) == len(right) and all(same_values(a, b) for a, b in zip(left, right))
+    if isinstance(left, dict) and isinstance(right, dict):
+        return left.keys() == right.keys() and all(same_values(left[key], right[key]) for key in left)
+    return left == right
+
+
+def pyarrow_read(path: str | os.PathLike) -> pa.Table | Exception:
+    """pyarrow's own read of a Parquet file (page checksums verified), or the error it refuses the file with."""
+    try:
+        return pq.read_table(pathlib.Path(path), page_checksum_verification=True)
+    except (OSError, pa.ArrowException) as error:
+        return error
+
+
+def _flat(table: pa.Table) -> pa.Table:
+    """Struct columns flattened (recursively) into "col.field" columns, the build's source names; pyarrow's
+    own flatten applies a null struct to its fields."""
+    while any(pa.types.is_struct(field.type) for field in table.schema):
+        table = table.flatten()
+    return table
+
+
+def expected_rows(oracle: pa.Table, features: Sequence[Any]) -> list[dict[str, Any]]:
+    """Per row, per feature: pyarrow's cast of the feature's source value to the feature's type."""
+    flat = _flat(oracle)
+    columns = {}
+    for spec in features:
+        column = flat.column(spec.source)
+        if pa.types.is_dictionary(column.type):
+            column = column.cast(column.type.value_type)
+        target = pa.list_(EXAMPLE_TYPES[spec.type]) if spec.is_list else EXAMPLE_TYPES[spec.type]
+        columns[spec.name] = pc.cast(column, target).to_pylist()
+    return [{name: values[row] for name, values in columns.items()} for row in range(oracle.num_rows)]
+
+
+def expected_bad(values: dict[str, Any], features: Sequence[Any]) -> bool:
+    """Whether an Example cannot hold the row: a null in an on_null: error feature, or a null list item."""
+    for spec in features:
+        value = values[spec.name]
+        if value is None:
+            if spec.on_null == "error":
+                return True
+        elif isinstance(value, list) and any(item is None for item in value):
+            return True
+    return False

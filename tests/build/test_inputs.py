@@ -20,6 +20,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from hypothesis import given, settings, strategies as st
 
 import tfrbeam.build.inputs as tabular_read
+from tests.helpers import expected_bad, expected_rows, pyarrow_read
 from tfrbeam.build.config import parse_config, resolve_config
 from tfrbeam.build.inputs import (
     CsvOptions,
@@ -420,12 +421,24 @@ def test_parquet_rows_numbered_across_row_groups_with_projection(tmp_path):
         list(read_parquet_file(str(tmp_path / "t.parquet"), columns=["z"]))
 
 
+def _oracle_outcome(path, features) -> str:
+    """What pyarrow's own read of the file says the build must do with it: refuse it, or convert every row an
+    Example can hold and report the others as bad rows."""
+    oracle = pyarrow_read(path)
+    if isinstance(oracle, Exception):
+        return "InputError"
+    rows = expected_rows(oracle, features)
+    bad = sum(expected_bad(row, features) for row in rows)
+    return f"ok {len(rows) - bad} good, {bad} bad"
+
+
 def test_every_parquet_testing_data_file_converts_or_fails_clearly(parquet_testing):
-    outcomes = {}
+    outcomes, expected = {}, {}
     for path in sorted((parquet_testing / "data").glob("*.parquet")):
         config = parse_config({"input": {"path": str(path)}, "output": {"path": "o"}})
+        resolved = resolve_config(config)  # every file has a column the build can infer a feature for
+        expected[path.name] = _oracle_outcome(path, resolved.features)
         try:
-            resolved = resolve_config(config)
             good = bad = 0
             for source in read_parquet_file(str(path), resolved.input.columns):
                 converted = convert_source_batch(source, resolved.features)
@@ -434,52 +447,30 @@ def test_every_parquet_testing_data_file_converts_or_fails_clearly(parquet_testi
         except TfrbeamError as error:
             assert str(path) in str(error), error
             outcomes[path.name] = type(error).__name__
-    # ConfigError: the columns need a declared type (timestamps, decimals, structs, nested lists,
-    # maps, null lists); test_infer_config converts those with the config infer-config writes.
-    assert outcomes == {
-        "alltypes_dictionary.parquet": "ConfigError",
-        "alltypes_plain.parquet": "ConfigError",
-        "alltypes_plain.snappy.parquet": "ConfigError",
-        "alltypes_tiny_pages.parquet": "ConfigError",
-        "binary.parquet": "ok 12 good, 0 bad",
-        "byte_array_decimal.parquet": "ConfigError",
-        "datapage_v1-corrupt-checksum.parquet": "InputError",  # page CRCs are verified
-        "datapage_v2.snappy.parquet": "ok 5 good, 0 bad",
-        "delta_binary_packed.parquet": "ok 200 good, 0 bad",
-        "delta_byte_array.parquet": "ok 1000 good, 0 bad",
-        "dict-page-offset-zero.parquet": "ok 39 good, 0 bad",
-        "fixed_length_decimal.parquet": "ConfigError",
-        "float16_nonzeros_and_nans.parquet": "ok 8 good, 0 bad",
-        "int32_decimal.parquet": "ConfigError",
-        "int64_decimal.parquet": "ConfigError",
-        "int96_from_spark.parquet": "ConfigError",
-        "list_columns.parquet": "ok 1 good, 2 bad",  # null list items
-        "lz4_raw_compressed.parquet": "ok 4 good, 0 bad",
-        "nan_in_stats.parquet": "ok 2 good, 0 bad",
-        "nation.dict-malformed.parquet": "ok 25 good, 0 bad",
-        "nested_lists.snappy.parquet": "ConfigError",
-        "nested_maps.snappy.parquet": "ConfigError",
-        "nested_structs.rust.parquet": "ConfigError",
-        "null_list.parquet": "ConfigError",
-        "nulls.snappy.parquet": "ConfigError",
-        "repeated_no_annotation.parquet": "ConfigError",
-        "rle-dict-uncompressed-corrupt-checksum.parquet": "InputError",
-        "single_nan.parquet": "ok 1 good, 0 bad",
-    }
+    assert outcomes == expected
+    assert expected["datapage_v1-corrupt-checksum.parquet"] == "InputError"  # page CRCs are verified
+    assert expected["list_columns.parquet"] == "ok 1 good, 2 bad"  # null list items
 
 
-def test_parquet_unmappable_columns_are_reported_with_the_config_that_maps_them(parquet_testing):
+def test_parquet_columns_without_a_direct_mapping_get_infer_configs_cast_and_unmappable_ones_say_why(
+        parquet_testing, caplog):
     path = parquet_testing / "data" / "alltypes_plain.parquet"
-    with pytest.raises(ConfigError) as caught:
-        resolve_config(parse_config({"input": {"path": str(path)}, "output": {"path": "o"}}))
-    assert ("features.timestamp_col (inferred: features was left out): column 'timestamp_col' has Arrow type "
-            "timestamp[ns], which has no Example feature mapping without a declared type: declare it, e.g. "
-            "features: {timestamp_col: {type: int64}}") in str(caught.value)
-    fixed = resolve_config(parse_config({"input": {"path": str(path)}, "output": {"path": "o"},
-                                         "features": {"id": {"type": "int64"}, "timestamp_col": {"type": "int64"}}}))
-    batches = [convert_source_batch(s, fixed.features).batch for s in read_parquet_file(str(path), fixed.input.columns)]
+    inferred = resolve_config(parse_config({"input": {"path": str(path)}, "output": {"path": "o"}}))
+    declared = resolve_config(parse_config({"input": {"path": str(path)}, "output": {"path": "o"},
+                                            "features": {"timestamp_col": {"type": "int64", "on_null": "omit"}}}))
+    assert inferred.feature("timestamp_col") == declared.feature("timestamp_col")
+    batches = [convert_source_batch(s, inferred.features).batch
+               for s in read_parquet_file(str(path), inferred.input.columns)]
     values = pa.Table.from_batches(batches).column("timestamp_col").to_pylist()
     assert values[0] == 1235865600000000000  # 2009-03-01 00:00:00 in nanoseconds
+    maps = parquet_testing / "data" / "nested_maps.snappy.parquet"
+    with caplog.at_level("WARNING"):
+        left = resolve_config(parse_config({"input": {"path": str(maps)}, "output": {"path": "o"}}))
+    assert "a" not in [spec.name for spec in left.features]
+    assert "left out (features was left out): a (map<string, map<int32, bool ('value')> ('a')>): " \
+        "no Example feature can hold it" in caplog.text
+    with pytest.raises(ConfigError, match=r"features.a: column 'a' has Arrow type map<.*no Example feature mapping"):
+        resolve_config(parse_config({"input": {"path": str(maps)}, "output": {"path": "o"}, "features": {"a": {}}}))
 
 
 _BAD_DATA_PROBE = """
