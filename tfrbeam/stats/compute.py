@@ -55,6 +55,16 @@ def require_examples(manifest: Mapping[str, Any], where: str) -> None:
         raise ConfigError(f"{where} holds {record_type}s; stats/export read Example datasets only")
 
 
+def require_example_dataset(path: str) -> None:
+    """Refuse ``path`` when it lies in a SequenceExample dataset: the dataset directory itself, a split directory,
+    or shards (files or a glob) inside one."""
+    here = path if os.path.isdir(path) else os.path.dirname(path)
+    for directory in (here, os.path.dirname(here.rstrip(os.sep))):
+        if directory and os.path.isfile(os.path.join(directory, MANIFEST_NAME)):
+            require_examples(_manifest(directory), directory)
+            return
+
+
 def input_from_manifest(directory: str, manifest: Mapping[str, Any], wanted: Sequence[str] | None,
                         files: FileAccess) -> StatsInput:
     """What statistics (and the export) read of a build directory, from its manifest alone: shard paths joined
@@ -86,6 +96,7 @@ def resolve_input(path: str, splits: Sequence[str] | None = None) -> StatsInput:
         return _from_build(path, splits)
     if splits:
         raise ConfigError(f"--split needs a directory written by `tfrbeam build` (with {MANIFEST_NAME}); {path!r} has none")
+    require_example_dataset(path)
     from tfrbeam.dataset import open_dataset  # here, not at the top: worker processes never need it
 
     dataset = open_dataset(path)
