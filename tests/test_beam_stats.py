@@ -10,6 +10,7 @@ import apache_beam as beam
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
+from tests import memfs
 from tests.example_builds import build_examples
 from tfrbeam.beam.stats_combine import ComputeDatasetStats, SplitStatsCombineFn, WriteStatsFiles, files_pattern
 from tfrbeam.stats.compute import compute_stats, write_dataset_stats
@@ -51,6 +52,27 @@ def test_beam_combine_gives_the_local_numbers_and_writes_the_files(demo_build, t
     _same(on_disk, local)
     assert on_disk["drift"]["baseline"] == "train"
     assert 'class="feature-row"' in (tmp_path / "stats.html").read_text()
+
+
+def test_stats_of_a_dataset_on_a_non_local_filesystem(demo_build):
+    """The manifest and the shards read through Beam's FileSystems (memfs://, as gs:// would be), not local files."""
+    local = compute_stats(str(demo_build))
+    dataset = memfs.upload(demo_build, "memfs://bucket/stats")
+    try:
+        with beam.Pipeline() as pipeline:
+            stats = pipeline | ComputeDatasetStats(dataset)
+            _ = stats | WriteStatsFiles(dataset)
+
+            def check(documents):
+                assert len(documents) == 1 and documents[0]["source"] == dataset
+                _same(documents[0], local)
+
+            assert_that(stats, check)
+        written = memfs.files_under(dataset)
+        _same(json.loads(written["stats.json"]), local)
+        assert 'class="feature-row"' in written["stats.html"].decode()
+    finally:
+        memfs.clear("memfs://bucket")
 
 
 def test_combine_fn_merges_accumulators_as_one_pass():

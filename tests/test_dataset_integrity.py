@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from tfrbeam.dataset import FixedLenFeature, open_dataset
 from tfrbeam.errors import ShardMismatchError
 from tfrbeam.example import encode_example
-from tfrbeam.record_index import IndexBuilder, index_path_for, parse_index, stamp_index
+from tfrbeam.record_index import IndexBuilder, index_path_for, parse_index, seek_position, stamp_index
 from tfrbeam.records import RECORD_OVERHEAD, RecordWriter, masked_crc32c, read_records
 
 SPEC = {"id": FixedLenFeature((), "int64"), "pad": FixedLenFeature((), "bytes")}
@@ -280,3 +280,24 @@ def test_a_current_index_is_used_without_a_warning(tmp_path, caplog, monkeypatch
     record_size = len(make_record(6)) + RECORD_OVERHEAD
     assert walked and max(walked) <= INTERVAL // (record_size - 6) + 1  # seeks from an entry, not the file start
     assert os.path.exists(index_path_for(str(shard)))
+
+
+def test_a_rewrite_in_the_same_mtime_tick_is_caught_on_every_seek_by_the_last_entrys_walk(tmp_path, caplog):
+    """Checks are cached per (size, mtime); a rewrite of the same size in the same mtime tick keeps that key, so the
+    cheap check (the last entry's walk ends at the end of the file after the index's count) runs on every seek."""
+    shard = tmp_path / "part-0.tfrecord"
+    write_shard(shard, list(range(300)))
+    index = parse_index(pathlib.Path(index_path_for(str(shard))).read_bytes(), "index")
+    last = len(index.offsets) - 1
+    number = index.record_numbers[last]
+    assert seek_position(str(shard), number, 300) == (index.offsets[last], number)  # checked and cached
+    middle = bisect.bisect_right(index.record_numbers, 150) - 1
+    assert seek_position(str(shard), 150, 300) == (index.offsets[middle], index.record_numbers[middle])
+    tick = shard.stat().st_mtime_ns
+    merge_two_records(shard, number - 1)  # the last entry now points inside a payload
+    os.utime(shard, ns=(tick, tick))  # ... and the rewrite landed in the same mtime tick
+    caplog.set_level(logging.WARNING)
+    assert seek_position(str(shard), 150, 300) == (0, 0)  # a seek that does not use the last entry catches it too
+    assert seek_position(str(shard), number, 300) == (0, 0)
+    assert any("ignoring the read index" in record.getMessage() for record in caplog.records)
+    assert sorted(record_range_union(str(shard), 3)) == sorted(set(range(300)) - {number - 1, number} | {10**9})

@@ -14,14 +14,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from apache_beam.testing.util import assert_that, equal_to
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from tests import memfs
 from tests.example_builds import build_examples
 from tfrbeam.beam.parquet_export import ExportToParquet
 from tfrbeam.build.cli import main as build_main
 from tfrbeam.cli import main
 from tfrbeam.columnar_encode import record_batch_to_examples
-from tfrbeam.errors import ConfigError, RecordError
+from tfrbeam.errors import ConfigError, OutputExistsError, RecordError
 from tfrbeam.example import decode_example
 from tfrbeam.parquet_export import export_to_parquet, parquet_name
 from tfrbeam.records import RecordWriter, read_records
@@ -146,17 +148,57 @@ def test_a_corrupt_shard_leaves_no_parquet_file_under_its_name(built, tmp_path):
         assert pq.read_table(path, page_checksum_verification=True).num_rows > 0
 
 
-def test_beam_export_writes_the_same_rows_with_checksums(built, tmp_path):
+def test_beam_export_writes_the_local_exports_files_with_checksums(built, tmp_path):
     dataset = built / "csv_example"
+    local = export_to_parquet(str(dataset), str(tmp_path / "local"))
     with beam.Pipeline() as pipeline:
-        _ = pipeline | ExportToParquet(str(dataset), str(tmp_path / "beam"))
+        written = pipeline | ExportToParquet(str(dataset), str(tmp_path / "beam"))
+        names = [path.replace(str(tmp_path / "local"), str(tmp_path / "beam")) for path in local]
+        assert_that(written, equal_to(names))
     manifest = json.loads((dataset / "dataset_info.json").read_text())
     for split, entry in manifest["splits"].items():
         files = sorted((tmp_path / "beam" / split).glob("*.parquet"))
-        assert len(files) == len(entry["shards"])
-        for path in files:
-            pq.read_table(path, page_checksum_verification=True)
+        assert [path.name for path in files] == sorted(parquet_name(shard["path"]) for shard in entry["shards"])
+        for path in files:  # OUTPUT_DIR/<split>/<shard name>.parquet holds that shard's rows, as the local export's
+            table = pq.read_table(path, page_checksum_verification=True)
+            assert table.equals(pq.read_table(tmp_path / "local" / split / path.name))
         assert parquet_rows(files) == split_records(dataset, split)
+
+
+def test_beam_export_refuses_existing_files_unless_overwrite(built, tmp_path):
+    dataset = built / "csv_example"
+    out = tmp_path / "out"
+    (out / "train").mkdir(parents=True)
+    (out / "train" / "old-00009-of-00010.parquet").write_bytes(b"an older export")
+    with pytest.raises(OutputExistsError, match=r"old-00009-of-00010.parquet .* pass --overwrite \(overwrite=True\)"):
+        ExportToParquet(str(dataset), str(out))
+    with beam.Pipeline() as pipeline:
+        _ = pipeline | ExportToParquet(str(dataset), str(out), overwrite=True)
+    assert not (out / "train" / "old-00009-of-00010.parquet").exists()
+    assert sorted(path.name for path in (out / "train").iterdir()) == sorted(
+        parquet_name(path.name) for path in (dataset / "train").glob("*.tfrecord*"))
+
+
+def test_beam_export_reads_and_writes_a_non_local_filesystem(built):
+    """A dataset on another Beam filesystem (memfs://, as gs:// would be): the manifest and every file go through Beam."""
+    dataset = memfs.upload(built / "csv_example", "memfs://bucket/csv_example")
+    out = "memfs://bucket/exported"
+    try:
+        with beam.Pipeline() as pipeline:
+            _ = pipeline | ExportToParquet(dataset, out)
+        written = memfs.files_under(out)
+        manifest = json.loads((built / "csv_example" / "dataset_info.json").read_text())
+        assert sorted(written) == sorted(f"{split}/{parquet_name(shard['path'])}" for split, entry in
+                                         manifest["splits"].items() for shard in entry["shards"])
+        for split in manifest["splits"]:
+            tables = [pq.read_table(pa.BufferReader(data), page_checksum_verification=True)
+                      for name, data in written.items() if name.startswith(f"{split}/")]
+            rows = collections.Counter(canonical_row(row) for table in tables for row in table.to_pylist())
+            assert rows == split_records(built / "csv_example", split)
+        with pytest.raises(OutputExistsError, match="memfs://bucket/exported/"):
+            ExportToParquet(dataset, out)
+    finally:
+        memfs.clear("memfs://bucket")
 
 
 def test_plain_tfrecord_files_with_no_records_are_refused_clearly(tmp_path):

@@ -210,8 +210,11 @@ def _run_cat(args: argparse.Namespace) -> int:
 
 def _run_inspect(args: argparse.Namespace) -> int:
     from tfrbeam import file_tools
+    from tfrbeam.stats.compute import require_example_dataset
     from tfrbeam.stats.text import format_fraction
 
+    for argument in args.paths:
+        require_example_dataset(argument)
     paths = file_tools.expand_record_paths(args.paths)
     report = file_tools.inspect_files(paths, limit=args.limit)
     spec = report.parse_example_spec()

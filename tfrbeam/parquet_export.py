@@ -13,7 +13,7 @@ import dataclasses
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from tfrbeam.blocks import record_blocks
 from tfrbeam.errors import ConfigError, OutputExistsError
 from tfrbeam.stats.accumulators import FEATURE_TYPES
-from tfrbeam.stats.compute import BLOCK_RECORDS, decode_block, resolve_input
+from tfrbeam.stats.compute import BLOCK_RECORDS, StatsInput, decode_block, resolve_input
 
 PARQUET_COMPRESSION = "snappy"
 _RECORD_SUFFIXES = (".gz", ".zlib", ".tfrecord", ".tfrecords", ".tfr")
@@ -79,19 +79,24 @@ def parquet_name(record_path: str) -> str:
 
 
 def plan_export(
-    path: str, output_dir: str, splits: Sequence[str] | None = None, columns: Sequence[str] | None = None
+    path: str, output_dir: str, splits: Sequence[str] | None = None, columns: Sequence[str] | None = None,
+    source: StatsInput | None = None, join: Callable[..., str] = os.path.join,
 ) -> ExportPlan:
     """The export of a build directory (``OUTPUT_DIR/<split>/<shard>.parquet``) or TFRecord files
-    (``OUTPUT_DIR/<file>.parquet``)."""
-    source = resolve_input(path, splits)
+    (``OUTPUT_DIR/<file>.parquet``).
+
+    ``source`` is what ``resolve_input`` finds at ``path`` (the Beam export resolves it through
+    Beam's FileSystems); ``join`` joins paths of the output's and the dataset's filesystem.
+    """
+    source = source if source is not None else resolve_input(path, splits)
     if source.manifest is not None:
         features = source.manifest.get("features") or {}
         counts = {
-            os.path.join(path, *shard["path"].split("/")): int(shard["num_examples"])
+            join(path, *shard["path"].split("/")): int(shard["num_examples"])
             for entry in source.manifest["splits"].values() for shard in entry["shards"]
         }
         files: tuple[tuple[str, str, int | None, str | None], ...] = tuple(
-            (record, os.path.join(output_dir, split, parquet_name(record)), counts.get(record), split)
+            (record, join(output_dir, split, parquet_name(record)), counts.get(record), split)
             for split, records in source.splits.items() for record in records
         )
     else:
@@ -100,7 +105,7 @@ def plan_export(
             for name, kind in source.feature_types.items()
         }
         files = tuple(
-            (record, os.path.join(output_dir, parquet_name(record)), None, None)
+            (record, join(output_dir, parquet_name(record)), None, None)
             for records in source.splits.values() for record in records
         )
     targets = [target for _, target, _, _ in files]
@@ -116,23 +121,32 @@ def parquet_writer(where: Any, schema: pa.Schema) -> pq.ParquetWriter:
     return pq.ParquetWriter(where, schema, compression=PARQUET_COMPRESSION, write_page_checksum=True)
 
 
+def write_parquet(records: str | BinaryIO, name: str, target: str | BinaryIO, schema: pa.Schema,
+                  compression: str | None = "auto", progress: Callable[[int], None] | None = None,
+                  block_length: int = BLOCK_RECORDS) -> int:
+    """Write the Examples of one TFRecord file (a path or an open binary file, named ``name``) as Parquet into
+    ``target`` (a path or a binary file object); returns the row count."""
+    rows = 0
+    with parquet_writer(target, schema) as writer:
+        for block in record_blocks(records, compression, block_length=block_length, name=name):
+            batch = decode_block(name, block, schema)
+            writer.write_batch(batch)
+            rows += batch.num_rows
+            if progress is not None:
+                progress(batch.num_rows)
+        if rows == 0:
+            writer.write_table(schema.empty_table())
+    return rows
+
+
 def export_file(record_path: str, parquet_path: str, schema: pa.Schema, compression: str | None = "auto",
                 progress: Callable[[int], None] | None = None) -> int:
     """Write one TFRecord file's Examples as one Parquet file (temp name, then rename); returns the row count."""
     directory = os.path.dirname(parquet_path) or "."
     os.makedirs(directory, exist_ok=True)
     temp = os.path.join(directory, f".{os.path.basename(parquet_path)}.tmp")
-    rows = 0
     try:
-        with parquet_writer(temp, schema) as writer:
-            for block in record_blocks(record_path, compression, block_length=BLOCK_RECORDS):
-                batch = decode_block(record_path, block, schema)
-                writer.write_batch(batch)
-                rows += batch.num_rows
-                if progress is not None:
-                    progress(batch.num_rows)
-            if rows == 0:
-                writer.write_table(schema.empty_table())
+        rows = write_parquet(record_path, record_path, temp, schema, compression, progress)
         os.replace(temp, parquet_path)
     except BaseException:
         if os.path.exists(temp):
@@ -152,12 +166,17 @@ def _clear_the_way(plan: ExportPlan, overwrite: bool) -> None:
         for name in os.listdir(directory) if name.endswith(".parquet")
     )
     if found and not overwrite:
-        raise OutputExistsError(
-            f"{found[0]} (and {len(found) - 1} more Parquet file(s)) already exist where the export writes; "
-            "pass --overwrite (overwrite=True) to replace them, or choose an empty OUTPUT_DIR"
-        )
+        raise existing_files_error(found)
     for stale in found:
         os.remove(stale)
+
+
+def existing_files_error(found: Sequence[str]) -> OutputExistsError:
+    """The refusal of an export into directories that already hold Parquet files."""
+    return OutputExistsError(
+        f"{found[0]} (and {len(found) - 1} more Parquet file(s)) already exist where the export writes; "
+        "pass --overwrite (overwrite=True) to replace them, or choose an empty OUTPUT_DIR"
+    )
 
 
 def export_to_parquet(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import json
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -235,3 +236,62 @@ def test_infer_config_proposes_boolean_tokens_and_timestamps(tmp_path):
     converted = convert_source_batch(source, config.features).batch
     assert converted.column("cancelled").to_pylist() == [1, 0, 0]
     assert converted.column("dep_time").to_pylist()[:2] == [1357017300, 1357018170]
+
+
+def _parquet_of_every_kind(path) -> None:
+    """Timestamps (s/ms/us/ns, with and without a zone), dates, decimals, dictionaries, bools, lists, a nested
+    list and a struct, with nulls where the schema allows them."""
+    n = 40
+    stamps = [datetime.datetime(2020, 1, 1) + datetime.timedelta(seconds=37 * i) for i in range(n)]
+    days = [datetime.date(2020, 1, 1) + datetime.timedelta(days=i) for i in range(n)]
+    table = pa.table({
+        "ts_s": pa.array(stamps, pa.timestamp("s")),
+        "ts_ms_utc": pa.array(stamps, pa.timestamp("ms", tz="UTC")),
+        "ts_us_paris": pa.array([None if i % 9 == 0 else s for i, s in enumerate(stamps)],
+                                pa.timestamp("us", tz="Europe/Paris")),
+        "ts_ns": pa.array(stamps, pa.timestamp("ns")),
+        "day32": pa.array(days, pa.date32()),
+        "day64": pa.array(days, pa.date64()),
+        "price": pa.array([f"{i}.{i % 100:02d}" for i in range(n)]).cast(pa.decimal128(10, 2)),
+        "kind": pa.array([["a", "b", "c"][i % 3] for i in range(n)]).dictionary_encode(),
+        "flag": pa.array([i % 2 == 0 for i in range(n)]),
+        "tags": pa.array([[i, i + 1] for i in range(n)], pa.list_(pa.int64())),
+        "nested": pa.array([[[i], [i, i]] for i in range(n)], pa.list_(pa.list_(pa.int64()))),
+        "point": pa.array([{"x": float(i), "y": i} for i in range(n)]),
+        "stamps": pa.array([[s] for s in stamps], pa.list_(pa.timestamp("ms"))),
+    })
+    pq.write_table(table, path, row_group_size=16)
+
+
+def _tree(root) -> dict[str, bytes]:
+    return {str(path.relative_to(root)): path.read_bytes() for path in sorted(root.rglob("*")) if path.is_file()}
+
+
+def test_a_parquet_build_without_features_is_byte_identical_to_the_infer_config_build(tmp_path):
+    """One inference path: leaving features out builds exactly what the config infer-config writes builds."""
+    from tfrbeam.build.cli import main as build_main
+
+    data = tmp_path / "kinds.parquet"
+    _parquet_of_every_kind(data)
+    written = yaml.safe_load(infer_config(str(data)))
+    assert {"ts_s", "ts_ms_utc", "ts_us_paris", "day64", "price", "kind", "point_x", "stamps"} <= set(written["features"])
+    configs = {"written": written, "inferred": {key: value for key, value in written.items() if key != "features"}}
+    for name, config in configs.items():
+        config = {**config, "output": {**config["output"], "path": str(tmp_path / name)}}
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        assert build_main([str(tmp_path / f"{name}.yaml"), "--quiet"]) == 0, name
+    written_tree, inferred_tree = _tree(tmp_path / "written"), _tree(tmp_path / "inferred")
+    assert written_tree.keys() == inferred_tree.keys() and any(key.endswith(".tfrecord") for key in written_tree)
+    for key in written_tree:
+        if key == "dataset_info.json" or "/.tfrbeam-index/" in key:  # indexes stamp the shard's mtime
+            continue
+        assert written_tree[key] == inferred_tree[key], key
+    manifests = [json.loads(tree["dataset_info.json"]) for tree in (written_tree, inferred_tree)]
+    assert manifests[0]["features"] == manifests[1]["features"]
+    assert _without_run_fields(manifests[0]) == _without_run_fields(manifests[1])
+
+
+def _without_run_fields(manifest: dict) -> dict:
+    """The manifest without what names this run (its id, time and output path)."""
+    config = {**manifest["config"], "output": {**manifest["config"]["output"], "path": None}}
+    return {**{key: value for key, value in manifest.items() if key not in ("run_id", "started", "finished")}, "config": config}

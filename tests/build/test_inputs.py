@@ -20,6 +20,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from hypothesis import given, settings, strategies as st
 
 import tfrbeam.build.inputs as tabular_read
+from tests.helpers import expected_bad, expected_rows, pyarrow_read
 from tfrbeam.build.config import parse_config, resolve_config
 from tfrbeam.build.inputs import (
     CsvOptions,
@@ -420,12 +421,24 @@ def test_parquet_rows_numbered_across_row_groups_with_projection(tmp_path):
         list(read_parquet_file(str(tmp_path / "t.parquet"), columns=["z"]))
 
 
+def _oracle_outcome(path, features) -> str:
+    """What pyarrow's own read of the file says the build must do with it: refuse it, or convert every row an
+    Example can hold and report the others as bad rows."""
+    oracle = pyarrow_read(path)
+    if isinstance(oracle, Exception):
+        return "InputError"
+    rows = expected_rows(oracle, features)
+    bad = sum(expected_bad(row, features) for row in rows)
+    return f"ok {len(rows) - bad} good, {bad} bad"
+
+
 def test_every_parquet_testing_data_file_converts_or_fails_clearly(parquet_testing):
-    outcomes = {}
+    outcomes, expected = {}, {}
     for path in sorted((parquet_testing / "data").glob("*.parquet")):
         config = parse_config({"input": {"path": str(path)}, "output": {"path": "o"}})
+        resolved = resolve_config(config)  # every file has a column the build can infer a feature for
+        expected[path.name] = _oracle_outcome(path, resolved.features)
         try:
-            resolved = resolve_config(config)
             good = bad = 0
             for source in read_parquet_file(str(path), resolved.input.columns):
                 converted = convert_source_batch(source, resolved.features)
@@ -434,52 +447,30 @@ def test_every_parquet_testing_data_file_converts_or_fails_clearly(parquet_testi
         except TfrbeamError as error:
             assert str(path) in str(error), error
             outcomes[path.name] = type(error).__name__
-    # ConfigError: the columns need a declared type (timestamps, decimals, structs, nested lists,
-    # maps, null lists); test_infer_config converts those with the config infer-config writes.
-    assert outcomes == {
-        "alltypes_dictionary.parquet": "ConfigError",
-        "alltypes_plain.parquet": "ConfigError",
-        "alltypes_plain.snappy.parquet": "ConfigError",
-        "alltypes_tiny_pages.parquet": "ConfigError",
-        "binary.parquet": "ok 12 good, 0 bad",
-        "byte_array_decimal.parquet": "ConfigError",
-        "datapage_v1-corrupt-checksum.parquet": "InputError",  # page CRCs are verified
-        "datapage_v2.snappy.parquet": "ok 5 good, 0 bad",
-        "delta_binary_packed.parquet": "ok 200 good, 0 bad",
-        "delta_byte_array.parquet": "ok 1000 good, 0 bad",
-        "dict-page-offset-zero.parquet": "ok 39 good, 0 bad",
-        "fixed_length_decimal.parquet": "ConfigError",
-        "float16_nonzeros_and_nans.parquet": "ok 8 good, 0 bad",
-        "int32_decimal.parquet": "ConfigError",
-        "int64_decimal.parquet": "ConfigError",
-        "int96_from_spark.parquet": "ConfigError",
-        "list_columns.parquet": "ok 1 good, 2 bad",  # null list items
-        "lz4_raw_compressed.parquet": "ok 4 good, 0 bad",
-        "nan_in_stats.parquet": "ok 2 good, 0 bad",
-        "nation.dict-malformed.parquet": "ok 25 good, 0 bad",
-        "nested_lists.snappy.parquet": "ConfigError",
-        "nested_maps.snappy.parquet": "ConfigError",
-        "nested_structs.rust.parquet": "ConfigError",
-        "null_list.parquet": "ConfigError",
-        "nulls.snappy.parquet": "ConfigError",
-        "repeated_no_annotation.parquet": "ConfigError",
-        "rle-dict-uncompressed-corrupt-checksum.parquet": "InputError",
-        "single_nan.parquet": "ok 1 good, 0 bad",
-    }
+    assert outcomes == expected
+    assert expected["datapage_v1-corrupt-checksum.parquet"] == "InputError"  # page CRCs are verified
+    assert expected["list_columns.parquet"] == "ok 1 good, 2 bad"  # null list items
 
 
-def test_parquet_unmappable_columns_are_reported_with_the_config_that_maps_them(parquet_testing):
+def test_parquet_columns_without_a_direct_mapping_get_infer_configs_cast_and_unmappable_ones_say_why(
+        parquet_testing, caplog):
     path = parquet_testing / "data" / "alltypes_plain.parquet"
-    with pytest.raises(ConfigError) as caught:
-        resolve_config(parse_config({"input": {"path": str(path)}, "output": {"path": "o"}}))
-    assert ("features.timestamp_col (inferred: features was left out): column 'timestamp_col' has Arrow type "
-            "timestamp[ns], which has no Example feature mapping without a declared type: declare it, e.g. "
-            "features: {timestamp_col: {type: int64}}") in str(caught.value)
-    fixed = resolve_config(parse_config({"input": {"path": str(path)}, "output": {"path": "o"},
-                                         "features": {"id": {"type": "int64"}, "timestamp_col": {"type": "int64"}}}))
-    batches = [convert_source_batch(s, fixed.features).batch for s in read_parquet_file(str(path), fixed.input.columns)]
+    inferred = resolve_config(parse_config({"input": {"path": str(path)}, "output": {"path": "o"}}))
+    declared = resolve_config(parse_config({"input": {"path": str(path)}, "output": {"path": "o"},
+                                            "features": {"timestamp_col": {"type": "int64", "on_null": "omit"}}}))
+    assert inferred.feature("timestamp_col") == declared.feature("timestamp_col")
+    batches = [convert_source_batch(s, inferred.features).batch
+               for s in read_parquet_file(str(path), inferred.input.columns)]
     values = pa.Table.from_batches(batches).column("timestamp_col").to_pylist()
     assert values[0] == 1235865600000000000  # 2009-03-01 00:00:00 in nanoseconds
+    maps = parquet_testing / "data" / "nested_maps.snappy.parquet"
+    with caplog.at_level("WARNING"):
+        left = resolve_config(parse_config({"input": {"path": str(maps)}, "output": {"path": "o"}}))
+    assert "a" not in [spec.name for spec in left.features]
+    assert "left out (features was left out): a (map<string, map<int32, bool ('value')> ('a')>): " \
+        "no Example feature can hold it" in caplog.text
+    with pytest.raises(ConfigError, match=r"features.a: column 'a' has Arrow type map<.*no Example feature mapping"):
+        resolve_config(parse_config({"input": {"path": str(maps)}, "output": {"path": "o"}, "features": {"a": {}}}))
 
 
 _BAD_DATA_PROBE = """
@@ -570,6 +561,52 @@ def test_text_that_is_not_valid_in_the_declared_encoding_is_a_bad_row(tmp_path):
     assert [line for line, _, _ in bad_of(ranged)] == [3002]
 
 
+@pytest.mark.parametrize("encoding, bad, shown", [
+    ("cp1252", b"\x81", "0x81"),  # a byte cp1252 leaves undefined
+    ("shift_jis", b"\x81\x20", "0x81"),  # a lead byte without its trail byte
+    ("utf-16", b"\x00\xd8", "0x00 0xd8"),  # a lone surrogate
+])
+def test_invalid_text_in_any_declared_encoding_is_a_bad_row(tmp_path, encoding, bad, shown):
+    plain = "utf-16-le" if encoding == "utf-16" else encoding  # the rest of the file, without a second BOM
+    data = "name,city\nAna,Lisboa\nJo".encode(encoding) + bad + ",x\nEve,Oslo\n".encode(plain)
+    sources = list(read_csv_file(write(tmp_path, data), CsvOptions(encoding=encoding)))
+    assert rows_of(sources) == [(2, {"name": "Ana", "city": "Lisboa"}), (4, {"name": "Eve", "city": "Oslo"})]
+    byte = len("Jo".encode(plain))
+    assert [(line, reason) for line, reason, _ in bad_of(sources)] == [
+        (3, f"byte {byte} of the row is not valid {encoding} text ({shown} cannot be decoded); "
+            "set input.csv.encoding")]
+    assert bad_of(sources)[0][2].startswith("Jo\ufffd")
+
+
+def test_a_utf16_file_cut_inside_a_character_makes_its_last_row_bad(tmp_path):
+    data = "a,b\n1,2\n3,4".encode("utf-16")[:-1]
+    sources = list(read_csv_file(write(tmp_path, data), CsvOptions(encoding="utf-16")))
+    assert rows_of(sources) == [(2, {"a": "1", "b": "2"})]
+    assert [(line, reason) for line, reason, _ in bad_of(sources)] == [
+        (3, "byte 4 of the row is not valid utf-16 text (0x34 cannot be decoded); set input.csv.encoding")]
+
+
+def test_invalid_cp1252_text_in_a_split_file_is_a_bad_row_of_its_range(tmp_path):
+    big = b"name,city\n" + b"Ana,Lisboa\n" * 3000 + b"Jo\x81,x\n" + b"Eve,Oslo\n" * 10
+    path = write(tmp_path, big, "big.csv")
+    ranged = [source for start, end in csv_ranges(len(big), 8192)
+              for source in read_csv_range(path, start, end, big[:start].count(b"\n"), CsvOptions(encoding="cp1252"))]
+    assert [(line, reason) for line, reason, _ in bad_of(ranged)] == [
+        (3002, "byte 2 of the row is not valid cp1252 text (0x81 cannot be decoded); set input.csv.encoding")]
+    assert len(rows_of(ranged)) == 3010
+
+
+@pytest.mark.parametrize("encoding, reason", [
+    ("base64", "'base64' is not a text encoding"),
+    ("rot13", "'rot13' is not a text encoding"),
+    ("utf-7", "'utf-7' can decode to lone surrogates"),
+    ("unicode_escape", "'unicode_escape' can decode to lone surrogates"),
+])
+def test_encodings_whose_rows_cannot_be_checked_are_refused_in_the_config(encoding, reason):
+    with pytest.raises(ConfigError, match=rf"input.csv.encoding: {re.escape(reason)}"):
+        parse_config({"input": {"path": "x.csv", "csv": {"encoding": encoding}}, "output": {"path": "o"}})
+
+
 def _checksum_table() -> pa.Table:
     return pa.table({"a": list(range(3000)), "s": [f"v{i % 5}" for i in range(3000)],
                      "l": [[i, i + 1] for i in range(3000)], "f": [i * 0.5 for i in range(3000)]})
@@ -634,11 +671,11 @@ def test_a_field_over_the_block_size_grows_the_block_up_to_max_row_bytes(tmp_pat
               for source in read_csv_range(unquoted, start, end, open(unquoted, "rb").read(start).count(b"\n"),
                                            CsvOptions())]
     assert [(line, row["id"]) for line, row in rows_of(ranged)] == [(2, "1"), (3, "2"), (4, "3")]
-    with pytest.raises(InputError) as caught:
-        list(read_csv_file(path, CsvOptions(max_row_bytes=4 << 20)))  # pyarrow reads rows up to ~2 blocks
-    message = str(caught.value)
-    assert "a row longer than input.csv.max_row_bytes (4 MiB) after line 2" in message
-    assert "block size" not in message
+    sources = list(read_csv_file(path, CsvOptions(max_row_bytes=4 << 20)))  # pyarrow reads rows up to ~2 blocks
+    assert [(line, row["id"]) for line, row in rows_of(sources)] == [(2, "1"), (5, "3")]
+    assert [(line, reason) for line, reason, _ in bad_of(sources)] == [
+        (3, f"row longer than input.csv.max_row_bytes={4 << 20} ({len(big) + 16} bytes from byte 16); "
+            "raise it to read it")]
 
 
 def test_max_row_bytes_is_a_size_in_the_config():

@@ -2,24 +2,23 @@
 
 - Reading: our rows are pyarrow's rows (``pq.read_table`` with page checksums verified); where
   pyarrow refuses a file, we refuse it with our InputError naming the file.
-- Converting (files whose columns all have an Example mapping): every row is either converted,
-  with the values pyarrow's cast to the feature's type gives, or a bad row because it holds a
-  null where an Example cannot (a null list item, or a null in an ``on_null: error`` feature).
+- Converting (with the features the build infers when the config leaves them out: casts for
+  timestamps and decimals, one feature per struct field): every row is either converted, with
+  the values pyarrow's cast to the feature's type gives, or a bad row because it holds a null
+  where an Example cannot (a null list item, or a null in an ``on_null: error`` feature).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import pathlib
 import subprocess
 import sys
 
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import pytest
 
+from tests.helpers import expected_bad, expected_rows, pyarrow_read, same_values
 from tfrbeam.build.config import parse_config, resolve_config
 from tfrbeam.build.inputs import convert_source_batch, read_parquet_file
 from tfrbeam.errors import ConfigError, InputError
@@ -27,25 +26,6 @@ from tfrbeam.errors import ConfigError, InputError
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "data" / "parquet-testing"
 DATA_FILES = sorted(path.name for path in (ROOT / "data").glob("*.parquet"))
 BAD_FILES = sorted(path.name for path in (ROOT / "bad_data").glob("*.parquet"))
-EXAMPLE_TYPES = {"int64": pa.int64(), "float": pa.float32(), "bytes": pa.binary()}
-
-
-def _same(left, right) -> bool:
-    """Equal values, NaN equal to NaN (pyarrow's Table.equals says NaN != NaN)."""
-    if isinstance(left, float) and isinstance(right, float):
-        return (math.isnan(left) and math.isnan(right)) or left == right
-    if isinstance(left, list) and isinstance(right, list):
-        return len(left) == len(right) and all(_same(a, b) for a, b in zip(left, right))
-    if isinstance(left, dict) and isinstance(right, dict):
-        return left.keys() == right.keys() and all(_same(left[key], right[key]) for key in left)
-    return left == right
-
-
-def _pyarrow_read(path: pathlib.Path) -> pa.Table | Exception:
-    try:
-        return pq.read_table(path, page_checksum_verification=True)
-    except (OSError, pa.ArrowException) as error:
-        return error
 
 
 def test_the_files_are_all_here(parquet_testing):
@@ -56,7 +36,7 @@ def test_the_files_are_all_here(parquet_testing):
 @pytest.mark.parametrize("name", DATA_FILES)
 def test_our_read_is_pyarrows_read(name):
     path = ROOT / "data" / name
-    oracle = _pyarrow_read(path)
+    oracle = pyarrow_read(path)
     if isinstance(oracle, Exception):
         with pytest.raises(InputError, match=str(path)):
             list(read_parquet_file(str(path)))
@@ -66,34 +46,23 @@ def test_our_read_is_pyarrows_read(name):
     assert ours.schema.equals(oracle.schema, check_metadata=False)
     # Arrow's own comparison first (it converts no values to Python; int96 dates overflow datetime);
     # only a NaN, which Arrow calls unequal to itself, needs the value-by-value comparison.
-    assert ours.equals(oracle) or _same(ours.to_pylist(), oracle.to_pylist())
+    assert ours.equals(oracle) or same_values(ours.to_pylist(), oracle.to_pylist())
     lines = [int(line) for source in sources for line in source.lines]
     assert lines == list(range(1, oracle.num_rows + 1))
-
-
-def _expected_bad(row: dict, features) -> bool:
-    for spec in features:
-        value = row[spec.source]
-        if value is None:
-            if spec.on_null == "error":
-                return True
-        elif isinstance(value, list) and any(item is None for item in value):
-            return True
-    return False
 
 
 @pytest.mark.parametrize("name", DATA_FILES)
 def test_converted_rows_are_pyarrows_values_and_bad_rows_are_the_unrepresentable_ones(name):
     path = ROOT / "data" / name
-    oracle = _pyarrow_read(path)
+    oracle = pyarrow_read(path)
     try:
         config = resolve_config(parse_config({"input": {"path": str(path)}, "output": {"path": "o"}}))
-    except ConfigError as error:  # a type with no mapping unless declared (decimals, timestamps, structs, ...)
-        assert str(path) in str(error) and "features." in str(error)
+    except ConfigError as error:  # no column maps to a feature
+        assert str(path) in str(error) and "features" in str(error)
         return
     if isinstance(oracle, Exception):
         return  # refused when read: test_our_read_is_pyarrows_read
-    rows = oracle.to_pylist()
+    rows = expected_rows(oracle, config.features)
     kept_rows: list[dict] = []
     kept_lines: list[int] = []
     bad_lines: list[int] = []
@@ -103,16 +72,14 @@ def test_converted_rows_are_pyarrows_values_and_bad_rows_are_the_unrepresentable
         kept_lines += [int(source.lines[index]) for index in converted.kept_rows]
         bad_lines += [row.line for row in converted.bad_rows]
     assert sorted(kept_lines + bad_lines) == list(range(1, len(rows) + 1))
-    assert bad_lines == [line for line in range(1, len(rows) + 1) if _expected_bad(rows[line - 1], config.features)]
+    assert bad_lines == [line for line in range(1, len(rows) + 1) if expected_bad(rows[line - 1], config.features)]
     for line, ours in zip(kept_lines, kept_rows):
         for spec in config.features:
-            column = oracle.column(spec.source).slice(line - 1, 1)
-            target = pa.list_(EXAMPLE_TYPES[spec.type]) if spec.is_list else EXAMPLE_TYPES[spec.type]
-            expected = pc.cast(column, target).to_pylist()[0]
-            if expected is None and spec.on_null == "omit":
+            value = rows[line - 1][spec.name]
+            if value is None and spec.on_null == "omit":
                 assert ours.get(spec.name) is None, (name, line, spec.name)
                 continue
-            assert _same(ours[spec.name], expected), (name, line, spec.name, ours[spec.name], expected)
+            assert same_values(ours[spec.name], value), (name, line, spec.name, ours[spec.name], value)
 
 
 _BAD_FILE_PROBE = """

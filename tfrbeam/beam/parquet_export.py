@@ -1,15 +1,22 @@
-"""TFRecord Examples -> Parquet as a Beam pipeline (Dataflow): ``ReadExamples`` -> ``WriteToParquetWithChecksums``.
+"""TFRecord Examples -> Parquet as a Beam pipeline (Dataflow): one Parquet file per shard, as ``tfrbeam export`` writes.
 
-``ExportToParquet(dataset, output_dir)`` reads each split with the export schema of
-``tfrbeam.parquet_export`` (scalars, fixed_size_lists, lists, nulls for absent features) and
-writes ``output_dir/<split>/<split>-SSSSS-of-NNNNN.parquet``, as many files as the split has
-shards (Beam decides which rows go to which file; the rows of a split are the same multiset).
-Files are committed by Beam's file sink (temp files, then renames) with page checksums on.
+``ExportToParquet(dataset, output_dir)`` writes ``output_dir/<split>/<shard name>.parquet`` (plain
+TFRecord files: ``output_dir/<file>.parquet``), the files and rows of the local export, with the
+export schema of ``tfrbeam.parquet_export`` (scalars, fixed_size_lists, lists, nulls for absent
+features) and page checksums on. Each shard is one element: a worker reads it through Beam's
+FileSystems (the manifest too, when the pipeline is built, so ``gs://`` datasets work), writes a
+temp file beside the target and renames it, so a file under its final name is complete, and
+checks its row count against the manifest's. Parquet files already in the target directories
+are refused unless ``overwrite=True``, which deletes them before any shard is written.
+
+``WriteToParquetWithChecksums`` is Beam's file sink writing Tables with page checksums, for
+pipelines that make their own Tables.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import uuid
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import apache_beam as beam
@@ -19,8 +26,9 @@ from apache_beam.io.filebasedsink import FileBasedSink
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from tfrbeam.beam.stats_combine import read_batches
-from tfrbeam.parquet_export import parquet_writer, plan_export
+from tfrbeam.beam.stats_combine import resolve_beam_input
+from tfrbeam.errors import ManifestError
+from tfrbeam.parquet_export import ExportPlan, existing_files_error, parquet_writer, plan_export, write_parquet
 
 
 class _ChecksummedParquetSink(FileBasedSink):
@@ -66,27 +74,74 @@ class WriteToParquetWithChecksums(beam.PTransform):
 class ExportToParquet(beam.PTransform):
     """Export a build directory's splits (or some, ``splits``; some features, ``columns``) to Parquet; gives the file names.
 
-    Plain TFRecord files (a glob) are exported with the inferred schema to ``output_dir/part-SSSSS-of-NNNNN.parquet``.
-
-    The manifest is read when the pipeline is constructed; the shards are read by the workers.
+    Plain TFRecord files (a local glob) are exported with the inferred schema to ``output_dir/<file>.parquet``.
+    ``batch_size`` is the number of records decoded at a time. Parquet files already where the
+    export writes are refused (OutputExistsError) unless ``overwrite``.
     """
 
     def __init__(self, dataset_dir: str, output_dir: str, splits: Sequence[str] | None = None,
-                 columns: Sequence[str] | None = None, batch_size: int = 8192):
+                 columns: Sequence[str] | None = None, batch_size: int = 8192, overwrite: bool = False):
         super().__init__()
-        self._plan = plan_export(dataset_dir, output_dir, splits, columns)
-        self._output_dir = output_dir
+        source = resolve_beam_input(dataset_dir, splits)
+        self._plan = plan_export(dataset_dir, output_dir, splits, columns, source=source, join=FileSystems.join)
+        self._stale = _existing_parquet(self._plan)
+        if self._stale and not overwrite:
+            raise existing_files_error(self._stale)
         self._batch_size = batch_size
 
     def expand(self, pbegin):
         plan = self._plan
-        by_split: dict[str | None, list[str]] = {}  # None: plain TFRecord files, not a build
-        for record_path, _, _, split in plan.files:
-            by_split.setdefault(split, []).append(record_path)
-        written = []
-        for split, files in by_split.items():
-            label = split or "files"
-            batches = read_batches(pbegin, f"export {label}", files, plan.schema, plan.compression, self._batch_size)
-            prefix = FileSystems.join(self._output_dir, split, split) if split else FileSystems.join(self._output_dir, "part")
-            written.append(batches | f"Write {split}" >> WriteToParquetWithChecksums(prefix, plan.schema, num_shards=len(files)))
-        return written | "AllFiles" >> beam.Flatten()
+        cleared = (pbegin | "StaleFiles" >> beam.Create([self._stale])
+                   | "DeleteStale" >> beam.Map(_delete_files))
+        return (pbegin
+                | "Shards" >> beam.Create(list(plan.files), reshuffle=False)
+                | "SpreadShards" >> beam.Reshuffle()
+                | "ExportShard" >> beam.ParDo(_ExportShard(plan.schema, plan.compression, self._batch_size),
+                                              beam.pvalue.AsSingleton(cleared)))
+
+
+def _existing_parquet(plan: ExportPlan) -> list[str]:
+    """The Parquet files already in the directories the export writes to (any Beam filesystem)."""
+    directories = sorted({FileSystems.split(target)[0] for _, target, _, _ in plan.files})
+    found = []
+    for directory in directories:
+        pattern = FileSystems.join(directory, "*.parquet")
+        found += [metadata.path for metadata in FileSystems.match([pattern])[0].metadata_list
+                  if FileSystems.split(metadata.path)[0].rstrip("/") == directory.rstrip("/")]
+    return sorted(found)
+
+
+def _delete_files(paths: Sequence[str]) -> int:
+    if paths:
+        FileSystems.delete(list(paths))
+    return len(paths)
+
+
+class _ExportShard(beam.DoFn):
+    """One TFRecord file -> its Parquet file: read and written through Beam's FileSystems, temp name then rename."""
+
+    def __init__(self, schema: pa.Schema, compression: str | None, block_length: int):
+        super().__init__()
+        self._schema = schema
+        self._compression = compression
+        self._block_length = block_length
+
+    def process(self, item: tuple[str, str, int | None, str | None], _cleared: int) -> Iterator[str]:
+        record_path, parquet_path, expected, _ = item
+        directory, name = FileSystems.split(parquet_path)
+        temp = FileSystems.join(directory, f".{name}.{uuid.uuid4().hex[:12]}.tmp")  # a retried bundle writes its own
+        try:
+            with FileSystems.open(record_path, compression_type=CompressionTypes.UNCOMPRESSED) as records, \
+                    FileSystems.create(temp, mime_type="application/x-parquet",
+                                       compression_type=CompressionTypes.UNCOMPRESSED) as target:
+                rows = write_parquet(records, record_path, target, self._schema, self._compression,
+                                     block_length=self._block_length)
+            if expected is not None and rows != expected:
+                raise ManifestError(f"{record_path}: holds {rows} records, but the manifest says {expected}; "
+                                    "the shard does not match its dataset (run tfrbeam verify)")
+            FileSystems.rename([temp], [parquet_path])
+        except BaseException:
+            if FileSystems.exists(temp):
+                FileSystems.delete([temp])
+            raise
+        yield parquet_path

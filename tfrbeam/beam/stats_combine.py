@@ -20,8 +20,12 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from tfrbeam.beam.examples_read import ReadExamples
+from tfrbeam.beam.filesystem import BEAM_FILES
+from tfrbeam.errors import ConfigError
+from tfrbeam.file_access import is_remote
+from tfrbeam.manifest import MANIFEST_NAME, read_manifest
 from tfrbeam.stats.accumulators import SplitAccumulator, stats_schema
-from tfrbeam.stats.compute import resolve_input
+from tfrbeam.stats.compute import StatsInput, input_from_manifest, resolve_input
 from tfrbeam.stats.files import STATS_HTML, STATS_JSON
 from tfrbeam.stats.report import dataset_stats
 
@@ -97,17 +101,31 @@ class _StatsDocument(beam.DoFn):
         yield dataset_stats(splits, self._shapes, self._thresholds, source=self._source)
 
 
+def resolve_beam_input(path: str, splits: Sequence[str] | None = None) -> StatsInput:
+    """``resolve_input`` on any Beam filesystem: a build directory's manifest is read through Beam's FileSystems
+    (``gs://`` and the like work); plain TFRecord files (no manifest) are local, features inferred as
+    ``open_dataset`` does."""
+    manifest = read_manifest(path, BEAM_FILES)
+    if manifest is not None:
+        return input_from_manifest(path, manifest, splits, BEAM_FILES)
+    if is_remote(path):
+        raise ConfigError(f"{path}: no {MANIFEST_NAME} there; on a non-local filesystem only a directory written by "
+                          "`tfrbeam build` can be read (plain TFRecord files are read from local paths)")
+    return resolve_input(path, splits)
+
+
 class ComputeDatasetStats(beam.PTransform):
     """Read a build directory's splits and give its ``stats.json`` document as one element.
 
-    The manifest is read when the pipeline is constructed (locally); the shards are read by the
-    workers. ``splits`` picks some splits (default all); ``batch_size`` is ReadExamples'.
+    The manifest is read when the pipeline is constructed, through Beam's FileSystems (a
+    ``gs://`` dataset works); the shards are read by the workers. ``splits`` picks some splits
+    (default all); ``batch_size`` is ReadExamples'. A dataset of SequenceExamples is refused.
     """
 
     def __init__(self, dataset_dir: str, splits: Sequence[str] | None = None,
                  thresholds: Mapping[str, float] | None = None, batch_size: int = 8192):
         super().__init__()
-        self._source = resolve_input(dataset_dir, splits)
+        self._source = resolve_beam_input(dataset_dir, splits)
         self._thresholds = thresholds
         self._batch_size = batch_size
 

@@ -6,8 +6,8 @@ Everything is checked before any pipeline starts. Every problem is reported as a
 
 from __future__ import annotations
 
-import codecs
 import difflib
+import logging
 import math
 import re
 from collections.abc import Callable
@@ -24,6 +24,7 @@ from tfrbeam.build.features import (
     TIMESTAMP,
     FeatureSpec,
     infer_boolean_tokens,
+    infer_column_features,
     infer_null_tokens,
     infer_text_feature,
     resolve_spec,
@@ -38,6 +39,7 @@ from tfrbeam.build.inputs import (
     InputFile,
     InputSample,
     ParquetOptions,
+    encoding_problem,
     inspect_input,
 )
 from tfrbeam.errors import ArrowConversionError, ConfigError
@@ -59,6 +61,8 @@ __all__ = [
     "resolve_config",
     "validate_against_schema",
 ]
+
+_LOG = logging.getLogger(__name__)
 
 INPUT_FORMATS = ("csv", "parquet")
 COMPRESSIONS = ("none", "gzip", "zlib")
@@ -483,10 +487,9 @@ def _parse_csv(check: _Checker, raw: Any, default_delimiter: str) -> CsvOptions:
         check.fail(f"{path}.false_values", f"{token!r} is also in true_values")
     skip_rows = check.integer(section, "skip_rows", path, 0, minimum=0)
     encoding = check.string(section, "encoding", path, "utf-8")
-    try:
-        codecs.lookup(encoding)
-    except LookupError:
-        check.fail(f"{path}.encoding", f"{_show(encoding)} is not an encoding Python knows (e.g. utf-8, latin-1, cp1252)")
+    problem = encoding_problem(encoding)
+    if problem is not None:
+        check.fail(f"{path}.encoding", problem)
         encoding = "utf-8"
     return CsvOptions(delimiter=delimiter, quote_char=quote_char, escape_char=escape_char, header=header,
                       column_names=column_names, null_values=null_values, true_values=true_values,
@@ -834,8 +837,10 @@ def validate_against_schema(config: BuildConfig, schema: pa.Schema, sample: pa.R
         if csv and sample is not None:  # the sample-based inference infer-config writes, too
             booleans = (config.input.csv.true_values or (), config.input.csv.false_values or ())
             specs = tuple(infer_text_feature(name, sample.column(name), None, *booleans) for name in columns)
-        else:
+        elif csv:
             specs = tuple(_inferred_spec(schema.field(name), config) for name in columns)
+        else:  # the schema-based inference infer-config writes, too
+            specs = _inferred_typed_specs(schema, columns, where)
     resolved = []
     for spec in specs:
         path = f"features.{spec.name}"
@@ -878,12 +883,20 @@ def validate_against_schema(config: BuildConfig, schema: pa.Schema, sample: pa.R
     return replace(config, input=input_config, features=tuple(resolved))
 
 
+def _inferred_typed_specs(schema: pa.Schema, columns: list[str], where: str) -> tuple[FeatureSpec, ...]:
+    """infer-config's features for typed columns; what nothing can map is left out with a warning, as it comments."""
+    specs: list[FeatureSpec] = []
+    for name in columns:
+        found, note = infer_column_features(name, name, schema.field(name).type, schema.field(name).nullable)
+        specs.extend(spec for spec, _ in found)
+        if note:
+            _LOG.warning("%s: left out (features was left out): %s", where, note)
+    return tuple(specs)
+
+
 def _inferred_spec(field_: pa.Field, config: BuildConfig) -> FeatureSpec:
-    """A feature for a column the config leaves to inference; nulls are omitted where they can occur."""
-    if config.input.format == "csv":
-        nullable = bool(config.input.csv.null_values)  # no sample to tell
-    else:
-        nullable = field_.nullable
+    """A feature for a CSV column the config leaves to inference without a sample; nulls are omitted where they can occur."""
+    nullable = bool(config.input.csv.null_values)  # no sample to tell
     return FeatureSpec(name=field_.name, type=None, source=field_.name, on_null="omit" if nullable else "error")
 
 

@@ -51,6 +51,7 @@ __all__ = [
     "Provenance",
     "convert_batch",
     "infer_boolean_tokens",
+    "infer_column_features",
     "infer_null_tokens",
     "infer_spec",
     "infer_text_feature",
@@ -278,6 +279,61 @@ def infer_spec(name: str, arrow_type: pa.DataType, nullable: bool = True, source
     length = arrow_type.list_size if pa.types.is_fixed_size_list(arrow_type) else None
     return FeatureSpec(name=name, type=feature_type, source=source, on_null="omit" if nullable else "error",
                        length=length, is_list=is_list)
+
+
+def infer_column_features(name: str, source: str, arrow_type: pa.DataType,
+                          nullable: bool) -> tuple[list[tuple[FeatureSpec, str]], str]:
+    """The features a typed (Parquet) column becomes when the config leaves features out, each with a comment on
+    what its values become, and a note on what nothing can map (left out), or "".
+
+    The one inference of the build (features left out) and of infer-config (which writes these
+    specs and comments), so both build the same dataset. Structs give one feature per scalar field
+    (source "col.field"); types with no direct mapping get the cast that maps them.
+    """
+    if pa.types.is_struct(arrow_type):
+        features: list[tuple[FeatureSpec, str]] = []
+        notes = []
+        for index in range(arrow_type.num_fields):
+            child = arrow_type.field(index)
+            found, note = infer_column_features(f"{name}_{child.name}", f"{source}.{child.name}", child.type,
+                                                nullable or child.nullable)
+            features.extend(found)
+            if note:
+                notes.append(note)
+        return features, "; ".join(notes)
+    null_comment = "nullable in the schema: a null leaves the feature out of that example" if nullable else ""
+    try:
+        return [(infer_spec(name, arrow_type, nullable=nullable, source=source), null_comment)], ""
+    except ArrowConversionError:
+        pass  # no direct mapping: the cast below
+    cast = _cast_for(arrow_type)
+    unmappable = f"{source} ({arrow_type}): no Example feature can hold it"
+    if cast is None:
+        return [], unmappable
+    feature_type, why = cast
+    try:
+        spec = resolve_spec(FeatureSpec(name, feature_type, source, on_null="omit" if nullable else "error"), arrow_type)
+    except ArrowConversionError:
+        return [], unmappable
+    return [(spec, "; ".join(part for part in (f"{arrow_type} {why}", null_comment) if part))], ""
+
+
+def _cast_for(arrow_type: pa.DataType) -> tuple[str, str] | None:
+    """The declared type that maps a column with no direct mapping, and what the values become."""
+    item = arrow_type.value_type if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type) else arrow_type
+    if pa.types.is_dictionary(item):
+        item = item.value_type
+    if pa.types.is_timestamp(item) or pa.types.is_duration(item) or pa.types.is_time(item):
+        return "int64", f"as int64: the count of {item.unit} (use type: bytes for ISO 8601 text)"
+    if pa.types.is_date32(item):
+        return "int64", "as int64: days since 1970-01-01 (use type: bytes for ISO 8601 text)"
+    if pa.types.is_date64(item):
+        return "int64", "as int64: milliseconds since 1970-01-01 (use type: bytes for ISO 8601 text)"
+    if pa.types.is_decimal(item):
+        return "float", "as a 32-bit float, rounded (use type: bytes for the exact decimal text)"
+    if pa.types.is_null(item):
+        return "float", "holds only nulls; float is a guess, set the real type"
+    return None
 
 
 def resolve_spec(spec: FeatureSpec, arrow_type: pa.DataType, text_sample: pa.Array | None = None,

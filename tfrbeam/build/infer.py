@@ -26,7 +26,7 @@ from tfrbeam.build.config import (
     OutputConfig,
     resolve_with_sample,
 )
-from tfrbeam.build.features import FeatureSpec, infer_spec, infer_text_type, resolve_spec
+from tfrbeam.build.features import FeatureSpec, infer_column_features, infer_text_type
 from tfrbeam.build.inputs import (
     SAMPLE_ROWS,
     CsvOptions,
@@ -36,7 +36,7 @@ from tfrbeam.build.inputs import (
     list_inputs,
     unnamed_column_name,
 )
-from tfrbeam.errors import ArrowConversionError, ConfigError
+from tfrbeam.errors import ConfigError
 
 __all__ = ["infer_config"]
 
@@ -99,59 +99,11 @@ def _parquet_features(schema: pa.Schema) -> tuple[list[_Feature], list[str]]:
     features: list[_Feature] = []
     left_out: list[str] = []
     for field in schema:
-        features_of_field, note = _parquet_field(field.name, field.name, field.type, field.nullable)
-        features.extend(features_of_field)
+        found, note = infer_column_features(field.name, field.name, field.type, field.nullable)
+        features.extend(_Feature(spec, comment) for spec, comment in found)
         if note:
             left_out.append(note)
     return features, left_out
-
-
-def _parquet_field(name: str, source: str, arrow_type: pa.DataType, nullable: bool) -> tuple[list[_Feature], str]:
-    """The features one Parquet column (or struct field) becomes, or a note on why it is left out."""
-    if pa.types.is_struct(arrow_type):
-        features: list[_Feature] = []
-        notes = []
-        for index in range(arrow_type.num_fields):
-            child = arrow_type.field(index)
-            found, note = _parquet_field(f"{name}_{child.name}", f"{source}.{child.name}", child.type,
-                                         nullable or child.nullable)
-            features.extend(found)
-            if note:
-                notes.append(note)
-        return features, "; ".join(notes)
-    null_comment = "nullable in the schema: a null leaves the feature out of that example" if nullable else ""
-    try:
-        spec = infer_spec(name, arrow_type, nullable=nullable, source=source)
-        return [_Feature(spec, null_comment)], ""
-    except ArrowConversionError:
-        pass  # no direct mapping: suggest a cast below
-    cast = _parquet_cast(arrow_type)
-    if cast is None:
-        return [], f"{source} ({arrow_type}): no Example feature can hold it"
-    feature_type, why = cast
-    try:
-        spec = resolve_spec(FeatureSpec(name, feature_type, source, on_null="omit" if nullable else "error"), arrow_type)
-    except ArrowConversionError:
-        return [], f"{source} ({arrow_type}): no Example feature can hold it"
-    return [_Feature(spec, "; ".join(part for part in (f"{arrow_type} {why}", null_comment) if part))], ""
-
-
-def _parquet_cast(arrow_type: pa.DataType) -> tuple[str, str] | None:
-    """The declared type that maps a column with no direct mapping, and what the values become."""
-    item = arrow_type.value_type if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type) else arrow_type
-    if pa.types.is_dictionary(item):
-        item = item.value_type
-    if pa.types.is_timestamp(item) or pa.types.is_duration(item) or pa.types.is_time(item):
-        return "int64", f"as int64: the count of {item.unit} (use type: bytes for ISO 8601 text)"
-    if pa.types.is_date32(item):
-        return "int64", "as int64: days since 1970-01-01 (use type: bytes for ISO 8601 text)"
-    if pa.types.is_date64(item):
-        return "int64", "as int64: milliseconds since 1970-01-01 (use type: bytes for ISO 8601 text)"
-    if pa.types.is_decimal(item):
-        return "float", "as a 32-bit float, rounded (use type: bytes for the exact decimal text)"
-    if pa.types.is_null(item):
-        return "float", "holds only nulls; float is a guess, set the real type"
-    return None
 
 
 # ----------------------------------------------------------------------------------------------- CSV

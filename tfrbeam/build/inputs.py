@@ -19,8 +19,9 @@ the rest of the file one value).
 
 Line numbers are physical lines (counting \\n, \\r\\n and a lone \\r) of the row's first line;
 skip_rows counts physical lines; blank lines are not rows. A row longer than pyarrow's 4 MiB
-block makes the read start again with a 4x block, up to input.csv.max_row_bytes (64 MiB by
-default); a longer row fails the file with an error naming that setting.
+block makes the rows from it on read again with a 4x block, up to input.csv.max_row_bytes (64 MiB
+by default); a longer row is a bad row, found and measured by a quote-aware scan that follows
+pyarrow's parser, and the rows after it are read on.
 """
 
 from __future__ import annotations
@@ -29,11 +30,14 @@ import bisect
 import codecs
 import contextlib
 import csv
+import functools
 import io
+import itertools
 import logging
 import os
 import pickle
 import queue
+import re
 import threading
 import uuid
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
@@ -65,6 +69,7 @@ __all__ = [
     "convert_source_batch",
     "csv_data_offset",
     "csv_ranges",
+    "encoding_problem",
     "inspect_input",
     "list_inputs",
     "parquet_columns_without_checksums",
@@ -255,14 +260,52 @@ def _splittable_encoding(encoding: str) -> bool:
     return name in ("utf-8", "utf-8-sig", "ascii", "latin-1", "iso8859-1") or name.startswith(("iso8859-", "cp125"))
 
 
-def _utf8_chunks(raw: BinaryIO, encoding: str, at_file_start: bool, limit: int | None, path: str) -> Iterator[bytes]:
-    """The file's bytes from the current position as UTF-8 (transcoded if needed), BOM removed at the start."""
-    name = codecs.lookup(encoding).name
-    passthrough = name in ("utf-8", "utf-8-sig", "ascii")
-    decoder = None if passthrough else codecs.getincrementaldecoder(encoding)("strict")
+_MARK_UNDECODABLE = "tfrbeam-mark-undecodable"
+
+
+def _mark_undecodable(error: UnicodeError) -> tuple[str, int]:
+    """Decode each undecodable byte b as the lone surrogate U+DC00 + b.
+
+    Valid text never decodes to a lone surrogate in the encodings read (encoding_problem refuses
+    those that can), and its UTF-8 form (surrogatepass) is not valid UTF-8, so the row holding it
+    is found when its batch is checked, and the byte can be named.
+    """
+    if not isinstance(error, UnicodeDecodeError):
+        raise error
+    return "".join(chr(0xDC00 + byte) for byte in error.object[error.start:error.end]), error.end
+
+
+codecs.register_error(_MARK_UNDECODABLE, _mark_undecodable)
+
+# Codecs Python knows that decode valid input to lone surrogates (or decode nothing), so their
+# rows cannot be checked: refused in the config.
+_UNCHECKABLE_CODECS = ("utf-7", "unicode-escape", "raw-unicode-escape", "undefined")
+
+
+def encoding_problem(encoding: str) -> str | None:
+    """Why CSV text in this encoding cannot be read with every row checked, or None when it can."""
+    try:
+        info = codecs.lookup(encoding)
+    except LookupError:
+        return f"{encoding!r} is not an encoding Python knows (e.g. utf-8, latin-1, cp1252)"
+    if not getattr(info, "_is_text_encoding", True):
+        return f"{encoding!r} is not a text encoding (it maps bytes to bytes, or text to text)"
+    if info.name in _UNCHECKABLE_CODECS:
+        return (f"{encoding!r} can decode to lone surrogates, which UTF-8 cannot hold, so its rows cannot be "
+                "checked; convert the file to UTF-8 first")
+    return None
+
+
+def _utf8_chunks(raw: BinaryIO, encoding: str, at_file_start: bool, limit: int | None) -> Iterator[bytes]:
+    """The file's bytes from the current position as UTF-8, BOM removed at the start.
+
+    Other encodings are transcoded; bytes they cannot decode are marked (see _mark_undecodable),
+    and the rows holding them become bad rows.
+    """
+    passthrough = _passes_through(encoding)
+    decoder = None if passthrough else codecs.getincrementaldecoder(encoding)(_MARK_UNDECODABLE)
     remaining = limit
     first = at_file_start
-    offset = 0
     while remaining is None or remaining > 0:
         size = _READ_CHUNK_BYTES if remaining is None else min(_READ_CHUNK_BYTES, remaining)
         data = raw.read(size)
@@ -280,19 +323,11 @@ def _utf8_chunks(raw: BinaryIO, encoding: str, at_file_start: bool, limit: int |
                 data = data[3:]
         first = False
         if decoder is not None:
-            try:
-                data = decoder.decode(data).encode("utf-8")
-            except UnicodeDecodeError as error:
-                raise InputError(f"{path}: not valid {encoding} text at byte {offset + error.start}: {error.reason} "
-                                 "(set input.csv.encoding)") from error
-        offset += len(data)
+            data = decoder.decode(data).encode("utf-8", "surrogatepass")
         if data:
             yield data
     if decoder is not None:
-        try:
-            tail = decoder.decode(b"", final=True).encode("utf-8")
-        except UnicodeDecodeError as error:
-            raise InputError(f"{path}: the file ends inside a {encoding} character (set input.csv.encoding)") from error
+        tail = decoder.decode(b"", final=True).encode("utf-8", "surrogatepass")  # a cut character is marked
         if tail:
             yield tail
 
@@ -319,6 +354,15 @@ class _ChunkText:
         keep = bisect.bisect_right(self._offsets, offset) - 1
         if keep > 0:
             del self._chunks[:keep], self._offsets[:keep]
+
+    def take_from(self, offset: int) -> list[bytes]:
+        """The chunks from stream offset offset on (the first one cut there), and forget them all."""
+        self.forget_before(offset)
+        chunks = self._chunks
+        if chunks:
+            chunks[0] = chunks[0][offset - self._offsets[0]:]
+        self._chunks, self._offsets = [], []
+        return chunks
 
     def _pieces(self, begin: int, stop: int) -> Iterator[memoryview]:
         index = bisect.bisect_right(self._offsets, begin) - 1
@@ -531,6 +575,23 @@ class _LineTracker(io.RawIOBase):
         begin = int(local[0])
         return self._text.slice(begin, int(local[-1])), local - begin
 
+    def unreleased(self) -> tuple[int, int]:
+        """(stream offset, stream line index) of the first line not released: where the rows not yet emitted start."""
+        with self._lock:
+            return int(self._all_starts()[0]), self._line_base
+
+    def detach(self, offset: int) -> Iterator[bytes]:
+        """The stream from offset (not released) on, taken from this tracker: it reads as ended from now on.
+
+        Called once pyarrow is done with the tracker; the rest of the stream is read on by another one.
+        """
+        with self._lock:
+            kept = self._text.take_from(offset) + ([b"\r"] if self._held_cr else [])
+            rest, self._chunks = self._chunks, iter(())
+            self._held_cr = False
+            self._eof = True
+        return itertools.chain(_popped(kept), rest)
+
     def release(self, line: int) -> None:
         """Forget everything before stream line `line` (rows before it have been emitted)."""
         with self._lock:
@@ -550,6 +611,13 @@ class _LineTracker(io.RawIOBase):
         gone = int(np.searchsorted(nonblank, line))
         self._nonblank = [nonblank[gone:]]
         self._nonblank_base += gone
+
+
+def _popped(chunks: list[bytes]) -> Iterator[bytes]:
+    """The chunks in order, each let go of as it is handed on (so a reader holds one at a time)."""
+    chunks.reverse()
+    while chunks:
+        yield chunks.pop()
 
 
 def _crlf_mask(data: bytes, ends: np.ndarray) -> np.ndarray:
@@ -710,7 +778,7 @@ def _read_rows(path: str, tracker: _LineTracker, preamble: _Preamble, options: C
         missing = [name for name in columns if name not in names]
         if missing:
             raise InputError(f"{path}: has no column {', '.join(map(repr, missing))} (columns: {', '.join(names)})")
-    keep = [name for name in names if columns is None or name in set(columns)]
+    keep = _kept_columns(names, columns)
     ordinal = tracker.count_nonblank_before(preamble.data_line - first_file_line)
     try:
         reader = pcsv.open_csv(tracker, read_options=reader_options,
@@ -720,15 +788,14 @@ def _read_rows(path: str, tracker: _LineTracker, preamble: _Preamble, options: C
         if str(error).startswith("Empty CSV file"):  # nothing but blank lines after the preamble
             return
         if "straddl" in str(error):
-            raise _RowTooLong(path, "in its first rows", preamble.data_line - 1) from error
+            raise _RowTooLong(path, "in its first rows") from error
         raise InputError(f"{path}: cannot parse the CSV in its first rows: {error}") from error
     try:
         quote = options.quote_char if quoting and not options.escape_char else None
         batches = _numbered_batches(path, tracker, reader, invalid, invalid_lock, keep, ordinal, first_file_line, quote)
         produced = _ahead(batches) if _PREFETCH_BATCHES else batches
-        if _passes_through(options.encoding):  # other encodings were decoded (strictly) on the way in
-            codec = codecs.lookup(options.encoding).name
-            produced = (_without_undecodable_rows(source, codec) for source in produced)
+        codec = codecs.lookup(options.encoding).name
+        produced = (_without_undecodable_rows(source, codec) for source in produced)
         booleans = (tuple(options.true_values or ()), tuple(options.false_values or ()))
         if any(booleans):
             produced = (replace(source, true_values=booleans[0], false_values=booleans[1]) for source in produced)
@@ -790,13 +857,16 @@ def _passes_through(encoding: str) -> bool:
 def _without_undecodable_rows(source: SourceBatch, codec: str) -> SourceBatch:
     """The batch without rows whose text is not valid in the declared encoding; they become bad rows.
 
-    The whole batch's text is decoded once (fast when valid, the usual case); only a batch that
-    fails is looked at row by row.
+    UTF-8 and ASCII text is checked as it is; text of other encodings was transcoded with every
+    undecodable byte marked (see _mark_undecodable), and the marks are not valid UTF-8. The whole
+    batch's text is decoded once (fast when valid, the usual case); only a batch that fails is
+    looked at row by row.
     """
+    check = codec if _passes_through(codec) else "utf-8"
     if source.raw is None or source.num_rows == 0:
         return source
     try:
-        source.raw.decode(codec)
+        source.raw.decode(check)
         return source
     except UnicodeDecodeError:
         pass
@@ -807,19 +877,37 @@ def _without_undecodable_rows(source: SourceBatch, codec: str) -> SourceBatch:
         first = int(source.lines[row]) - source.raw_first_line
         text = source.raw[source.raw_line_starts[first]:source.raw_line_starts[first + int(source.spans[row])]]
         try:
-            text.decode(codec)
+            text.decode(check)
         except UnicodeDecodeError as error:
             keep[row] = False
-            bad_rows.append(BadRow(source.path, int(source.lines[row]),
-                                   f"byte {error.start} of the row is not valid {codec.replace('-sig', '')} text "
-                                   f"({error.reason}); set input.csv.encoding",
-                                   _strip_line_break(text).decode(codec, "replace")))
+            bad_rows.append(BadRow(source.path, int(source.lines[row]), _undecodable_reason(text, error, codec),
+                                   _shown_text(_strip_line_break(text), codec)))
     if not bad_rows:
         return source
     mask = pa.array(keep)
     merged = sorted([*source.bad_rows, *bad_rows], key=lambda bad: bad.line)
     return replace(source, lines=source.lines[keep], batch=source.batch.filter(mask), spans=source.spans[keep],
                    bad_rows=tuple(merged))
+
+
+def _undecodable_reason(text: bytes, error: UnicodeDecodeError, codec: str) -> str:
+    """Where a row stops being valid text: the byte in the row as the file holds it, and why."""
+    name = codec.replace("-sig", "")
+    if _passes_through(codec):
+        return f"byte {error.start} of the row is not valid {name} text ({error.reason}); set input.csv.encoding"
+    before = text[:error.start].decode("utf-8")
+    byte = len(before.encode(codec, "replace")) - len("".encode(codec))  # without the BOM some codecs write
+    marks = itertools.takewhile(lambda char: 0xDC00 <= ord(char) <= 0xDCFF,
+                                text[error.start:].decode("utf-8", "surrogatepass"))
+    shown = " ".join(f"0x{ord(char) - 0xDC00:02x}" for char in marks)
+    return f"byte {byte} of the row is not valid {name} text ({shown} cannot be decoded); set input.csv.encoding"
+
+
+def _shown_text(text: bytes, codec: str) -> str:
+    """A row's text for the dead letters: an undecodable byte (or its mark) shows as U+FFFD."""
+    if _passes_through(codec):
+        return text.decode(codec, "replace")
+    return re.sub("[\udc00-\udcff]", "\ufffd", text.decode("utf-8", "surrogatepass"))
 
 
 def _numbered_batches(path: str, tracker: _LineTracker, reader, invalid: dict, invalid_lock: threading.Lock,
@@ -867,64 +955,273 @@ def _numbered_batches(path: str, tracker: _LineTracker, reader, invalid: dict, i
             yield source
     except pa.ArrowInvalid as error:
         where = f"after line {last_line}" if last_line else "in its first rows"
-        if "straddl" in str(error):  # a row longer than the block
-            raise _RowTooLong(path, where, last_line) from error
-        raise InputError(f"{path}: cannot parse the CSV {where}: {error}") from error
+        if "straddl" not in str(error):
+            raise InputError(f"{path}: cannot parse the CSV {where}: {error}") from error
+        # A row longer than the block: the invalid rows before it are given first, so that the
+        # rows not yet given start with it (see _rows_with_long_rows).
+        with invalid_lock:
+            numbers = sorted(number for number in invalid if number >= record)
+            known = {number: invalid[number] for number in numbers}
+        if numbers:
+            yield _assemble(path, tracker, _empty_batch(keep), record, numbers, known, ordinal, first_file_line, None)
+        raise _RowTooLong(path, where) from error
 
 
 class _RowTooLong(InputError):
-    """A row longer than pyarrow's block: the read is retried with a bigger one (see _growing_blocks)."""
+    """A row longer than pyarrow's block: the rows from it on are read again with a bigger block, or it
+    becomes a bad row (see _rows_with_long_rows)."""
 
-    def __init__(self, path: str, where: str, last_line: int):
+    def __init__(self, path: str, where: str):
         super().__init__(f"{path}: a row {where} is longer than the CSV block")
         self.where = where
-        self.last_line = last_line
 
 
-def _growing_blocks(read: Callable[[int], Iterator[SourceBatch]], path: str,
-                    max_row_bytes: int) -> Generator[SourceBatch, None, None]:
-    """read(block_size)'s batches; a row longer than the block restarts the read with a 4x block (up to
-    max_row_bytes), skipping the rows already given. Rows that long are rare: the common case reads once."""
-    block = min(_CSV_BLOCK_BYTES, max_row_bytes)
-    given_line = 0  # every row on this line or before was given
+LONG_ROW_RAW_BYTES = 4096  # the start of a row over input.csv.max_row_bytes kept as its raw text (dead letters)
+
+
+def _rows_with_long_rows(path: str, tracker: _LineTracker, preamble: _Preamble, options: CsvOptions,
+                         first_file_line: int, quoting: bool, columns: Sequence[str] | None,
+                         file_offset: Callable[[int, int], int | None]) -> Generator[SourceBatch, None, None]:
+    """_read_rows, going on past rows longer than pyarrow's block.
+
+    Such a row makes the rows from it on read again from where they start (the tracker still holds
+    their text; nothing before is read twice) with a block four times larger, up to
+    input.csv.max_row_bytes. A row longer than that is measured by a quote-aware scan (_skip_row)
+    that holds one chunk at a time, becomes a bad row, and the rows after it are read on with the
+    first block size. Rows that long are rare: the common case reads once with 4 MiB blocks.
+    file_offset maps (offset in the stream, file line) of a row start to its byte offset in the file.
+    """
+    names, keep = preamble.names, _kept_columns(preamble.names, columns)
+    special = _special_bytes(options) if quoting else b""
+    block = first_block = min(_CSV_BLOCK_BYTES, options.max_row_bytes)
+    base = 0  # the offset in the whole stream of the tracker's first byte
     while True:
         try:
-            for source in read(block):
-                source = _rows_after(source, given_line)
-                if source.num_rows or source.bad_rows:
-                    given_line = max(given_line, _last_line(source))
-                    yield source
+            yield from _read_rows(path, tracker, preamble, options, first_file_line, quoting, columns, block)
             return
         except _RowTooLong as error:
-            if block >= max_row_bytes:
-                raise InputError(
-                    f"{path}: a row longer than input.csv.max_row_bytes ({_mib(max_row_bytes)}) {error.where}, or a "
-                    "quote that is never closed; raise input.csv.max_row_bytes if rows are that long") from error
-            block = min(block * 4, max_row_bytes)
-            _LOG.info("%s: a row %s is longer than the CSV block; reading again with %s blocks", path, error.where,
-                      _mib(block))
+            offset, line = tracker.unreleased()
+            if offset < preamble.data_offset:  # no row given yet: they start after the preamble
+                offset, line = preamble.data_offset, preamble.data_line - first_file_line
+            chunks = tracker.detach(offset)
+            base, first_file_line = base + offset, first_file_line + line
+            if block < options.max_row_bytes:
+                block = min(block * 4, options.max_row_bytes)
+                _LOG.info("%s: a row %s is longer than the CSV block; reading on from line %d with %s blocks", path,
+                          error.where, first_file_line, _mib(block))
+            else:
+                cursor = _Cursor(chunks)
+                skipped = _skip_row(cursor, options, quoting)
+                row_line = first_file_line + skipped.blank_lines
+                if skipped.quote_open:
+                    raise _unclosed_quote(path, options.quote_char, row_line) from error
+                yield _long_row(path, row_line, skipped, file_offset(base + skipped.start, row_line),
+                                options.max_row_bytes, keep)
+                base, first_file_line = base + skipped.end, row_line + skipped.line_breaks
+                chunks, block = cursor.rest(), first_block
+        tracker = _LineTracker(chunks, special)
+        preamble = _Preamble(names=names, data_line=first_file_line, data_offset=0)
+
+
+def _kept_columns(names: Sequence[str], columns: Sequence[str] | None) -> list[str]:
+    return [name for name in names if columns is None or name in set(columns)]
 
 
 def _mib(size: int) -> str:
     return f"{size / (1 << 20):g} MiB"
 
 
-def _rows_after(source: SourceBatch, line: int) -> SourceBatch:
-    """The batch without the rows (and bad rows) on or before line (given by an earlier attempt)."""
-    if line == 0 or ((not len(source.lines) or source.lines[0] > line)
-                     and all(bad.line > line for bad in source.bad_rows)):
-        return source
-    keep = source.lines > line
-    return replace(source, lines=source.lines[keep], batch=source.batch.filter(pa.array(keep)),
-                   spans=source.spans[keep] if source.spans is not None else None,
-                   bad_rows=tuple(bad for bad in source.bad_rows if bad.line > line))
+def _long_row(path: str, line: int, skipped: _SkippedRow, offset: int | None, limit: int,
+              keep: Sequence[str]) -> SourceBatch:
+    """A batch of no rows holding the bad row for a row over max_row_bytes; its raw text is its first bytes."""
+    where = f" from byte {offset}" if offset is not None else ""
+    reason = f"row longer than input.csv.max_row_bytes={limit} ({skipped.size} bytes{where}); raise it to read it"
+    head = codecs.getincrementaldecoder("utf-8")("replace").decode(skipped.head[:skipped.size])  # a cut character is left out
+    return SourceBatch(path=path, lines=np.zeros(0, np.int64), batch=_empty_batch(keep),
+                       bad_rows=(BadRow(path, line, reason, head),))
 
 
-def _last_line(source: SourceBatch) -> int:
-    lines = [bad.line for bad in source.bad_rows]
-    if len(source.lines):
-        lines.append(int(source.lines[-1]))
-    return max(lines, default=0)
+# ----------------------------------------------------------------------------- CSV long-row scan
+
+
+@dataclass(frozen=True)
+class _SkippedRow:
+    """Where _skip_row found a row, in stream offsets; start == end when the stream had no row left."""
+
+    blank_lines: int  # blank lines before the row
+    start: int  # the row's first byte
+    end: int  # just past its line break, or the end of the stream
+    line_breaks: int  # in [start, end), its own line break included
+    size: int  # its bytes, without its line break
+    head: bytes  # its first LONG_ROW_RAW_BYTES bytes
+    quote_open: bool  # the stream ended inside a quoted value
+
+
+class _Cursor:
+    """A forward-only reader of a chunk stream holding only the bytes not yet taken (about one chunk).
+
+    Taking bytes counts the line breaks in them (\n, \r\n, a lone \r) and keeps the first
+    LONG_ROW_RAW_BYTES taken since the last mark.
+    """
+
+    def __init__(self, chunks: Iterable[bytes]):
+        self._chunks = iter(chunks)
+        self.data = b""
+        self.pos = 0  # the first byte not taken, in data
+        self._base = 0  # stream offset of data[0]
+        self._eof = False
+        self.line_breaks = 0
+        self._after_cr = False
+        self.head = bytearray()
+
+    @property
+    def offset(self) -> int:
+        return self._base + self.pos
+
+    def has(self, count: int) -> bool:
+        """Whether count bytes from pos on are at hand, pulling chunks (and dropping taken bytes) as needed."""
+        while len(self.data) - self.pos < count and not self._eof:
+            more = next(self._chunks, None)
+            if more is None:
+                self._eof = True
+            elif more:
+                self._base += self.pos
+                tail = self.data[self.pos:]
+                self.data, self.pos = (tail + more if tail else more), 0
+        return len(self.data) - self.pos >= count
+
+    def byte(self, index: int = 0) -> int | None:
+        """The byte index places after pos, or None past the end of the stream."""
+        return self.data[self.pos + index] if self.has(index + 1) else None
+
+    def take(self, count: int) -> None:
+        data, begin = self.data, self.pos
+        end = min(begin + count, len(data))
+        if begin == end:
+            return
+        self.pos = end
+        if len(self.head) < LONG_ROW_RAW_BYTES:
+            self.head += data[begin:min(end, begin + LONG_ROW_RAW_BYTES - len(self.head))]
+        returns = data.count(b"\r", begin, end)
+        self.line_breaks += data.count(b"\n", begin, end) + returns - (data.count(b"\r\n", begin, end) if returns else 0)
+        if self._after_cr and data[begin] == _LF:
+            self.line_breaks -= 1  # the \n of a \r\n whose \r was taken before
+        self._after_cr = data[end - 1] == _CR
+
+    def mark(self) -> None:
+        self.line_breaks, self.head = 0, bytearray()
+
+    def rest(self) -> Iterator[bytes]:
+        """The stream from pos on."""
+        return itertools.chain((self.data[self.pos:],), self._chunks)
+
+
+def _skip_row(cursor: _Cursor, options: CsvOptions, quoting: bool) -> _SkippedRow:
+    """Take blank lines and then one row from the cursor, following pyarrow's CSV parser.
+
+    As in pyarrow: a quote opens a quoted value only at the start of a field, a doubled quote
+    inside one is a quote, the escape character takes the next byte inside quotes and out, and
+    \n, \r\n and a lone \r end a row outside quotes. Quoting and escaping are off for the
+    ranges read without quotes (see _parse_options). Only the bytes that can change the state are
+    looked at (a regular expression finds the next one), so a long value costs a memchr-like pass.
+    """
+    quote = ord(options.quote_char) if quoting and options.quote_char else None
+    escape = ord(options.escape_char) if quoting and options.escape_char else None
+    unquoted, quoted = _row_patterns(options, quoting)
+    blank_lines = _take_blank_lines(cursor)
+    start = cursor.offset
+    cursor.mark()
+    in_quotes = quote is not None and cursor.byte() == quote
+    if in_quotes:
+        cursor.take(1)
+    break_bytes = 0
+    while cursor.has(1):
+        match = (quoted if in_quotes else unquoted).search(cursor.data, cursor.pos)
+        if match is None:  # keep the last byte: a delimiter whose quote is in the next chunk
+            cursor.take(max(len(cursor.data) - cursor.pos - 1, 0))
+            if not cursor.has(2):
+                cursor.take(1)
+            continue
+        cursor.take(match.start() - cursor.pos)
+        found, following = cursor.byte(), cursor.byte(1)
+        if found == escape:
+            cursor.take(2)
+        elif in_quotes:  # a quote: doubled, or the end of the quoted part
+            in_quotes = following == quote
+            cursor.take(2 if in_quotes else 1)
+        elif found in (_LF, _CR):
+            break_bytes = 2 if found == _CR and following == _LF else 1
+            cursor.take(break_bytes)
+            break
+        else:  # a delimiter and the quote that opens the next field
+            cursor.take(2)
+            in_quotes = True
+    end = cursor.offset
+    return _SkippedRow(blank_lines=blank_lines, start=start, end=end, line_breaks=cursor.line_breaks,
+                       size=end - start - break_bytes, head=bytes(cursor.head), quote_open=in_quotes)
+
+
+def _row_patterns(options: CsvOptions, quoting: bool) -> tuple[re.Pattern[bytes], re.Pattern[bytes]]:
+    """What can change the scan's state outside quotes (a line break, the escape, a delimiter opening a
+    quoted field) and inside them (a quote, the escape)."""
+    escape = [re.escape(options.escape_char.encode())] if quoting and options.escape_char else []
+    quote = re.escape(options.quote_char.encode()) if quoting and options.quote_char else None
+    unquoted = [rb"[\r\n]", *escape]
+    if quote is not None:
+        unquoted.append(re.escape(options.delimiter.encode()) + b"(?=" + quote + b")")
+    return re.compile(b"|".join(unquoted)), re.compile(b"|".join([quote or rb"(?!)", *escape]))
+
+
+def _take_blank_lines(cursor: _Cursor) -> int:
+    """Take the empty lines at the cursor (pyarrow skips them: they are not rows); returns how many."""
+    lines = 0
+    while (found := cursor.byte()) in (_LF, _CR):
+        cursor.take(2 if found == _CR and cursor.byte(1) == _LF else 1)
+        lines += 1
+    return lines
+
+
+def _row_file_offset(path: str, encoding: str, stream_start: int, offset: int, line: int) -> int | None:
+    """The byte offset in the file of a row that starts at offset in a stream read from file offset stream_start.
+
+    UTF-8 and ASCII pass through (a BOM at the file start is not in the stream); for other
+    encodings the row's line is found by counting line breaks in the file, which works where they
+    are the ASCII bytes (every ASCII-compatible encoding); for UTF-16 and UTF-32 it is None.
+    """
+    if _passes_through(encoding):
+        return stream_start + offset + (_bom_length(path) if stream_start == 0 else 0)
+    if "\r\n".encode(encoding) != b"\r\n":
+        return None
+    return _line_start_offset(path, line)
+
+
+def _bom_length(path: str) -> int:
+    with _open(path) as raw:
+        return len(_UTF8_BOM) if raw.read(len(_UTF8_BOM)) == _UTF8_BOM else 0
+
+
+def _line_start_offset(path: str, line: int) -> int:
+    """The byte offset where physical line `line` (1-based; \n, \r\n and a lone \r end lines) starts."""
+    remaining, offset = line - 1, 0
+    with _open(path) as raw:
+        while remaining > 0:
+            data = raw.read(_READ_CHUNK_BYTES)
+            if not data:
+                return offset
+            size = len(data)
+            if data.endswith(b"\r"):  # the next byte tells whether this \r is the first half of a \r\n
+                data += raw.read(1)
+                raw.seek(offset + size)
+            array = np.frombuffer(data, np.uint8)
+            lone_cr = array == _CR
+            lone_cr[:-1] &= array[1:] != _LF
+            ends = np.flatnonzero((array == _LF) | lone_cr)
+            ends = ends[ends < size]
+            if len(ends) >= remaining:
+                return offset + int(ends[remaining - 1]) + 1
+            remaining -= len(ends)
+            offset += size
+    return offset
 
 
 def _check_closed_quotes(path: str, last_row: tuple[int, int, str] | None, quote: str | None) -> None:
@@ -937,8 +1234,12 @@ def _check_closed_quotes(path: str, last_row: tuple[int, int, str] | None, quote
         return
     line, span, raw = last_row
     if span > 1 and raw.count(quote) % 2:
-        raise InputError(f"{path}: a quote ({quote}) opened in the row on line {line} is never closed; the rest of "
-                         "the file would become one value. Fix the file or set input.csv.quote_char")
+        raise _unclosed_quote(path, quote, line)
+
+
+def _unclosed_quote(path: str, quote: str | None, line: int) -> InputError:
+    return InputError(f"{path}: a quote ({quote}) opened in the row on line {line} is never closed; the rest of "
+                      "the file would become one value. Fix the file or set input.csv.quote_char")
 
 
 def _row_spans(batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray]:
@@ -1020,15 +1321,11 @@ def _assemble(path: str, tracker: _LineTracker, batch: pa.RecordBatch, record: i
 def read_csv_file(path: str, options: CsvOptions,
                   columns: Sequence[str] | None = None) -> Generator[SourceBatch, None, None]:
     """Every row of a CSV file, streamed block by block from the start (quoted line breaks are fine)."""
-
-    def read(block_size: int) -> Iterator[SourceBatch]:
-        with _open(path) as raw:
-            special = _special_bytes(options)
-            tracker = _LineTracker(_utf8_chunks(raw, options.encoding, True, None, path), special)
-            preamble = _read_preamble(tracker, options, path, _decoder_for("utf-8"))
-            yield from _read_rows(path, tracker, preamble, options, 1, True, columns, block_size)
-
-    return _growing_blocks(read, path, options.max_row_bytes)
+    with _open(path) as raw:
+        tracker = _LineTracker(_utf8_chunks(raw, options.encoding, True, None), _special_bytes(options))
+        preamble = _read_preamble(tracker, options, path, _decoder_for("utf-8"))
+        yield from _rows_with_long_rows(path, tracker, preamble, options, 1, True, columns,
+                                        functools.partial(_row_file_offset, path, options.encoding, 0))
 
 
 def _special_bytes(options: CsvOptions) -> bytes:
@@ -1122,31 +1419,29 @@ def _record_boundary(raw: BinaryIO, position: int) -> int:
 
 
 def read_csv_range(path: str, start: int, end: int, line_breaks_before: int, options: CsvOptions,
-                   columns: Sequence[str] | None = None) -> Iterator[SourceBatch]:
+                   columns: Sequence[str] | None = None) -> Generator[SourceBatch, None, None]:
     """The rows starting in bytes [start, end) of a CSV file without quoted line breaks.
 
     line_breaks_before is the number of line breaks ending before `start` (from scan_csv_range
     of the earlier ranges); it makes the line numbers. Only safe when no quote or escape
     character occurs in the file: then every line break ends a row.
     """
-    def read(block_size: int) -> Iterator[SourceBatch]:
-        with _open(path) as raw:
-            preamble = _head_preamble(raw, options, path)
-            data_offset = preamble.data_offset
-            own_start = max(_record_boundary(raw, start), data_offset)
-            own_end = max(_record_boundary(raw, end), own_start) if end > own_start else own_start
-            if own_start >= own_end:
-                return
-            if own_start == data_offset:
-                first_line = preamble.data_line
-            else:
-                first_line = 1 + line_breaks_before + (1 if own_start > start else 0)
-            raw.seek(own_start)
-            tracker = _LineTracker(_utf8_chunks(raw, options.encoding, own_start == 0, own_end - own_start, path))
-            inline = _Preamble(names=preamble.names, data_line=first_line, data_offset=0)
-            yield from _read_rows(path, tracker, inline, options, first_line, False, columns, block_size)
-
-    return _growing_blocks(read, path, options.max_row_bytes)
+    with _open(path) as raw:
+        preamble = _head_preamble(raw, options, path)
+        data_offset = preamble.data_offset
+        own_start = max(_record_boundary(raw, start), data_offset)
+        own_end = max(_record_boundary(raw, end), own_start) if end > own_start else own_start
+        if own_start >= own_end:
+            return
+        if own_start == data_offset:
+            first_line = preamble.data_line
+        else:
+            first_line = 1 + line_breaks_before + (1 if own_start > start else 0)
+        raw.seek(own_start)
+        tracker = _LineTracker(_utf8_chunks(raw, options.encoding, own_start == 0, own_end - own_start))
+        inline = _Preamble(names=preamble.names, data_line=first_line, data_offset=0)
+        yield from _rows_with_long_rows(path, tracker, inline, options, first_line, False, columns,
+                                        functools.partial(_row_file_offset, path, options.encoding, own_start))
 
 
 def _raw_chunks(raw: BinaryIO) -> Iterator[bytes]:
@@ -1316,7 +1611,7 @@ def inspect_input(input_config: InputConfig, sample_rows: int = SAMPLE_ROWS,
                 break
     if not batches:  # a header and no rows (read_csv_file yields nothing): the names are still known
         with _open(path) as raw:
-            tracker = _LineTracker(_utf8_chunks(raw, input_config.csv.encoding, True, None, path))
+            tracker = _LineTracker(_utf8_chunks(raw, input_config.csv.encoding, True, None))
             names = _read_preamble(tracker, input_config.csv, path, _decoder_for("utf-8")).names
         batches = [_empty_batch(names)]
     table = pa.Table.from_batches(batches).slice(0, sample_rows)

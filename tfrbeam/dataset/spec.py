@@ -300,7 +300,8 @@ def infer_feature_spec(
             continue
         dtype = "int64" if pa.types.is_integer(value_type) else "float" if pa.types.is_floating(value_type) else "bytes"
         lengths = column.value_lengths().to_numpy(zero_copy_only=False)
-        if column.null_count or len(set(lengths.tolist())) != 1:
+        # Always empty is variable-length too: Arrow cannot read a fixed_size_list of size 0 (SIGFPE).
+        if column.null_count or len(set(lengths.tolist())) != 1 or lengths[0] == 0:
             features[name] = VarLenFeature(dtype)
         else:
             width = int(lengths[0])

@@ -22,7 +22,9 @@ import pyarrow as pa
 from tfrbeam.blocks import RecordBlock, record_blocks
 from tfrbeam.columnar_decode import examples_to_record_batch
 from tfrbeam.errors import ConfigError, ExampleDecodeError
+from tfrbeam.file_access import FileAccess
 from tfrbeam.manifest import MANIFEST_NAME, read_manifest
+from tfrbeam.records import compression_from_name
 from tfrbeam.stats.accumulators import SplitAccumulator, stats_schema
 from tfrbeam.stats.files import STATS_HTML, STATS_JSON
 from tfrbeam.stats.report import dataset_stats
@@ -46,12 +48,55 @@ class StatsInput:
     manifest: dict | None = None
 
 
+def require_examples(manifest: Mapping[str, Any], where: str) -> None:
+    """Refuse a dataset of SequenceExamples (``record_type``; missing means Example) in one line, before any work."""
+    record_type = manifest.get("record_type", "Example")
+    if record_type != "Example":
+        raise ConfigError(f"{where} holds {record_type}s; stats/export read Example datasets only")
+
+
+def require_example_dataset(path: str) -> None:
+    """Refuse ``path`` when it lies in a SequenceExample dataset: the dataset directory itself, a split directory,
+    or shards (files or a glob) inside one."""
+    here = path if os.path.isdir(path) else os.path.dirname(path)
+    for directory in (here, os.path.dirname(here.rstrip(os.sep))):
+        if directory and os.path.isfile(os.path.join(directory, MANIFEST_NAME)):
+            require_examples(_manifest(directory), directory)
+            return
+
+
+def input_from_manifest(directory: str, manifest: Mapping[str, Any], wanted: Sequence[str] | None,
+                        files: FileAccess) -> StatsInput:
+    """What statistics (and the export) read of a build directory, from its manifest alone: shard paths joined
+    by ``files`` (any filesystem), types and shapes of its features, compression from the shard names."""
+    require_examples(manifest, directory)
+    names = list(wanted) if wanted else list(manifest["splits"])
+    for name in names:
+        if name not in manifest["splits"]:
+            raise ConfigError(f"{directory}: has no split {name!r} (splits: {', '.join(manifest['splits'])})")
+    if not names:
+        raise ConfigError(f"{directory}: the manifest lists no splits")
+    splits = {name: tuple(files.join(directory, *shard["path"].split("/")) for shard in manifest["splits"][name]["shards"])
+              for name in names}
+    first = next((path for paths in splits.values() for path in paths), None)
+    features = manifest.get("features") or {}
+    return StatsInput(
+        splits=splits,
+        feature_types={name: entry["type"] for name, entry in features.items()},
+        shapes={name: entry.get("shape") for name, entry in features.items()},
+        compression=compression_from_name(first) if first is not None else None,
+        source=directory,
+        manifest=dict(manifest),
+    )
+
+
 def resolve_input(path: str, splits: Sequence[str] | None = None) -> StatsInput:
     """A ``tfrbeam build`` directory (its manifest) or TFRecord files (a glob; features inferred as ``open_dataset`` does)."""
     if os.path.isdir(path) and os.path.isfile(os.path.join(path, MANIFEST_NAME)):
         return _from_build(path, splits)
     if splits:
         raise ConfigError(f"--split needs a directory written by `tfrbeam build` (with {MANIFEST_NAME}); {path!r} has none")
+    require_example_dataset(path)
     from tfrbeam.dataset import open_dataset  # here, not at the top: worker processes never need it
 
     dataset = open_dataset(path)
@@ -67,7 +112,9 @@ def _from_build(directory: str, wanted: Sequence[str] | None) -> StatsInput:
     manifest."""
     from tfrbeam.dataset import open_dataset
 
-    names = list(wanted) if wanted else _split_names(directory)
+    manifest = _manifest(directory)
+    require_examples(manifest, directory)
+    names = list(wanted) if wanted else list(manifest["splits"])
     sources = {name: open_dataset(directory, split=name).source for name in names}
     if not sources:
         raise ConfigError(f"{directory}: the manifest lists no splits")
@@ -84,14 +131,14 @@ def _from_build(directory: str, wanted: Sequence[str] | None) -> StatsInput:
     )
 
 
-def _split_names(directory: str) -> list[str]:
+def _manifest(directory: str) -> dict[str, Any]:
     try:
         manifest = read_manifest(directory)
     except OSError as error:
         raise ConfigError(f"{os.path.join(directory, MANIFEST_NAME)}: cannot read the dataset manifest: {error}") from error
     if manifest is None:
         raise ConfigError(f"{os.path.join(directory, MANIFEST_NAME)}: no dataset manifest")
-    return list(manifest["splits"])
+    return manifest
 
 
 def accumulate_file(
