@@ -1746,6 +1746,9 @@ class ReadTabular(beam.PTransform):
     means input_config.columns, and None there means every column. The input files are listed
     when the transform is built (see .inputs, for the manifest). progress_under (a run's local
     staging directory) makes the readers count rows and bytes read there, for the progress display.
+
+    Relative local paths are opened from the directory the transform was built in, since workers
+    (a worker pool, a cluster) may run elsewhere; batches and bad rows still name them as given.
     """
 
     def __init__(self, input_config: InputConfig, columns: Sequence[str] | None = None,
@@ -1755,18 +1758,22 @@ class ReadTabular(beam.PTransform):
         self.columns = tuple(columns) if columns is not None else input_config.columns
         self.inputs = list(inputs) if inputs is not None else list_inputs(input_config.path)
         self.progress_dir = progress_dir(progress_under) if progress_under is not None else None
+        self.opened_as = {item.path: _openable(item.path) for item in self.inputs}
 
     def expand(self, pbegin):
-        files = pbegin | "ListFiles" >> beam.Create([(f.path, f.size) for f in self.inputs], reshuffle=False)
+        opened = self.opened_as
+        files = pbegin | "ListFiles" >> beam.Create([(opened[f.path], f.size) for f in self.inputs], reshuffle=False)
         columns = self.columns
         counts = self.progress_dir
+        given = {where: path for path, where in opened.items() if where != path}
         if self.input_config.format == "parquet":
             required = self.input_config.parquet.require_checksums
             return (files
                     | "RowGroups" >> beam.FlatMap(_row_groups_with_row_size, required)
                     | "SpreadRowGroups" >> beam.Reshuffle()
                     | "ReadRowGroup" >> beam.FlatMap(lambda item: _counted(
-                        read_parquet_row_group(item[0], item[1], item[2], columns=columns), _counter(counts), item[3]))
+                        _as_given(read_parquet_row_group(item[0], item[1], item[2], columns=columns), given),
+                        _counter(counts), item[3]))
                     .with_output_types(SourceBatch))
         options = self.input_config.csv
         split_bytes = self.input_config.split_bytes
@@ -1777,8 +1784,25 @@ class ReadTabular(beam.PTransform):
                 | "ByFile" >> beam.GroupByKey()
                 | "PlanPieces" >> beam.FlatMap(_plan_pieces)
                 | "SpreadPieces" >> beam.Reshuffle()
-                | "ReadPiece" >> beam.FlatMap(lambda piece: _counted(_read_piece(piece, options, columns), _counter(counts)))
+                | "ReadPiece" >> beam.FlatMap(lambda piece: _counted(
+                    _as_given(_read_piece(piece, options, columns), given), _counter(counts)))
                 .with_output_types(SourceBatch))
+
+
+def _openable(path: str) -> str:
+    """A local path that opens from any working directory; other filesystems' paths as they are."""
+    return path if FileSystems.get_scheme(path) is not None else os.path.abspath(path)
+
+
+def _as_given(sources: Iterable[SourceBatch], given: dict[str, str]) -> Iterator[SourceBatch]:
+    """The batches, naming their file (and their bad rows') as the listing gave it, not as it was opened."""
+    for source in sources:
+        shown = given.get(source.path)
+        if shown is not None:
+            bad_rows = tuple(replace(row, path=shown) if row.path == source.path else row
+                             for row in source.bad_rows)
+            source = replace(source, path=shown, bad_rows=bad_rows)
+        yield source
 
 
 def _counter(directory: str | None) -> _ProgressCounter | None:
