@@ -150,3 +150,36 @@ def test_tensorflow_sequence_examples_decode_as_protobuf_does(tf_vectors):
     context, lists = sequence_examples_to_record_batches(records)
     assert with_float32_bits(_rows(context, lists)) == with_float32_bits(_expected(records))
     assert lists.column("nokind_step").to_pylist()[3] == [[], [3]]  # a step with no kind: no values
+
+
+@st.composite
+def step_features(draw):
+    """Canonical step Features of one kind (some empty: no kind), and a plain step type they may or may not fit."""
+    kind = draw(st.sampled_from(sorted(VALUES)))
+    size = draw(st.integers(0, 3))
+    steps = draw(st.lists(st.one_of(st.just([]), st.lists(VALUES[kind], min_size=size, max_size=size),
+                                    st.lists(VALUES[kind], max_size=4)), min_size=1, max_size=6))
+    element = {"int64": pa.int64(), "float": pa.float32(), "bytes": pa.binary()}[kind]
+    step_type = draw(st.sampled_from([element, pa.list_(element), pa.list_(element, size)]))
+    return encode_sequence_example({}, {"s": steps}, feature_list_kinds={"s": kind}), step_type
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(step_features(), min_size=1, max_size=4), st.data())
+def test_plain_steps_read_directly_equal_the_framed_example_path(drawn, data):
+    from tfrbeam import sequence_decode
+
+    step_type = data.draw(st.sampled_from([step for _, step in drawn]))
+    records = [record for record, step in drawn if step == step_type]
+    schema = pa.schema([("s", pa.list_(step_type))])
+    outcomes = []
+    for plain in (sequence_decode._plain_steps, lambda *args: None):
+        original = sequence_decode._plain_steps
+        sequence_decode._plain_steps = plain
+        try:
+            outcomes.append(repr(with_float32_bits(sequence_examples_to_record_batches(records, None, schema)[1].to_pylist())))
+        except (ArrowConversionError, ExampleDecodeError) as exc:
+            outcomes.append(f"{type(exc).__name__}: {exc}")
+        finally:
+            sequence_decode._plain_steps = original
+    assert outcomes[0] == outcomes[1]

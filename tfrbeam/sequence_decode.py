@@ -23,8 +23,16 @@ import pyarrow as pa
 
 from tfrbeam.columnar_decode import (
     DEFAULT_MAX_FEATURES,
+    KIND_BYTES,
+    KIND_FLOAT,
+    KIND_INT64,
+    _bytes_list_values,
+    _decode_bytes,
+    _decode_floats,
+    _decode_varints,
     _exclusive_cumsum,
     _gather,
+    _packed_payloads,
     _read_lengths,
     _RecordBuffer,
     _take,
@@ -177,12 +185,49 @@ class _Layout:
         lists = {}
         for index, name in enumerate(wanted):
             chosen = np.flatnonzero(entry_name == index)
-            steps, steps_odd = _fields(buf, values.value_start[chosen], values.value_end[chosen])
+            steps, steps_odd = _steps_of(buf, values.value_start[chosen], values.value_end[chosen])
             odd[entry_records[chosen[steps_odd]]] = True
             odd[entry_records[chosen[steps.owner[steps.tag != 0x0A]]]] = True
             counts = np.bincount(steps.owner, minlength=len(chosen)).astype(np.int64)
             lists[name] = _Steps(entry_records[chosen], counts, steps.value_start, steps.value_end)
         return cls(context_starts, context_ends, lists, odd)
+
+
+def _steps_of(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[_Fields, np.ndarray]:
+    """The steps (fields) of FeatureList bodies: lists whose steps all have their first step's size are
+    cut at once (float scalars, fixed-size steps); the others are walked in lockstep."""
+    length, after, ok = _read_lengths(buf, starts + 1)
+    size = after + length - starts
+    nonempty = ends > starts
+    if ok is not None:
+        nonempty &= ok
+    candidates = np.flatnonzero(nonempty & (_take(buf, starts) == 0x0A) & (size > 0)
+                                & ((ends - starts) % np.maximum(size, 1) == 0))
+    count = (ends[candidates] - starts[candidates]) // size[candidates]
+    owner = np.repeat(candidates, count)
+    step_number = np.arange(int(count.sum()), dtype=np.int64) - np.repeat(_exclusive_cumsum(count), count)
+    position = starts[owner] + step_number * size[owner]
+    step_length, step_after, step_ok = _read_lengths(buf, position + 1)
+    fits = (_take(buf, position) == 0x0A) & (step_after + step_length == position + size[owner])
+    if step_ok is not None:
+        fits &= step_ok
+    uniform = np.zeros(len(starts), dtype=bool)
+    uniform[candidates] = True
+    uniform[owner[~fits]] = False
+    walked = np.flatnonzero(~uniform & (ends > starts))
+    rest, odd_rest = _fields(buf, starts[walked], ends[walked])
+    odd = np.zeros(len(starts), dtype=bool)
+    odd[walked[odd_rest]] = True
+    keep = uniform[owner]
+    if not keep.all():
+        owner, position, step_after, step_length = owner[keep], position[keep], step_after[keep], step_length[keep]
+    cut = _Fields(owner, np.full(len(owner), 0x0A, dtype=np.uint8), position, step_after, step_after + step_length)
+    rest = dataclasses.replace(rest, owner=walked[rest.owner])
+    if not rest.owner.size or not cut.owner.size:  # one of them: already in owner order
+        return (cut if cut.owner.size else rest), odd
+    both = [np.concatenate(parts) for parts in zip(dataclasses.astuple(cut), dataclasses.astuple(rest))]
+    order = np.argsort(both[0], kind="stable")
+    return _Fields(*(part[order] for part in both)), odd
 
 
 def _not_canonical_top(top: _Fields, count: int) -> np.ndarray:
@@ -308,7 +353,76 @@ def _step_values(buf: np.ndarray, steps: _Steps, name: str, step_type: pa.DataTy
 
 
 def _decode_steps(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, step_type: pa.DataType | None) -> pa.Array:
-    """The Features at ``buf[starts[i]:ends[i]]``, each framed as a one-feature Example and decoded as one."""
+    """The Features at ``buf[starts[i]:ends[i]]``: read directly when canonical and of a plain step type,
+    else each framed as a one-feature Example and decoded as one (which also words every error)."""
+    direct = None if step_type is None else _plain_steps(buf, starts, ends, step_type)
+    return direct if direct is not None else _framed_steps(buf, starts, ends, step_type)
+
+
+# Step types read directly: their values' type, list shape, and the Feature tag of their kind.
+_PLAIN_KINDS = {pa.int64(): (KIND_INT64, 0x1A), pa.float32(): (KIND_FLOAT, 0x12), pa.binary(): (KIND_BYTES, 0x0A)}
+
+
+def _plain_steps(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, step_type: pa.DataType) -> pa.Array | None:
+    """Steps of an int64 / float32 / binary scalar, fixed_size_list or list type, when every step's Feature is
+    canonical and fits; None otherwise (the framed path then decodes them, or says what is wrong)."""
+    element = step_type.value_type if pa.types.is_list(step_type) or pa.types.is_fixed_size_list(step_type) else step_type
+    if element not in _PLAIN_KINDS:
+        return None
+    kind, tag = _PLAIN_KINDS[element]
+    count = len(starts)
+    length, body_start, ok = _read_lengths(buf, starts + 1)
+    empty = starts == ends  # a Feature with no kind: no values
+    good = empty | ((_take(buf, starts) == tag) & (body_start + length == ends))
+    if ok is not None:
+        good &= empty | ok
+    if not good.all():
+        return None
+    body_start, body_end = np.where(empty, ends, body_start), ends
+    owner = np.arange(count, dtype=np.int64)
+    if kind == KIND_BYTES:
+        value_owner, value_start, value_length, bad = _bytes_list_values(buf, body_start, body_end)
+        if bad.size:
+            return None
+        counts, lengths, data = _decode_bytes(buf, value_owner, value_start, value_length, count)
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        if offsets[-1] > 2**31 - 1:
+            return None
+        values = pa.Array.from_buffers(pa.binary(), len(lengths), [None, pa.py_buffer(offsets.astype(np.int32)),
+                                                                  pa.py_buffer(data)])
+    else:
+        payload_start, payload_length, packed = _packed_payloads(buf, body_start, body_end)
+        if not packed.all() or (kind == KIND_FLOAT and (payload_length % 4).any()):
+            return None
+        if kind == KIND_FLOAT:
+            counts, numbers = _decode_floats(buf, owner, payload_start, payload_length, count)
+        else:
+            counts, numbers, bad = _decode_varints(buf, owner, payload_start, payload_length, count)
+            if bad.size:
+                return None
+        values = pa.Array.from_buffers(element, len(numbers), [None, pa.py_buffer(np.ascontiguousarray(numbers))])
+    return _shaped(values, counts, step_type)
+
+
+def _shaped(values: pa.Array, counts: np.ndarray, step_type: pa.DataType) -> pa.Array | None:
+    """Each step's values as the step type: one value, a fixed-size list or a list (None when they do not fit)."""
+    if pa.types.is_fixed_size_list(step_type):
+        if (counts != step_type.list_size).any():
+            return None
+        # from_buffers, not from_arrays: from_arrays divides by the list size to count the rows, and it may be 0
+        return pa.Array.from_buffers(step_type, len(counts), [None], children=[values])
+    if pa.types.is_list(step_type):
+        offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        if offsets[-1] > 2**31 - 1:
+            return None
+        return pa.Array.from_buffers(step_type, len(counts), [None, pa.py_buffer(offsets.astype(np.int32))], children=[values])
+    return values if (counts == 1).all() else None
+
+
+def _framed_steps(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, step_type: pa.DataType | None) -> pa.Array:
+    """The steps framed as one-feature Examples and decoded by the Example decoder."""
     lengths = ends - starts
     entry = 3 + varint_sizes(lengths) + lengths  # 0a 00 (the empty name), 12 len, the Feature
     body = 1 + varint_sizes(entry) + entry

@@ -331,3 +331,16 @@ def test_torch_adapter_turns_steps_into_tensors(dataset):
     for batch in loader:
         assert isinstance(batch["t"].values, torch.Tensor) and isinstance(batch["t"].lengths, torch.Tensor)
         assert isinstance(batch["tags"].values, Ragged) and batch["tags"].values.values.dtype == object
+
+
+def test_steps_of_zero_values_in_numpy_and_arrow(tmp_path):
+    """A fixed step shape of (0,) (and a context feature of shape (0,)): pyarrow's from_arrays divides by 0 there."""
+    path = tmp_path / "z.tfrecord"
+    with RecordWriter(str(path)) as writer:
+        writer.write_many([encode_sequence_example({"c": []}, {"z": [[], []]}, kinds={"c": "float"},
+                                                   feature_list_kinds={"z": "float"})] * 3)
+    spec = {"c": FixedLenFeature((0,), "float"), "z": FixedLenSequenceFeature((0,), "float")}
+    batch = next(iter(open_dataset(str(path), record_type="SequenceExample", feature_spec=spec, executor="threads")))
+    assert batch["c"].shape == (3, 0) and batch["z"].values.shape == (6, 0) and batch["z"].lengths.tolist() == [2, 2, 2]
+    arrow = next(iter(open_dataset(str(path), record_type="SequenceExample", feature_spec=spec, output="arrow")))
+    assert arrow.to_pylist() == [{"c": [], "z": [[], []]}] * 3

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import numpy as np
@@ -134,8 +135,10 @@ def _context_arrow_column(column: Column, feature: ContextFeature) -> pa.Array:
         values = pa.array(column.leaf.reshape(-1), type=pa.int64() if feature.dtype == "int64" else pa.float32())
         row_lengths = column.levels[0] if column.levels else None
     if isinstance(feature, FixedLenFeature):
-        for size in reversed(feature.shape):
-            values = pa.FixedSizeListArray.from_arrays(values, size)
+        # from_buffers with each level's row count: from_arrays refuses (or divides by) a size of 0
+        for depth in range(len(feature.shape), 0, -1):
+            rows = column.num_rows * math.prod(feature.shape[: depth - 1])
+            values = pa.Array.from_buffers(pa.list_(values.type, feature.shape[depth - 1]), rows, [None], children=[values])
         return values
     assert row_lengths is not None
     return pa.ListArray.from_arrays(pa.array(_offsets(row_lengths).astype(np.int32)), values)
