@@ -160,37 +160,57 @@ class _Layout:
 
     @classmethod
     def of(cls, batch: _RecordBuffer, sequence_schema: pa.Schema | None) -> _Layout:
-        buf, count = batch.buf, batch.num_records
+        """Walk the batch: the top-level fields, the FeatureLists' entries, the wanted lists' steps."""
+        buf = batch.buf
         top, odd = _fields(buf, batch.starts, batch.ends)
-        odd |= _not_canonical_top(top, count)
+        odd |= _not_canonical_top(top, batch.num_records)
         context = top.select(top.tag == _CONTEXT_TAG)
         context_starts, context_ends = batch.starts.copy(), batch.starts.copy()  # no context field: an empty Example
         context_starts[context.owner], context_ends[context.owner] = context.start, context.value_end
-        lists_fields = top.select(top.tag == _LISTS_TAG)
+        entries = _Entries.of(buf, top.select(top.tag == _LISTS_TAG), odd)
+        wanted = list(entries.names) if sequence_schema is None else list(sequence_schema.names)
+        lists = {name: entries.steps(buf, entries.named(name), odd) for name in wanted}
+        return cls(context_starts, context_ends, lists, odd)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Entries:
+    """The FeatureLists map entries of a batch: each one's record, name (index into ``names``) and value span."""
+
+    records: np.ndarray
+    names: list[str]
+    name_index: np.ndarray
+    values: _Fields
+
+    @classmethod
+    def of(cls, buf: np.ndarray, lists_fields: _Fields, odd: np.ndarray) -> _Entries:
+        """The entries of the records' feature_lists fields; marks in ``odd`` the records not walkable here."""
         entries, entries_odd = _fields(buf, lists_fields.value_start, lists_fields.value_end)
         odd[lists_fields.owner[entries_odd]] = True
         odd[lists_fields.owner[entries.owner[entries.tag != 0x0A]]] = True
-        entry_records = lists_fields.owner[entries.owner]
+        records = lists_fields.owner[entries.owner]
         parts, parts_odd = _fields(buf, entries.value_start, entries.value_end)
-        odd[entry_records[parts_odd]] = True
+        odd[records[parts_odd]] = True
         keys, values, bad_entries = _key_and_value(parts, len(entries.owner))
-        odd[entry_records[bad_entries]] = True
+        odd[records[bad_entries]] = True
         names, name_index, bad_names = _entry_names(buf, keys)
-        odd[entry_records[bad_names]] = True
-        wanted = list(names) if sequence_schema is None else list(sequence_schema.names)
-        position = {name: index for index, name in enumerate(wanted)}
-        entry_name = np.array([position.get(name, -1) for name in names], dtype=np.int64)[name_index] if names else (
-            np.full(len(entries.owner), -1, dtype=np.int64))
-        odd[_duplicated(entry_records, name_index, len(names))] = True
-        lists = {}
-        for index, name in enumerate(wanted):
-            chosen = np.flatnonzero(entry_name == index)
-            steps, steps_odd = _steps_of(buf, values.value_start[chosen], values.value_end[chosen])
-            odd[entry_records[chosen[steps_odd]]] = True
-            odd[entry_records[chosen[steps.owner[steps.tag != 0x0A]]]] = True
-            counts = np.bincount(steps.owner, minlength=len(chosen)).astype(np.int64)
-            lists[name] = _Steps(entry_records[chosen], counts, steps.value_start, steps.value_end)
-        return cls(context_starts, context_ends, lists, odd)
+        odd[records[bad_names]] = True
+        odd[_duplicated(records, name_index, len(names))] = True
+        return cls(records, names, name_index, values)
+
+    def named(self, name: str) -> np.ndarray:
+        """The entries of list ``name``, in record order."""
+        if name not in self.names:
+            return np.zeros(0, dtype=np.int64)
+        return np.flatnonzero(self.name_index == self.names.index(name))
+
+    def steps(self, buf: np.ndarray, chosen: np.ndarray, odd: np.ndarray) -> _Steps:
+        """The steps of entries ``chosen``; marks in ``odd`` the records whose lists are not walkable here."""
+        steps, steps_odd = _steps_of(buf, self.values.value_start[chosen], self.values.value_end[chosen])
+        odd[self.records[chosen[steps_odd]]] = True
+        odd[self.records[chosen[steps.owner[steps.tag != 0x0A]]]] = True
+        counts = np.bincount(steps.owner, minlength=len(chosen)).astype(np.int64)
+        return _Steps(self.records[chosen], counts, steps.value_start, steps.value_end)
 
 
 def _steps_of(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[_Fields, np.ndarray]:
