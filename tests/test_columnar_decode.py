@@ -410,6 +410,14 @@ def test_fixed_size_list_with_null_rows_and_wrong_lengths():
         examples_to_record_batch(bad, schema=schema)
 
 
+def test_zero_size_fixed_lists_decode_instead_of_crashing():
+    """pyarrow's FixedSizeListArray.from_arrays divides by the list size: a size of 0 killed the process (SIGFPE)."""
+    records = [encode_example({"e": []}, kinds={"e": "int64"}), b"", encode_example({"e": []}, kinds={"e": "int64"})]
+    schema = pa.schema([pa.field("e", pa.list_(pa.int64(), 0))])
+    assert examples_to_record_batch(records, schema=schema).column("e").to_pylist() == [[], None, []]
+    assert examples_to_record_batch(records[:1], schema=schema).column("e").to_pylist() == [[]]
+
+
 @pytest.mark.parametrize(
     "records, field, message",
     [

@@ -24,6 +24,7 @@ DEFINED_IN = {
     "encode_sequence_example": "tfrbeam.example",
     "encode_record_batch": "tfrbeam.columnar_encode",
     "record_batch_to_examples": "tfrbeam.columnar_encode",
+    "encode_sequence_batch": "tfrbeam.sequence_encode",
     "examples_to_record_batch": "tfrbeam.columnar_decode",
     "ReadAllFromTFRecord": "tfrbeam.beam.source",
     "ReadFromTFRecord": "tfrbeam.beam.source",
@@ -31,6 +32,8 @@ DEFINED_IN = {
     "WriteToTFRecord": "tfrbeam.beam.sink",
     "ReadExamples": "tfrbeam.beam.examples_read",
     "WriteExamples": "tfrbeam.beam.examples_write",
+    "ReadSequenceExamples": "tfrbeam.beam.sequence_examples",
+    "WriteSequenceExamples": "tfrbeam.beam.sequence_examples",
     "open_dataset": "tfrbeam.dataset.pipeline",
     "open_random_access": "tfrbeam.dataset.random_access",
 }
@@ -74,6 +77,14 @@ def test_every_exported_name_is_its_definition_even_after_the_modules_were_impor
     assert result.stdout.strip() == "[]"
 
 
+def test_the_beam_package_exports_the_same_transforms():
+    import tfrbeam.beam
+
+    for name in ("ReadExamples", "WriteExamples", "ReadSequenceExamples", "WriteSequenceExamples", "WriteToTFRecord"):
+        assert name in tfrbeam.beam.__all__
+        assert getattr(tfrbeam.beam, name) is getattr(tfrbeam, name)
+
+
 def test_unknown_names_raise_attribute_error():
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         tfrbeam.nope
@@ -83,7 +94,7 @@ def test_the_format_core_does_not_import_beam():
     code = (
         "import sys, tfrbeam\n"
         "for name in ('read_records', 'RecordWriter', 'encode_example', 'decode_example', 'record_blocks',\n"
-        "             'record_batch_to_examples', 'examples_to_record_batch', 'open_dataset'):\n"
+        "             'record_batch_to_examples', 'examples_to_record_batch', 'encode_sequence_batch', 'open_dataset'):\n"
         "    getattr(tfrbeam, name)\n"
         "import tfrbeam.record_index, tfrbeam.manifest, tfrbeam.file_access, tfrbeam.file_tools\n"
         "print('apache_beam' in sys.modules)\n"

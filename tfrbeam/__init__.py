@@ -26,6 +26,7 @@ _EXPORTS = {
     "decode_sequence_example": "tfrbeam.example",
     "record_batch_to_examples": "tfrbeam.columnar_encode",
     "encode_record_batch": "tfrbeam.columnar_encode",
+    "encode_sequence_batch": "tfrbeam.sequence_encode",
     "examples_to_record_batch": "tfrbeam.columnar_decode",
     # Beam IO
     "TFRecordSource": "tfrbeam.beam.source",
@@ -34,6 +35,8 @@ _EXPORTS = {
     "WriteToTFRecord": "tfrbeam.beam.sink",
     "ReadExamples": "tfrbeam.beam.examples_read",
     "WriteExamples": "tfrbeam.beam.examples_write",
+    "ReadSequenceExamples": "tfrbeam.beam.sequence_examples",
+    "WriteSequenceExamples": "tfrbeam.beam.sequence_examples",
     # training-side reader
     "open_dataset": "tfrbeam.dataset",
     "open_random_access": "tfrbeam.dataset",

@@ -1594,7 +1594,8 @@ def _fixed_size_list_array(target: _Target, piece: _Piece, child: pa.Array, num_
             f"{name!r} of type {target.field.type} takes exactly {size}"
         )
     if len(piece.rec) == num_records:
-        return pa.FixedSizeListArray.from_arrays(child, type=target.decoded_type)
+        # from_buffers, not from_arrays: from_arrays divides by the list size to count the rows (SIGFPE for size 0)
+        return pa.Array.from_buffers(target.decoded_type, num_records, [None], children=[child])
     # Null slots still occupy `size` child values: spread the values over all rows.
     slot = (piece.rec[:, None] * size + np.arange(size)).reshape(-1)
     take = np.full(num_records * size, len(child), dtype=np.int64)

@@ -543,7 +543,7 @@ def encode_sequence_example(
     context: Mapping[str, Any],
     feature_lists: Mapping[str, Any],
     kinds: Mapping[str, str | None] | None = None,
-    feature_list_kinds: Mapping[str, str | None] | None = None,
+    feature_list_kinds: Mapping[str, str | Sequence[str | None] | None] | None = None,
 ) -> bytes:
     """Serialize one tf.train.SequenceExample canonically; both fields are always written.
 

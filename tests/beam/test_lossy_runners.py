@@ -19,6 +19,7 @@ from apache_beam.transforms import window
 from apache_beam.utils.windowed_value import WindowedValue
 
 from tfrbeam.beam.examples_read import ReadExamples
+from tfrbeam.beam.sequence_examples import ReadSequenceExamples
 from tfrbeam.beam.sink import WriteToTFRecord
 from tfrbeam.beam.source import ReadFromTFRecord
 from tfrbeam.errors import UnsupportedRunnerError
@@ -88,7 +89,8 @@ def test_sink_on_dask_fails_loudly_and_writes_nothing(dask_options, tmp_path):
     lambda pattern: ReadFromTFRecord(pattern),
     lambda pattern: ReadFromTFRecord(pattern, dynamic_splitting=True),
     lambda pattern: ReadExamples(pattern),
-], ids=["ranges", "dynamic_splitting", "examples"])
+    lambda pattern: ReadSequenceExamples(pattern),
+], ids=["ranges", "dynamic_splitting", "examples", "sequence_examples"])
 def test_readers_on_dask_fail_loudly(dask_options, tmp_path, read):
     with RecordWriter(str(tmp_path / "in.tfrecord")) as writer:
         writer.write_many(RECORDS)

@@ -1,7 +1,8 @@
 """tfrbeam's Beam transforms on every runner the issue names, one read+write pipeline each.
 
 The same pipeline (ReadFromTFRecord and ReadAllFromTFRecord into WriteToTFRecord with fixed and
-with size-limited sharding; ReadExamples as record batches and as dicts into WriteExamples) runs
+with size-limited sharding; ReadExamples as record batches and as dicts into WriteExamples;
+ReadSequenceExamples into WriteSequenceExamples) runs
 on the DirectRunner in-process, in multi_processing mode with two workers, and on the
 PortableRunner with an embedded job server (the portable representation Dataflow Runner v2
 uses), its SDK workers in this process (LOOPBACK) and in separate processes started by an
@@ -24,31 +25,36 @@ from tests.helpers import shard_files
 from tests.worker_pool import external_worker_pool, workers_started
 from tfrbeam.beam.examples_read import ReadExamples
 from tfrbeam.beam.examples_write import WriteExamples
+from tfrbeam.beam.sequence_examples import ReadSequenceExamples, WriteSequenceExamples
 from tfrbeam.beam.sink import WriteToTFRecord
 from tfrbeam.beam.source import ReadAllFromTFRecord, ReadFromTFRecord
-from tfrbeam.example import decode_example, encode_example
+from tfrbeam.example import decode_example, decode_sequence_example, encode_example, encode_sequence_example
 from tfrbeam.records import RecordWriter, read_records
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 INPUT_RECORDS = [b"record-%03d" % i * (1 + i % 5) for i in range(120)]
 EXAMPLES = [{"id": [i], "name": [b"n%d" % i], "score": [i / 4]} for i in range(30)]
+SEQUENCES = [({"id": [i]}, {"step": [[j] for j in range(i % 4)], "w": [[j / 2] for j in range(i % 4)]}) for i in range(20)]
 
 
 
-def _write_inputs(directory: pathlib.Path) -> tuple[str, str]:
+def _write_inputs(directory: pathlib.Path) -> tuple[str, str, str]:
     """Uncompressed inputs written by plain framing (no read index, as TF writes them): raw records
-    in two files, and one file of Examples. Returns their patterns."""
+    in two files, one file of Examples and one of SequenceExamples. Returns their patterns."""
     directory.mkdir()
     for number, part in enumerate((INPUT_RECORDS[:70], INPUT_RECORDS[70:])):
         with RecordWriter(str(directory / f"in-{number}.tfrecord")) as writer:
             writer.write_many(part)
     with RecordWriter(str(directory / "examples.tfrecord")) as writer:
         writer.write_many(encode_example(example) for example in EXAMPLES)
-    return str(directory / "in-*.tfrecord"), str(directory / "examples.tfrecord")
+    with RecordWriter(str(directory / "sequences.tfrecord")) as writer:
+        kinds = {"step": "int64", "w": "float"}
+        writer.write_many(encode_sequence_example(*pair, feature_list_kinds=kinds) for pair in SEQUENCES)
+    return str(directory / "in-*.tfrecord"), str(directory / "examples.tfrecord"), str(directory / "sequences.tfrecord")
 
 
-def _build(pipeline: beam.Pipeline, patterns: tuple[str, str], out: str, validate: bool = True) -> None:
-    records, examples = patterns
+def _build(pipeline: beam.Pipeline, patterns: tuple[str, str, str], out: str, validate: bool = True) -> None:
+    records, examples, sequences = patterns
     _ = (
         pipeline
         | "Read" >> ReadFromTFRecord(records, validate=validate)
@@ -70,6 +76,12 @@ def _build(pipeline: beam.Pipeline, patterns: tuple[str, str], out: str, validat
         | "ReadDicts" >> ReadExamples(examples, output="dicts", validate=validate)
         | "WriteDicts" >> WriteExamples(f"{out}/dicts", compression="zlib")
     )
+    _ = (
+        pipeline
+        | "ReadSequences" >> ReadSequenceExamples(sequences, validate=validate)
+        | "WriteSequences" >> WriteSequenceExamples(f"{out}/sequences", num_shards=2,
+                                                    feature_list_kinds={"step": "int64", "w": "float"})
+    )
 
 
 def _verify(out: pathlib.Path) -> None:
@@ -85,6 +97,8 @@ def _verify(out: pathlib.Path) -> None:
         suffix = ".gz" if name == "limited" else ""
         written = [decode_example(r) for path in shard_files(str(out / name), suffix) for r in read_records(path, compression)]
         assert sorted(written, key=lambda example: example["id"]) == by_id
+    sequences = [decode_sequence_example(r) for path in shard_files(str(out / "sequences")) for r in read_records(path)]
+    assert sorted(sequences, key=lambda pair: pair[0]["id"]) == SEQUENCES
     assert not [name for name in os.listdir(out) if name.startswith(".tfrbeam-temp")]
 
 
@@ -130,12 +144,14 @@ def test_dataflow_job_builds_offline():
     ])
     pipeline = beam.Pipeline(options=options)
     # validate=False: listing gs:// while building needs credentials (as with Beam's own reader).
-    inputs = ("gs://fake-bucket/input/in-*.tfrecord", "gs://fake-bucket/input/examples.tfrecord")
+    inputs = ("gs://fake-bucket/input/in-*.tfrecord", "gs://fake-bucket/input/examples.tfrecord",
+              "gs://fake-bucket/input/sequences.tfrecord")
     _build(pipeline, inputs, "gs://fake-bucket/out", validate=False)
     result = pipeline.run()
     assert result.state == "DONE"
     names = {transform.unique_name for transform in result.job.proto_pipeline.components.transforms.values()}
     for expected in ("Read", "ReadAll", "ReadBatches", "ReadDicts", "WriteFixed/Write/Finalize",
                      "WriteLimited/Write/WriteBundleShards", "WriteFixed/Write/GroupByShard",
-                     "WriteBatches/Write/Finalize", "WriteDicts/EncodeExamples"):
+                     "WriteBatches/Write/Finalize", "WriteDicts/EncodeExamples", "ReadSequences",
+                     "WriteSequences/EncodeSequenceExamples", "WriteSequences/Write/Finalize"):
         assert expected in names, f"{expected} missing from the Dataflow job graph"

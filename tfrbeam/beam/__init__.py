@@ -11,6 +11,7 @@ from tfrbeam.beam.examples_write import WriteExamples
 
 # Statistics and Parquet export of datasets.
 from tfrbeam.beam.parquet_export import ExportToParquet, WriteToParquetWithChecksums
+from tfrbeam.beam.sequence_examples import ReadSequenceExamples, WriteSequenceExamples
 from tfrbeam.beam.sink import WriteToTFRecord
 from tfrbeam.beam.source import ReadAllFromTFRecord, ReadFromTFRecord, TFRecordSource
 from tfrbeam.beam.stats_combine import ComputeDatasetStats, SplitStatsCombineFn, WriteStatsFiles
@@ -22,9 +23,11 @@ __all__ = [
     "RecordBatchCoder",
     "ReadExamples",
     "ReadFromTFRecord",
+    "ReadSequenceExamples",
     "SplitStatsCombineFn",
     "TFRecordSource",
     "WriteExamples",
+    "WriteSequenceExamples",
     "WriteStatsFiles",
     "WriteToParquetWithChecksums",
     "WriteToTFRecord",

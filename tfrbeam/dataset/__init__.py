@@ -1,4 +1,4 @@
-"""Read TFRecord datasets of tf.train.Examples for training, without TensorFlow.
+"""Read TFRecord datasets of tf.train.Examples (and SequenceExamples) for training, without TensorFlow.
 
 ``open_dataset(path)`` gives batches as numpy arrays (or Arrow record batches), read in
 parallel, interleaved, shuffled and prefetched like tf.data, shardable across data-parallel
@@ -9,6 +9,7 @@ number (Grain and PyTorch map-style sources). This package never imports Apache 
 from tfrbeam.dataset.columns import Ragged
 from tfrbeam.dataset.pipeline import Dataset, open_dataset
 from tfrbeam.dataset.random_access import RandomAccessDataset, open_random_access
-from tfrbeam.dataset.spec import FixedLenFeature, VarLenFeature
+from tfrbeam.dataset.spec import FixedLenFeature, FixedLenSequenceFeature, VarLenFeature, VarLenSequenceFeature
 
-__all__ = ["Dataset", "FixedLenFeature", "RandomAccessDataset", "Ragged", "VarLenFeature", "open_dataset", "open_random_access"]
+__all__ = ["Dataset", "FixedLenFeature", "FixedLenSequenceFeature", "RandomAccessDataset", "Ragged", "VarLenFeature",
+           "VarLenSequenceFeature", "open_dataset", "open_random_access"]

@@ -20,10 +20,11 @@ class Ragged(NamedTuple):
     """A batch of variable-length rows: ``values`` back to back and each row's length.
 
     Row ``i`` is ``values[offsets[i]:offsets[i + 1]]``. A NamedTuple, so PyTorch's default
-    collate/convert and JAX tree utilities treat it as a container of two arrays.
+    collate/convert and JAX tree utilities treat it as a container of two arrays. For a
+    feature list whose steps vary in length, ``values`` is itself a Ragged (of the steps).
     """
 
-    values: np.ndarray
+    values: np.ndarray | Ragged
     lengths: np.ndarray
 
     @property
@@ -35,29 +36,40 @@ class Ragged(NamedTuple):
     def num_rows(self) -> int:
         return len(self.lengths)
 
-    def row(self, index: int) -> np.ndarray:
+    def row(self, index: int) -> np.ndarray | Ragged:
+        """Row ``index``: an array, or a Ragged of its steps when ``values`` is Ragged."""
         offsets = self.offsets
-        return self.values[offsets[index]:offsets[index + 1]]
+        begin, end = int(offsets[index]), int(offsets[index + 1])
+        if isinstance(self.values, Ragged):
+            inner, flat = self.values.offsets, self.values.values
+            assert isinstance(flat, np.ndarray)  # two levels at most: steps, then their values
+            return Ragged(flat[int(inner[begin]):int(inner[end])], self.values.lengths[begin:end])
+        return self.values[begin:end]
 
-    def to_list(self) -> list[np.ndarray]:
+    def to_list(self) -> list[np.ndarray | Ragged]:
         """Every row as its own array (slow: for inspection and tests)."""
-        return np.split(self.values, self.offsets[1:-1]) if len(self.lengths) else []
+        return [self.row(index) for index in range(len(self.lengths))]
 
     def to_padded(self, length: int | None = None, pad_value: object = None) -> np.ndarray:
         """Dense ``[rows, length]`` array, truncating longer rows and padding shorter ones.
 
-        ``length`` defaults to the longest row; ``pad_value`` to 0, 0.0 or b"" by dtype.
+        ``length`` defaults to the longest row; ``pad_value`` to 0, 0.0 or b"" by dtype. Nested
+        values are padded to their longest row first (``[rows, length, longest step]``).
         """
-        return pad_rows(self.values, self.lengths, length, pad_value)
+        values = self.values.to_padded(None, pad_value) if isinstance(self.values, Ragged) else self.values
+        return pad_rows(values, self.lengths, length, pad_value)
 
 
 def pad_rows(values: np.ndarray, lengths: np.ndarray, length: int | None, pad_value: object = None) -> np.ndarray:
-    """Rows given as flat values plus lengths, as a dense array padded (or cut) to ``length``."""
+    """Rows given as flat values plus lengths, as a dense array padded (or cut) to ``length``.
+
+    Values may have trailing dimensions (a step's shape): the result is ``[rows, length, *rest]``.
+    """
     lengths = np.asarray(lengths, dtype=np.int64)
     width = int(lengths.max()) if length is None and len(lengths) else int(length or 0)
     if pad_value is None:
         pad_value = b"" if values.dtype == object else 0
-    out = np.full((len(lengths), width), pad_value, dtype=values.dtype)
+    out = np.full((len(lengths), width, *values.shape[1:]), pad_value, dtype=values.dtype)
     kept = np.minimum(lengths, width)
     column = ranges(np.zeros(len(lengths), dtype=np.int64), kept)
     row = np.repeat(np.arange(len(lengths), dtype=np.int64), kept)

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import numpy as np
 import pyarrow as pa
 
 from tfrbeam.dataset.columns import Block, Column, Ragged, _offsets, pad_rows
-from tfrbeam.dataset.spec import Feature, FixedLenFeature
+from tfrbeam.dataset.spec import (
+    ContextFeature,
+    Feature,
+    FixedLenFeature,
+    FixedLenSequenceFeature,
+    SequenceFeature,
+    VarLenSequenceFeature,
+)
 
 Padding = Mapping[str, "int | None"]
 
@@ -37,10 +45,19 @@ def _writable(array: np.ndarray) -> np.ndarray:
 
 def to_numpy(block: Block, features: Mapping[str, Feature], padded: Padding, pad_values: Mapping[str, object] | None = None,
              return_mask: bool = False) -> dict[str, np.ndarray | Ragged]:
-    """Fixed-length features as dense arrays, variable-length ones as ``Ragged`` (or padded on request, with masks)."""
+    """Fixed-length features as dense arrays, variable-length ones as ``Ragged`` (or padded on request, with masks).
+
+    A feature list is ``Ragged`` over steps (values ``[steps, *shape]``, or a ``Ragged`` of the
+    steps' values when their length varies); padded, ``[B, T, *shape]`` (``[B, T, L]``) plus
+    ``{name}__steps``, the steps kept of each record.
+    """
     out: dict[str, np.ndarray | Ragged] = {}
     for name, feature in features.items():
         column = block[name]
+        if isinstance(feature, (FixedLenSequenceFeature, VarLenSequenceFeature)):
+            padding = padded[name] if name in padded else _NOT_PADDED
+            out.update(_sequence_arrays(name, column, feature, padding, (pad_values or {}).get(name), return_mask))
+            continue
         if isinstance(feature, FixedLenFeature):
             if feature.dtype == "bytes":
                 values = _bytes_objects(column.leaf, column.levels[-1])
@@ -60,6 +77,41 @@ def to_numpy(block: Block, features: Mapping[str, Feature], padded: Padding, pad
     return out
 
 
+_NOT_PADDED = -1
+
+
+def _sequence_arrays(name: str, column: Column, feature: SequenceFeature, padding: int | None, pad_value: object,
+                     return_mask: bool) -> dict[str, np.ndarray | Ragged]:
+    """A feature list's outputs: Ragged over steps, or padded to ``[B, T, ...]`` with ``__steps`` (and ``__mask``)."""
+    steps = column.levels[0]
+    values, value_lengths = _step_values(Column(column.leaf, column.levels[1:]), feature)
+    if padding == _NOT_PADDED:
+        inner = values if value_lengths is None else Ragged(values, _writable(value_lengths))
+        return {name: Ragged(inner, _writable(steps))}
+    if value_lengths is None:
+        dense = pad_rows(values, steps, padding, pad_value)
+        mask = np.arange(dense.shape[1]) < steps[:, None]
+    else:  # steps of any length: pad each step to the longest, then the steps
+        step_rows = pad_rows(values, value_lengths, None, pad_value)
+        dense = pad_rows(step_rows, steps, padding, pad_value)
+        step_mask = np.arange(step_rows.shape[1]) < value_lengths[:, None]
+        mask = pad_rows(step_mask, steps, padding, False)
+    out: dict[str, np.ndarray | Ragged] = {name: dense, f"{name}__steps": np.minimum(steps, dense.shape[1])}
+    if return_mask:
+        out[f"{name}__mask"] = mask
+    return out
+
+
+def _step_values(steps: Column, feature: SequenceFeature) -> tuple[np.ndarray, np.ndarray | None]:
+    """Every step's values (``[steps, *shape]``, or flat with each step's value count when steps vary)."""
+    if isinstance(feature, FixedLenSequenceFeature):
+        if feature.dtype == "bytes":
+            return _bytes_objects(steps.leaf, steps.levels[-1]).reshape((steps.num_rows, *feature.shape)), None
+        return _writable(steps.leaf), None
+    values = _bytes_objects(steps.leaf, steps.levels[-1]) if feature.dtype == "bytes" else _writable(steps.leaf)
+    return values, steps.levels[0]
+
+
 def to_arrow(block: Block, features: Mapping[str, Feature]) -> pa.RecordBatch:
     """The block as an Arrow RecordBatch: scalars, fixed_size_list for fixed shapes, list for variable."""
     arrays = []
@@ -69,6 +121,13 @@ def to_arrow(block: Block, features: Mapping[str, Feature]) -> pa.RecordBatch:
 
 
 def _arrow_column(column: Column, feature: Feature) -> pa.Array:
+    if isinstance(feature, (FixedLenSequenceFeature, VarLenSequenceFeature)):  # a list<step> column
+        steps = _arrow_column(Column(column.leaf, column.levels[1:]), feature.step)
+        return pa.ListArray.from_arrays(pa.array(_offsets(column.levels[0]).astype(np.int32)), steps)
+    return _context_arrow_column(column, feature)
+
+
+def _context_arrow_column(column: Column, feature: ContextFeature) -> pa.Array:
     if feature.dtype == "bytes":
         values: pa.Array = _binary_array(column.leaf, column.levels[-1])
         row_lengths = column.levels[0] if len(column.levels) == 2 else None
@@ -76,8 +135,10 @@ def _arrow_column(column: Column, feature: Feature) -> pa.Array:
         values = pa.array(column.leaf.reshape(-1), type=pa.int64() if feature.dtype == "int64" else pa.float32())
         row_lengths = column.levels[0] if column.levels else None
     if isinstance(feature, FixedLenFeature):
-        for size in reversed(feature.shape):
-            values = pa.FixedSizeListArray.from_arrays(values, size)
+        # from_buffers with each level's row count: from_arrays refuses (or divides by) a size of 0
+        for depth in range(len(feature.shape), 0, -1):
+            rows = column.num_rows * math.prod(feature.shape[: depth - 1])
+            values = pa.Array.from_buffers(pa.list_(values.type, feature.shape[depth - 1]), rows, [None], children=[values])
         return values
     assert row_lengths is not None
     return pa.ListArray.from_arrays(pa.array(_offsets(row_lengths).astype(np.int32)), values)

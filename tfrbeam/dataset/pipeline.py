@@ -29,7 +29,7 @@ from tfrbeam.dataset.columns import Block
 from tfrbeam.dataset.epoch import EpochRun, epoch_rng, record_range_shard
 from tfrbeam.dataset.passes import PassIterator
 from tfrbeam.dataset.reader import RAW_KEY, BlockDecoder, Segment, count_records
-from tfrbeam.dataset.spec import FixedLenFeature, PathSpec, Source, VarLenFeature, resolve_source
+from tfrbeam.dataset.spec import FixedLenFeature, PathSpec, Source, VarLenFeature, is_sequence_feature, resolve_source
 from tfrbeam.dataset.workers import ProcessWorkers, ReadPlan, ThreadWorkers
 from tfrbeam.errors import ConfigError
 from tfrbeam.records import SkippedRegion
@@ -95,8 +95,9 @@ def open_dataset(
     block_length: int = DEFAULT_BLOCK_LENGTH,
     raw: bool = False,
     max_features: int | None = DEFAULT_MAX_FEATURES,
+    record_type: Literal["Example", "SequenceExample"] | None = None,
 ) -> Dataset:
-    """Open a TFRecord dataset of tf.train.Examples for training: a ``tfrbeam build`` directory or a glob.
+    """Open a TFRecord dataset of tf.train.Examples (or SequenceExamples) for training: a ``tfrbeam build`` directory or a glob.
 
     - ``path_or_pattern``: a build directory (its ``dataset_info.json`` gives splits, shards,
       record counts and the feature spec; ``split`` picks one), or a glob / file / list of files.
@@ -118,10 +119,17 @@ def open_dataset(
       ``raw=True`` yields each record's bytes as feature "record" (any payload, not just Examples).
     - ``max_features``: a record with more features raises ``RecordLimitError`` naming it (every
       feature is a column of its own; None: no limit).
+    - ``record_type``: "Example" or "SequenceExample"; a build directory's manifest says which (so
+      leave it out), a glob is read as Examples unless told. Reading one as the other fails
+      naming the file and offset. A SequenceExample's context features come out as Example
+      features do; each feature list as ``Ragged`` over steps (values ``[steps, *shape]``, or a
+      ``Ragged`` of values when steps vary in length), padded to ``[B, T, ...]`` with
+      ``{name}__steps`` (steps kept per record) when asked (``padded`` covers feature lists too).
     """
     if raw:
         feature_spec = {RAW_KEY: FixedLenFeature((), "bytes")}
-    source = resolve_source(path_or_pattern, split, feature_spec, compression, skip_corrupt, max_features)
+    source = resolve_source(path_or_pattern, split, feature_spec, compression, skip_corrupt, max_features,
+                            None if raw else record_type)
     features = _select(source.features, columns)
     padding = _padding(padded, features)
     pad_values = _pad_values(pad_value, padding)
@@ -188,7 +196,7 @@ def _pad_values(pad_value: Any, padding: Mapping[str, int | None]) -> dict[str, 
 
 
 def _padding(padded: bool | Mapping[str, int | None] | Sequence[str], features: Mapping[str, Any]) -> dict[str, int | None]:
-    varlen = [name for name, feature in features.items() if isinstance(feature, VarLenFeature)]
+    varlen = [name for name, feature in features.items() if isinstance(feature, VarLenFeature) or is_sequence_feature(feature)]
     if padded is True:
         return dict.fromkeys(varlen)
     if not padded:
@@ -449,7 +457,8 @@ class Dataset:
         return self._workers
 
     def _plan(self) -> ReadPlan:
-        decoder = BlockDecoder(self.features, raw=self.options.raw, max_features=self.options.max_features)
+        decoder = BlockDecoder(self.features, raw=self.options.raw, max_features=self.options.max_features,
+                               record_type=self.source.record_type)
         return ReadPlan(self.segments, decoder, self.options.block_length, self.options.skip_corrupt)
 
     def _cycle(self) -> int:

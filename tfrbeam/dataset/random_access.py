@@ -18,7 +18,7 @@ import mmap
 import os
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import crc32c
 import numpy as np
@@ -39,15 +39,17 @@ def open_random_access(
     columns: Sequence[str] | None = None,
     raw: bool = False,
     feature_spec: Mapping[str, Any] | None = None,
+    record_type: Literal["Example", "SequenceExample"] | None = None,
 ) -> RandomAccessDataset:
     """Open a dataset (a ``tfrbeam build`` directory and ``split``, or a glob / list of files) for reads by record number.
 
     Records come back as ``{feature: numpy value}`` dicts (only ``columns`` when given; the spec is the
     manifest's, ``feature_spec``, or inferred), or as bytes with ``raw=True``. The shards must be
-    uncompressed.
+    uncompressed. ``record_type`` is as for ``open_dataset``; a feature list of a SequenceExample
+    comes back as its steps: ``[T, *shape]``, or ``Ragged`` (values, each step's length) when steps vary.
     """
     spec = {RAW_KEY: FixedLenFeature((), "bytes")} if raw else feature_spec
-    source = resolve_source(path, split, spec, "auto", False)
+    source = resolve_source(path, split, spec, "auto", False, record_type=None if raw else record_type)
     compressed = [shard.path for shard in source.files if shard.compression is not None]
     if compressed:
         raise RandomAccessError(
@@ -61,7 +63,8 @@ def open_random_access(
         if missing:
             raise ConfigError(f"columns {missing} are not features of this dataset; it has {sorted(features)}")
         features = {name: features[name] for name in columns}
-    return RandomAccessDataset(source.files, features, raw, description=_describe(path, source.split))
+    return RandomAccessDataset(source.files, features, raw, description=_describe(path, source.split),
+                               record_type=source.record_type)
 
 
 def _describe(path: PathSpec, split: str | None) -> str:
@@ -108,12 +111,13 @@ class _Shard:
 class RandomAccessDataset:
     """Records of a dataset by number: ``len``, ``[i]``, ``__getitems__(indices)``; thread-safe and picklable."""
 
-    def __init__(self, files: Sequence[ShardFile], features: Mapping[str, Any], raw: bool, description: str = ""):
+    def __init__(self, files: Sequence[ShardFile], features: Mapping[str, Any], raw: bool, description: str = "",
+                 record_type: str = "Example"):
         self._files = tuple(files)
         self._features = dict(features)
         self._raw = raw
         self._description = description
-        self._decoder = BlockDecoder(self._features, raw=False)
+        self._decoder = BlockDecoder(self._features, raw=False, record_type=record_type)
         self._reset()
         counts = [shard.num_records for shard in self._files]
         if any(count is None for count in counts):  # no manifest: the offset indexes give the counts
@@ -212,15 +216,17 @@ def decode_rows(
     return _rows(columns, len(ids))
 
 
+def _per_record(value: Ragged) -> list[Any]:
+    """Each record's rows of a Ragged: an array, or a Ragged of its steps when the values are Ragged too."""
+    if isinstance(value.values, Ragged):
+        return value.to_list()
+    offsets = value.offsets.tolist()
+    return [value.values[begin:end] for begin, end in zip(offsets[:-1], offsets[1:])]
+
+
 def _rows(columns: Mapping[str, Any], count: int) -> list[dict[str, Any]]:
     """A batch of columns as one dict per record (numpy scalars, row arrays, bytes)."""
-    per_feature = []
-    for value in columns.values():
-        if isinstance(value, Ragged):
-            offsets = value.offsets.tolist()
-            per_feature.append([value.values[begin:end] for begin, end in zip(offsets[:-1], offsets[1:])])
-        else:
-            per_feature.append(list(value))
+    per_feature = [_per_record(value) if isinstance(value, Ragged) else list(value) for value in columns.values()]
     names = list(columns)
     if not names:
         return [{} for _ in range(count)]

@@ -2,9 +2,10 @@
 
 Framing and CRC checks go through ``tfrbeam.blocks`` (a fast path for uncompressed files
 that hands any damage to ``tfrbeam.records.RecordReader``); decoding through the columnar decoder
-with an Arrow schema built from the feature spec, so only the requested features are decoded. Every block carries the ids of
-its records (segment index << 40 | record number), which
-is what the exactly-once tests, resume and sharding reason about.
+(``tfrbeam.sequence_decode`` for SequenceExamples) with an Arrow schema built from the feature spec,
+so only the requested features are decoded. A feature list becomes a column whose first level is
+each record's steps. Every block carries the ids of its records (segment index << 40 | record
+number), which is what the exactly-once tests, resume and sharding reason about.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import dataclasses
 import functools
 import os
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -21,10 +23,22 @@ import pyarrow.compute as pc
 from tfrbeam.blocks import RecordBlock, offset_of_record, record_blocks
 from tfrbeam.columnar_decode import DEFAULT_MAX_FEATURES, examples_to_record_batch
 from tfrbeam.dataset.columns import Block, Column, DenseLayout
-from tfrbeam.dataset.spec import NUMPY_DTYPES, Feature, FixedLenFeature, arrow_field
+from tfrbeam.dataset.spec import (
+    NUMPY_DTYPES,
+    ContextFeature,
+    Feature,
+    FixedLenFeature,
+    FixedLenSequenceFeature,
+    SequenceFeature,
+    VarLenSequenceFeature,
+    arrow_field,
+    check_record_type,
+    is_sequence_feature,
+)
 from tfrbeam.errors import ArrowConversionError, ExampleDecodeError, RecordLimitError, ShardMismatchError
 from tfrbeam.record_index import seek_position, trusted_index
 from tfrbeam.records import SkippedRegion
+from tfrbeam.sequence_decode import sequence_examples_to_record_batches
 
 RECORD_BITS = 40
 ID_KEY = "__id__"
@@ -65,16 +79,24 @@ def dense_layout(features: Mapping[str, Feature]) -> DenseLayout:
 
 @dataclasses.dataclass(frozen=True)
 class BlockDecoder:
-    """Decodes blocks of serialized Examples into columns, for the selected features only."""
+    """Decodes blocks of serialized Examples (or SequenceExamples) into columns, for the selected features only."""
 
     features: Mapping[str, Feature]
     raw: bool = False  # hand out each record's bytes as feature RAW_KEY instead of decoding
     max_features: int | None = DEFAULT_MAX_FEATURES  # features one record may have (None: no limit)
+    record_type: str = "Example"
 
     @functools.cached_property
     def schema(self) -> pa.Schema:
-        """Built once per decoder, not per block (cached in the instance, frozen or not)."""
-        return pa.schema([arrow_field(name, feature) for name, feature in self.features.items()])
+        """The (context) features' schema, built once per decoder, not per block (cached in the instance)."""
+        return pa.schema([arrow_field(name, feature) for name, feature in self.features.items()
+                          if not is_sequence_feature(feature)])
+
+    @functools.cached_property
+    def sequence_schema(self) -> pa.Schema:
+        """The feature lists' schema (list<step> fields)."""
+        return pa.schema([arrow_field(name, feature) for name, feature in self.features.items()
+                          if is_sequence_feature(feature)])
 
     @functools.cached_property
     def layout(self) -> DenseLayout:
@@ -86,10 +108,11 @@ class BlockDecoder:
             data, bounds = records.joined()
             block = {RAW_KEY: Column(np.frombuffer(data, dtype=np.uint8), (np.diff(bounds),)), ID_KEY: Column(ids)}
             return self.layout.pack(block)
+        spans = (records.data, records.starts, records.ends)
+        if self.record_type == "Example" or len(self.sequence_schema):
+            check_record_type(spans, self.record_type, lambda index: (path, int(records.offsets[index])))
         try:
-            batch = examples_to_record_batch(
-                (records.data, records.starts, records.ends), self.schema, max_features=self.max_features
-            )
+            context, lists = self._decode_spans(spans, self.max_features)
         except RecordLimitError as exc:
             offset = int(records.offsets[exc.record]) if exc.record is not None else None
             raise RecordLimitError(
@@ -101,21 +124,37 @@ class BlockDecoder:
             ) from exc
         except (ExampleDecodeError, ArrowConversionError) as exc:
             raise self._locate_error(records, path, exc) from exc
-        block = {name: _to_column(batch.column(i), feature) for i, (name, feature) in enumerate(self.features.items())}
+        block = self._columns(context, lists)
         block[ID_KEY] = Column(ids)
         return self.layout.pack(block)
+
+    def _columns(self, context: pa.RecordBatch, lists: pa.RecordBatch | None) -> Block:
+        block: Block = {}
+        for name, feature in self.features.items():
+            if isinstance(feature, (FixedLenSequenceFeature, VarLenSequenceFeature)):
+                assert lists is not None  # feature lists are read from SequenceExamples only (spec refuses others)
+                block[name] = _sequence_column(lists.column(name), feature)
+            else:
+                block[name] = _to_column(context.column(name), feature)
+        return block
+
+    def _decode_spans(self, records: Any, max_features: int | None) -> tuple[pa.RecordBatch, pa.RecordBatch | None]:
+        """(context or Example batch, feature-lists batch or None for Examples) of the records."""
+        if self.record_type == "SequenceExample":
+            return sequence_examples_to_record_batches(records, self.schema, self.sequence_schema, max_features=max_features)
+        return examples_to_record_batch(records, self.schema, max_features=max_features), None
 
     def _locate_error(self, records: RecordBlock, path: str, exc: Exception) -> Exception:
         """Find the first failing record of a block to name its file and byte offset."""
         record_offsets = records.offsets.tolist()
         for i, record_offset in enumerate(record_offsets):
             try:
-                examples_to_record_batch([records.payload(i)], self.schema, max_features=None)
+                self._decode_spans([records.payload(i)], None)
             except (ExampleDecodeError, ArrowConversionError) as single:
                 return type(exc)(
                     f"{path}: the record at offset {record_offset} does not match the feature spec: {single}. "
-                    "If the spec was inferred from the first records, pass feature_spec= (VarLenFeature for "
-                    "features whose length varies) or columns= to skip the feature."
+                    "If the spec was inferred from the first records, pass feature_spec= (VarLenFeature or "
+                    "VarLenSequenceFeature for features whose length varies) or columns= to skip the feature."
                 )
         return type(exc)(f"{path}: records at offsets {record_offsets[0]}..{record_offsets[-1]}: {exc}")
 
@@ -129,7 +168,7 @@ def _binary_parts(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return np.diff(offsets).astype(np.int64), data[int(offsets[0]):int(offsets[-1])]
 
 
-def _to_column(array: pa.Array, feature: Feature) -> Column:
+def _to_column(array: pa.Array, feature: ContextFeature) -> Column:
     """One decoded Arrow column as a ``Column`` (defaults filled in for absent fixed-length features)."""
     rows = len(array)
     if isinstance(feature, FixedLenFeature) and array.null_count:
@@ -150,6 +189,15 @@ def _to_column(array: pa.Array, feature: Feature) -> Column:
         lengths, data = _binary_parts(values)
         return Column(data, (row_lengths, lengths))
     return Column(values.to_numpy(zero_copy_only=False), (row_lengths,))
+
+
+def _sequence_column(array: pa.Array, feature: SequenceFeature) -> Column:
+    """A decoded list<step> column as a ``Column`` whose first level is each record's steps (0 where it lacks the list)."""
+    steps = array.value_lengths().fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    offsets = np.asarray(array.offsets)
+    step_values = array.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+    inner = _to_column(step_values, feature.step)
+    return Column(inner.leaf, (steps, *inner.levels))
 
 
 def _default_for(feature: FixedLenFeature):

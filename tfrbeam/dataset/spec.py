@@ -1,8 +1,9 @@
 """What to read: the files of a dataset (a ``tfrbeam build`` directory or a glob) and its feature spec.
 
 A build directory carries ``dataset_info.json`` (splits, shard files with record counts, the
-feature spec, compression). Any other path is a glob of TFRecord files whose feature spec is
-given by the caller or inferred from the first records.
+feature spec, compression, and whether its records are tf.train.Example or SequenceExample).
+Any other path is a glob of TFRecord files whose feature spec is given by the caller or
+inferred from the first records, of the record type the caller names (Example by default).
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ import glob as globmod
 import logging
 import math
 import os
-from collections.abc import Mapping, Sequence
-from typing import Any, Union
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, TypeGuard, Union
 
 import numpy as np
 import pyarrow as pa
@@ -22,6 +23,7 @@ from tfrbeam.columnar_decode import DEFAULT_MAX_FEATURES, examples_to_record_bat
 from tfrbeam.errors import ArrowConversionError, ConfigError, ExampleDecodeError, RecordLimitError
 from tfrbeam.manifest import MANIFEST_NAME, parse_manifest
 from tfrbeam.records import RecordReader, normalize_compression
+from tfrbeam.sequence_decode import has_feature_lists, sequence_examples_to_record_batches
 
 _LOG = logging.getLogger(__name__)
 
@@ -43,6 +45,15 @@ def _dtype(value: Any, where: str) -> str:
     return _DTYPE_ALIASES[key]
 
 
+def _normalize_fixed(spec: Any) -> None:
+    """Shape as a tuple of ints (none negative) and dtype by its canonical name, set on a frozen spec."""
+    where = type(spec).__name__
+    object.__setattr__(spec, "shape", tuple(int(size) for size in spec.shape))
+    object.__setattr__(spec, "dtype", _dtype(spec.dtype, where))
+    if any(size < 0 for size in spec.shape):
+        raise ConfigError(f"{where} shape {spec.shape} has a negative size")
+
+
 @dataclasses.dataclass(frozen=True)
 class FixedLenFeature:
     """A feature with the same number of values in every record, read as a dense array.
@@ -56,10 +67,7 @@ class FixedLenFeature:
     default_value: Any = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "shape", tuple(int(size) for size in self.shape))
-        object.__setattr__(self, "dtype", _dtype(self.dtype, "FixedLenFeature"))
-        if any(size < 0 for size in self.shape):
-            raise ConfigError(f"FixedLenFeature shape {self.shape} has a negative size")
+        _normalize_fixed(self)
 
     @property
     def size(self) -> int:
@@ -76,30 +84,80 @@ class VarLenFeature:
         object.__setattr__(self, "dtype", _dtype(self.dtype, "VarLenFeature"))
 
 
-Feature = FixedLenFeature | VarLenFeature
+@dataclasses.dataclass(frozen=True)
+class FixedLenSequenceFeature:
+    """A SequenceExample feature list whose every step has ``shape`` (``()``: one value per step).
+
+    Read as ``Ragged`` over steps: values ``[steps of the batch, *shape]``, lengths the steps of
+    each record (0 when a record lacks the list); ``padded`` gives ``[B, T, *shape]``.
+    """
+
+    shape: tuple[int, ...]
+    dtype: str
+
+    def __post_init__(self) -> None:
+        _normalize_fixed(self)
+
+    @property
+    def step(self) -> FixedLenFeature:
+        """One step, as an Example feature of that shape."""
+        return FixedLenFeature(self.shape, self.dtype)
 
 
-def feature_from_manifest(name: str, entry: Mapping[str, Any]) -> Feature:
+@dataclasses.dataclass(frozen=True)
+class VarLenSequenceFeature:
+    """A SequenceExample feature list whose steps hold any number of values: Ragged over steps of Ragged values."""
+
+    dtype: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dtype", _dtype(self.dtype, "VarLenSequenceFeature"))
+
+    @property
+    def step(self) -> VarLenFeature:
+        return VarLenFeature(self.dtype)
+
+
+ContextFeature = FixedLenFeature | VarLenFeature
+SequenceFeature = FixedLenSequenceFeature | VarLenSequenceFeature
+Feature = ContextFeature | SequenceFeature
+RECORD_TYPES = ("Example", "SequenceExample")
+
+
+def feature_from_manifest(name: str, entry: Mapping[str, Any]) -> ContextFeature:
     """A manifest entry ``{"type", "shape", "always_present"}`` as a feature spec.
 
     ``shape`` [] or [n] with ``always_present`` is fixed-length; anything else (null shape, or a
     feature some rows omit) is variable-length.
     """
-    where = f"features.{name}"
+    dtype, shape = _manifest_entry(f"features.{name}", entry)
+    return VarLenFeature(dtype) if shape is None else FixedLenFeature(shape, dtype)
+
+
+def sequence_feature_from_manifest(name: str, entry: Mapping[str, Any]) -> SequenceFeature:
+    """A manifest ``sequence_features`` entry (``shape`` per step) as a feature-list spec.
+
+    ``shape`` [] or [n] with ``always_present`` (every step of every record has a value) is a
+    fixed step shape; anything else has steps of any length.
+    """
+    dtype, shape = _manifest_entry(f"sequence_features.{name}", entry)
+    return VarLenSequenceFeature(dtype) if shape is None else FixedLenSequenceFeature(shape, dtype)
+
+
+def _manifest_entry(where: str, entry: Mapping[str, Any]) -> tuple[str, tuple[int, ...] | None]:
+    """(dtype, fixed shape or None for variable length) of a manifest feature entry."""
     if not isinstance(entry, Mapping) or "type" not in entry:
         raise ConfigError(f"{where}: expected a mapping with 'type' (and 'shape', 'always_present'), got {entry!r}")
     dtype = _dtype(entry["type"], where)
     shape = entry.get("shape")
-    if shape is not None and entry.get("always_present", True):
-        return FixedLenFeature(tuple(shape), dtype)
-    return VarLenFeature(dtype)
+    return dtype, tuple(shape) if shape is not None and entry.get("always_present", True) else None
 
 
 def normalize_feature_spec(spec: Mapping[str, Any]) -> dict[str, Feature]:
-    """Accept FixedLenFeature / VarLenFeature values, manifest-style mappings or a bare dtype string (VarLen)."""
+    """Accept FixedLen / VarLen (Sequence) Feature values, manifest-style mappings or a bare dtype string (VarLen)."""
     out: dict[str, Feature] = {}
     for name, value in spec.items():
-        if isinstance(value, (FixedLenFeature, VarLenFeature)):
+        if isinstance(value, (FixedLenFeature, VarLenFeature, FixedLenSequenceFeature, VarLenSequenceFeature)):
             out[name] = value
         elif isinstance(value, Mapping):
             out[name] = feature_from_manifest(name, value)
@@ -114,7 +172,12 @@ def normalize_feature_spec(spec: Mapping[str, Any]) -> dict[str, Feature]:
 
 
 def arrow_field(name: str, feature: Feature) -> pa.Field:
-    """The Arrow field the columnar decoder fills for ``feature`` (nullable where a record may lack it)."""
+    """The Arrow field the columnar decoder fills for ``feature`` (nullable where a record may lack it).
+
+    A feature list's field is a list of its step's field (null where a record lacks the list).
+    """
+    if isinstance(feature, (FixedLenSequenceFeature, VarLenSequenceFeature)):
+        return pa.field(name, pa.list_(arrow_field(name, feature.step).type), nullable=True)
     value_type = _ARROW_TYPES[feature.dtype]
     if isinstance(feature, VarLenFeature):
         return pa.field(name, pa.list_(value_type), nullable=True)
@@ -143,6 +206,7 @@ class Source:
     manifest: dict | None
     split: str | None
     inferred: bool
+    record_type: str = "Example"
 
     @property
     def num_records(self) -> int | None:
@@ -161,11 +225,18 @@ def resolve_source(
     compression: str | None,
     skip_corrupt: bool,
     max_features: int | None = DEFAULT_MAX_FEATURES,
+    record_type: str | None = None,
 ) -> Source:
-    """Find the files and feature spec of ``path`` (a build directory, its manifest, a glob or a list of files)."""
+    """Find the files and feature spec of ``path`` (a build directory, its manifest, a glob or a list of files).
+
+    ``record_type`` ("Example" or "SequenceExample") is the manifest's for a build directory
+    (passing another is an error), else the caller's, by default "Example".
+    """
+    if record_type is not None and record_type not in RECORD_TYPES:
+        raise ConfigError(f"record_type={record_type!r} is not one of {', '.join(map(repr, RECORD_TYPES))}")
     manifest_path = _manifest_path(path)
     if manifest_path is not None:
-        return _from_manifest(manifest_path, split, feature_spec, compression)
+        return _checked(_from_manifest(manifest_path, split, feature_spec, compression, record_type))
     if split is not None:
         if isinstance(path, (str, os.PathLike)) and not os.path.exists(path) and not globmod.has_magic(os.fspath(path)):
             raise ConfigError(f"{os.fspath(path)!r} does not exist (relative paths are from {os.getcwd()})")
@@ -175,9 +246,27 @@ def resolve_source(
         )
     paths = _expand(path)
     files = tuple(ShardFile(item, normalize_compression(compression, item)) for item in paths)
+    kind = record_type or "Example"
     if feature_spec is not None:
-        return Source(files, normalize_feature_spec(feature_spec), None, None, False)
-    return Source(files, infer_feature_spec(files, skip_corrupt=skip_corrupt, max_features=max_features), None, None, True)
+        return _checked(Source(files, normalize_feature_spec(feature_spec), None, None, False, kind))
+    features = infer_feature_spec(files, skip_corrupt=skip_corrupt, max_features=max_features, record_type=kind)
+    return Source(files, features, None, None, True, kind)
+
+
+def _checked(source: Source) -> Source:
+    """Feature-list specs are for SequenceExamples only."""
+    if source.record_type == "Example":
+        lists = sorted(name for name, feature in source.features.items() if is_sequence_feature(feature))
+        if lists:
+            raise ConfigError(
+                f"features {lists} are feature lists (Fixed/VarLenSequenceFeature), which only SequenceExamples have; "
+                "pass record_type='SequenceExample' to read SequenceExamples"
+            )
+    return source
+
+
+def is_sequence_feature(feature: Feature) -> TypeGuard[SequenceFeature]:
+    return isinstance(feature, (FixedLenSequenceFeature, VarLenSequenceFeature))
 
 
 def _manifest_path(path: PathSpec) -> str | None:
@@ -221,10 +310,19 @@ def read_manifest(manifest_path: str) -> dict:
 
 
 def _from_manifest(
-    manifest_path: str, split: str | None, feature_spec: Mapping[str, Any] | None, compression: str | None
+    manifest_path: str, split: str | None, feature_spec: Mapping[str, Any] | None, compression: str | None,
+    record_type: str | None = None,
 ) -> Source:
     root = os.path.dirname(manifest_path)
     manifest = read_manifest(manifest_path)
+    stored_type = manifest.get("record_type", "Example")  # manifests from before record_type: Examples
+    if stored_type not in RECORD_TYPES:
+        raise ConfigError(f"{manifest_path}: record_type {stored_type!r} is not one of {', '.join(RECORD_TYPES)}")
+    if record_type is not None and record_type != stored_type:
+        raise ConfigError(
+            f"{root} holds {stored_type} records (its manifest says so), but record_type={record_type!r} was "
+            "passed; leave record_type out to read what the manifest says"
+        )
     splits = manifest.get("splits") or {}
     if split is None:
         if len(splits) != 1:
@@ -243,40 +341,48 @@ def _from_manifest(
     )
     if feature_spec is not None:
         features = normalize_feature_spec(feature_spec)
+    elif stored_type == "SequenceExample":
+        features = _manifest_sequence_features(manifest, manifest_path)
     else:
         features = {name: feature_from_manifest(name, entry) for name, entry in manifest.get("features", {}).items()}
-    return Source(files, features, manifest, split, False)
+    return Source(files, features, manifest, split, False, stored_type)
+
+
+def _manifest_sequence_features(manifest: Mapping[str, Any], manifest_path: str) -> dict[str, Feature]:
+    """The context features, then the feature lists, of a SequenceExample manifest (one name space)."""
+    context = manifest.get("context_features", {})
+    lists = manifest.get("sequence_features", {})
+    both = sorted(set(context) & set(lists))
+    if both:
+        raise ConfigError(
+            f"{manifest_path}: {both} are both context features and feature lists; the reader gives every feature "
+            "under its name, so pass feature_spec= naming the ones to read"
+        )
+    features: dict[str, Feature] = {name: feature_from_manifest(name, entry) for name, entry in context.items()}
+    features.update((name, sequence_feature_from_manifest(name, entry)) for name, entry in lists.items())
+    return features
 
 
 def infer_feature_spec(
     files: Sequence[ShardFile], records: int = INFER_RECORDS, skip_corrupt: bool = False,
-    max_features: int | None = DEFAULT_MAX_FEATURES,
+    max_features: int | None = DEFAULT_MAX_FEATURES, record_type: str = "Example",
 ) -> dict[str, Feature]:
     """Guess each feature's spec from the first ``records`` records of the first files.
 
     A feature with exactly one value in every sampled record is a scalar, with n values in every
-    one a fixed ``[n]``, anything else (incl. absent somewhere) variable-length. Features with no
-    kind set in any sampled record are left out (their type is unknown).
+    one a fixed ``[n]``, anything else (incl. absent somewhere) variable-length; a feature list's
+    step shape is guessed the same way from its steps. Features with no kind set in any sampled
+    record are left out (their type is unknown).
     """
-    payloads: list[bytes] = []
-    sources: list[tuple[str, int]] = []  # (file, record number in it) of each payload, for error messages
-    for shard in files:
-        with RecordReader(shard.path, shard.compression, skip_corrupt=skip_corrupt) as reader:
-            for number, payload in enumerate(reader):
-                payloads.append(payload)
-                sources.append((shard.path, number))
-                if len(payloads) >= records:
-                    break
-        if len(payloads) >= records:
-            break
-    if not payloads:
-        raise ConfigError(
-            f"cannot infer a feature spec: the files ({len(files)}, first {files[0].path if files else None!r}) hold no records"
-        )
+    payloads, sources = _first_records(files, records, skip_corrupt)
+    check_record_type(payloads, record_type, lambda index: (sources[index][0], sources[index][2]))
     try:
-        batch = examples_to_record_batch(payloads, max_features=max_features)
+        if record_type == "SequenceExample":
+            context, lists = sequence_examples_to_record_batches(payloads, max_features=max_features)
+        else:
+            context, lists = examples_to_record_batch(payloads, max_features=max_features), None
     except RecordLimitError as exc:
-        where: tuple[str, int | None] = sources[exc.record] if exc.record is not None else (files[0].path, None)
+        where: tuple[str, int | None] = sources[exc.record][:2] if exc.record is not None else (files[0].path, None)
         path, record_number = where
         raise RecordLimitError(
             f"{path}: record {record_number} has more than {exc.limit} features, too many to infer a feature spec "
@@ -286,25 +392,81 @@ def infer_feature_spec(
     except (ArrowConversionError, ExampleDecodeError) as exc:
         raise ConfigError(
             f"cannot infer a feature spec from the first {len(payloads)} records of {files[0].path}: {exc}; "
-            "pass feature_spec= (or raw=True for payloads that are not tf.train.Examples)"
+            f"pass feature_spec= (or raw=True for payloads that are not tf.train.{record_type}s)"
         ) from exc
-    features: dict[str, Feature] = {}
-    for name, column in zip(batch.schema.names, batch.columns):
+    features: dict[str, Feature] = dict(_inferred(zip(context.schema.names, context.columns), len(payloads)))
+    if lists is not None:
+        steps = [(name, lists.column(name).flatten()) for name in lists.schema.names]  # each step as a row
+        for name, step in _inferred(steps, len(payloads), "feature list"):
+            if name in features:
+                raise ConfigError(f"{name!r} is both a context feature and a feature list of {files[0].path}; pass "
+                                  "feature_spec= naming the ones to read (each feature comes out under its name)")
+            features[name] = (FixedLenSequenceFeature(step.shape, step.dtype) if isinstance(step, FixedLenFeature)
+                              else VarLenSequenceFeature(step.dtype))
+    _LOG.info("inferred feature spec from %d records: %s", len(payloads), features)
+    return features
+
+
+def _first_records(
+    files: Sequence[ShardFile], records: int, skip_corrupt: bool
+) -> tuple[list[bytes], list[tuple[str, int, int]]]:
+    """Up to ``records`` payloads from the first files, and the (file, record number, offset) of each."""
+    payloads: list[bytes] = []
+    sources: list[tuple[str, int, int]] = []
+    for shard in files:
+        with RecordReader(shard.path, shard.compression, skip_corrupt=skip_corrupt) as reader:
+            for number, (offset, payload) in enumerate(reader.records_with_offsets()):
+                payloads.append(payload)
+                sources.append((shard.path, number, offset))
+                if len(payloads) >= records:
+                    break
+        if len(payloads) >= records:
+            break
+    if not payloads:
+        raise ConfigError(
+            f"cannot infer a feature spec: the files ({len(files)}, first {files[0].path if files else None!r}) hold no records"
+        )
+    return payloads, sources
+
+
+def check_record_type(records: Any, record_type: str, where: Callable[[int], tuple[str, Any]]) -> None:
+    """Refuse SequenceExamples read as Examples, and (when feature lists are read) the reverse.
+
+    The two are told apart by the feature_lists field (2), which only SequenceExamples have.
+    ``where(i)`` gives the (file, offset) of record i, for the one-line error.
+    """
+    lists = has_feature_lists(records)
+    if record_type == "Example" and lists.any():
+        path, offset = where(int(np.argmax(lists)))
+        raise ExampleDecodeError(
+            f"{path}: the record at offset {offset} is a tf.train.SequenceExample (it has feature_lists), not a "
+            "tf.train.Example: pass record_type='SequenceExample' to read SequenceExamples"
+        )
+    if record_type == "SequenceExample" and len(lists) and not lists.any():
+        path, offset = where(0)
+        raise ExampleDecodeError(
+            f"{path}: the record at offset {offset} has no feature_lists, nor has any record read with it: these are "
+            "tf.train.Examples, not SequenceExamples: pass record_type='Example' to read Examples"
+        )
+
+
+def _inferred(
+    columns: Iterable[tuple[str, pa.Array]], sampled: int, what: str = "feature"
+) -> Iterator[tuple[str, ContextFeature]]:
+    """The spec each list<kind> column of a decoded sample suggests (null rows: variable length)."""
+    for name, column in columns:
         value_type = column.type.value_type
         if pa.types.is_null(value_type):
             _LOG.warning(
-                "feature %r has no kind in the first %d records; leaving it out (pass feature_spec to read it)",
-                name,
-                len(payloads),
+                "%s %r has no kind in the first %d records; leaving it out (pass feature_spec to read it)",
+                what, name, sampled,
             )
             continue
         dtype = "int64" if pa.types.is_integer(value_type) else "float" if pa.types.is_floating(value_type) else "bytes"
         lengths = column.value_lengths().to_numpy(zero_copy_only=False)
-        # Always empty is variable-length too: Arrow cannot read a fixed_size_list of size 0 (SIGFPE).
+        # Always empty is variable-length too: a fixed shape (0,) says nothing a reader can use.
         if column.null_count or len(set(lengths.tolist())) != 1 or lengths[0] == 0:
-            features[name] = VarLenFeature(dtype)
+            yield name, VarLenFeature(dtype)
         else:
             width = int(lengths[0])
-            features[name] = FixedLenFeature(() if width == 1 else (width,), dtype)
-    _LOG.info("inferred feature spec from %d records: %s", len(payloads), features)
-    return features
+            yield name, FixedLenFeature(() if width == 1 else (width,), dtype)
