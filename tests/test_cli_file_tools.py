@@ -189,3 +189,23 @@ def test_cat_prints_float32_values_as_their_shortest_round_trip_repr(capsys, tmp
     decoded = json.loads(printed)["x"]
     assert [np.float32(v) for v in decoded] == [np.float32(v) for v in values]
     assert np.signbit(np.float32(decoded[5]))
+
+
+def test_cat_and_inspect_refuse_sequence_examples_read_as_examples(capsys, tf_vectors):
+    """An Example parser keeps only a SequenceExample's context: printing that would silently drop its steps."""
+    path = tf_vectors / "sequence_examples.tfrecord"
+    for command in ("cat", "inspect"):
+        code, out, err = _run(capsys, command, str(path))
+        assert code == 1 and out == "", command
+        assert "is a tf.train.SequenceExample (it has feature lists)" in err and "cat --sequence" in err, err
+        assert len(err.strip().splitlines()) == 1
+
+
+def test_verify_examples_checks_sequence_examples_as_sequence_examples(capsys, tf_vectors, tmp_path):
+    code, out, _ = _run(capsys, "verify", "--examples", str(tf_vectors / "sequence_examples.tfrecord"))
+    assert code == 0, out
+    path = tmp_path / "broken-lists.tfrecord"
+    with RecordWriter(str(path)) as writer:
+        writer.write(encode_example({"a": [1]}) + b"\x12\x03\x0a\x05x")  # feature_lists whose entry runs past its end
+    code, out, _ = _run(capsys, "verify", "--examples", str(path))
+    assert code == 1 and "not a tf.train.SequenceExample" in out and "offset 0" in out

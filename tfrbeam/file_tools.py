@@ -16,6 +16,7 @@ from tfrbeam.example import decode_example, decode_sequence_example
 from tfrbeam.json_values import value_to_json
 from tfrbeam.manifest import MANIFEST_NAME, TF_DTYPES
 from tfrbeam.records import RecordReader
+from tfrbeam.sequence_decode import has_feature_lists
 from tfrbeam.stats.files import STATS_HTML, STATS_JSON
 
 _NOT_RECORD_FILES = (MANIFEST_NAME, STATS_JSON, STATS_HTML)  # what a dataset directory holds beside its shards
@@ -83,10 +84,25 @@ def verify_file(
 
 
 def _check_example(path: str, offset: int, payload: bytes) -> None:
+    """The record parses as a tf.train.Example, or as a SequenceExample when it has feature lists."""
+    sequence = is_sequence_example(payload)
     try:
-        decode_example(payload)
+        decode_sequence_example(payload) if sequence else decode_example(payload)
     except ExampleDecodeError as error:
-        raise ExampleDecodeError(f"{path}: the record at offset {offset} is not a tf.train.Example: {error}") from error
+        kind = "SequenceExample" if sequence else "Example"
+        raise ExampleDecodeError(f"{path}: the record at offset {offset} is not a tf.train.{kind}: {error}") from error
+
+
+def is_sequence_example(payload: bytes) -> bool:
+    """Whether a record holds feature lists: a SequenceExample (an Example parser would silently keep only its context)."""
+    return bool(has_feature_lists([payload])[0])
+
+
+def _not_an_example(path: str, offset: int, command: str) -> ExampleDecodeError:
+    return ExampleDecodeError(
+        f"{path}: the record at offset {offset} is a tf.train.SequenceExample (it has feature lists); "
+        f"read as an Example it would show only its context: use {command}"
+    )
 
 
 def iter_decoded(paths: list[str], sequence: bool = False) -> Iterator[tuple[str, int, Any]]:
@@ -94,6 +110,8 @@ def iter_decoded(paths: list[str], sequence: bool = False) -> Iterator[tuple[str
     for path in paths:
         with RecordReader(path) as reader:
             for offset, payload in reader.records_with_offsets():
+                if not sequence and is_sequence_example(payload):
+                    raise _not_an_example(path, offset, "cat --sequence")
                 try:
                     decoded = decode_sequence_example(payload, kinds=True) if sequence else decode_example(payload, kinds=True)
                 except ExampleDecodeError as error:
@@ -178,6 +196,8 @@ def inspect_files(paths: list[str], limit: int | None = None) -> InspectReport:
             for offset, payload in reader.records_with_offsets():
                 if limit is not None and report.records >= limit:
                     return report
+                if is_sequence_example(payload):
+                    raise _not_an_example(path, offset, "cat --sequence to look at such records")
                 try:
                     features = decode_example(payload, kinds=True)
                 except ExampleDecodeError as error:
