@@ -9,6 +9,10 @@ import struct
 from collections.abc import Iterable
 from typing import Any
 
+import pytest
+
+from tfrbeam.build.config import parse_config
+from tfrbeam.errors import ConfigError
 from tfrbeam.record_index import index_path_for
 from tfrbeam.records import RECORD_OVERHEAD
 
@@ -53,3 +57,10 @@ def shard_files(prefix: str, suffix: str = "") -> list[str]:
     """Files named like Beam-style shards of ``prefix`` (``-SSSSS-of-NNNNN`` + suffix), found on disk."""
     pattern = re.escape(prefix) + r"-\d{5}-of-\d{5}" + re.escape(suffix)
     return sorted(path for path in glob.glob(f"{prefix}-*") if re.fullmatch(pattern, path))
+
+
+def config_problems(raw: Any) -> str:
+    """The ConfigError message parse_config raises for a raw config (the test fails if it raises none)."""
+    with pytest.raises(ConfigError) as caught:
+        parse_config(raw)
+    return str(caught.value)
