@@ -958,8 +958,9 @@ def validate_against_schema(config: BuildConfig, schema: pa.Schema, sample: pa.R
             spec_done = replace(spec_done, default=default)
         resolved.append(spec_done)
     feature_names = [spec.name for spec in specs]
+    grouped_by = config.sequence.group_by if config.sequence is not None else ()
     for key in config.split_key or ():
-        if key not in feature_names:  # the split is hashed from converted feature values
+        if key not in feature_names and key not in grouped_by:  # the split is hashed from converted feature values
             check.fail("split_key", f"{key!r} is not a feature (features: {_names(feature_names)}); "
                        "the split key is hashed from the converted values of the features it names")
     if config.sequence is not None:

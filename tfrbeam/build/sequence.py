@@ -62,9 +62,9 @@ GROUP_COLUMNS = ("__tfrbeam_group0", "__tfrbeam_group1")
 BAD_ROWS, STATS = "bad_rows", "sequence_stats"
 
 
-def sequence_buckets_for(input_bytes: int, bucket_bytes: int = SEQUENCE_BUCKET_INPUT_BYTES) -> int:
-    """The GroupByKey's bucket count for ``input_bytes`` of input: one per ``bucket_bytes``, at least 1."""
-    return max(1, min(MAX_SEQUENCE_BUCKETS, math.ceil(input_bytes / bucket_bytes)))
+def sequence_buckets_for(input_bytes: int) -> int:
+    """The GroupByKey's bucket count for ``input_bytes`` of input: one per SEQUENCE_BUCKET_INPUT_BYTES, at least 1."""
+    return max(1, min(MAX_SEQUENCE_BUCKETS, math.ceil(input_bytes / SEQUENCE_BUCKET_INPUT_BYTES)))
 
 
 def group_hashes(batch: pa.RecordBatch | pa.Table, names: Sequence[str]) -> np.ndarray:
