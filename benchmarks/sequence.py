@@ -6,7 +6,7 @@ Run by hand from the repository root (the machine may be shared; the median and 
     python -m benchmarks.sequence [--rows 1000000] [--groups 10000] [--repeats 3] [--ours-only]
 
 The input: one Parquet file (row groups of 131072) of ``--rows`` events of ``--groups`` users,
-100 per user on average (sizes drawn from a geometric distribution), in no order: user (string),
+100 per user on average (user shares drawn from an exponential distribution), in no order: user (string),
 ts (int64, the step order), country (constant per user: the context), item (int64), price
 (float), category (string) and tags (a list of strings).
 
@@ -45,10 +45,9 @@ def write_input(rows: int, groups: int, path: pathlib.Path, seed: int = 0) -> No
     import pyarrow.parquet as pq
 
     rng = np.random.default_rng(seed)
-    sizes = rng.geometric(groups / rows, groups)
-    sizes = np.maximum(1, np.round(sizes * rows / sizes.sum()).astype(np.int64))
-    sizes[-1] += rows - int(sizes.sum())
-    user = np.repeat(np.arange(groups), sizes)[:rows]
+    weights = rng.exponential(size=groups)
+    sizes = rng.multinomial(rows - groups, weights / weights.sum()) + 1  # every user at least one row; rows in all
+    user = np.repeat(np.arange(groups), sizes)
     order = rng.permutation(len(user))
     user = user[order]
     tag_counts = rng.integers(0, 4, len(user))

@@ -69,8 +69,11 @@ def test_portable_runner_with_an_embedded_job_server(workdir, capsys):
     assert shard_bytes(workdir / "out" / "portable") == shard_bytes(workdir / "out" / "direct")
 
 
-def test_dataflow_job_graph_builds_offline(workdir):
-    config = load_config(DEMO_CONFIG, ["output.path=out/dataflow"])
+@pytest.mark.parametrize("config_path, extra_steps", [
+    (DEMO_CONFIG, ()), (str(REPO_ROOT / "configs" / "sequence_example.yaml"), ("GroupRowsByBucket", "EncodeSequences")),
+], ids=["examples", "sequences"])
+def test_dataflow_job_graph_builds_offline(workdir, config_path, extra_steps):
+    config = load_config(config_path, ["output.path=out/dataflow"])
     options = PipelineOptions([
         "--runner=DataflowRunner", "--project=fake-project", "--region=us-central1",
         "--temp_location=gs://fake-bucket/tmp", f"--setup_file={REPO_ROOT / 'setup.py'}", "--dry_run=True",
@@ -80,7 +83,7 @@ def test_dataflow_job_graph_builds_offline(workdir):
     result = pipeline.run()
     steps = {transform.unique_name for transform in result.job.proto_pipeline.components.transforms.values()}
     for name in ("ReadInputs", "ConvertAndKey", "Shuffle/WriteShardsThroughGroupByKey/GroupByShard",
-                 "Shuffle/WriteShardsThroughGroupByKey/WriteShards", "Commit"):
+                 "Shuffle/WriteShardsThroughGroupByKey/WriteShards", "Commit", *extra_steps):
         assert name in steps
     assert run.runner == "DataflowRunner" and run.piece_store == "inline" and not os.path.exists(run.manifest_path)
 
