@@ -314,6 +314,24 @@ def test_bucket_count_changes_nothing_but_the_plan(small, monkeypatch):
     assert _shard_bytes(directory / "out" / "buckets") == reference
 
 
+def test_ties_in_a_float_order_by_nan_zeros_and_nulls_are_ordered_by_content_whatever_the_input_order(tmp_path):
+    t = [float("nan"), float("nan"), 0.0, -0.0, None, None, 1.0, 1.0, 0.0]
+    table = pa.table({"k": ["a"] * 9, "t": pa.array(t, pa.float32()), "v": list(range(9))})
+    built = []
+    for attempt, order in enumerate(([0, 1, 2, 3, 4, 5, 6, 7, 8], [8, 5, 3, 1, 7, 0, 6, 2, 4])):
+        directory = tmp_path / str(attempt)
+        write_generated(directory / "in", table.take(pa.array(order)), files=2)
+        config = directory / "cfg.yaml"
+        config.write_text(yaml.safe_dump({
+            "input": {"path": str(directory / "in" / "*.parquet")}, "sequence": {"group_by": ["k"], "order_by": ["t"]},
+            "output": {"path": str(directory / "out"), "num_shards": 1}}, sort_keys=False))
+        assert _build(directory, config) == 0
+        built.append(_shard_bytes(directory / "out"))
+    assert built[0] == built[1]
+    expected = oracle(table, {"k": "bytes", "t": "float", "v": "int64"}, {"train": 1.0}, ["k"], ["t"])
+    _assert_same_as_oracle(tmp_path / "0" / "out", expected)
+
+
 def test_unshuffled_sequences_are_in_the_input_order_of_their_first_rows(tmp_path):
     table = pa.table({"k": ["b", "a", "b", "c", "a", "d"], "t": [2, 1, 1, 1, 2, 1]})
     write_generated(tmp_path / "in", table, files=2)  # part-0: b a b, part-1: c a d
@@ -378,7 +396,7 @@ def test_a_group_over_max_group_bytes_fails_unless_max_steps_cuts_it(tmp_path, c
     config = _tiny(tmp_path, table, {"group_by": ["k"], "order_by": ["t"], "max_group_bytes": "10KiB"})
     assert _build(tmp_path, config) == 1
     error = _error(capsys)
-    assert "GroupTooLargeError: sequence group k='a': 300 rows of " in error
+    assert "GroupTooLargeError: sequence group k='a': 300 rows, a SequenceExample of " in error
     assert "more than sequence.max_group_bytes=10,240" in error and "set sequence.max_steps to cut such groups" in error
     assert _build(tmp_path, config, "--set", "sequence.max_steps=50") == 0
     assert _manifest(tmp_path / "out")["splits"]["train"]["num_examples"] == 7

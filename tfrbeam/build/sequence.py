@@ -9,12 +9,13 @@
   one bucket, which one worker holds at a time.
 - **Per bucket** (``sequences_of``): rows sorted by (group key hash, order_by, the row's content
   hash, input file, line) with pyarrow's sort (nulls last): a total order that depends on no
-  input order. A group whose context feature varies is a bad group, one shorter than min_steps is
-  dropped, a longer one is cut by max_steps (split, truncate, or a bad group with overflow:
-  error), and a kept group over max_group_bytes that max_steps does not cut fails the build.
-  The kept sequences are encoded at once (``encode_sequence_batch``) and keyed for the shuffle
-  exactly as Examples are: the split from the split_key hash of the group, the sort key from the
-  seeded content hash of the SequenceExample.
+  input order (only rows tied on group and order_by are hashed). A group whose context feature
+  varies is a bad group, one shorter than min_steps is dropped, a longer one is cut by max_steps
+  (split, truncate, or a bad group with overflow: error), and a group kept whole whose
+  SequenceExample exceeds max_group_bytes fails the build. The kept sequences are encoded at
+  once (``encode_sequence_batch``) and keyed for the shuffle exactly as Examples are: the split
+  from the split_key hash of the group, the sort key from the seeded content hash of the
+  SequenceExample.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import tfrbeam.beam.arrow_coder  # noqa: F401  (registers the RecordBatch coder for the GroupByKey's values)
+from tfrbeam.arrow_types import is_list
 from tfrbeam.build.config import SequenceConfig
 from tfrbeam.build.features import BadRow, ConvertedBatch, FeatureSpec, Provenance, rows_as_json
 from tfrbeam.build.shuffle import (
@@ -229,16 +231,25 @@ class Sequences:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class _Groups:
-    """A bucket's rows in step order and its groups: first row and row count of each, and each group's split."""
+    """A bucket's rows in step order (as positions into its table) and its groups: first position, size and split."""
 
-    table: pa.Table  # the features only, sorted
-    order: np.ndarray  # sorted position -> row of the bucket's table
+    features: pa.Table  # the bucket's features, in the order the rows arrived
+    order: np.ndarray  # sorted position -> row of ``features``
     starts: np.ndarray
     sizes: np.ndarray
     split: np.ndarray
-    row_bytes: np.ndarray  # Example-encoded size of each sorted row
-    files: np.ndarray
+    files: np.ndarray  # per sorted position
     lines: np.ndarray
+
+    def rows(self, group: int) -> pa.Table:
+        start = int(self.starts[group])
+        return self.features.take(pa.array(self.order[start:start + int(self.sizes[group])]))
+
+    def neighbours_in_a_group(self) -> np.ndarray:
+        """For each sorted position but the last: whether the next row is of the same group."""
+        same = np.ones(max(len(self.order) - 1, 0), dtype=bool)
+        same[self.starts[1:] - 1] = False
+        return same
 
 
 def sequences_of(table: pa.Table, stage: SequenceStage) -> Sequences:
@@ -250,7 +261,6 @@ def sequences_of(table: pa.Table, stage: SequenceStage) -> Sequences:
     bad = np.array([reason is not None for reason in reasons], dtype=bool)
     too_few = ~bad & (groups.sizes < sequence.min_steps)
     kept = ~bad & ~too_few
-    _check_group_bytes(groups, kept, stage)
     bad_rows = _bad_group_rows(groups, reasons, stage)
     counts = dataclasses.replace(
         counts, too_few_groups=_per_split(groups.split[too_few], counts), too_few_rows=_per_split(
@@ -260,30 +270,72 @@ def sequences_of(table: pa.Table, stage: SequenceStage) -> Sequences:
 
 
 def _sorted_groups(table: pa.Table, stage: SequenceStage) -> _Groups:
-    names = [spec.name for spec in stage.features]
-    features = table.select(names)
-    encoded = encode_record_batch(features)
-    content = content_digests(encoded.data, encoded.offsets)
+    """The rows sorted by (group key hash, order_by, content hash, file, line), and where each group starts."""
+    features = table.select([spec.name for spec in stage.features])
     sort_columns = {"g0": table.column(GROUP_COLUMNS[0]), "g1": table.column(GROUP_COLUMNS[1])}
     sort_columns.update({f"o{index}": table.column(name) for index, name in enumerate(stage.sequence.order_by)})
-    sort_columns.update(h0=pa.array(content[:, 0]), h1=pa.array(content[:, 1]), f=table.column(FILE_COLUMN),
-                        line=table.column(LINE_COLUMN))
-    keys = pa.table(sort_columns)
+    sort_columns.update(f=table.column(FILE_COLUMN), line=table.column(LINE_COLUMN))
     # pyarrow places nulls (and NaN) last by default; naming null_placement is deprecated in pyarrow 25, per key unknown to 14.
-    order = np.asarray(pc.sort_indices(keys, sort_keys=[(name, "ascending") for name in sort_columns]), dtype=np.int64)
+    order = np.asarray(pc.sort_indices(pa.table(sort_columns), sort_keys=[(name, "ascending") for name in sort_columns]),
+                       dtype=np.int64)
     g0 = np.asarray(table.column(GROUP_COLUMNS[0]))[order]
     g1 = np.asarray(table.column(GROUP_COLUMNS[1]))[order]
     starts = np.flatnonzero(np.r_[True, (g0[1:] != g0[:-1]) | (g1[1:] != g1[:-1])]) if len(order) else np.zeros(0, np.int64)
-    sizes = np.diff(np.r_[starts, len(order)])
+    files, lines = np.asarray(table.column(FILE_COLUMN)), np.asarray(table.column(LINE_COLUMN))
+    groups = _Groups(features=features, order=order, starts=starts, sizes=np.diff(np.r_[starts, len(order)]),
+                     split=np.zeros(len(starts), np.int64), files=files[order], lines=lines[order])
+    order = _by_content_among_ties(groups, stage)
     if tuple(stage.split_key) == tuple(stage.sequence.group_by):
         split_hash = g0[starts]  # the same XXH3-128 of the same encoded features, computed once
     else:
         split_hash = group_hashes(features.take(pa.array(order[starts])), stage.split_key)[:, 0]
-    sorted_features = features.take(pa.array(order))
-    return _Groups(table=sorted_features, order=order, starts=starts, sizes=sizes,
-                   split=split_indices(split_hash, stage.fractions).astype(np.int64),
-                   row_bytes=np.diff(encoded.offsets)[order], files=np.asarray(table.column(FILE_COLUMN))[order],
-                   lines=np.asarray(table.column(LINE_COLUMN))[order])
+    return dataclasses.replace(groups, order=order, split=split_indices(split_hash, stage.fractions).astype(np.int64),
+                               files=files[order], lines=lines[order])
+
+
+def _by_content_among_ties(groups: _Groups, stage: SequenceStage) -> np.ndarray:
+    """The sorted order with each run of rows equal in group and order_by sorted by content hash, then file and line.
+
+    Only tied rows are hashed (XXH3-128 of the row encoded as an Example): with a timestamp in
+    order_by, few are.
+    """
+    order = groups.order
+    tie = groups.neighbours_in_a_group()
+    for name in stage.sequence.order_by:
+        if not tie.any():
+            break
+        tie &= _neighbours_equal(groups.features.column(name).take(pa.array(order)), exact=False)
+    if not tie.any():
+        return order
+    tied = np.zeros(len(order), dtype=bool)
+    tied[1:] |= tie
+    tied[:-1] |= tie
+    positions = np.flatnonzero(tied)
+    encoded = encode_record_batch(groups.features.take(pa.array(order[positions])))
+    digests = content_digests(encoded.data, encoded.offsets)
+    run_start = np.maximum.accumulate(np.where(np.r_[True, ~tie], np.arange(len(order)), 0))[positions]
+    within_runs = np.lexsort((groups.lines[positions], groups.files[positions], digests[:, 1], digests[:, 0], run_start))
+    order = order.copy()
+    order[positions] = order[positions[within_runs]]  # each run's positions are contiguous: rows move within their run
+    return order
+
+
+def _neighbours_equal(column: pa.Array | pa.ChunkedArray, exact: bool) -> np.ndarray:
+    """For each position but the last: whether the next value equals it (two nulls are equal).
+
+    exact: floats by their bits (as their encoding compares); else as the sort compares them
+    (-0.0 equals 0.0, NaN equals NaN).
+    """
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if pa.types.is_floating(column.type) and exact:
+        column = column.view(pa.int32() if column.type.bit_width == 32 else pa.int64())
+    before, after = column.slice(0, len(column) - 1), column.slice(1)
+    both_null = pc.and_(before.is_null(), after.is_null())
+    equal = pc.or_(pc.fill_null(pc.equal(before, after), False), both_null)
+    if pa.types.is_floating(column.type):
+        equal = pc.or_(equal, pc.fill_null(pc.and_(pc.is_nan(before), pc.is_nan(after)), False))
+    return np.asarray(equal, dtype=bool)
 
 
 def _per_split(split: np.ndarray, counts: SequenceCounts, weights: np.ndarray | None = None) -> np.ndarray:
@@ -294,13 +346,14 @@ def _bad_group_reasons(groups: _Groups, stage: SequenceStage) -> list[str | None
     """Per group, why it is bad (a context feature varies; more steps than max_steps with overflow: error), or None."""
     reasons: list[str | None] = [None] * len(groups.starts)
     sequence = stage.sequence
-    if sequence.context and len(groups.starts):
-        digests = group_hashes(groups.table, sequence.context)
-        first = np.repeat(digests[groups.starts], groups.sizes, axis=0)
-        differs = (digests != first).any(axis=1)
-        varies = np.logical_or.reduceat(differs, groups.starts)
-        for group in np.flatnonzero(varies).tolist():
-            reasons[group] = _varying_context(groups, group, stage)
+    if sequence.context and len(groups.order) > 1:
+        inside = groups.neighbours_in_a_group()
+        group_of = np.repeat(np.arange(len(groups.starts)), groups.sizes)[1:]
+        for name in sequence.context:
+            differs = inside & ~_context_neighbours_equal(groups.features.column(name), groups.order)
+            for group in np.unique(group_of[differs]).tolist():
+                if reasons[group] is None:
+                    reasons[group] = _varying_context(groups, group, name, stage)
     if sequence.overflow == "error" and sequence.max_steps is not None:
         for group in np.flatnonzero(groups.sizes > sequence.max_steps).tolist():
             if reasons[group] is None:
@@ -310,25 +363,27 @@ def _bad_group_reasons(groups: _Groups, stage: SequenceStage) -> list[str | None
     return reasons
 
 
-def _varying_context(groups: _Groups, group: int, stage: SequenceStage) -> str:
-    """The reason of a bad group: which context feature varies, with two of its values."""
-    start, size = int(groups.starts[group]), int(groups.sizes[group])
-    rows = groups.table.slice(start, size)
-    for name in stage.sequence.context:
-        digests = group_hashes(rows, [name])
-        other = np.flatnonzero((digests != digests[0]).any(axis=1))
-        if len(other):
-            column = rows.column(name)
-            return (f"{_group_text(groups, group, stage)}: context feature {name!r} varies within the group "
-                    f"({_shown(column[0].as_py())} and {_shown(column[int(other[0])].as_py())} among its {size} rows); "
-                    "a sequence.context feature has one value per group (leave it out of context to make it a "
-                    "feature list)")
-    raise AssertionError("a group whose context digests differ has a varying context feature")
+def _context_neighbours_equal(column: pa.ChunkedArray | pa.Array, order: np.ndarray) -> np.ndarray:
+    """Whether each sorted row's context value is the next one's, compared as encoded (list features by their hash)."""
+    ordered = column.take(pa.array(order))
+    if not is_list(ordered.type):
+        return _neighbours_equal(ordered, exact=True)
+    digests = group_hashes(pa.table({"value": ordered}), ["value"])
+    return (digests[1:] == digests[:-1]).all(axis=1)
+
+
+def _varying_context(groups: _Groups, group: int, name: str, stage: SequenceStage) -> str:
+    """The reason of a bad group: the context feature that varies, with two of its values."""
+    values = groups.rows(group).column(name).to_pylist()
+    other = next((value for value in values if repr(value) != repr(values[0])), values[-1])
+    return (f"{_group_text(groups, group, stage)}: context feature {name!r} varies within the group "
+            f"({_shown(values[0])} and {_shown(other)} among its {len(values)} rows); a sequence.context feature has one "
+            "value per group (leave it out of context to make it a feature list)")
 
 
 def _group_text(groups: _Groups, group: int, stage: SequenceStage) -> str:
     """``sequence group tailnum='N123A'``: the group's key as the config names it."""
-    row = groups.table.slice(int(groups.starts[group]), 1)
+    row = groups.features.take(pa.array(groups.order[int(groups.starts[group]):int(groups.starts[group]) + 1]))
     shown = ", ".join(f"{name}={_shown(row.column(name)[0].as_py())}" for name in stage.sequence.group_by)
     return f"sequence group {shown}"
 
@@ -339,23 +394,6 @@ def _shown(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(_shown(item) for item in value) + "]"
     return repr(value)
-
-
-def _check_group_bytes(groups: _Groups, kept: np.ndarray, stage: SequenceStage) -> None:
-    """A kept group over max_group_bytes fails the build, unless max_steps cuts it (overflow split or truncate)."""
-    sequence = stage.sequence
-    if not len(groups.starts):
-        return
-    group_bytes = np.add.reduceat(groups.row_bytes, groups.starts)
-    cut = groups.sizes > sequence.max_steps if sequence.max_steps is not None else np.zeros(len(kept), dtype=bool)
-    over = np.flatnonzero(kept & ~cut & (group_bytes > sequence.max_group_bytes))
-    if len(over):
-        group = int(over[np.argmax(group_bytes[over])])
-        raise GroupTooLargeError(
-            f"{_group_text(groups, group, stage)}: {int(groups.sizes[group]):,} rows of {int(group_bytes[group]):,} "
-            f"bytes, more than sequence.max_group_bytes={sequence.max_group_bytes:,} (one bucket of groups is held in "
-            "one worker's memory); set sequence.max_steps to cut such groups, or raise max_group_bytes"
-        )
 
 
 def _bad_group_rows(groups: _Groups, reasons: list[str | None], stage: SequenceStage) -> list[BadRow]:
@@ -372,7 +410,7 @@ def _bad_group_rows(groups: _Groups, reasons: list[str | None], stage: SequenceS
     rows = []
     for group in bad:
         start, size = int(groups.starts[group]), int(groups.sizes[group])
-        texts = rows_as_json(groups.table.slice(start, size), range(size))
+        texts = rows_as_json(groups.rows(group), range(size))
         for offset, text in enumerate(texts):
             rows.append(_row_of(groups, start + offset, reasons[group] or "", stage, text))
     return rows
@@ -386,6 +424,7 @@ def _encode_kept(groups: _Groups, kept: np.ndarray, stage: SequenceStage, counts
                  bad_rows: list[BadRow]) -> Sequences:
     """The kept groups cut by max_steps, encoded, keyed and counted."""
     sequence = stage.sequence
+    kept_groups = np.flatnonzero(kept)
     starts, sizes, split = groups.starts[kept], groups.sizes[kept], groups.split[kept]
     limit = sequence.max_steps
     taken = np.minimum(sizes, limit) if limit is not None and sequence.overflow == "truncate" else sizes
@@ -399,8 +438,10 @@ def _encode_kept(groups: _Groups, kept: np.ndarray, stage: SequenceStage, counts
         lengths = np.minimum(lengths, limit)
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    rows = groups.table.take(pa.array(positions))
+    rows = groups.features.take(pa.array(groups.order[positions]))
     encoded = encode_sequence_batch(rows, offsets, stage.context, stage.feature_lists)
+    whole = (chunks == 1) & (taken == sizes) & ((sizes <= limit) if limit is not None else True)
+    _check_group_bytes(groups, kept_groups[whole], np.diff(encoded.offsets)[first_chunk[whole]], stage)
     digests, crcs = record_checksums(encoded.data, encoded.offsets)
     record_split = np.repeat(split, chunks)
     if stage.seed is not None:
@@ -411,6 +452,20 @@ def _encode_kept(groups: _Groups, kept: np.ndarray, stage: SequenceStage, counts
         key = np.minimum.reduceat(position, offsets[:-1]) if len(lengths) else np.zeros(0, np.uint64)
     counts = _kept_counts(counts, rows, offsets, record_split, split, chunks, sizes - taken, stage)
     return Sequences(record_split.astype(np.uint16), key, encoded.data, encoded.offsets, crcs, bad_rows, counts)
+
+
+def _check_group_bytes(groups: _Groups, whole_groups: np.ndarray, record_bytes: np.ndarray, stage: SequenceStage) -> None:
+    """A group kept whole (max_steps did not cut it) whose SequenceExample exceeds max_group_bytes fails the build."""
+    limit = stage.sequence.max_group_bytes
+    over = np.flatnonzero(record_bytes > limit)
+    if len(over):
+        worst = int(over[np.argmax(record_bytes[over])])
+        group = int(whole_groups[worst])
+        raise GroupTooLargeError(
+            f"{_group_text(groups, group, stage)}: {int(groups.sizes[group]):,} rows, a SequenceExample of "
+            f"{int(record_bytes[worst]):,} bytes, more than sequence.max_group_bytes={limit:,} (one bucket of groups is "
+            "held in one worker's memory); set sequence.max_steps to cut such groups, or raise max_group_bytes"
+        )
 
 
 def _kept_counts(counts: SequenceCounts, rows: pa.Table, offsets: np.ndarray, record_split: np.ndarray, group_split: np.ndarray,
