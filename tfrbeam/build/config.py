@@ -74,8 +74,8 @@ _SIZE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
                "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
 _INT64_MAX = (1 << 63) - 1
 OVERFLOW_ACTIONS = ("split", "truncate", "error")
-# One group's rows, Example-encoded (about its SequenceExample's size): a larger group is an error
-# unless max_steps cuts it. Four groups of this size fit the default shard size.
+# The largest SequenceExample of a group kept whole: a larger one is an error unless max_steps cuts
+# the group. Four of this size fit the default shard size.
 DEFAULT_MAX_GROUP_BYTES = 64 << 20
 
 
@@ -125,7 +125,7 @@ class SequenceConfig:
     group_by features and ``context`` are the record's context (one value per group); every
     other feature is a feature list, one step per row. Groups of fewer than min_steps rows are
     dropped (counted); longer than max_steps, they are cut (overflow split), cut short
-    (truncate) or bad groups (error). max_group_bytes bounds one group's encoded rows.
+    (truncate) or bad groups (error). max_group_bytes bounds the SequenceExample of a group kept whole.
     """
 
     group_by: tuple[str, ...]
