@@ -5,17 +5,19 @@ Run by hand from the repository root (the machine may be shared; the median and 
 
     python -m benchmarks.sequence [--rows 1000000] [--groups 10000] [--repeats 3] [--ours-only]
 
-The input: one Parquet file (row groups of 131072) of ``--rows`` events of ``--groups`` users,
-100 per user on average (user shares drawn from an exponential distribution), in no order: user (string),
-ts (int64, the step order), country (constant per user: the context), item (int64), price
-(float), category (string) and tags (a list of strings).
+The input: the shared benchmark table (benchmarks/table.py, the rows benchmarks/build.py uses)
+with a ``user`` column of ``--groups`` users (their shares of the rows drawn from an exponential
+distribution, 100 rows per user on average) and a ``country`` constant per user, in no order,
+as one Parquet file (row groups of 131072). The steps are ordered by ``i7`` (epoch seconds).
 
-Ours: ``python -m tfrbeam.build`` with ``sequence: {group_by: [user], order_by: [ts], context:
+Ours: ``python -m tfrbeam.build`` with ``sequence: {group_by: [user], order_by: [i7], context:
 [country]}``, shuffled (seed 0), one split, 8 shards, the default runner; the whole process timed
 (interpreter start, pipeline construction, run, manifest). Baseline, in the same run and on the
 same rows, on the same runner: ``beam.io.ReadFromParquet`` -> key each row dict by user ->
-``beam.GroupByKey()`` -> sort each group's rows by ts in Python -> one ``SequenceExample`` per
-user built with the generated protobuf classes -> ``beam.io.WriteToTFRecord(num_shards=8)``.
+``beam.GroupByKey()`` -> sort each group's rows by i7 in Python -> one ``SequenceExample`` per
+user built with the generated protobuf classes -> ``beam.io.WriteToTFRecord(num_shards=8)``. Both
+write the same SequenceExamples (as multisets of decoded records; checked on a small run), in
+other orders and shards.
 """
 
 from __future__ import annotations
@@ -34,43 +36,32 @@ from benchmarks.build import run_measured
 from benchmarks.timing import Runs, ratio
 
 NUM_SHARDS = 8
+ORDER_BY = "i7"
 _COUNTRIES = ("DE", "FR", "US", "JP", "BR", "IN", "NG")
-_CATEGORIES = ("books", "music", "garden", "toys", "food")
 
 
 def write_input(rows: int, groups: int, path: pathlib.Path, seed: int = 0) -> None:
-    """The events table: ``rows`` rows of ``groups`` users, shuffled, written as Parquet."""
+    """The benchmark table with a user (``groups`` of them) and a country per user, rows shuffled, as Parquet."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.parquet as pq
+
+    from benchmarks.table import make_benchmark_table, write_parquet
 
     rng = np.random.default_rng(seed)
     weights = rng.exponential(size=groups)
     sizes = rng.multinomial(rows - groups, weights / weights.sum()) + 1  # every user at least one row; rows in all
-    user = np.repeat(np.arange(groups), sizes)
-    order = rng.permutation(len(user))
-    user = user[order]
-    tag_counts = rng.integers(0, 4, len(user))
-    tags = pa.ListArray.from_arrays(
-        pa.array(np.concatenate([[0], np.cumsum(tag_counts)]).astype(np.int32)),
-        pa.array(rng.choice(["new", "sale", "gift", "bulk"], int(tag_counts.sum()))))
-    table = pa.table({
-        "user": pa.array(np.char.add("user-", user.astype(str))),
-        "ts": pa.array(rng.integers(1_700_000_000, 1_710_000_000, len(user))),
-        "country": pa.array(np.asarray(_COUNTRIES)[user % len(_COUNTRIES)]),
-        "item": pa.array(rng.integers(0, 1_000_000, len(user))),
-        "price": pa.array(np.round(rng.gamma(2.0, 20.0, len(user)), 2).astype(np.float32)),
-        "category": pa.array(rng.choice(_CATEGORIES, len(user))),
-        "tags": tags,
-    })
-    pq.write_table(table, path, row_group_size=131072)
+    user = rng.permutation(np.repeat(np.arange(groups), sizes))
+    table = make_benchmark_table(rows, seed)
+    table = table.append_column("user", pa.array(np.char.add("user-", user.astype(str))))
+    table = table.append_column("country", pa.array(np.asarray(_COUNTRIES)[user % len(_COUNTRIES)]))
+    write_parquet(table, str(path), row_group_size=131072)
 
 
 def build_config(input_path: pathlib.Path, output_path: pathlib.Path) -> dict:
-    """Ours: every column, one sequence per user in ts order, country as context, shuffled, 8 shards, one split."""
+    """Ours: every column, one sequence per user in i7 order, country as context, shuffled, 8 shards, one split."""
     return {
         "input": {"format": "parquet", "path": str(input_path)},
-        "sequence": {"group_by": ["user"], "order_by": ["ts"], "context": ["country"]},
+        "sequence": {"group_by": ["user"], "order_by": [ORDER_BY], "context": ["country"]},
         "shuffle": {"enabled": True, "seed": 0},
         "output": {"path": str(output_path), "num_shards": NUM_SHARDS},
     }
@@ -95,22 +86,32 @@ def run_baseline(input_path: pathlib.Path, work: pathlib.Path) -> tuple[float, i
 
 
 def _sequence_example(item: tuple) -> bytes:
-    """One user's rows, sorted by ts in Python, as a SequenceExample built with the protobuf classes."""
+    """One user's rows, sorted by i7 in Python, as a SequenceExample built with the protobuf classes."""
     from tfrbeam.protos import example_pb2
 
     user, rows = item
-    steps = sorted(rows, key=lambda row: row["ts"])
+    steps = sorted(rows, key=lambda row: row[ORDER_BY])
     example = example_pb2.SequenceExample()
     context = example.context.feature
     context["user"].bytes_list.value.append(user.encode("utf-8"))
     context["country"].bytes_list.value.append(steps[0]["country"].encode("utf-8"))
     lists = example.feature_lists.feature_list
-    for row in steps:
-        lists["ts"].feature.add().int64_list.value.append(row["ts"])
-        lists["item"].feature.add().int64_list.value.append(row["item"])
-        lists["price"].feature.add().float_list.value.append(row["price"])
-        lists["category"].feature.add().bytes_list.value.append(row["category"].encode("utf-8"))
-        lists["tags"].feature.add().bytes_list.value.extend(tag.encode("utf-8") for tag in row["tags"])
+    for name in steps[0]:
+        if name in ("user", "country"):
+            continue
+        feature_list = lists[name].feature
+        for row in steps:
+            value, step = row[name], feature_list.add()
+            if value is None:
+                step.int64_list.SetInParent()  # a null step: an empty list of the feature's kind
+            elif isinstance(value, list):
+                step.float_list.value.extend(value)
+            elif isinstance(value, float):
+                step.float_list.value.append(value)
+            elif isinstance(value, int):
+                step.int64_list.value.append(value)
+            else:
+                step.bytes_list.value.append(value.encode("utf-8"))
     return example.SerializeToString()
 
 
