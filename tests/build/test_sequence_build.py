@@ -422,3 +422,27 @@ def test_config_errors_are_reported_before_anything_runs(tmp_path, capsys):
     error = capsys.readouterr().err
     assert "1 problem" in error and "sequence.group_by: 'key' is not a feature (features: k, t)" in error
     assert not (tmp_path / "out").exists()
+
+
+def test_lost_sequence_examples_or_rows_fail_the_commit_and_nothing_is_published(tmp_path, monkeypatch, capsys):
+    config = _tiny(tmp_path, pa.table({"k": ["a", "a", "b", "c"], "t": [1, 2, 3, 4]}), {"group_by": ["k"], "order_by": ["t"]})
+    real = sequence_stage.keyed_pieces
+
+    def losing_one(split, key, offsets, data, crcs, piece_bytes):  # a runner that drops a SequenceExample
+        yield from real(split[1:], key[1:], offsets[1:] - offsets[1], data[offsets[1]:], crcs[1:], piece_bytes)
+
+    monkeypatch.setattr(sequence_stage, "keyed_pieces", losing_one)
+    assert _build(tmp_path, config) == 1
+    assert "ShortWriteError: " in (error := _error(capsys))
+    assert "the shard writers wrote 2 SequenceExamples, but 3 were made of the groups" in error
+    assert not (tmp_path / "out").exists()
+    monkeypatch.undo()
+    real_sequences = sequence_stage.sequences_of
+
+    def losing_a_row(table, stage):  # a runner that drops a row between the converter and the grouping
+        return real_sequences(table.slice(1), stage)
+
+    monkeypatch.setattr(sequence_stage, "sequences_of", losing_a_row)
+    assert _build(tmp_path, config) == 1
+    assert "4 rows were converted, but the sequence stage received 3 (3 steps kept" in _error(capsys)
+    assert not (tmp_path / "out").exists()

@@ -168,13 +168,6 @@ class SequenceCounts:
             fields[item.name] = combine(mine, theirs)
         return SequenceCounts(**fields)
 
-    @classmethod
-    def total(cls, counts: Iterable[SequenceCounts], splits: int, context: int, sequence: int) -> SequenceCounts:
-        result = cls.zeros(splits, context, sequence)
-        for each in counts:
-            result = result + each
-        return result
-
     @property
     def rows(self) -> int:
         """Every row the stage received: kept steps, rows of too-short and of bad groups, truncated steps."""
@@ -503,6 +496,7 @@ class EncodeSequences(beam.DoFn):
     def __init__(self, stage: SequenceStage, piece_bytes: int):
         self._stage = stage
         self._piece_bytes = piece_bytes
+        self._file_index = {path: number for number, path in enumerate(stage.input_paths)}
 
     def process(self, element: tuple[int, Iterable[pa.RecordBatch]]) -> Iterator[Any]:
         _, batches = element
@@ -511,9 +505,8 @@ class EncodeSequences(beam.DoFn):
         if made.bad_rows:
             beam.metrics.Metrics.counter("tfrbeam", "bad_groups").inc(int(made.counts.bad_groups.sum()))
             by_file: dict[int, list[BadRow]] = {}
-            index = {path: number for number, path in enumerate(self._stage.input_paths)}
             for row in made.bad_rows:
-                by_file.setdefault(index[row.path], []).append(row)
+                by_file.setdefault(self._file_index[row.path], []).append(row)
             for file_index, rows in sorted(by_file.items()):
                 yield beam.pvalue.TaggedOutput(BAD_ROWS, (file_index, rows))
         yield from keyed_pieces(made.split, made.key, made.offsets, made.data, made.crcs, self._piece_bytes)
