@@ -3,7 +3,10 @@
 A made-up flights table, the same bytes on every run: ``csv/flights-0000{0,1,2}.csv`` (quoted
 fields with commas, empty fields as nulls, ``;``- and ``|``-separated lists, and three broken rows
 for the dead-letter demo) and ``parquet/flights-0000{0,1}.parquet`` (native list columns, nulls,
-and a few null labels that the Parquet example sends to the dead letters).
+and a few null labels that the Parquet example sends to the dead letters), and
+``sequences/flights-by-aircraft.csv``: a log of the flights of a few aircraft in time order, for
+the SequenceExample example (one sequence per aircraft; two flights of one aircraft share a
+departure time, and one aircraft changes carrier, which makes its group a bad one).
 """
 
 from __future__ import annotations
@@ -70,6 +73,38 @@ def demo_table(num_rows: int = DEFAULT_ROWS, seed: int = 2024) -> pa.Table:
     })
 
 
+AIRCRAFT = 40
+AIRCRAFT_HEADER = ("tailnum", "carrier", "sched_dep", "origin", "dest", "distance", "dep_delay")
+_BAD_AIRCRAFT = 7  # this aircraft's carrier changes halfway: its sequence group is bad (a context feature varies)
+
+
+def aircraft_flights_table(aircraft: int = AIRCRAFT, seed: int = 7) -> pa.Table:
+    """A flight log of ``aircraft`` aircraft in departure order: a few to 60 flights each, each aircraft one carrier."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for plane in range(aircraft):
+        tailnum = f"N{100 + plane * 17}{'ABCDEFGH'[plane % 8]}"
+        carrier = _CARRIERS[plane % len(_CARRIERS)]
+        flights = int(rng.integers(2, 61))
+        minutes = np.sort(rng.choice(60 * 24 * 30, flights, replace=False)) * 10  # 10-minute slots in 300 days
+        if plane == 3:
+            minutes[1] = minutes[0]  # two flights of one aircraft at the same time: a tie in order_by
+        airport = int(rng.integers(0, len(_AIRPORTS)))
+        for number, minute in enumerate(minutes.tolist()):
+            dest = (airport + int(rng.integers(1, len(_AIRPORTS)))) % len(_AIRPORTS)
+            changed = plane == _BAD_AIRCRAFT and number >= flights // 2
+            delay = None if rng.random() < 0.05 else round(float(rng.normal(5.0, 20.0)), 1)
+            rows.append({
+                "tailnum": tailnum, "carrier": "WN" if changed and carrier != "WN" else "AA" if changed else carrier,
+                "sched_dep": (np.datetime64("2024-01-01T00:00") + np.timedelta64(minute, "m")).astype(str) + ":00Z",
+                "origin": _AIRPORTS[airport][0], "dest": _AIRPORTS[dest][0],
+                "distance": round(float(rng.uniform(150.0, 2800.0)), 1), "dep_delay": delay,
+            })
+            airport = dest
+    rows.sort(key=lambda row: (row["sched_dep"], row["tailnum"]))
+    return pa.Table.from_pylist(rows)
+
+
 def _csv_cell(value) -> str:
     if value is None:
         return ""
@@ -111,7 +146,21 @@ def write_demo_data(out_dir: str, num_rows: int = DEFAULT_ROWS) -> list[str]:
         # Page checksums: a damaged page then fails the read instead of changing a value silently.
         pq.write_table(part, path, row_group_size=500, compression="snappy", write_page_checksum=True)
         paths.append(path)
+    paths.append(_write_aircraft_flights(os.path.join(out_dir, "sequences")))
     return paths
+
+
+def _write_aircraft_flights(directory: str) -> str:
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, "flights-by-aircraft.csv")
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(AIRCRAFT_HEADER)
+    for row in aircraft_flights_table().to_pylist():
+        writer.writerow([_csv_cell(row[name]) for name in AIRCRAFT_HEADER])
+    with open(path, "w", encoding="utf-8", newline="") as handle:
+        handle.write(out.getvalue())
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=DEFAULT_ROWS, help=f"rows in total (default: {DEFAULT_ROWS})")
     args = parser.parse_args(argv)
     paths = write_demo_data(args.out_dir, args.rows)
-    print(f"wrote {len(paths)} demo files under {args.out_dir}/: the same {args.rows} rows in csv/ and in parquet/")
+    print(f"wrote {len(paths)} demo files under {args.out_dir}/: the same {args.rows} rows in csv/ and in parquet/, "
+          "and a flight log per aircraft in sequences/")
     return 0
 
 

@@ -17,7 +17,10 @@ import crc32c
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import pytest
 
+from tfrbeam.build.config import parse_config
+from tfrbeam.errors import ConfigError
 from tfrbeam.record_index import index_path_for
 from tfrbeam.records import RECORD_OVERHEAD
 
@@ -204,3 +207,10 @@ def corrupt_vectors_oracle(tf_vectors: pathlib.Path) -> tuple[list[tuple[str, st
         expected += [(path.name, hashlib.sha256(payload).hexdigest()) for payload in kept]
         expected_skips += skips
     return expected, expected_skips
+
+
+def config_problems(raw: Any) -> str:
+    """The ConfigError message parse_config raises for a raw config (the test fails if it raises none)."""
+    with pytest.raises(ConfigError) as caught:
+        parse_config(raw)
+    return str(caught.value)

@@ -92,6 +92,9 @@ def _parser() -> argparse.ArgumentParser:
     infer = commands.add_parser("infer-config", help="write a commented build config inferred from a CSV or Parquet input")
     infer.add_argument("input", metavar="INPUT", help="a file or glob")
     infer.add_argument("--format", choices=("csv", "parquet"), default=None)
+    infer.add_argument("--sequence-by", default=None, metavar="COL",
+                       help="write a SequenceExample build: one sequence per value of this feature")
+    infer.add_argument("--order-by", default=None, metavar="COL", help="with --sequence-by: the steps' order")
     infer.set_defaults(run=_run_infer_config)
 
     index = commands.add_parser(
@@ -355,7 +358,7 @@ def _records_progress(label: str) -> Callable[[int, int | None], None]:
 def _run_infer_config(args: argparse.Namespace) -> int:
     from tfrbeam.build.infer import infer_config
 
-    sys.stdout.write(infer_config(args.input, format=args.format))
+    sys.stdout.write(infer_config(args.input, format=args.format, sequence_by=args.sequence_by, order_by=args.order_by))
     return EXIT_OK
 
 

@@ -105,6 +105,10 @@ class BadRecordError(TfrbeamError, ValueError):
     """An input row could not be converted and the build's ``errors.on_bad_record`` is ``fail``."""
 
 
+class GroupTooLargeError(TfrbeamError, ValueError):
+    """A SequenceExample build's group holds more bytes than ``sequence.max_group_bytes`` allows and max_steps does not cut it."""
+
+
 class TooManyBadRecordsError(TfrbeamError):
     """More input rows were bad than ``errors.max_bad_fraction`` allows; nothing was published."""
 

@@ -28,6 +28,8 @@ MANIFEST_NAME = "dataset_info.json"  # written last, in the dataset directory
 MANIFEST_FORMAT = "tfrbeam-dataset/1"
 TF_DTYPES = {"int64": "tf.int64", "float": "tf.float32", "bytes": "tf.string"}  # feature type -> TensorFlow dtype
 ERRORS_DIR_NAME = "_errors"
+EXAMPLE, SEQUENCE_EXAMPLE = "Example", "SequenceExample"  # the manifest's "record_type" (absent: Example)
+RECORD_TYPES = (EXAMPLE, SEQUENCE_EXAMPLE)
 _READ_CHUNK = 1 << 20
 
 # Keys readers rely on, as (path, type); "*" is every entry of a mapping or list. Verifying (and
@@ -43,8 +45,12 @@ _REQUIRED_TO_READ: tuple[tuple[str, type | tuple[type, ...]], ...] = (
 _REQUIRED_TO_VERIFY = _REQUIRED_TO_READ + (
     ("splits.*.shards.*.num_bytes", int),
     ("splits.*.shards.*.sha256", str),
-    ("features", dict),
 )
+# What the schema of each record type is made of, besides the keys above.
+_SCHEMA_KEYS: dict[str, tuple[tuple[str, type | tuple[type, ...]], ...]] = {
+    EXAMPLE: (("features", dict),),
+    SEQUENCE_EXAMPLE: (("context_features", dict), ("sequence_features", dict), ("sequence", dict)),
+}
 
 
 class FeatureDescription(Protocol):
@@ -82,15 +88,37 @@ def parse_example_spec(features: Sequence[FeatureDescription]) -> dict[str, str]
 
 def parse_example_spec_of(entries: dict[str, dict[str, Any]]) -> dict[str, str]:
     """The same spec from the manifest's ``features`` entries (type, shape, always_present)."""
+    return _spec_strings(entries, "FixedLenFeature")
+
+
+def parse_sequence_example_spec_of(context: dict[str, dict[str, Any]],
+                                   sequence: dict[str, dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """A ``tf.io.parse_sequence_example`` spec from the manifest's context and sequence feature entries.
+
+    Context features are as in ``parse_example_spec_of``. A sequence feature is a
+    FixedLenSequenceFeature when every step of every record has a value of one shape, else a
+    VarLenFeature (a step without a value is an empty list, which a fixed length cannot hold).
+    """
+    return {"context_features": _spec_strings(context, "FixedLenFeature"),
+            "sequence_features": _spec_strings(sequence, "FixedLenSequenceFeature")}
+
+
+def _spec_strings(entries: dict[str, dict[str, Any]], fixed: str) -> dict[str, str]:
+    """``tf.io.{fixed}(shape, dtype)`` for entries every record (or step) has with one shape, else VarLenFeature."""
     spec_strings = {}
     for name in sorted(entries):
         entry = entries[name]
         dtype = TF_DTYPES[entry["type"]]
         if entry["always_present"] and entry["shape"] is not None:
-            spec_strings[name] = f"tf.io.FixedLenFeature({list(entry['shape'])}, {dtype})"
+            spec_strings[name] = f"tf.io.{fixed}({list(entry['shape'])}, {dtype})"
         else:
             spec_strings[name] = f"tf.io.VarLenFeature({dtype})"
     return spec_strings
+
+
+def record_type_of(manifest: dict[str, Any]) -> str:
+    """What a dataset's records are: "Example" or "SequenceExample" (manifests before record_type: Example)."""
+    return manifest.get("record_type", EXAMPLE)
 
 
 def manifest_path(dataset_dir: str, files: FileAccess = LOCAL_FILES) -> str:
@@ -122,7 +150,11 @@ def check_manifest(manifest: Any, where: str, verifiable: bool = False) -> None:
         raise ManifestError(f"{where}: a manifest is a JSON object, found {type(manifest).__name__}")
     if manifest.get("format") != MANIFEST_FORMAT:
         raise ManifestError(f"{where}: format {manifest.get('format')!r} is not {MANIFEST_FORMAT!r}")
-    for path, expected in _REQUIRED_TO_VERIFY if verifiable else _REQUIRED_TO_READ:
+    record_type = record_type_of(manifest)
+    if record_type not in RECORD_TYPES:
+        raise ManifestError(f"{where}: record_type {record_type!r} is not one of {', '.join(RECORD_TYPES)}")
+    required = _REQUIRED_TO_VERIFY + _SCHEMA_KEYS[record_type] if verifiable else _REQUIRED_TO_READ
+    for path, expected in required:
         for where_in, value in _lookup(manifest, path.split("."), ""):
             if value is _MISSING:
                 raise ManifestError(f"{where}: the key {where_in} is missing; the manifest is damaged or from another tool")

@@ -69,8 +69,11 @@ def test_portable_runner_with_an_embedded_job_server(workdir, capsys):
     assert shard_bytes(workdir / "out" / "portable") == shard_bytes(workdir / "out" / "direct")
 
 
-def test_dataflow_job_graph_builds_offline(workdir):
-    config = load_config(DEMO_CONFIG, ["output.path=out/dataflow"])
+@pytest.mark.parametrize("config_path, extra_steps", [
+    (DEMO_CONFIG, ()), (str(REPO_ROOT / "configs" / "sequence_example.yaml"), ("GroupRowsByBucket", "EncodeSequences")),
+], ids=["examples", "sequences"])
+def test_dataflow_job_graph_builds_offline(workdir, config_path, extra_steps):
+    config = load_config(config_path, ["output.path=out/dataflow"])
     options = PipelineOptions([
         "--runner=DataflowRunner", "--project=fake-project", "--region=us-central1",
         "--temp_location=gs://fake-bucket/tmp", f"--setup_file={REPO_ROOT / 'setup.py'}", "--dry_run=True",
@@ -80,7 +83,7 @@ def test_dataflow_job_graph_builds_offline(workdir):
     result = pipeline.run()
     steps = {transform.unique_name for transform in result.job.proto_pipeline.components.transforms.values()}
     for name in ("ReadInputs", "ConvertAndKey", "Shuffle/WriteShardsThroughGroupByKey/GroupByShard",
-                 "Shuffle/WriteShardsThroughGroupByKey/WriteShards", "Commit"):
+                 "Shuffle/WriteShardsThroughGroupByKey/WriteShards", "Commit", *extra_steps):
         assert name in steps
     assert run.runner == "DataflowRunner" and run.piece_store == "inline" and not os.path.exists(run.manifest_path)
 
@@ -133,6 +136,33 @@ def test_dry_run_prints_the_plan_and_runs_nothing(workdir, capsys):
     assert not (workdir / "out" / "dry").exists()
     leftovers = os.listdir(workdir / "out") if (workdir / "out").exists() else []
     assert not [name for name in leftovers if "dry" in name]
+
+
+SEQUENCE_CONFIG = str(REPO_ROOT / "configs" / "sequence_example.yaml")
+
+
+def test_dry_run_of_a_sequence_build_prints_its_settings_and_bucket_count(workdir, capsys):
+    assert build_main([SEQUENCE_CONFIG, "--dry-run", "--set", "output.path=out/seq-dry"]) == 0
+    out = capsys.readouterr().out
+    assert "sequence:    one SequenceExample per tailnum; steps ordered by sched_dep, then the row's content hash" in out
+    assert "  context:   tailnum, carrier\n  steps:     sched_dep, origin, dest, distance, dep_delay\n" in out
+    assert "  limits:    min_steps 3, max_steps 32 (overflow split), max_group_bytes 67,108,864\n" in out
+    assert "  buckets:   1 (the GroupByKey of group keys; one worker holds one bucket)" in out
+    assert "splits:      train 0.8, eval 0.2 (by tailnum)" in out
+    assert not (workdir / "out" / "seq-dry").exists()
+
+
+def test_the_summary_of_a_sequence_build_says_groups_and_steps(workdir, capsys):
+    assert build_main([SEQUENCE_CONFIG, "--set", "output.path=out/seq"]) == 0
+    out = capsys.readouterr().out
+    manifest = json.loads((workdir / "out" / "seq" / "dataset_info.json").read_text())
+    splits = manifest["splits"].values()
+    examples = sum(split["num_examples"] for split in splits)
+    steps = sum(split["steps"]["total"] for split in splits)
+    assert out.splitlines()[0].split() == ["split", "sequences", "shards", "bytes"]
+    assert (f"groups:     {sum(split['num_groups'] for split in splits)} kept "
+            f"({sum(split['split_groups'] for split in splits)} cut by max_steps), 1 under min_steps, 1 bad") in out
+    assert f"steps:      {steps:,} (2..32 per sequence, mean {steps / examples:.1f})" in out
 
 
 def _write_config(path: pathlib.Path, input_path: str, output: str, extra: str = "") -> str:

@@ -91,8 +91,34 @@ def test_every_commit_operation_is_listed_and_a_clean_replace_uses_one_exchange(
     assert _state(workdir / "out" / "ds")[1] == 7
 
 
+@pytest.fixture()
+def sequence_workdir(workdir) -> pathlib.Path:
+    """The same rows built as SequenceExamples: one per name, steps by id (and a dead-letter directory to publish)."""
+    (workdir / "cfg.yaml").write_text(
+        "input: {format: csv, path: rows.csv}\nsplits: {train: 0.7, eval: 0.3}\noutput: {path: out/ds, num_shards: 2}\n"
+        "features: {id: {type: int64}, score: {type: float}, name: {type: bytes}}\n"
+        "sequence: {group_by: [name], order_by: [id], max_steps: 20}\n"
+        "errors: {on_bad_record: dead_letter, max_bad_fraction: 0.5}\n"
+    )
+    with open(workdir / "rows.csv", "a") as handle:
+        handle.write("x,1.5,n0\n")  # an id that is no int64: a bad row, so the commit also moves a dead-letter file
+    return workdir
+
+
 @pytest.mark.parametrize("kind", ["crash", "enospc", "eacces"])
 def test_a_fault_at_any_commit_operation_of_a_replace_leaves_old_or_new(workdir, kind):
+    _sweep_faults_over_a_replace(workdir, kind)
+
+
+def test_a_crash_at_any_commit_operation_of_a_sequence_build_leaves_old_or_new(sequence_workdir):
+    _sweep_faults_over_a_replace(sequence_workdir, "crash")
+    manifest = read_manifest(str(sequence_workdir / "out" / "ds"))
+    assert manifest is not None and manifest["record_type"] == "SequenceExample"
+    assert manifest["bad_records"]["files"] == ["_errors/00000-rows.csv.jsonl"]
+
+
+def _sweep_faults_over_a_replace(workdir: pathlib.Path, kind: str) -> None:
+    """A fault of ``kind`` at each commit operation of a replace in turn: old or new dataset, and the rerun recovers."""
     output = workdir / "out" / "ds"
     assert _build() == 0
     old_run, _ = _state(output)

@@ -7,6 +7,7 @@ import textwrap
 import pyarrow as pa
 import pytest
 
+from tests.helpers import config_problems
 from tfrbeam.build.config import (
     DEFAULT_MAX_BYTES_PER_SHARD,
     BuildConfig,
@@ -70,10 +71,7 @@ def _with(**sections) -> dict:
     return raw
 
 
-def _problems(raw) -> str:
-    with pytest.raises(ConfigError) as caught:
-        parse_config(raw)
-    return str(caught.value)
+_problems = config_problems
 
 
 def test_the_issue_example_parses_to_the_documented_values():
@@ -197,7 +195,8 @@ def test_load_config_reports_missing_file_and_yaml_errors(tmp_path):
         (_with(output={"num_shards": 2}), "output.path: is required"),
         (
             _with(inputs={}),
-            "inputs: unknown key (allowed: input, features, shuffle, splits, split_key, output, errors, stats); "
+            "inputs: unknown key (allowed: input, features, shuffle, splits, split_key, output, errors, stats, "
+            "sequence); "
             "did you mean 'input'?",
         ),
         (

@@ -84,6 +84,7 @@ def test_demo_build_writes_every_good_row_once_with_dead_letters(demo_dir, capsy
     assert collections.Counter(canonical(decode_example(record)) for record in records) == expected_demo_examples()
     manifest = json.loads((dataset / "dataset_info.json").read_text())
     assert manifest["rows_read"] == 3000 and manifest["bad_records"]["count"] == 3
+    assert manifest["record_type"] == "Example"
     assert [len(split["shards"]) for split in manifest["splits"].values()] == [4, 1]
     train_sizes = [shard["num_examples"] for shard in manifest["splits"]["train"]["shards"]]
     assert max(train_sizes) - min(train_sizes) <= 1

@@ -295,3 +295,68 @@ def _without_run_fields(manifest: dict) -> dict:
     """The manifest without what names this run (its id, time and output path)."""
     config = {**manifest["config"], "output": {**manifest["config"]["output"], "path": None}}
     return {**{key: value for key, value in manifest.items() if key not in ("run_id", "started", "finished")}, "config": config}
+
+
+# ------------------------------------------------------------------------------ --sequence-by
+
+
+def _aircraft_log(tmp_path) -> str:
+    from pipelines.demo_data import write_demo_data
+
+    write_demo_data(str(tmp_path / "demo"), num_rows=30)
+    return str(tmp_path / "demo" / "sequences" / "flights-by-aircraft.csv")
+
+
+def test_sequence_by_writes_a_sequence_config_with_the_columns_constant_in_every_group(tmp_path):
+    rows = {"user": [f"u{i % 20}" for i in range(200)], "t": list(range(200)), "plan": [f"p{i % 20 % 3}" for i in range(200)],
+            "region": [i % 20 % 4 for i in range(200)], "amount": [i * 0.5 for i in range(200)],
+            "tags": [[f"x{i % 20}"] for i in range(200)]}
+    path = tmp_path / "events.parquet"
+    pq.write_table(pa.table(rows), path)
+    text = infer_config(str(path), sequence_by="user", order_by="t")
+    sequence = yaml.safe_load(text)["sequence"]
+    assert sequence == {"group_by": ["user"], "order_by": ["t"], "context": ["plan", "region"], "max_steps": None,
+                        "overflow": "split", "min_steps": 1}
+    assert "# context: the columns constant within every one of the sample's 20 groups (of 200 rows)" in text
+    assert "tags: a list column, never proposed as context" in text
+    config = load(tmp_path, text)
+    assert config.sequence is not None and config.split_key == ("user",)
+    assert resolve_config(config).sequence.sequence_features(resolve_config(config).features) == ("t", "amount", "tags")
+
+
+def test_sequence_by_on_the_demo_flight_log_names_the_nearly_constant_column(tmp_path):
+    log = _aircraft_log(tmp_path)
+    text = infer_config(log, sequence_by="tailnum", order_by="sched_dep")
+    sequence = yaml.safe_load(text)["sequence"]
+    assert sequence["group_by"] == ["tailnum"] and sequence["order_by"] == ["sched_dep"] and sequence["context"] == []
+    assert "# carrier: constant within 39 of the 40 groups with more than one row (not proposed)" in text
+    config = resolve_config(load(tmp_path, text))
+    assert config.feature("sched_dep").time_unit == "s"
+
+
+def test_sequence_by_names_must_be_features_and_order_by_needs_sequence_by(tmp_path):
+    log = _aircraft_log(tmp_path)
+    with pytest.raises(ConfigError, match=r"--sequence-by: 'tail' is not a feature of the input \(features: tailnum, "):
+        infer_config(log, sequence_by="tail")
+    with pytest.raises(ConfigError, match="--order-by: 'when' is not a feature of the input"):
+        infer_config(log, sequence_by="tailnum", order_by="when")
+    with pytest.raises(ConfigError, match="--order-by needs --sequence-by"):
+        infer_config(log, order_by="sched_dep")
+
+
+def test_sequence_by_on_singleton_groups_proposes_no_context(tmp_path):
+    path = tmp_path / "once.csv"
+    path.write_text("id,v\n" + "".join(f"{i},{i % 3}\n" for i in range(30)))
+    text = infer_config(str(path), sequence_by="id")
+    assert yaml.safe_load(text)["sequence"]["context"] == []
+    assert "# context: every group of the sample has one row, so nothing tells context from steps" in text
+
+
+def test_the_infer_config_command_takes_sequence_by(tmp_path, capsys):
+    from tfrbeam.cli import main
+
+    log = _aircraft_log(tmp_path)
+    assert main(["infer-config", log, "--sequence-by", "tailnum", "--order-by", "sched_dep"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["sequence"]["group_by"] == ["tailnum"]
+    assert main(["infer-config", log, "--order-by", "sched_dep"]) == 2
+    assert "--order-by needs --sequence-by" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""The demo and CSV example builds on every runner tfrbeam supports: the same shard bytes and manifest everywhere.
+"""The demo, CSV example and SequenceExample builds on every runner tfrbeam supports: the same bytes and manifest everywhere.
 
 Each multi-process runner runs with the piece store ``auto`` picks for it (spill) and with the
 ``inline`` store forced, so the path distributed runners take (frames through the GroupByKey)
@@ -24,10 +24,10 @@ from tfrbeam.offset_index import parse_offset_index
 from tfrbeam.record_index import parse_index
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
-CONFIGS = {"demo": REPO_ROOT / "configs" / "demo.yaml", "csv_example": REPO_ROOT / "configs" / "csv_example.yaml"}
+CONFIGS = {name: REPO_ROOT / "configs" / f"{name}.yaml" for name in ("demo", "csv_example", "sequence_example")}
 # What differs between two runs of one build by design: when, which run, and how it ran.
 RUN_KEYS = ("started", "finished", "run_id", "runner", "piece_store")
-INPUT_GLOBS = {"demo": "flights-*.csv", "csv_example": "*.csv"}
+INPUT_GLOBS = {"demo": "csv/flights-*.csv", "csv_example": "csv/*.csv", "sequence_example": "sequences/*.csv"}
 MULTI_PROCESSING = ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]
 
 
@@ -50,7 +50,7 @@ def _build(workdir: pathlib.Path, config: str, name: str, *args: str) -> pathlib
     output = workdir / "out" / config / name
     status = build_main([
         str(CONFIGS[config]), "--quiet", "--set", f"output.path={output}",
-        "--set", f"input.path={workdir / 'demo_data' / 'csv'}/{INPUT_GLOBS[config]}", *args,
+        "--set", f"input.path={workdir / 'demo_data'}/{INPUT_GLOBS[config]}", *args,
     ])
     assert status == 0, f"{config} on {name} failed"
     return output

@@ -272,6 +272,7 @@ def describe_plan(plan: BuildPlan) -> str:
     else:
         lines.append("shards:      " + ", ".join(f"{name} {count} shard{'s' if count != 1 else ''}"
                                                for name, count in zip(sharding.splits, sharding.num_shards)))
+    lines += _sequence_text(plan)
     shuffle = plan.config.shuffle
     lines += [f"shuffle:     {'seed ' + str(shuffle.seed) if shuffle.enabled else 'off (input order)'}",
               f"output:      {plan.output_path} (compression {sharding.compression or 'none'}"
@@ -285,6 +286,23 @@ def describe_plan(plan: BuildPlan) -> str:
 
 
 _SHOWN_INPUTS = 20
+
+
+def _sequence_text(plan: BuildPlan) -> list[str]:
+    """The dry run's lines on a sequence build: grouping, ordering, context, cuts and the GroupByKey's buckets."""
+    sequence = plan.config.sequence
+    if sequence is None:
+        return []
+    ordered = ", ".join(sequence.order_by) + ", then" if sequence.order_by else "by"
+    steps = sequence.sequence_features(plan.features)
+    cut = (f"max_steps {sequence.max_steps} (overflow {sequence.overflow})" if sequence.max_steps is not None
+           else "max_steps none")
+    return [f"sequence:    one SequenceExample per {', '.join(sequence.group_by)}; steps ordered by {ordered} the row's "
+            "content hash",
+            f"  context:   {', '.join(sequence.context_features)}",
+            f"  steps:     {', '.join(steps)}",
+            f"  limits:    min_steps {sequence.min_steps}, {cut}, max_group_bytes {sequence.max_group_bytes:,}",
+            f"  buckets:   {plan.sequence_buckets} (the GroupByKey of group keys; one worker holds one bucket)"]
 
 
 def _shape_text(shape: tuple[int, ...] | None) -> str:
@@ -540,7 +558,8 @@ def _fail(message: str, code: int) -> int:
 def summary_table(manifest: dict, seconds: float, run: BuildPlan) -> str:
     """The end-of-build table: rows read, examples, shards and bytes per split, bad rows, time and speed."""
     rows_read = manifest["rows_read"]
-    lines = [f"{'split':<12}{'examples':>12}{'shards':>8}{'bytes':>16}"]
+    sequences = "sequence" in manifest
+    lines = [f"{'split':<12}{'sequences' if sequences else 'examples':>12}{'shards':>8}{'bytes':>16}"]
     for name, split in manifest["splits"].items():
         lines.append(f"{name:<12}{split['num_examples']:>12,}{len(split['shards']):>8}{split['num_bytes']:>16,}")
     total_examples = sum(split["num_examples"] for split in manifest["splits"].values())
@@ -552,11 +571,25 @@ def summary_table(manifest: dict, seconds: float, run: BuildPlan) -> str:
     if bad.get("dead_letter_path"):
         bad_line += f" -> {bad['dead_letter_path']}"
     rate = rows_read / seconds if seconds > 0 else 0.0
-    lines += [
-        f"rows read:  {rows_read:,}",
-        bad_line,
+    lines += [f"rows read:  {rows_read:,}", *(_groups_lines(manifest) if sequences else []), bad_line,
         f"time:       {seconds:.1f} s ({rate:,.0f} rows/s, runner {manifest['runner']}, "
         f"piece store {manifest.get('piece_store', 'auto')})",
         f"manifest:   {run.manifest_path}",
     ]
     return "\n".join(lines)
+
+
+def _groups_lines(manifest: dict) -> list[str]:
+    """The summary's lines on a sequence build: groups kept and dropped, steps per SequenceExample."""
+    splits = manifest["splits"].values()
+    kept, cut = sum(split["num_groups"] for split in splits), sum(split["split_groups"] for split in splits)
+    few = sum(split["dropped_groups"]["too_few_steps"] for split in splits)
+    bad = sum(split["dropped_groups"]["bad"] for split in splits)
+    examples = sum(split["num_examples"] for split in splits)
+    steps = sum(split["steps"]["total"] for split in splits)
+    shortest = min((split["steps"]["min"] for split in splits if split["num_examples"]), default=0)
+    longest = max((split["steps"]["max"] for split in splits), default=0)
+    truncated = sum(split["truncated_steps"] for split in splits)
+    return [f"groups:     {kept:,} kept ({cut:,} cut by max_steps), {few:,} under min_steps, {bad:,} bad",
+            f"steps:      {steps:,} ({shortest:,}..{longest:,} per sequence, mean {steps / max(examples, 1):.1f})"
+            + (f", {truncated:,} truncated" if truncated else "")]

@@ -35,6 +35,7 @@ from tfrbeam.beam.filesystem import BEAM_FILES
 from tfrbeam.beam.publish import CommitJournal, held_or_taken, recover, swap_into_place
 from tfrbeam.build.config import config_to_dict
 from tfrbeam.build.plan import DALI_DIR_NAME, BuildPlan, check_output_dir, dataset_entries, foreign_entries, normalized
+from tfrbeam.build.sequence import SequenceCounts, SequenceStage
 from tfrbeam.build.shuffle import ShardFile, ShardPlan, discard_pieces
 from tfrbeam.errors import (
     CommitError,
@@ -45,11 +46,14 @@ from tfrbeam.errors import (
 )
 from tfrbeam.manifest import (
     ERRORS_DIR_NAME,
+    EXAMPLE,
     MANIFEST_FORMAT,
     MANIFEST_NAME,
+    SEQUENCE_EXAMPLE,
     feature_entries,
     manifest_bytes,
     parse_example_spec_of,
+    parse_sequence_example_spec_of,
     read_manifest,
 )
 from tfrbeam.offset_index import dali_index_text, offset_index_path_for, parse_offset_index, stamp_offset_index, write_dali_index
@@ -105,21 +109,34 @@ class CommitDataset(beam.DoFn):
         self._plan = plan
 
     def process(self, shard_plan: ShardPlan, files: list[ShardFile], counts: list[tuple[int, int]],
-                dead_letters: list[DeadLetterFile]) -> Iterator[dict]:
+                dead_letters: list[DeadLetterFile], sequence_counts: list[SequenceCounts] | None = None) -> Iterator[dict]:
         plan = self._plan
         rows_read, bad = sum_counts(counts)
+        sequences = None
+        if plan.config.sequence is not None:
+            sequences = SequenceStage.of(plan).zero_counts()
+            for each in sequence_counts or ():
+                sequences = sequences + each
+        bad_groups_rows = int(sequences.bad_rows.sum()) if sequences is not None else 0
         limit = plan.config.errors.max_bad_fraction
-        if too_many_bad(bad, rows_read, limit):
+        if too_many_bad(bad + bad_groups_rows, rows_read, limit):
             staged = [(item.temp_path, item.temp_index_path, item.temp_offsets_path) for item in files]
             fs.delete_files([path for paths in staged for path in paths if path])
             kept = f"; the bad rows are kept in {fs.join(plan.staging_dir, ERRORS_DIR_NAME)}" if dead_letters else ""
+            total_bad = bad + bad_groups_rows
+            in_groups = f" ({bad_groups_rows} of them in bad sequence groups)" if bad_groups_rows else ""
             raise TooManyBadRecordsError(
-                f"{bad} of {rows_read} input rows ({bad / max(rows_read, 1):.2%}) were bad, more than "
-                f"errors.max_bad_fraction={limit:g} allows; nothing was written to {plan.output_path}{kept}"
+                f"{total_bad} of {rows_read} input rows ({total_bad / max(rows_read, 1):.2%}) were bad{in_groups}, more "
+                f"than errors.max_bad_fraction={limit:g} allows; nothing was written to {plan.output_path}{kept}"
             )
-        check_every_record_arrived(files, rows_read - bad, plan.output_path)
-        absent = absent_counts(counts, len(plan.config.splits), len(plan.features))
-        manifest = build_manifest(plan, shard_plan, files, rows_read, bad, dead_letters, absent)
+        if sequences is None:
+            check_every_record_arrived(files, rows_read - bad, plan.output_path)
+            absent = absent_counts(counts, len(plan.config.splits), len(plan.features))
+            manifest = build_manifest(plan, shard_plan, files, rows_read, bad, dead_letters, absent)
+        else:
+            check_every_sequence_arrived(files, sequences, rows_read - bad, plan.output_path)
+            manifest = build_manifest(plan, shard_plan, files, rows_read, bad + bad_groups_rows, dead_letters,
+                                      sequences=sequences)
         with held_or_taken(plan.output_root, plan.run):
             recover_output(plan.output_root, keep=plan.staging_dir)
             self._check_output_unchanged()
@@ -139,12 +156,13 @@ class CommitDataset(beam.DoFn):
             raise CommitError(f"the output changed while this build ran, so nothing was published: {error}") from error
 
 
-def check_every_record_arrived(files: Sequence[ShardFile], expected: int, output: str) -> None:
+def check_every_record_arrived(files: Sequence[ShardFile], expected: int, output: str,
+                               made: str = "rows were converted", records: str = "examples") -> None:
     """Records in = records out, and every shard file is as long as its writer said; else nothing is published."""
     written = sum(item.num_examples for item in files)
     if written != expected:
         raise ShortWriteError(
-            f"{output}: the shard writers wrote {written} examples, but {expected} rows were converted; the runner "
+            f"{output}: the shard writers wrote {written} {records}, but {expected} {made}; the runner "
             "lost or duplicated elements, so nothing was published (see the README's runner table)"
         )
     sizes = {}
@@ -160,19 +178,28 @@ def check_every_record_arrived(files: Sequence[ShardFile], expected: int, output
         )
 
 
+def check_every_sequence_arrived(files: Sequence[ShardFile], sequences: SequenceCounts, converted: int, output: str) -> None:
+    """Sequence builds: every converted row reached the sequence stage, and every SequenceExample it made a shard."""
+    if sequences.rows != converted:
+        raise ShortWriteError(
+            f"{output}: {converted} rows were converted, but the sequence stage received {sequences.rows} "
+            f"({int(sequences.steps.sum())} steps kept, {int(sequences.too_few_rows.sum())} in groups under min_steps, "
+            f"{int(sequences.bad_rows.sum())} in bad groups, {int(sequences.truncated_steps.sum())} truncated); the "
+            "runner lost or duplicated elements, so nothing was published (see the README's runner table)"
+        )
+    check_every_record_arrived(files, int(sequences.examples.sum()), output, "were made of the groups",
+                               "SequenceExamples")
+
+
 def build_manifest(plan: BuildPlan, shard_plan: ShardPlan, files: Sequence[ShardFile], rows_read: int, bad: int,
-                   dead_letters: Sequence[DeadLetterFile], absent: np.ndarray | None = None) -> dict[str, Any]:
-    if absent is None:
-        absent = np.zeros((len(plan.config.splits), len(plan.features)), dtype=np.int64)
-    split_index = {name: index for index, name in enumerate(plan.config.splits)}
-    names = [spec.name for spec in plan.features]
-    features = feature_entries(plan.features)
-    for column, name in enumerate(names):  # presence as the build saw it, not as the schema allows
-        features[name]["always_present"] = bool(absent[:, column].sum() == 0)
-    splits = {}
-    for split_plan in shard_plan.splits:
-        shards = sorted((item for item in files if item.split == split_plan.name), key=lambda item: item.shard)
-        splits[split_plan.name] = {
+                   dead_letters: Sequence[DeadLetterFile], absent: np.ndarray | None = None,
+                   sequences: SequenceCounts | None = None) -> dict[str, Any]:
+    """The manifest of a finished build; ``sequences`` (the summed counts of a sequence build) makes it a SequenceExample one."""
+    config = plan.config
+    shards_of = {split_plan.name: sorted((item for item in files if item.split == split_plan.name),
+                                         key=lambda item: item.shard) for split_plan in shard_plan.splits}
+    splits = {
+        name: {
             "num_examples": sum(item.num_examples for item in shards),
             "num_bytes": sum(item.num_bytes for item in shards),
             "shards": [
@@ -180,28 +207,31 @@ def build_manifest(plan: BuildPlan, shard_plan: ShardPlan, files: Sequence[Shard
                  "sha256": item.sha256}
                 for item in shards
             ],
-            "examples_with_feature": {
-                name: sum(item.num_examples for item in shards) - int(absent[split_index[split_plan.name], column])
-                for column, name in sorted(enumerate(names), key=lambda pair: pair[1])
-            },
         }
-    config = plan.config
+        for name, shards in shards_of.items()
+    }
+    if sequences is None:
+        schema = _example_schema(plan, splits, absent)
+    else:
+        schema = _sequence_schema(plan, splits, sequences)
+    record = "SequenceExample" if sequences is not None else "example"
     return {
         "format": MANIFEST_FORMAT,
+        "record_type": SEQUENCE_EXAMPLE if sequences is not None else EXAMPLE,
         "splits": splits,
         "compression": config.output.compression,
-        "features": features,
-        "parse_example_spec": parse_example_spec_of(features),
+        **schema,
         "inputs": list(plan.inputs),
         "config": normalized(config_to_dict(config)),
         "seed": config.shuffle.seed if config.shuffle.enabled else None,
         "order": (
-            "shuffled: sorted by a seed-keyed mix of each example's XXH3-128 content hash, ties by bytes"
+            f"shuffled: sorted by a seed-keyed mix of each {record}'s XXH3-128 content hash, ties by bytes"
             if config.shuffle.enabled else "input order: input files sorted by path, then row order"
+            + (" of each SequenceExample's earliest row" if sequences is not None else "")
         ),
         "split_assignment": "XXH3-128 hash of " + (
             f"split_key {list(config.split_key)}" if config.split_key else "the whole example"
-        ) + " against cumulative fractions; independent of the seed",
+        ) + (" (of each group)" if sequences is not None else "") + " against cumulative fractions; independent of the seed",
         "versions": {"tfrbeam": tfrbeam.__version__, "apache_beam": beam.__version__, "python": platform.python_version()},
         "runner": plan.runner,
         "piece_store": plan.piece_store,
@@ -215,6 +245,58 @@ def build_manifest(plan: BuildPlan, shard_plan: ShardPlan, files: Sequence[Shard
             "dead_letter_path": plan.dead_letter_path if dead_letters else None,
             "files": sorted(item.relative_path for item in dead_letters),
         },
+    }
+
+
+def _example_schema(plan: BuildPlan, splits: dict[str, dict[str, Any]], absent: np.ndarray | None) -> dict[str, Any]:
+    """An Example build's features and parse spec, and per split the examples that have each feature."""
+    if absent is None:
+        absent = np.zeros((len(plan.config.splits), len(plan.features)), dtype=np.int64)
+    names = [spec.name for spec in plan.features]
+    features = feature_entries(plan.features)
+    for column, name in enumerate(names):  # presence as the build saw it, not as the schema allows
+        features[name]["always_present"] = bool(absent[:, column].sum() == 0)
+    for index, entry in enumerate(splits.values()):
+        entry["examples_with_feature"] = {
+            name: entry["num_examples"] - int(absent[index, column])
+            for column, name in sorted(enumerate(names), key=lambda pair: pair[1])
+        }
+    return {"features": features, "parse_example_spec": parse_example_spec_of(features)}
+
+
+def _sequence_schema(plan: BuildPlan, splits: dict[str, dict[str, Any]], counts: SequenceCounts) -> dict[str, Any]:
+    """A SequenceExample build's context and sequence features, parse spec, settings and per-split group and step counts."""
+    sequence = plan.config.sequence
+    assert sequence is not None  # a sequence build
+    stage = SequenceStage.of(plan)
+    specs = {spec.name: spec for spec in plan.features}
+    context = feature_entries([specs[name] for name in stage.context])
+    steps = feature_entries([specs[name] for name in stage.feature_lists])
+    for column, name in enumerate(stage.context):
+        context[name]["always_present"] = bool(counts.context_present[:, column].sum() == counts.examples.sum())
+    for column, name in enumerate(stage.feature_lists):
+        steps[name]["always_present"] = bool(counts.steps_present[:, column].sum() == counts.steps.sum())
+    for index, entry in enumerate(splits.values()):
+        examples, total = int(counts.examples[index]), int(counts.steps[index])
+        entry.update({
+            "num_groups": int(counts.groups[index]),
+            "steps": {"total": total, "min": int(counts.min_steps[index]) if examples else 0,
+                      "mean": total / examples if examples else 0.0, "max": int(counts.max_steps[index])},
+            "dropped_groups": {"too_few_steps": int(counts.too_few_groups[index]), "bad": int(counts.bad_groups[index])},
+            "split_groups": int(counts.split_groups[index]),
+            "truncated_steps": int(counts.truncated_steps[index]),
+            "examples_with_feature": {name: int(counts.context_present[index, column])
+                                      for column, name in sorted(enumerate(stage.context), key=lambda pair: pair[1])},
+            "steps_with_feature": {name: int(counts.steps_present[index, column])
+                                   for column, name in sorted(enumerate(stage.feature_lists), key=lambda pair: pair[1])},
+        })
+    return {
+        "context_features": context,
+        "sequence_features": steps,
+        "parse_sequence_example_spec": parse_sequence_example_spec_of(context, steps),
+        "sequence": {"group_by": list(sequence.group_by), "order_by": list(sequence.order_by),
+                     "context": list(sequence.context), "max_steps": sequence.max_steps, "overflow": sequence.overflow,
+                     "min_steps": sequence.min_steps},
     }
 
 

@@ -52,6 +52,7 @@ __all__ = [
     "FeatureSpec",
     "InputConfig",
     "OutputConfig",
+    "SequenceConfig",
     "ShuffleConfig",
     "apply_overrides",
     "config_to_dict",
@@ -76,6 +77,10 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
                "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
 _INT64_MAX = (1 << 63) - 1
+OVERFLOW_ACTIONS = ("split", "truncate", "error")
+# The largest SequenceExample of a group kept whole: a larger one is an error unless max_steps cuts
+# the group. Four of this size fit the default shard size.
+DEFAULT_MAX_GROUP_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -118,6 +123,35 @@ class ErrorsConfig:
 
 
 @dataclass(frozen=True)
+class SequenceConfig:
+    """A SequenceExample build: one record per distinct group_by key, its rows as steps in order_by order.
+
+    group_by features and ``context`` are the record's context (one value per group); every
+    other feature is a feature list, one step per row. Groups of fewer than min_steps rows are
+    dropped (counted); longer than max_steps, they are cut (overflow split), cut short
+    (truncate) or bad groups (error). max_group_bytes bounds the SequenceExample of a group kept whole.
+    """
+
+    group_by: tuple[str, ...]
+    order_by: tuple[str, ...] = ()
+    context: tuple[str, ...] = ()
+    max_steps: int | None = None
+    overflow: str = "split"
+    min_steps: int = 1
+    max_group_bytes: int = DEFAULT_MAX_GROUP_BYTES
+
+    @property
+    def context_features(self) -> tuple[str, ...]:
+        """The features written once per SequenceExample: group_by (constant by definition), then context."""
+        return self.group_by + self.context
+
+    def sequence_features(self, features: tuple[FeatureSpec, ...] | None) -> tuple[str, ...]:
+        """The features written as feature lists (every feature not in the context), in feature order."""
+        context = set(self.context_features)
+        return tuple(spec.name for spec in features or () if spec.name not in context)
+
+
+@dataclass(frozen=True)
 class BuildConfig:
     """A whole dataset build. features None means: every input column, types inferred."""
 
@@ -131,6 +165,7 @@ class BuildConfig:
     # Write stats.json and stats.html with the dataset. Off by default: on the 1M-row benchmark table
     # the statistics take ~2.4 s (two processes) against ~5 s for the build itself.
     stats: bool = False
+    sequence: SequenceConfig | None = None  # set: one tf.train.SequenceExample per group instead of an Example per row
 
     def feature(self, name: str) -> FeatureSpec:
         for spec in self.features or ():
@@ -380,15 +415,18 @@ class _Checker:
             return default
         return value
 
-    def names(self, raw: dict, key: str, path: str, allow_single: bool = False) -> tuple[str, ...] | None:
-        """A list of unique non-empty strings (or one string when allow_single); None stays None."""
+    def names(self, raw: dict, key: str, path: str, allow_single: bool = False,
+              allow_empty: bool = False) -> tuple[str, ...] | None:
+        """A list of unique non-empty strings (or one string when allow_single; [] when allow_empty); None stays None."""
         value = raw.get(key)
         if value is None:
             return None
         if allow_single and isinstance(value, str):
             value = [value]
-        if not isinstance(value, list) or not value or not all(isinstance(item, str) and item for item in value):
-            self.fail(f"{path}.{key}", f"{_show(value)} is not a non-empty list of non-empty strings")
+        if not isinstance(value, list) or not (value or allow_empty) or not all(isinstance(item, str) and item
+                                                                                 for item in value):
+            what = "a list of non-empty strings" if allow_empty else "a non-empty list of non-empty strings"
+            self.fail(f"{path}.{key}" if path else key, f"{_show(value)} is not {what}")
             return None
         duplicates = sorted({item for item in value if value.count(item) > 1})
         if duplicates:
@@ -397,7 +435,7 @@ class _Checker:
         return tuple(value)
 
 
-_TOP_KEYS = ("input", "features", "shuffle", "splits", "split_key", "output", "errors", "stats")
+_TOP_KEYS = ("input", "features", "shuffle", "splits", "split_key", "output", "errors", "stats", "sequence")
 _INPUT_KEYS = ("format", "path", "csv", "parquet", "columns", "split_bytes")
 _PARQUET_KEYS = ("require_checksums",)
 _CSV_KEYS = ("delimiter", "quote_char", "escape_char", "header", "column_names", "null_values", "true_values",
@@ -406,6 +444,7 @@ _FEATURE_KEYS = ("type", "source", "on_null", "default", "separator", "length", 
 _SHUFFLE_KEYS = ("enabled", "seed")
 _OUTPUT_KEYS = ("path", "num_shards", "max_bytes_per_shard", "compression", "dali_index")
 _ERRORS_KEYS = ("on_bad_record", "max_bad_fraction", "allow_empty")
+_SEQUENCE_KEYS = ("group_by", "order_by", "context", "max_steps", "overflow", "min_steps", "max_group_bytes")
 
 
 def parse_config(raw: Any, where: str = "<config>") -> BuildConfig:
@@ -423,12 +462,17 @@ def parse_config(raw: Any, where: str = "<config>") -> BuildConfig:
     if not isinstance(stats, bool):
         check.fail("stats", f"{_show(stats)} is not a boolean (true writes stats.json and stats.html with the dataset)")
         stats = False
+    sequence = _parse_sequence(check, top.get("sequence")) if top.get("sequence") is not None else None
+    if sequence is not None:
+        split_key = _sequence_split_key(check, sequence, split_key)
+        if stats:
+            check.fail("stats", "statistics of SequenceExample datasets are not computed yet (set stats: false)")
     if check.problems:
         count = len(check.problems)
         heading = f"{where}: {count} problem{'s' if count > 1 else ''} in the build config:\n  "
         raise ConfigError(heading + "\n  ".join(check.problems))
     return BuildConfig(input=input_config, output=output, features=features, shuffle=shuffle,
-                       splits=splits, split_key=split_key, errors=errors, stats=stats)
+                       splits=splits, split_key=split_key, errors=errors, stats=stats, sequence=sequence)
 
 
 def _parse_input(check: _Checker, raw: Any) -> InputConfig:
@@ -699,6 +743,50 @@ def _parse_output(check: _Checker, raw: Any, splits: dict[str, float]) -> Output
                         compression=None if compression == "none" else compression, dali_index=dali_index)
 
 
+def _parse_sequence(check: _Checker, raw: Any) -> SequenceConfig | None:
+    """The sequence section; names are checked against the features later (validate_against_schema)."""
+    path = "sequence"
+    section = check.mapping(raw, path, _SEQUENCE_KEYS, required=("group_by",) if isinstance(raw, dict) else ())
+    if not isinstance(raw, dict):
+        return None
+    group_by = check.names(section, "group_by", path, allow_single=True) or ()
+    order_by = check.names(section, "order_by", path, allow_empty=True) or ()
+    context = check.names(section, "context", path, allow_empty=True) or ()
+    for name in order_by:
+        if name in group_by:
+            check.fail(f"{path}.order_by", f"{name!r} is in group_by (it is constant within a group; order by another feature)")
+    for name in context:
+        if name in group_by:
+            check.fail(f"{path}.context", f"{name!r} is in group_by (group_by features are context already; "
+                       "leave it out of context)")
+        elif name in order_by:
+            check.fail(f"{path}.context", f"{name!r} is in order_by too (order_by features are steps; a feature is one "
+                       "or the other)")
+    max_steps = check.integer(section, "max_steps", path, None, minimum=1)
+    overflow = check.choice(section, "overflow", path, OVERFLOW_ACTIONS, "split") or "split"
+    if overflow != "split" and section.get("max_steps") is None:
+        check.fail(f"{path}.overflow", f"{overflow} needs max_steps (the longest sequence to keep)")
+    min_steps = check.integer(section, "min_steps", path, 1, minimum=1)
+    if max_steps is not None and min_steps > max_steps:
+        check.fail(f"{path}.min_steps", f"{min_steps} is more than max_steps {max_steps} (no sequence could be kept)")
+    max_group_bytes = _size(check, section, "max_group_bytes", path, DEFAULT_MAX_GROUP_BYTES)
+    if not group_by:
+        return None
+    return SequenceConfig(group_by=group_by, order_by=order_by, context=context, max_steps=max_steps,
+                          overflow=overflow, min_steps=min_steps, max_group_bytes=max_group_bytes)
+
+
+def _sequence_split_key(check: _Checker, sequence: SequenceConfig, split_key: tuple[str, ...] | None) -> tuple[str, ...]:
+    """A sequence build splits by its group key (or a part of it): a group never straddles splits."""
+    if split_key is None:
+        return sequence.group_by
+    outside = [name for name in split_key if name not in sequence.group_by]
+    if outside:
+        check.fail("split_key", f"{list(outside)} is not part of sequence.group_by {list(sequence.group_by)}: a group's "
+                   "rows would straddle splits (allowed: a subset of group_by, or leave split_key out to split by it)")
+    return split_key
+
+
 def _parse_errors(check: _Checker, raw: Any) -> ErrorsConfig:
     section = check.mapping(raw, "errors", _ERRORS_KEYS)
     action = check.choice(section, "on_bad_record", "errors", BAD_RECORD_ACTIONS, "fail") or "fail"
@@ -777,7 +865,16 @@ def config_to_dict(config: BuildConfig) -> dict:
         "errors": {"on_bad_record": config.errors.on_bad_record, "max_bad_fraction": config.errors.max_bad_fraction,
                    "allow_empty": config.errors.allow_empty},
         "stats": config.stats,
+        "sequence": _sequence_to_dict(config.sequence),
     }
+
+
+def _sequence_to_dict(sequence: SequenceConfig | None) -> dict | None:
+    if sequence is None:
+        return None
+    return {"group_by": list(sequence.group_by), "order_by": list(sequence.order_by), "context": list(sequence.context),
+            "max_steps": sequence.max_steps, "overflow": sequence.overflow, "min_steps": sequence.min_steps,
+            "max_group_bytes": sequence.max_group_bytes}
 
 
 def _feature_to_dict(spec: FeatureSpec) -> dict:
@@ -866,10 +963,13 @@ def validate_against_schema(config: BuildConfig, schema: pa.Schema, sample: pa.R
             spec_done = replace(spec_done, default=default)
         resolved.append(spec_done)
     feature_names = [spec.name for spec in specs]
+    grouped_by = config.sequence.group_by if config.sequence is not None else ()
     for key in config.split_key or ():
-        if key not in feature_names:  # the split is hashed from converted feature values
+        if key not in feature_names and key not in grouped_by:  # the split is hashed from converted feature values
             check.fail("split_key", f"{key!r} is not a feature (features: {_names(feature_names)}); "
                        "the split key is hashed from the converted values of the features it names")
+    if config.sequence is not None:
+        _check_sequence_names(check, config.sequence, resolved, feature_names)
     if not specs:
         check.fail("features", f"{where} has no columns to make features of")
     if check.problems:
@@ -892,6 +992,23 @@ def _inferred_typed_specs(schema: pa.Schema, columns: list[str], where: str) -> 
         if note:
             _LOG.warning("%s: left out (features was left out): %s", where, note)
     return tuple(specs)
+
+
+def _check_sequence_names(check: _Checker, sequence: SequenceConfig, resolved: list[FeatureSpec],
+                          feature_names: list[str]) -> None:
+    """Every name of the sequence section is a feature; steps are ordered by scalars; some feature is a feature list."""
+    shapes = {spec.name: spec.shape for spec in resolved}
+    for key in ("group_by", "order_by", "context"):
+        for name in getattr(sequence, key):
+            if name not in feature_names:
+                hint = difflib.get_close_matches(name, feature_names, n=1)
+                suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
+                check.fail(f"sequence.{key}", f"{name!r} is not a feature (features: {_names(feature_names)}){suggestion}")
+            elif key == "order_by" and name in shapes and shapes[name] != ():
+                check.fail("sequence.order_by", f"{name!r} is a list feature; steps are ordered by scalar features")
+    if feature_names and not sequence.sequence_features(tuple(resolved)) and len(resolved) == len(feature_names):
+        check.fail("sequence.context", "every feature is context or group_by; a SequenceExample needs at least one "
+                   "sequence feature (leave one out of context)")
 
 
 def _inferred_spec(field_: pa.Field, config: BuildConfig) -> FeatureSpec:

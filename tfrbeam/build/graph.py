@@ -1,5 +1,9 @@
 """The dataset build as a Beam graph: read → convert → key → shuffle/split/shard → commit.
 
+A SequenceExample build (``sequence:`` in the config) adds one stage between converting and the
+shuffle (``tfrbeam.build.sequence``): rows keyed by a bucket of their group key, grouped by the
+runner, then sorted, checked and encoded as SequenceExamples, which the same shuffle writes.
+
 ``build_pipeline(pipeline, plan)`` adds the whole build to a pipeline; the plan
 (``tfrbeam.build.plan``) was settled before, and the commit (``tfrbeam.build.commit``) publishes
 the staged dataset with the commit protocol only when every shard is written and counted.
@@ -16,6 +20,7 @@ from typing import Any
 
 import apache_beam as beam
 import numpy as np
+import pyarrow as pa
 
 from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.publish import StagingDir
@@ -25,12 +30,20 @@ from tfrbeam.build.config import BuildConfig
 from tfrbeam.build.inputs import ReadTabular, convert_source_batch
 from tfrbeam.build.plan import BuildPlan, plan_build
 from tfrbeam.build.runners import held_piece_budget
+from tfrbeam.build.sequence import (
+    BAD_ROWS as SEQUENCE_BAD_ROWS,
+    STATS as SEQUENCE_STATS,
+    EncodeSequences,
+    GroupKeyer,
+    SequenceStage,
+)
 from tfrbeam.build.shuffle import (
     KeyedRecords,
     ShardingSpec,
     WriteShuffledShards,
     content_digests,
     input_order_keys,
+    keyed_pieces,
     make_piece_store,
     record_checksums,
     seeded_sort_keys,
@@ -65,21 +78,35 @@ def build_pipeline(pipeline: beam.Pipeline, plan: BuildPlan | BuildConfig, *, ov
     refuse_lossy_runner(pipeline, "tfrbeam build", also=TAGGED_SIDE_INPUT_LOSERS)
     StagingDir(plan.staging_dir, plan.run).create()
     config = plan.config
+    converter = _ConvertAndKey(plan, plan.sharding, [item.path for item in plan.input_files])
     converted = (
         pipeline
         | "ReadInputs" >> ReadTabular(config.input, list(plan.columns), inputs=list(plan.input_files),
                                       progress_under=plan.staging_dir)
-        | "ConvertAndKey" >> beam.ParDo(_ConvertAndKey(plan, plan.sharding, [item.path for item in plan.input_files]))
-        .with_output_types(KeyedRecords).with_outputs(_BAD_ROWS, _STATS, main=_PIECES)
+        | "ConvertAndKey" >> beam.ParDo(converter)
+        .with_output_types(KeyedRecords if config.sequence is None else tuple[int, pa.RecordBatch])
+        .with_outputs(_BAD_ROWS, _STATS, main=_PIECES)
     )
+    records, bad_rows, sequence_counts = converted[_PIECES], [converted[_BAD_ROWS]], {}
+    if config.sequence is not None:
+        sequences = (
+            records
+            | "GroupRowsByBucket" >> beam.GroupByKey()
+            | "EncodeSequences" >> beam.ParDo(EncodeSequences(SequenceStage.of(plan), converter.piece_bytes))
+            .with_output_types(KeyedRecords).with_outputs(SEQUENCE_BAD_ROWS, SEQUENCE_STATS, main=_PIECES)
+        )
+        records = sequences[_PIECES]
+        bad_rows.append(sequences[SEQUENCE_BAD_ROWS])
+        sequence_counts = {"sequence_counts": beam.pvalue.AsList(sequences[SEQUENCE_STATS])}
     store = make_piece_store(plan.piece_store, plan.staging_dir, held_piece_budget())
-    shards = converted[_PIECES] | "Shuffle" >> WriteShuffledShards(plan.sharding, plan.staging_dir, store)
+    shards = records | "Shuffle" >> WriteShuffledShards(plan.sharding, plan.staging_dir, store)
     # The commit's inputs are side inputs, so they are complete before it runs; no combine (each
     # costs several stages on the local runners) and no dead-letter stages unless they are written.
     dead_letters = ()
     if plan.dead_letter_path is not None:
+        every_bad_row = bad_rows[0] if len(bad_rows) == 1 else tuple(bad_rows) | "EveryBadRow" >> beam.Flatten()
         dead_letters = beam.pvalue.AsList(
-            converted[_BAD_ROWS]
+            every_bad_row
             | "GroupBadRowsByFile" >> beam.GroupByKey()
             | "WriteDeadLetters" >> beam.ParDo(_WriteDeadLetters(plan.staging_dir))
         )
@@ -88,6 +115,7 @@ def build_pipeline(pipeline: beam.Pipeline, plan: BuildPlan | BuildConfig, *, ov
         files=beam.pvalue.AsList(shards["files"]),
         counts=beam.pvalue.AsList(converted[_STATS]),
         dead_letters=dead_letters,
+        **sequence_counts,
     )
     return plan
 
@@ -98,7 +126,9 @@ def build_pipeline(pipeline: beam.Pipeline, plan: BuildPlan | BuildConfig, *, ov
 class _ConvertAndKey(beam.DoFn):
     """Converts a source batch to Examples and emits them keyed for the shuffle, in pieces of bounded size.
 
-    Side outputs: bad rows per input file (dead_letter), and (rows read, bad rows) counts.
+    Side outputs: bad rows per input file (dead_letter), and (rows read, bad rows) counts. In a
+    sequence build the rows go out as Arrow batches keyed by their group key's bucket instead
+    (``GroupKeyer``; a null in the key makes a bad row).
     """
 
     def __init__(self, run: BuildPlan, spec: ShardingSpec, input_paths: list[str]):
@@ -109,7 +139,9 @@ class _ConvertAndKey(beam.DoFn):
         self._action = run.config.errors.on_bad_record
         self._input_index = {path: index for index, path in enumerate(sorted(input_paths))}
         cap = spec.max_bytes_per_shard
-        self._piece_bytes = min(PIECE_MAX_BYTES, cap) if cap else PIECE_MAX_BYTES
+        self.piece_bytes = min(PIECE_MAX_BYTES, cap) if cap else PIECE_MAX_BYTES
+        sequence = run.config.sequence
+        self._keyer = GroupKeyer(sequence.group_by, run.sequence_buckets) if sequence is not None else None
 
     def setup(self) -> None:
         self._rows = 0
@@ -117,6 +149,8 @@ class _ConvertAndKey(beam.DoFn):
 
     def process(self, source) -> Iterator[Any]:
         converted = convert_source_batch(source, self._features)
+        if self._keyer is not None:
+            converted = self._keyer.without_null_keys(source, converted)
         bad_rows = converted.bad_rows
         rows_read = source.batch.num_rows + len(source.bad_rows)  # the reader's rejects are not in the batch
         self._absent = np.zeros((len(self._fractions), len(self._features)), dtype=np.int64)
@@ -130,7 +164,10 @@ class _ConvertAndKey(beam.DoFn):
             if self._action == "dead_letter":
                 yield beam.pvalue.TaggedOutput(_BAD_ROWS, (self._input_index.get(source.path, -1), bad_rows))
         batch = converted.batch
-        if batch.num_rows:
+        if batch.num_rows and self._keyer is not None:
+            lines = np.asarray(source.lines, dtype=np.int64)[converted.kept_rows]
+            yield from self._keyer.rows_by_bucket(batch, self._input_index[source.path], lines)
+        elif batch.num_rows:
             yield from self._pieces(source, batch, converted.kept_rows)
         # (rows read, bad rows, per split and feature the examples that lack it): the commit checks
         # the first two against the shards and records presence from the data, not from the schema.
@@ -155,14 +192,7 @@ class _ConvertAndKey(beam.DoFn):
             keys = seeded_sort_keys(digests[:, 1], self._seed)
         else:
             keys = input_order_keys(self._input_index[source.path], np.asarray(source.lines, dtype=np.int64)[kept_rows])
-        start = 0
-        while start < len(keys):
-            end = int(np.searchsorted(offsets, offsets[start] + self._piece_bytes, side="right")) - 1
-            end = min(max(end, start + 1), len(keys))
-            base = offsets[start]
-            yield KeyedRecords(split[start:end], keys[start:end], offsets[start:end + 1] - base, data[base:offsets[end]],
-                               crcs=crcs[start:end])
-            start = end
+        yield from keyed_pieces(split, keys, offsets, data, crcs, self.piece_bytes)
 
     def _progress(self, rows: int) -> None:
         self._rows += rows

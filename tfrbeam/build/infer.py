@@ -6,7 +6,8 @@ columns nothing can map are left out with a comment). CSV: the delimiter is snif
 detected from the first lines; types come from the first SAMPLE_ROWS rows with the build's own
 parsers (int64, else float, else bytes); tokens like "" or NA that stand in for numbers become
 null_values; columns holding ";"- or "|"-separated numbers become list features. The result is
-accepted by load_config unchanged.
+accepted by load_config unchanged. With a sequence column (``--sequence-by``) the config builds
+SequenceExamples, proposing as context the columns constant within every group of the sample.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from tfrbeam.build.config import (
     DEFAULT_MAX_BAD_FRACTION_WHEN_KEEPING_GOING,
@@ -42,6 +45,8 @@ __all__ = ["infer_config"]
 
 SNIFF_BYTES = 64 << 10
 _DELIMITERS = ",;\t|"
+# A column constant within at least this share of the sample's multi-row groups (but not all) is named in a comment.
+_NEARLY_CONSTANT = 0.9
 
 
 @dataclass(frozen=True)
@@ -52,8 +57,14 @@ class _Feature:
     comment: str = ""
 
 
-def infer_config(input_path: str, format: str | None = None) -> str:
-    """A complete, commented YAML build config for the input (a file or glob), ready to edit and run."""
+def infer_config(input_path: str, format: str | None = None, sequence_by: str | None = None,
+                 order_by: str | None = None) -> str:
+    """A complete, commented YAML build config for the input (a file or glob), ready to edit and run.
+
+    ``sequence_by`` (a feature name) makes it a SequenceExample build, its steps ordered by ``order_by``.
+    """
+    if order_by is not None and sequence_by is None:
+        raise ConfigError("--order-by needs --sequence-by (the column whose values make one sequence each)")
     files = list_inputs(input_path)
     fmt = format or _format_of(files[0].path)
     if fmt not in ("csv", "parquet"):
@@ -64,6 +75,7 @@ def infer_config(input_path: str, format: str | None = None) -> str:
         features, left_out = _parquet_features(sample.schema)
         header = [f"# Inferred from the Parquet schema of {sample.path}."]
         csv_options = None
+        rows = _parquet_sample(sample.path) if sequence_by is not None else None
     else:
         csv_options, sniff_notes, unnamed = _sniff_csv(files[0].path)
         draft = BuildConfig(input=InputConfig(format="csv", path=input_path, csv=csv_options),
@@ -80,7 +92,11 @@ def infer_config(input_path: str, format: str | None = None) -> str:
                   "# type is a bad row (see errors), never a silent change of type."]
     if not features:
         raise ConfigError(f"{files[0].path}: no column maps to an Example feature ({'; '.join(left_out)})")
-    return _render(input_path, fmt, csv_options, features, left_out, header, files[0].path)
+    sequence = None
+    if sequence_by is not None:
+        assert rows is not None  # sampled above for sequence builds
+        sequence = _sequence_lines(features, pa.Table.from_batches([rows]), sequence_by, order_by)
+    return _render(input_path, fmt, csv_options, features, left_out, header, files[0].path, sequence)
 
 
 def _format_of(path: str) -> str:
@@ -173,6 +189,67 @@ def _csv_features(specs, sample: pa.RecordBatch, null_tokens, unnamed: dict[str,
     return features, notes
 
 
+# ------------------------------------------------------------------------------------------ sequences
+
+
+def _parquet_sample(path: str) -> pa.RecordBatch:
+    """The first SAMPLE_ROWS rows of a Parquet file (to tell context columns from steps)."""
+    with _open(path) as raw:
+        batches = pq.ParquetFile(raw).iter_batches(batch_size=SAMPLE_ROWS)
+        return next(batches, None) or pa.RecordBatch.from_pylist([], schema=pq.ParquetFile(raw).schema_arrow)
+
+
+def _sequence_lines(features: list[_Feature], sample: pa.Table, group_by: str, order_by: str | None) -> list[str]:
+    """The sequence section: group_by, order_by, and as context the columns constant within every group of the sample."""
+    specs = {feature.spec.name: feature.spec for feature in features}
+    names = ", ".join(specs)
+    for flag, name in (("--sequence-by", group_by), ("--order-by", order_by)):
+        if name is not None and name not in specs:
+            raise ConfigError(f"{flag}: {name!r} is not a feature of the input (features: {names})")
+    if order_by is not None and specs[order_by].shape != ():
+        raise ConfigError(f"--order-by: {order_by!r} is a list feature; steps are ordered by a scalar feature")
+    key = specs[group_by].source
+    rows = sample.filter(pc.is_valid(sample.column(key)))
+    sizes = rows.group_by(key).aggregate([(key, "count")])
+    groups, multi = sizes.num_rows, int(pc.sum(pc.greater(sizes.column(f"{key}_count"), 1)).as_py() or 0)
+    context, notes = [], []
+    for name, spec in specs.items():
+        if name in (group_by, order_by) or spec.source not in rows.column_names:
+            continue
+        if spec.shape != ():
+            notes.append(f"  # {name}: a list column, never proposed as context")
+            continue
+        if multi == 0:
+            continue
+        distinct = rows.group_by(key).aggregate([(spec.source, "count_distinct", pc.CountOptions(mode="all")),
+                                                 (key, "count")])
+        within = pc.greater(distinct.column(f"{key}_count"), 1)
+        constant = int(pc.sum(pc.and_(within, pc.less_equal(distinct.column(f"{spec.source}_count_distinct"), 1)))
+                       .as_py() or 0)
+        if constant == multi:
+            context.append(name)
+        elif constant >= _NEARLY_CONSTANT * multi:
+            notes.append(f"  # {name}: constant within {constant} of the {multi} groups with more than one row (not proposed)")
+    if multi == 0:
+        why = "  # context: every group of the sample has one row, so nothing tells context from steps"
+    else:
+        why = (f"  # context: the columns constant within every one of the sample's {groups} groups "
+               f"(of {rows.num_rows} rows); a group where one varies is a bad group")
+    null_note = ("   # on_null: omit above: a row with a null key is a bad row" if specs[group_by].on_null == "omit" else "")
+    return [
+        f"sequence:                     # one tf.train.SequenceExample per {group_by}; every other feature not in context is",
+        "                              # a feature list, one step per row",
+        f"  group_by: [{_q(group_by)}]{null_note}",
+        f"  order_by: [{_q(order_by) if order_by is not None else ''}]"
+        "             # steps in this order (nulls last); ties by the row's content hash",
+        why, *notes,
+        f"  context: [{', '.join(_q(name) for name in context)}]",
+        "  max_steps: null             # e.g. 100: longer groups are cut (overflow: split | truncate | error)",
+        "  overflow: split",
+        "  min_steps: 1                # shorter groups are dropped (counted in the manifest)",
+    ]
+
+
 # ------------------------------------------------------------------------------------------ render
 
 
@@ -185,7 +262,7 @@ def _q(value: Any) -> str:
 
 
 def _render(input_path: str, fmt: str, csv_options: CsvOptions | None, features: list[_Feature],
-            left_out: list[str], header: list[str], first_file: str) -> str:
+            left_out: list[str], header: list[str], first_file: str, sequence: list[str] | None = None) -> str:
     stem = posixpath.basename(first_file).split(".")[0] or "dataset"
     out = ["# tfrbeam build config written by `tfrbeam infer-config`; edit it, then run:",
            "#   tfrbeam build THIS_FILE.yaml",
@@ -223,7 +300,9 @@ def _render(input_path: str, fmt: str, csv_options: CsvOptions | None, features:
             "splits:                       # fractions sum to 1; a row's split is fixed by its content (or split_key)",
             "  train: 0.9",
             "  eval: 0.1",
-            "split_key: null               # e.g. [user_id]: rows with the same key land in the same split",
+            "split_key: null               # e.g. [user_id]: rows with the same key land in the same split"
+            if sequence is None else "split_key: null               # a sequence build splits by sequence.group_by",
+            *(sequence or ()),
             "output:",
             f"  path: {_q('out/' + stem)}",
             "  # Set one of these two; left out, shards are sized by bytes (the default below).",

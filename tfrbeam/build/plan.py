@@ -26,7 +26,8 @@ from tfrbeam.build.config import BuildConfig, config_to_dict, resolve_config, wi
 from tfrbeam.build.features import FeatureSpec
 from tfrbeam.build.inputs import InputFile, check_inputs_hold_rows, list_inputs
 from tfrbeam.build.runners import choose_piece_store
-from tfrbeam.build.shuffle import INLINE, ShardingSpec, bucket_bits_for
+from tfrbeam.build.sequence import sequence_buckets_for
+from tfrbeam.build.shuffle import INLINE, MAX_BUCKET_BITS, ShardingSpec, bucket_bits_for
 from tfrbeam.errors import ConfigError, ManifestError, OutputExistsError, OutputNotWritableError
 from tfrbeam.manifest import ERRORS_DIR_NAME, MANIFEST_NAME, read_manifest
 
@@ -52,6 +53,7 @@ class BuildPlan:
     runner: str
     overwrite: bool
     piece_store: str = INLINE  # where the shuffle's pieces wait (tfrbeam.build.runners.choose_piece_store)
+    sequence_buckets: int = 0  # sequence builds: the GroupByKey's buckets of group keys (tfrbeam.build.sequence)
 
     @property
     def started(self) -> str:
@@ -121,6 +123,7 @@ def plan_build(config: BuildConfig, options: PipelineOptions | None = None, *, o
         output_path=config.output.path, output_root=output_root,
         run=this_run(run_id or uuid.uuid4().hex[:16]), runner=runner_name(options), overwrite=overwrite,
         piece_store=choose_piece_store(options),
+        sequence_buckets=sequence_buckets_for(sum(item.size for item in inputs)) if config.sequence is not None else 0,
     )
 
 
@@ -142,11 +145,15 @@ def sharding_spec(config: BuildConfig, input_bytes: int) -> ShardingSpec:
         estimated = max(1, -(-8 * input_bytes // output.max_bytes_per_shard))
     else:
         estimated = max(count or 1 for count in counts)
+    ordered, bucket_bits = not config.shuffle.enabled, bucket_bits_for(estimated)
+    if config.sequence is not None and ordered:
+        # A bucket of SequenceExamples holds groups from all over the input, so the row blocks of the ordered
+        # mode do not apply: input-order keys (file index, then line) in hash mode, one histogram bucket per file.
+        ordered, bucket_bits = False, MAX_BUCKET_BITS
     return ShardingSpec(
         splits=tuple(config.splits), num_shards=counts,
         max_bytes_per_shard=output.max_bytes_per_shard if all(count is None for count in counts) else None,
-        ordered=not config.shuffle.enabled, bucket_bits=bucket_bits_for(estimated),
-        compression=output.compression,
+        ordered=ordered, bucket_bits=bucket_bits, compression=output.compression,
     )
 
 

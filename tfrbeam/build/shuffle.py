@@ -119,6 +119,7 @@ __all__ = [
     "discard_pieces",
     "frame_ordered",
     "input_order_keys",
+    "keyed_pieces",
     "make_piece_store",
     "record_checksums",
     "runs_holding_pieces",
@@ -375,6 +376,22 @@ class KeyedRecords:
         crcs = self.crcs if self.crcs is not None else payload_crcs(self.data, self.offsets)
         data, offsets = frame_ordered(self.data, self.offsets, order, crcs)
         return self.split[order], self.key[order], offsets, data
+
+
+def keyed_pieces(split: np.ndarray, key: np.ndarray, offsets: np.ndarray, data: np.ndarray, crcs: np.ndarray,
+                 piece_bytes: int) -> Iterator[KeyedRecords]:
+    """Encoded records (bounded by ``offsets`` in ``data``) cut into KeyedRecords of at most ``piece_bytes`` each.
+
+    A record larger than ``piece_bytes`` is a piece of its own.
+    """
+    start = 0
+    while start < len(key):
+        end = int(np.searchsorted(offsets, offsets[start] + piece_bytes, side="right")) - 1
+        end = min(max(end, start + 1), len(key))
+        base = offsets[start]
+        yield KeyedRecords(split[start:end], key[start:end], offsets[start:end + 1] - base, data[base:offsets[end]],
+                           crcs=crcs[start:end])
+        start = end
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
