@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from tfrbeam.columnar_decode import DEFAULT_MAX_FEATURES, examples_to_record_batch
 from tfrbeam.errors import ArrowConversionError, ConfigError, ExampleDecodeError, RecordLimitError
-from tfrbeam.manifest import MANIFEST_NAME, parse_manifest
+from tfrbeam.manifest import MANIFEST_NAME, RECORD_TYPES, SEQUENCE_EXAMPLE, parse_manifest, record_type_of
 from tfrbeam.records import RecordReader, normalize_compression
 from tfrbeam.sequence_decode import has_feature_lists, sequence_examples_to_record_batches
 
@@ -121,7 +121,6 @@ class VarLenSequenceFeature:
 ContextFeature = FixedLenFeature | VarLenFeature
 SequenceFeature = FixedLenSequenceFeature | VarLenSequenceFeature
 Feature = ContextFeature | SequenceFeature
-RECORD_TYPES = ("Example", "SequenceExample")
 
 
 def feature_from_manifest(name: str, entry: Mapping[str, Any]) -> ContextFeature:
@@ -315,7 +314,7 @@ def _from_manifest(
 ) -> Source:
     root = os.path.dirname(manifest_path)
     manifest = read_manifest(manifest_path)
-    stored_type = manifest.get("record_type", "Example")  # manifests from before record_type: Examples
+    stored_type = record_type_of(manifest)
     if stored_type not in RECORD_TYPES:
         raise ConfigError(f"{manifest_path}: record_type {stored_type!r} is not one of {', '.join(RECORD_TYPES)}")
     if record_type is not None and record_type != stored_type:
@@ -341,7 +340,7 @@ def _from_manifest(
     )
     if feature_spec is not None:
         features = normalize_feature_spec(feature_spec)
-    elif stored_type == "SequenceExample":
+    elif stored_type == SEQUENCE_EXAMPLE:
         features = _manifest_sequence_features(manifest, manifest_path)
     else:
         features = {name: feature_from_manifest(name, entry) for name, entry in manifest.get("features", {}).items()}
@@ -377,7 +376,7 @@ def infer_feature_spec(
     payloads, sources = _first_records(files, records, skip_corrupt)
     check_record_type(payloads, record_type, lambda index: (sources[index][0], sources[index][2]))
     try:
-        if record_type == "SequenceExample":
+        if record_type == SEQUENCE_EXAMPLE:
             context, lists = sequence_examples_to_record_batches(payloads, max_features=max_features)
         else:
             context, lists = examples_to_record_batch(payloads, max_features=max_features), None
