@@ -515,7 +515,7 @@ def test_reads_what_tfrbeam_build_writes(tmp_path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     write_demo_data("demo_data", 600)
-    config = pathlib.Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"
+    config = pathlib.Path(__file__).resolve().parents[2] / "configs" / "demo.yaml"
     assert build.main([str(config), "--set", f"output.path={tmp_path / 'out'}"]) == 0
     info = json.loads((tmp_path / "out" / "dataset_info.json").read_text())
     for split, entry in info["splits"].items():
