@@ -158,3 +158,24 @@ def test_tfrbeam_index_refuses_compressed_files_and_reports_damage(tmp_path, cap
 def test_the_console_script_has_the_index_command():
     result = subprocess.run([sys.executable, "-m", "tfrbeam.cli", "index", "--help"], capture_output=True, text=True, check=True)
     assert "--dali OUT_DIR" in result.stdout
+
+
+def test_stamping_a_large_offset_index_copies_it_once(tmp_path):
+    """Every shard of a build is stamped at once: stamping must not parse the offsets (8 bytes a record)
+    into arrays and copy the body again, or a build's last step is its memory peak."""
+    import tracemalloc
+
+    from tfrbeam.offset_index import stamped_offset_index_bytes
+
+    count = 500_000
+    offsets = np.arange(count + 1, dtype=np.int64) * (RECORD_OVERHEAD + 4)
+    data = offset_index_bytes(offsets, None)
+    tracemalloc.start()
+    try:
+        stamped = stamped_offset_index_bytes(data, int(offsets[-1]), 1234.5)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert parse_offset_index(bytes(stamped), "x").mtime == 1234.5
+    assert parse_offset_index(bytes(stamped), "x").offsets.tolist() == offsets.tolist()
+    assert peak <= 1.2 * len(data), f"stamping {len(data):,} bytes allocated {peak:,} at its peak"

@@ -133,6 +133,13 @@ class OffsetIndex:
 
 def parse_offset_index(data: bytes, index_path: str) -> OffsetIndex:
     """Parse an offset index file's bytes; ``RecordIndexError`` naming ``index_path`` on anything wrong."""
+    file_size, mtime, num_records = _checked(data, index_path)
+    offsets = np.frombuffer(data, dtype="<u8", count=num_records + 1, offset=_HEADER.size).astype(np.int64)
+    return OffsetIndex(file_size, None if math.isnan(mtime) else mtime, offsets)
+
+
+def _checked(data: bytes | bytearray, index_path: str) -> tuple[int, float, int]:
+    """An offset index's (file size, mtime, number of records), after checking its header, size, CRC and last offset."""
 
     def fail(reason: str) -> RecordIndexError:
         return RecordIndexError(f"{index_path}: not a valid tfrbeam offset index: {reason}; delete it to have it rebuilt")
@@ -148,10 +155,10 @@ def parse_offset_index(data: bytes, index_path: str) -> OffsetIndex:
         )
     if masked_crc32c(memoryview(data)[: len(data) - _CRC.size]) != _CRC.unpack_from(data, len(data) - _CRC.size)[0]:
         raise fail("checksum mismatch (the file is damaged)")
-    offsets = np.frombuffer(data, dtype="<u8", count=num_records + 1, offset=_HEADER.size).astype(np.int64)
-    if offsets[-1] != file_size:
-        raise fail(f"its last offset {offsets[-1]} is not the file size {file_size}")
-    return OffsetIndex(file_size, None if math.isnan(mtime) else mtime, offsets)
+    last_offset = struct.unpack_from("<Q", data, _HEADER.size + 8 * num_records)[0]
+    if last_offset != file_size:
+        raise fail(f"its last offset {last_offset} is not the file size {file_size}")
+    return file_size, mtime, num_records
 
 
 def stamp_offset_index(data_path: str, index_path: str | None = None) -> None:
@@ -164,16 +171,22 @@ def stamp_offset_index(data_path: str, index_path: str | None = None) -> None:
     )
 
 
-def stamped_offset_index_bytes(data: bytes, file_size: int, mtime: float, index_path: str = "<index>") -> bytes:
-    """``data`` (an offset index's bytes) with the finished file's mtime in its header; its size must match."""
-    index = parse_offset_index(data, index_path)
-    if index.file_size != file_size:
+def stamped_offset_index_bytes(data: bytes, file_size: int, mtime: float, index_path: str = "<index>") -> bytearray:
+    """``data`` (an offset index's bytes) with the finished file's mtime in its header; its size must match.
+
+    Patched in one copy of ``data`` (the offsets are not parsed): a shard's index is 8 bytes a
+    record, and every shard of a build is stamped at once.
+    """
+    indexed_size, _, _ = _checked(data, index_path)
+    if indexed_size != file_size:
         raise RecordIndexError(
-            f"{index_path}: the index describes a file of {index.file_size} bytes, the data file has {file_size}"
+            f"{index_path}: the index describes a file of {indexed_size} bytes, the data file has {file_size}"
         )
-    body = bytearray(data[: len(data) - _CRC.size])
-    struct.pack_into("<d", body, _MTIME_OFFSET, float(mtime))
-    return bytes(body) + _CRC.pack(masked_crc32c(body))
+    stamped = bytearray(data)
+    struct.pack_into("<d", stamped, _MTIME_OFFSET, float(mtime))
+    body_end = len(stamped) - _CRC.size
+    _CRC.pack_into(stamped, body_end, masked_crc32c(memoryview(stamped)[:body_end]))
+    return stamped
 
 
 # ------------------------------------------------------------------------------ checks and loading

@@ -307,7 +307,7 @@ def stamp_index(data_path: str, index_path: str | None = None) -> None:
     write_file_atomically(index_path, stamped_index_bytes(data, stat.st_size, stat.st_mtime, index_path))
 
 
-def write_file_atomically(path: str, data: bytes) -> None:
+def write_file_atomically(path: str, data: bytes | bytearray) -> None:
     """Write ``data`` to a local ``path`` through a temporary sibling and a rename (the directory is made)."""
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, exist_ok=True)

@@ -306,3 +306,16 @@ def test_progress_bar_on_a_terminal(tmp_path, big_demo_data):
     bars = [part for part in text.split("\r") if part.startswith("reading")]
     assert bars, text[-2000:]
     assert any(" rows" in bar and "B/s" in bar and "%|" in bar for bar in bars), bars[-3:]
+
+
+def test_the_memory_store_budget_is_an_option_checked_before_the_build(workdir, capsys):
+    code = build_main([DEMO_CONFIG, "--dry-run", "--set", "output.path=out/budget", "--memory_store_bytes=64MiB"])
+    assert code == 0
+    assert "piece store: memory (up to 64 MiB held in this process, the rest spilled)" in capsys.readouterr().out
+    assert build_main([DEMO_CONFIG, "--set", "output.path=out/budget", "--memory_store_bytes=lots"]) == 2
+    assert "--memory_store_bytes: 'lots' is not a size" in _one_error_line(capsys)
+    assert not (workdir / "out" / "budget").exists()
+    # Every piece spilled (budget 0): the same shards as the default run.
+    assert build_main([DEMO_CONFIG, "--quiet", "--set", "output.path=out/budget0", "--memory_store_bytes=0"]) == 0
+    assert build_main([DEMO_CONFIG, "--quiet", "--set", "output.path=out/budget_default"]) == 0
+    assert shard_bytes(workdir / "out" / "budget0") == shard_bytes(workdir / "out" / "budget_default")

@@ -300,7 +300,7 @@ def test_piece_store_is_chosen_once_from_the_option_and_the_runner():
     assert not workers_share_this_process(PipelineOptions(["--runner=PortableRunner", "--job_endpoint=embed"]))
     with pytest.raises(ConfigError, match="--piece_store memory keeps pieces in this process, but the DataflowRunner"):
         store("--runner=DataflowRunner", "--piece_store=memory")
-    assert 0 < held_piece_budget() <= 2 << 30
+    assert 0 < held_piece_budget() <= 384 << 20
 
 
 def test_piece_store_is_in_the_plan_and_the_manifest(demo_dir):
@@ -401,3 +401,27 @@ def test_stats_true_writes_the_report_with_the_dataset(demo_dir):
     assert not (demo_dir / "out" / "no_stats" / "stats.json").exists()  # off by default
     with pytest.raises(ConfigError, match="stats: 'yes please' is not a boolean"):
         load_config(str(REPO_ROOT / "configs" / "demo.yaml"), ["stats='yes please'"])
+
+
+def test_the_memory_store_budget_is_fixed_not_a_share_of_ram(monkeypatch):
+    """A build's peak memory must not grow with the machine or the dataset: the default budget is
+    DEFAULT_HELD_PIECE_BYTES (a quarter of RAM on small machines), and --memory_store_bytes sets it."""
+    import os
+
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from tfrbeam.build import runners
+
+    def machine_with(ram: int) -> None:
+        pages = {"SC_PHYS_PAGES": ram // 4096, "SC_PAGE_SIZE": 4096}
+        monkeypatch.setattr(os, "sysconf", lambda name: pages[name])
+
+    machine_with(1 << 40)  # 1 TiB
+    assert runners.held_piece_budget() == 384 << 20
+    machine_with(1 << 30)
+    assert runners.held_piece_budget() == 256 << 20
+    machine_with(1 << 40)
+    assert runners.held_piece_budget(PipelineOptions(["--memory_store_bytes=64MiB"])) == 64 << 20
+    assert runners.held_piece_budget(PipelineOptions(["--memory_store_bytes", "3000000"])) == 3_000_000
+    with pytest.raises(ConfigError, match="--memory_store_bytes: 'lots' is not a size"):
+        runners.held_piece_budget(PipelineOptions(["--memory_store_bytes=lots"]))

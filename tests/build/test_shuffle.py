@@ -406,3 +406,72 @@ def test_held_pieces_survive_rerouting_and_retried_writes(tmp_path):
     assert runs_holding_pieces() == [str(tmp_path)]
     store.shard_written(1, 2)
     assert runs_holding_pieces() == []
+
+
+def test_a_shard_writer_reads_spilled_parts_a_window_at_a_time(tmp_path, monkeypatch):
+    """Memory bound: however big a shard, a writer reads a spilled part at most its share of
+    SHARD_READ_BYTES at once (plus one record), and writes the same bytes as when it read it whole."""
+    from tfrbeam.build import shuffle
+    from tfrbeam.build.shuffle import SpillStore
+
+    payloads = _dataset(3000, random.Random(21))  # ~60 KB of records, two pieces, one shard
+    spec = _spec(splits=("train",), num_shards=(1,))
+    pieces = _pieces(payloads, [1500, 1525], [1.0], seed=4, with_crcs=True)
+    _run(pieces, spec, tmp_path / "whole")
+    reads: list[int] = []
+    read_frames = SpillStore._frames
+
+    def counted(store, piece):
+        reads.append(piece.num_bytes)
+        return read_frames(store, piece)
+
+    monkeypatch.setattr(SpillStore, "_frames", counted)
+    monkeypatch.setattr(shuffle, "SHARD_READ_BYTES", 4096, raising=False)
+    monkeypatch.setattr(shuffle, "WRITE_BLOCK_BYTES", 2048, raising=False)  # a block needs less than a window
+    for store, budget in ((SPILL, 0), (MEMORY, 0)):  # a memory store over its budget spills every piece
+        reads.clear()
+        _run(_pieces(payloads, [1500, 1525], [1.0], seed=4, with_crcs=True), spec, tmp_path / store, store, budget)
+        assert _file_bytes(tmp_path / store)["train/train-00000-of-00001.tfrecord"] == (
+            _file_bytes(tmp_path / "whole")["train/train-00000-of-00001.tfrecord"]
+        )
+        largest = max(len(record) for record in payloads) + RECORD_OVERHEAD
+        assert sum(reads) >= sum(piece.data.nbytes for piece in pieces)  # every record was read
+        assert 0 < max(reads) <= 4096 // 2 + largest, store
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(min_value=16, max_value=5000), max_size=200), st.integers(1, 20), st.integers(16, 20000))
+def test_write_blocks_cover_every_record_once_within_both_bounds(lengths, max_records, max_bytes):
+    from tfrbeam.build import shuffle
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(shuffle, "WRITE_BLOCK_RECORDS", max_records)
+        patch.setattr(shuffle, "WRITE_BLOCK_BYTES", max_bytes)
+        blocks = shuffle.write_blocks(np.array(lengths, dtype=np.int64))
+    assert [index for start, end in blocks for index in range(start, end)] == list(range(len(lengths)))
+    for start, end in blocks:
+        assert end - start <= max_records
+        assert end - start == 1 or sum(lengths[start:end]) <= max_bytes
+
+
+def test_memory_store_pieces_cross_the_runner_as_their_names(tmp_path):
+    """Memory bound: a memory store's pieces (held, or spilled past its budget) keep their keys in this
+    process, so the runner's buffers and side inputs hold a name per piece, not 18 bytes a record;
+    decoding finds the very same piece, and after the run it is refused, not silently empty."""
+    store = MemoryStore(str(tmp_path), 40_000, str(tmp_path / "spill"))
+    coder = PieceCoder()
+    payloads = _dataset(2000, random.Random(5))
+    held, spilled = (store.add(records) for records in _pieces(payloads, [1000, 1025], [1.0], seed=2))
+    store.flush()
+    assert (held.ref.store, spilled.ref.store) == (MEMORY, SPILL)
+    for piece in (held, spilled):
+        encoded = coder.encode(piece)
+        assert len(encoded) < 200 and coder.estimate_size(piece) == len(encoded)
+        assert coder.decode(encoded) is piece
+    part = held.slice(10, 20)  # a slice is not a piece the store made: it carries its keys
+    decoded = coder.decode(coder.encode(part))
+    assert decoded.key.tolist() == part.key.tolist() and decoded.ref.offset == part.ref.offset
+    encoded = coder.encode(held)
+    discard_pieces(str(tmp_path))
+    with pytest.raises(RuntimeError, match="is not held in this process"):
+        coder.decode(encoded)

@@ -41,6 +41,7 @@ from tfrbeam.build.graph import build_pipeline
 from tfrbeam.build.inputs import progress_dir, read_progress
 from tfrbeam.build.plan import BuildPlan, check_output_dir, plan_build
 from tfrbeam.build.runners import DEFAULT_RUNNER
+from tfrbeam.build.shuffle import MEMORY
 from tfrbeam.errors import (
     ConfigError,
     OutputExistsError,
@@ -280,7 +281,10 @@ def describe_plan(plan: BuildPlan) -> str:
               f"bad rows:    {plan.config.errors.on_bad_record}, at most {plan.config.errors.max_bad_fraction:g} of rows",
               f"runner:      {plan.runner}"]
     piece_store = getattr(plan, "piece_store", None)
-    if piece_store is not None:
+    if piece_store == MEMORY:
+        held = plan.memory_store_bytes
+        lines.append(f"piece store: memory (up to {held / (1 << 20):g} MiB held in this process, the rest spilled)")
+    elif piece_store is not None:
         lines.append(f"piece store: {piece_store}")
     return "\n".join(lines)
 

@@ -29,7 +29,6 @@ from tfrbeam.build.commit import CommitDataset, DeadLetterFile
 from tfrbeam.build.config import BuildConfig
 from tfrbeam.build.inputs import ReadTabular, convert_source_batch
 from tfrbeam.build.plan import BuildPlan, plan_build
-from tfrbeam.build.runners import held_piece_budget
 from tfrbeam.build.sequence import (
     BAD_ROWS as SEQUENCE_BAD_ROWS,
     STATS as SEQUENCE_STATS,
@@ -98,7 +97,7 @@ def build_pipeline(pipeline: beam.Pipeline, plan: BuildPlan | BuildConfig, *, ov
         records = sequences[_PIECES]
         bad_rows.append(sequences[SEQUENCE_BAD_ROWS])
         sequence_counts = {"sequence_counts": beam.pvalue.AsList(sequences[SEQUENCE_STATS])}
-    store = make_piece_store(plan.piece_store, plan.staging_dir, held_piece_budget())
+    store = make_piece_store(plan.piece_store, plan.staging_dir, plan.memory_store_bytes)
     shards = records | "Shuffle" >> WriteShuffledShards(plan.sharding, plan.staging_dir, store)
     # The commit's inputs are side inputs, so they are complete before it runs; no combine (each
     # costs several stages on the local runners) and no dead-letter stages unless they are written.

@@ -25,9 +25,9 @@ from tfrbeam.beam.publish import RunIdentity, staging_path, this_run
 from tfrbeam.build.config import BuildConfig, config_to_dict, resolve_config, with_features
 from tfrbeam.build.features import FeatureSpec
 from tfrbeam.build.inputs import InputFile, check_inputs_hold_rows, list_inputs
-from tfrbeam.build.runners import choose_piece_store
+from tfrbeam.build.runners import choose_piece_store, held_piece_budget
 from tfrbeam.build.sequence import sequence_buckets_for
-from tfrbeam.build.shuffle import INLINE, MAX_BUCKET_BITS, ShardingSpec, bucket_bits_for
+from tfrbeam.build.shuffle import INLINE, MAX_BUCKET_BITS, MEMORY, ShardingSpec, bucket_bits_for
 from tfrbeam.errors import ConfigError, ManifestError, OutputExistsError, OutputNotWritableError
 from tfrbeam.manifest import ERRORS_DIR_NAME, MANIFEST_NAME, read_manifest
 
@@ -53,6 +53,7 @@ class BuildPlan:
     runner: str
     overwrite: bool
     piece_store: str = INLINE  # where the shuffle's pieces wait (tfrbeam.build.runners.choose_piece_store)
+    memory_store_bytes: int = 0  # a memory store holds this many bytes of pieces, spills the rest (held_piece_budget)
     sequence_buckets: int = 0  # sequence builds: the GroupByKey's buckets of group keys (tfrbeam.build.sequence)
 
     @property
@@ -122,7 +123,8 @@ def plan_build(config: BuildConfig, options: PipelineOptions | None = None, *, o
         sharding=sharding_spec(resolved, sum(item.size for item in inputs)),
         output_path=config.output.path, output_root=output_root,
         run=this_run(run_id or uuid.uuid4().hex[:16]), runner=runner_name(options), overwrite=overwrite,
-        piece_store=choose_piece_store(options),
+        piece_store=(piece_store := choose_piece_store(options)),
+        memory_store_bytes=held_piece_budget(options) if piece_store == MEMORY else 0,
         sequence_buckets=sequence_buckets_for(sum(item.size for item in inputs)) if config.sequence is not None else 0,
     )
 

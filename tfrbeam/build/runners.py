@@ -13,6 +13,7 @@ import os
 
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, PortableOptions, StandardOptions
 
+from tfrbeam.build.config import parse_size
 from tfrbeam.build.shuffle import INLINE, MEMORY, PIECE_STORES, SPILL
 from tfrbeam.errors import ConfigError
 
@@ -23,8 +24,9 @@ __all__ = [
 
 DEFAULT_RUNNER = "FnApiRunner"
 AUTO = "auto"
-# In-process local runs keep up to this many bytes of prepared pieces in memory rather than in spill files.
-HELD_PIECES_MAX_BYTES = 2 << 30
+# In-process local runs keep up to this many bytes of prepared pieces in memory (at most a quarter
+# of RAM) and spill the rest: a fixed amount, so a build's peak does not grow with its dataset.
+DEFAULT_HELD_PIECE_BYTES = 384 << 20
 
 _LOCAL_RUNNERS = ("DirectRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner", "FnApiRunner", "PrismRunner")
 _IN_PROCESS_RUNNERS = ("DirectRunner", "SwitchingDirectRunner", "FnApiRunner")
@@ -40,6 +42,11 @@ class PieceStoreOptions(PipelineOptions):
             help="where the shuffle keeps prepared pieces: inline (through the runner's GroupByKey), spill (files "
             "under the staging dir), memory (this process; only when every worker runs in it) or auto (memory for "
             "in-process runners, spill for other local runners, inline elsewhere)",
+        )
+        parser.add_argument(
+            "--memory_store_bytes", "--memory-store-bytes", dest="memory_store_bytes", default=None,
+            help="how many bytes of prepared pieces the memory store keeps in this process before it spills the rest "
+            "to files (a size like 512MiB; default 384MiB or a quarter of RAM, whichever is smaller)",
         )
 
 
@@ -69,13 +76,24 @@ def workers_share_this_process(options: PipelineOptions) -> bool:
     return options.view_as(DirectOptions).direct_running_mode in ("in_memory", "multi_threading")
 
 
-def held_piece_budget() -> int:
-    """Bytes of prepared pieces a memory store keeps in this process, per run: a quarter of RAM, at most 2 GiB."""
+def held_piece_budget(options: PipelineOptions | None = None) -> int:
+    """Bytes of prepared pieces a memory store keeps in this process, per run: ``--memory_store_bytes``, or
+    DEFAULT_HELD_PIECE_BYTES (a quarter of RAM when that is less)."""
+    given = options.view_as(PieceStoreOptions).memory_store_bytes if options is not None else None
+    if given is not None:
+        try:
+            budget = parse_size(given)
+        except ValueError as error:
+            raise ConfigError(f"--memory_store_bytes: {given!r} is not a size (give bytes, or a size like 512MiB or "
+                              "2GB)") from error
+        if budget < 0:
+            raise ConfigError(f"--memory_store_bytes: {given!r} is negative (0 spills every piece)")
+        return budget
     try:
         physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (AttributeError, ValueError, OSError):
         return 0
-    return min(HELD_PIECES_MAX_BYTES, physical // 4)
+    return min(DEFAULT_HELD_PIECE_BYTES, physical // 4)
 
 
 def choose_piece_store(options: PipelineOptions | None) -> str:

@@ -137,8 +137,12 @@ FILE_INDEX_BITS = 24
 ROW_NUMBER_BITS = 64 - FILE_INDEX_BITS
 MIN_BUCKET_BITS = 10
 MAX_BUCKET_BITS = 24
-# Frame and write this many records at a time, so a writer holds one shard plus one block.
-_WRITE_BLOCK_RECORDS = 8192
+# Frame and write at most this many records, and about this many bytes, at a time.
+WRITE_BLOCK_RECORDS = 8192
+WRITE_BLOCK_BYTES = 8 << 20
+# A shard writer reads the spilled parts of its shard this many bytes at a time in all (a window
+# per part), so its memory does not grow with the shard.
+SHARD_READ_BYTES = 32 << 20
 _FRAMED_SHARD_KEY_BITS = 32
 SPILL_DIR_NAME = "spill"
 # frame_ordered copies payloads per group of equal length; beyond this many groups (or 1 per 32
@@ -408,6 +412,7 @@ class PieceRef:
     data: np.ndarray | None = None
     location: str = ""
     offset: int = 0
+    run: str = ""  # a memory store's piece (held or spilled): its run, which holds the piece's keys in this process
 
     def narrowed(self, first_record: int, first_byte: int, end_byte: int) -> PieceRef:
         """The reference to a piece's records from ``first_record`` on (frames ``first_byte:end_byte``)."""
@@ -523,6 +528,10 @@ class PieceStore:
         """The framed bytes ``_keep`` kept for ``piece``; the memory store overrides ``records`` instead."""
         raise NotImplementedError(f"{type(self).__name__} keeps no framed bytes: it overrides records()")
 
+    def read_in_windows(self, piece: Piece) -> bool:
+        """Whether a writer should read ``piece``'s records a window at a time (they are in a file), not all at once."""
+        return False
+
     def routed(self, piece: Piece, slices: int) -> None:
         """``piece`` was cut into ``slices`` shard slices (a piece may be routed again: only the first call counts)."""
 
@@ -591,6 +600,9 @@ class SpillStore(PieceStore):
         while len(self._pending) > keep:
             self._pending.pop(0).result()
 
+    def read_in_windows(self, piece: Piece) -> bool:
+        return True
+
     def _frames(self, piece: Piece) -> np.ndarray:
         ref, size = piece.ref, piece.num_bytes
         with FileSystems.open(ref.location, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
@@ -620,6 +632,8 @@ class _HeldPieces:
         self.released: dict[str, set[int]] = {}  # per piece, the shards whose slice was written
         self.shards_written: set[int] = set()
         self.bytes = 0
+        # Every piece the run's store made (held or spilled), by location: it crosses the runner as its name.
+        self.pieces: dict[str, Piece] = {}
 
     def drop(self, name: str) -> None:
         self.bytes -= self.buffers.pop(name)[0].nbytes
@@ -667,14 +681,24 @@ class MemoryStore(PieceStore):
         return held
 
     def add(self, records: KeyedRecords) -> Piece:
-        """Hold the piece's payloads as they are, ordered by moving its keys only; spill it past the budget."""
+        """Hold the piece's payloads as they are, ordered by moving its keys only; spill it past the budget.
+
+        Either way the piece's keys stay in this process too, so the piece crosses the runner as its
+        name (``PieceCoder``): its keys are not copied into the runner's buffers and side inputs.
+        """
         held = self._held(create=True)
         with held.lock:
             fits = held.bytes + records.data.nbytes <= self.budget
             if fits:
                 held.bytes += records.data.nbytes
-        if not fits:
-            return self.overflow.add(records)
+        piece = self._hold(held, records) if fits else self.overflow.add(records)
+        piece = dataclasses.replace(piece, ref=dataclasses.replace(piece.ref, run=self.run_key))
+        with held.lock:
+            held.pieces[piece.ref.location] = piece
+        return piece
+
+    @staticmethod
+    def _hold(held: _HeldPieces, records: KeyedRecords) -> Piece:
         order = _split_key_order(records.split, records.key)
         crcs = records.crcs if records.crcs is not None else payload_crcs(records.data, records.offsets)
         frame_offsets = np.zeros(len(order) + 1, dtype=np.int64)
@@ -704,6 +728,9 @@ class MemoryStore(PieceStore):
         first, count = piece.ref.offset, len(piece)
         return StoredRecords(payloads, starts[first:first + count], piece.framed_lengths - RECORD_OVERHEAD,
                              footers[first:first + count])
+
+    def read_in_windows(self, piece: Piece) -> bool:
+        return piece.ref.store == SPILL
 
     def routed(self, piece: Piece, slices: int) -> None:
         if piece.ref.store != MEMORY:
@@ -759,6 +786,25 @@ def runs_holding_pieces() -> list[str]:
         return sorted(_RUNS_HOLDING)
 
 
+def registered_piece(run_key: str, location: str) -> Piece:
+    """The piece a memory store of run ``run_key`` made at ``location``, as it is in this process's memory."""
+    with _RUNS_LOCK:
+        held = _RUNS_HOLDING.get(run_key)
+    piece = held.pieces.get(location) if held is not None else None
+    if piece is None:
+        raise RuntimeError(
+            f"piece {location} of the run staging in {run_key} is not held in this process: it was prepared by a "
+            "worker in another process, or the run ended (use piece store spill or inline with such runners)"
+        )
+    return piece
+
+
+def _is_registered(piece: Piece) -> bool:
+    with _RUNS_LOCK:
+        held = _RUNS_HOLDING.get(piece.ref.run)
+    return held is not None and held.pieces.get(piece.ref.location) is piece
+
+
 def make_piece_store(name: str, temp_dir: str, budget: int = 0) -> PieceStore:
     """The store ``name`` (one of PIECE_STORES) for the run staging in ``temp_dir``; ``budget`` bounds a memory store."""
     spill_dir = FileSystems.join(temp_dir, SPILL_DIR_NAME)
@@ -775,6 +821,8 @@ def make_piece_store(name: str, temp_dir: str, budget: int = 0) -> PieceStore:
 
 _KEYED_HEADER = struct.Struct("<QQ?")
 _PIECE_HEADER = struct.Struct("<QQQI?")
+_WHOLE, _REGISTERED = b"\x00", b"\x01"
+_NAME_SIZES = struct.Struct("<II")
 _STORE_CODES = {name: code for code, name in enumerate(PIECE_STORES)}
 
 
@@ -825,25 +873,40 @@ class KeyedRecordsCoder(beam.coders.Coder):
 
 
 class PieceCoder(beam.coders.Coder):
-    """Encodes a Piece as a header, its reference and raw arrays (its frames too when it carries them)."""
+    """Encodes a Piece as a header, its reference and raw arrays (its frames too when it carries them).
+
+    A piece a memory store made (held or spilled) is encoded as its run and location only: its
+    keys are in this process's memory, where decoding finds the same piece again.
+    """
 
     def encode(self, value: Piece) -> bytes:
         ref = value.ref
+        if ref.run and _is_registered(value):
+            run, location = ref.run.encode("utf-8"), ref.location.encode("utf-8")
+            return b"".join((_REGISTERED, _NAME_SIZES.pack(len(run), len(location)), run, location))
         count, location = len(value.key), ref.location.encode("utf-8")
         data = _raw(ref.data, "u1") if ref.data is not None else np.zeros(0, np.uint8)
         header = _PIECE_HEADER.pack(count, len(data), ref.offset, len(location), ref.data is not None)
         return b"".join((  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
-            header, bytes([_STORE_CODES[ref.store]]), location, _raw(value.split, "<u2"), _raw(value.key, "<u8"),
-            _raw(value.offsets, "<i8"), data,
+            _WHOLE, header, bytes([_STORE_CODES[ref.store]]), location, _raw(value.split, "<u2"),
+            _raw(value.key, "<u8"), _raw(value.offsets, "<i8"), data,
         ))
 
     def estimate_size(self, value: Piece) -> int:
+        if value.ref.run and _is_registered(value):
+            return 1 + _NAME_SIZES.size + len(value.ref.run) + len(value.ref.location)
         data = 0 if value.ref.data is None else np.asarray(value.ref.data).nbytes
-        return _PIECE_HEADER.size + 1 + len(value.ref.location.encode("utf-8")) + 18 * len(value.key) + 8 + data
+        return 1 + _PIECE_HEADER.size + 1 + len(value.ref.location.encode("utf-8")) + 18 * len(value.key) + 8 + data
 
     def decode(self, encoded: bytes) -> Piece:
-        count, size, offset, location_size, has_data = _PIECE_HEADER.unpack_from(encoded)
-        position = _PIECE_HEADER.size
+        if encoded[:1] == _REGISTERED:
+            run_size, location_size = _NAME_SIZES.unpack_from(encoded, 1)
+            position = 1 + _NAME_SIZES.size
+            run = bytes(encoded[position:position + run_size]).decode("utf-8")
+            location = bytes(encoded[position + run_size:position + run_size + location_size]).decode("utf-8")
+            return registered_piece(run, location)
+        count, size, offset, location_size, has_data = _PIECE_HEADER.unpack_from(encoded, 1)
+        position = 1 + _PIECE_HEADER.size
         store = PIECE_STORES[encoded[position]]
         location = bytes(encoded[position + 1:position + 1 + location_size]).decode("utf-8")
         reader = _ArrayReader(encoded, position + 1 + location_size)
@@ -1201,56 +1264,111 @@ def _sorted_positions(keys: np.ndarray, record_bytes: typing.Callable[[int], byt
     return order
 
 
+def write_blocks(framed_lengths: np.ndarray) -> list[tuple[int, int]]:
+    """Consecutive record ranges of at most WRITE_BLOCK_RECORDS records and WRITE_BLOCK_BYTES bytes (or one record).
+
+    A shard is framed and written block by block, so a writer's buffers do not grow with its shard
+    or with the records' sizes.
+    """
+    blocks, start, count = [], 0, len(framed_lengths)
+    ends = np.cumsum(framed_lengths, dtype=np.int64)
+    while start < count:
+        base = int(ends[start - 1]) if start else 0
+        end = int(np.searchsorted(ends, base + WRITE_BLOCK_BYTES, side="right"))
+        end = min(max(end, start + 1), start + WRITE_BLOCK_RECORDS, count)
+        blocks.append((start, end))
+        start = end
+    return blocks
+
+
+class _PartWindows:
+    """One part of a shard's records, read a window at a time: all at once when its store holds it in memory.
+
+    A part in a file (spilled) is read ``window_bytes`` at a time, so a writer holds one window
+    per part, not the whole shard, whatever the dataset's size. The writer reads forward: its
+    blocks take each part's records in key order.
+    """
+
+    def __init__(self, part: Piece, store: PieceStore, window_bytes: int):
+        self._part, self._store = part, store
+        self._window_bytes = window_bytes if store.read_in_windows(part) else None
+        self._first = self._end = 0
+        self._records: StoredRecords | None = None
+
+    def records(self, first: int, end: int) -> StoredRecords:
+        """The part's records ``first:end`` (``starts`` index the returned ``buffer``)."""
+        if self._records is None or not (self._first <= first and end <= self._end):
+            self._read(first, end)
+        assert self._records is not None  # _read set it
+        low, high = first - self._first, end - self._first
+        held = self._records
+        return StoredRecords(held.buffer, held.starts[low:high], held.lengths[low:high], held.footers[low:high])
+
+    def _read(self, first: int, end: int) -> None:
+        part = self._part
+        if self._window_bytes is None:
+            first, end = 0, len(part)
+        else:
+            wanted = int(part.offsets[first]) + self._window_bytes
+            end = max(end, min(len(part), int(np.searchsorted(part.offsets, wanted, side="right")) - 1))
+        self._records = None  # the old window goes before the new one is read
+        self._records = self._store.records(part.slice(first, end) if (first, end) != (0, len(part)) else part)
+        self._first, self._end = first, end
+
+
 class _Received:
     """The records one shard writer received, addressed by a flat position across all parts, framed as they are written.
 
     Every part is a slice of a sorted piece, its records read through the piece store: a record
-    is a payload slice, its length and its masked CRC (the frame's footer).
+    is a payload slice, its length and its masked CRC (the frame's footer). Parts in files are
+    read a window at a time (``_PartWindows``), the windows sharing ``read_bytes``.
     """
 
-    def __init__(self, parts: list[Piece], store: PieceStore):
-        self.views: list[memoryview] = []
-        starts, lengths, footers = [], [], []
-        for part in parts:
-            stored = store.records(part)
-            self.views.append(memoryview(np.ascontiguousarray(stored.buffer, dtype=np.uint8)))  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
-            starts.append(stored.starts)
-            lengths.append(stored.lengths)
-            footers.append(stored.footers)
+    def __init__(self, parts: list[Piece], store: PieceStore, read_bytes: int | None = None):
+        read_bytes = SHARD_READ_BYTES if read_bytes is None else read_bytes
+        window_bytes = max(1, read_bytes // max(1, len(parts)))
+        self._parts = [_PartWindows(part, store, window_bytes) for part in parts]
+        counts = np.array([len(part) for part in parts], dtype=np.int64)
+        self._part_first = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         if parts:
             self.keys = np.concatenate([part.key for part in parts])
-            self.part_of = np.repeat(np.arange(len(parts)), [len(part) for part in parts])
-            self.starts = np.concatenate(starts).astype(np.int64, copy=False)
-            self.lengths = np.concatenate(lengths).astype(np.int64, copy=False)
-            self.footers = np.concatenate(footers)
+            self.part_of = np.repeat(np.arange(len(parts)), counts)
+            self.lengths = np.concatenate([part.framed_lengths for part in parts]).astype(np.int64) - RECORD_OVERHEAD
         else:
             self.keys = np.zeros(0, np.uint64)
-            self.part_of = self.starts = self.lengths = np.zeros(0, np.int64)
-            self.footers = np.zeros(0, "<u4")
+            self.part_of = self.lengths = np.zeros(0, np.int64)
 
     def frame(self, position: int) -> bytes:
         """One record's whole frame (to order records with equal keys by their bytes)."""
-        return _join_frames([self._payload(position)], self.lengths[position:position + 1], self.footers[position:position + 1])
-
-    def _payload(self, position: int) -> memoryview:
-        start = int(self.starts[position])
-        return self.views[self.part_of[position]][start:start + int(self.lengths[position])]
+        return self.frames(np.array([position], dtype=np.int64))
 
     def payload_lengths(self, positions: np.ndarray) -> np.ndarray:
         return self.lengths[positions]
 
     def frames(self, positions: np.ndarray) -> bytes:
         """The frames of the records at ``positions``, in that order, as one buffer."""
-        views = self.views
-        starts = self.starts[positions]
+        part_of = self.part_of[positions]
+        local = positions - self._part_first[part_of]
+        starts = np.empty(len(positions), dtype=np.int64)
+        footers = np.empty(len(positions), dtype="<u4")
+        views: dict[int, memoryview] = {}
+        by_part = np.argsort(part_of, kind="stable")
+        bounds = np.flatnonzero(np.diff(part_of[by_part])) + 1
+        for group in np.split(by_part, bounds) if len(positions) else []:
+            part = int(part_of[group[0]])
+            wanted = local[group]
+            first = int(wanted.min())
+            stored = self._parts[part].records(first, int(wanted.max()) + 1)
+            starts[group] = stored.starts[wanted - first]
+            footers[group] = stored.footers[wanted - first]
+            views[part] = memoryview(np.ascontiguousarray(stored.buffer, dtype=np.uint8))  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
+        lengths = self.lengths[positions]
         with gc_paused():
             payloads = [
                 views[part][start:end]
-                for part, start, end in zip(
-                    self.part_of[positions].tolist(), starts.tolist(), (starts + self.lengths[positions]).tolist()
-                )
+                for part, start, end in zip(part_of.tolist(), starts.tolist(), (starts + lengths).tolist())
             ]
-            return _join_frames(payloads, self.lengths[positions], self.footers[positions])
+            return _join_frames(payloads, lengths, footers)
 
 
 class _WriteShard(beam.DoFn):
@@ -1307,8 +1425,8 @@ class _WriteShard(beam.DoFn):
         handle = _HashingFile(FileSystems.create(temp_path, compression_type=CompressionTypes.UNCOMPRESSED))
         try:
             writer = RecordWriter(handle, spec.compression)
-            for start in range(0, len(kept), _WRITE_BLOCK_RECORDS):
-                positions = kept[start:start + _WRITE_BLOCK_RECORDS]
+            for start, end in write_blocks(received.payload_lengths(kept) + RECORD_OVERHEAD):
+                positions = kept[start:end]
                 if index is not None and offsets is not None:
                     lengths = received.payload_lengths(positions)
                     index.add_batch(writer.bytes_written, writer.records_written, lengths)
