@@ -1320,23 +1320,33 @@ class _Received:
     """The records one shard writer received, addressed by a flat position across all parts, framed as they are written.
 
     Every part is a slice of a sorted piece, its records read through the piece store: a record
-    is a payload slice, its length and its masked CRC (the frame's footer). Parts in files are
-    read a window at a time (``_PartWindows``), the windows sharing ``read_bytes``.
+    is a payload slice, its length and its masked CRC (the frame's footer). A part its store
+    holds in memory is addressed whole; a part in a file (spilled) is read a window at a time
+    (``_PartWindows``), the windows of all parts sharing ``read_bytes``.
     """
 
     def __init__(self, parts: list[Piece], store: PieceStore, read_bytes: int | None = None):
         read_bytes = SHARD_READ_BYTES if read_bytes is None else read_bytes
         window_bytes = max(1, read_bytes // max(1, len(parts)))
-        self._parts = [_PartWindows(part, store, window_bytes) for part in parts]
+        self._windows = [_PartWindows(part, store, window_bytes) for part in parts]
         counts = np.array([len(part) for part in parts], dtype=np.int64)
         self._part_first = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        if parts:
-            self.keys = np.concatenate([part.key for part in parts])
-            self.part_of = np.repeat(np.arange(len(parts)), counts)
-            self.lengths = np.concatenate([part.framed_lengths for part in parts]).astype(np.int64) - RECORD_OVERHEAD
-        else:
-            self.keys = np.zeros(0, np.uint64)
-            self.part_of = self.lengths = np.zeros(0, np.int64)
+        self._in_windows = np.array([store.read_in_windows(part) for part in parts], dtype=bool)
+        self.views: list[memoryview | None] = [None] * len(parts)
+        total = int(counts.sum())
+        self.keys = np.concatenate([part.key for part in parts]) if parts else np.zeros(0, np.uint64)
+        self.part_of = np.repeat(np.arange(len(parts)), counts) if parts else np.zeros(0, np.int64)
+        self.lengths = np.zeros(total, np.int64)
+        self.starts = np.zeros(total, np.int64)  # of whole parts; of windowed ones, set block by block
+        self.footers = np.zeros(total, "<u4")
+        for index, part in enumerate(parts):
+            first, end = int(self._part_first[index]), int(self._part_first[index + 1])
+            self.lengths[first:end] = part.framed_lengths - RECORD_OVERHEAD
+            if not self._in_windows[index]:
+                stored = self._windows[index].records(0, len(part))
+                self.views[index] = memoryview(np.ascontiguousarray(stored.buffer, dtype=np.uint8))  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
+                self.starts[first:end] = stored.starts
+                self.footers[first:end] = stored.footers
 
     def frame(self, position: int) -> bytes:
         """One record's whole frame (to order records with equal keys by their bytes)."""
@@ -1348,27 +1358,33 @@ class _Received:
     def frames(self, positions: np.ndarray) -> bytes:
         """The frames of the records at ``positions``, in that order, as one buffer."""
         part_of = self.part_of[positions]
-        local = positions - self._part_first[part_of]
-        starts = np.empty(len(positions), dtype=np.int64)
-        footers = np.empty(len(positions), dtype="<u4")
-        views: dict[int, memoryview] = {}
-        by_part = np.argsort(part_of, kind="stable")
-        bounds = np.flatnonzero(np.diff(part_of[by_part])) + 1
-        for group in np.split(by_part, bounds) if len(positions) else []:
-            part = int(part_of[group[0]])
-            wanted = local[group]
-            first = int(wanted.min())
-            stored = self._parts[part].records(first, int(wanted.max()) + 1)
-            starts[group] = stored.starts[wanted - first]
-            footers[group] = stored.footers[wanted - first]
-            views[part] = memoryview(np.ascontiguousarray(stored.buffer, dtype=np.uint8))  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
+        if self._in_windows.any():
+            self._read_windows(positions, part_of)
+        views = self.views
+        starts = self.starts[positions]
         lengths = self.lengths[positions]
         with gc_paused():
             payloads = [
-                views[part][start:end]
+                views[part][start:end]  # type: ignore[index]  # every part's view is set (whole, or by _read_windows)
                 for part, start, end in zip(part_of.tolist(), starts.tolist(), (starts + lengths).tolist())
             ]
-            return _join_frames(payloads, lengths, footers)
+            return _join_frames(payloads, lengths, self.footers[positions])
+
+    def _read_windows(self, positions: np.ndarray, part_of: np.ndarray) -> None:
+        """Read the windows of the spilled parts that ``positions`` need; point their views, starts and footers there."""
+        windowed = np.flatnonzero(self._in_windows[part_of])
+        if not windowed.size:
+            return
+        by_part = windowed[np.argsort(part_of[windowed], kind="stable")]
+        for group in np.split(by_part, np.flatnonzero(np.diff(part_of[by_part])) + 1):
+            part = int(part_of[group[0]])
+            wanted = positions[group]
+            local = wanted - self._part_first[part]
+            first = int(local.min())
+            stored = self._windows[part].records(first, int(local.max()) + 1)
+            self.starts[wanted] = stored.starts[local - first]
+            self.footers[wanted] = stored.footers[local - first]
+            self.views[part] = memoryview(np.ascontiguousarray(stored.buffer, dtype=np.uint8))  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
 
 
 class _WriteShard(beam.DoFn):
@@ -1425,10 +1441,11 @@ class _WriteShard(beam.DoFn):
         handle = _HashingFile(FileSystems.create(temp_path, compression_type=CompressionTypes.UNCOMPRESSED))
         try:
             writer = RecordWriter(handle, spec.compression)
-            for start, end in write_blocks(received.payload_lengths(kept) + RECORD_OVERHEAD):
+            kept_lengths = received.payload_lengths(kept)
+            for start, end in write_blocks(kept_lengths + RECORD_OVERHEAD):
                 positions = kept[start:end]
                 if index is not None and offsets is not None:
-                    lengths = received.payload_lengths(positions)
+                    lengths = kept_lengths[start:end]
                     index.add_batch(writer.bytes_written, writer.records_written, lengths)
                     offsets.add_batch(writer.bytes_written, writer.records_written, lengths)
                 writer.write_framed(received.frames(positions), len(positions))
