@@ -314,6 +314,55 @@ def test_bucket_count_changes_nothing_but_the_plan(small, monkeypatch):
     assert _shard_bytes(directory / "out" / "buckets") == reference
 
 
+def _counting_batch_encodes(monkeypatch) -> list[int]:
+    """Count the Arrow batches the RecordBatch coder serializes (the GroupByKey's data plane, on the bytes path)."""
+    from tfrbeam.beam.arrow_coder import RecordBatchCoder
+
+    encoded, real = [], RecordBatchCoder.encode
+
+    def counting(self, batch):
+        encoded.append(batch.num_rows)
+        return real(self, batch)
+
+    monkeypatch.setattr(RecordBatchCoder, "encode", counting)
+    return encoded
+
+
+def test_in_process_runs_send_only_references_through_the_group_by_key(small, monkeypatch):
+    """On the default in-process runner the buckets' Arrow batches stay in this process; only HeldRows cross the GroupByKey."""
+    from tfrbeam.build.held_rows import runs_holding_rows
+
+    directory, reference = small
+    encoded = _counting_batch_encodes(monkeypatch)
+    assert _build(directory, generated_config(directory, "held")) == 0
+    assert encoded == []  # no batch was serialized
+    assert _shard_bytes(directory / "out" / "held") == reference
+    assert runs_holding_rows() == []  # every bucket was encoded and let go of its rows
+    assert _build(directory, generated_config(directory, "sent"), "--piece_store=spill") == 0
+    assert sum(encoded) > 0  # piece store spill sends the batches themselves: what the counting sees
+    assert _shard_bytes(directory / "out" / "sent") == reference
+
+
+def test_a_failed_build_holds_no_rows_afterwards(tmp_path, monkeypatch, capsys):
+    """A bucket that fails leaves the other buckets' held rows; the failed build's cleanup frees them."""
+    from tfrbeam.build import commit
+    from tfrbeam.build.held_rows import discard_held_rows, runs_holding_rows
+
+    monkeypatch.setattr(sequence_stage, "SEQUENCE_BUCKET_INPUT_BYTES", 200)  # many buckets
+    keys = [f"k{index}" for index in range(40)]
+    table = pa.table({"k": ["big"] * 300 + keys, "t": list(range(300 + len(keys))), "text": ["x" * 100] * (300 + len(keys))})
+    config = _tiny(tmp_path, table, {"group_by": ["k"], "order_by": ["t"], "max_group_bytes": "10KiB"})
+    assert _build(tmp_path, config) == 1
+    assert "GroupTooLargeError: sequence group k='big'" in _error(capsys)
+    assert runs_holding_rows() == []
+    monkeypatch.setattr(commit, "discard_held_rows", lambda run_key: None)  # without the cleanup, rows stay held
+    assert _build(tmp_path, config) == 1
+    left = runs_holding_rows()
+    assert len(left) == 1  # the failed bucket's rows at least (it never got to release them)
+    discard_held_rows(left[0])
+    assert runs_holding_rows() == []
+
+
 def test_ties_in_a_float_order_by_nan_zeros_and_nulls_are_ordered_by_content_whatever_the_input_order(tmp_path):
     t = [float("nan"), float("nan"), 0.0, -0.0, None, None, 1.0, 1.0, 0.0]
     table = pa.table({"k": ["a"] * 9, "t": pa.array(t, pa.float32()), "v": list(range(9))})

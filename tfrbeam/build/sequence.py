@@ -34,7 +34,9 @@ import tfrbeam.beam.arrow_coder  # noqa: F401  (registers the RecordBatch coder 
 from tfrbeam.arrow_types import is_list
 from tfrbeam.build.config import SequenceConfig
 from tfrbeam.build.features import BadRow, ConvertedBatch, FeatureSpec, Provenance, rows_as_json
+from tfrbeam.build.held_rows import HeldRows, held_batches, hold_rows, release_rows
 from tfrbeam.build.shuffle import (
+    MEMORY,
     ROW_NUMBER_BITS,
     content_digests,
     keyed_pieces,
@@ -80,10 +82,28 @@ def group_hashes(batch: pa.RecordBatch | pa.Table, names: Sequence[str]) -> np.n
 
 @dataclasses.dataclass(frozen=True)
 class GroupKeyer:
-    """The converter's part: rows with a null key out as bad rows, the rest in batches keyed by their bucket."""
+    """The converter's part: rows with a null key out as bad rows, the rest in batches keyed by their bucket.
+
+    ``held_under``: the run's staging directory when its workers all run in this process (piece
+    store ``memory``): each batch then stays here (``tfrbeam.build.held_rows``) and only a
+    ``HeldRows`` reference goes through the GroupByKey; None sends the batches themselves.
+    """
 
     group_by: tuple[str, ...]
     buckets: int
+    held_under: str | None = None
+
+    @classmethod
+    def of(cls, plan: BuildPlan) -> GroupKeyer:
+        """The keyer of a sequence build's plan: its group_by and bucket count, holding rows on in-process runs."""
+        assert plan.config.sequence is not None  # only sequence builds key rows by group
+        held_under = plan.staging_dir if plan.piece_store == MEMORY else None
+        return cls(plan.config.sequence.group_by, plan.sequence_buckets, held_under)
+
+    @property
+    def element_type(self) -> Any:
+        """The type of what the converter emits per bucket: (bucket, batch), or (bucket, reference) when rows are held."""
+        return tuple[int, HeldRows] if self.held_under is not None else tuple[int, pa.RecordBatch]
 
     def without_null_keys(self, source: Provenance, converted: ConvertedBatch) -> ConvertedBatch:
         """``converted`` with the rows whose group key has a null moved to its bad rows."""
@@ -110,8 +130,12 @@ class GroupKeyer:
         return ConvertedBatch(batch=batch.take(pa.array(keep)), bad_rows=converted.bad_rows + bad,
                               kept_rows=converted.kept_rows[keep])
 
-    def rows_by_bucket(self, batch: pa.RecordBatch, file_index: int, lines: np.ndarray) -> Iterator[tuple[int, pa.RecordBatch]]:
-        """(bucket, rows) for every bucket the batch's rows fall in; each row carries its file, line and group hash."""
+    def rows_by_bucket(self, batch: pa.RecordBatch, file_index: int, lines: np.ndarray) -> Iterator[tuple[int, Any]]:
+        """(bucket, rows) for every bucket the batch's rows fall in; each row carries its file, line and group hash.
+
+        Each bucket's rows are taken into buffers of their own, so a held bucket frees its memory
+        when it is encoded, whatever the other buckets of the same source batch do.
+        """
         digests = group_hashes(batch, self.group_by)
         extra = [pa.array(np.full(batch.num_rows, file_index, dtype=np.int32)), pa.array(np.asarray(lines, dtype=np.int64)),
                  pa.array(digests[:, 0]), pa.array(digests[:, 1])]
@@ -119,14 +143,17 @@ class GroupKeyer:
                                            names=[*batch.schema.names, FILE_COLUMN, LINE_COLUMN, *GROUP_COLUMNS])
         bucket = digests[:, 1] % np.uint64(self.buckets)
         if not len(bucket) or bucket.min() == bucket.max():
-            yield (int(bucket[0]) if len(bucket) else 0), keyed
+            yield (int(bucket[0]) if len(bucket) else 0), self._sent(keyed)
             return
         order = np.argsort(bucket, kind="stable")
         bucket = bucket[order]
-        keyed = keyed.take(pa.array(order))
         bounds = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1], True])
         for start, end in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-            yield int(bucket[start]), keyed.slice(start, end - start)
+            yield int(bucket[start]), self._sent(keyed.take(pa.array(order[start:end])))
+
+    def _sent(self, rows: pa.RecordBatch) -> pa.RecordBatch | HeldRows:
+        """What goes through the GroupByKey for ``rows``: the batch, or a reference to it held in this process."""
+        return rows if self.held_under is None else hold_rows(self.held_under, rows)
 
 
 # ------------------------------------------------------------------------------------ counts
@@ -498,10 +525,13 @@ class EncodeSequences(beam.DoFn):
         self._piece_bytes = piece_bytes
         self._file_index = {path: number for number, path in enumerate(stage.input_paths)}
 
-    def process(self, element: tuple[int, Iterable[pa.RecordBatch]]) -> Iterator[Any]:
-        _, batches = element
-        table = pa.Table.from_batches(list(batches)).combine_chunks()
-        made = sequences_of(table, self._stage)
+    def process(self, element: tuple[int, Iterable[pa.RecordBatch | HeldRows]]) -> Iterator[Any]:
+        _, values = element
+        values = list(values)
+        held = [value for value in values if isinstance(value, HeldRows)]
+        made = _bucket_sequences(values, self._stage)
+        del values
+        release_rows(held)  # encoded: the bucket's rows are freed before its SequenceExamples go on
         if made.bad_rows:
             beam.metrics.Metrics.counter("tfrbeam", "bad_groups").inc(int(made.counts.bad_groups.sum()))
             by_file: dict[int, list[BadRow]] = {}
@@ -512,3 +542,12 @@ class EncodeSequences(beam.DoFn):
         yield from keyed_pieces(made.split, made.key, made.offsets, made.data, made.crcs, self._piece_bytes)
         yield beam.pvalue.TaggedOutput(STATS, made.counts)
 
+
+def _bucket_sequences(values: list[pa.RecordBatch | HeldRows], stage: SequenceStage) -> Sequences:
+    """One bucket's batches (or references to batches held here), as one table, grouped and encoded.
+
+    Nothing here outlives the call but what it returns: the bucket's rows can be freed at once.
+    """
+    held = iter(held_batches([value for value in values if isinstance(value, HeldRows)]))
+    batches = [next(held) if isinstance(value, HeldRows) else value for value in values]
+    return sequences_of(pa.Table.from_batches(batches).combine_chunks(), stage)
