@@ -495,3 +495,33 @@ def test_lost_sequence_examples_or_rows_fail_the_commit_and_nothing_is_published
     assert _build(tmp_path, config) == 1
     assert "4 rows were converted, but the sequence stage received 3 (3 steps kept" in _error(capsys)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_buckets_sequence_examples_stay_in_the_encoders_runs_and_pieces_are_views_of_them(tmp_path, monkeypatch):
+    """No copy joins the encoder's runs of groups: each piece for the shuffle is a slice of one run's buffer."""
+    from tfrbeam import sequence_encode
+    from tfrbeam.build.config import parse_config
+    from tfrbeam.build.plan import plan_build
+
+    table = generated_table(300, seed=4)
+    write_generated(tmp_path / "in", table, files=1)
+    config = parse_config(yaml.safe_load(generated_config(tmp_path, "runs").read_text()))
+    stage = sequence_stage.SequenceStage.of(plan_build(config))
+    keyer = sequence_stage.GroupKeyer(("user",), 1)
+    batch = table.combine_chunks().to_batches()[0]
+    batch = batch.filter(batch.column("user").is_valid())
+    features = batch.select([spec.name for spec in stage.features])
+    [(_, rows)] = keyer.rows_by_bucket(features, 0, np.arange(features.num_rows))
+    monkeypatch.setattr(sequence_encode, "_ROWS_PER_CHUNK", 500)
+    made = sequence_stage.sequences_of(pa.Table.from_batches([rows]), stage)
+    assert len(made.chunks) > 3
+    pieces = list(made.pieces(20_000))
+    assert len(pieces) > len(made.chunks)
+    assert sum(map(len, pieces)) == sum(map(len, made.chunks)) == len(made.key)
+    for piece in pieces:
+        assert sum(np.shares_memory(piece.data, run.data) for run in made.chunks) == 1
+    monkeypatch.setattr(sequence_encode, "_ROWS_PER_CHUNK", 65536)
+    whole = sequence_stage.sequences_of(pa.Table.from_batches([rows]), stage)
+    assert [record for run in whole.chunks for record in run.to_list()] == [
+        record for run in made.chunks for record in run.to_list()]
+    assert np.array_equal(whole.key, made.key) and np.array_equal(whole.crcs, made.crcs)

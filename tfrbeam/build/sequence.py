@@ -38,15 +38,16 @@ from tfrbeam.build.held_rows import HeldRows, held_batches, hold_rows, release_r
 from tfrbeam.build.shuffle import (
     MEMORY,
     ROW_NUMBER_BITS,
+    KeyedRecords,
     content_digests,
     keyed_pieces,
     record_checksums,
     seeded_sort_keys,
     split_indices,
 )
-from tfrbeam.columnar_encode import encode_record_batch
+from tfrbeam.columnar_encode import EncodedExamples, encode_record_batch
 from tfrbeam.errors import BadRecordError, GroupTooLargeError
-from tfrbeam.sequence_encode import encode_sequence_batch
+from tfrbeam.sequence_encode import encode_sequence_chunks
 
 if TYPE_CHECKING:
     from tfrbeam.build.plan import BuildPlan
@@ -238,15 +239,28 @@ class SequenceStage:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Sequences:
-    """What one bucket became: encoded SequenceExamples with their split and shuffle key, bad rows and counts."""
+    """What one bucket became: encoded SequenceExamples with their split and shuffle key, bad rows and counts.
+
+    The records are in ``chunks`` (consecutive runs of them, each in its own buffer, as the
+    encoder made them: joining them would copy every byte once more); split, key and CRC are per
+    record over all chunks.
+    """
 
     split: np.ndarray
     key: np.ndarray
-    data: np.ndarray
-    offsets: np.ndarray
+    chunks: tuple[EncodedExamples, ...]
     crcs: np.ndarray
     bad_rows: list[BadRow]
     counts: SequenceCounts
+
+    def pieces(self, piece_bytes: int) -> Iterator[KeyedRecords]:
+        """The records keyed for the shuffle, in pieces of at most ``piece_bytes`` (none spans two chunks)."""
+        first = 0
+        for chunk in self.chunks:
+            end = first + len(chunk)
+            yield from keyed_pieces(self.split[first:end], self.key[first:end], chunk.offsets, chunk.data,
+                                    self.crcs[first:end], piece_bytes)
+            first = end
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -458,11 +472,12 @@ def _encode_kept(groups: _Groups, kept: np.ndarray, stage: SequenceStage, counts
         lengths = np.minimum(lengths, limit)
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    rows = groups.features.take(pa.array(groups.order[positions]))
-    encoded = encode_sequence_batch(rows, offsets, stage.context, stage.feature_lists)
+    steps = groups.order[positions]  # the kept steps' rows of the bucket's table, in step order
+    encoded = tuple(encode_sequence_chunks(groups.features, offsets, stage.context, stage.feature_lists, rows=steps))
+    record_bytes = np.concatenate([np.diff(run.offsets) for run in encoded]) if encoded else np.zeros(0, np.int64)
     whole = (chunks == 1) & (taken == sizes) & ((sizes <= limit) if limit is not None else True)
-    _check_group_bytes(groups, kept_groups[whole], np.diff(encoded.offsets)[first_chunk[whole]], stage)
-    digests, crcs = record_checksums(encoded.data, encoded.offsets)
+    _check_group_bytes(groups, kept_groups[whole], record_bytes[first_chunk[whole]], stage)
+    digests, crcs = _checksums(encoded)
     record_split = np.repeat(split, chunks)
     if stage.seed is not None:
         key = seeded_sort_keys(digests[:, 1], stage.seed)
@@ -470,8 +485,21 @@ def _encode_kept(groups: _Groups, kept: np.ndarray, stage: SequenceStage, counts
         position = (groups.files[positions].astype(np.uint64) << np.uint64(ROW_NUMBER_BITS)) | groups.lines[positions].astype(
             np.uint64)
         key = np.minimum.reduceat(position, offsets[:-1]) if len(lengths) else np.zeros(0, np.uint64)
-    counts = _kept_counts(counts, rows, offsets, record_split, split, chunks, sizes - taken, stage)
-    return Sequences(record_split.astype(np.uint16), key, encoded.data, encoded.offsets, crcs, bad_rows, counts)
+    counts = _kept_counts(counts, groups.features, steps, offsets, record_split, split, chunks, sizes - taken, stage)
+    return Sequences(record_split.astype(np.uint16), key, encoded, crcs, bad_rows, counts)
+
+
+def _checksums(encoded: tuple[EncodedExamples, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """``record_checksums`` of every record of the encoder's runs, in order: (n, 2) digests and CRCs."""
+    if not encoded:
+        return np.zeros((0, 2), np.uint64), np.zeros(0, np.uint32)
+    parts = [record_checksums(run.data, run.offsets) for run in encoded]
+    return np.concatenate([digests for digests, _ in parts]), np.concatenate([crcs for _, crcs in parts])
+
+
+def _validity(features: pa.Table, name: str) -> np.ndarray:
+    """Per row of ``features``, whether column ``name`` has a value there."""
+    return np.asarray(features.column(name).is_valid(), dtype=bool)
 
 
 def _check_group_bytes(groups: _Groups, whole_groups: np.ndarray, record_bytes: np.ndarray, stage: SequenceStage) -> None:
@@ -488,8 +516,9 @@ def _check_group_bytes(groups: _Groups, whole_groups: np.ndarray, record_bytes: 
         )
 
 
-def _kept_counts(counts: SequenceCounts, rows: pa.Table, offsets: np.ndarray, record_split: np.ndarray, group_split: np.ndarray,
-                 chunks: np.ndarray, truncated: np.ndarray, stage: SequenceStage) -> SequenceCounts:
+def _kept_counts(counts: SequenceCounts, features: pa.Table, steps: np.ndarray, offsets: np.ndarray, record_split: np.ndarray,
+                 group_split: np.ndarray, chunks: np.ndarray, truncated: np.ndarray, stage: SequenceStage) -> SequenceCounts:
+    """The counts of the kept SequenceExamples, whose steps are rows ``steps`` of ``features`` (bounded by ``offsets``)."""
     lengths = np.diff(offsets)
     splits = len(counts.examples)
     low, high = counts.min_steps.copy(), counts.max_steps.copy()
@@ -498,11 +527,11 @@ def _kept_counts(counts: SequenceCounts, rows: pa.Table, offsets: np.ndarray, re
     step_split = np.repeat(record_split, lengths)
     context_present = np.zeros((splits, len(stage.context)), np.int64)
     for column, name in enumerate(stage.context):
-        valid = np.asarray(rows.column(name).is_valid(), dtype=bool)[offsets[:-1]] if len(lengths) else np.zeros(0, bool)
+        valid = _validity(features, name)[steps[offsets[:-1]]] if len(lengths) else np.zeros(0, bool)
         context_present[:, column] = _per_split(record_split[valid], counts)
     steps_present = np.zeros((splits, len(stage.feature_lists)), np.int64)
     for column, name in enumerate(stage.feature_lists):
-        valid = np.asarray(rows.column(name).is_valid(), dtype=bool)
+        valid = _validity(features, name)[steps]
         steps_present[:, column] = _per_split(step_split[valid], counts)
     return dataclasses.replace(
         counts, examples=_per_split(record_split, counts), groups=_per_split(group_split, counts),
@@ -539,8 +568,9 @@ class EncodeSequences(beam.DoFn):
                 by_file.setdefault(self._file_index[row.path], []).append(row)
             for file_index, rows in sorted(by_file.items()):
                 yield beam.pvalue.TaggedOutput(BAD_ROWS, (file_index, rows))
-        yield from keyed_pieces(made.split, made.key, made.offsets, made.data, made.crcs, self._piece_bytes)
+        yield from made.pieces(self._piece_bytes)
         yield beam.pvalue.TaggedOutput(STATS, made.counts)
+
 
 
 def _bucket_sequences(values: list[pa.RecordBatch | HeldRows], stage: SequenceStage) -> Sequences:
