@@ -525,3 +525,22 @@ def test_a_buckets_sequence_examples_stay_in_the_encoders_runs_and_pieces_are_vi
     assert [record for run in whole.chunks for record in run.to_list()] == [
         record for run in made.chunks for record in run.to_list()]
     assert np.array_equal(whole.key, made.key) and np.array_equal(whole.crcs, made.crcs)
+
+
+@pytest.mark.parametrize("names", [["k"], ["k", "n"], ["n", "k"], ["b"], ["f"], ["tokens"], ["k", "f"]])
+def test_key_hashes_hash_each_distinct_key_once_and_equal_the_row_by_row_hashes(names):
+    rng = np.random.default_rng(3)
+    rows = 5000
+    table = pa.table({
+        "k": pa.array([f"key-{value}" for value in rng.integers(0, 300, rows)], pa.binary()),
+        "n": pa.array(rng.integers(-3, 3, rows)),
+        "b": pa.array(rng.random(rows) < 0.5),
+        "f": pa.array(rng.choice([0.0, -0.0, float("nan"), 1.5], rows), pa.float32()),  # row by row: -0.0 is not 0.0
+        "tokens": pa.array([["a"] * int(count) for count in rng.integers(0, 3, rows)]),
+    })
+    batch = pa.Table.from_batches(table.to_batches(max_chunksize=1500)).combine_chunks().to_batches()[0]
+    expected = sequence_stage.group_hashes(batch, names)
+    assert np.array_equal(sequence_stage.key_hashes(batch, names), expected)
+    chunked = pa.Table.from_batches(table.to_batches(max_chunksize=1500))
+    assert np.array_equal(sequence_stage.key_hashes(chunked, names), expected)
+    assert np.array_equal(sequence_stage.key_hashes(batch.slice(1000, 2000), names), expected[1000:3000])

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from tfrbeam.build.plan import BuildPlan
 
 __all__ = [
-    "GroupKeyer", "SequenceCounts", "SequenceStage", "Sequences", "EncodeSequences", "sequence_buckets_for",
+    "GroupKeyer", "SequenceCounts", "SequenceStage", "Sequences", "EncodeSequences", "key_hashes", "sequence_buckets_for",
     "sequences_of",
 ]
 
@@ -76,6 +76,41 @@ def group_hashes(batch: pa.RecordBatch | pa.Table, names: Sequence[str]) -> np.n
     """XXH3-128 (two uint64 words per row) of each row's ``names`` features encoded as an Example."""
     encoded = encode_record_batch(batch.select(list(names)))
     return content_digests(encoded.data, encoded.offsets)
+
+
+def key_hashes(batch: pa.RecordBatch | pa.Table, names: Sequence[str]) -> np.ndarray:
+    """``group_hashes`` of every row, with each distinct key encoded and hashed once.
+
+    A group's rows share their key, so a batch holds far fewer keys than rows. Keys are told apart
+    by pyarrow's dictionary encoding, which equals the encoded bytes' equality for integers,
+    booleans, strings and binaries; keys of other types (floats: -0.0 and NaN payloads; lists),
+    or with nulls, are hashed row by row.
+    """
+    columns = [batch.column(name) for name in names]
+    if not columns or any(column.null_count or not _dictionary_exact(column.type) for column in columns):
+        return group_hashes(batch, names)
+    codes, distinct = _dictionary_codes(columns[0])
+    for column in columns[1:]:  # the pair of codes as one number (below rows**2), numbered again from 0
+        more, count = _dictionary_codes(column)
+        codes, distinct = _dictionary_codes(pa.array(codes * count + more))
+    first_rows = np.full(distinct, len(codes), dtype=np.int64)
+    np.minimum.at(first_rows, codes, np.arange(len(codes), dtype=np.int64))
+    return group_hashes(batch.select(list(names)).take(pa.array(first_rows)), names)[codes]
+
+
+def _dictionary_codes(column: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, int]:
+    """Each value's number among the column's distinct values (0 up, in order of first appearance), and their count."""
+    if isinstance(column, pa.ChunkedArray):  # a table's column: one dictionary for all its chunks
+        column = column.combine_chunks()
+    encoded = pc.dictionary_encode(column)
+    return np.asarray(encoded.indices, dtype=np.int64), len(encoded.dictionary)
+
+
+def _dictionary_exact(arrow_type: pa.DataType) -> bool:
+    """Whether two values of this type are equal exactly when their Example encodings are."""
+    types = pa.types
+    return (types.is_integer(arrow_type) or types.is_boolean(arrow_type) or types.is_string(arrow_type)
+            or types.is_large_string(arrow_type) or types.is_binary(arrow_type) or types.is_large_binary(arrow_type))
 
 
 # ------------------------------------------------------------------------------------ keying
@@ -137,7 +172,7 @@ class GroupKeyer:
         Each bucket's rows are taken into buffers of their own, so a held bucket frees its memory
         when it is encoded, whatever the other buckets of the same source batch do.
         """
-        digests = group_hashes(batch, self.group_by)
+        digests = key_hashes(batch, self.group_by)
         extra = [pa.array(np.full(batch.num_rows, file_index, dtype=np.int32)), pa.array(np.asarray(lines, dtype=np.int64)),
                  pa.array(digests[:, 0]), pa.array(digests[:, 1])]
         keyed = pa.RecordBatch.from_arrays([*batch.columns, *extra],
