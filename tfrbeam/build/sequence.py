@@ -615,4 +615,4 @@ def _bucket_sequences(values: list[pa.RecordBatch | HeldRows], stage: SequenceSt
     """
     held = iter(held_batches([value for value in values if isinstance(value, HeldRows)]))
     batches = [next(held) if isinstance(value, HeldRows) else value for value in values]
-    return sequences_of(pa.Table.from_batches(batches).combine_chunks(), stage)
+    return sequences_of(pa.Table.from_batches(batches), stage)
