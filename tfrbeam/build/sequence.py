@@ -6,14 +6,17 @@
   ``hash[1] % buckets`` as part of one Arrow batch per (source batch, bucket).
 - **Grouping** is the runner's GroupByKey on the bucket: a group never spans buckets, and the
   bucket count (``sequence_buckets_for``, fixed when the build is planned) bounds the bytes of
-  one bucket, which one worker holds at a time.
+  one bucket, which one worker holds at a time. When every worker runs in this process (piece
+  store ``memory``) the batches stay here (``tfrbeam.build.held_rows``) and only ``HeldRows``
+  references go through the GroupByKey; the encoder frees a bucket's batches once it is encoded.
 - **Per bucket** (``sequences_of``): rows sorted by (group key hash, order_by, the row's content
   hash, input file, line) with pyarrow's sort (nulls last): a total order that depends on no
   input order (only rows tied on group and order_by are hashed). A group whose context feature
   varies is a bad group, one shorter than min_steps is dropped, a longer one is cut by max_steps
   (split, truncate, or a bad group with overflow: error), and a group kept whole whose
   SequenceExample exceeds max_group_bytes fails the build. The kept sequences are encoded at
-  once (``encode_sequence_batch``) and keyed for the shuffle exactly as Examples are: the split
+  once (``encode_sequence_chunks``: runs of groups in buffers of their own, which become the
+  shuffle's pieces as they are) and keyed for the shuffle exactly as Examples are: the split
   from the split_key hash of the group, the sort key from the seeded content hash of the
   SequenceExample.
 """
@@ -532,9 +535,12 @@ def _checksums(encoded: tuple[EncodedExamples, ...]) -> tuple[np.ndarray, np.nda
     return np.concatenate([digests for digests, _ in parts]), np.concatenate([crcs for _, crcs in parts])
 
 
-def _validity(features: pa.Table, name: str) -> np.ndarray:
-    """Per row of ``features``, whether column ``name`` has a value there."""
-    return np.asarray(features.column(name).is_valid(), dtype=bool)
+def _validity(features: pa.Table, name: str, rows: np.ndarray) -> np.ndarray:
+    """For each of ``rows`` of ``features``, whether column ``name`` has a value there."""
+    column = features.column(name)
+    if not column.null_count:
+        return np.ones(len(rows), dtype=bool)
+    return np.asarray(column.is_valid(), dtype=bool)[rows]
 
 
 def _check_group_bytes(groups: _Groups, whole_groups: np.ndarray, record_bytes: np.ndarray, stage: SequenceStage) -> None:
@@ -562,11 +568,11 @@ def _kept_counts(counts: SequenceCounts, features: pa.Table, steps: np.ndarray, 
     step_split = np.repeat(record_split, lengths)
     context_present = np.zeros((splits, len(stage.context)), np.int64)
     for column, name in enumerate(stage.context):
-        valid = _validity(features, name)[steps[offsets[:-1]]] if len(lengths) else np.zeros(0, bool)
+        valid = _validity(features, name, steps[offsets[:-1]])
         context_present[:, column] = _per_split(record_split[valid], counts)
     steps_present = np.zeros((splits, len(stage.feature_lists)), np.int64)
     for column, name in enumerate(stage.feature_lists):
-        valid = _validity(features, name)[steps]
+        valid = _validity(features, name, steps)
         steps_present[:, column] = _per_split(step_split[valid], counts)
     return dataclasses.replace(
         counts, examples=_per_split(record_split, counts), groups=_per_split(group_split, counts),
@@ -605,7 +611,6 @@ class EncodeSequences(beam.DoFn):
                 yield beam.pvalue.TaggedOutput(BAD_ROWS, (file_index, rows))
         yield from made.pieces(self._piece_bytes)
         yield beam.pvalue.TaggedOutput(STATS, made.counts)
-
 
 
 def _bucket_sequences(values: list[pa.RecordBatch | HeldRows], stage: SequenceStage) -> Sequences:
