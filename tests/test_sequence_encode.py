@@ -104,6 +104,48 @@ def test_groups_spanning_chunks_and_groups_larger_than_a_chunk(monkeypatch, rows
     assert encoded.to_list() == encode_sequence_batch(table, offsets, ["user"], ["t", "tags"]).to_list()
 
 
+@HYPOTHESIS
+@given(grouped_tables(max_groups=8), st.integers(1, 6), st.randoms(use_true_random=False))
+def test_runs_of_groups_in_buffers_of_their_own_join_to_the_batch(drawn, rows_per_chunk, random):
+    """encode_sequence_chunks: the same records as encode_sequence_batch, in runs of whole groups; with ``rows``,
+    as if the table had been taken in that order first."""
+    table, offsets, context, feature_lists = drawn
+    expected = encode_sequence_batch(table, offsets, context, feature_lists).to_list()
+    original = sequence_encode._ROWS_PER_CHUNK
+    sequence_encode._ROWS_PER_CHUNK = rows_per_chunk  # (no monkeypatch fixture under hypothesis)
+    try:
+        runs = list(sequence_encode.encode_sequence_chunks(table, offsets, context, feature_lists))
+        order = list(range(table.num_rows))
+        random.shuffle(order)
+        plain = pa.table({name: table[name].cast(sequence_encode._without_string_views(table[name].type))
+                          for name in table.schema.names})  # take has no kernel for string views
+        taken = plain.take(pa.array(order))  # its rows, in the order argsort(order), are the table's again
+        ordered = list(sequence_encode.encode_sequence_chunks(taken, offsets, context, feature_lists,
+                                                              rows=np.argsort(order)))
+        direct = encode_sequence_batch(taken, offsets, context, feature_lists).to_list()
+        shuffled = list(sequence_encode.encode_sequence_chunks(table, offsets, context, feature_lists,
+                                                               rows=np.asarray(order)))
+    finally:
+        sequence_encode._ROWS_PER_CHUNK = original
+    assert [record for run in runs for record in run.to_list()] == expected
+    assert [record for run in ordered for record in run.to_list()] == expected
+    assert [record for run in shuffled for record in run.to_list()] == direct
+    bounds = np.cumsum([0, *map(len, runs)])
+    assert set(bounds.tolist()) <= set(range(len(offsets)))  # runs end where groups do
+    if len(offsets) > 2 and rows_per_chunk == 1:
+        assert len(runs) == len(offsets) - 1  # one group a run
+
+
+def test_rows_must_be_rows_of_the_table():
+    table = pa.table({"x": [1, 2, 3]})
+    with pytest.raises(ArrowConversionError, match=re.escape("rows must be row numbers of the table's 3 rows, got 0 .. 3")):
+        list(sequence_encode.encode_sequence_chunks(table, np.array([0, 2]), ["x"], [], rows=np.array([0, 3])))
+    with pytest.raises(ArrowConversionError, match=re.escape("must run from 0 to the given rows' 2 rows, got 0 .. 3")):
+        list(sequence_encode.encode_sequence_chunks(table, np.array([0, 3]), ["x"], [], rows=np.array([2, 1])))
+    records = list(sequence_encode.encode_sequence_chunks(table, np.array([0, 1, 2]), ["x"], [], rows=np.array([2, 0])))
+    assert records[0].to_list() == encode_sequence_batch(pa.table({"x": [3, 1]}), np.array([0, 1, 2]), ["x"], []).to_list()
+
+
 def test_every_arrow_type_as_context_and_as_steps_with_nulls():
     """int64 / float32 / bytes / string scalars, lists and fixed-size lists of each, nulls everywhere."""
     values = {
@@ -253,3 +295,16 @@ def test_tensorflow_sequence_examples_rebuild_byte_for_byte(tf_vectors):
         assert encoded.to_list() == [expected], f"TF record {index}"
         rebuilt.append(index)
     assert rebuilt == [0, 1, 2, 4]  # 1 is empty: a group of one row and no features; 3 has an empty FeatureList
+
+
+def test_records_are_allocated_from_arrows_memory_pool():
+    """The encoded bytes come from the pool the input batches were in, so freed batches' pages are reused for them."""
+    rows = 20_000
+    table = pa.table({"g": pa.array(np.repeat(np.arange(rows // 10), 10)), "v": pa.array(np.arange(rows, dtype=np.float32)),
+                      "w": pa.array([f"word-{index}" for index in range(rows)])})
+    before = pa.total_allocated_bytes()
+    encoded = encode_sequence_batch(table, np.arange(0, rows + 1, 10), ["g"], ["v", "w"])
+    assert pa.total_allocated_bytes() - before >= encoded.data.nbytes > 0
+    held = pa.total_allocated_bytes()
+    del encoded
+    assert pa.total_allocated_bytes() < held

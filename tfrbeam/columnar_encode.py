@@ -447,7 +447,7 @@ def _assemble(count: int, pieces: Sequence[_Piece], offsets: np.ndarray) -> np.n
     if sum(int(length.sum()) for length in lengths) != total:
         raise AssertionError(f"columnar encoder pieces add up to the wrong size, expected {total} bytes")
     slack = max(stretch.stop - stretch.start for stretch in stretches)  # the last row's junk lands here
-    out = np.empty(total + slack, np.uint8)
+    out = _pool_bytes(total + slack)
     if count == 0 or total == 0:
         return out[:total]
     starts = list(itertools.accumulate(lengths[:-1], initial=offsets[:-1]))
@@ -469,6 +469,17 @@ def _assemble(count: int, pieces: Sequence[_Piece], offsets: np.ndarray) -> np.n
             elif stretch.stop > stretch.start:
                 _place(out, start, padded[:, stretch.start : stretch.stop], length, room[index][part])
     return out[:total]
+
+
+def _pool_bytes(size: int) -> np.ndarray:
+    """An uninitialised byte array from Arrow's memory pool rather than numpy's allocator (malloc).
+
+    The encoded records often outlive the Arrow data they were made from (a sequence build holds
+    its input batches until a bucket is encoded, then the records until they are written): taken
+    from the same pool, records reuse the pages the freed batches leave, instead of new pages
+    (page faults, more peak memory) while the pool keeps the old ones.
+    """
+    return np.frombuffer(pa.allocate_buffer(size), np.uint8)
 
 
 @dataclasses.dataclass

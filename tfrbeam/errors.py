@@ -109,6 +109,10 @@ class GroupTooLargeError(TfrbeamError, ValueError):
     """A SequenceExample build's group holds more bytes than ``sequence.max_group_bytes`` allows and max_steps does not cut it."""
 
 
+class HeldDataMissingError(TfrbeamError, RuntimeError):
+    """Data a run held in this process's memory is gone: the run ended, or a worker in another process held it."""
+
+
 class TooManyBadRecordsError(TfrbeamError):
     """More input rows were bad than ``errors.max_bad_fraction`` allows; nothing was published."""
 

@@ -26,7 +26,7 @@ from tfrbeam.columnar_encode import (
 from tfrbeam.errors import ArrowConversionError
 from tfrbeam.example import encode_varint
 
-__all__ = ["encode_sequence_batch"]
+__all__ = ["encode_sequence_batch", "encode_sequence_chunks"]
 
 # Rows (steps) encoded together; a chunk holds whole groups, so a bigger group is one chunk.
 _ROWS_PER_CHUNK = 65536
@@ -44,16 +44,10 @@ def encode_sequence_batch(
     ``feature_lists`` columns give one step per row (a null: an empty list of the column's
     kind). Rows must already be in step order; other columns are ignored.
     """
-    offsets = _checked_offsets(group_offsets, table.num_rows)
-    _check_names(table, context, feature_lists)
-    context_records = encode_record_batch(_first_rows(table, context, offsets)) if context else None
-    names = sorted(feature_lists, key=lambda name: name.encode("utf-8"))
-    columns = {name: table.column(name) for name in names}
     datas: list[np.ndarray] = []
     record_offsets: list[np.ndarray] = [np.zeros(1, np.int64)]
     written = 0
-    for first, last in _group_chunks(offsets):
-        encoded = _encode_groups(offsets[first : last + 1], _context_part(context_records, first, last), columns)
+    for encoded in encode_sequence_chunks(table, group_offsets, context, feature_lists):
         datas.append(encoded.data)
         record_offsets.append(encoded.offsets[1:] + written)
         written += len(encoded.data)
@@ -61,8 +55,45 @@ def encode_sequence_batch(
     return EncodedExamples(data=data, offsets=np.concatenate(record_offsets))
 
 
-def _checked_offsets(group_offsets: np.ndarray, num_rows: int) -> np.ndarray:
-    """The offsets as int64, or ArrowConversionError saying which rule they break."""
+def encode_sequence_chunks(
+    table: pa.Table | pa.RecordBatch,
+    group_offsets: np.ndarray,
+    context: Sequence[str],
+    feature_lists: Sequence[str],
+    rows: np.ndarray | None = None,
+) -> Iterator[EncodedExamples]:
+    """``encode_sequence_batch``'s SequenceExamples as consecutive runs of whole groups, each in a buffer of its own.
+
+    A run holds about _ROWS_PER_CHUNK steps (a bigger group is a run of its own); together, in
+    order, the runs are ``encode_sequence_batch``'s records, without the copy that joins them.
+    ``rows`` (optional) gives the steps' order: step ``i`` is row ``rows[i]`` of ``table`` and
+    ``group_offsets`` bound steps; the rows are taken one run at a time, so no sorted copy of the
+    whole table is made. Without it the steps are the table's rows in order. Row numbers in errors
+    are step numbers.
+    """
+    steps = table.num_rows if rows is None else len(rows)
+    offsets = _checked_offsets(group_offsets, steps, "the table's" if rows is None else "the given rows'")
+    _check_names(table, context, feature_lists)
+    if rows is not None:
+        rows = np.asarray(rows, dtype=np.int64)
+        if len(rows) and (rows.min() < 0 or rows.max() >= table.num_rows):
+            raise ArrowConversionError(f"rows must be row numbers of the table's {table.num_rows} rows, got "
+                                       f"{int(rows.min())} .. {int(rows.max())}")
+    first_rows = offsets[:-1] if rows is None else rows[offsets[:-1]]
+    context_records = encode_record_batch(_taken(table, context, first_rows)) if context else None
+    names = sorted(feature_lists, key=lambda name: name.encode("utf-8"))
+    for first, last in _group_chunks(offsets):
+        low, high = int(offsets[first]), int(offsets[last])
+        if rows is None:
+            columns = {name: table.column(name).slice(low, high - low) for name in names}
+        else:
+            taken = _taken(table, names, rows[low:high])
+            columns = {name: taken.column(name) for name in names}
+        yield _encode_groups(offsets[first : last + 1], _context_part(context_records, first, last), columns)
+
+
+def _checked_offsets(group_offsets: np.ndarray, num_rows: int, whose: str) -> np.ndarray:
+    """The offsets as int64, or ArrowConversionError saying which rule they break (``whose`` rows they bound)."""
     offsets = np.asarray(group_offsets)
     if offsets.ndim != 1 or len(offsets) == 0 or not np.issubdtype(offsets.dtype, np.integer):
         raise ArrowConversionError(
@@ -72,7 +103,7 @@ def _checked_offsets(group_offsets: np.ndarray, num_rows: int) -> np.ndarray:
     offsets = offsets.astype(np.int64)
     if offsets[0] != 0 or offsets[-1] != num_rows:
         raise ArrowConversionError(
-            f"group_offsets must run from 0 to the table's {num_rows} rows, got {int(offsets[0])} .. {int(offsets[-1])}"
+            f"group_offsets must run from 0 to {whose} {num_rows} rows, got {int(offsets[0])} .. {int(offsets[-1])}"
         )
     sizes = np.diff(offsets)
     if (sizes <= 0).any():
@@ -97,12 +128,13 @@ def _check_names(table: pa.Table | pa.RecordBatch, context: Sequence[str], featu
             raise ArrowConversionError(f"column {name!r} {found} (columns: {available}); rename or drop columns first")
 
 
-def _first_rows(table: pa.Table | pa.RecordBatch, names: Sequence[str], offsets: np.ndarray) -> pa.Table:
-    """The context columns at each group's first row."""
+def _taken(table: pa.Table | pa.RecordBatch, names: Sequence[str], rows: np.ndarray) -> pa.Table:
+    """The columns ``names`` at ``rows`` (in that order)."""
     columns = [table.column(name) for name in names]
     # pyarrow's take has no kernel for the view layouts of strings: take their plain form.
-    columns = [column.cast(_without_string_views(column.type)) for column in columns]
-    return pa.Table.from_arrays(columns, names=list(names)).take(pa.array(offsets[:-1]))
+    columns = [column.cast(plain) if (plain := _without_string_views(column.type)) != column.type else column
+               for column in columns]
+    return pa.Table.from_arrays(columns, names=list(names)).take(pa.array(rows))
 
 
 def _without_string_views(arrow_type: pa.DataType) -> pa.DataType:
@@ -145,14 +177,14 @@ def _context_part(records: EncodedExamples | None, first: int, last: int) -> byt
 def _encode_groups(
     offsets: np.ndarray, context: bytes | Spans, columns: dict[str, pa.Array | pa.ChunkedArray]
 ) -> EncodedExamples:
-    """The SequenceExamples of consecutive groups (offsets: their row bounds in the table)."""
+    """The SequenceExamples of consecutive groups (offsets: their step bounds; columns: those steps' rows)."""
     row_base = int(offsets[0])
     local = offsets - row_base
     count = len(offsets) - 1
     entries: list[bytes | np.ndarray | Spans] = []
     body_length = np.zeros(count, np.int64)
     for name, column in columns.items():
-        steps = encode_feature_list_steps(name, column.slice(row_base, int(local[-1])), row_base)
+        steps = encode_feature_list_steps(name, column, row_base)
         starts = steps.offsets[local[:-1]]
         list_length = steps.offsets[local[1:]] - starts
         encoded_name = name.encode("utf-8")

@@ -314,6 +314,55 @@ def test_bucket_count_changes_nothing_but_the_plan(small, monkeypatch):
     assert _shard_bytes(directory / "out" / "buckets") == reference
 
 
+def _counting_batch_encodes(monkeypatch) -> list[int]:
+    """Count the Arrow batches the RecordBatch coder serializes (the GroupByKey's data plane, on the bytes path)."""
+    from tfrbeam.beam.arrow_coder import RecordBatchCoder
+
+    encoded, real = [], RecordBatchCoder.encode
+
+    def counting(self, batch):
+        encoded.append(batch.num_rows)
+        return real(self, batch)
+
+    monkeypatch.setattr(RecordBatchCoder, "encode", counting)
+    return encoded
+
+
+def test_in_process_runs_send_only_references_through_the_group_by_key(small, monkeypatch):
+    """On the default in-process runner the buckets' Arrow batches stay in this process; only HeldRows cross the GroupByKey."""
+    from tfrbeam.build.held_rows import runs_holding_rows
+
+    directory, reference = small
+    encoded = _counting_batch_encodes(monkeypatch)
+    assert _build(directory, generated_config(directory, "held")) == 0
+    assert encoded == []  # no batch was serialized
+    assert _shard_bytes(directory / "out" / "held") == reference
+    assert runs_holding_rows() == []  # every bucket was encoded and let go of its rows
+    assert _build(directory, generated_config(directory, "sent"), "--piece_store=spill") == 0
+    assert sum(encoded) > 0  # piece store spill sends the batches themselves: what the counting sees
+    assert _shard_bytes(directory / "out" / "sent") == reference
+
+
+def test_a_failed_build_holds_no_rows_afterwards(tmp_path, monkeypatch, capsys):
+    """A bucket that fails leaves the other buckets' held rows; the failed build's cleanup frees them."""
+    from tfrbeam.build import commit
+    from tfrbeam.build.held_rows import discard_held_rows, runs_holding_rows
+
+    monkeypatch.setattr(sequence_stage, "SEQUENCE_BUCKET_INPUT_BYTES", 200)  # many buckets
+    keys = [f"k{index}" for index in range(40)]
+    table = pa.table({"k": ["big"] * 300 + keys, "t": list(range(300 + len(keys))), "text": ["x" * 100] * (300 + len(keys))})
+    config = _tiny(tmp_path, table, {"group_by": ["k"], "order_by": ["t"], "max_group_bytes": "10KiB"})
+    assert _build(tmp_path, config) == 1
+    assert "GroupTooLargeError: sequence group k='big'" in _error(capsys)
+    assert runs_holding_rows() == []
+    monkeypatch.setattr(commit, "discard_held_rows", lambda run_key: None)  # without the cleanup, rows stay held
+    assert _build(tmp_path, config) == 1
+    left = runs_holding_rows()
+    assert len(left) == 1  # the failed bucket's rows at least (it never got to release them)
+    discard_held_rows(left[0])
+    assert runs_holding_rows() == []
+
+
 def test_ties_in_a_float_order_by_nan_zeros_and_nulls_are_ordered_by_content_whatever_the_input_order(tmp_path):
     t = [float("nan"), float("nan"), 0.0, -0.0, None, None, 1.0, 1.0, 0.0]
     table = pa.table({"k": ["a"] * 9, "t": pa.array(t, pa.float32()), "v": list(range(9))})
@@ -446,3 +495,52 @@ def test_lost_sequence_examples_or_rows_fail_the_commit_and_nothing_is_published
     assert _build(tmp_path, config) == 1
     assert "4 rows were converted, but the sequence stage received 3 (3 steps kept" in _error(capsys)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_buckets_sequence_examples_stay_in_the_encoders_runs_and_pieces_are_views_of_them(tmp_path, monkeypatch):
+    """No copy joins the encoder's runs of groups: each piece for the shuffle is a slice of one run's buffer."""
+    from tfrbeam import sequence_encode
+    from tfrbeam.build.config import parse_config
+    from tfrbeam.build.plan import plan_build
+
+    table = generated_table(300, seed=4)
+    write_generated(tmp_path / "in", table, files=1)
+    config = parse_config(yaml.safe_load(generated_config(tmp_path, "runs").read_text()))
+    stage = sequence_stage.SequenceStage.of(plan_build(config))
+    keyer = sequence_stage.GroupKeyer(("user",), 1)
+    batch = table.combine_chunks().to_batches()[0]
+    batch = batch.filter(batch.column("user").is_valid())
+    features = batch.select([spec.name for spec in stage.features])
+    [(_, rows)] = keyer.rows_by_bucket(features, 0, np.arange(features.num_rows))
+    monkeypatch.setattr(sequence_encode, "_ROWS_PER_CHUNK", 500)
+    made = sequence_stage.sequences_of(pa.Table.from_batches([rows]), stage)
+    assert len(made.chunks) > 3
+    pieces = list(made.pieces(20_000))
+    assert len(pieces) > len(made.chunks)
+    assert sum(map(len, pieces)) == sum(map(len, made.chunks)) == len(made.key)
+    for piece in pieces:
+        assert sum(np.shares_memory(piece.data, run.data) for run in made.chunks) == 1
+    monkeypatch.setattr(sequence_encode, "_ROWS_PER_CHUNK", 65536)
+    whole = sequence_stage.sequences_of(pa.Table.from_batches([rows]), stage)
+    assert [record for run in whole.chunks for record in run.to_list()] == [
+        record for run in made.chunks for record in run.to_list()]
+    assert np.array_equal(whole.key, made.key) and np.array_equal(whole.crcs, made.crcs)
+
+
+@pytest.mark.parametrize("names", [["k"], ["k", "n"], ["n", "k"], ["b"], ["f"], ["tokens"], ["k", "f"]])
+def test_key_hashes_hash_each_distinct_key_once_and_equal_the_row_by_row_hashes(names):
+    rng = np.random.default_rng(3)
+    rows = 5000
+    table = pa.table({
+        "k": pa.array([f"key-{value}" for value in rng.integers(0, 300, rows)], pa.binary()),
+        "n": pa.array(rng.integers(-3, 3, rows)),
+        "b": pa.array(rng.random(rows) < 0.5),
+        "f": pa.array(rng.choice([0.0, -0.0, float("nan"), 1.5], rows), pa.float32()),  # row by row: -0.0 is not 0.0
+        "tokens": pa.array([["a"] * int(count) for count in rng.integers(0, 3, rows)]),
+    })
+    batch = pa.Table.from_batches(table.to_batches(max_chunksize=1500)).combine_chunks().to_batches()[0]
+    expected = sequence_stage.group_hashes(batch, names)
+    assert np.array_equal(sequence_stage.key_hashes(batch, names), expected)
+    chunked = pa.Table.from_batches(table.to_batches(max_chunksize=1500))
+    assert np.array_equal(sequence_stage.key_hashes(chunked, names), expected)
+    assert np.array_equal(sequence_stage.key_hashes(batch.slice(1000, 2000), names), expected[1000:3000])

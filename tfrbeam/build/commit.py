@@ -34,6 +34,7 @@ from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.filesystem import BEAM_FILES
 from tfrbeam.beam.publish import CommitJournal, held_or_taken, recover, swap_into_place
 from tfrbeam.build.config import config_to_dict
+from tfrbeam.build.held_rows import discard_held_rows
 from tfrbeam.build.plan import DALI_DIR_NAME, BuildPlan, check_output_dir, dataset_entries, foreign_entries, normalized
 from tfrbeam.build.sequence import SequenceCounts, SequenceStage
 from tfrbeam.build.shuffle import ShardFile, ShardPlan, discard_pieces
@@ -424,8 +425,9 @@ def recover_output(output_root: str, keep: str | None = None) -> list[str]:
 
 
 def discard_staging(plan: BuildPlan, keep_dead_letters: bool = False) -> None:
-    """Remove a failed run's staging directory (its partial shards) and free the pieces it held in memory."""
+    """Remove a failed run's staging directory (its partial shards) and free the pieces and rows it held in memory."""
     discard_pieces(plan.staging_dir)
+    discard_held_rows(plan.staging_dir)
     if keep_dead_letters:
         for name in fs.list_names(plan.staging_dir):
             if name != ERRORS_DIR_NAME and name != "owner.json":

@@ -20,7 +20,6 @@ from typing import Any
 
 import apache_beam as beam
 import numpy as np
-import pyarrow as pa
 
 from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.publish import StagingDir
@@ -83,7 +82,7 @@ def build_pipeline(pipeline: beam.Pipeline, plan: BuildPlan | BuildConfig, *, ov
         | "ReadInputs" >> ReadTabular(config.input, list(plan.columns), inputs=list(plan.input_files),
                                       progress_under=plan.staging_dir)
         | "ConvertAndKey" >> beam.ParDo(converter)
-        .with_output_types(KeyedRecords if config.sequence is None else tuple[int, pa.RecordBatch])
+        .with_output_types(KeyedRecords if config.sequence is None else GroupKeyer.of(plan).element_type)
         .with_outputs(_BAD_ROWS, _STATS, main=_PIECES)
     )
     records, bad_rows, sequence_counts = converted[_PIECES], [converted[_BAD_ROWS]], {}
@@ -139,8 +138,7 @@ class _ConvertAndKey(beam.DoFn):
         self._input_index = {path: index for index, path in enumerate(sorted(input_paths))}
         cap = spec.max_bytes_per_shard
         self.piece_bytes = min(PIECE_MAX_BYTES, cap) if cap else PIECE_MAX_BYTES
-        sequence = run.config.sequence
-        self._keyer = GroupKeyer(sequence.group_by, run.sequence_buckets) if sequence is not None else None
+        self._keyer = GroupKeyer.of(run) if run.config.sequence is not None else None
 
     def setup(self) -> None:
         self._rows = 0

@@ -6,14 +6,17 @@
   ``hash[1] % buckets`` as part of one Arrow batch per (source batch, bucket).
 - **Grouping** is the runner's GroupByKey on the bucket: a group never spans buckets, and the
   bucket count (``sequence_buckets_for``, fixed when the build is planned) bounds the bytes of
-  one bucket, which one worker holds at a time.
+  one bucket, which one worker holds at a time. When every worker runs in this process (piece
+  store ``memory``) the batches stay here (``tfrbeam.build.held_rows``) and only ``HeldRows``
+  references go through the GroupByKey; the encoder frees a bucket's batches once it is encoded.
 - **Per bucket** (``sequences_of``): rows sorted by (group key hash, order_by, the row's content
   hash, input file, line) with pyarrow's sort (nulls last): a total order that depends on no
   input order (only rows tied on group and order_by are hashed). A group whose context feature
   varies is a bad group, one shorter than min_steps is dropped, a longer one is cut by max_steps
   (split, truncate, or a bad group with overflow: error), and a group kept whole whose
   SequenceExample exceeds max_group_bytes fails the build. The kept sequences are encoded at
-  once (``encode_sequence_batch``) and keyed for the shuffle exactly as Examples are: the split
+  once (``encode_sequence_chunks``: runs of groups in buffers of their own, which become the
+  shuffle's pieces as they are) and keyed for the shuffle exactly as Examples are: the split
   from the split_key hash of the group, the sort key from the seeded content hash of the
   SequenceExample.
 """
@@ -34,23 +37,26 @@ import tfrbeam.beam.arrow_coder  # noqa: F401  (registers the RecordBatch coder 
 from tfrbeam.arrow_types import is_list
 from tfrbeam.build.config import SequenceConfig
 from tfrbeam.build.features import BadRow, ConvertedBatch, FeatureSpec, Provenance, rows_as_json
+from tfrbeam.build.held_rows import HeldRows, held_batches, hold_rows, release_rows
 from tfrbeam.build.shuffle import (
+    MEMORY,
     ROW_NUMBER_BITS,
+    KeyedRecords,
     content_digests,
     keyed_pieces,
     record_checksums,
     seeded_sort_keys,
     split_indices,
 )
-from tfrbeam.columnar_encode import encode_record_batch
+from tfrbeam.columnar_encode import EncodedExamples, encode_record_batch
 from tfrbeam.errors import BadRecordError, GroupTooLargeError
-from tfrbeam.sequence_encode import encode_sequence_batch
+from tfrbeam.sequence_encode import encode_sequence_chunks
 
 if TYPE_CHECKING:
     from tfrbeam.build.plan import BuildPlan
 
 __all__ = [
-    "GroupKeyer", "SequenceCounts", "SequenceStage", "Sequences", "EncodeSequences", "sequence_buckets_for",
+    "GroupKeyer", "SequenceCounts", "SequenceStage", "Sequences", "EncodeSequences", "key_hashes", "sequence_buckets_for",
     "sequences_of",
 ]
 
@@ -75,15 +81,68 @@ def group_hashes(batch: pa.RecordBatch | pa.Table, names: Sequence[str]) -> np.n
     return content_digests(encoded.data, encoded.offsets)
 
 
+def key_hashes(batch: pa.RecordBatch | pa.Table, names: Sequence[str]) -> np.ndarray:
+    """``group_hashes`` of every row, with each distinct key encoded and hashed once.
+
+    A group's rows share their key, so a batch holds far fewer keys than rows. Keys are told apart
+    by pyarrow's dictionary encoding, which equals the encoded bytes' equality for integers,
+    booleans, strings and binaries; keys of other types (floats: -0.0 and NaN payloads; lists),
+    or with nulls, are hashed row by row.
+    """
+    columns = [batch.column(name) for name in names]
+    if not columns or any(column.null_count or not _dictionary_exact(column.type) for column in columns):
+        return group_hashes(batch, names)
+    codes, distinct = _dictionary_codes(columns[0])
+    for column in columns[1:]:  # the pair of codes as one number (below rows**2), numbered again from 0
+        more, count = _dictionary_codes(column)
+        codes, distinct = _dictionary_codes(pa.array(codes * count + more))
+    first_rows = np.full(distinct, len(codes), dtype=np.int64)
+    np.minimum.at(first_rows, codes, np.arange(len(codes), dtype=np.int64))
+    return group_hashes(batch.select(list(names)).take(pa.array(first_rows)), names)[codes]
+
+
+def _dictionary_codes(column: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, int]:
+    """Each value's number among the column's distinct values (0 up, in order of first appearance), and their count."""
+    if isinstance(column, pa.ChunkedArray):  # a table's column: one dictionary for all its chunks
+        column = column.combine_chunks()
+    encoded = pc.dictionary_encode(column)
+    return np.asarray(encoded.indices, dtype=np.int64), len(encoded.dictionary)
+
+
+def _dictionary_exact(arrow_type: pa.DataType) -> bool:
+    """Whether two values of this type are equal exactly when their Example encodings are."""
+    types = pa.types
+    return (types.is_integer(arrow_type) or types.is_boolean(arrow_type) or types.is_string(arrow_type)
+            or types.is_large_string(arrow_type) or types.is_binary(arrow_type) or types.is_large_binary(arrow_type))
+
+
 # ------------------------------------------------------------------------------------ keying
 
 
 @dataclasses.dataclass(frozen=True)
 class GroupKeyer:
-    """The converter's part: rows with a null key out as bad rows, the rest in batches keyed by their bucket."""
+    """The converter's part: rows with a null key out as bad rows, the rest in batches keyed by their bucket.
+
+    ``held_under``: the run's staging directory when its workers all run in this process (piece
+    store ``memory``): each batch then stays here (``tfrbeam.build.held_rows``) and only a
+    ``HeldRows`` reference goes through the GroupByKey; None sends the batches themselves.
+    """
 
     group_by: tuple[str, ...]
     buckets: int
+    held_under: str | None = None
+
+    @classmethod
+    def of(cls, plan: BuildPlan) -> GroupKeyer:
+        """The keyer of a sequence build's plan: its group_by and bucket count, holding rows on in-process runs."""
+        assert plan.config.sequence is not None  # only sequence builds key rows by group
+        held_under = plan.staging_dir if plan.piece_store == MEMORY else None
+        return cls(plan.config.sequence.group_by, plan.sequence_buckets, held_under)
+
+    @property
+    def element_type(self) -> Any:
+        """The type of what the converter emits per bucket: (bucket, batch), or (bucket, reference) when rows are held."""
+        return tuple[int, HeldRows] if self.held_under is not None else tuple[int, pa.RecordBatch]
 
     def without_null_keys(self, source: Provenance, converted: ConvertedBatch) -> ConvertedBatch:
         """``converted`` with the rows whose group key has a null moved to its bad rows."""
@@ -110,23 +169,30 @@ class GroupKeyer:
         return ConvertedBatch(batch=batch.take(pa.array(keep)), bad_rows=converted.bad_rows + bad,
                               kept_rows=converted.kept_rows[keep])
 
-    def rows_by_bucket(self, batch: pa.RecordBatch, file_index: int, lines: np.ndarray) -> Iterator[tuple[int, pa.RecordBatch]]:
-        """(bucket, rows) for every bucket the batch's rows fall in; each row carries its file, line and group hash."""
-        digests = group_hashes(batch, self.group_by)
+    def rows_by_bucket(self, batch: pa.RecordBatch, file_index: int, lines: np.ndarray) -> Iterator[tuple[int, Any]]:
+        """(bucket, rows) for every bucket the batch's rows fall in; each row carries its file, line and group hash.
+
+        Each bucket's rows are taken into buffers of their own, so a held bucket frees its memory
+        when it is encoded, whatever the other buckets of the same source batch do.
+        """
+        digests = key_hashes(batch, self.group_by)
         extra = [pa.array(np.full(batch.num_rows, file_index, dtype=np.int32)), pa.array(np.asarray(lines, dtype=np.int64)),
                  pa.array(digests[:, 0]), pa.array(digests[:, 1])]
         keyed = pa.RecordBatch.from_arrays([*batch.columns, *extra],
                                            names=[*batch.schema.names, FILE_COLUMN, LINE_COLUMN, *GROUP_COLUMNS])
         bucket = digests[:, 1] % np.uint64(self.buckets)
         if not len(bucket) or bucket.min() == bucket.max():
-            yield (int(bucket[0]) if len(bucket) else 0), keyed
+            yield (int(bucket[0]) if len(bucket) else 0), self._sent(keyed)
             return
         order = np.argsort(bucket, kind="stable")
         bucket = bucket[order]
-        keyed = keyed.take(pa.array(order))
         bounds = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1], True])
         for start, end in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-            yield int(bucket[start]), keyed.slice(start, end - start)
+            yield int(bucket[start]), self._sent(keyed.take(pa.array(order[start:end])))
+
+    def _sent(self, rows: pa.RecordBatch) -> pa.RecordBatch | HeldRows:
+        """What goes through the GroupByKey for ``rows``: the batch, or a reference to it held in this process."""
+        return rows if self.held_under is None else hold_rows(self.held_under, rows)
 
 
 # ------------------------------------------------------------------------------------ counts
@@ -211,15 +277,28 @@ class SequenceStage:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Sequences:
-    """What one bucket became: encoded SequenceExamples with their split and shuffle key, bad rows and counts."""
+    """What one bucket became: encoded SequenceExamples with their split and shuffle key, bad rows and counts.
+
+    The records are in ``chunks`` (consecutive runs of them, each in its own buffer, as the
+    encoder made them: joining them would copy every byte once more); split, key and CRC are per
+    record over all chunks.
+    """
 
     split: np.ndarray
     key: np.ndarray
-    data: np.ndarray
-    offsets: np.ndarray
+    chunks: tuple[EncodedExamples, ...]
     crcs: np.ndarray
     bad_rows: list[BadRow]
     counts: SequenceCounts
+
+    def pieces(self, piece_bytes: int) -> Iterator[KeyedRecords]:
+        """The records keyed for the shuffle, in pieces of at most ``piece_bytes`` (none spans two chunks)."""
+        first = 0
+        for chunk in self.chunks:
+            end = first + len(chunk)
+            yield from keyed_pieces(self.split[first:end], self.key[first:end], chunk.offsets, chunk.data,
+                                    self.crcs[first:end], piece_bytes)
+            first = end
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -431,11 +510,12 @@ def _encode_kept(groups: _Groups, kept: np.ndarray, stage: SequenceStage, counts
         lengths = np.minimum(lengths, limit)
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    rows = groups.features.take(pa.array(groups.order[positions]))
-    encoded = encode_sequence_batch(rows, offsets, stage.context, stage.feature_lists)
+    steps = groups.order[positions]  # the kept steps' rows of the bucket's table, in step order
+    encoded = tuple(encode_sequence_chunks(groups.features, offsets, stage.context, stage.feature_lists, rows=steps))
+    record_bytes = np.concatenate([np.diff(run.offsets) for run in encoded]) if encoded else np.zeros(0, np.int64)
     whole = (chunks == 1) & (taken == sizes) & ((sizes <= limit) if limit is not None else True)
-    _check_group_bytes(groups, kept_groups[whole], np.diff(encoded.offsets)[first_chunk[whole]], stage)
-    digests, crcs = record_checksums(encoded.data, encoded.offsets)
+    _check_group_bytes(groups, kept_groups[whole], record_bytes[first_chunk[whole]], stage)
+    digests, crcs = _checksums(encoded)
     record_split = np.repeat(split, chunks)
     if stage.seed is not None:
         key = seeded_sort_keys(digests[:, 1], stage.seed)
@@ -443,8 +523,24 @@ def _encode_kept(groups: _Groups, kept: np.ndarray, stage: SequenceStage, counts
         position = (groups.files[positions].astype(np.uint64) << np.uint64(ROW_NUMBER_BITS)) | groups.lines[positions].astype(
             np.uint64)
         key = np.minimum.reduceat(position, offsets[:-1]) if len(lengths) else np.zeros(0, np.uint64)
-    counts = _kept_counts(counts, rows, offsets, record_split, split, chunks, sizes - taken, stage)
-    return Sequences(record_split.astype(np.uint16), key, encoded.data, encoded.offsets, crcs, bad_rows, counts)
+    counts = _kept_counts(counts, groups.features, steps, offsets, record_split, split, chunks, sizes - taken, stage)
+    return Sequences(record_split.astype(np.uint16), key, encoded, crcs, bad_rows, counts)
+
+
+def _checksums(encoded: tuple[EncodedExamples, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """``record_checksums`` of every record of the encoder's runs, in order: (n, 2) digests and CRCs."""
+    if not encoded:
+        return np.zeros((0, 2), np.uint64), np.zeros(0, np.uint32)
+    parts = [record_checksums(run.data, run.offsets) for run in encoded]
+    return np.concatenate([digests for digests, _ in parts]), np.concatenate([crcs for _, crcs in parts])
+
+
+def _validity(features: pa.Table, name: str, rows: np.ndarray) -> np.ndarray:
+    """For each of ``rows`` of ``features``, whether column ``name`` has a value there."""
+    column = features.column(name)
+    if not column.null_count:
+        return np.ones(len(rows), dtype=bool)
+    return np.asarray(column.is_valid(), dtype=bool)[rows]
 
 
 def _check_group_bytes(groups: _Groups, whole_groups: np.ndarray, record_bytes: np.ndarray, stage: SequenceStage) -> None:
@@ -461,8 +557,9 @@ def _check_group_bytes(groups: _Groups, whole_groups: np.ndarray, record_bytes: 
         )
 
 
-def _kept_counts(counts: SequenceCounts, rows: pa.Table, offsets: np.ndarray, record_split: np.ndarray, group_split: np.ndarray,
-                 chunks: np.ndarray, truncated: np.ndarray, stage: SequenceStage) -> SequenceCounts:
+def _kept_counts(counts: SequenceCounts, features: pa.Table, steps: np.ndarray, offsets: np.ndarray, record_split: np.ndarray,
+                 group_split: np.ndarray, chunks: np.ndarray, truncated: np.ndarray, stage: SequenceStage) -> SequenceCounts:
+    """The counts of the kept SequenceExamples, whose steps are rows ``steps`` of ``features`` (bounded by ``offsets``)."""
     lengths = np.diff(offsets)
     splits = len(counts.examples)
     low, high = counts.min_steps.copy(), counts.max_steps.copy()
@@ -471,11 +568,11 @@ def _kept_counts(counts: SequenceCounts, rows: pa.Table, offsets: np.ndarray, re
     step_split = np.repeat(record_split, lengths)
     context_present = np.zeros((splits, len(stage.context)), np.int64)
     for column, name in enumerate(stage.context):
-        valid = np.asarray(rows.column(name).is_valid(), dtype=bool)[offsets[:-1]] if len(lengths) else np.zeros(0, bool)
+        valid = _validity(features, name, steps[offsets[:-1]])
         context_present[:, column] = _per_split(record_split[valid], counts)
     steps_present = np.zeros((splits, len(stage.feature_lists)), np.int64)
     for column, name in enumerate(stage.feature_lists):
-        valid = np.asarray(rows.column(name).is_valid(), dtype=bool)
+        valid = _validity(features, name, steps)
         steps_present[:, column] = _per_split(step_split[valid], counts)
     return dataclasses.replace(
         counts, examples=_per_split(record_split, counts), groups=_per_split(group_split, counts),
@@ -498,10 +595,13 @@ class EncodeSequences(beam.DoFn):
         self._piece_bytes = piece_bytes
         self._file_index = {path: number for number, path in enumerate(stage.input_paths)}
 
-    def process(self, element: tuple[int, Iterable[pa.RecordBatch]]) -> Iterator[Any]:
-        _, batches = element
-        table = pa.Table.from_batches(list(batches)).combine_chunks()
-        made = sequences_of(table, self._stage)
+    def process(self, element: tuple[int, Iterable[pa.RecordBatch | HeldRows]]) -> Iterator[Any]:
+        _, values = element
+        values = list(values)
+        held = [value for value in values if isinstance(value, HeldRows)]
+        made = _bucket_sequences(values, self._stage)
+        del values
+        release_rows(held)  # encoded: the bucket's rows are freed before its SequenceExamples go on
         if made.bad_rows:
             beam.metrics.Metrics.counter("tfrbeam", "bad_groups").inc(int(made.counts.bad_groups.sum()))
             by_file: dict[int, list[BadRow]] = {}
@@ -509,6 +609,15 @@ class EncodeSequences(beam.DoFn):
                 by_file.setdefault(self._file_index[row.path], []).append(row)
             for file_index, rows in sorted(by_file.items()):
                 yield beam.pvalue.TaggedOutput(BAD_ROWS, (file_index, rows))
-        yield from keyed_pieces(made.split, made.key, made.offsets, made.data, made.crcs, self._piece_bytes)
+        yield from made.pieces(self._piece_bytes)
         yield beam.pvalue.TaggedOutput(STATS, made.counts)
 
+
+def _bucket_sequences(values: list[pa.RecordBatch | HeldRows], stage: SequenceStage) -> Sequences:
+    """One bucket's batches (or references to batches held here), as one table, grouped and encoded.
+
+    Nothing here outlives the call but what it returns: the bucket's rows can be freed at once.
+    """
+    held = iter(held_batches([value for value in values if isinstance(value, HeldRows)]))
+    batches = [next(held) if isinstance(value, HeldRows) else value for value in values]
+    return sequences_of(pa.Table.from_batches(batches), stage)

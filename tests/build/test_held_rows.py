@@ -1,0 +1,79 @@
+"""The rows a sequence build holds in this process between its converter and its encoder (tfrbeam.build.held_rows)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from apache_beam import coders
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from tfrbeam.build.held_rows import (
+    HeldRows,
+    HeldRowsCoder,
+    discard_held_rows,
+    held_batches,
+    hold_rows,
+    release_rows,
+    runs_holding_rows,
+)
+from tfrbeam.errors import HeldDataMissingError
+
+
+def _batch(values: list[int]) -> pa.RecordBatch:
+    return pa.record_batch({"v": values})
+
+
+def test_a_run_holds_batches_until_each_is_released():
+    first, second = hold_rows("run-a", _batch([1, 2])), hold_rows("run-a", _batch([3]))
+    other = hold_rows("run-b", _batch([4]))
+    assert (first.rows, second.rows) == (2, 1) and first.number != second.number
+    assert [batch.column(0).to_pylist() for batch in held_batches([second, first])] == [[3], [1, 2]]
+    release_rows([first])
+    assert runs_holding_rows() == ["run-a", "run-b"]
+    release_rows([second])  # the run's last batch: its entry goes
+    assert runs_holding_rows() == ["run-b"]
+    release_rows([second])  # released twice: nothing happens
+    discard_held_rows("run-b")
+    assert runs_holding_rows() == []
+    with pytest.raises(HeldDataMissingError, match="not in this process"):
+        held_batches([other])
+
+
+def test_discarding_a_run_frees_only_its_rows():
+    kept = hold_rows("kept", _batch([1]))
+    hold_rows("failed", _batch([2]))
+    discard_held_rows("failed")
+    discard_held_rows("never-held")
+    assert runs_holding_rows() == ["kept"]
+    assert held_batches([kept])[0].num_rows == 1
+    release_rows([kept])
+    assert runs_holding_rows() == []
+
+
+def test_the_reference_is_small_and_round_trips_through_its_coder():
+    ref = HeldRows("/data/out/.tfrbeam-staging-ü", 2**40 + 3, 65536)
+    coder = coders.registry.get_coder(HeldRows)
+    assert isinstance(coder, HeldRowsCoder) and coder.is_deterministic()
+    encoded = coder.encode(ref)
+    assert coder.decode(encoded) == ref and len(encoded) < 64
+
+
+@pytest.mark.parametrize("args, held", [
+    ([], True), (["--direct_running_mode=multi_threading", "--direct_num_workers=2"], True),
+    (["--direct_running_mode=multi_processing", "--direct_num_workers=2"], False), (["--piece_store=spill"], False),
+    (["--piece_store=inline"], False),
+])
+def test_rows_are_held_exactly_when_the_pieces_are(tmp_path, args, held):
+    """In-process runs (piece store memory) hold the rows; runs whose workers are other processes send the batches."""
+    from tfrbeam.build.config import parse_config
+    from tfrbeam.build.plan import plan_build
+    from tfrbeam.build.sequence import GroupKeyer
+
+    (tmp_path / "in.csv").write_text("k,t\na,1\na,2\n")
+    config = parse_config({"input": {"path": str(tmp_path / "in.csv")},
+                                    "sequence": {"group_by": ["k"], "order_by": ["t"]},
+                                    "output": {"path": str(tmp_path / "out")}})
+    plan = plan_build(config, PipelineOptions(args))
+    keyer = GroupKeyer.of(plan)
+    assert (keyer.held_under == plan.staging_dir) is held and (keyer.held_under is None) is not held
+    assert keyer.element_type == (tuple[int, HeldRows] if held else tuple[int, pa.RecordBatch])
