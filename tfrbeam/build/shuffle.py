@@ -1365,7 +1365,7 @@ class _Received:
         lengths = self.lengths[positions]
         with gc_paused():
             payloads = [
-                views[part][start:end]  # type: ignore[index]  # every part's view is set (whole, or by _read_windows)
+                views[part][start:end]  # every part's view is set (whole, or by _read_windows)
                 for part, start, end in zip(part_of.tolist(), starts.tolist(), (starts + lengths).tolist())
             ]
             return _join_frames(payloads, lengths, self.footers[positions])
