@@ -494,3 +494,15 @@ def test_duplicate_column_names_are_refused():
     table = pa.Table.from_arrays([pa.array([1]), pa.array([2])], names=["x", "x"])
     with pytest.raises(ArrowConversionError, match=r"column names \['x'\] appear more than once"):
         record_batch_to_examples(table)
+
+
+def test_examples_are_not_allocated_from_arrows_memory_pool():
+    """An Example build frees no Arrow batches for its records to reuse, and the pool's retained pages
+    raised its peak memory: Examples come from numpy's allocator (SequenceExamples from the pool)."""
+    rows = 20_000
+    batch = pa.record_batch({"v": pa.array(np.arange(rows, dtype=np.float32)),
+                             "w": pa.array([f"word-{index}" for index in range(rows)])})
+    before = pa.total_allocated_bytes()
+    encoded = encode_record_batch(batch)
+    assert encoded.data.nbytes > 200_000
+    assert pa.total_allocated_bytes() - before < encoded.data.nbytes // 10
