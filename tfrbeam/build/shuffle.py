@@ -1282,16 +1282,14 @@ def write_blocks(framed_lengths: np.ndarray) -> list[tuple[int, int]]:
 
 
 class _PartWindows:
-    """One part of a shard's records, read a window at a time: all at once when its store holds it in memory.
+    """One spilled part of a shard's records, read ``window_bytes`` at a time.
 
-    A part in a file (spilled) is read ``window_bytes`` at a time, so a writer holds one window
-    per part, not the whole shard, whatever the dataset's size. The writer reads forward: its
-    blocks take each part's records in key order.
+    So a writer holds one window per spilled part, not the whole shard, whatever the dataset's
+    size. The writer reads forward: its blocks take each part's records in key order.
     """
 
     def __init__(self, part: Piece, store: PieceStore, window_bytes: int):
-        self._part, self._store = part, store
-        self._window_bytes = window_bytes if store.read_in_windows(part) else None
+        self._part, self._store, self._window_bytes = part, store, window_bytes
         self._first = self._end = 0
         self._records: StoredRecords | None = None
 
@@ -1306,13 +1304,10 @@ class _PartWindows:
 
     def _read(self, first: int, end: int) -> None:
         part = self._part
-        if self._window_bytes is None:
-            first, end = 0, len(part)
-        else:
-            wanted = int(part.offsets[first]) + self._window_bytes
-            end = max(end, min(len(part), int(np.searchsorted(part.offsets, wanted, side="right")) - 1))
+        wanted = int(part.offsets[first]) + self._window_bytes
+        end = max(end, min(len(part), int(np.searchsorted(part.offsets, wanted, side="right")) - 1))
         self._records = None  # the old window goes before the new one is read
-        self._records = self._store.records(part.slice(first, end) if (first, end) != (0, len(part)) else part)
+        self._records = self._store.records(part.slice(first, end))
         self._first, self._end = first, end
 
 
@@ -1328,10 +1323,11 @@ class _Received:
     def __init__(self, parts: list[Piece], store: PieceStore, read_bytes: int | None = None):
         read_bytes = SHARD_READ_BYTES if read_bytes is None else read_bytes
         window_bytes = max(1, read_bytes // max(1, len(parts)))
-        self._windows = [_PartWindows(part, store, window_bytes) for part in parts]
+        self._in_windows = np.array([store.read_in_windows(part) for part in parts], dtype=bool)
+        self._windows = {index: _PartWindows(part, store, window_bytes)
+                         for index, part in enumerate(parts) if self._in_windows[index]}
         counts = np.array([len(part) for part in parts], dtype=np.int64)
         self._part_first = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        self._in_windows = np.array([store.read_in_windows(part) for part in parts], dtype=bool)
         self.views: list[memoryview | None] = [None] * len(parts)
         total = int(counts.sum())
         self.keys = np.concatenate([part.key for part in parts]) if parts else np.zeros(0, np.uint64)
@@ -1343,7 +1339,7 @@ class _Received:
             first, end = int(self._part_first[index]), int(self._part_first[index + 1])
             self.lengths[first:end] = part.framed_lengths - RECORD_OVERHEAD
             if not self._in_windows[index]:
-                stored = self._windows[index].records(0, len(part))
+                stored = store.records(part)
                 self.views[index] = memoryview(np.ascontiguousarray(stored.buffer, dtype=np.uint8))  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
                 self.starts[first:end] = stored.starts
                 self.footers[first:end] = stored.footers
