@@ -85,6 +85,26 @@ def test_the_beam_package_exports_the_same_transforms():
         assert getattr(tfrbeam.beam, name) is getattr(tfrbeam, name)
 
 
+def test_a_build_does_not_import_the_readers_statistics_or_parquet_export():
+    """tfrbeam.beam's names load on first use: the build's start-up (every run pays it) skips what it never runs."""
+    code = (
+        "import sys\n"
+        "import tfrbeam.build.cli\n"
+        "print(sorted(m for m in sys.modules if m in ('tfrbeam.beam.examples_read', 'tfrbeam.beam.stats_combine',\n"
+        "             'tfrbeam.beam.parquet_export', 'tfrbeam.beam.sequence_examples', 'tfrbeam.columnar_decode')))\n"
+        "import pyarrow, tfrbeam.beam\n"
+        "from apache_beam.coders import registry\n"
+        "print(type(registry.get_coder(pyarrow.RecordBatch)).__name__)\n"
+        "print(sorted(dir(tfrbeam.beam)) == sorted(tfrbeam.beam.__all__), tfrbeam.beam.ReadExamples.__module__)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.split("\n")[:3] == ["[]", "RecordBatchCoder", "True tfrbeam.beam.examples_read"]
+    import tfrbeam.beam
+
+    with pytest.raises(AttributeError, match=r"tfrbeam\.beam' has no attribute 'nope'"):
+        tfrbeam.beam.nope
+
+
 def test_unknown_names_raise_attribute_error():
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         tfrbeam.nope

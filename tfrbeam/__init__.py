@@ -7,8 +7,7 @@ loads Beam.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from tfrbeam.lazy_exports import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -45,14 +44,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tfrbeam' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, __all__)

@@ -1,34 +1,32 @@
-"""Apache Beam IO for TFRecord files and tf.train.Example datasets (imports apache_beam)."""
+"""Apache Beam IO for TFRecord files and tf.train.Example datasets (imports apache_beam).
+
+Names are imported lazily, like ``tfrbeam``'s own: a build that needs only the filesystem helpers
+and the sink does not pay for the readers, the statistics and the Parquet export.
+"""
 
 from __future__ import annotations
 
-# Reading (source helper).
-from tfrbeam.beam.arrow_coder import RecordBatchCoder
-from tfrbeam.beam.examples_read import ReadExamples
+import tfrbeam.beam.arrow_coder  # noqa: F401  (registers the RecordBatch coder as soon as tfrbeam.beam is imported)
+from tfrbeam.lazy_exports import lazy_exports
 
-# Writing (sink helper).
-from tfrbeam.beam.examples_write import WriteExamples
+_EXPORTS = {
+    "ComputeDatasetStats": "tfrbeam.beam.stats_combine",
+    "ExportToParquet": "tfrbeam.beam.parquet_export",
+    "ReadAllFromTFRecord": "tfrbeam.beam.source",
+    "ReadExamples": "tfrbeam.beam.examples_read",
+    "ReadFromTFRecord": "tfrbeam.beam.source",
+    "ReadSequenceExamples": "tfrbeam.beam.sequence_examples",
+    "RecordBatchCoder": "tfrbeam.beam.arrow_coder",
+    "SplitStatsCombineFn": "tfrbeam.beam.stats_combine",
+    "TFRecordSource": "tfrbeam.beam.source",
+    "WriteExamples": "tfrbeam.beam.examples_write",
+    "WriteSequenceExamples": "tfrbeam.beam.sequence_examples",
+    "WriteStatsFiles": "tfrbeam.beam.stats_combine",
+    "WriteToParquetWithChecksums": "tfrbeam.beam.parquet_export",
+    "WriteToTFRecord": "tfrbeam.beam.sink",
+}
 
-# Statistics and Parquet export of datasets.
-from tfrbeam.beam.parquet_export import ExportToParquet, WriteToParquetWithChecksums
-from tfrbeam.beam.sequence_examples import ReadSequenceExamples, WriteSequenceExamples
-from tfrbeam.beam.sink import WriteToTFRecord
-from tfrbeam.beam.source import ReadAllFromTFRecord, ReadFromTFRecord, TFRecordSource
-from tfrbeam.beam.stats_combine import ComputeDatasetStats, SplitStatsCombineFn, WriteStatsFiles
+__all__ = sorted(_EXPORTS)
 
-__all__ = [
-    "ComputeDatasetStats",
-    "ExportToParquet",
-    "ReadAllFromTFRecord",
-    "RecordBatchCoder",
-    "ReadExamples",
-    "ReadFromTFRecord",
-    "ReadSequenceExamples",
-    "SplitStatsCombineFn",
-    "TFRecordSource",
-    "WriteExamples",
-    "WriteSequenceExamples",
-    "WriteStatsFiles",
-    "WriteToParquetWithChecksums",
-    "WriteToTFRecord",
-]
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, __all__)
