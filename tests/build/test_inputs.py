@@ -118,6 +118,38 @@ def test_conversion_bad_rows_carry_the_raw_csv_line(tmp_path):
     assert [(bad.line, bad.raw) for bad in converted.bad_rows] == [(4, 'x,"c"')]
 
 
+def test_batches_read_with_convert_with_are_converted_ahead_on_a_thread_in_order(tmp_path, monkeypatch):
+    """ReadTabular(convert_with=...) converts each batch on its own thread, the same as converting it afterwards."""
+    import threading
+
+    from tfrbeam.build.features import FeatureSpec
+
+    monkeypatch.setattr(tabular_read, "_CSV_BLOCK_BYTES", 64)  # many small batches
+    path = write(tmp_path, "id,v\n" + "".join(f"{i},v{i}\n" if i % 7 else f"x{i},v{i}\n" for i in range(200)))
+    specs = [FeatureSpec("id", "int64", "id"), FeatureSpec("v", "bytes", "v")]
+    threads = []
+    convert = tabular_read.convert_source_batch
+
+    def spied(source, given_specs):
+        threads.append(threading.current_thread().name)
+        return convert(source, given_specs)
+
+    monkeypatch.setattr(tabular_read, "convert_source_batch", spied)
+    sources = list(tabular_read._converted_ahead(read_csv_file(path, CsvOptions()), specs))
+    assert len(sources) > 3 and set(threads) == {"tfrbeam-convert"}
+    plain = list(read_csv_file(path, CsvOptions()))
+    assert [s.first_line for s in sources] == [s.first_line for s in plain]
+    for source, reference in zip(sources, plain):
+        expected = convert(reference, specs)
+        assert source.converted is not None and source.converted.batch.equals(expected.batch)
+        assert [(b.line, b.raw) for b in source.converted.bad_rows] == [(b.line, b.raw) for b in expected.bad_rows]
+    assert tabular_read._converted_ahead(iter(plain), None).__next__() is plain[0]  # no specs: read as before
+    early = tabular_read._converted_ahead(read_csv_file(path, CsvOptions()), specs)
+    next(early)
+    early.close()
+    assert not [t for t in threading.enumerate() if t.name in ("tfrbeam-convert", "tfrbeam-csv-read")]
+
+
 def _reference_rows(text: str, columns: int) -> list[tuple[int, str, bool]]:
     """(first line, raw text, has the right field count) per row, by Python's csv module."""
     lines = re.findall(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$", text)
@@ -648,6 +680,48 @@ def test_a_flipped_byte_in_a_checksummed_page_fails_naming_the_file(tmp_path):
     path.write_bytes(bytes(data))
     with pytest.raises(InputError, match=r"crc.parquet: cannot read row group 0"):
         list(read_parquet_file(str(path)))
+
+
+def test_a_row_group_is_decoded_ahead_of_the_caller_in_order_and_its_errors_reach_the_caller(tmp_path, monkeypatch):
+    """Parquet decoding (no GIL) overlaps the caller's converting: the next batch is read while the caller holds this one."""
+    import threading
+    import time
+
+    path = str(tmp_path / "t.parquet")
+    pq.write_table(pa.table({"a": list(range(1000))}), path, row_group_size=1000)
+    monkeypatch.setattr(tabular_read, "_PARQUET_BATCH_ROWS", 100)
+    made = []
+    batches = tabular_read._parquet_row_group_batches
+
+    def counted(*args):
+        for source in batches(*args):
+            made.append(source.num_rows)
+            yield source
+
+    monkeypatch.setattr(tabular_read, "_parquet_row_group_batches", counted)
+    sources = tabular_read.read_parquet_row_group(path, 0, 0)
+    first = next(sources)
+    deadline = time.monotonic() + 5
+    while len(made) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(made) >= 2  # batch 2 was read while the caller still held batch 1
+    rest = list(sources)
+    assert [first.lines[0], *(s.lines[0] for s in rest)] == list(range(1, 1000, 100))
+    assert pa.concat_tables(pa.Table.from_batches([s.batch]) for s in [first, *rest]).column("a").to_pylist() == list(
+        range(1000))
+    early = tabular_read.read_parquet_row_group(path, 0, 0)
+    next(early)
+    early.close()
+    assert not [t for t in threading.enumerate() if t.name == "tfrbeam-parquet-read"]
+    monkeypatch.setattr(tabular_read, "_parquet_row_group_batches", batches)
+    damaged = tmp_path / "damaged.parquet"
+    pq.write_table(pa.table({"a": list(range(1000))}), damaged, write_page_checksum=True, use_dictionary=False,
+                   compression="none")
+    data = bytearray(damaged.read_bytes())
+    data[200] ^= 0x01
+    damaged.write_bytes(bytes(data))
+    with pytest.raises(InputError, match=r"damaged.parquet: cannot read row group 0"):
+        list(tabular_read.read_parquet_row_group(str(damaged), 0, 0))
 
 
 def test_demo_parquet_files_are_written_with_page_checksums(tmp_path):

@@ -80,7 +80,7 @@ def build_pipeline(pipeline: beam.Pipeline, plan: BuildPlan | BuildConfig, *, ov
     converted = (
         pipeline
         | "ReadInputs" >> ReadTabular(config.input, list(plan.columns), inputs=list(plan.input_files),
-                                      progress_under=plan.staging_dir)
+                                      progress_under=plan.staging_dir, convert_with=plan.features)
         | "ConvertAndKey" >> beam.ParDo(converter)
         .with_output_types(KeyedRecords if config.sequence is None else GroupKeyer.of(plan).element_type)
         .with_outputs(_BAD_ROWS, _STATS, main=_PIECES)
@@ -145,7 +145,7 @@ class _ConvertAndKey(beam.DoFn):
         self._started = self._last_log = time.monotonic()
 
     def process(self, source) -> Iterator[Any]:
-        converted = convert_source_batch(source, self._features)
+        converted = source.converted if source.converted is not None else convert_source_batch(source, self._features)
         if self._keyer is not None:
             converted = self._keyer.without_null_keys(source, converted)
         bad_rows = converted.bad_rows
