@@ -1,7 +1,7 @@
 """Benchmark: the whole dataset build against the typical Beam job, Parquet and CSV, as separate processes.
 
 Run by hand from the repository root (the machine may be shared; the median and range of
---repeats runs are reported):
+--repeats runs are reported, the baseline's and ours interleaved run by run):
 
     python -m benchmarks.build [--rows 1000000] [--repeats 3] [--formats parquet,csv]
                                [--piece-store auto,memory,spill,inline] [--baseline-rows N] [--ours-only]
@@ -229,20 +229,27 @@ def main() -> None:
         print(f"NOTE: the baseline runs on the first {baseline_rows:,} rows only: its fixed start-up is spread over "
               "fewer rows, which INFLATES the ratio; leave out --baseline-rows for the real figure")
     print("rows/s by wall clock (and by CPU second of the process, fairer when other work shares the cores)")
+    stores = args.piece_store.split(",")
     for fmt in args.formats.split(","):
+        # Interleaved (baseline, then each of ours, per repeat): a machine whose speed drifts during
+        # the run then moves both sides alike instead of the ratio.
+        base: list = []
+        ours: dict[tuple[str, int], list] = {(store, workers): [] for store in stores
+                                             for workers in sorted({1, args.workers})}
+        for _ in range(args.repeats):
+            if not args.ours_only:
+                base.append(run_baseline(fmt, inputs[fmt], work, baseline_rows))
+            for store, workers in ours:
+                ours[store, workers].append(run_ours(fmt, inputs[fmt], work, workers, store))
         base_wall = base_cpu = None
-        if not args.ours_only:
-            base = [run_baseline(fmt, inputs[fmt], work, baseline_rows) for _ in range(args.repeats)]
+        if base:
             base_wall = [baseline_rows / run[0] for run in base]
             base_cpu = [baseline_rows / run[2] for run in base]
             print(f"{fmt:<8} baseline ({baseline_rows:,} rows): wall {_spread(base_wall)}  cpu {_spread(base_cpu)}  "
                   f"peak RSS {statistics.median(run[1] for run in base) / 2**20:,.0f} MB", flush=True)
-        for store in args.piece_store.split(","):
-            ours = [run_ours(fmt, inputs[fmt], work, piece_store=store) for _ in range(args.repeats)]
-            _report(fmt, f"ours, {store}", args.rows, ours, base_wall, base_cpu)
-            if args.workers > 1:
-                multi = [run_ours(fmt, inputs[fmt], work, args.workers, store) for _ in range(args.repeats)]
-                _report(fmt, f"ours, {store}, {args.workers} workers", args.rows, multi, base_wall, base_cpu)
+        for (store, workers), runs in ours.items():
+            label = f"ours, {store}" + (f", {workers} workers" if workers > 1 else "")
+            _report(fmt, label, args.rows, runs, base_wall, base_cpu)
     if not args.work_dir:
         shutil.rmtree(work, ignore_errors=True)
 
