@@ -160,6 +160,48 @@ def test_the_console_script_has_the_index_command():
     assert "--dali OUT_DIR" in result.stdout
 
 
+def test_stamping_a_shards_offset_index_streams_it_a_chunk_at_a_time(tmp_path, monkeypatch):
+    """A build stamps every shard's index at once: each must cost a chunk, not the index (8 bytes a record) twice."""
+    import tracemalloc
+
+    import tfrbeam.offset_index as offset_index
+
+    count = 1_000_000
+    offsets = np.arange(count + 1, dtype=np.int64) * (RECORD_OVERHEAD + 4)
+    data_path = tmp_path / "data.tfrecord"
+    data_path.write_bytes(b"")
+    os.truncate(data_path, int(offsets[-1]))  # only its size and mtime are read
+    index_path = tmp_path / "data.offsets"
+    index_path.write_bytes(offset_index_bytes(offsets, None))
+    tracemalloc.start()
+    try:
+        offset_index.stamp_offset_index(str(data_path), str(index_path))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    stamped = parse_offset_index(index_path.read_bytes(), str(index_path))
+    assert stamped.mtime == os.path.getmtime(data_path) and stamped.offsets.tolist() == offsets.tolist()
+    assert peak < 3 << 20 < index_path.stat().st_size / 2, f"stamping allocated {peak:,} bytes"  # chunks of 1 MiB
+
+    # An index that changes between its check and its copy is refused, and left as it was.
+    before = index_path.read_bytes()
+    chunks = offset_index._stamped_chunks
+
+    def changed_meanwhile(read, length, mtime, where):
+        with open(index_path, "r+b") as handle:
+            handle.seek(40)
+            handle.write(b"\xff")
+        yield from chunks(read, length, mtime, where)
+
+    monkeypatch.setattr(offset_index, "_stamped_chunks", changed_meanwhile)
+    with pytest.raises(RecordIndexError, match="changed while it was being stamped; nothing was written"):
+        offset_index.stamp_offset_index(str(data_path), str(index_path))
+    after = bytearray(before)
+    after[40] = 0xFF
+    assert index_path.read_bytes() == bytes(after)  # the change, but nothing of the stamp
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
 def test_stamping_a_large_offset_index_copies_it_once(tmp_path):
     """Every shard of a build is stamped at once: stamping must not parse the offsets (8 bytes a record)
     into arrays and copy the body again, or a build's last step is its memory peak."""

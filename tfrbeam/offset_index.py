@@ -32,14 +32,15 @@ import mmap
 import os
 import struct
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
+from crc32c import crc32c
 
 from tfrbeam.blocks import length_crcs_match, record_blocks
 from tfrbeam.errors import RecordIndexError
 from tfrbeam.record_index import INDEX_SUFFIX, MTIME_TOLERANCE_SECONDS, index_path_for, write_file_atomically
-from tfrbeam.records import MAX_PAYLOAD_SIZE, RECORD_OVERHEAD, masked_crc32c
+from tfrbeam.records import MAX_PAYLOAD_SIZE, RECORD_OVERHEAD, mask_crc, masked_crc32c
 
 _LOG = logging.getLogger(__name__)
 
@@ -140,35 +141,94 @@ def parse_offset_index(data: bytes, index_path: str) -> OffsetIndex:
 
 def _checked(data: bytes | bytearray, index_path: str) -> tuple[int, float, int]:
     """An offset index's (file size, mtime, number of records), after checking its header, size, CRC and last offset."""
+    view = memoryview(data)
+    return _checked_parts(lambda start, stop: view[start:stop], len(data), index_path)
+
+
+def _checked_parts(read: Callable[[int, int], bytes | memoryview], length: int, index_path: str,
+                   chunk: int | None = None) -> tuple[int, float, int]:
+    """``_checked`` of an index of ``length`` bytes read through ``read(start, stop)``; ``chunk`` bounds each read."""
 
     def fail(reason: str) -> RecordIndexError:
         return RecordIndexError(f"{index_path}: not a valid tfrbeam offset index: {reason}; delete it to have it rebuilt")
 
-    if len(data) < _HEADER.size + 8 + _CRC.size:
-        raise fail(f"{len(data)} bytes is too short")
-    magic, version, _, file_size, mtime, num_records = _HEADER.unpack_from(data)
+    if length < _HEADER.size + 8 + _CRC.size:
+        raise fail(f"{length} bytes is too short")
+    magic, version, _, file_size, mtime, num_records = _HEADER.unpack(read(0, _HEADER.size))
     if magic != OFFSETS_MAGIC or version != OFFSETS_VERSION:
         raise fail(f"magic {magic!r} version {version} is not {OFFSETS_MAGIC!r} version {OFFSETS_VERSION}")
-    if len(data) != _HEADER.size + 8 * (num_records + 1) + _CRC.size:
+    if length != _HEADER.size + 8 * (num_records + 1) + _CRC.size:
         raise fail(
-            f"{num_records} records need {_HEADER.size + 8 * (num_records + 1) + _CRC.size} bytes, the file has {len(data)}"
+            f"{num_records} records need {_HEADER.size + 8 * (num_records + 1) + _CRC.size} bytes, the file has {length}"
         )
-    if masked_crc32c(memoryview(data)[: len(data) - _CRC.size]) != _CRC.unpack_from(data, len(data) - _CRC.size)[0]:
+    body_end = length - _CRC.size
+    if mask_crc(_crc_of(read, 0, body_end, chunk or body_end)) != _CRC.unpack(read(body_end, length))[0]:
         raise fail("checksum mismatch (the file is damaged)")
-    last_offset = struct.unpack_from("<Q", data, _HEADER.size + 8 * num_records)[0]
+    last_offset = struct.unpack("<Q", read(_HEADER.size + 8 * num_records, _HEADER.size + 8 * (num_records + 1)))[0]
     if last_offset != file_size:
         raise fail(f"its last offset {last_offset} is not the file size {file_size}")
     return file_size, mtime, num_records
 
 
+def _crc_of(read: Callable[[int, int], bytes | memoryview], start: int, stop: int, chunk: int, crc: int = 0) -> int:
+    """The unmasked CRC32C of bytes start..stop, read ``chunk`` bytes at a time, continuing from ``crc``."""
+    for begin in range(start, stop, max(1, chunk)):
+        crc = crc32c(read(begin, min(stop, begin + chunk)), crc)
+    return crc
+
+
+# Stamping streams an index this many bytes at a time: every shard of a build is stamped at once,
+# and whole indexes (8 bytes a record, twice: read and patched) made a 5M-row build's last step
+# its memory peak.
+_STAMP_CHUNK_BYTES = 1 << 20
+
+
 def stamp_offset_index(data_path: str, index_path: str | None = None) -> None:
-    """Record the local data file's mtime in its offset index (call once the file is closed and renamed)."""
+    """Record the local data file's mtime in its offset index (call once the file is closed and renamed).
+
+    The index is checked and rewritten a chunk at a time (through a temporary file and a rename),
+    never held whole.
+    """
     index_path = index_path or offset_index_path_for(data_path)
+    file_size, mtime = os.path.getsize(data_path), os.path.getmtime(data_path)
     with open(index_path, "rb") as handle:
-        data = handle.read()
-    write_file_atomically(
-        index_path, stamped_offset_index_bytes(data, os.path.getsize(data_path), os.path.getmtime(data_path), index_path)
-    )
+
+        def read(start: int, stop: int) -> bytes:
+            handle.seek(start)
+            return handle.read(stop - start)
+
+        length = os.fstat(handle.fileno()).st_size
+        indexed_size, _, _ = _checked_parts(read, length, index_path, _STAMP_CHUNK_BYTES)
+        _require_size(indexed_size, file_size, index_path)
+        write_file_atomically(index_path, chunks=_stamped_chunks(read, length, float(mtime), index_path))
+
+
+def _stamped_chunks(read: Callable[[int, int], bytes], length: int, mtime: float, index_path: str) -> Iterator[bytes]:
+    """The index's bytes with ``mtime`` in its header and the CRC of the result, a chunk at a time.
+
+    The original's CRC is checked again over the very bytes copied: an index that changed after
+    it was checked fails here, before the rename.
+    """
+    body_end = length - _CRC.size
+    original = read(0, _HEADER.size)
+    header = bytearray(original)
+    struct.pack_into("<d", header, _MTIME_OFFSET, mtime)
+    old_crc, new_crc = crc32c(original), crc32c(header)
+    yield bytes(header)
+    for begin in range(_HEADER.size, body_end, _STAMP_CHUNK_BYTES):
+        chunk = read(begin, min(body_end, begin + _STAMP_CHUNK_BYTES))
+        old_crc, new_crc = crc32c(chunk, old_crc), crc32c(chunk, new_crc)
+        yield chunk
+    if mask_crc(old_crc) != _CRC.unpack(read(body_end, length))[0]:
+        raise RecordIndexError(f"{index_path}: changed while it was being stamped; nothing was written")
+    yield _CRC.pack(mask_crc(new_crc))
+
+
+def _require_size(indexed_size: int, file_size: int, index_path: str) -> None:
+    if indexed_size != file_size:
+        raise RecordIndexError(
+            f"{index_path}: the index describes a file of {indexed_size} bytes, the data file has {file_size}"
+        )
 
 
 def stamped_offset_index_bytes(data: bytes, file_size: int, mtime: float, index_path: str = "<index>") -> bytearray:
@@ -178,10 +238,7 @@ def stamped_offset_index_bytes(data: bytes, file_size: int, mtime: float, index_
     record, and every shard of a build is stamped at once.
     """
     indexed_size, _, _ = _checked(data, index_path)
-    if indexed_size != file_size:
-        raise RecordIndexError(
-            f"{index_path}: the index describes a file of {indexed_size} bytes, the data file has {file_size}"
-        )
+    _require_size(indexed_size, file_size, index_path)
     stamped = bytearray(data)
     struct.pack_into("<d", stamped, _MTIME_OFFSET, float(mtime))
     body_end = len(stamped) - _CRC.size

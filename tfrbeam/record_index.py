@@ -47,7 +47,7 @@ import os
 import posixpath
 import struct
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -307,14 +307,19 @@ def stamp_index(data_path: str, index_path: str | None = None) -> None:
     write_file_atomically(index_path, stamped_index_bytes(data, stat.st_size, stat.st_mtime, index_path))
 
 
-def write_file_atomically(path: str, data: bytes | bytearray) -> None:
-    """Write ``data`` to a local ``path`` through a temporary sibling and a rename (the directory is made)."""
+def write_file_atomically(path: str, data: bytes | bytearray = b"", chunks: Iterable[bytes] = ()) -> None:
+    """Write ``data`` (or ``chunks``, one after the other) to a local ``path`` through a temporary sibling and a rename.
+
+    The directory is made. A failure, in a chunk's making too, leaves ``path`` as it was.
+    """
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, exist_ok=True)
     temporary = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         with open(temporary, "wb") as handle:
             handle.write(data)
+            for chunk in chunks:
+                handle.write(chunk)
         os.replace(temporary, path)
     except BaseException:
         with contextlib.suppress(OSError):
