@@ -136,6 +136,36 @@ def test_runs_of_groups_in_buffers_of_their_own_join_to_the_batch(drawn, rows_pe
         assert len(runs) == len(offsets) - 1  # one group a run
 
 
+def test_the_next_runs_rows_are_taken_on_a_thread_while_this_run_is_encoded(monkeypatch):
+    """With ``rows``, pyarrow's take (no GIL) of run i + 1 overlaps the caller's encoding of run i."""
+    import threading
+    import time
+
+    table = pa.table({"g": np.repeat(np.arange(10), 3), "x": np.arange(30)})
+    offsets = np.arange(0, 31, 3)
+    order = np.random.default_rng(0).permutation(30)
+    monkeypatch.setattr(sequence_encode, "_ROWS_PER_CHUNK", 6)  # 5 runs of 2 groups
+    taken_on = []
+    take = sequence_encode._taken
+
+    def spied(table_, names_, rows_):
+        taken_on.append((threading.current_thread().name, tuple(names_)))
+        return take(table_, names_, rows_)
+
+    monkeypatch.setattr(sequence_encode, "_taken", spied)
+    runs = sequence_encode.encode_sequence_chunks(table, offsets, ["g"], ["x"], rows=order)
+    first = next(runs)
+    deadline = time.monotonic() + 5
+    while len([n for n in taken_on if n[1] == ("x",)]) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    steps = [name for name, names in taken_on if names == ("x",)]
+    assert len(steps) == 2 and all(name.startswith("tfrbeam-sequence-take") for name in steps)  # run 2 while run 1 is out
+    records = [*first.to_list(), *(record for run in runs for record in run.to_list())]
+    taken = table.take(pa.array(order))
+    assert records == encode_sequence_batch(taken, offsets, ["g"], ["x"]).to_list()
+    assert list(sequence_encode.encode_sequence_chunks(table, np.array([0]), [], ["x"], rows=np.zeros(0, np.int64))) == []
+
+
 def test_rows_must_be_rows_of_the_table():
     table = pa.table({"x": [1, 2, 3]})
     with pytest.raises(ArrowConversionError, match=re.escape("rows must be row numbers of the table's 3 rows, got 0 .. 3")):

@@ -10,6 +10,7 @@ together for all groups at once by the columnar Example encoder's assembler. The
 
 from __future__ import annotations
 
+import concurrent.futures
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -82,14 +83,27 @@ def encode_sequence_chunks(
     first_rows = offsets[:-1] if rows is None else rows[offsets[:-1]]
     context_records = encode_record_batch(_taken(table, context, first_rows)) if context else None
     names = sorted(feature_lists, key=lambda name: name.encode("utf-8"))
-    for first, last in _group_chunks(offsets):
-        low, high = int(offsets[first]), int(offsets[last])
-        if rows is None:
+    chunks = list(_group_chunks(offsets))
+    if not chunks:  # no groups
+        return
+    if rows is None:
+        for first, last in chunks:
+            low, high = int(offsets[first]), int(offsets[last])
             columns = {name: table.column(name).slice(low, high - low) for name in names}
-        else:
-            taken = _taken(table, names, rows[low:high])
+            yield _encode_groups(offsets[first : last + 1], _context_part(context_records, first, last), columns)
+        return
+    # The next run's rows are taken (pyarrow, without the GIL) on a thread while this one is encoded.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="tfrbeam-sequence-take") as taker:
+        def take(chunk: tuple[int, int]) -> concurrent.futures.Future:
+            return taker.submit(_taken, table, names, rows[int(offsets[chunk[0]]):int(offsets[chunk[1]])])
+
+        upcoming = take(chunks[0])
+        for index, (first, last) in enumerate(chunks):
+            taken = upcoming.result()
+            if index + 1 < len(chunks):
+                upcoming = take(chunks[index + 1])
             columns = {name: taken.column(name) for name in names}
-        yield _encode_groups(offsets[first : last + 1], _context_part(context_records, first, last), columns)
+            yield _encode_groups(offsets[first : last + 1], _context_part(context_records, first, last), columns)
 
 
 def _checked_offsets(group_offsets: np.ndarray, num_rows: int, whose: str) -> np.ndarray:
