@@ -77,3 +77,40 @@ def test_rows_are_held_exactly_when_the_pieces_are(tmp_path, args, held):
     keyer = GroupKeyer.of(plan)
     assert (keyer.held_under == plan.staging_dir) is held and (keyer.held_under is None) is not held
     assert keyer.element_type == (tuple[int, HeldRows] if held else tuple[int, pa.RecordBatch])
+
+
+def test_batches_past_the_budget_are_spilled_under_the_run_and_read_back(tmp_path):
+    """A run keeps at most its budget of batches in memory; the rest are Arrow files under its staging dir."""
+    from tfrbeam.build.held_rows import HELD_ROWS_DIR, held_bytes
+
+    run = str(tmp_path / "staging")
+    batches = [pa.record_batch({"v": list(range(start, start + 1000)), "s": [f"row {start + i:06d}" for i in range(1000)]})
+               for start in range(0, 5000, 1000)]
+    budget = 2 * batches[0].get_total_buffer_size() + 100
+    refs = [hold_rows(run, batch, budget) for batch in batches]
+    in_memory, size = held_bytes(run)
+    assert in_memory == 2 and size <= budget
+    spilled = sorted((tmp_path / "staging" / HELD_ROWS_DIR).iterdir())
+    assert len(spilled) == 3
+    assert [batch.equals(original) for batch, original in zip(held_batches(refs[::-1]), batches[::-1])] == [True] * 5
+    release_rows(refs[2:4])  # two spilled: their files go
+    assert len(list((tmp_path / "staging" / HELD_ROWS_DIR).iterdir())) == 1
+    release_rows(refs[:1])  # one in memory: room for another
+    assert held_bytes(run) == (1, batches[1].get_total_buffer_size())
+    release_rows(refs)
+    assert runs_holding_rows() == [] and list((tmp_path / "staging" / HELD_ROWS_DIR).iterdir()) == []
+    zero = hold_rows(run, batches[0], 0)  # a budget of 0 spills every batch
+    assert held_bytes(run) == (0, 0) and held_batches([zero])[0].equals(batches[0])
+    release_rows([zero])
+
+
+def test_a_spilled_batch_that_is_gone_is_a_clear_error(tmp_path):
+    from tfrbeam.build.held_rows import HELD_ROWS_DIR
+
+    ref = hold_rows(str(tmp_path), _batch([1, 2, 3]), 0)
+    (spilled,) = (tmp_path / HELD_ROWS_DIR).iterdir()
+    spilled.unlink()
+    with pytest.raises(HeldDataMissingError, match=r"held rows spilled there cannot be read back .*staging directory"):
+        held_batches([ref])
+    discard_held_rows(str(tmp_path))
+    assert runs_holding_rows() == []

@@ -343,6 +343,60 @@ def test_in_process_runs_send_only_references_through_the_group_by_key(small, mo
     assert _shard_bytes(directory / "out" / "sent") == reference
 
 
+def test_held_rows_stay_within_the_memory_store_budget_and_the_rest_is_spilled(small, monkeypatch):
+    """--memory_store_bytes bounds the rows held between the converter and the encoder as well as the pieces:
+    batches past it wait in files under the staging directory; the bytes are the reference's."""
+    from tfrbeam.build import held_rows
+
+    directory, reference = small
+    budget = 256 << 10
+    peaks, spilled, real_hold, real_write = [], [], held_rows.hold_rows, held_rows._write_batch
+
+    def hold(run_key, batch, *args):
+        ref = real_hold(run_key, batch, *args)
+        peaks.append(held_rows.held_bytes(run_key)[1])
+        return ref
+
+    def write(path, batch):
+        spilled.append(path)
+        real_write(path, batch)
+
+    monkeypatch.setattr(sequence_stage, "hold_rows", hold)
+    monkeypatch.setattr(held_rows, "_write_batch", write)
+    monkeypatch.setattr(sequence_stage, "SEQUENCE_BUCKET_INPUT_BYTES", 64 << 10)  # many buckets, many batches
+    assert _build(directory, generated_config(directory, "bounded"), f"--memory_store_bytes={budget}") == 0
+    assert _shard_bytes(directory / "out" / "bounded") == reference
+    assert 0 < max(peaks) <= budget and len(spilled) > len(peaks) // 2
+    assert all(f"{os.sep}{held_rows.HELD_ROWS_DIR}{os.sep}" in path for path in spilled)
+    assert held_rows.runs_holding_rows() == [] and not any(os.path.exists(path) for path in spilled)
+
+
+def test_a_full_disk_while_spilling_held_rows_fails_the_rebuild_and_keeps_the_old_dataset(small, monkeypatch, capsys):
+    """ENOSPC writing a held batch: the build fails naming it, the published dataset is the old one, nothing stays."""
+    import errno
+
+    from tfrbeam.build import held_rows
+
+    directory, reference = small
+    config = generated_config(directory, "full-disk")
+    assert _build(directory, config) == 0
+    published = _shard_bytes(directory / "out" / "full-disk")
+    assert published == reference
+    writes = []
+
+    def full(path, batch):
+        writes.append(path)
+        raise OSError(errno.ENOSPC, "No space left on device", path)
+
+    monkeypatch.setattr(held_rows, "_write_batch", full)
+    capsys.readouterr()
+    assert _build(directory, config, "--overwrite", "--memory_store_bytes=0") == 1
+    assert writes and "No space left on device" in capsys.readouterr().err
+    assert _shard_bytes(directory / "out" / "full-disk") == published
+    assert held_rows.runs_holding_rows() == []
+    assert not [path for path in (directory / "out").iterdir() if "tfrbeam-" in path.name]  # no staging left
+
+
 def test_a_failed_build_holds_no_rows_afterwards(tmp_path, monkeypatch, capsys):
     """A bucket that fails leaves the other buckets' held rows; the failed build's cleanup frees them."""
     from tfrbeam.build import commit

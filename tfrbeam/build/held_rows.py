@@ -7,10 +7,16 @@ runner's GroupByKey still groups the references by bucket (so the graph is the o
 runs), but it no longer serializes every batch through its data plane, holds a second and a
 third copy of them in its grouping buffers, and decodes them again for the encoder.
 
+Memory: a run keeps at most its budget (``--memory_store_bytes``, as for the memory store's
+pieces) of batches in memory; a batch past it is written as an Arrow IPC stream under the run's
+staging directory (``held-rows/``) and read back when its bucket is encoded, so a sequence build
+of any size holds a bounded share of its input here.
+
 Lifetime: a run's batches live under its staging directory's name. The encoder takes a bucket's
-batches and releases them once the bucket is encoded; the run's entry goes with its last batch.
-After a failed run ``discard_held_rows`` (called by the commit's cleanup, with the held pieces)
-frees whatever is left, so nothing outlives a build (``runs_holding_rows()`` is empty after it).
+batches and releases them once the bucket is encoded (a spilled batch's file is deleted then);
+the run's entry goes with its last batch. After a failed run ``discard_held_rows`` (called by the
+commit's cleanup, with the held pieces) frees whatever is left, so nothing outlives a build
+(``runs_holding_rows()`` is empty after it); spilled files go with the staging directory.
 """
 
 from __future__ import annotations
@@ -23,12 +29,17 @@ from collections.abc import Iterable
 
 import pyarrow as pa
 from apache_beam import coders
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
 
 from tfrbeam.errors import HeldDataMissingError
 
 __all__ = [
-    "HeldRows", "HeldRowsCoder", "discard_held_rows", "held_batches", "hold_rows", "release_rows", "runs_holding_rows",
+    "HELD_ROWS_DIR", "HeldRows", "HeldRowsCoder", "discard_held_rows", "held_batches", "held_bytes", "hold_rows",
+    "release_rows", "runs_holding_rows",
 ]
+
+HELD_ROWS_DIR = "held-rows"  # under the run's staging directory: the batches past the run's budget
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,51 +51,111 @@ class HeldRows:
     rows: int
 
 
-# The held batches of every run in this process, by staging directory, then by number.
-_RUNS: dict[str, dict[int, pa.RecordBatch]] = {}
+@dataclasses.dataclass
+class _Run:
+    """One run's held batches: in memory (a RecordBatch) or spilled (its file's path), by number."""
+
+    batches: dict[int, pa.RecordBatch | str] = dataclasses.field(default_factory=dict)
+    in_memory: int = 0  # bytes of the batches held in memory
+
+
+# The held batches of every run in this process, by staging directory.
+_RUNS: dict[str, _Run] = {}
 _LOCK = threading.Lock()
 _NUMBERS = itertools.count()
 
 
-def hold_rows(run_key: str, batch: pa.RecordBatch) -> HeldRows:
-    """Keep ``batch`` in this process for the run staging in ``run_key``; the reference to send instead."""
+def hold_rows(run_key: str, batch: pa.RecordBatch, budget: int | None = None) -> HeldRows:
+    """Keep ``batch`` for the run staging in ``run_key``; the reference to send instead.
+
+    With a ``budget``, a batch that would take the run's batches in memory past it is spilled to
+    a file under ``run_key`` instead (``HELD_ROWS_DIR``).
+    """
+    size = batch.get_total_buffer_size()
     with _LOCK:
         number = next(_NUMBERS)
-        _RUNS.setdefault(run_key, {})[number] = batch
+        held = _RUNS[run_key].in_memory if run_key in _RUNS else 0
+        fits = budget is None or held + size <= budget
+        if fits:
+            run = _RUNS.setdefault(run_key, _Run())
+            run.in_memory += size
+            run.batches[number] = batch
+    if not fits:
+        path = FileSystems.join(run_key, HELD_ROWS_DIR, f"{number}.arrows")
+        _write_batch(path, batch)
+        with _LOCK:
+            _RUNS.setdefault(run_key, _Run()).batches[number] = path
     return HeldRows(run_key, number, batch.num_rows)
 
 
 def held_batches(refs: Iterable[HeldRows]) -> list[pa.RecordBatch]:
     """The batches ``refs`` point to (still held until ``release_rows``), or HeldDataMissingError naming the run."""
-    batches = []
+    found: list[pa.RecordBatch | str] = []
     with _LOCK:
         for ref in refs:
-            batch = _RUNS.get(ref.run_key, {}).get(ref.number)
+            run = _RUNS.get(ref.run_key)
+            batch = run.batches.get(ref.number) if run is not None else None
             if batch is None:
                 raise HeldDataMissingError(
                     f"rows held for the run staging in {ref.run_key} (batch {ref.number}) are not in this process: the "
                     "run ended or failed, the bucket was already encoded (a retried bundle), or a worker in another "
                     "process held them (use --piece_store spill or inline with such runners)")
-            batches.append(batch)
-    return batches
+            found.append(batch)
+    return [_read_batch(batch) if isinstance(batch, str) else batch for batch in found]
 
 
 def release_rows(refs: Iterable[HeldRows]) -> None:
     """Free the batches of ``refs`` (their bucket is encoded); a run's entry goes with its last batch."""
+    spilled = []
     with _LOCK:
         for ref in refs:
-            held = _RUNS.get(ref.run_key)
-            if held is None:
+            run = _RUNS.get(ref.run_key)
+            if run is None:
                 continue
-            held.pop(ref.number, None)
-            if not held:
+            batch = run.batches.pop(ref.number, None)
+            if isinstance(batch, str):
+                spilled.append(batch)
+            elif batch is not None:
+                run.in_memory -= batch.get_total_buffer_size()
+            if not run.batches:
                 del _RUNS[ref.run_key]
+    if spilled:
+        FileSystems.delete(spilled)
 
 
 def discard_held_rows(run_key: str) -> None:
-    """Free every batch the run staging in ``run_key`` holds in this process (after a failure; a no-op otherwise)."""
+    """Free every batch the run staging in ``run_key`` holds in this process (after a failure; a no-op otherwise).
+
+    Spilled batches' files stay for the staging directory's own cleanup.
+    """
     with _LOCK:
         _RUNS.pop(run_key, None)
+
+
+def held_bytes(run_key: str) -> tuple[int, int]:
+    """(batches, bytes) the run staging in ``run_key`` holds in memory now: bounded by its budget."""
+    with _LOCK:
+        run = _RUNS.get(run_key)
+        if run is None:
+            return 0, 0
+        return sum(not isinstance(batch, str) for batch in run.batches.values()), run.in_memory
+
+
+def _write_batch(path: str, batch: pa.RecordBatch) -> None:
+    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        with pa.ipc.new_stream(handle, batch.schema) as writer:
+            writer.write_batch(batch)
+
+
+def _read_batch(path: str) -> pa.RecordBatch:
+    try:
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+            data = handle.read()
+        return pa.ipc.open_stream(data).read_next_batch()
+    except (OSError, pa.ArrowInvalid) as error:
+        raise HeldDataMissingError(
+            f"{path}: held rows spilled there cannot be read back ({error}); was the run's staging directory "
+            "removed or changed while the build ran?") from error
 
 
 def runs_holding_rows() -> list[str]:

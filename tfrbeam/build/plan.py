@@ -53,7 +53,7 @@ class BuildPlan:
     runner: str
     overwrite: bool
     piece_store: str = INLINE  # where the shuffle's pieces wait (tfrbeam.build.runners.choose_piece_store)
-    memory_store_bytes: int = 0  # a memory store holds this many bytes of pieces, spills the rest (held_piece_budget)
+    memory_store_bytes: int = 0  # a memory store holds this many bytes of pieces (and held rows), spills the rest
     sequence_buckets: int = 0  # sequence builds: the GroupByKey's buckets of group keys (tfrbeam.build.sequence)
 
     @property

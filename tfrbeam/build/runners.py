@@ -45,8 +45,9 @@ class PieceStoreOptions(PipelineOptions):
         )
         parser.add_argument(
             "--memory_store_bytes", "--memory-store-bytes", dest="memory_store_bytes", default=None,
-            help="how many bytes of prepared pieces the memory store keeps in this process before it spills the rest "
-            "to files (a size like 512MiB; default 384MiB or a quarter of RAM, whichever is smaller)",
+            help="how many bytes of prepared pieces (and of a sequence build's held rows) the memory store keeps in this "
+            "process before it spills the rest to files (a size like 512MiB; default 384MiB or a quarter of RAM, "
+            "whichever is smaller)",
         )
 
 

@@ -124,20 +124,26 @@ class GroupKeyer:
     """The converter's part: rows with a null key out as bad rows, the rest in batches keyed by their bucket.
 
     ``held_under``: the run's staging directory when its workers all run in this process (piece
-    store ``memory``): each batch then stays here (``tfrbeam.build.held_rows``) and only a
-    ``HeldRows`` reference goes through the GroupByKey; None sends the batches themselves.
+    store ``memory``): each batch then stays here (``tfrbeam.build.held_rows``), up to
+    ``held_budget`` bytes in memory and spilled past it, and only a ``HeldRows`` reference goes
+    through the GroupByKey; None sends the batches themselves.
     """
 
     group_by: tuple[str, ...]
     buckets: int
     held_under: str | None = None
+    held_budget: int | None = None
 
     @classmethod
     def of(cls, plan: BuildPlan) -> GroupKeyer:
-        """The keyer of a sequence build's plan: its group_by and bucket count, holding rows on in-process runs."""
+        """The keyer of a sequence build's plan: its group_by and bucket count, holding rows on in-process runs.
+
+        The held rows get the memory store's budget (``--memory_store_bytes``), as its pieces do.
+        """
         assert plan.config.sequence is not None  # only sequence builds key rows by group
-        held_under = plan.staging_dir if plan.piece_store == MEMORY else None
-        return cls(plan.config.sequence.group_by, plan.sequence_buckets, held_under)
+        if plan.piece_store != MEMORY:
+            return cls(plan.config.sequence.group_by, plan.sequence_buckets)
+        return cls(plan.config.sequence.group_by, plan.sequence_buckets, plan.staging_dir, plan.memory_store_bytes)
 
     @property
     def element_type(self) -> Any:
@@ -192,7 +198,7 @@ class GroupKeyer:
 
     def _sent(self, rows: pa.RecordBatch) -> pa.RecordBatch | HeldRows:
         """What goes through the GroupByKey for ``rows``: the batch, or a reference to it held in this process."""
-        return rows if self.held_under is None else hold_rows(self.held_under, rows)
+        return rows if self.held_under is None else hold_rows(self.held_under, rows, self.held_budget)
 
 
 # ------------------------------------------------------------------------------------ counts
