@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
 import struct
 import threading
 from collections.abc import Iterable
 
 import pyarrow as pa
 from apache_beam import coders
-from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystem import BeamIOError, CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from tfrbeam.errors import HeldDataMissingError
@@ -39,6 +40,7 @@ __all__ = [
     "release_rows", "runs_holding_rows",
 ]
 
+_LOG = logging.getLogger(__name__)
 HELD_ROWS_DIR = "held-rows"  # under the run's staging directory: the batches past the run's budget
 
 
@@ -120,7 +122,10 @@ def release_rows(refs: Iterable[HeldRows]) -> None:
             if not run.batches:
                 del _RUNS[ref.run_key]
     if spilled:
-        FileSystems.delete(spilled)
+        try:
+            FileSystems.delete(spilled)
+        except BeamIOError as error:  # the staging directory's removal at the end of the run takes them anyway
+            _LOG.warning("could not delete spilled held rows (%s); they go with the run's staging directory", error)
 
 
 def discard_held_rows(run_key: str) -> None:
