@@ -306,3 +306,124 @@ def test_a_full_disk_while_writing_shards_names_the_file_and_keeps_the_old_datas
     assert _state(output)[0] == old_run
     assert _build("--overwrite", "--set", "shuffle.seed=7") == 0
     _assert_clean(output)
+
+
+# ---------------------------------------------------------------- a sequence build's spilled held rows
+
+
+def _held_row_operations(monkeypatch, fail_at: int | None = None) -> list[str]:
+    """Log (and optionally fail with ENOSPC at number ``fail_at``) every file operation on spilled held rows."""
+    import errno
+
+    from tfrbeam.build import held_rows
+
+    log: list[str] = []
+    real_write, real_read, real_delete = held_rows._write_batch, held_rows._read_batch, held_rows.FileSystems.delete
+
+    def step(op: str, path: str) -> None:
+        log.append(f"{op} {path}")
+        if len(log) == fail_at:
+            raise OSError(errno.ENOSPC, "No space left on device (injected)", path)
+
+    def write(path, batch):
+        step("write", path)
+        real_write(path, batch)
+
+    def read(path):
+        step("read", path)
+        return real_read(path)
+
+    class Deleting(held_rows.FileSystems):
+        @staticmethod
+        def delete(paths):
+            for path in paths:
+                step("delete", path)
+            real_delete(paths)
+
+    monkeypatch.setattr(held_rows, "_write_batch", write)
+    monkeypatch.setattr(held_rows, "_read_batch", read)
+    monkeypatch.setattr(held_rows, "FileSystems", Deleting)
+    return log
+
+
+def test_a_fault_at_any_held_rows_operation_of_a_sequence_replace_leaves_old_or_new(sequence_workdir, monkeypatch):
+    """--memory_store_bytes=0 spills every held batch. ENOSPC at each spill write, read back or delete in turn: a
+    failed write or read fails the build with the old dataset whole; a failed delete only warns (new dataset);
+    the rerun recovers and nothing is left beside the output."""
+    output = sequence_workdir / "out" / "ds"
+    assert _build() == 0
+    with monkeypatch.context() as patched:
+        clean = _held_row_operations(patched)
+        assert _build("--overwrite", "--set", "shuffle.seed=7", "--memory_store_bytes=0") == 0
+    kinds = [line.split()[0] for line in clean]
+    assert {"write", "read", "delete"} <= set(kinds), kinds
+    for at, kind in enumerate(kinds, 1):
+        assert _build("--overwrite", "--set", "shuffle.seed=8") == 0  # a fresh old dataset for each fault
+        old_run, _ = _state(output)
+        with monkeypatch.context() as patched:
+            _held_row_operations(patched, fail_at=at)
+            code = _build("--overwrite", "--set", "shuffle.seed=7", "--memory_store_bytes=0")
+        run, seed = _state(output)
+        if kind == "delete":
+            assert code == 0 and seed == 7, (at, kind)
+        else:
+            assert code == 1 and run == old_run, (at, kind)
+        _assert_clean(output)
+        assert _build("--overwrite", "--set", "shuffle.seed=7", "--memory_store_bytes=0") == 0
+        assert _state(output)[1] == 7
+        _assert_clean(output)
+
+
+_PAUSE_AFTER_FIRST_SPILL = """
+import pathlib, sys, time
+from tfrbeam.build import held_rows
+real = held_rows._write_batch
+def write(path, batch):
+    real(path, batch)
+    pathlib.Path(sys.argv[1]).touch()
+    time.sleep(120)
+held_rows._write_batch = write
+from tfrbeam.build.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_kill_9_while_held_rows_are_spilled_leaves_old_and_the_rerun_recovers(sequence_workdir):
+    """A sequence build killed with a spilled held-rows file on disk: the old dataset stays whole, the rerun
+    publishes, and neither the held-rows file nor its staging directory stays behind."""
+    output = sequence_workdir / "out" / "ds"
+    assert _build() == 0
+    old_run, _ = _state(output)
+    spilled = sequence_workdir / "spilled.txt"
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    process = subprocess.Popen(
+        [sys.executable, "-c", _PAUSE_AFTER_FIRST_SPILL, str(spilled), "cfg.yaml", "--quiet", "--overwrite", "--set",
+         "shuffle.seed=7", "--memory_store_bytes=0"], cwd=sequence_workdir, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not spilled.exists() and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.02)
+    assert spilled.exists(), process.communicate()
+    assert list((sequence_workdir / "out").glob(".ds.tfrbeam-*/held-rows/*.arrows"))
+    process.send_signal(signal.SIGKILL)
+    process.communicate()
+    assert _state(output)[0] == old_run
+    assert _build("--overwrite", "--set", "shuffle.seed=7", "--memory_store_bytes=0") == 0
+    assert _state(output)[1] == 7
+    _assert_clean(output)
+    assert not list((sequence_workdir / "out").rglob("*.arrows"))
+
+
+def test_two_concurrent_sequence_builds_spilling_held_rows_leave_one_valid_dataset(sequence_workdir):
+    """Two processes spill held rows beside the same output at once: each into its own staging directory; the
+    lock lets one publish at a time (or refuses the other, naming it), and one whole dataset remains."""
+    output = sequence_workdir / "out" / "ds"
+    assert _build() == 0
+    builds = [_start_build(sequence_workdir, "--overwrite", "--set", f"shuffle.seed={seed}", "--memory_store_bytes=0")
+              for seed in (7, 8)]
+    results = [(build.wait(timeout=180), build.communicate()[1]) for build in builds]
+    assert all(code == 0 or (code == 1 and "is in use by run" in err) for code, err in results), results
+    assert any(code == 0 for code, _ in results)
+    assert _state(output)[1] in {seed for seed, (code, _) in zip((7, 8), results) if code == 0}
+    _assert_clean(output)
+    assert not list((sequence_workdir / "out").rglob("*.arrows"))

@@ -30,7 +30,7 @@ from collections.abc import Iterable
 
 import pyarrow as pa
 from apache_beam import coders
-from apache_beam.io.filesystem import BeamIOError, CompressionTypes
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from tfrbeam.errors import HeldDataMissingError
@@ -124,7 +124,7 @@ def release_rows(refs: Iterable[HeldRows]) -> None:
     if spilled:
         try:
             FileSystems.delete(spilled)
-        except BeamIOError as error:  # the staging directory's removal at the end of the run takes them anyway
+        except OSError as error:  # BeamIOError too; the staging directory's removal at the run's end takes them anyway
             _LOG.warning("could not delete spilled held rows (%s); they go with the run's staging directory", error)
 
 
