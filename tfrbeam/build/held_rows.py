@@ -33,6 +33,7 @@ from apache_beam import coders
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from tfrbeam.beam.arrow_coder import RecordBatchCoder
 from tfrbeam.errors import HeldDataMissingError
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
 
 _LOG = logging.getLogger(__name__)
 HELD_ROWS_DIR = "held-rows"  # under the run's staging directory: the batches past the run's budget
+_BATCH_CODER = RecordBatchCoder()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,16 +149,16 @@ def held_bytes(run_key: str) -> tuple[int, int]:
 
 
 def _write_batch(path: str, batch: pa.RecordBatch) -> None:
+    """The batch as the runner would carry it (``RecordBatchCoder``'s Arrow IPC stream), in its own file."""
     with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        with pa.ipc.new_stream(handle, batch.schema) as writer:
-            writer.write_batch(batch)
+        handle.write(_BATCH_CODER.encode(batch))
 
 
 def _read_batch(path: str) -> pa.RecordBatch:
     try:
         with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
             data = handle.read()
-        return pa.ipc.open_stream(data).read_next_batch()
+        return _BATCH_CODER.decode(data)
     except (OSError, pa.ArrowInvalid) as error:
         raise HeldDataMissingError(
             f"{path}: held rows spilled there cannot be read back ({error}); was the run's staging directory "
