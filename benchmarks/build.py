@@ -290,18 +290,25 @@ def _report(fmt: str, label: str, rows: int, runs: list, base_wall: list[float] 
 def describe_bound(runs: list, fixed: list, base_seconds: list[float]) -> str:
     """The fixed cost and the shortest time this code's per-row CPU allows on this machine's cores (see the docstring).
 
-    ``runs`` and ``fixed`` are (wall s, peak RSS, cpu s, ...) of ours on every row and on one row.
+    ``runs`` and ``fixed`` are (wall s, peak RSS, cpu s, ...) of ours on every row and on one row, repeat by
+    repeat (as are ``base_seconds``, the baseline's): each repeat gives a bound, reported as median (range).
     """
     cores = len(os.sched_getaffinity(0))
-    fixed_wall = statistics.median(run[0] for run in fixed)
-    per_row_cpu = statistics.median(run[2] for run in runs) - statistics.median(run[2] for run in fixed)
-    bound = fixed_wall + per_row_cpu / cores
-    line = (f"fixed cost (a one-row build): wall {fixed_wall:.2f} s, cpu {statistics.median(run[2] for run in fixed):.2f} s; "
-            f"ours' per-row cpu {per_row_cpu:.2f} s; on {cores} cores at best {fixed_wall:.2f} + {per_row_cpu:.2f} / {cores} "
-            f"= {bound:.2f} s")
+    per_row = [run[2] - one[2] for run, one in zip(runs, fixed)]
+    bounds = [one[0] + cpu / cores for one, cpu in zip(fixed, per_row)]
+    line = (f"fixed cost (a one-row build): wall {_seconds([one[0] for one in fixed])}, "
+            f"cpu {_seconds([one[2] for one in fixed])}; ours' per-row cpu {_seconds(per_row)}; "
+            f"on {cores} cores at best fixed wall + per-row cpu / {cores} = {_seconds(bounds)}")
     if base_seconds:
-        line += f" = at most {statistics.median(base_seconds) / bound:.1f}x the baseline"
+        ratios = [base / bound for base, bound in zip(base_seconds, bounds)]
+        line += (f" = at most {statistics.median(ratios):.1f}x the baseline "
+                 f"({min(ratios):.1f}-{max(ratios):.1f}x)")
     return line
+
+
+def _seconds(values: list[float]) -> str:
+    """Median and range of seconds: ``1.23 s (1.20-1.31)``."""
+    return f"{statistics.median(values):.2f} s ({min(values):.2f}-{max(values):.2f})"
 
 
 if __name__ == "__main__":
