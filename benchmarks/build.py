@@ -126,7 +126,7 @@ def run_baseline(fmt: str, input_path: pathlib.Path, work: pathlib.Path, rows: i
     shutil.rmtree(output, ignore_errors=True)
     source = work / f"baseline-input-{rows}.{ 'parquet' if fmt == 'parquet' else 'csv'}"
     if not source.exists():
-        _head(fmt, input_path, source, rows)
+        _head_in_child(fmt, input_path, source, rows)
     return run_measured([sys.executable, __file__, "--baseline-job", fmt, str(source), str(output / "part")])
 
 
@@ -134,8 +134,14 @@ def run_fixed_cost(fmt: str, input_path: pathlib.Path, work: pathlib.Path) -> tu
     """Ours on the first row only: the build's fixed cost (start-up, planning, runner, commit), whole process."""
     one_row = work / f"one-row.{'parquet' if fmt == 'parquet' else 'csv'}"
     if not one_row.exists():
-        _head(fmt, input_path, one_row, 1)
+        _head_in_child(fmt, input_path, one_row, 1)
     return run_ours(fmt, one_row, work)
+
+
+def _head_in_child(fmt: str, input_path: pathlib.Path, target: pathlib.Path, rows: int) -> None:
+    """``_head`` in a child process: Linux keeps a process's peak RSS across fork and exec, so reading the
+    table here would pass its size on to every run measured after it."""
+    subprocess.run([sys.executable, __file__, "--head", fmt, str(input_path), str(target), str(rows)], check=True)
 
 
 def _head(fmt: str, input_path: pathlib.Path, target: pathlib.Path, rows: int) -> None:
@@ -224,12 +230,16 @@ def main() -> None:
     parser.add_argument("--work-dir", default=None, help="keep inputs and outputs here (default: a temp dir)")
     parser.add_argument("--baseline-job", nargs=3, metavar=("FORMAT", "INPUT", "OUTPUT_PREFIX"), help=argparse.SUPPRESS)
     parser.add_argument("--write-inputs", nargs=2, metavar=("ROWS", "DIR"), help=argparse.SUPPRESS)
+    parser.add_argument("--head", nargs=4, metavar=("FORMAT", "INPUT", "TARGET", "ROWS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.baseline_job:
         baseline_job(*args.baseline_job)
         return
     if args.write_inputs:
         write_inputs(int(args.write_inputs[0]), pathlib.Path(args.write_inputs[1]))
+        return
+    if args.head:
+        _head(args.head[0], pathlib.Path(args.head[1]), pathlib.Path(args.head[2]), int(args.head[3]))
         return
     baseline_rows = args.rows if args.baseline_rows is None else min(args.baseline_rows, args.rows)
     work = pathlib.Path(args.work_dir or tempfile.mkdtemp(prefix="tfrbeam-bench-build-"))
