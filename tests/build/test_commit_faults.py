@@ -427,3 +427,65 @@ def test_two_concurrent_sequence_builds_spilling_held_rows_leave_one_valid_datas
     assert _state(output)[1] in {seed for seed, (code, _) in zip((7, 8), results) if code == 0}
     _assert_clean(output)
     assert not list((sequence_workdir / "out").rglob("*.arrows"))
+
+
+# ---------------------------------------------------------------- planted files beside the output (issue 23)
+
+
+def _snapshot(root: pathlib.Path, skip: pathlib.Path) -> dict[str, bytes | str]:
+    """Every path under ``root`` but ``skip`` (the output) with its contents (symlinks by target)."""
+    found: dict[str, bytes | str] = {}
+    for path in sorted(root.rglob("*")):
+        if path == skip or skip in path.parents or path.name.startswith(".ds.tfrbeam-lock"):
+            continue
+        found[str(path)] = f"-> {os.readlink(path)}" if path.is_symlink() else path.read_bytes() if path.is_file() else "dir"
+    return found
+
+
+def test_a_planted_journal_beside_the_output_touches_nothing_outside_it(workdir, caplog):
+    import json
+
+    (workdir / "important.txt").write_text("keep me")
+    (workdir / "app.conf").write_text("conf")
+    planted = workdir / "out" / ".ds.tfrbeam-zz"
+    planted.mkdir(parents=True)
+    (planted / "commit.json").write_text(json.dumps({
+        "run_id": "z", "target": "x", "deletions": [str(workdir / "important.txt")],
+        "moves": [[str(workdir / "app.conf"), str(workdir / "stolen.conf")]]}))
+    before = _snapshot(workdir, workdir / "out" / "ds")
+    assert _build() == 0
+    assert _snapshot(workdir, workdir / "out" / "ds") == before
+    assert "commit.json" in caplog.text
+
+
+def test_a_planted_staging_dir_with_a_symlinked_old_dataset_moves_nothing_in(workdir, caplog):
+    import json
+    import socket
+
+    output = workdir / "out" / "ds"
+    assert _build() == 0
+    run_id = read_manifest(str(output))["run_id"]
+    victim = workdir / "victim"
+    victim.mkdir()
+    (victim / "secret.txt").write_text("secret")
+    planted = workdir / "out" / ".ds.tfrbeam-yy"
+    planted.mkdir()
+    pid = next(p for p in range(4_000_000, 1, -1) if not os.path.exists(f"/proc/{p}"))
+    (planted / "owner.json").write_text(json.dumps({"run_id": run_id, "host": socket.gethostname(), "pid": pid,
+                                                    "started": "x", "process_start": None, "command": "x"}))
+    (planted / "old").symlink_to(victim)
+    before = _snapshot(workdir, output)
+    assert _build("--overwrite", "--set", "shuffle.seed=7") == 0
+    assert _snapshot(workdir, output) == before
+    assert not (output / "secret.txt").exists()
+    assert "symbolic link" in caplog.text
+
+
+def test_a_lock_file_that_is_a_symlink_is_refused_in_one_line(workdir, capsys):
+    (workdir / "victim.txt").write_text("victim")
+    (workdir / "out").mkdir()
+    (workdir / "out" / ".ds.tfrbeam-lock").symlink_to(workdir / "victim.txt")
+    assert _build() == 1
+    assert (workdir / "victim.txt").read_text() == "victim"
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and "symbolic link" in error and ".ds.tfrbeam-lock" in error

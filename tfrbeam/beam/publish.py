@@ -32,6 +32,7 @@ import errno
 import json
 import logging
 import os
+import posixpath
 import socket
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -169,8 +170,12 @@ class OutputLock:
         for _ in range(5):
             try:
                 os.makedirs(parent, exist_ok=True)
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
             except OSError as error:
+                if error.errno == errno.ELOOP:
+                    raise OutputNotWritableError(
+                        f"{self.path}: the lock file is a symbolic link; tfrbeam never follows one, remove it"
+                    ) from error
                 raise OutputNotWritableError(f"{parent}: cannot create the lock file {self.path}: {error.strerror}") from error
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -377,8 +382,70 @@ def committed_run(target: str) -> str | None:
 # ---------------------------------------------------------------------------------- recovery
 
 
+def _normalized(path: str) -> str:
+    """A path with ``.``/``..`` resolved (local: absolute), so confinement is a prefix test."""
+    if fs.is_remote(path):
+        scheme, rest = path.split("://", 1)
+        return scheme + "://" + posixpath.normpath(rest)
+    return os.path.normpath(os.path.abspath(path))
+
+
+def _no_symlink_below(root: str, path: str) -> bool:
+    """Local: no component of ``path`` below ``root`` (itself included) is a symlink."""
+    if fs.is_remote(path):
+        return True
+    current = path
+    while current != root and len(current) > len(root):
+        if os.path.islink(current):
+            return False
+        current = os.path.dirname(current)
+    return True
+
+
+def confined(path: str, target: str, staging: str, prefix_output: bool = False) -> bool:
+    """Whether ``path`` lies inside the staging directory or the output (a directory, or a sink's file prefix)."""
+    if not isinstance(path, str) or (fs.is_remote(path) != fs.is_remote(target)):
+        return False
+    raw = path.split("://", 1)[-1]
+    if any(part in ("..", ".") for part in raw.split("/")[1:]):
+        return False
+    path, target, staging = _normalized(path), _normalized(target), _normalized(staging)
+    sep = "/" if fs.is_remote(path) else os.sep
+    for root in (staging, target):
+        if path.startswith(root + sep):
+            return _no_symlink_below(root, path)
+    if prefix_output:
+        directory, name = target.rsplit(sep, 1)
+        head, base = path.rsplit(sep, 1)
+        if base.startswith(name) and head in (directory, directory + sep + ".tfrbeam-index"):
+            return _no_symlink_below(directory, path)
+    return False
+
+
+def untrusted_journal(journal: CommitJournal, target: str, staging: str, prefix_output: bool = False) -> str | None:
+    """Why a journal cannot be acted on (another output's, or a path outside its staging directory and output); None if fine."""
+    if _normalized(journal.target) != _normalized(target):
+        return f"it names another output ({journal.target!r})"
+    for path in [*journal.deletions, *(p for pair in journal.moves for p in pair)]:
+        if not confined(path, target, staging, prefix_output):
+            return f"it names {path!r}, outside {staging} and {target}"
+    return None
+
+
+def _untrusted_staging(directory: str, new_name: str, old_name: str) -> str | None:
+    """Local: a staging directory, its owner files and its dataset entries must be what they claim (no symlinks)."""
+    if fs.is_remote(directory):
+        return None
+    names = [directory] + [os.path.join(directory, name)
+                           for name in (OWNER_NAME, ABANDONED_NAME, JOURNAL_NAME, new_name, old_name)]
+    for path in names:
+        if os.path.islink(path):
+            return f"{path} is a symbolic link"
+    return None
+
+
 def recover(target: str, keep: str | None = None, new_name: str = "dataset", old_name: str = "old",
-            carry_over: Callable[[str, str], None] | None = None) -> list[str]:
+            carry_over: Callable[[str, str], None] | None = None, prefix_output: bool = False) -> list[str]:
     """Finish or undo what dead runs left for ``target``; returns the staging directories removed.
 
     A dead run's journal is rolled forward (its staged files were complete when it was written);
@@ -388,8 +455,16 @@ def recover(target: str, keep: str | None = None, new_name: str = "dataset", old
     """
     removed = []
     for directory in dead_staging_dirs(target, keep):
+        problem = _untrusted_staging(directory, new_name, old_name)
+        if problem is not None:
+            _LOG.warning("left %s alone: %s, so it is not provably this output's; remove it by hand", directory, problem)
+            continue
         owner = _owner_of(directory)
         journal = CommitJournal.read(directory)
+        why = None if journal is None else untrusted_journal(journal, target, directory, prefix_output)
+        if why is not None:
+            _LOG.warning("left %s alone: %s; remove it by hand", fs.join(directory, JOURNAL_NAME), why)
+            continue
         if journal is not None:
             _LOG.warning("completing the interrupted commit of run %s into %s", journal.run_id, target)
             journal.apply()

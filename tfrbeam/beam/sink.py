@@ -493,7 +493,7 @@ class Finalizer:
 
     def _run(self, temp_shards: list[TempShard], expected_records: int | None) -> list[str]:
         with held_or_taken(self.spec.target(), this_run(self.spec.run_id)):
-            recover(self.spec.target(), keep=self.temp_dir)
+            recover(self.spec.target(), keep=self.temp_dir, prefix_output=True)
             journal = CommitJournal.read(self.temp_dir)
             if journal is None:  # else a retried finalize: that attempt's journal is the plan
                 journal = self._journal(temp_shards, expected_records)
