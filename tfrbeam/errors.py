@@ -180,3 +180,14 @@ class RecordLimitError(TfrbeamError, ValueError):
 
 class UnsupportedRunnerError(TfrbeamError):
     """The pipeline's runner is known to lose elements tfrbeam's transforms depend on; refused before anything runs."""
+
+
+# --- input-read ---
+
+
+class CompressedInputError(InputError):
+    """A compressed input file ends before its end-of-stream marker or fails a checksum: names the file, codec and byte."""
+
+
+class ParquetSchemaError(InputError):
+    """The Parquet files of one input disagree on a column's type beyond lossless widening, or a file repeats a column name."""

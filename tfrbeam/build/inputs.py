@@ -53,6 +53,7 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from tfrbeam.build.compressed_inputs import open_checked
 from tfrbeam.build.features import BadRow, ConvertedBatch, FeatureSpec, convert_batch, rows_as_json
 from tfrbeam.errors import ConfigError, InputError
 from tfrbeam.handoff import put_until_stopped
@@ -245,8 +246,9 @@ def list_inputs(pattern: str) -> list[InputFile]:
 
 
 def _open(path: str) -> BinaryIO:
+    """The input file's bytes; a compressed one decompressed and checked to its end (see compressed_inputs)."""
     try:
-        return FileSystems.open(path, compression_type=CompressionTypes.AUTO)
+        return open_checked(path)  # type: ignore[return-value]  # file-like: read, seek, tell, close
     except Exception as error:
         raise InputError(f"{path}: cannot open: {error}") from error
 
