@@ -203,3 +203,62 @@ def test_report_escapes_feature_names_and_values():
     }}}}, "drift": {}}
     page = render_html(stats, title="t")
     assert "<script>" not in page and "&lt;script&gt;" in page and "&lt;b&gt;x&lt;/b&gt;" in page
+
+
+_PAYLOAD = "<script>document.title='pwned'</script><img src=x onerror=\"document.title='pwned'\">"
+
+
+def _poisoned(value, keep=("type", "method")):
+    """Every string value of a stats tree with a script payload appended; the kinds the layout branches on stay."""
+    if isinstance(value, dict):
+        return {key: (item if key in keep else _poisoned(item, keep)) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_poisoned(item, keep) for item in value]
+    return value + _PAYLOAD if isinstance(value, str) else value
+
+
+def _renamed(mapping: dict) -> dict:
+    """The same entries under names carrying the payload (split and feature names come from the manifest)."""
+    return {name + _PAYLOAD: entry for name, entry in mapping.items()}
+
+
+class _Scripts(html.parser.HTMLParser):
+    """Counts the script elements and event-handler attributes of a serialised DOM."""
+
+    def __init__(self):
+        super().__init__()
+        self.active: list[str] = []
+        self.title = ""
+        self._in_title = False
+
+    def handle_starttag(self, tag, attrs):
+        self._in_title = tag == "title"
+        if tag == "script" or any(name.startswith("on") for name, _ in attrs):
+            self.active.append(tag)
+
+    def handle_data(self, data):
+        if self._in_title:
+            self.title += data
+
+    def handle_endtag(self, tag):
+        self._in_title = False
+
+
+@needs_browser
+def test_no_string_of_the_stats_or_manifest_runs_in_the_browser(demo_report, tmp_path):
+    stats = json.loads((demo_report / "stats.json").read_text())
+    manifest_shapes = {name: entry.get("shape") for name, entry in
+                       json.loads((demo_report / "dataset_info.json").read_text())["features"].items()}
+    assert manifest_shapes
+    poisoned = _poisoned(stats)
+    poisoned["splits"] = _renamed(poisoned["splits"])
+    for split in poisoned["splits"].values():
+        split["features"] = _renamed(split["features"])
+        for feature in split["features"].values():
+            feature["shape"] = [_PAYLOAD]  # a manifest's shape reached the page raw
+    page = tmp_path / "stats.html"
+    page.write_text(render_html(poisoned, title=_PAYLOAD), encoding="utf-8")
+    dom = _Scripts()
+    dom.feed(chromium("--dump-dom", page.as_uri()).stdout.decode("utf-8"))
+    assert dom.active == []
+    assert "pwned" != dom.title.strip()

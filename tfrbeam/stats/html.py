@@ -194,7 +194,7 @@ def _shape(feature: Mapping[str, Any]) -> str:
     shape = feature.get("shape")
     if shape is None:
         return '<div class="note">variable</div>'
-    return f'<div class="note">[{", ".join(map(str, shape))}]</div>' if shape else ""
+    return f'<div class="note">[{_e(", ".join(map(str, shape)))}]</div>' if shape else ""
 
 
 def _comparison_section(drift: Mapping[str, Any]) -> str:
