@@ -489,3 +489,27 @@ def test_a_lock_file_that_is_a_symlink_is_refused_in_one_line(workdir, capsys):
     assert (workdir / "victim.txt").read_text() == "victim"
     error = capsys.readouterr().err.strip()
     assert "\n" not in error and "symbolic link" in error and ".ds.tfrbeam-lock" in error
+
+
+def test_a_sigterm_after_the_commit_point_says_the_new_dataset_is_published(workdir):
+    output = workdir / "out" / "ds"
+    assert _build() == 0
+    _, ops = _faulted(workdir, "none", 0, "--overwrite", "--set", "shuffle.seed=7")
+    after_exchange = [line.split()[1] for line in ops].index("exchange") + 2  # 1-based: the operation after the swap
+    signal_path = workdir / "paused"
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.faults", "wait", str(after_exchange), str(signal_path), "--", "build", "cfg.yaml",
+         "--quiet", "--overwrite", "--set", "shuffle.seed=8"], cwd=workdir, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not pathlib.Path(str(signal_path) + ".waiting").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 143
+    ours = [line for line in err.splitlines() if line.startswith("tfrbeam build:")]
+    assert len(ours) == 1 and "after the commit point: the new dataset is published at out/ds" in ours[0], err
+    assert _state(output)[1] == 8  # it was published, as the line says
+    assert _build("--overwrite", "--set", "shuffle.seed=8") == 0
+    _assert_clean(output)

@@ -20,6 +20,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import (
@@ -33,7 +34,7 @@ from apache_beam.options.pipeline_options import (
 
 from tfrbeam import errors as tfrbeam_errors
 from tfrbeam.beam.filesystem import BEAM_FILES
-from tfrbeam.beam.publish import OutputLock, abandon
+from tfrbeam.beam.publish import OutputLock, abandon, committed_run
 from tfrbeam.build.commit import discard_staging, recover_output
 from tfrbeam.build.config import load_config
 from tfrbeam.build.features import FeatureSpec
@@ -112,6 +113,7 @@ def _build(argv: list[str] | None) -> int:
     if args.dry_run:
         print(describe_plan(plan))
         return EXIT_OK
+    _INTERRUPTS.published = lambda: committed_run(plan.output_root) == plan.run.run_id and plan.output_path
     try:
         lock = OutputLock(plan.output_root, plan.run).acquire()
     except (OutputLockedError, OutputNotWritableError) as error:
@@ -478,6 +480,7 @@ class _Interrupts:
 
     def __init__(self) -> None:
         self.signal: int | None = None
+        self.published: Callable[[], str | bool | None] | None = None  # the output's path once this run's dataset is in place
         self._said = False
         self._reported = threading.Lock()
         self._watchdog: threading.Timer | None = None
@@ -485,6 +488,7 @@ class _Interrupts:
     @contextlib.contextmanager
     def handled(self):
         self.signal = None
+        self.published = None
         self._said = False
         previous = {}
         if threading.current_thread() is threading.main_thread():
@@ -523,10 +527,19 @@ class _Interrupts:
         with self._reported:
             if not self._said:
                 self._said = True
-                name = signal.Signals(self.signal).name
-                print(f"{_PROG}: interrupted ({name}); the next run removes (or completes) what this one left",
-                      file=sys.stderr)
+                print(self._message(signal.Signals(self.signal).name), file=sys.stderr)
         return 128 + self.signal
+
+
+    def _message(self, name: str) -> str:
+        """The interruption as it is: after the commit point the new dataset is published, not lost."""
+        published = None
+        with contextlib.suppress(Exception):  # reporting an interruption must never fail itself
+            published = self.published() if self.published is not None else None
+        if published:
+            return (f"{_PROG}: interrupted ({name}) after the commit point: the new dataset is published at "
+                    f"{published}; the next run removes what this one left beside it")
+        return f"{_PROG}: interrupted ({name}); the next run removes (or completes) what this one left"
 
 
 _UNWIND_SECONDS = 5.0
