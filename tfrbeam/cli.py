@@ -9,12 +9,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 from collections.abc import Callable
 
 from tfrbeam import __version__
 from tfrbeam.errors import ConfigError, OutputExistsError, TfrbeamError
+from tfrbeam.layout.names import SHARD_NAME
 from tfrbeam.startup import imports_without_gc
 
 EXIT_OK, EXIT_BAD_DATA, EXIT_USAGE = 0, 1, 2
@@ -146,7 +146,7 @@ def _is_dataset_directory(directory: str) -> bool:
     return False
 
 
-_SHARD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*-\d{5,}-of-\d{5,}\.tfrecord(\.gz|\.zlib)?")
+_SHARD_NAME = SHARD_NAME
 
 
 def _verify_dataset(directory: str) -> int:

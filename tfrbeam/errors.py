@@ -184,10 +184,26 @@ class UnsupportedRunnerError(TfrbeamError):
 
 # --- input-read ---
 
-
 class CompressedInputError(InputError):
     """A compressed input file ends before its end-of-stream marker or fails a checksum: names the file, codec and byte."""
 
+# --- trust-read ---
 
-class ParquetSchemaError(InputError):
-    """The Parquet files of one input disagree on a column's type beyond lossless widening, or a file repeats a column name."""
+class UnsafePathError(ManifestError):
+    """A manifest names a path outside its dataset (absolute, ``..``, an odd component, a symlink leading out)."""
+
+class DatasetChangedError(TfrbeamError):
+    """The dataset was replaced (another build's ``--overwrite``) while it was being read; nothing was mixed.
+
+    Attributes: root (the dataset directory), pinned (the run id read at the start), found (the run id now).
+    """
+
+    def __init__(self, root: str, pinned: str, found: str):
+        self.root, self.pinned, self.found = root, pinned, found
+        super().__init__(
+            f"{root}: the dataset was replaced while it was read (run {pinned} when reading started, run {found} now); "
+            "no records of the two were mixed: start the read again to read the new dataset"
+        )
+
+    def __reduce__(self):
+        return (type(self), (self.root, self.pinned, self.found))

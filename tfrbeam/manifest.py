@@ -19,38 +19,22 @@ from typing import Any, Protocol
 
 from tfrbeam.errors import ManifestError, RecordError, RecordIndexError
 from tfrbeam.file_access import LOCAL_FILES, FileAccess, LocalFiles
+from tfrbeam.layout.manifest_schema import (  # noqa: F401 (the record types are re-exported from here)
+    EXAMPLE,
+    RECORD_TYPES,
+    SEQUENCE_EXAMPLE,
+    parse_manifest_bytes,
+    validate_manifest,
+)
+from tfrbeam.layout.names import ERRORS_DIR_NAME, MANIFEST_FORMAT, MANIFEST_NAME  # noqa: F401 (re-exported)
+from tfrbeam.layout.paths import confined_path
 from tfrbeam.naming import LOCK_SUFFIX, is_staging_name, staging_prefix
 from tfrbeam.offset_index import offset_index_is_current, offset_index_path_for
 from tfrbeam.record_index import INDEX_DIR_NAME, index_is_current, index_path_for, parse_index
 from tfrbeam.records import RecordReader, compression_from_name
 
-MANIFEST_NAME = "dataset_info.json"  # written last, in the dataset directory
-MANIFEST_FORMAT = "tfrbeam-dataset/1"
 TF_DTYPES = {"int64": "tf.int64", "float": "tf.float32", "bytes": "tf.string"}  # feature type -> TensorFlow dtype
-ERRORS_DIR_NAME = "_errors"
-EXAMPLE, SEQUENCE_EXAMPLE = "Example", "SequenceExample"  # the manifest's "record_type" (absent: Example)
-RECORD_TYPES = (EXAMPLE, SEQUENCE_EXAMPLE)
 _READ_CHUNK = 1 << 20
-
-# Keys readers rely on, as (path, type); "*" is every entry of a mapping or list. Verifying (and
-# the build, which writes them all) needs the checksums too.
-_REQUIRED_TO_READ: tuple[tuple[str, type | tuple[type, ...]], ...] = (
-    ("format", str),
-    ("splits", dict),
-    ("splits.*.num_examples", int),
-    ("splits.*.shards", list),
-    ("splits.*.shards.*.path", str),
-    ("splits.*.shards.*.num_examples", int),
-)
-_REQUIRED_TO_VERIFY = _REQUIRED_TO_READ + (
-    ("splits.*.shards.*.num_bytes", int),
-    ("splits.*.shards.*.sha256", str),
-)
-# What the schema of each record type is made of, besides the keys above.
-_SCHEMA_KEYS: dict[str, tuple[tuple[str, type | tuple[type, ...]], ...]] = {
-    EXAMPLE: (("features", dict),),
-    SEQUENCE_EXAMPLE: (("context_features", dict), ("sequence_features", dict), ("sequence", dict)),
-}
 
 
 class FeatureDescription(Protocol):
@@ -132,55 +116,19 @@ def manifest_bytes(manifest: dict[str, Any]) -> bytes:
 
 
 def parse_manifest(data: bytes, where: str, verifiable: bool = False) -> dict[str, Any]:
-    """A manifest from its bytes; ``ManifestError`` naming ``where`` when it is not JSON or lacks a needed key.
+    """A manifest from its bytes; ``ManifestError`` naming ``where`` and the key when it is not a valid manifest.
 
     ``verifiable`` also requires what ``verify_dataset`` checks against (sizes, sha256, features).
+    Parsing and checking are ``tfrbeam.layout.manifest_schema``'s, the one validator every reader uses.
     """
-    try:
-        manifest = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as error:
-        raise ManifestError(f"{where}: not a readable manifest ({error}); rebuild the dataset or restore the file") from error
+    manifest = parse_manifest_bytes(data, where)
     check_manifest(manifest, where, verifiable)
     return manifest
 
 
 def check_manifest(manifest: Any, where: str, verifiable: bool = False) -> None:
-    """Raise ``ManifestError`` naming the first missing or mistyped key readers rely on."""
-    if not isinstance(manifest, dict):
-        raise ManifestError(f"{where}: a manifest is a JSON object, found {type(manifest).__name__}")
-    if manifest.get("format") != MANIFEST_FORMAT:
-        raise ManifestError(f"{where}: format {manifest.get('format')!r} is not {MANIFEST_FORMAT!r}")
-    record_type = record_type_of(manifest)
-    if record_type not in RECORD_TYPES:
-        raise ManifestError(f"{where}: record_type {record_type!r} is not one of {', '.join(RECORD_TYPES)}")
-    required = _REQUIRED_TO_VERIFY + _SCHEMA_KEYS[record_type] if verifiable else _REQUIRED_TO_READ
-    for path, expected in required:
-        for where_in, value in _lookup(manifest, path.split("."), ""):
-            if value is _MISSING:
-                raise ManifestError(f"{where}: the key {where_in} is missing; the manifest is damaged or from another tool")
-            if not isinstance(value, expected) or (isinstance(value, bool) and expected is int):
-                raise ManifestError(f"{where}: {where_in} is {value!r}, not a {getattr(expected, '__name__', expected)}")
-
-
-_MISSING = object()
-
-
-def _lookup(value: Any, keys: list[str], prefix: str) -> Iterable[tuple[str, Any]]:
-    if not keys:
-        yield prefix, value
-        return
-    key, rest = keys[0], keys[1:]
-    if key == "*":
-        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-        for name, item in items:
-            yield from _lookup(item, rest, f"{prefix}[{name!r}]" if isinstance(name, str) else f"{prefix}[{name}]")
-        return
-    child = value.get(key, _MISSING) if isinstance(value, dict) else _MISSING
-    where = f"{prefix}.{key}" if prefix else key
-    if child is _MISSING:
-        yield where, _MISSING
-        return
-    yield from _lookup(child, rest, where)
+    """Raise ``ManifestError`` naming the first missing, mistyped or out-of-range key readers rely on."""
+    validate_manifest(manifest, where, verifiable)
 
 
 def read_manifest(dataset_dir: str, files: FileAccess = LOCAL_FILES, verifiable: bool = False) -> dict[str, Any] | None:
@@ -245,7 +193,10 @@ def verify_dataset(dataset_dir: str, files: FileAccess = LOCAL_FILES) -> list[st
 
 
 def _verify_shard(dataset_dir: str, shard: dict[str, Any], compression: str | None, files: FileAccess) -> list[str]:
-    path = files.join(dataset_dir, *shard["path"].split("/"))
+    try:
+        path = confined_path(dataset_dir, shard["path"], f"{dataset_dir}: shard path", files.join)
+    except ManifestError as error:
+        return [str(error)]
     if not files.exists(path):
         return [f"{path}: listed in the manifest but missing"]
     handle = _HashingReader(files.open_read(path))

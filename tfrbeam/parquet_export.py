@@ -20,11 +20,12 @@ import pyarrow.parquet as pq
 
 from tfrbeam.blocks import record_blocks
 from tfrbeam.errors import ConfigError, OutputExistsError
+from tfrbeam.layout.names import RECORD_SUFFIXES
 from tfrbeam.stats.accumulators import FEATURE_TYPES
 from tfrbeam.stats.compute import BLOCK_RECORDS, StatsInput, decode_block, resolve_input
 
 PARQUET_COMPRESSION = "snappy"
-_RECORD_SUFFIXES = (".gz", ".zlib", ".tfrecord", ".tfrecords", ".tfr")
+_RECORD_SUFFIXES = RECORD_SUFFIXES
 
 
 def export_field(name: str, kind: str, shape: Sequence[int] | None, always_present: bool) -> pa.Field:

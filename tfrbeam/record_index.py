@@ -53,12 +53,12 @@ import numpy as np
 
 from tfrbeam.blocks import record_blocks
 from tfrbeam.errors import RecordError, RecordIndexError
+from tfrbeam.layout.names import INDEX_DIR_NAME
 from tfrbeam.records import HEADER_SIZE, MAX_PAYLOAD_SIZE, RECORD_OVERHEAD, masked_crc32c
 
 _LOG = logging.getLogger(__name__)
 
 INDEX_INTERVAL_BYTES = 1 << 20
-INDEX_DIR_NAME = ".tfrbeam-index"
 INDEX_SUFFIX = ".idx"
 INDEX_MAGIC = b"TFRBIDX1"
 INDEX_VERSION = 1

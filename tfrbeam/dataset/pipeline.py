@@ -167,7 +167,8 @@ def open_dataset(
         max_features=max_features,
     )
     segments = tuple(
-        Segment(shard.path, shard.compression, expected_records=shard.num_records, expected_bytes=shard.num_bytes)
+        Segment(shard.path, shard.compression, expected_records=shard.num_records, expected_bytes=shard.num_bytes,
+                generation=source.generation)
         for shard in source.files
     )
     counts = tuple(shard.num_records for shard in source.files)

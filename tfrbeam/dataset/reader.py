@@ -36,6 +36,7 @@ from tfrbeam.dataset.spec import (
     is_sequence_feature,
 )
 from tfrbeam.errors import ArrowConversionError, ExampleDecodeError, RecordLimitError, ShardMismatchError
+from tfrbeam.layout.generation import Generation
 from tfrbeam.record_index import seek_position, trusted_index
 from tfrbeam.records import SkippedRegion
 from tfrbeam.sequence_decode import sequence_examples_to_record_batches
@@ -64,6 +65,7 @@ class Segment:
     stop: int | None = None
     expected_records: int | None = None  # the whole file's, from the manifest
     expected_bytes: int | None = None
+    generation: Generation | None = None  # the dataset generation the read pinned (build directories)
 
 
 def dense_layout(features: Mapping[str, Feature]) -> DenseLayout:
@@ -236,12 +238,29 @@ def read_segment(
     limit = None if segment.stop is None else segment.stop - first
     if limit is not None and limit <= 0:
         return
-    check_shard_size(segment)
+    if segment.generation is None:
+        check_shard_size(segment)
+        offset, skip = _position_of(segment, first)
+        yield from _read_blocks(segment, segment.path, segment_index, block_length, decoder, skip_corrupt,
+                                first, limit, offset, skip)
+        return
+    # Open, then find the start (the index is read by path), then prove both belong to the pinned run.
+    with open(segment.path, "rb") as handle:
+        offset, skip = _position_of(segment, first)
+        segment.generation.check()
+        check_shard_size(segment, os.fstat(handle.fileno()).st_size)
+        yield from _read_blocks(segment, handle, segment_index, block_length, decoder, skip_corrupt,
+                                first, limit, offset, skip)
+
+
+def _read_blocks(segment: Segment, source: Any, segment_index: int, block_length: int, decoder: BlockDecoder | None,
+                 skip_corrupt: bool, first: int, limit: int | None, offset: int, skip: int) -> Iterator[SegmentBlock]:
+    """The blocks of ``read_segment`` from ``source`` (the segment's path, or its file opened and proven)."""
     skipped: list[SkippedRegion] = []  # filled by the framing layer as it skips damaged bytes
-    offset, skip = _position_of(segment, first)
     blocks = record_blocks(
-        segment.path, segment.compression, offset, block_length, limit,
+        source, segment.compression, offset, block_length, limit,
         verify=decoder is not None, skip_corrupt=skip_corrupt, on_skip=skipped.append, skip_records=skip,
+        name=segment.path,
     )
     number = first
     skipped_any = False
@@ -274,12 +293,12 @@ def _indexed_position(segment: Segment, record: int) -> tuple[int, int]:
     return seek_position(segment.path, record, segment.expected_records)
 
 
-def check_shard_size(segment: Segment) -> None:
-    """The file's size against the manifest's (a stat: cheap enough for every segment)."""
+def check_shard_size(segment: Segment, size: int | None = None) -> None:
+    """The file's size (``size``, else a stat: cheap enough for every segment) against the manifest's."""
     if segment.expected_bytes is None:
         return
     try:
-        size = os.path.getsize(segment.path)
+        size = os.path.getsize(segment.path) if size is None else size
     except OSError:
         return  # opening it reports why
     if size != segment.expected_bytes:

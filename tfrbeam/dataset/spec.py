@@ -21,6 +21,8 @@ import pyarrow as pa
 
 from tfrbeam.columnar_decode import DEFAULT_MAX_FEATURES, examples_to_record_batch
 from tfrbeam.errors import ArrowConversionError, ConfigError, ExampleDecodeError, RecordLimitError
+from tfrbeam.layout.generation import Generation
+from tfrbeam.layout.paths import confined_path
 from tfrbeam.manifest import MANIFEST_NAME, RECORD_TYPES, SEQUENCE_EXAMPLE, parse_manifest, record_type_of
 from tfrbeam.records import RecordReader, normalize_compression
 from tfrbeam.sequence_decode import has_feature_lists, sequence_examples_to_record_batches
@@ -206,6 +208,7 @@ class Source:
     split: str | None
     inferred: bool
     record_type: str = "Example"
+    generation: Generation | None = None  # the dataset's manifest as pinned when it was opened (build directories)
 
     @property
     def num_records(self) -> int | None:
@@ -300,12 +303,17 @@ def _expand(path: PathSpec) -> list[str]:
 
 def read_manifest(manifest_path: str) -> dict:
     """The checked ``dataset_info.json`` at ``manifest_path`` (``tfrbeam.manifest`` reads and checks it)."""
+    return read_pinned_manifest(manifest_path)[0]
+
+
+def read_pinned_manifest(manifest_path: str) -> tuple[dict, Generation]:
+    """The checked manifest at ``manifest_path`` and the generation it pins (its bytes' digest and run id)."""
     try:
         with open(manifest_path, "rb") as handle:
             data = handle.read()
     except OSError as exc:
         raise ConfigError(f"{manifest_path}: cannot read the dataset manifest: {exc}") from exc
-    return parse_manifest(data, manifest_path)
+    return parse_manifest(data, manifest_path), Generation.of(os.path.dirname(manifest_path) or ".", data)
 
 
 def _from_manifest(
@@ -313,7 +321,7 @@ def _from_manifest(
     record_type: str | None = None,
 ) -> Source:
     root = os.path.dirname(manifest_path)
-    manifest = read_manifest(manifest_path)
+    manifest, generation = read_pinned_manifest(manifest_path)
     stored_type = record_type_of(manifest)
     if stored_type not in RECORD_TYPES:
         raise ConfigError(f"{manifest_path}: record_type {stored_type!r} is not one of {', '.join(RECORD_TYPES)}")
@@ -333,10 +341,10 @@ def _from_manifest(
     codec = normalize_compression(stored if compression == "auto" else compression)
     files = tuple(
         ShardFile(
-            os.path.join(root, shard["path"]), codec, int(shard["num_examples"]),
-            int(shard["num_bytes"]) if shard.get("num_bytes") is not None else None,
+            confined_path(root, shard["path"], f"{manifest_path}: splits.{split}.shards[{number}].path"),
+            codec, int(shard["num_examples"]), int(shard["num_bytes"]) if shard.get("num_bytes") is not None else None,
         )
-        for shard in splits[split]["shards"]
+        for number, shard in enumerate(splits[split]["shards"])
     )
     if feature_spec is not None:
         features = normalize_feature_spec(feature_spec)
@@ -344,7 +352,7 @@ def _from_manifest(
         features = _manifest_sequence_features(manifest, manifest_path)
     else:
         features = {name: feature_from_manifest(name, entry) for name, entry in manifest.get("features", {}).items()}
-    return Source(files, features, manifest, split, False, stored_type)
+    return Source(files, features, manifest, split, False, stored_type, generation)
 
 
 def _manifest_sequence_features(manifest: Mapping[str, Any], manifest_path: str) -> dict[str, Feature]:

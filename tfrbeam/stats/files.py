@@ -2,5 +2,4 @@
 
 from __future__ import annotations
 
-STATS_JSON = "stats.json"
-STATS_HTML = "stats.html"
+from tfrbeam.layout.names import STATS_HTML, STATS_JSON  # noqa: F401 (their home; re-exported here)

@@ -1,0 +1,191 @@
+"""The manifest's schema: one typed, bounded validator that every reader and ``verify`` apply.
+
+A manifest is found, not made: it may be damaged, from another tool, or written to attack the
+reader. ``parse_manifest_bytes`` bounds its size before parsing and its nesting while parsing;
+``validate_manifest`` checks the type and range of every key a reader uses, so a bad manifest is
+one ``ManifestError`` line naming the key path (``splits.train.shards[3].num_bytes: expected a
+non-negative integer, got 'abc'``), never a traceback deep inside a reader.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from tfrbeam.errors import ManifestError
+from tfrbeam.layout.names import MANIFEST_FORMAT
+from tfrbeam.layout.paths import name_problem, path_problem
+
+EXAMPLE, SEQUENCE_EXAMPLE = "Example", "SequenceExample"
+RECORD_TYPES = (EXAMPLE, SEQUENCE_EXAMPLE)
+FEATURE_KINDS = ("int64", "float", "bytes")
+COMPRESSIONS = (None, "none", "gzip", "zlib")
+MAX_MANIFEST_BYTES = 512 << 20  # far above a million shards' entries; refused before json.loads
+MAX_DEPTH = 32  # a manifest nests about 6 deep (its config a little more)
+MAX_COUNT = 1 << 53  # examples or bytes: exact in a float, far above any dataset
+MAX_SHARDS = 10_000_000
+MAX_SHAPE_RANK = 32
+MAX_SHAPE_SIZE = 1 << 31  # values one fixed-shape feature may hold per example
+
+
+def parse_manifest_bytes(data: bytes, where: str) -> Any:
+    """The JSON value of a manifest's bytes, bounded in size and nesting; ``ManifestError`` naming ``where``."""
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise ManifestError(f"{where}: {len(data)} bytes, more than a manifest may hold ({MAX_MANIFEST_BYTES}); "
+                            "it is not a tfrbeam manifest")
+    depth = _bracket_depth(data)
+    if depth > MAX_DEPTH:
+        raise ManifestError(f"{where}: JSON nested {depth} deep, more than a manifest's {MAX_DEPTH}; "
+                            "it is damaged or not a tfrbeam manifest")
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        raise ManifestError(f"{where}: not a readable manifest ({error}); rebuild the dataset or restore the file") from error
+
+
+def _bracket_depth(data: bytes) -> int:
+    """The deepest nesting of [ and { outside JSON strings (a linear scan, no recursion)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in data:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:
+                escaped = True
+            elif byte == 0x22:
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > MAX_DEPTH:
+                return deepest
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    return deepest
+
+
+def validate_manifest(manifest: Any, where: str, verifiable: bool = False) -> None:
+    """Raise ``ManifestError`` naming the first missing, mistyped or out-of-range key a reader relies on.
+
+    ``verifiable`` also requires what ``verify`` checks against (each shard's size and sha256, the schema).
+    """
+    if not isinstance(manifest, dict):
+        raise ManifestError(f"{where}: a manifest is a JSON object, found {type(manifest).__name__}")
+    if manifest.get("format") != MANIFEST_FORMAT:
+        raise ManifestError(f"{where}: format {manifest.get('format')!r} is not {MANIFEST_FORMAT!r}")
+    record_type = manifest.get("record_type", EXAMPLE)
+    if record_type not in RECORD_TYPES:
+        raise ManifestError(f"{where}: record_type {record_type!r} is not one of {', '.join(RECORD_TYPES)}")
+    check = _Checker(where)
+    check.optional(manifest, "compression", "", lambda value: value in COMPRESSIONS, f"one of {COMPRESSIONS}")
+    check.optional(manifest, "run_id", "", _short_string, "a string of at most 200 characters")
+    splits = check.required(manifest, "splits", "", lambda value: isinstance(value, dict), "an object of splits")
+    for name, split in splits.items():
+        problem = name_problem(name)
+        if problem is not None:
+            check.fail(f"splits[{name!r}]", f"not a safe split name: {problem}")
+        _check_split(check, split, f"splits.{name}", verifiable)
+    schema_keys = ("features",) if record_type == EXAMPLE else ("context_features", "sequence_features")
+    for key in schema_keys:
+        entries = check.required(manifest, key, "", _is_dict, "an object of features") if verifiable else (
+            check.optional(manifest, key, "", _is_dict, "an object of features"))
+        for feature, entry in (entries or {}).items():
+            _check_feature(check, entry, f"{key}.{feature}")
+    if record_type == SEQUENCE_EXAMPLE and verifiable:
+        check.required(manifest, "sequence", "", _is_dict, "an object")
+
+
+def _check_split(check: _Checker, split: Any, key: str, verifiable: bool) -> None:
+    if not isinstance(split, dict):
+        check.fail(key, f"expected an object, got {_show(split)}")
+    check.required(split, "num_examples", key, _count, "a non-negative integer")
+    shards = check.required(split, "shards", key, lambda value: isinstance(value, list) and len(value) <= MAX_SHARDS,
+                            "a list of shards")
+    for number, shard in enumerate(shards):
+        where = f"{key}.shards[{number}]"
+        if not isinstance(shard, dict):
+            check.fail(where, f"expected an object, got {_show(shard)}")
+        path = check.required(shard, "path", where, lambda value: True, "a path")
+        problem = path_problem(path)
+        if problem is not None:
+            check.fail(f"{where}.path", problem)
+        check.required(shard, "num_examples", where, _count, "a non-negative integer")
+        if verifiable:
+            check.required(shard, "num_bytes", where, _count, "a non-negative integer")
+            check.required(shard, "sha256", where, _sha256, "a sha256 hex digest")
+        else:
+            check.optional(shard, "num_bytes", where, _count, "a non-negative integer")
+            check.optional(shard, "sha256", where, _sha256, "a sha256 hex digest")
+
+
+def _check_feature(check: _Checker, entry: Any, key: str) -> None:
+    if not isinstance(entry, dict):
+        check.fail(key, f"expected an object with type, shape and always_present, got {_show(entry)}")
+    check.required(entry, "type", key, lambda value: value in FEATURE_KINDS, f"one of {', '.join(FEATURE_KINDS)}")
+    check.optional(entry, "shape", key, _shape, f"null or a list of at most {MAX_SHAPE_RANK} non-negative integers "
+                   f"holding at most {MAX_SHAPE_SIZE} values")
+    check.optional(entry, "always_present", key, lambda value: isinstance(value, bool), "true or false")
+
+
+class _Checker:
+    """Looks keys up and raises the one-line error naming the key path."""
+
+    def __init__(self, where: str):
+        self.where = where
+
+    def fail(self, key: str, message: str) -> None:
+        raise ManifestError(f"{self.where}: {key}: {message}")
+
+    def required(self, parent: Mapping[str, Any], name: str, prefix: str, valid, expected: str) -> Any:
+        key = f"{prefix}.{name}" if prefix else name
+        if name not in parent:
+            raise ManifestError(f"{self.where}: the key {key} is missing; the manifest is damaged or from another tool")
+        return self._valid(parent[name], key, valid, expected)
+
+    def optional(self, parent: Mapping[str, Any], name: str, prefix: str, valid, expected: str) -> Any:
+        if parent.get(name) is None:
+            return None
+        return self._valid(parent[name], f"{prefix}.{name}" if prefix else name, valid, expected)
+
+    def _valid(self, value: Any, key: str, valid, expected: str) -> Any:
+        if not valid(value):
+            self.fail(key, f"expected {expected}, got {_show(value)}")
+        return value
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_dict(value: Any) -> bool:
+    return isinstance(value, dict)
+
+
+def _count(value: Any) -> bool:
+    return _is_int(value) and 0 <= value <= MAX_COUNT
+
+
+def _short_string(value: Any) -> bool:
+    return isinstance(value, str) and len(value) <= 200
+
+
+def _sha256(value: Any) -> bool:
+    return isinstance(value, str) and len(value) == 64 and all(char in "0123456789abcdef" for char in value)
+
+
+def _shape(value: Any) -> bool:
+    if not isinstance(value, list) or len(value) > MAX_SHAPE_RANK:
+        return False
+    if not all(_is_int(size) and 0 <= size <= MAX_SHAPE_SIZE for size in value):
+        return False
+    return math.prod(value) <= MAX_SHAPE_SIZE
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value) if isinstance(value, (str, int, float, bool)) or value is None else type(value).__name__
+    return text if len(text) <= 80 else text[:77] + "..."
