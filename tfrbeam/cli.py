@@ -30,7 +30,10 @@ def main(argv: list[str] | None = None) -> int:
 
         return build_main(argv[1:])
     parser = _parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        # argparse blames the top-level parser; the command's own usage is the helpful one
+        (getattr(args, "command_parser", None) or parser).error(f"unrecognized arguments: {' '.join(extras)}")
     if not hasattr(args, "run"):
         parser.print_help(sys.stderr)
         return EXIT_USAGE
@@ -72,7 +75,7 @@ def _parser() -> argparse.ArgumentParser:
         "feature name to values: bytes as UTF-8 text, else {\"base64\": ...}; floats as the shortest text that "
         "reads back as the same float32. With --raw, print each record's payload as it is, whatever it holds.")
     cat.add_argument("paths", nargs="+", metavar="PATH")
-    cat.add_argument("--limit", type=int, default=None, metavar="N", help="stop after N records")
+    cat.add_argument("--limit", type=_count, default=None, metavar="N", help="stop after N records")
     cat.add_argument("--kinds", action="store_true", help="print each feature as {\"kind\": ..., \"values\": [...]}")
     cat.add_argument("--sequence", action="store_true", help="records are tf.train.SequenceExample")
     cat.add_argument("--raw", action="store_true",
@@ -85,7 +88,7 @@ def _parser() -> argparse.ArgumentParser:
         "feature's kind, how often it is present and how many values it holds, and a feature spec to paste "
         "into tf.io.parse_example.")
     inspect.add_argument("paths", nargs="+", metavar="PATH")
-    inspect.add_argument("--limit", type=int, default=None, metavar="N", help="look at the first N records only")
+    inspect.add_argument("--limit", type=_count, default=None, metavar="N", help="look at the first N records only")
     inspect.add_argument("--json", action="store_true", help="machine-readable output")
     inspect.set_defaults(run=_run_inspect)
 
@@ -106,7 +109,28 @@ def _parser() -> argparse.ArgumentParser:
 
     _add_stats_commands(commands)
     commands.add_parser("build", help="run a dataset build: tfrbeam build CONFIG.yaml [--set key=value ...] [Beam options]")
+    for command in commands.choices.values():
+        command.set_defaults(command_parser=command)
     return parser
+
+
+def _worker_count(text: str) -> int:
+    """An argparse type: a number of worker processes, 1 or more."""
+    value = _count(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
+def _count(text: str) -> int:
+    """An argparse type: a whole number of records, 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of records, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
 
 
 def _run_verify(args: argparse.Namespace) -> int:
@@ -296,7 +320,7 @@ def _add_stats_commands(commands) -> None:
     stats.add_argument("--drift-threshold", type=float, default=None, metavar="X",
                        help="flag features whose drift score is above X (default 0.1 for both methods)")
     stats.add_argument(
-        "--workers", type=int, default=None, metavar="N", help="worker processes (default: CPUs for data over 64 MiB, else 1)"
+        "--workers", type=_worker_count, default=None, metavar="N", help="worker processes (default: CPUs for data over 64 MiB, else 1)"
     )
     stats.set_defaults(run=_run_stats)
 

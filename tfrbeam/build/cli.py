@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import NoReturn
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import (
@@ -197,11 +198,18 @@ def _import_named_runner(arguments: list[str]) -> None:
 
 def beam_argument_parser() -> argparse.ArgumentParser:
     """The parser Beam's PipelineOptions build from every options class (as get_all_options does)."""
-    parser = _BeamArgumentParser(allow_abbrev=False)
+    parser = _OneLineBeamParser(allow_abbrev=False)
     classes = {str(cls): cls for cls in PipelineOptions.__subclasses__()}
     for cls in classes.values():
         cls._add_argparse_args(parser)  # the one way to learn Beam's options
     return parser
+
+
+class _OneLineBeamParser(_BeamArgumentParser):
+    """Beam's option parser, but a bad value is one ConfigError line, not Beam's 129-line usage and exit."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(f"Beam option: {message}")
 
 
 def _option_strings(parser: argparse.ArgumentParser) -> list[str]:

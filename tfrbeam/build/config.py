@@ -181,15 +181,22 @@ def load_config(path: str, overrides: list[str] | tuple[str, ...] = ()) -> Build
     """Read a YAML config file, apply `key.path=value` overrides and validate everything."""
     try:
         with open(path, "rb") as handle:
-            data = handle.read()
+            data = handle.read(MAX_CONFIG_BYTES + 1)
     except OSError as error:
         raise ConfigError(f"cannot read the config file {path}: {error.strerror or error}") from error
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES // 2**20} MiB, far beyond any build config; "
+                          f"{_NOT_A_CONFIG_HINT}")
     raw = parse_yaml(_config_text(data, path), path)
     if raw is not None and not isinstance(raw, dict):
         raise ConfigError(f"{path}: not a YAML build config (a mapping of sections input, output, ...); "
                           f"it starts with {_first_line(data)}")
     return parse_config(apply_overrides(raw, overrides), where=path)
 
+
+# A build config is a few KiB; the caps keep a huge file or a YAML alias bomb from eating memory.
+MAX_CONFIG_BYTES = 16 * 2**20
+MAX_YAML_NODES = 200_000
 
 _NOT_A_CONFIG_HINT = "write one with: tfrbeam infer-config DATA_FILE > build.yaml"
 
@@ -235,10 +242,43 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 
 def parse_yaml(text: str, where: str = "<config>") -> Any:
     """YAML text to Python objects; syntax errors and duplicate keys become a ConfigError with the line."""
+    loader = _UniqueKeyLoader(text)  # a SafeLoader subclass
     try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        expanded = _expanded_node_count(node, MAX_YAML_NODES)
+        if expanded > MAX_YAML_NODES:
+            raise ConfigError(f"{where}: its YAML aliases (*name) expand to more than {MAX_YAML_NODES:,} values "
+                              f"(an alias bomb?); write the repeated parts out or use fewer nested aliases")
+        return loader.construct_document(node)
     except yaml.YAMLError as error:
         raise ConfigError(f"{where}: not valid YAML: {error}") from error
+    except RecursionError as error:
+        raise ConfigError(f"{where}: nested too deeply to be a build config") from error
+    finally:
+        loader.dispose()
+
+
+def _expanded_node_count(root: yaml.Node, limit: int) -> int:
+    """How many nodes the YAML graph has once every alias is expanded; stops counting past `limit`."""
+    sizes: dict[int, int] = {}
+
+    def size(node: yaml.Node) -> int:
+        known = sizes.get(id(node))
+        if known is not None:
+            return known
+        sizes[id(node)] = limit + 1  # a cycle (a recursive alias) counts as too many
+        total = 1
+        children = node.value if isinstance(node, (yaml.SequenceNode, yaml.MappingNode)) else []
+        for child in children:
+            total += sum(size(part) for part in child) if isinstance(child, tuple) else size(child)
+            if total > limit:
+                break
+        sizes[id(node)] = min(total, limit + 1)
+        return sizes[id(node)]
+
+    return size(root)
 
 
 def apply_overrides(raw: Any, overrides: list[str] | tuple[str, ...]) -> dict:
