@@ -119,7 +119,7 @@ def readme_workdir(tmp_path_factory) -> pathlib.Path:
     directory = tmp_path_factory.mktemp("readme")
     for name in ("configs", "pipelines", "benchmarks", "setup.py"):
         os.symlink(REPO_ROOT / name, directory / name)
-    setup = Block(0, "sh", "python -m pipelines.demo_data demo_data\ntfrbeam build configs/demo.yaml --quiet\n", None)
+    setup = Block(0, "sh", "tfrbeam demo-data demo_data\ntfrbeam build configs/demo.yaml --quiet\n", None)
     result = run_block(setup, directory)
     assert result.returncode == 0, result.stderr
     return directory
@@ -153,3 +153,34 @@ def test_blocks_markers_and_failures_are_found(tmp_path):
         readme_blocks("<!-- readme-test: skip (too slow) -->\n```sh\ntrue\n```\n")[0].skip_reason()
     with pytest.raises(ValueError, match="never closed"):
         readme_blocks("```sh\ntrue\n")
+
+
+_COMMENT_COMMAND = re.compile(r"(?:tfrbeam|python -m) [^#]*")
+
+
+def config_comment_commands(text: str) -> list[str]:
+    """The shell commands a config's leading comment tells a reader to run (`# ... tfrbeam ...`)."""
+    commands = []
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            break
+        commands += [command.strip() for command in _COMMENT_COMMAND.findall(line[1:]) if command.strip()]
+    return commands
+
+
+def test_config_comment_commands_are_found():
+    text = "# A build.\n#   tfrbeam demo-data d && tfrbeam build c.yaml   # or: python -m x.y c.yaml\ninput: {}\n# tfrbeam no\n"
+    assert config_comment_commands(text) == ["tfrbeam demo-data d && tfrbeam build c.yaml", "python -m x.y c.yaml"]
+
+
+def test_every_command_in_a_config_comment_runs(tmp_path):
+    """configs/*.yaml tell a reader how to run them in their first lines; those commands must work as written."""
+    for name in ("configs", "pipelines"):
+        os.symlink(REPO_ROOT / name, tmp_path / name)
+    commands = [command for path in sorted((REPO_ROOT / "configs").glob("*.yaml"))
+                for command in config_comment_commands(path.read_text(encoding="utf-8"))]
+    assert len(commands) >= 5, commands
+    blocks = [Block(index, "sh", command + " --quiet\n" if " build " in command else command + "\n", None)
+              for index, command in enumerate(commands)]
+    failures = failures_of(blocks, tmp_path, rounds=1)
+    assert not failures, "\n".join(failures)

@@ -107,6 +107,11 @@ def _parser() -> argparse.ArgumentParser:
     index.add_argument("--dali", required=True, metavar="OUT_DIR", help="write <OUT_DIR>/<file name>.idx for each file")
     index.set_defaults(run=_run_index)
 
+    demo = commands.add_parser("demo-data", help="write the made-up flights data configs/demo.yaml reads (CSV, Parquet)")
+    demo.add_argument("out_dir", nargs="?", default="demo_data", metavar="DIR", help="directory to write (default: demo_data)")
+    demo.add_argument("--rows", type=_count, default=3000, metavar="N", help="rows in total (default: 3000)")
+    demo.set_defaults(run=_run_demo_data)
+
     _add_stats_commands(commands)
     commands.add_parser("build", help="run a dataset build: tfrbeam build CONFIG.yaml [--set key=value ...] [Beam options]")
     for command in commands.choices.values():
@@ -271,6 +276,15 @@ def _run_inspect(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _run_demo_data(args: argparse.Namespace) -> int:
+    from tfrbeam.demo_data import write_demo_data
+
+    paths = write_demo_data(args.out_dir, args.rows)
+    print(f"wrote {len(paths)} demo files under {args.out_dir}/: the same {args.rows} rows in csv/ and in parquet/, "
+          "and a flight log per aircraft in sequences/")
+    return EXIT_OK
+
+
 def _run_index(args: argparse.Namespace) -> int:
     from tfrbeam import file_tools
     from tfrbeam.offset_index import write_dali_index
@@ -320,7 +334,8 @@ def _add_stats_commands(commands) -> None:
     stats.add_argument("--drift-threshold", type=float, default=None, metavar="X",
                        help="flag features whose drift score is above X (default 0.1 for both methods)")
     stats.add_argument(
-        "--workers", type=_worker_count, default=None, metavar="N", help="worker processes (default: CPUs for data over 64 MiB, else 1)"
+        "--workers", type=_worker_count, default=None, metavar="N",
+        help="worker processes (default: CPUs for data over 64 MiB, else 1)"
     )
     stats.set_defaults(run=_run_stats)
 

@@ -5,15 +5,16 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 
 import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.demo_data import write_demo_data
 from tfrbeam.build.cli import main as build_main
 from tfrbeam.build.config import load_config
 from tfrbeam.build.graph import build_pipeline
+from tfrbeam.demo_data import write_demo_data
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 DEMO_CONFIG = str(REPO_ROOT / "configs" / "demo.yaml")
@@ -269,6 +270,13 @@ def test_progress_is_logged_without_a_terminal_with_counts_from_worker_processes
     assert all(counts), lines
     assert int(counts[-1].group(3).replace(",", "")) == sum(os.path.getsize(workdir / "demo_data" / "csv" / name)
                                                            for name in os.listdir(workdir / "demo_data" / "csv"))
+    # Then the shuffle and write phase, counted by the shard writers (in the worker processes too).
+    writes = [re.match(r"shuffle and write: ([\d,]+) examples \(([\d,]+) bytes\) written of ([\d,]+) rows read",
+                       record.getMessage()) for record in caplog.records]
+    writes = [match for match in writes if match]
+    assert writes, caplog.text
+    manifest = json.loads((workdir / "out" / "progress" / "dataset_info.json").read_text())
+    assert int(writes[-1].group(1).replace(",", "")) == sum(split["num_examples"] for split in manifest["splits"].values())
     caplog.clear()
     with caplog.at_level("INFO"):
         assert build_main([DEMO_CONFIG, "--quiet", "--set", "output.path=out/progress_quiet"]) == 0
@@ -277,6 +285,7 @@ def test_progress_is_logged_without_a_terminal_with_counts_from_worker_processes
 
 def test_progress_bar_on_a_terminal(tmp_path, big_demo_data):
     import pty
+    import re
     import subprocess
     import sys
 
@@ -306,6 +315,39 @@ def test_progress_bar_on_a_terminal(tmp_path, big_demo_data):
     bars = [part for part in text.split("\r") if part.startswith("reading")]
     assert bars, text[-2000:]
     assert any(" rows" in bar and "B/s" in bar and "%|" in bar for bar in bars), bars[-3:]
+    # Log lines are printed above the bar, never appended to a bar's text.
+    segments = re.split(r"[\r\n]", text)
+    logged = [segment for segment in segments if " INFO " in segment or " WARNING " in segment]
+    assert logged, text[-2000:]
+    torn = [segment for segment in logged if not re.match(r"\s*(\x1b\[[0-9;]*[A-Za-z])*\d\d:\d\d:\d\d ", segment)]
+    assert not torn, torn[:3]
+
+
+def test_the_progress_bar_moves_on_to_the_shuffle_and_write_phase_and_prints_log_lines_above_itself(capsys):
+    import logging
+
+    from tfrbeam.build.cli import _ProgressBar
+
+    logging.basicConfig(format="%(levelname)s %(message)s", force=True)
+    try:
+        bar = _ProgressBar(1000)
+        bar.show((10, 400), (0, 0))
+        assert not bar.writing and bar.bar.n == 400 and bar.bar.desc.startswith("reading")
+        logging.getLogger("tfrbeam.test").warning("a line while the bar is drawn")
+        bar.show((25, 990), (0, 0))
+        assert not bar.writing  # still reading: a few input bytes are left
+        bar.show((25, 990), (7, 700))  # a shard writer reported: reading is over
+        assert bar.writing and bar.bar.desc.startswith("shuffling and writing")
+        assert (bar.bar.total, bar.bar.n) == (25, 7)
+        bar.show((25, 1000), (25, 2500))
+        assert bar.bar.n == 25
+        bar.close()
+    finally:
+        logging.basicConfig(force=True)
+    err = capsys.readouterr().err
+    line = next(part for part in re.split(r"[\r\n]", err) if "a line while the bar is drawn" in part)
+    assert line == "WARNING a line while the bar is drawn"  # on a line of its own, not appended to the bar
+    assert any(part.startswith("shuffling and writing") for part in err.split("\r")), err
 
 
 def test_the_memory_store_budget_is_an_option_checked_before_the_build(workdir, capsys):

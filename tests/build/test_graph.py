@@ -11,8 +11,8 @@ import shutil
 import numpy as np
 import pytest
 
-from pipelines.demo_data import demo_table, write_demo_data
 from tfrbeam.build.cli import main as build_main
+from tfrbeam.demo_data import demo_table, write_demo_data
 from tfrbeam.errors import ConfigError
 from tfrbeam.example import decode_example
 from tfrbeam.manifest import verify_dataset

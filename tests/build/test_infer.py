@@ -301,7 +301,7 @@ def _without_run_fields(manifest: dict) -> dict:
 
 
 def _aircraft_log(tmp_path) -> str:
-    from pipelines.demo_data import write_demo_data
+    from tfrbeam.demo_data import write_demo_data
 
     write_demo_data(str(tmp_path / "demo"), num_rows=30)
     return str(tmp_path / "demo" / "sequences" / "flights-by-aircraft.csv")

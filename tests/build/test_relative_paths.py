@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import pathlib
 
-from pipelines.demo_data import write_demo_data
 from tests.worker_pool import external_worker_pool, workers_started
 from tfrbeam.build.cli import main as build_main
+from tfrbeam.demo_data import write_demo_data
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 

@@ -17,9 +17,9 @@ import shutil
 
 import pytest
 
-from pipelines.demo_data import write_demo_data
 from tests.worker_pool import external_worker_pool, workers_started
 from tfrbeam.build.cli import main as build_main
+from tfrbeam.demo_data import write_demo_data
 from tfrbeam.offset_index import parse_offset_index
 from tfrbeam.record_index import parse_index
 

@@ -20,10 +20,10 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from pipelines.demo_data import aircraft_flights_table, demo_table, write_demo_data
 from tests.build.sequence_oracle import check_manifest_counts, dataset_records, decoded, oracle
 from tfrbeam.build import sequence as sequence_stage
 from tfrbeam.build.cli import main as build_main
+from tfrbeam.demo_data import aircraft_flights_table, demo_table, write_demo_data
 from tfrbeam.example import decode_sequence_example
 from tfrbeam.manifest import verify_dataset
 from tfrbeam.record_index import INDEX_DIR_NAME

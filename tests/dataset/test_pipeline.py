@@ -511,7 +511,7 @@ def test_importing_the_reader_does_not_import_beam():
 
 def test_reads_what_tfrbeam_build_writes(tmp_path, monkeypatch):
     build = pytest.importorskip("tfrbeam.build.cli", reason="the build pipeline is not importable")
-    from pipelines.demo_data import write_demo_data
+    from tfrbeam.demo_data import write_demo_data
 
     monkeypatch.chdir(tmp_path)
     write_demo_data("demo_data", 600)

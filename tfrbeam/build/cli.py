@@ -40,8 +40,8 @@ from tfrbeam.build.commit import discard_staging, recover_output
 from tfrbeam.build.config import load_config
 from tfrbeam.build.features import FeatureSpec
 from tfrbeam.build.graph import build_pipeline
-from tfrbeam.build.inputs import progress_dir, read_progress
 from tfrbeam.build.plan import BuildPlan, check_output_dir, plan_build
+from tfrbeam.build.progress import WRITTEN, progress_dir, read_progress
 from tfrbeam.build.runners import DEFAULT_RUNNER
 from tfrbeam.build.shuffle import MEMORY
 from tfrbeam.errors import (
@@ -352,7 +352,15 @@ def _pipeline_options(beam_args: list[str]) -> PipelineOptions:
 
 
 def _configure_logging(quiet: bool, verbose: bool) -> None:
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
+    formatter = logging.Formatter("%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
+    # Beam's PipelineOptions() has already called logging.basicConfig(): give its stderr handler our format.
+    console = [handler for handler in logging.root.handlers
+               if type(handler) is logging.StreamHandler and handler.stream in (sys.stderr, sys.__stderr__)]
+    if not console:
+        console = [logging.StreamHandler()]
+        logging.root.addHandler(console[0])
+    for handler in console:
+        handler.setFormatter(formatter)
     level = logging.WARNING if quiet else logging.INFO
     for name in ("pipelines", "tfrbeam"):
         logging.getLogger(name).setLevel(level)
@@ -388,9 +396,10 @@ _PROGRESS_BAR_SECONDS = 0.5
 def build_progress(plan: BuildPlan):
     """While the pipeline runs: a progress bar on a terminal, else a log line every PROGRESS_LOG_SECONDS.
 
-    Rows and bytes come from the readers' counter files in the staging directory (see
-    inputs.progress_dir), so multi-process workers count too; the byte total is the inputs'
-    size from planning. Shown at info level: --quiet turns it off; remote staging has none.
+    Counts come from the workers' counter files in the staging directory (see build.progress), so
+    multi-process workers count too: rows and bytes read against the inputs' size from planning,
+    then examples written by the shard writers (the shuffle and write phase). Shown at info level:
+    --quiet turns it off; remote staging has none.
     """
     directory = progress_dir(plan.staging_dir)
     if directory is None or not logging.getLogger("tfrbeam").isEnabledFor(logging.INFO):
@@ -399,12 +408,17 @@ def build_progress(plan: BuildPlan):
     total = sum(item.size for item in plan.input_files)
     display = _ProgressBar(total) if sys.stderr.isatty() else _ProgressLog(total)
     stop = threading.Event()
-    offsets: dict[str, int] = {}
-    counts = [0, 0]
+    read_offsets: dict[str, int] = {}
+    written_offsets: dict[str, int] = {}
+    read, written = [0, 0], [0, 0]
+
+    def update() -> None:
+        display.show(read_progress(directory, read_offsets, read),
+                     read_progress(directory, written_offsets, written, WRITTEN))
 
     def poll() -> None:
         while not stop.wait(display.interval):
-            display.show(*read_progress(directory, offsets, counts))
+            update()
 
     thread = threading.Thread(target=poll, name="tfrbeam-progress", daemon=True)
     thread.start()
@@ -413,15 +427,26 @@ def build_progress(plan: BuildPlan):
     finally:
         stop.set()
         thread.join()
-        display.close(*read_progress(directory, offsets, counts))
+        update()
+        display.close()
 
 
 class _ProgressBar:
-    """tqdm's bar over the input bytes, with the rows read."""
+    """tqdm's bar over the input bytes while reading, then over the examples written; log lines print above it."""
 
     interval = _PROGRESS_BAR_SECONDS
 
     def __init__(self, total: int) -> None:
+        from tqdm.contrib.logging import logging_redirect_tqdm
+
+        self.total = total
+        self.bar = self._bar(total, "B", "reading")
+        self.writing = False
+        self._redirect = logging_redirect_tqdm()  # the root logger's stderr handler writes through tqdm.write
+        self._redirect.__enter__()
+
+    @staticmethod
+    def _bar(total: int, unit: str, description: str):
         from tqdm import tqdm
 
         try:
@@ -430,40 +455,54 @@ class _ProgressBar:
         except OSError:
             sized = False
         # tqdm hides every bar on a terminal that reports no size (a bare pty): give it one.
-        self.bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="reading", file=sys.stderr,
-                        dynamic_ncols=sized, ncols=None if sized else 100, nrows=None if sized else 24, leave=False,
-                        mininterval=_PROGRESS_BAR_SECONDS)
-        self.total = total
+        return tqdm(total=total, unit=unit, unit_scale=True, unit_divisor=1024 if unit == "B" else 1000,
+                    desc=description, file=sys.stderr, dynamic_ncols=sized, ncols=None if sized else 100,
+                    nrows=None if sized else 24, leave=False, mininterval=_PROGRESS_BAR_SECONDS)
 
-    def show(self, rows: int, size: int) -> None:
+    def show(self, read: tuple[int, int], written: tuple[int, int]) -> None:
+        rows, size = read
+        if not self.writing and (written[0] > 0 or size >= self.total):
+            self.bar.close()  # reading is done: the rest of the run is the shuffle and the shard writers
+            self.bar = self._bar(rows, " examples", "shuffling and writing")
+            self.writing = True
+        if self.writing:
+            self.bar.update(min(written[0], int(self.bar.total)) - self.bar.n)
+            return
         self.bar.set_postfix_str(f"{rows:,} rows", refresh=False)
         self.bar.update(min(size, self.total) - self.bar.n)
 
-    def close(self, rows: int, size: int) -> None:
-        self.show(rows, size)
+    def close(self) -> None:
         self.bar.close()
+        self._redirect.__exit__(None, None, None)
 
 
 class _ProgressLog:
-    """A log line every PROGRESS_LOG_SECONDS: rows, bytes of the total, rate and ETA."""
+    """A log line every PROGRESS_LOG_SECONDS: rows, bytes of the total, rate and ETA; then the examples written."""
 
     def __init__(self, total: int) -> None:
         self.total = total
         self.started = time.monotonic()
         self.interval = PROGRESS_LOG_SECONDS
+        self._last_written = -1
 
-    def show(self, rows: int, size: int) -> None:
+    def show(self, read: tuple[int, int], written: tuple[int, int]) -> None:
+        rows, size = read
         seconds = time.monotonic() - self.started
         done = min(size, self.total)
-        rate = done / seconds if seconds > 0 else 0.0
-        eta = f", about {_duration((self.total - done) / rate)} left" if rate > 0 and done < self.total else ""
-        share = 100.0 * done / self.total if self.total else 100.0
-        logging.getLogger(__name__).info(
-            "read %s rows, %s of %s input bytes (%.0f%%) in %s, %s rows/s%s", f"{rows:,}", f"{done:,}",
-            f"{self.total:,}", share, _duration(seconds), f"{rows / seconds:,.0f}" if seconds > 0 else "0", eta)
+        log = logging.getLogger(__name__)
+        if done < self.total and written[0] == 0:
+            rate = done / seconds if seconds > 0 else 0.0
+            eta = f", about {_duration((self.total - done) / rate)} left" if rate > 0 else ""
+            share = 100.0 * done / self.total if self.total else 100.0
+            log.info("read %s rows, %s of %s input bytes (%.0f%%) in %s, %s rows/s%s", f"{rows:,}", f"{done:,}",
+                     f"{self.total:,}", share, _duration(seconds), f"{rows / seconds:,.0f}" if seconds > 0 else "0", eta)
+        elif written[0] != self._last_written:
+            self._last_written = written[0]
+            log.info("shuffle and write: %s examples (%s bytes) written of %s rows read, in %s", f"{written[0]:,}",
+                     f"{written[1]:,}", f"{rows:,}", _duration(seconds))
 
-    def close(self, rows: int, size: int) -> None:
-        pass  # the summary table follows
+    def close(self) -> None:
+        """Nothing to tear down: the summary table follows."""
 
 
 def _duration(seconds: float) -> str:

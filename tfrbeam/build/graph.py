@@ -97,7 +97,8 @@ def build_pipeline(pipeline: beam.Pipeline, plan: BuildPlan | BuildConfig, *, ov
         bad_rows.append(sequences[SEQUENCE_BAD_ROWS])
         sequence_counts = {"sequence_counts": beam.pvalue.AsList(sequences[SEQUENCE_STATS])}
     store = make_piece_store(plan.piece_store, plan.staging_dir, plan.memory_store_bytes)
-    shards = records | "Shuffle" >> WriteShuffledShards(plan.sharding, plan.staging_dir, store)
+    shards = records | "Shuffle" >> WriteShuffledShards(plan.sharding, plan.staging_dir, store,
+                                                              progress_under=plan.staging_dir)
     # The commit's inputs are side inputs, so they are complete before it runs; no combine (each
     # costs several stages on the local runners) and no dead-letter stages unless they are written.
     dead_letters = ()

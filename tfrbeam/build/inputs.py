@@ -39,7 +39,6 @@ import pickle
 import queue
 import re
 import threading
-import uuid
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import BinaryIO
@@ -55,6 +54,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from tfrbeam.build.compressed_inputs import open_checked
 from tfrbeam.build.features import BadRow, ConvertedBatch, FeatureSpec, convert_batch, rows_as_json
+from tfrbeam.build.progress import ProgressCounter, progress_dir
 from tfrbeam.errors import ConfigError, InputError
 from tfrbeam.handoff import put_until_stopped
 
@@ -1669,69 +1669,7 @@ class _CsvPiece:
     whole: bool
 
 
-# --------------------------------------------------------------------------------------- progress
-
-PROGRESS_DIR_NAME = "progress"
-
-
-def progress_dir(staging_dir: str) -> str | None:
-    """Where the readers of a run count what they read: local staging only (an object store cannot append)."""
-    if "://" in staging_dir:
-        return None
-    return f"{staging_dir.rstrip('/')}/{PROGRESS_DIR_NAME}"
-
-
-class _ProgressCounter:
-    """Appends "rows bytes" lines to one file per worker process; the build's own process sums them.
-
-    One small append per batch (a batch is thousands of rows), so counting costs nothing noticeable;
-    any runner whose workers share this machine's disk (in-process, multi-process) reports this way.
-    """
-
-    _names: dict[tuple[str, int], str] = {}
-
-    def __init__(self, directory: str):
-        self.directory = directory
-
-    def add(self, rows: int, size: int) -> None:
-        try:
-            with open(self._path(), "ab") as handle:
-                handle.write(f"{rows} {size}\n".encode("ascii"))
-        except OSError:  # progress is a courtesy: never fail a build over it
-            pass
-
-    def _path(self) -> str:
-        key = (self.directory, os.getpid())
-        if key not in self._names:
-            os.makedirs(self.directory, exist_ok=True)
-            self._names[key] = os.path.join(self.directory, f"{os.getpid()}-{uuid.uuid4().hex[:8]}.count")
-        return self._names[key]
-
-
-def read_progress(directory: str, offsets: dict[str, int], totals: list[int]) -> tuple[int, int]:
-    """Add the lines the counter files got since the last call to totals [rows, bytes]; returns the totals."""
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return totals[0], totals[1]
-    for name in names:
-        path = os.path.join(directory, name)
-        try:
-            with open(path, "rb") as handle:
-                handle.seek(offsets.get(path, 0))
-                data = handle.read()
-        except OSError:
-            continue
-        complete = data[:data.rfind(b"\n") + 1]  # a line still being written waits for the next call
-        offsets[path] = offsets.get(path, 0) + len(complete)
-        for line in complete.splitlines():
-            rows, size = line.split()
-            totals[0] += int(rows)
-            totals[1] += int(size)
-    return totals[0], totals[1]
-
-
-def _counted(sources: Iterable[SourceBatch], counter: _ProgressCounter | None,
+def _counted(sources: Iterable[SourceBatch], counter: ProgressCounter | None,
              bytes_per_row: float | None = None) -> Iterator[SourceBatch]:
     for source in sources:
         if counter is not None:
@@ -1842,8 +1780,8 @@ def _as_given(sources: Iterable[SourceBatch], given: dict[str, str]) -> Iterator
         yield source
 
 
-def _counter(directory: str | None) -> _ProgressCounter | None:
-    return _ProgressCounter(directory) if directory is not None else None
+def _counter(directory: str | None) -> ProgressCounter | None:
+    return ProgressCounter(directory) if directory is not None else None
 
 
 def _ranges_of(item: tuple[str, int], split_bytes: int, options: CsvOptions) -> list[tuple[str, tuple[int, int, int, int]]]:

@@ -77,6 +77,7 @@ import xxhash
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from tfrbeam.build.progress import WRITTEN, ProgressCounter, progress_dir
 from tfrbeam.byte_views import windows
 from tfrbeam.naming import shard_file_name
 from tfrbeam.offset_index import OffsetIndexBuilder, offset_index_path_for
@@ -1386,9 +1387,10 @@ class _Received:
 class _WriteShard(beam.DoFn):
     """Sorts one shard's records by (key, bytes), keeps its exact rank range and writes it to the temp dir."""
 
-    def __init__(self, temp_dir: str, store: PieceStore):
+    def __init__(self, temp_dir: str, store: PieceStore, progress: str | None = None):
         self._temp_dir = temp_dir
         self._store = store
+        self._progress = progress
 
     def process(self, element: tuple[int, Iterable[Piece]], plan: ShardPlan) -> Iterator[ShardFile]:
         shard_key, parts = element
@@ -1458,6 +1460,8 @@ class _WriteShard(beam.DoFn):
             with FileSystems.create(temp_offsets_path, compression_type=CompressionTypes.UNCOMPRESSED) as offsets_file:
                 offsets_file.write(offsets.to_bytes(handle.size, None))
         beam.metrics.Metrics.counter("tfrbeam", "examples_written").inc(len(kept))
+        if self._progress is not None:
+            ProgressCounter(self._progress, WRITTEN).add(len(kept), handle.size)
         _LOG.info(
             "wrote %s: %d examples, %d bytes in %.1f s", relative_path, len(kept), handle.size, time.monotonic() - started
         )
@@ -1491,9 +1495,9 @@ class _WriteShardOfPieces(_WriteShard):
 class _WriteShardsOfPlan(beam.PTransform):
     """PCollection[Piece] -> PCollection[ShardFile], one per shard of ``plan`` (a one-element PCollection[ShardPlan])."""
 
-    def __init__(self, temp_dir: str, store: PieceStore, plan: beam.PCollection):
+    def __init__(self, temp_dir: str, store: PieceStore, plan: beam.PCollection, progress: str | None = None):
         super().__init__()
-        self._temp_dir, self._store, self._plan = temp_dir, store, plan
+        self._temp_dir, self._store, self._plan, self._progress = temp_dir, store, plan, progress
 
 
 class WriteShardsFromPieceList(_WriteShardsOfPlan):
@@ -1504,7 +1508,7 @@ class WriteShardsFromPieceList(_WriteShardsOfPlan):
     """
 
     def expand(self, pieces):
-        writer = _WriteShardOfPieces(self._temp_dir, self._store)
+        writer = _WriteShardOfPieces(self._temp_dir, self._store, self._progress)
         return (
             self._plan
             | "EveryShard" >> beam.FlatMap(_shard_keys).with_output_types(int)
@@ -1531,7 +1535,7 @@ class WriteShardsThroughGroupByKey(_WriteShardsOfPlan):
             (routed, every_shard)
             | "WithEmptyShards" >> beam.Flatten()
             | "GroupByShard" >> beam.GroupByKey()
-            | "WriteShards" >> beam.ParDo(_WriteShard(self._temp_dir, self._store), plan_side)
+            | "WriteShards" >> beam.ParDo(_WriteShard(self._temp_dir, self._store, self._progress), plan_side)
         )
 
 
@@ -1540,20 +1544,25 @@ class WriteShuffledShards(beam.PTransform):
 
     The pieces' frames wait in ``store`` (a ``PieceStore``, default inline) between preparing and
     writing. Returns a dict: ``files`` (PCollection[ShardFile], one per shard, empty shards
-    included) and ``plan`` (a one-element PCollection[ShardPlan]).
+    included) and ``plan`` (a one-element PCollection[ShardPlan]). ``progress_under`` (a run's local
+    staging directory) makes the writers count the examples they write there, for the progress display.
     """
 
-    def __init__(self, spec: ShardingSpec, temp_dir: str, store: PieceStore | None = None):
+    def __init__(self, spec: ShardingSpec, temp_dir: str, store: PieceStore | None = None,
+                 progress_under: str | None = None):
         super().__init__()
         self._spec = spec
         self._temp_dir = temp_dir
         self._store = store or InlineStore()
+        self._progress = progress_dir(progress_under) if progress_under is not None else None
 
     def expand(self, records):
         pieces = records | "SortPieces" >> beam.ParDo(_PreparePieces(self._store)).with_output_types(Piece)
         plan = pieces | "PlanShards" >> beam.CombineGlobally(_PlanShards(self._spec))
         if self._store.pieces_as_side_input:
-            files = pieces | "WriteShardsFromPieceList" >> WriteShardsFromPieceList(self._temp_dir, self._store, plan)
+            writers = WriteShardsFromPieceList(self._temp_dir, self._store, plan, self._progress)
+            files = pieces | "WriteShardsFromPieceList" >> writers
         else:
-            files = pieces | "WriteShardsThroughGroupByKey" >> WriteShardsThroughGroupByKey(self._temp_dir, self._store, plan)
+            routed = WriteShardsThroughGroupByKey(self._temp_dir, self._store, plan, self._progress)
+            files = pieces | "WriteShardsThroughGroupByKey" >> routed
         return {"files": files, "plan": plan}
