@@ -78,3 +78,37 @@ def test_concatenated_members_read_whole(tmp_path):
     half = TEXT.index(b"\n100,") + 1
     path.write_bytes(gzip.compress(TEXT[:half]) + gzip.compress(TEXT[half:]))
     assert read_all(str(path)) == FULL
+
+
+def _tree(root) -> dict[str, bytes]:
+    return {str(path.relative_to(root)): path.read_bytes() for path in sorted(root.rglob("*")) if path.is_file()}
+
+
+@pytest.mark.parametrize("damage", ["cut late", "flipped byte early"])
+def test_a_build_over_a_damaged_gzip_publishes_nothing_and_says_so_in_one_line(tmp_path, capsys, damage):
+    """End to end through `tfrbeam build`: exit 1, one line naming the file and codec, no dataset, nothing else changed."""
+    from tfrbeam.build.cli import main as build_main
+
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    (data_dir / "good.csv.gz").write_bytes(gzip.compress(TEXT))
+    data = bytearray(gzip.compress(TEXT))
+    if damage == "cut late":
+        data = data[:int(len(data) * 0.9)]
+    else:
+        data[len(data) // 8] ^= 0x10  # inside the first rows, which settle the inferred feature types
+    (data_dir / "bad.csv.gz").write_bytes(bytes(data))
+    config = tmp_path / "build.yaml"
+    config.write_text(f"input: {{format: csv, path: '{data_dir}/*.csv.gz'}}\n"
+                      f"output: {{path: '{tmp_path}/out', num_shards: 2}}\n")
+    before = _tree(tmp_path)
+    code = build_main([str(config), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("tfrbeam build: error: "), err
+    assert "bad.csv.gz" in lines[0] and "gzip" in lines[0], lines[0]
+    assert "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+    after = {name: content for name, content in _tree(tmp_path).items() if not name.startswith(".out.tfrbeam")}
+    assert after == before
