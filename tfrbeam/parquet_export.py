@@ -19,8 +19,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tfrbeam.blocks import record_blocks
-from tfrbeam.errors import ConfigError, OutputExistsError
-from tfrbeam.layout.names import RECORD_SUFFIXES
+from tfrbeam.errors import ConfigError, OutputExistsError, UnsafeOutputError
+from tfrbeam.layout.names import EXPORT_NAME, RECORD_SUFFIXES
+from tfrbeam.layout.paths import escapes, is_remote, path_problem
 from tfrbeam.stats.accumulators import FEATURE_TYPES
 from tfrbeam.stats.compute import BLOCK_RECORDS, StatsInput, decode_block, resolve_input
 
@@ -97,7 +98,7 @@ def plan_export(
             for entry in source.manifest["splits"].values() for shard in entry["shards"]
         }
         files: tuple[tuple[str, str, int | None, str | None], ...] = tuple(
-            (record, join(output_dir, split, parquet_name(record)), counts.get(record), split)
+            (record, output_path(output_dir, (split, parquet_name(record)), join), counts.get(record), split)
             for split, records in source.splits.items() for record in records
         )
     else:
@@ -106,7 +107,7 @@ def plan_export(
             for name, kind in source.feature_types.items()
         }
         files = tuple(
-            (record, join(output_dir, parquet_name(record)), None, None)
+            (record, output_path(output_dir, (parquet_name(record),), join), None, None)
             for records in source.splits.values() for record in records
         )
     targets = [target for _, target, _, _ in files]
@@ -115,6 +116,43 @@ def plan_export(
             "two input files would be exported to the same Parquet file name; export them into separate directories"
         )
     return ExportPlan(export_schema(features, columns), source.compression, files)
+
+
+def output_path(output_dir: str, parts: Sequence[str], join: Callable[..., str] = os.path.join) -> str:
+    """``output_dir`` joined with ``parts``, proven to stay inside it: no odd component, no symlink leading out."""
+    problem = path_problem("/".join(parts))
+    if problem is not None:
+        raise UnsafeOutputError(f"{output_dir}: an export file name {problem}")
+    joined = join(output_dir, *parts)
+    real = None if is_remote(output_dir) else escapes(output_dir, joined)
+    if real is not None:
+        raise UnsafeOutputError(
+            f"{joined} resolves to {real}, outside the output directory {output_dir} (a symlink leads out of it); "
+            "export writes only inside OUTPUT_DIR: remove the link or choose another OUTPUT_DIR"
+        )
+    return joined
+
+
+def files_to_replace(plan: ExportPlan, found: Sequence[str]) -> list[str]:
+    """Of the Parquet files ``found`` where the export writes, those ``--overwrite`` may delete: export's own.
+
+    Export's own are the files it is about to write and files named as it names a shard's
+    (``<split>-NNNNN-of-NNNNN.parquet``, an older export with more shards). Any other file is not
+    ours to delete: ``OutputExistsError`` naming it, before anything is deleted.
+    """
+    targets = {target for _, target, _, _ in plan.files}
+    foreign = [path for path in found if path not in targets and not EXPORT_NAME.fullmatch(_basename(path))]
+    if foreign:
+        raise OutputExistsError(
+            f"{foreign[0]} (and {len(foreign) - 1} more) is not a file export writes (export names its files "
+            "<split>-NNNNN-of-NNNNN.parquet, after the shards); --overwrite replaces only export's own files: "
+            "move it away, or choose an empty OUTPUT_DIR"
+        )
+    return list(found)
+
+
+def _basename(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[-1] if is_remote(path) else os.path.basename(path)
 
 
 def parquet_writer(where: Any, schema: pa.Schema) -> pq.ParquetWriter:
@@ -157,7 +195,7 @@ def export_file(record_path: str, parquet_path: str, schema: pa.Schema, compress
 
 
 def _clear_the_way(plan: ExportPlan, overwrite: bool) -> None:
-    """Refuse (or, with ``overwrite``, delete) Parquet files already in the directories the export writes to.
+    """Refuse (or, with ``overwrite``, delete export's own) Parquet files already in the directories the export writes to.
 
     Without this, a re-export with fewer shards would leave the old extra files beside the new ones.
     """
@@ -168,7 +206,7 @@ def _clear_the_way(plan: ExportPlan, overwrite: bool) -> None:
     )
     if found and not overwrite:
         raise existing_files_error(found)
-    for stale in found:
+    for stale in files_to_replace(plan, found):
         os.remove(stale)
 
 
