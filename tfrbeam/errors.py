@@ -207,3 +207,9 @@ class DatasetChangedError(TfrbeamError):
 
     def __reduce__(self):
         return (type(self), (self.root, self.pinned, self.found))
+
+
+# --- trust-tools ---
+
+class UnsafeOutputError(ConfigError):
+    """A tool's output path would land outside the output directory it was given (a symlink leading out of it)."""

@@ -9,20 +9,34 @@ under its final name is always complete.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tfrbeam.blocks import record_blocks
-from tfrbeam.errors import ConfigError, OutputExistsError
-from tfrbeam.layout.names import RECORD_SUFFIXES
+from tfrbeam.errors import ConfigError, OutputExistsError, UnsafeOutputError
+from tfrbeam.layout.names import EXPORT_NAME, RECORD_SUFFIXES
+from tfrbeam.layout.paths import escapes, is_remote, path_problem
 from tfrbeam.stats.accumulators import FEATURE_TYPES
-from tfrbeam.stats.compute import BLOCK_RECORDS, StatsInput, decode_block, resolve_input
+from tfrbeam.stats.compute import (
+    BLOCK_RECORDS,
+    StatsInput,
+    check_shard_records,
+    check_shard_sizes,
+    checked_shard,
+    decode_block,
+    resolve_input,
+)
+
+if TYPE_CHECKING:
+    from tfrbeam.dataset.reader import Segment
 
 PARQUET_COMPRESSION = "snappy"
 _RECORD_SUFFIXES = RECORD_SUFFIXES
@@ -59,6 +73,7 @@ class ExportPlan:
     schema: pa.Schema
     compression: str | None
     files: tuple[tuple[str, str, int | None, str | None], ...]  # (TFRecord path, Parquet path, records, split)
+    segments: Mapping[str, Segment] = dataclasses.field(default_factory=dict)  # a dataset's shards, as checked
 
     @property
     def num_records(self) -> int | None:
@@ -97,7 +112,7 @@ def plan_export(
             for entry in source.manifest["splits"].values() for shard in entry["shards"]
         }
         files: tuple[tuple[str, str, int | None, str | None], ...] = tuple(
-            (record, join(output_dir, split, parquet_name(record)), counts.get(record), split)
+            (record, output_path(output_dir, (split, parquet_name(record)), join), counts.get(record), split)
             for split, records in source.splits.items() for record in records
         )
     else:
@@ -106,7 +121,7 @@ def plan_export(
             for name, kind in source.feature_types.items()
         }
         files = tuple(
-            (record, join(output_dir, parquet_name(record)), None, None)
+            (record, output_path(output_dir, (parquet_name(record),), join), None, None)
             for records in source.splits.values() for record in records
         )
     targets = [target for _, target, _, _ in files]
@@ -114,7 +129,44 @@ def plan_export(
         raise ConfigError(
             "two input files would be exported to the same Parquet file name; export them into separate directories"
         )
-    return ExportPlan(export_schema(features, columns), source.compression, files)
+    return ExportPlan(export_schema(features, columns), source.compression, files, source.segments)
+
+
+def output_path(output_dir: str, parts: Sequence[str], join: Callable[..., str] = os.path.join) -> str:
+    """``output_dir`` joined with ``parts``, proven to stay inside it: no odd component, no symlink leading out."""
+    problem = path_problem("/".join(parts))
+    if problem is not None:
+        raise UnsafeOutputError(f"{output_dir}: an export file name {problem}")
+    joined = join(output_dir, *parts)
+    real = None if is_remote(output_dir) else escapes(output_dir, joined)
+    if real is not None:
+        raise UnsafeOutputError(
+            f"{joined} resolves to {real}, outside the output directory {output_dir} (a symlink leads out of it); "
+            "export writes only inside OUTPUT_DIR: remove the link or choose another OUTPUT_DIR"
+        )
+    return joined
+
+
+def files_to_replace(plan: ExportPlan, found: Sequence[str]) -> list[str]:
+    """Of the Parquet files ``found`` where the export writes, those ``--overwrite`` may delete: export's own.
+
+    Export's own are the files it is about to write and files named as it names a shard's
+    (``<split>-NNNNN-of-NNNNN.parquet``, an older export with more shards). Any other file is not
+    ours to delete: ``OutputExistsError`` naming it, before anything is deleted.
+    """
+    targets = {target for _, target, _, _ in plan.files}
+    foreign = [path for path in found if path not in targets and not EXPORT_NAME.fullmatch(_basename(path))]
+    if foreign:
+        raise OutputExistsError(
+            f"{foreign[0]} (and {len(foreign) - 1} more) is not a file export writes (export names its files "
+            "<split>-NNNNN-of-NNNNN.parquet, after the shards); --overwrite replaces only export's own files: "
+            "move it away, or choose an empty OUTPUT_DIR"
+        )
+    return list(found)
+
+
+def _basename(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[-1] if is_remote(path) else os.path.basename(path)
 
 
 def parquet_writer(where: Any, schema: pa.Schema) -> pq.ParquetWriter:
@@ -141,23 +193,29 @@ def write_parquet(records: str | BinaryIO, name: str, target: str | BinaryIO, sc
 
 
 def export_file(record_path: str, parquet_path: str, schema: pa.Schema, compression: str | None = "auto",
-                progress: Callable[[int], None] | None = None) -> int:
-    """Write one TFRecord file's Examples as one Parquet file (temp name, then rename); returns the row count."""
+                progress: Callable[[int], None] | None = None, segment: Segment | None = None) -> int:
+    """Write one TFRecord file's Examples as one Parquet file (temp name, then rename); returns the row count.
+
+    A dataset's shard comes with its ``segment``: unless its size and record count are the manifest's, no file is left.
+    """
     directory = os.path.dirname(parquet_path) or "."
     os.makedirs(directory, exist_ok=True)
-    temp = os.path.join(directory, f".{os.path.basename(parquet_path)}.tmp")
+    descriptor, temp = tempfile.mkstemp(prefix=f".{os.path.basename(parquet_path)}.", suffix=".tmp", dir=directory)
     try:
-        rows = write_parquet(record_path, record_path, temp, schema, compression, progress)
+        with os.fdopen(descriptor, "wb") as target:
+            with checked_shard(segment) if segment is not None else contextlib.nullcontext(record_path) as records:
+                rows = write_parquet(records, record_path, target, schema, compression, progress)
+        check_shard_records(segment, rows)
         os.replace(temp, parquet_path)
     except BaseException:
-        if os.path.exists(temp):
+        with contextlib.suppress(OSError):
             os.remove(temp)
         raise
     return rows
 
 
 def _clear_the_way(plan: ExportPlan, overwrite: bool) -> None:
-    """Refuse (or, with ``overwrite``, delete) Parquet files already in the directories the export writes to.
+    """Refuse (or, with ``overwrite``, delete export's own) Parquet files already in the directories the export writes to.
 
     Without this, a re-export with fewer shards would leave the old extra files beside the new ones.
     """
@@ -168,7 +226,7 @@ def _clear_the_way(plan: ExportPlan, overwrite: bool) -> None:
     )
     if found and not overwrite:
         raise existing_files_error(found)
-    for stale in found:
+    for stale in files_to_replace(plan, found):
         os.remove(stale)
 
 
@@ -186,10 +244,14 @@ def export_to_parquet(
 ) -> list[str]:
     """Export a build directory or TFRecord files to Parquet (see ``plan_export``); returns the Parquet paths.
 
-    Parquet files already in the target directories are refused unless ``overwrite`` (then deleted
-    first). ``progress(records_done, records_total_or_None)`` is called after every block.
+    Parquet files already in the target directories are refused unless ``overwrite`` (then export's
+    own are deleted first, see ``files_to_replace``). Shards of a dataset are checked against the
+    manifest: every size before anything is deleted or written, each record count as it is read
+    (a shard that fails leaves no file under its name; the shards before it stay exported).
+    ``progress(records_done, records_total_or_None)`` is called after every block.
     """
     plan = plan_export(path, output_dir, splits, columns)
+    check_shard_sizes(plan.segments)  # a truncated or replaced shard is refused before anything is deleted or written
     _clear_the_way(plan, overwrite)
     done = 0
     total = plan.num_records
@@ -201,5 +263,5 @@ def export_to_parquet(
             progress(done, total)
 
     for record_path, parquet_path, _, _ in plan.files:
-        export_file(record_path, parquet_path, plan.schema, plan.compression, advance)
+        export_file(record_path, parquet_path, plan.schema, plan.compression, advance, plan.segments.get(record_path))
     return [parquet_path for _, parquet_path, _, _ in plan.files]

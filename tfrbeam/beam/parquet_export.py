@@ -28,7 +28,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from tfrbeam.beam.stats_combine import resolve_beam_input
 from tfrbeam.errors import ManifestError
-from tfrbeam.parquet_export import ExportPlan, existing_files_error, parquet_writer, plan_export, write_parquet
+from tfrbeam.parquet_export import ExportPlan, existing_files_error, files_to_replace, parquet_writer, plan_export, write_parquet
 
 
 class _ChecksummedParquetSink(FileBasedSink):
@@ -87,6 +87,7 @@ class ExportToParquet(beam.PTransform):
         self._stale = _existing_parquet(self._plan)
         if self._stale and not overwrite:
             raise existing_files_error(self._stale)
+        self._stale = files_to_replace(self._plan, self._stale)  # --overwrite deletes export's own files only
         self._batch_size = batch_size
 
     def expand(self, pbegin):

@@ -29,7 +29,9 @@ from tfrbeam.dataset.output import to_numpy
 from tfrbeam.dataset.reader import RAW_KEY, BlockDecoder
 from tfrbeam.dataset.spec import FixedLenFeature, PathSpec, ShardFile, resolve_source
 from tfrbeam.errors import ConfigError, CorruptRecordError, RandomAccessError, ShardMismatchError
-from tfrbeam.offset_index import load_offsets
+from tfrbeam.layout.generation import Generation
+from tfrbeam.layout.paths import escapes
+from tfrbeam.offset_index import load_offsets, offset_index_path_for
 from tfrbeam.records import FOOTER_SIZE, HEADER_SIZE, mask_crcs
 
 
@@ -64,7 +66,7 @@ def open_random_access(
             raise ConfigError(f"columns {missing} are not features of this dataset; it has {sorted(features)}")
         features = {name: features[name] for name in columns}
     return RandomAccessDataset(source.files, features, raw, description=_describe(path, source.split),
-                               record_type=source.record_type)
+                               record_type=source.record_type, generation=source.generation)
 
 
 def _describe(path: PathSpec, split: str | None) -> str:
@@ -73,20 +75,26 @@ def _describe(path: PathSpec, split: str | None) -> str:
 
 
 class _Shard:
-    """One open shard: its bytes (memory-mapped) and every record's start."""
+    """One open shard: its bytes (memory-mapped) and every record's start.
 
-    def __init__(self, shard: ShardFile):
+    With a ``generation`` (a build directory) the shard is opened and its index read first, then
+    proven to belong to the pinned run (as ``read_segment`` does). The offsets index is written only
+    where it stays inside ``root`` (the dataset directory, else the file's own directory).
+    """
+
+    def __init__(self, shard: ShardFile, generation: Generation | None = None, root: str | None = None):
         self.path = shard.path
-        size = os.path.getsize(shard.path)
-        if shard.num_bytes is not None and size != shard.num_bytes:
-            raise ShardMismatchError(shard.path, "bytes", shard.num_bytes, size)
-        if size:
-            with open(shard.path, "rb") as handle:
-                self.map: mmap.mmap | None = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-            self.raw = np.frombuffer(self.map, dtype=np.uint8)
-        else:
-            self.map, self.raw = None, np.zeros(0, np.uint8)
-        self.offsets = load_offsets(shard.path, self.raw)
+        with open(shard.path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if shard.num_bytes is not None and size != shard.num_bytes:
+                raise ShardMismatchError(shard.path, "bytes", shard.num_bytes, size)
+            self.map: mmap.mmap | None = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if size else None
+        self.raw = np.frombuffer(self.map, dtype=np.uint8) if self.map is not None else np.zeros(0, np.uint8)
+        index_root = root if root is not None else os.path.dirname(shard.path) or "."
+        confined = escapes(index_root, offset_index_path_for(shard.path)) is None
+        self.offsets = load_offsets(shard.path, self.raw, write=confined)
+        if generation is not None:
+            generation.check()
         found = len(self.offsets) - 1
         if shard.num_records is not None and found != shard.num_records:
             raise ShardMismatchError(shard.path, "records", shard.num_records, found)
@@ -112,8 +120,9 @@ class RandomAccessDataset:
     """Records of a dataset by number: ``len``, ``[i]``, ``__getitems__(indices)``; thread-safe and picklable."""
 
     def __init__(self, files: Sequence[ShardFile], features: Mapping[str, Any], raw: bool, description: str = "",
-                 record_type: str = "Example"):
+                 record_type: str = "Example", generation: Generation | None = None):
         self._files = tuple(files)
+        self._generation = generation  # a build directory's pinned manifest: every shard opened is proven to be its
         self._features = dict(features)
         self._raw = raw
         self._description = description
@@ -147,7 +156,8 @@ class RandomAccessDataset:
             with self._lock:
                 shard = self._open.get(number)
                 if shard is None:
-                    shard = self._open[number] = _Shard(self._files[number])
+                    root = self._generation.root if self._generation is not None else None
+                    shard = self._open[number] = _Shard(self._files[number], self._generation, root)
         return shard
 
     def __len__(self) -> int:

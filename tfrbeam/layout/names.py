@@ -12,7 +12,7 @@ from tfrbeam.naming import LOCK_SUFFIX, PARTIAL_INFIX, STAGING_INFIX, lock_path,
 
 __all__ = [
     "DALI_DIR_NAME", "ERRORS_DIR_NAME", "INDEX_DIR_NAME", "LOCK_SUFFIX", "MANIFEST_FORMAT", "MANIFEST_NAME",
-    "PARTIAL_INFIX", "RECORD_SUFFIXES", "SHARD_NAME", "STAGING_INFIX", "STATS_HTML", "STATS_JSON", "lock_path",
+    "EXPORT_NAME", "PARTIAL_INFIX", "RECORD_SUFFIXES", "SHARD_NAME", "STAGING_INFIX", "STATS_HTML", "STATS_JSON", "lock_path",
     "partial_path", "staging_path",
 ]
 
@@ -24,4 +24,5 @@ DALI_DIR_NAME = "dali"  # NVIDIA DALI tfrecord2idx files of the shards (output.d
 STATS_JSON = "stats.json"
 STATS_HTML = "stats.html"
 SHARD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*-\d{5,}-of-\d{5,}\.tfrecord(\.gz|\.zlib)?")  # a build's shard file
+EXPORT_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*-\d{5,}-of-\d{5,}\.parquet")  # what export writes of a shard
 RECORD_SUFFIXES = (".gz", ".zlib", ".tfrecord", ".tfrecords", ".tfr")  # stripped from a shard's name on export

@@ -82,14 +82,22 @@ def confined_path(root: str, relative: object, key: str,
             raise UnsafePathError(f"{key}: {relative!r} resolves to {joined}, outside the dataset {root}")
         return joined
     joined = (join or os.path.join)(root, *parts)
-    real_root = os.path.realpath(root)
-    real = os.path.realpath(joined)
-    if real != real_root and not real.startswith(real_root.rstrip(os.sep) + os.sep):
+    real = escapes(root, joined)
+    if real is not None:
         raise UnsafePathError(
-            f"{key}: {relative!r} resolves to {real}, outside the dataset {real_root} (a symlink leads out of it); "
-            "tfrbeam reads only files inside the dataset directory"
+            f"{key}: {relative!r} resolves to {real}, outside the dataset {os.path.realpath(root)} (a symlink leads out "
+            "of it); tfrbeam reads only files inside the dataset directory"
         )
     return joined
+
+
+def escapes(root: str, joined: str) -> str | None:
+    """The real path of the local ``joined`` when its symlinks lead it outside ``root``, else None."""
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(joined)
+    if real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep):
+        return None
+    return real
 
 
 def _show(value: object) -> str:

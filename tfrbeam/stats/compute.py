@@ -9,25 +9,31 @@ combine merges its accumulators.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import json
 import logging
 import multiprocessing
 import os
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import pyarrow as pa
 
 from tfrbeam.blocks import RecordBlock, record_blocks
 from tfrbeam.columnar_decode import examples_to_record_batch
-from tfrbeam.errors import ConfigError, ExampleDecodeError
+from tfrbeam.errors import ConfigError, DatasetChangedError, ExampleDecodeError
 from tfrbeam.file_access import FileAccess
+from tfrbeam.layout.paths import confined_path
 from tfrbeam.manifest import MANIFEST_NAME, read_manifest
 from tfrbeam.records import compression_from_name
 from tfrbeam.stats.accumulators import SplitAccumulator, stats_schema
 from tfrbeam.stats.files import STATS_HTML, STATS_JSON
 from tfrbeam.stats.report import dataset_stats
+
+if TYPE_CHECKING:
+    from tfrbeam.dataset.reader import Segment
 
 _LOG = logging.getLogger(__name__)
 
@@ -46,6 +52,7 @@ class StatsInput:
     compression: str | None
     source: str
     manifest: dict | None = None
+    segments: Mapping[str, Segment] = dataclasses.field(default_factory=dict)  # a shard's path: its manifest figures
 
 
 def require_examples(manifest: Mapping[str, Any], where: str) -> None:
@@ -76,7 +83,9 @@ def input_from_manifest(directory: str, manifest: Mapping[str, Any], wanted: Seq
             raise ConfigError(f"{directory}: has no split {name!r} (splits: {', '.join(manifest['splits'])})")
     if not names:
         raise ConfigError(f"{directory}: the manifest lists no splits")
-    splits = {name: tuple(files.join(directory, *shard["path"].split("/")) for shard in manifest["splits"][name]["shards"])
+    splits = {name: tuple(confined_path(directory, shard["path"], f"{directory}: splits.{name}.shards[{number}].path",
+                                        files.join)
+                          for number, shard in enumerate(manifest["splits"][name]["shards"]))
               for name in names}
     first = next((path for paths in splits.values() for path in paths), None)
     features = manifest.get("features") or {}
@@ -119,7 +128,11 @@ def _from_build(directory: str, wanted: Sequence[str] | None) -> StatsInput:
     if not sources:
         raise ConfigError(f"{directory}: the manifest lists no splits")
     first = next(iter(sources.values()))
-    assert first.manifest is not None  # a dataset directory is opened through its manifest
+    assert first.manifest is not None and first.generation is not None  # a dataset directory is opened through its manifest
+    for source in sources.values():  # each split was opened on its own: all must be the same generation
+        assert source.generation is not None
+        if source.generation.digest != first.generation.digest:
+            raise DatasetChangedError(directory, first.generation.run_id, source.generation.run_id)
     features = first.manifest.get("features") or {}
     return StatsInput(
         splits={name: tuple(shard.path for shard in source.files) for name, source in sources.items()},
@@ -128,7 +141,44 @@ def _from_build(directory: str, wanted: Sequence[str] | None) -> StatsInput:
         compression=first.files[0].compression if first.files else None,
         source=directory,
         manifest=first.manifest,
+        segments={shard.path: _segment(shard, first.generation) for source in sources.values() for shard in source.files},
     )
+
+
+def _segment(shard: Any, generation: Any) -> Segment:
+    """A whole shard as the reader checks it: the manifest's record count and byte size, the pinned generation."""
+    from tfrbeam.dataset.reader import Segment
+
+    return Segment(shard.path, shard.compression, expected_records=shard.num_records, expected_bytes=shard.num_bytes,
+                   generation=generation)
+
+
+@contextlib.contextmanager
+def checked_shard(segment: Segment) -> Iterator[BinaryIO]:
+    """The shard opened, proven to belong to the pinned generation, its size the manifest's (as ``read_segment``)."""
+    from tfrbeam.dataset.reader import check_shard_size
+
+    with open(segment.path, "rb") as handle:
+        if segment.generation is not None:
+            segment.generation.check()
+        check_shard_size(segment, os.fstat(handle.fileno()).st_size)
+        yield handle
+
+
+def check_shard_sizes(segments: Mapping[str, Segment]) -> None:
+    """Every shard's size against the manifest's (one stat each), before any work is done or any file written."""
+    from tfrbeam.dataset.reader import check_shard_size
+
+    for segment in segments.values():
+        check_shard_size(segment)
+
+
+def check_shard_records(segment: Segment | None, records: int) -> None:
+    """After reading a whole shard: its record count against the manifest's (``ShardMismatchError``)."""
+    if segment is not None:
+        from tfrbeam.dataset.reader import check_shard_count
+
+        check_shard_count(segment, records)
 
 
 def _manifest(directory: str) -> dict[str, Any]:
@@ -143,15 +193,23 @@ def _manifest(directory: str) -> dict[str, Any]:
 
 def accumulate_file(
     path: str, feature_types: Mapping[str, str], compression: str | None = "auto", limit: int | None = None,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int], None] | None = None, segment: Segment | None = None,
 ) -> SplitAccumulator:
-    """The statistics of one TFRecord file of Examples (its first ``limit`` records when given)."""
+    """The statistics of one TFRecord file of Examples (its first ``limit`` records when given).
+
+    A dataset's shard comes with its ``segment``: its size and record count are checked against the manifest.
+    """
     schema = stats_schema(feature_types)
     accumulator = SplitAccumulator(feature_types)
-    for block in record_blocks(path, compression, block_length=BLOCK_RECORDS, limit=limit):
-        accumulator.add(decode_block(path, block, schema))
-        if progress is not None:
-            progress(len(block.starts))
+    with checked_shard(segment) if segment is not None else contextlib.nullcontext(path) as source:
+        records = 0
+        for block in record_blocks(source, compression, block_length=BLOCK_RECORDS, limit=limit, name=path):
+            accumulator.add(decode_block(path, block, schema))
+            records += block.num_records
+            if progress is not None:
+                progress(len(block.starts))
+    if limit is None:
+        check_shard_records(segment, records)
     return accumulator
 
 
@@ -172,16 +230,21 @@ def accumulate_splits(source: StatsInput, workers: int | None = None) -> dict[st
     """Each split's merged accumulator, files read in parallel worker processes when the data is large."""
     tasks = [(split, path) for split, paths in source.splits.items() for path in paths]
     results = {split: SplitAccumulator(source.feature_types) for split in source.splits}
+    check_shard_sizes(source.segments)
     total_bytes = sum(os.path.getsize(path) for _, path in tasks)
     if workers is None:
         workers = (os.cpu_count() or 1) if total_bytes >= PROCESSES_MIN_BYTES else 1
+    segments = source.segments
     if workers <= 1 or len(tasks) <= 1:
         for split, path in tasks:
-            results[split].merge(accumulate_file(path, source.feature_types, source.compression))
+            results[split].merge(accumulate_file(path, source.feature_types, source.compression,
+                                                 segment=segments.get(path)))
         return results
     context = multiprocessing.get_context("spawn")  # no fork of a process that may run threads
     with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        futures = [(split, pool.submit(accumulate_file, path, source.feature_types, source.compression)) for split, path in tasks]
+        futures = [(split, pool.submit(accumulate_file, path, source.feature_types, source.compression, None, None,
+                                       segments.get(path)))
+                   for split, path in tasks]
         for split, future in futures:  # merged in file order, so sums round the same way on every run
             results[split].merge(future.result())
     return results
@@ -223,7 +286,14 @@ def write_dataset_stats(
 
 
 def _write_atomically(path: str, text: str) -> None:
-    temp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp")
-    with open(temp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(temp, path)
+    """``text`` into ``path`` through a new temp file (``mkstemp``: never a planted name or symlink) and a rename."""
+    descriptor, temp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
+                                        dir=os.path.dirname(path) or ".")
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(temp)
+        raise
