@@ -207,3 +207,8 @@ class DatasetChangedError(TfrbeamError):
 
     def __reduce__(self):
         return (type(self), (self.root, self.pinned, self.found))
+
+# --- parquet ---
+
+class ParquetSchemaError(InputError):
+    """The Parquet files of one input disagree on a column's type (beyond lossless widening), or one repeats a name."""
