@@ -213,3 +213,9 @@ class DatasetChangedError(TfrbeamError):
 
 class UnsafeOutputError(ConfigError):
     """A tool's output path would land outside the output directory it was given (a symlink leading out of it)."""
+
+
+# --- parquet ---
+
+class ParquetSchemaError(InputError):
+    """The Parquet files of one input disagree on a column's type (beyond lossless widening), or one repeats a name."""

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import bisect
 import codecs
+import collections
+import concurrent.futures
 import contextlib
 import csv
 import functools
@@ -55,7 +57,7 @@ from apache_beam.io.filesystems import FileSystems
 from tfrbeam.build.compressed_inputs import open_checked
 from tfrbeam.build.features import BadRow, ConvertedBatch, FeatureSpec, convert_batch, rows_as_json
 from tfrbeam.build.progress import ProgressCounter, progress_dir
-from tfrbeam.errors import ConfigError, InputError
+from tfrbeam.errors import ConfigError, InputError, ParquetSchemaError
 from tfrbeam.handoff import put_until_stopped
 
 __all__ = [
@@ -74,12 +76,14 @@ __all__ = [
     "inspect_input",
     "list_inputs",
     "parquet_columns_without_checksums",
+    "parquet_input_schema",
     "parquet_row_groups",
     "read_csv_file",
     "read_csv_range",
     "read_parquet_file",
     "read_parquet_row_group",
     "scan_csv_range",
+    "widened_type",
 ]
 
 _LOG = logging.getLogger(__name__)
@@ -1592,6 +1596,157 @@ def _parquet_projection(schema: pa.Schema, columns: Sequence[str] | None, path: 
     return list(dict.fromkeys(columns))
 
 
+# ------------------------------------------------------------------------------ Parquet schemas
+
+_FOOTER_THREADS = 16  # footers are read in parallel: on an object store each one is a round trip
+_LOGGED_WIDENINGS = 20  # widenings logged at INFO; the rest at DEBUG, counted in one INFO line
+
+
+def widened_type(left: pa.DataType, right: pa.DataType) -> pa.DataType | None:
+    """The type that holds every value of both ``left`` and ``right`` unchanged (lossless widening), or None.
+
+    Allowed: equal types; an integer into a wider one of the same sign, unsigned into a wider
+    signed; float16 -> float -> double; string <-> large_string and binary <-> large_binary (the
+    large one); a dictionary as its value type; list <-> large_list and structs with the same
+    field names, of such pairs. Nothing else: no sign change, no int <-> float, no string <-> binary.
+    """
+    if left.equals(right):
+        return left
+    if pa.types.is_dictionary(left) or pa.types.is_dictionary(right):
+        return widened_type(_undictionaried(left), _undictionaried(right))
+    if pa.types.is_integer(left) and pa.types.is_integer(right):
+        return right if _holds_integers(right, left) else left if _holds_integers(left, right) else None
+    if pa.types.is_floating(left) and pa.types.is_floating(right):
+        return left if left.bit_width > right.bit_width else right
+    for pair in ((pa.string(), pa.large_string()), (pa.binary(), pa.large_binary())):
+        if left in pair and right in pair:
+            return pair[1]
+    if _is_variable_list(left) and _is_variable_list(right):
+        return _widened_list(left, right)
+    if pa.types.is_struct(left) and pa.types.is_struct(right):
+        return _widened_struct(left, right)
+    return None
+
+
+def _undictionaried(type_: pa.DataType) -> pa.DataType:
+    return type_.value_type if pa.types.is_dictionary(type_) else type_
+
+
+def _holds_integers(wide: pa.DataType, narrow: pa.DataType) -> bool:
+    """Whether every value of integer type ``narrow`` is a value of integer type ``wide``."""
+    if pa.types.is_signed_integer(wide) == pa.types.is_signed_integer(narrow):
+        return wide.bit_width >= narrow.bit_width
+    return pa.types.is_signed_integer(wide) and wide.bit_width > narrow.bit_width
+
+
+def _is_variable_list(type_: pa.DataType) -> bool:
+    return pa.types.is_list(type_) or pa.types.is_large_list(type_)
+
+
+def _widened_list(left: pa.DataType, right: pa.DataType) -> pa.DataType | None:
+    value = widened_type(left.value_type, right.value_type)
+    if value is None:
+        return None
+    item = left.value_field.with_type(value).with_nullable(left.value_field.nullable or right.value_field.nullable)
+    return pa.large_list(item) if pa.types.is_large_list(left) or pa.types.is_large_list(right) else pa.list_(item)
+
+
+def _widened_struct(left: pa.StructType, right: pa.StructType) -> pa.DataType | None:
+    if [field_.name for field_ in left] != [field_.name for field_ in right]:
+        return None
+    fields = []
+    for ours, theirs in zip(left, right):
+        type_ = widened_type(ours.type, theirs.type)
+        if type_ is None:
+            return None
+        fields.append(pa.field(ours.name, type_, ours.nullable or theirs.nullable))
+    return pa.struct(fields)
+
+
+def parquet_input_schema(files: Sequence[InputFile], columns: Sequence[str] | None = None) -> pa.Schema:
+    """The schema all files of a Parquet input are read as: the first file's, with columns widened where files differ.
+
+    Reads only the footers. Checks the given ``columns`` (default: every column of the first
+    file): a file that repeats a column name, a type that only a lossy conversion joins with
+    another file's (``widened_type``), or a listed column a later file lacks raises
+    ParquetSchemaError naming both files, the column and both types. Each widening is logged.
+    """
+    paths = [item.path for item in files]
+    schemas = _footer_schemas(paths)
+    for path, schema in zip(paths, schemas):
+        _refuse_repeated_names(path, schema)
+    first = schemas[0]
+    names = [name for name in dict.fromkeys(columns if columns is not None else first.names) if name in first.names]
+    notes: list[str] = []
+    widened = first
+    for name in names:
+        field_ = _widened_field(name, paths, schemas, columns is not None, notes)
+        widened = widened.set(widened.get_field_index(name), field_)
+    _log_widenings(notes)
+    return widened
+
+
+def _footer_schemas(paths: Sequence[str]) -> list[pa.Schema]:
+    if len(paths) == 1:
+        return [_footer_schema(paths[0])]
+    with concurrent.futures.ThreadPoolExecutor(min(_FOOTER_THREADS, len(paths)), "tfrbeam-footer") as pool:
+        return list(pool.map(_footer_schema, paths))
+
+
+def _footer_schema(path: str) -> pa.Schema:
+    with _open(path) as raw:
+        return _parquet_file(path, raw).schema_arrow
+
+
+def _refuse_repeated_names(path: str, schema: pa.Schema) -> None:
+    counts = collections.Counter(schema.names)
+    repeated = [name for name, count in counts.items() if count > 1]
+    if repeated:
+        name = repeated[0]
+        raise ParquetSchemaError(
+            f"{path}: column {name!r} appears {counts[name]} times in the schema (columns: {', '.join(schema.names)}); "
+            "columns are read by name, so rename or drop the repeated ones (pyarrow: table.rename_columns) and "
+            "write the file again")
+
+
+def _widened_field(name: str, paths: Sequence[str], schemas: Sequence[pa.Schema], listed: bool,
+                   notes: list[str]) -> pa.Field:
+    """Column ``name`` widened over every file; appends a note per file read as a wider type than its own."""
+    current, owner = schemas[0].field(name), paths[0]
+    for path, schema in zip(paths[1:], schemas[1:]):
+        index = schema.get_field_index(name)
+        if index < 0:
+            if listed:
+                raise ParquetSchemaError(f"{path}: has no column {name!r} ({owner} has it as {current.type}); "
+                                         "every file of a Parquet input must hold the columns of input.columns")
+            continue
+        theirs = schema.field(index)
+        type_ = widened_type(current.type, theirs.type)
+        if type_ is None:
+            raise ParquetSchemaError(
+                f"{path}: column {name!r} is {theirs.type} but {owner} has it as {current.type}; the files of one "
+                "input may differ only by lossless widening (int32 -> int64, float -> double, string -> large_string, "
+                "dictionary -> its values, ...): write them with one type, or leave the column out of input.columns")
+        if not type_.equals(current.type):
+            owner = path
+        current = pa.field(name, type_, current.nullable or theirs.nullable)
+    for path, schema in zip(paths, schemas):
+        index = schema.get_field_index(name)
+        if index >= 0 and not schema.field(index).type.equals(current.type):
+            source = next((other for other, theirs in zip(paths, schemas)
+                           if theirs.get_field_index(name) >= 0 and theirs.field(name).type.equals(current.type)), None)
+            notes.append(f"{path}: column {name!r} is {schema.field(index).type}, read as {current.type}"
+                         f"{f' as in {source}' if source else ''} (lossless widening)")
+    return current
+
+
+def _log_widenings(notes: Sequence[str]) -> None:
+    for index, note in enumerate(notes):
+        _LOG.log(logging.INFO if index < _LOGGED_WIDENINGS else logging.DEBUG, note)
+    if len(notes) > _LOGGED_WIDENINGS:
+        _LOG.info("... and %d more lossless widenings (logged at DEBUG)", len(notes) - _LOGGED_WIDENINGS)
+
+
 # ------------------------------------------------------------------------------------ inspection
 
 
@@ -1606,15 +1761,14 @@ class InputSample:
 
 def inspect_input(input_config: InputConfig, sample_rows: int = SAMPLE_ROWS,
                   files: Sequence[InputFile] | None = None) -> InputSample:
-    """Read the first input file's schema (Parquet footer; CSV header and the first sample_rows rows)."""
+    """Read the first input file's schema (Parquet: every footer, see parquet_input_schema; CSV: header and sample)."""
     files = list(files) if files is not None else list_inputs(input_config.path)
     path = files[0].path
     if input_config.format == "parquet":
-        with _open(path) as raw:
-            parquet = _parquet_file(path, raw)
-            if input_config.parquet.require_checksums:
-                _require_checksums(path, raw, parquet.metadata)
-            return InputSample(path, parquet.schema_arrow, None)
+        if input_config.parquet.require_checksums:
+            with _open(path) as raw:
+                _require_checksums(path, raw, _parquet_file(path, raw).metadata)
+        return InputSample(path, parquet_input_schema(files, input_config.columns), None)
     batches, count = [], 0
     with contextlib.closing(read_csv_file(path, input_config.csv)) as sources:
         for source in sources:
