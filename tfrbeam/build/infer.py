@@ -155,7 +155,8 @@ def _sniff_csv(path: str) -> tuple[CsvOptions, list[str], dict[str, int]]:
         notes.append("# The delimiter could not be sniffed; check input.csv.delimiter.")
     # A header names columns; names are almost never numbers, data rows almost always hold some.
     first = next(csv.reader([lines[0]] if lines else [""], delimiter=delimiter), [])
-    header = not any(infer_text_type(pa.array([field])) != "bytes" for field in first if field)
+    # Codes ("02134") count as numbers here: a data row of ZIP codes is not a header.
+    header = not any(infer_text_type(pa.array([field]), codes_as_text=False) != "bytes" for field in first if field)
     column_names = None
     if not header:
         column_names = tuple(unnamed_column_name(index) for index in range(len(first)))
