@@ -3,7 +3,10 @@ column, and floats float32 cannot hold are named."""
 
 from __future__ import annotations
 
+import logging
+
 import pyarrow as pa
+import yaml
 
 from tfrbeam.build.config import load_config, resolve_config
 from tfrbeam.build.features import infer_text_type
@@ -94,3 +97,34 @@ def test_an_integer_beyond_int64_makes_the_column_text_not_a_rounded_float(tmp_p
     assert infer_text_type(pa.array(["-9223372036854775808", "9223372036854775807"])) == "int64"
     assert infer_text_type(pa.array(["-9223372036854775809"])) == "bytes"
     assert infer_text_type(pa.array(["1.5", "99999999999999999999"])) == "bytes"
+
+
+# ------------------------------------------------------------------------ (d) float32 exactness
+
+
+def test_whole_floats_float32_cannot_hold_are_named_in_infer_config_and_the_build_log(tmp_path, caplog):
+    data = tmp_path / "dates.csv"
+    data.write_text("day,ratio\n16777217.0,0.5\n20120101.0,1.25\n3.0,2\n")
+    text = infer_config(str(data))
+    day_line = next(line for line in text.splitlines() if line.startswith("  day:"))
+    assert day_line.startswith("  day: {type: float, on_null: error}   # ")
+    assert "float32 rounds 16777217.0 to 16777216" in day_line and "type: bytes" in day_line
+    ratio_line = next(line for line in text.splitlines() if line.startswith("  ratio:"))
+    assert ratio_line == "  ratio: {type: float, on_null: error}"
+    assert yaml.safe_load(text)["features"]["day"] == {"type": "float", "on_null": "error"}
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="tfrbeam.build.config"):
+        built = built_features(tmp_path, data)
+    assert built["day"].type == "float"
+    lines = [record.getMessage() for record in caplog.records if "float32" in record.getMessage()]
+    assert len(lines) == 1 and "'day'" in lines[0] and "16777217.0" in lines[0] and "16777216" in lines[0]
+
+
+def test_a_declared_float_feature_with_such_values_is_named_in_the_build_log_too(tmp_path, caplog):
+    data = tmp_path / "ids.csv"
+    data.write_text("id\n123456789\n5\n")
+    with caplog.at_level(logging.WARNING, logger="tfrbeam.build.config"):
+        resolve_config(load(tmp_path, f"input: {{path: '{data}'}}\nfeatures: {{id: {{type: float}}}}\n"
+                                      f"output: {{path: '{tmp_path / 'out'}'}}\n"))
+    lines = [record.getMessage() for record in caplog.records if "float32" in record.getMessage()]
+    assert len(lines) == 1 and "'id'" in lines[0] and "123456792" in lines[0]

@@ -50,6 +50,7 @@ __all__ = [
     "ON_NULL_ACTIONS",
     "Provenance",
     "convert_batch",
+    "float32_rounding",
     "infer_boolean_tokens",
     "infer_column_features",
     "infer_null_tokens",
@@ -412,6 +413,26 @@ def infer_text_type(values: pa.Array | None, true_values: Sequence[str] = (), fa
     if _parse_float(text)[1] is None:
         return "float"
     return "bytes"
+
+
+def float32_rounding(values: pa.Array | None) -> tuple[str, int] | None:
+    """The first sampled whole number float32 cannot hold exactly (its text, what float32 stores), or None.
+
+    Example floats are 32-bit: whole numbers above 2**24 may round (16777217 -> 16777216), which
+    breaks ids and dates like 20120101 silently; inference says so rather than change the type.
+    """
+    if values is None or not (_is_text(values.type) or _is_binary(values.type)):
+        return None
+    text = _as_text(values)
+    numbers = np.asarray(_parse_float(text)[0].fill_null(0.0), dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        stored = numbers.astype(np.float32).astype(np.float64)
+        rounded = np.isfinite(numbers) & (np.abs(numbers) <= _FLOAT32_MAX) & (numbers == np.floor(numbers)) \
+            & (stored != numbers)
+    found = np.flatnonzero(rounded)
+    if not len(found):
+        return None
+    return str(text[int(found[0])].as_py()), int(stored[found[0]])
 
 
 # Tokens that stand in for a missing number when a column holds only them and numbers; NaN stays a float value.
