@@ -269,7 +269,7 @@ def test_missing_source_column_is_an_error_naming_the_file():
 @pytest.mark.parametrize(
     "values, expected",
     [([b"1", b"-2", None], "int64"), ([b"1", b"2.5"], "float"), ([b"1", b"x"], "bytes"), ([b"1", b""], "bytes"),
-     ([b"1e5"], "float"), ([b"9223372036854775808"], "float"), ([b"nan", b"1"], "float"), ([None, None], "bytes"),
+     ([b"1e5"], "float"), ([b"9223372036854775808"], "bytes"), ([b"nan", b"1"], "float"), ([None, None], "bytes"),
      ([b"0x1"], "bytes"), ([b"true"], "bytes")],
 )
 def test_infer_text_type(values, expected):

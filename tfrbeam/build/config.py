@@ -23,6 +23,7 @@ from tfrbeam.build.features import (
     TIME_UNITS,
     TIMESTAMP,
     FeatureSpec,
+    float32_rounding,
     infer_boolean_tokens,
     infer_column_features,
     infer_null_tokens,
@@ -1002,6 +1003,8 @@ def validate_against_schema(config: BuildConfig, schema: pa.Schema, sample: pa.R
                                      spec_done.length)
             spec_done = replace(spec_done, default=default)
         resolved.append(spec_done)
+        if csv and spec_done.type == "float" and not spec_done.is_list:
+            _warn_float32_rounding(spec_done, text)
     feature_names = [spec.name for spec in specs]
     grouped_by = config.sequence.group_by if config.sequence is not None else ()
     for key in config.split_key or ():
@@ -1021,6 +1024,23 @@ def validate_against_schema(config: BuildConfig, schema: pa.Schema, sample: pa.R
         columns = [source_column(schema, spec.source) for spec in resolved]
         input_config = replace(input_config, columns=tuple(dict.fromkeys(columns)))
     return replace(config, input=input_config, features=tuple(resolved))
+
+
+def float32_note(spec: FeatureSpec, text: pa.Array | None) -> str:
+    """What float32 does to the sampled whole numbers of a float feature ("" when it holds them exactly)."""
+    found = float32_rounding(text)
+    if found is None:
+        return ""
+    shown, stored = found
+    return (f"float32 rounds {shown} to {stored} (Example floats are 32-bit: whole numbers above 2**24 may not "
+            "be exact); declare type: bytes to keep the text, or type: int64 if the values are written as integers")
+
+
+def _warn_float32_rounding(spec: FeatureSpec, text: pa.Array | None) -> None:
+    """One log line naming a float feature whose sampled values float32 cannot hold exactly."""
+    note = float32_note(spec, text)
+    if note:
+        _LOG.warning("feature %r: %s", spec.name, note)
 
 
 def _inferred_typed_specs(schema: pa.Schema, columns: list[str], where: str) -> tuple[FeatureSpec, ...]:

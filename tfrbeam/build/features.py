@@ -50,6 +50,7 @@ __all__ = [
     "ON_NULL_ACTIONS",
     "Provenance",
     "convert_batch",
+    "float32_rounding",
     "infer_boolean_tokens",
     "infer_column_features",
     "infer_null_tokens",
@@ -73,6 +74,7 @@ ON_NULL_ACTIONS = ("omit", "default", "error")
 _INT_TEXT = r"^[+-]?[0-9]+$"
 _FLOAT_TEXT = r"^[+-]?((([0-9]+\.?[0-9]*)|(\.[0-9]+))([eE][+-]?[0-9]+)?|[iI][nN][fF]([iI][nN][iI][tT][yY])?|[nN][aA][nN])$"
 _INFINITY_TEXT = r"^[+-]?[iI][nN][fF]"
+_LEADING_ZERO_TEXT = r"^[+-]?0[0-9]"  # a code such as a ZIP code ("02134"), not a number: inferred as bytes
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _INT64_MAX_DIGITS = "9223372036854775807"
 _INT64_MIN_DIGITS = "9223372036854775808"
@@ -386,23 +388,51 @@ def resolve_spec(spec: FeatureSpec, arrow_type: pa.DataType, text_sample: pa.Arr
     return replace(spec, type=feature_type, is_list=is_list, length=length)
 
 
-def infer_text_type(values: pa.Array | None, true_values: Sequence[str] = (), false_values: Sequence[str] = ()) -> str:
+def infer_text_type(values: pa.Array | None, true_values: Sequence[str] = (), false_values: Sequence[str] = (),
+                    codes_as_text: bool = True) -> str:
     """int64 when every non-null value parses as one, else float when every one parses as a number, else bytes.
 
     The same parsers convert the data later, so a value that does not parse as the type inferred
     from a sample is a bad row then (the type never changes mid-build). true_values and
-    false_values count as 1 and 0, as they convert.
+    false_values count as 1 and 0, as they convert. With codes_as_text (the default), values that
+    are codes rather than numbers make the column bytes: a leading zero before a digit ("02134",
+    "007"; not "0" or "0.5"), or an integer beyond int64 (a float would round it).
     """
     if values is None:
         return "bytes"
     text = _booleans_as_digits(_as_text(values), true_values, false_values)
     if text.null_count == len(text):
         return "bytes"
-    if _parse_int64(text)[1] is None:
+    if codes_as_text and pc.any(pc.match_substring_regex(text, _LEADING_ZERO_TEXT)).as_py():
+        return "bytes"
+    not_int64 = _parse_int64(text)[1]
+    if not_int64 is None:
         return "int64"
+    if codes_as_text and pc.any(pc.match_substring_regex(text.take(pa.array(not_int64)), _INT_TEXT)).as_py():
+        return "bytes"  # an integer beyond int64's range: never rounded to a float
     if _parse_float(text)[1] is None:
         return "float"
     return "bytes"
+
+
+def float32_rounding(values: pa.Array | None) -> tuple[str, int] | None:
+    """The first sampled whole number float32 cannot hold exactly (its text, what float32 stores), or None.
+
+    Example floats are 32-bit: whole numbers above 2**24 may round (16777217 -> 16777216), which
+    breaks ids and dates like 20120101 silently; inference says so rather than change the type.
+    """
+    if values is None or not (_is_text(values.type) or _is_binary(values.type)):
+        return None
+    text = _as_text(values)
+    numbers = np.asarray(_parse_float(text)[0].fill_null(0.0), dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        stored = numbers.astype(np.float32).astype(np.float64)
+        rounded = np.isfinite(numbers) & (np.abs(numbers) <= _FLOAT32_MAX) & (numbers == np.floor(numbers)) \
+            & (stored != numbers)
+    found = np.flatnonzero(rounded)
+    if not len(found):
+        return None
+    return str(text[int(found[0])].as_py()), int(stored[found[0]])
 
 
 # Tokens that stand in for a missing number when a column holds only them and numbers; NaN stays a float value.

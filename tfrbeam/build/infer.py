@@ -27,6 +27,7 @@ from tfrbeam.build.config import (
     DEFAULT_MAX_BYTES_PER_SHARD,
     BuildConfig,
     OutputConfig,
+    float32_note,
     resolve_with_sample,
 )
 from tfrbeam.build.features import FeatureSpec, infer_column_features, infer_text_type
@@ -155,7 +156,8 @@ def _sniff_csv(path: str) -> tuple[CsvOptions, list[str], dict[str, int]]:
         notes.append("# The delimiter could not be sniffed; check input.csv.delimiter.")
     # A header names columns; names are almost never numbers, data rows almost always hold some.
     first = next(csv.reader([lines[0]] if lines else [""], delimiter=delimiter), [])
-    header = not any(infer_text_type(pa.array([field])) != "bytes" for field in first if field)
+    # Codes ("02134") count as numbers here: a data row of ZIP codes is not a header.
+    header = not any(infer_text_type(pa.array([field]), codes_as_text=False) != "bytes" for field in first if field)
     column_names = None
     if not header:
         column_names = tuple(unnamed_column_name(index) for index in range(len(first)))
@@ -183,6 +185,8 @@ def _csv_features(specs, sample: pa.RecordBatch, null_tokens, unnamed: dict[str,
         if spec.time_unit is not None:
             comments.insert(0, f"ISO 8601 text -> {spec.time_unit} since 1970-01-01 UTC (a zone offset is applied; "
                             "set format for other layouts, e.g. \"%d/%m/%Y %H:%M\")")
+        if spec.type == "float" and not spec.is_list:
+            comments.append(float32_note(spec, values))
         if spec.source in unnamed:
             comments.insert(0, f"the header gives column {unnamed[spec.source]} no name; the build calls it {spec.source}")
         features.append(_Feature(spec, "; ".join(comment for comment in comments if comment)))
