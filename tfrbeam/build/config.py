@@ -627,7 +627,8 @@ def _parse_feature(check: _Checker, name: str, raw: Any, path: str, input_config
         hint = {"string": "bytes", "str": "bytes", "int": "int64", "integer": "int64", "float32": "float",
                 "float64": "float", "double": "float", "bool": "int64", "datetime": TIMESTAMP,
                 "date": TIMESTAMP}.get(str(type_name).lower())
-        suggestion = f"; use {hint}" if hint else ""
+        close = difflib.get_close_matches(str(type_name).lower(), (*FEATURE_TYPES, TIMESTAMP), n=1, cutoff=0.6)
+        suggestion = f"; use {hint}" if hint else f"; did you mean {close[0]!r}?" if close else ""
         check.fail(f"{path}.type", f"{_show(type_name)} is not one of {', '.join((*FEATURE_TYPES, TIMESTAMP))}{suggestion}")
         type_name = None
     time_unit, time_format = _timestamp_settings(check, section, path, type_name == TIMESTAMP)

@@ -76,6 +76,9 @@ _FLOAT_TEXT = r"^[+-]?((([0-9]+\.?[0-9]*)|(\.[0-9]+))([eE][+-]?[0-9]+)?|[iI][nN]
 _INFINITY_TEXT = r"^[+-]?[iI][nN][fF]"
 _LEADING_ZERO_TEXT = r"^[+-]?0[0-9]"  # a code such as a ZIP code ("02134"), not a number: inferred as bytes
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
+# Round to nearest takes anything below max + half an ulp to max (3.4028235e38, numpy's shortest spelling of max,
+# is a hair above it); from there on a float32 is infinite.
+_FLOAT32_ROUNDS_TO_INFINITY = _FLOAT32_MAX + 2.0 ** (127 - 24)
 _INT64_MAX_DIGITS = "9223372036854775807"
 _INT64_MIN_DIGITS = "9223372036854775808"
 
@@ -764,11 +767,25 @@ def _or_list(items: str) -> str:
 def _iso_timestamps(text: pa.Array, unit: str) -> pa.Array:
     """ISO 8601 text as int64 counts of unit since the epoch (a zone offset is applied, no offset is UTC); null where it is
     not."""
+    text = _without_zero_digits_beyond(text, unit)
     zoned = pc.fill_null(pc.match_substring_regex(text, _ZONED_TEXT), False)
     no_text = pa.scalar(None, pa.string())
     naive = _cast_or_null(pc.if_else(zoned, no_text, text), pa.timestamp(unit))
     aware = _cast_or_null(pc.if_else(zoned, text, no_text), pa.timestamp(unit, tz="UTC"))
     return pc.if_else(zoned, aware, naive)
+
+
+_FRACTION_DIGITS = {"s": 0, "ms": 3, "us": 6, "ns": 9}
+
+
+def _without_zero_digits_beyond(text: pa.Array, unit: str) -> pa.Array:
+    """ISO text with trailing zero fraction digits finer than unit dropped ("00:00:00.000" is a whole second)."""
+    digits = _FRACTION_DIGITS.get(unit)
+    if digits is None or digits == 9:
+        return text
+    seconds = r"[T ]\d\d:\d\d:\d\d" + (rf"\.\d{{{digits}}}" if digits else "")
+    zeros = r"0+" if digits else r"\.0+"
+    return pc.replace_substring_regex(text, pattern=f"({seconds}){zeros}($|Z|[+-]\\d)", replacement=r"\1\2")
 
 
 def _cast_or_null(values: pa.Array, target: pa.DataType) -> pa.Array:
@@ -862,7 +879,7 @@ def _parse_float(text: pa.Array) -> tuple[pa.Array, np.ndarray | None]:
 def _to_float32(values: pa.Array, problems: _Problems, label: str, text: pa.Array | None) -> pa.Array:
     """float64 to float32, making finite values beyond float32's range bad rows (never silent infinities)."""
     numbers = np.asarray(values.fill_null(0.0)) if values.null_count else np.asarray(values)
-    overflow = np.abs(numbers) > _FLOAT32_MAX
+    overflow = np.abs(numbers) >= _FLOAT32_ROUNDS_TO_INFINITY
     if overflow.any():
         if text is None:
             overflow &= np.isfinite(numbers)
