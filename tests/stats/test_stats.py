@@ -354,3 +354,28 @@ def test_binary_hashes_of_long_values_between_short_ones():
     offsets = np.frombuffer(array.buffers()[1], dtype=np.int32)[: len(values) + 1]
     hashes = hash_binary(np.frombuffer(array.buffers()[2], dtype=np.uint8), offsets).tolist()
     assert hashes[0] == hashes[4] and hashes[1] == hashes[5] and len(set(hashes)) == 5
+
+
+def test_a_split_too_small_to_show_drift_is_not_flagged_and_says_why(tmp_path):
+    """41 eval rows of the train distribution: chance alone moves the scores past 0.1, so nothing is drift."""
+    from tfrbeam.stats.text import summary_lines
+
+    rng = np.random.default_rng(0)
+
+    def table(rows: int, shift: float = 0.0) -> pa.Table:
+        return pa.table({"x": pa.array(rng.normal(shift, 1, rows)), "c": pa.array(rng.choice(list("abcdef"), rows).tolist()),
+                         "n": pa.array(rng.integers(0, 1000, rows))})
+
+    types = {"x": "float", "c": "bytes", "n": "int64"}
+    splits = {"train": accumulate_file(write_table(tmp_path / "a.tfrecord", table(3000)), types),
+              "eval": accumulate_file(write_table(tmp_path / "b.tfrecord", table(41)), types)}
+    stats = dataset_stats(splits)
+    scores = stats["drift"]["comparisons"]["eval"]
+    assert any(found["score"] > 0.1 for found in scores.values())  # what flagged features before
+    assert stats["drift"]["flagged"] == []
+    assert all(found["too_small"] and found["chance"] >= 0.1 for found in scores.values())
+    assert "  eval: too few values to show drift in 3 feature(s) (c, n, x)" in "\n".join(summary_lines(stats))
+    # A real shift in a split of the same small size still is drift.
+    splits["moved"] = accumulate_file(write_table(tmp_path / "c.tfrecord", table(41, shift=4.0)), types)
+    flagged = dataset_stats(splits)["drift"]["flagged"]
+    assert [(item["split"], item["feature"]) for item in flagged] == [("moved", "x")]

@@ -5,6 +5,10 @@
   ``max_v |p(v) - q(v)|``, as TFDV defines it.
 - Numeric features: the Jensen–Shannon divergence (base 2, in [0, 1]) between the two splits'
   histograms over ``DRIFT_BUCKETS`` equal-width buckets of the range both splits cover.
+
+Two samples of one distribution differ by chance, the more so the smaller they are. ``chance_bound``
+is the score such samples reach about 5% of the time; a score that cannot clear it says nothing, so a
+split whose bound is at or above the threshold is reported as too small to show drift, never flagged.
 """
 
 from __future__ import annotations
@@ -42,6 +46,24 @@ def jensen_shannon(p: np.ndarray, q: np.ndarray) -> float:
     return min(max(0.5 * kl(p) + 0.5 * kl(q), 0.0), 1.0)
 
 
+# Two-sample Kolmogorov–Smirnov coefficient at the 5% level: distributions of n and m samples of one source differ
+# by at most 1.36 * sqrt(1/n + 1/m) in any cumulative (so also any single value's) frequency, 95% of the time.
+_KS_95 = 1.36
+
+
+def chance_bound(method: str, n: int, m: int) -> float:
+    """The score two samples of n and m values of one distribution reach by chance about 5% of the time.
+
+    L-infinity: the two-sample KS bound. Jensen–Shannon: twice its expectation for two samples over
+    DRIFT_BUCKETS buckets, (k - 1)(1/n + 1/m) / (8 ln 2), from the chi-square approximation.
+    """
+    if n <= 0 or m <= 0:
+        return math.inf
+    if method == "l_infinity":
+        return _KS_95 * math.sqrt(1 / n + 1 / m)
+    return 2 * (DRIFT_BUCKETS - 1) * (1 / n + 1 / m) / (8 * math.log(2))
+
+
 def is_categorical(kind: str, *features: FeatureAccumulator) -> bool:
     if kind == "bytes":
         return True
@@ -57,18 +79,20 @@ def feature_drift(kind: str, base: FeatureAccumulator, other: FeatureAccumulator
         return None
     if is_categorical(kind, base, other):
         base_top, other_top = _top_values(base), _top_values(other)
-        return {"method": "l_infinity", "score": l_infinity(base_top.frequencies(), other_top.frequencies())}
+        score = l_infinity(base_top.frequencies(), other_top.frequencies())
+        return {"method": "l_infinity", "score": score, "values": [base.num_values, other.num_values]}
     base_numbers, other_numbers = _numeric(base), _numeric(other)
     if base_numbers.min is None or other_numbers.min is None:
         return None
     assert base_numbers.max is not None and other_numbers.max is not None  # set with min
     low = min(base_numbers.min, other_numbers.min)
     high = max(base_numbers.max, other_numbers.max)
+    values = [base.num_values, other.num_values]
     if not high > low:
-        return {"method": "jensen_shannon", "score": 0.0}
+        return {"method": "jensen_shannon", "score": 0.0, "values": values}
     edges = np.linspace(float(low), float(high), DRIFT_BUCKETS + 1)[1:-1].tolist()
     score = jensen_shannon(_masses(base, edges), _masses(other, edges))
-    return {"method": "jensen_shannon", "score": score}
+    return {"method": "jensen_shannon", "score": score, "values": values}
 
 
 def _top_values(feature: FeatureAccumulator) -> TopValues:

@@ -41,6 +41,7 @@ td.type { color: var(--muted); width: 80px; }
 .top .v { overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
 .flag { color: #fff; background: var(--bad); border-radius: 3px; padding: 1px 6px; font-size: 12px; }
 .fine { color: var(--ok); font-size: 12px; }
+.small { color: var(--muted, #6b7280); font-size: 12px; }
 .note { color: var(--muted); font-size: 12px; }
 svg.hist rect { fill: var(--bar); } svg.hist rect.q { fill: var(--bar2); }
 svg text { font-size: 9px; fill: var(--muted); }
@@ -208,7 +209,9 @@ def _comparison_section(drift: Mapping[str, Any]) -> str:
     rows.sort(key=lambda row: row[:4])
     body = []
     for _, _, split, feature, found in rows:
-        badge = '<span class="flag">drift</span>' if found["flagged"] else '<span class="fine">ok</span>'
+        badge = ('<span class="flag">drift</span>' if found["flagged"] else
+                 f'<span class="small" title="two samples this small differ by up to {found["chance"]:.3g} by chance">'
+                 'too few values</span>' if found.get("too_small") else '<span class="fine">ok</span>')
         width = min(found["score"] / max(found["threshold"], 1e-12), 2.0) * 60
         body.append(
             f'<tr class="drift-row{" flagged" if found["flagged"] else ""}" data-feature="{_e(feature)}" '
@@ -224,7 +227,9 @@ def _comparison_section(drift: Mapping[str, Any]) -> str:
     return (
         f'<section class="comparison"><h2>Split comparison · {flagged} flagged</h2>'
         '<p class="note">L-infinity distance of the value distributions for categorical features, Jensen–Shannon '
-        "divergence of 20-bucket histograms for numeric ones; the bar's tick marks the threshold.</p>"
+        "divergence of 20-bucket histograms for numeric ones; the bar's tick marks the threshold. A score is drift "
+        "only above what two samples of one distribution reach by chance at these sizes (5% level); splits too "
+        "small for that to fall below the threshold say \u2018too few values\u2019.</p>"
         '<table class="drift"><thead><tr><th>Feature</th><th>Splits</th><th>Method</th><th>Score</th>'
         "<th>Threshold</th><th></th></tr></thead><tbody>" + "".join(body) + "</tbody></table></section>"
     )

@@ -15,7 +15,7 @@ import numpy as np
 from tfrbeam import __version__
 from tfrbeam.json_values import value_to_json
 from tfrbeam.stats.accumulators import FeatureAccumulator, SplitAccumulator
-from tfrbeam.stats.drift import DEFAULT_THRESHOLDS, feature_drift, rounded
+from tfrbeam.stats.drift import DEFAULT_THRESHOLDS, chance_bound, feature_drift, rounded
 from tfrbeam.stats.sketches import DISTINCT_K, EXACT_VALUES, QUANTILE_K, TOP_CAPACITY
 
 FORMAT = "tfrbeam-stats/1"
@@ -177,7 +177,10 @@ def drift_result(splits: Mapping[str, SplitAccumulator], thresholds: Mapping[str
                     continue
                 found["score"] = rounded(found["score"])
                 found["threshold"] = thresholds[found["method"]]
-                found["flagged"] = found["score"] > found["threshold"]
+                found["chance"] = rounded(chance_bound(found["method"], *found.pop("values")))
+                # only a score beyond what chance alone gives at this sample size is drift
+                found["too_small"] = found["chance"] >= found["threshold"] > 0
+                found["flagged"] = found["score"] > max(found["threshold"], found["chance"])
                 scores[feature] = found
                 if found["flagged"]:
                     flagged.append({"split": split, "feature": feature, **found})

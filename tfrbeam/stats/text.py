@@ -73,4 +73,9 @@ def summary_lines(stats: Mapping[str, Any]) -> list[str]:
         lines.append(f"drift against {drift['baseline']}: {len(flagged)} feature(s) flagged")
         for item in flagged:
             lines.append(f"  {item['split']}/{item['feature']}: {item['method']} {item['score']:.4g} > {item['threshold']:g}")
+        for split, scores in drift["comparisons"].items():
+            small = sorted(name for name, found in scores.items() if found is not None and found.get("too_small"))
+            if small:
+                lines.append(f"  {split}: too few values to show drift in {len(small)} feature(s) ({', '.join(small[:5])}"
+                             f"{', ...' if len(small) > 5 else ''}): samples this small differ by chance beyond the threshold")
     return lines
