@@ -23,10 +23,11 @@ from tfrbeam.build.features import (
     TIME_UNITS,
     TIMESTAMP,
     FeatureSpec,
+    ambiguous_source,
     float32_rounding,
     infer_boolean_tokens,
-    infer_column_features,
     infer_null_tokens,
+    infer_schema_features,
     infer_text_feature,
     resolve_spec,
     source_column,
@@ -593,7 +594,7 @@ def _parse_feature(check: _Checker, name: str, raw: Any, path: str, input_config
     time_unit, time_format = _timestamp_settings(check, section, path, type_name == TIMESTAMP)
     if type_name == TIMESTAMP:
         type_name = "int64"  # the feature holds the count of time_unit since the epoch
-    source = check.string(section, "source", path, name)
+    source, source_path = _source(check, section, path, name)
     on_null = check.choice(section, "on_null", path, ON_NULL_ACTIONS, "error")
     separator = section.get("separator")
     if separator is not None and (not isinstance(separator, str) or not separator):
@@ -619,7 +620,21 @@ def _parse_feature(check: _Checker, name: str, raw: Any, path: str, input_config
         check.fail(f"{path}.{'separator' if separator is not None else 'length'}",
                    "a timestamp feature is one value (leave out separator and length)")
     return FeatureSpec(name=name, type=type_name, source=source, on_null=on_null, default=default,
-                       separator=separator, length=length, is_list=is_list, time_unit=time_unit, time_format=time_format)
+                       separator=separator, length=length, is_list=is_list, time_unit=time_unit, time_format=time_format,
+                       source_path=source_path)
+
+
+def _source(check: _Checker, section: dict, path: str, name: str) -> tuple[str, tuple[str, ...] | None]:
+    """A feature's source: a string (a column, or a dotted struct path when no column has that name), or a list,
+    the exact path ([column, field, ...]; ["a.b"] is the column "a.b")."""
+    value = section.get("source")
+    if not isinstance(value, list):
+        return check.string(section, "source", path, name), None
+    if not value or not all(isinstance(part, str) and part for part in value):
+        check.fail(f"{path}.source", f"{_show(value)} is not a non-empty list of non-empty names "
+                   "(e.g. [column, field] for a struct field)")
+        return name, None
+    return ".".join(value), tuple(value)
 
 
 def _timestamp_settings(check: _Checker, section: dict, path: str, is_timestamp: bool) -> tuple[str | None, str | None]:
@@ -885,7 +900,8 @@ def _feature_to_dict(spec: FeatureSpec) -> dict:
         default = [as_text(item) for item in default]
     else:
         default = as_text(default)
-    result: dict[str, Any] = {"type": spec.type, "source": spec.source, "on_null": spec.on_null}
+    source: Any = list(spec.source_path) if spec.source_path is not None else spec.source
+    result: dict[str, Any] = {"type": spec.type, "source": source, "on_null": spec.on_null}
     if spec.time_unit is not None:
         result.update(type=TIMESTAMP, unit=spec.time_unit, format=spec.time_format)
     if spec.on_null == "default":
@@ -942,16 +958,23 @@ def validate_against_schema(config: BuildConfig, schema: pa.Schema, sample: pa.R
     resolved = []
     for spec in specs:
         path = f"features.{spec.name}"
-        arrow_type = source_type(schema, spec.source)
+        ambiguous = ambiguous_source(schema, spec)
+        if ambiguous is not None:
+            check.fail(f"{path}.source" if spec.source != spec.name else path, ambiguous)
+            continue
+        arrow_type = source_type(schema, spec.source_ref)
         if arrow_type is None:
             hint = difflib.get_close_matches(spec.source, names, n=1)
             suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
             key = f"{path}.source" if spec.source != spec.name else path
-            check.fail(key, f"column {spec.source!r} is not in {where} (columns: {_names(names)}){suggestion}")
+            shown = spec.source_path if spec.source_path is not None else spec.source
+            check.fail(key, f"column {shown!r} is not in {where} (columns: {_names(names)}){suggestion}")
             continue
-        if config.input.columns is not None and source_column(schema, spec.source) not in config.input.columns:
+        read = source_column(schema, spec.source_ref)
+        if config.input.columns is not None and read not in config.input.columns:
             check.fail(path, f"reads column {spec.source!r}, which input.columns leaves out")
-        text = sample.column(spec.source) if sample is not None and spec.source in sample.schema.names else None
+        whole = read is not None and (spec.source_path or (spec.source,)) == (read,)  # not a struct field
+        text = sample.column(read) if whole and sample is not None and read in sample.schema.names else None
         try:
             spec_done = resolve_spec(spec, arrow_type, text_sample=text, infer_from_text=csv)
         except ArrowConversionError as error:
@@ -981,7 +1004,7 @@ def validate_against_schema(config: BuildConfig, schema: pa.Schema, sample: pa.R
                           + "\n  ".join(check.problems))
     input_config = config.input
     if input_config.columns is None:
-        columns = [source_column(schema, spec.source) for spec in resolved]
+        columns = [source_column(schema, spec.source_ref) for spec in resolved]
         input_config = replace(input_config, columns=tuple(dict.fromkeys(columns)))
     return replace(config, input=input_config, features=tuple(resolved))
 
@@ -1005,13 +1028,10 @@ def _warn_float32_rounding(spec: FeatureSpec, text: pa.Array | None) -> None:
 
 def _inferred_typed_specs(schema: pa.Schema, columns: list[str], where: str) -> tuple[FeatureSpec, ...]:
     """infer-config's features for typed columns; what nothing can map is left out with a warning, as it comments."""
-    specs: list[FeatureSpec] = []
-    for name in columns:
-        found, note = infer_column_features(name, name, schema.field(name).type, schema.field(name).nullable)
-        specs.extend(spec for spec, _ in found)
-        if note:
-            _LOG.warning("%s: left out (features was left out): %s", where, note)
-    return tuple(specs)
+    found, notes = infer_schema_features(schema, columns)
+    for note in notes:
+        _LOG.warning("%s: left out (features was left out): %s", where, note)
+    return tuple(spec for spec, _ in found)
 
 
 def _check_sequence_names(check: _Checker, sequence: SequenceConfig, resolved: list[FeatureSpec],
