@@ -10,11 +10,12 @@ import difflib
 import logging
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, overload
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import yaml
 
 from tfrbeam.build.features import (
@@ -442,7 +443,7 @@ _INPUT_KEYS = ("format", "path", "csv", "parquet", "columns", "split_bytes")
 _PARQUET_KEYS = ("require_checksums",)
 _CSV_KEYS = ("delimiter", "quote_char", "escape_char", "header", "column_names", "null_values", "true_values",
              "false_values", "skip_rows", "encoding", "max_row_bytes")
-_FEATURE_KEYS = ("type", "source", "on_null", "default", "separator", "length", "format", "unit")
+_FEATURE_KEYS = ("type", "source", "on_null", "default", "separator", "length", "format", "unit", "null_values")
 _SHUFFLE_KEYS = ("enabled", "seed")
 _OUTPUT_KEYS = ("path", "num_shards", "max_bytes_per_shard", "compression", "dali_index")
 _ERRORS_KEYS = ("on_bad_record", "max_bad_fraction", "allow_empty")
@@ -455,6 +456,7 @@ def parse_config(raw: Any, where: str = "<config>") -> BuildConfig:
     top = check.mapping(raw, "", _TOP_KEYS, required=("input", "output"))
     input_config = _parse_input(check, top.get("input"))
     features = _parse_features(check, top.get("features"), input_config)
+    input_config = with_feature_null_values(input_config, features)
     shuffle = _parse_shuffle(check, top.get("shuffle"))
     splits = _parse_splits(check, top.get("splits"))
     split_key = check.names(top, "split_key", "split_key", allow_single=True)
@@ -595,6 +597,7 @@ def _parse_feature(check: _Checker, name: str, raw: Any, path: str, input_config
     if type_name == TIMESTAMP:
         type_name = "int64"  # the feature holds the count of time_unit since the epoch
     source, source_path = _source(check, section, path, name)
+    null_values = _feature_null_values(check, section, path, input_config)
     on_null = check.choice(section, "on_null", path, ON_NULL_ACTIONS, "error")
     separator = section.get("separator")
     if separator is not None and (not isinstance(separator, str) or not separator):
@@ -621,7 +624,31 @@ def _parse_feature(check: _Checker, name: str, raw: Any, path: str, input_config
                    "a timestamp feature is one value (leave out separator and length)")
     return FeatureSpec(name=name, type=type_name, source=source, on_null=on_null, default=default,
                        separator=separator, length=length, is_list=is_list, time_unit=time_unit, time_format=time_format,
-                       source_path=source_path)
+                       source_path=source_path, null_values=null_values)
+
+
+def _feature_null_values(check: _Checker, section: dict, path: str, input_config: InputConfig) -> tuple[str, ...] | None:
+    """A feature's own CSV null tokens (they replace input.csv.null_values for it); None when not given."""
+    value = section.get("null_values")
+    if value is None:
+        return None
+    if input_config.format != "csv":
+        check.fail(f"{path}.null_values", "is only for CSV inputs (Parquet nulls are in the file)")
+        return None
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        check.fail(f"{path}.null_values", f"{_show(value)} is not a list of strings (e.g. [\"\"] or []); quote "
+                   "values YAML would read as something else, like 'null' or '1'")
+        return None
+    return tuple(value)
+
+
+def with_feature_null_values(input_config: InputConfig, features: tuple[FeatureSpec, ...] | None) -> InputConfig:
+    """The input with csv.feature_null_values derived from the features' own null_values (what the reader nulls)."""
+    own = [spec.null_values for spec in features or () if spec.null_values is not None]
+    tokens = tuple(dict.fromkeys(token for tokens in own for token in tokens)) if own else None
+    if input_config.csv.feature_null_values == tokens:
+        return input_config
+    return replace(input_config, csv=replace(input_config.csv, feature_null_values=tokens))
 
 
 def _source(check: _Checker, section: dict, path: str, name: str) -> tuple[str, tuple[str, ...] | None]:
@@ -910,6 +937,8 @@ def _feature_to_dict(spec: FeatureSpec) -> dict:
         result["separator"] = spec.separator
     if spec.length is not None:
         result["length"] = spec.length
+    if spec.null_values is not None:
+        result["null_values"] = list(spec.null_values)
     return result
 
 
@@ -928,7 +957,8 @@ def with_features(config: BuildConfig, features: tuple[FeatureSpec, ...], csv: C
 
 
 def validate_against_schema(config: BuildConfig, schema: pa.Schema, sample: pa.RecordBatch | None = None,
-                            where: str = "the input") -> BuildConfig:
+                            where: str = "the input", column_nulls: Mapping[str, tuple[str, ...]] | None = None
+                            ) -> BuildConfig:
     """Check sources, split_key and types against the input's schema; return the config with every feature resolved.
 
     Features left out of the config become every input column (or input.columns); features
@@ -950,7 +980,9 @@ def validate_against_schema(config: BuildConfig, schema: pa.Schema, sample: pa.R
         columns = [name for name in names if config.input.columns is None or name in config.input.columns]
         if csv and sample is not None:  # the sample-based inference infer-config writes, too
             booleans = (config.input.csv.true_values or (), config.input.csv.false_values or ())
-            specs = tuple(infer_text_feature(name, sample.column(name), None, *booleans) for name in columns)
+            nulls = column_nulls or {}
+            specs = tuple(replace(infer_text_feature(name, sample.column(name), None, *booleans),
+                                  null_values=nulls.get(name)) for name in columns)
         elif csv:
             specs = tuple(_inferred_spec(schema.field(name), config) for name in columns)
         else:  # the schema-based inference infer-config writes, too
@@ -1002,7 +1034,7 @@ def validate_against_schema(config: BuildConfig, schema: pa.Schema, sample: pa.R
         count = len(check.problems)
         raise ConfigError(f"{count} problem{'s' if count > 1 else ''} with the config on {where}:\n  "
                           + "\n  ".join(check.problems))
-    input_config = config.input
+    input_config = with_feature_null_values(config.input, tuple(resolved))
     if input_config.columns is None:
         columns = [source_column(schema, spec.source_ref) for spec in resolved]
         input_config = replace(input_config, columns=tuple(dict.fromkeys(columns)))
@@ -1076,9 +1108,10 @@ def resolve_with_sample(config: BuildConfig, files: list[InputFile] | None = Non
     """
     input_config = config.input
     csv = input_config.csv
+    column_nulls: dict[str, tuple[str, ...]] = {}
     if input_config.format == "csv" and None in (csv.null_values, csv.true_values, csv.false_values):
         if config.features is None:
-            input_config, sample = infer_csv_tokens(input_config, files)
+            input_config, sample, column_nulls = infer_csv_tokens(input_config, files)
         else:
             input_config = replace(input_config, csv=replace(
                 csv, null_values=csv.null_values or (), true_values=csv.true_values or (),
@@ -1087,11 +1120,14 @@ def resolve_with_sample(config: BuildConfig, files: list[InputFile] | None = Non
     else:
         sample = inspect_input(input_config, files=files)
     config = replace(config, input=input_config)
-    return validate_against_schema(config, sample.schema, sample.sample, where=sample.path), sample
+    return validate_against_schema(config, sample.schema, sample.sample, where=sample.path,
+                                   column_nulls=column_nulls), sample
 
 
-def infer_csv_tokens(input_config: InputConfig, files: list[InputFile] | None = None) -> tuple[InputConfig, InputSample]:
-    """The CSV input with the null, true and false values it leaves out inferred from a sample, and the sample.
+def infer_csv_tokens(input_config: InputConfig, files: list[InputFile] | None = None
+                     ) -> tuple[InputConfig, InputSample, dict[str, tuple[str, ...]]]:
+    """The CSV input with the null, true and false values it leaves out inferred from a sample, the sample (as the
+    build reads it), and the own null_values of the text columns where a file-wide token is a value.
 
     Null tokens (like NA in number columns): the sample is read again with them, as the build
     reads it (a quoted "NA" stays a value), and tokens that then make nothing null are dropped.
@@ -1111,6 +1147,68 @@ def infer_csv_tokens(input_config: InputConfig, files: list[InputFile] | None = 
             with_nulls = replace(input_config, csv=replace(csv, null_values=tuple(tokens)))
             resampled = inspect_input(with_nulls, files=files)
             if resampled.sample is not None and any(column.null_count for column in resampled.sample.columns):
-                return with_nulls, resampled
+                return with_nulls, *_text_columns_keep_tokens(with_nulls, files, rows, resampled)
         csv = replace(csv, null_values=())
-    return replace(input_config, csv=csv), sample
+    return replace(input_config, csv=csv), sample, {}
+
+
+# Distinct values per text column looked at to tell whether the file quotes its strings.
+_QUOTING_PROBE_VALUES = 200
+
+
+def _text_columns_keep_tokens(input_config: InputConfig, files: list[InputFile] | None, raw: pa.RecordBatch,
+                              nulled: InputSample) -> tuple[InputSample, dict[str, tuple[str, ...]]]:
+    """The sample with word tokens (NA, NULL, ...) given back as values in text columns, and those columns' own
+    null_values.
+
+    A text column (bytes after the file-wide null values) holding a word token keeps it as a value
+    ("NA" is Namibia among country codes) unless the file quotes that column's strings and not the
+    token (R's write.csv writes a missing string as a bare NA): then the file tells them apart and
+    the token stays null. "" stays null where the file-wide list says so.
+    """
+    sample = nulled.sample
+    assert sample is not None  # a CSV input is always sampled
+    csv = input_config.csv
+    words = [token for token in csv.null_values or () if token != ""]
+    held: dict[str, pa.Array] = {}
+    for name in sample.schema.names:
+        values, text = sample.column(name), raw.column(name)
+        hit = pc.and_(values.is_null(), pc.fill_null(pc.is_in(text, value_set=pa.array(words, text.type)), False))
+        if not words or not pc.any(hit).as_py() or values.null_count == len(values):
+            continue
+        spec = infer_text_feature(name, values, None, csv.true_values or (), csv.false_values or ())
+        if spec.type == "bytes" and not spec.is_list and spec.time_unit is None:
+            held[name] = hit
+    if not held:
+        return nulled, {}
+    quoted = _quoted_text_columns(input_config, files, sample, list(held))
+    columns = dict(zip(sample.schema.names, sample.columns))
+    overrides = {}
+    for name, hit in held.items():
+        if name in quoted:
+            continue
+        present = set(pc.unique(raw.column(name).filter(hit)).to_pylist())
+        overrides[name] = tuple(token for token in csv.null_values or () if token.encode() not in present
+                                and token not in present)
+        columns[name] = pc.if_else(hit, raw.column(name), sample.column(name))
+    batch = pa.RecordBatch.from_arrays(list(columns.values()), names=list(columns))
+    return replace(nulled, sample=batch), overrides
+
+
+def _quoted_text_columns(input_config: InputConfig, files: list[InputFile] | None, sample: pa.RecordBatch,
+                         names: list[str]) -> set[str]:
+    """The columns whose sampled values (a probe of up to _QUOTING_PROBE_VALUES distinct ones) are all quoted.
+
+    The sample is read once more with those values as null tokens: a quoted value never becomes null.
+    """
+    probes = {name: pc.unique(sample.column(name).drop_null()).slice(0, _QUOTING_PROBE_VALUES) for name in names}
+    tokens = sorted({value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+                     for probe in probes.values() for value in probe.to_pylist()})
+    probed = inspect_input(replace(input_config, csv=replace(input_config.csv, null_values=tuple(tokens))), files=files)
+    assert probed.sample is not None
+    quoted = set()
+    for name, probe in probes.items():
+        looked_at = pc.fill_null(pc.is_in(sample.column(name), value_set=probe), False)
+        if not pc.any(pc.and_(looked_at, probed.sample.column(name).is_null())).as_py():
+            quoted.add(name)
+    return quoted

@@ -23,7 +23,7 @@ Rules (the README states them too):
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -103,6 +103,7 @@ class FeatureSpec:
     time_unit: str | None = None  # set for type: timestamp (an int64 count of this unit since 1970-01-01 UTC)
     time_format: str | None = None  # the strptime format of timestamp text; None is ISO 8601
     source_path: tuple[str, ...] | None = None  # set when source was given as a list: the exact column/field path
+    null_values: tuple[str, ...] | None = None  # CSV tokens that are null for this feature; None: input.csv.null_values
 
     @property
     def source_ref(self) -> str | tuple[str, ...]:
@@ -606,15 +607,19 @@ class _Problems:
 
 
 def convert_batch(batch: pa.RecordBatch, specs: Sequence[FeatureSpec], provenance: Provenance,
-                  true_values: Sequence[str] = (), false_values: Sequence[str] = ()) -> ConvertedBatch:
+                  true_values: Sequence[str] = (), false_values: Sequence[str] = (),
+                  null_text: Mapping[str, pa.Array] | None = None, null_values: Sequence[str] = ()) -> ConvertedBatch:
     """Turn input columns into feature columns; bad rows come out separately with file, line, reason, raw text.
 
     specs must be resolved (see resolve_spec). String columns declared int64 or float are parsed,
-    true_values and false_values (CSV tokens) as 1 and 0.
+    true_values and false_values (CSV tokens) as 1 and 0. null_text (CSV read with per-feature
+    null_values): per column, the token each null cell held; a feature whose own null_values (else
+    the file-wide null_values) leave that token out reads it as a value.
     """
     problems = _Problems(batch.num_rows)
     booleans = (tuple(true_values), tuple(false_values))
-    columns = [_convert_column(spec, _source_column(batch, spec.source_ref, provenance.path), problems, booleans)
+    columns = [_convert_column(spec, _with_null_tokens(spec, _source_column(batch, spec.source_ref, provenance.path),
+                                                       null_text, null_values), problems, booleans)
                for spec in specs]
     bad_rows = []
     kept_rows = np.arange(batch.num_rows, dtype=np.int64)
@@ -632,6 +637,18 @@ def convert_batch(batch: pa.RecordBatch, specs: Sequence[FeatureSpec], provenanc
     schema = pa.schema([pa.field(spec.name, output_type(spec)) for spec in specs])
     return ConvertedBatch(batch=pa.RecordBatch.from_arrays(columns, schema=schema), bad_rows=bad_rows,
                           kept_rows=kept_rows)
+
+
+def _with_null_tokens(spec: FeatureSpec, column: pa.Array, null_text: Mapping[str, pa.Array] | None,
+                      file_tokens: Sequence[str]) -> pa.Array:
+    """The column with the null cells whose token is not null for this feature given back their text."""
+    path = spec.source_path or (spec.source,)
+    if not null_text or len(path) != 1 or path[0] not in null_text or not column.null_count:
+        return column
+    tokens = spec.null_values if spec.null_values is not None else tuple(file_tokens)
+    text = null_text[path[0]]
+    restore = pc.and_(text.is_valid(), pc.invert(pc.is_in(text, value_set=pa.array(list(tokens), text.type))))
+    return pc.if_else(restore, text, column)
 
 
 def _source_column(batch: pa.RecordBatch, source: SourceRef, path: str) -> pa.Array:

@@ -168,7 +168,8 @@ def _csv_features(specs, sample: pa.RecordBatch, null_tokens, unnamed: dict[str,
     if null_tokens:
         shown = ", ".join(json.dumps(token) for token in null_tokens)
         notes = [f"# {shown} stand{'s' if len(null_tokens) == 1 else ''} in for missing numbers, so "
-                 f"{'it is a null value' if len(null_tokens) == 1 else 'they are null values'} in every column."]
+                 f"{'it is a null value' if len(null_tokens) == 1 else 'they are null values'}; a text column "
+                 "where a word token is a value", "# (\"NA\" for Namibia) has its own null_values."]
     else:
         notes = ["# No null values: empty fields and zeros are values. Add tokens to null_values to change that."]
     features = []
@@ -179,6 +180,10 @@ def _csv_features(specs, sample: pa.RecordBatch, null_tokens, unnamed: dict[str,
         if spec.time_unit is not None:
             comments.insert(0, f"ISO 8601 text -> {spec.time_unit} since 1970-01-01 UTC (a zone offset is applied; "
                             "set format for other layouts, e.g. \"%d/%m/%Y %H:%M\")")
+        if spec.null_values is not None:
+            kept = [token for token in null_tokens or () if token not in spec.null_values]
+            comments.append(f"{', '.join(json.dumps(token) for token in kept)} is a value in this text column "
+                            "(its null_values replace input.csv.null_values)")
         if spec.type == "float" and not spec.is_list:
             comments.append(float32_note(spec, values))
         if spec.source in unnamed:
@@ -337,6 +342,8 @@ def _feature_line(feature: _Feature) -> str:
     elif spec.source != spec.name:
         parts.append(f"source: {_q(spec.source)}")
     parts.append(f"on_null: {spec.on_null}")
+    if spec.null_values is not None:
+        parts.append(f"null_values: {_token_list(spec.null_values)}")
     if spec.separator is not None:
         parts.append(f"separator: {json.dumps(spec.separator)}")
     if spec.length is not None and spec.separator is not None:
