@@ -17,7 +17,9 @@ Rules (the README states them too):
   float, decimals to float (rounded) or, with scale 0, to int64, dates/times/timestamps/
   durations to int64 (the stored count: days for date32, ms for date64, the unit otherwise).
   Floats are never cast to int64 (declare type: float). A struct field is a source written
-  "column.field".
+  "column.field" or, exactly, as a path ["column", "field"] (see docs/inference.md).
+- CSV inference: codes (a leading zero before a digit, integers beyond int64) are bytes; a
+  feature's own null_values replace the file-wide ones for it.
 """
 
 from __future__ import annotations

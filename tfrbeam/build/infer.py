@@ -4,8 +4,9 @@ Parquet: one feature per column from the schema (nullable columns get on_null: o
 without a direct mapping get the cast that maps them, structs one feature per scalar field, and
 columns nothing can map are left out with a comment). CSV: the delimiter is sniffed and the header
 detected from the first lines; types come from the first SAMPLE_ROWS rows with the build's own
-parsers (int64, else float, else bytes); tokens like "" or NA that stand in for numbers become
-null_values; columns holding ";"- or "|"-separated numbers become list features. The result is
+parsers (int64, else float, else bytes; codes like "02134" are bytes); tokens like "" or NA that
+stand in for numbers become null_values, and a text column where such a token is a value gets its
+own null_values (docs/inference.md); columns holding ";"- or "|"-separated numbers become list features. The result is
 accepted by load_config unchanged. With a sequence column (``--sequence-by``) the config builds
 SequenceExamples, proposing as context the columns constant within every group of the sample.
 """
@@ -300,7 +301,7 @@ def _render(input_path: str, fmt: str, csv_options: CsvOptions | None, features:
                 f"    encoding: {csv_options.encoding}"]
     out += [
         "features:                     # name: {type: int64 | float | bytes | timestamp, source, on_null, default, "
-        "separator, length, unit, format}"
+        "separator, length, unit, format, null_values}"
     ]
     for feature in features:
         out.append(_feature_line(feature))
