@@ -48,7 +48,8 @@ def test_csv_with_nulls_lists_and_types(tmp_path):
     assert yaml.safe_load(text)["input"]["csv"]["delimiter"] == ";"
     assert "# Inferred from the first 50 rows of" in text
     assert '# "", "NA" stand in for missing numbers, so they are null values in every column.' not in text
-    assert '# "NA" stands in for missing numbers, so it is a null value in every column.' in text
+    assert ('# "NA" stands in for missing numbers, so it is a null value; a text column where a word token is a value\n'
+            '# ("NA" for Namibia) has its own null_values.') in text
     assert "  delay: {type: float, on_null: omit}   # 8 of 50 sampled rows are null: they leave the feature out" in text
     assert '  emb: {type: float, on_null: error, separator: "|", length: 3}' in text
     assert "  tail: {type: bytes, on_null: error}" in text  # "" is a value: only NA was made null

@@ -6,12 +6,17 @@ from __future__ import annotations
 import logging
 
 import pyarrow as pa
+import pytest
 import yaml
 
-from tfrbeam.build.config import load_config, resolve_config
+from tfrbeam.build.cli import main as build_main
+from tfrbeam.build.config import config_to_dict, load_config, parse_config, resolve_config
 from tfrbeam.build.features import infer_text_type
 from tfrbeam.build.infer import _sniff_csv, infer_config
 from tfrbeam.build.inputs import convert_source_batch, read_csv_file
+from tfrbeam.errors import ConfigError
+from tfrbeam.example import decode_example
+from tfrbeam.records import read_records
 
 
 def load(tmp_path, text: str):
@@ -128,3 +133,91 @@ def test_a_declared_float_feature_with_such_values_is_named_in_the_build_log_too
                                       f"output: {{path: '{tmp_path / 'out'}'}}\n"))
     lines = [record.getMessage() for record in caplog.records if "float32" in record.getMessage()]
     assert len(lines) == 1 and "'id'" in lines[0] and "123456792" in lines[0]
+
+
+# ------------------------------------------------------------------------- (c) null tokens per column
+
+COUNTRIES = "code,population,name\nUS,331,United States\nNA,2.5,Namibia\nDE,NA,Germany\nFR,68,France\n"
+
+
+def test_na_is_a_value_in_a_text_column_and_null_in_a_number_column(tmp_path):
+    data = tmp_path / "countries.csv"
+    data.write_text(COUNTRIES)
+    text, inferred = inferred_features(tmp_path, data)
+    raw = yaml.safe_load(text)
+    assert raw["input"]["csv"]["null_values"] == ["NA"]
+    assert raw["features"]["code"] == {"type": "bytes", "on_null": "error", "null_values": []}
+    assert raw["features"]["population"] == {"type": "float", "on_null": "omit"}
+    assert "null_values" not in raw["features"]["name"]  # it holds no NA: the file-wide tokens apply
+    built = built_features(tmp_path, data)
+    assert built == inferred  # one inference path
+    config = resolve_config(load(tmp_path, text))
+    columns = converted(config.features, config, data)
+    assert columns["code"] == [b"US", b"NA", b"DE", b"FR"]
+    assert columns["population"] == [331.0, 2.5, None, 68.0]
+
+
+def test_a_per_feature_null_values_overrides_the_file_wide_list_in_the_build(tmp_path):
+    data = tmp_path / "countries.csv"
+    data.write_text(COUNTRIES + ",,\n")
+    config = resolve_config(load(tmp_path, f"""
+input: {{path: '{data}', csv: {{null_values: ["", "NA"]}}}}
+features:
+  code: {{type: bytes, on_null: omit, null_values: [""]}}
+  code_text: {{type: bytes, source: code, null_values: []}}
+  population: {{type: float, on_null: omit}}
+  name: {{type: bytes, on_null: omit, null_values: ["Germany"]}}
+output: {{path: '{tmp_path / "out"}'}}
+"""))
+    assert config.feature("code").null_values == ("",) and config.feature("population").null_values is None
+    columns = converted(config.features, config, data)
+    assert columns["code"] == [b"US", b"NA", b"DE", b"FR", None]
+    assert columns["code_text"] == [b"US", b"NA", b"DE", b"FR", b""]  # nothing is null for it, "" is a value
+    assert columns["population"] == [331.0, 2.5, None, 68.0, None]
+    assert columns["name"] == [b"United States", b"Namibia", None, b"France", b""]
+
+
+def test_a_quoted_token_stays_a_value_under_per_feature_null_values(tmp_path):
+    data = tmp_path / "quoted.csv"
+    data.write_text('code,n\n"NA",1\nNA,2\n,3\n')
+    config = resolve_config(load(tmp_path, f"""
+input: {{path: '{data}', csv: {{null_values: []}}}}
+features:
+  code: {{type: bytes, on_null: omit, null_values: ["NA"]}}
+  n: {{type: int64}}
+output: {{path: '{tmp_path / "out"}'}}
+"""))
+    assert converted(config.features, config, data)["code"] == [b"NA", None, b""]
+
+
+def test_na_in_a_text_column_whose_strings_are_quoted_stays_null(tmp_path):
+    """R's write.csv quotes every string and writes a missing one as a bare NA: there the file tells them apart."""
+    data = tmp_path / "penguins.csv"
+    data.write_text('"species","sex","mass"\n"Adelie","male",3750\n"Adelie",NA,NA\n"Gentoo","female",4500\n')
+    text, inferred = inferred_features(tmp_path, data)
+    assert "null_values" not in yaml.safe_load(text)["features"]["sex"]
+    assert inferred["sex"].on_null == "omit"
+
+
+def test_per_feature_null_values_are_refused_where_they_cannot_apply():
+    with pytest.raises(ConfigError, match=r"features.f.null_values: .*only for CSV inputs"):
+        parse_config({"input": {"path": "x.parquet"}, "output": {"path": "o"}, "features": {"f": {"null_values": []}}})
+    with pytest.raises(ConfigError, match=r"features.f.null_values: 'NA' is not a list of strings"):
+        parse_config({"input": {"path": "x.csv"}, "output": {"path": "o"}, "features": {"f": {"null_values": "NA"}}})
+
+
+def test_a_build_with_features_left_out_keeps_namibia_and_nulls_the_missing_population(tmp_path):
+    data = tmp_path / "countries.csv"
+    data.write_text(COUNTRIES)
+    config = {"input": {"path": str(data)}, "splits": {"train": 1.0},
+              "output": {"path": str(tmp_path / "out"), "num_shards": 1}}
+    path = tmp_path / "build.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert build_main([str(path), "--quiet"]) == 0  # errors.on_bad_record is fail: no row may be bad
+    shards = sorted((tmp_path / "out" / "train").glob("*.tfrecord*"))
+    rows = [decode_example(payload) for shard in shards for payload in read_records(str(shard))]
+    by_name = {row["name"][0]: row for row in rows}
+    assert by_name[b"Namibia"]["code"] == [b"NA"]
+    assert "population" not in by_name[b"Germany"]
+    manifest_config = resolve_config(load(tmp_path, yaml.safe_dump(config)))
+    assert parse_config(config_to_dict(manifest_config)) == manifest_config  # per-feature null_values round-trip

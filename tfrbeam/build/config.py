@@ -10,11 +10,12 @@ import difflib
 import logging
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, overload
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import yaml
 
 from tfrbeam.build.features import (
@@ -23,10 +24,11 @@ from tfrbeam.build.features import (
     TIME_UNITS,
     TIMESTAMP,
     FeatureSpec,
+    ambiguous_source,
     float32_rounding,
     infer_boolean_tokens,
-    infer_column_features,
     infer_null_tokens,
+    infer_schema_features,
     infer_text_feature,
     resolve_spec,
     source_column,
@@ -481,7 +483,7 @@ _INPUT_KEYS = ("format", "path", "csv", "parquet", "columns", "split_bytes")
 _PARQUET_KEYS = ("require_checksums",)
 _CSV_KEYS = ("delimiter", "quote_char", "escape_char", "header", "column_names", "null_values", "true_values",
              "false_values", "skip_rows", "encoding", "max_row_bytes")
-_FEATURE_KEYS = ("type", "source", "on_null", "default", "separator", "length", "format", "unit")
+_FEATURE_KEYS = ("type", "source", "on_null", "default", "separator", "length", "format", "unit", "null_values")
 _SHUFFLE_KEYS = ("enabled", "seed")
 _OUTPUT_KEYS = ("path", "num_shards", "max_bytes_per_shard", "compression", "dali_index")
 _ERRORS_KEYS = ("on_bad_record", "max_bad_fraction", "allow_empty")
@@ -494,6 +496,7 @@ def parse_config(raw: Any, where: str = "<config>") -> BuildConfig:
     top = check.mapping(raw, "", _TOP_KEYS, required=("input", "output"))
     input_config = _parse_input(check, top.get("input"))
     features = _parse_features(check, top.get("features"), input_config)
+    input_config = with_feature_null_values(input_config, features)
     shuffle = _parse_shuffle(check, top.get("shuffle"))
     splits = _parse_splits(check, top.get("splits"))
     split_key = check.names(top, "split_key", "split_key", allow_single=True)
@@ -634,7 +637,8 @@ def _parse_feature(check: _Checker, name: str, raw: Any, path: str, input_config
     time_unit, time_format = _timestamp_settings(check, section, path, type_name == TIMESTAMP)
     if type_name == TIMESTAMP:
         type_name = "int64"  # the feature holds the count of time_unit since the epoch
-    source = check.string(section, "source", path, name)
+    source, source_path = _source(check, section, path, name)
+    null_values = _feature_null_values(check, section, path, input_config)
     on_null = check.choice(section, "on_null", path, ON_NULL_ACTIONS, "error")
     separator = section.get("separator")
     if separator is not None and (not isinstance(separator, str) or not separator):
@@ -660,7 +664,45 @@ def _parse_feature(check: _Checker, name: str, raw: Any, path: str, input_config
         check.fail(f"{path}.{'separator' if separator is not None else 'length'}",
                    "a timestamp feature is one value (leave out separator and length)")
     return FeatureSpec(name=name, type=type_name, source=source, on_null=on_null, default=default,
-                       separator=separator, length=length, is_list=is_list, time_unit=time_unit, time_format=time_format)
+                       separator=separator, length=length, is_list=is_list, time_unit=time_unit, time_format=time_format,
+                       source_path=source_path, null_values=null_values)
+
+
+def _feature_null_values(check: _Checker, section: dict, path: str, input_config: InputConfig) -> tuple[str, ...] | None:
+    """A feature's own CSV null tokens (they replace input.csv.null_values for it); None when not given."""
+    value = section.get("null_values")
+    if value is None:
+        return None
+    if input_config.format != "csv":
+        check.fail(f"{path}.null_values", "is only for CSV inputs (Parquet nulls are in the file)")
+        return None
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        check.fail(f"{path}.null_values", f"{_show(value)} is not a list of strings (e.g. [\"\"] or []); quote "
+                   "values YAML would read as something else, like 'null' or '1'")
+        return None
+    return tuple(value)
+
+
+def with_feature_null_values(input_config: InputConfig, features: tuple[FeatureSpec, ...] | None) -> InputConfig:
+    """The input with csv.feature_null_values derived from the features' own null_values (what the reader nulls)."""
+    own = [spec.null_values for spec in features or () if spec.null_values is not None]
+    tokens = tuple(dict.fromkeys(token for tokens in own for token in tokens)) if own else None
+    if input_config.csv.feature_null_values == tokens:
+        return input_config
+    return replace(input_config, csv=replace(input_config.csv, feature_null_values=tokens))
+
+
+def _source(check: _Checker, section: dict, path: str, name: str) -> tuple[str, tuple[str, ...] | None]:
+    """A feature's source: a string (a column, or a dotted struct path when no column has that name), or a list,
+    the exact path ([column, field, ...]; ["a.b"] is the column "a.b")."""
+    value = section.get("source")
+    if not isinstance(value, list):
+        return check.string(section, "source", path, name), None
+    if not value or not all(isinstance(part, str) and part for part in value):
+        check.fail(f"{path}.source", f"{_show(value)} is not a non-empty list of non-empty names "
+                   "(e.g. [column, field] for a struct field)")
+        return name, None
+    return ".".join(value), tuple(value)
 
 
 def _timestamp_settings(check: _Checker, section: dict, path: str, is_timestamp: bool) -> tuple[str | None, str | None]:
@@ -926,7 +968,8 @@ def _feature_to_dict(spec: FeatureSpec) -> dict:
         default = [as_text(item) for item in default]
     else:
         default = as_text(default)
-    result: dict[str, Any] = {"type": spec.type, "source": spec.source, "on_null": spec.on_null}
+    source: Any = list(spec.source_path) if spec.source_path is not None else spec.source
+    result: dict[str, Any] = {"type": spec.type, "source": source, "on_null": spec.on_null}
     if spec.time_unit is not None:
         result.update(type=TIMESTAMP, unit=spec.time_unit, format=spec.time_format)
     if spec.on_null == "default":
@@ -935,6 +978,8 @@ def _feature_to_dict(spec: FeatureSpec) -> dict:
         result["separator"] = spec.separator
     if spec.length is not None:
         result["length"] = spec.length
+    if spec.null_values is not None:
+        result["null_values"] = list(spec.null_values)
     return result
 
 
@@ -953,7 +998,8 @@ def with_features(config: BuildConfig, features: tuple[FeatureSpec, ...], csv: C
 
 
 def validate_against_schema(config: BuildConfig, schema: pa.Schema, sample: pa.RecordBatch | None = None,
-                            where: str = "the input") -> BuildConfig:
+                            where: str = "the input", column_nulls: Mapping[str, tuple[str, ...]] | None = None
+                            ) -> BuildConfig:
     """Check sources, split_key and types against the input's schema; return the config with every feature resolved.
 
     Features left out of the config become every input column (or input.columns); features
@@ -975,7 +1021,9 @@ def validate_against_schema(config: BuildConfig, schema: pa.Schema, sample: pa.R
         columns = [name for name in names if config.input.columns is None or name in config.input.columns]
         if csv and sample is not None:  # the sample-based inference infer-config writes, too
             booleans = (config.input.csv.true_values or (), config.input.csv.false_values or ())
-            specs = tuple(infer_text_feature(name, sample.column(name), None, *booleans) for name in columns)
+            nulls = column_nulls or {}
+            specs = tuple(replace(infer_text_feature(name, sample.column(name), None, *booleans),
+                                  null_values=nulls.get(name)) for name in columns)
         elif csv:
             specs = tuple(_inferred_spec(schema.field(name), config) for name in columns)
         else:  # the schema-based inference infer-config writes, too
@@ -983,16 +1031,23 @@ def validate_against_schema(config: BuildConfig, schema: pa.Schema, sample: pa.R
     resolved = []
     for spec in specs:
         path = f"features.{spec.name}"
-        arrow_type = source_type(schema, spec.source)
+        ambiguous = ambiguous_source(schema, spec)
+        if ambiguous is not None:
+            check.fail(f"{path}.source" if spec.source != spec.name else path, ambiguous)
+            continue
+        arrow_type = source_type(schema, spec.source_ref)
         if arrow_type is None:
             hint = difflib.get_close_matches(spec.source, names, n=1)
             suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
             key = f"{path}.source" if spec.source != spec.name else path
-            check.fail(key, f"column {spec.source!r} is not in {where} (columns: {_names(names)}){suggestion}")
+            shown = spec.source_path if spec.source_path is not None else spec.source
+            check.fail(key, f"column {shown!r} is not in {where} (columns: {_names(names)}){suggestion}")
             continue
-        if config.input.columns is not None and source_column(schema, spec.source) not in config.input.columns:
+        read = source_column(schema, spec.source_ref)
+        if config.input.columns is not None and read not in config.input.columns:
             check.fail(path, f"reads column {spec.source!r}, which input.columns leaves out")
-        text = sample.column(spec.source) if sample is not None and spec.source in sample.schema.names else None
+        whole = read is not None and (spec.source_path or (spec.source,)) == (read,)  # not a struct field
+        text = sample.column(read) if whole and sample is not None and read in sample.schema.names else None
         try:
             spec_done = resolve_spec(spec, arrow_type, text_sample=text, infer_from_text=csv)
         except ArrowConversionError as error:
@@ -1020,9 +1075,9 @@ def validate_against_schema(config: BuildConfig, schema: pa.Schema, sample: pa.R
         count = len(check.problems)
         raise ConfigError(f"{count} problem{'s' if count > 1 else ''} with the config on {where}:\n  "
                           + "\n  ".join(check.problems))
-    input_config = config.input
+    input_config = with_feature_null_values(config.input, tuple(resolved))
     if input_config.columns is None:
-        columns = [source_column(schema, spec.source) for spec in resolved]
+        columns = [source_column(schema, spec.source_ref) for spec in resolved]
         input_config = replace(input_config, columns=tuple(dict.fromkeys(columns)))
     return replace(config, input=input_config, features=tuple(resolved))
 
@@ -1046,13 +1101,10 @@ def _warn_float32_rounding(spec: FeatureSpec, text: pa.Array | None) -> None:
 
 def _inferred_typed_specs(schema: pa.Schema, columns: list[str], where: str) -> tuple[FeatureSpec, ...]:
     """infer-config's features for typed columns; what nothing can map is left out with a warning, as it comments."""
-    specs: list[FeatureSpec] = []
-    for name in columns:
-        found, note = infer_column_features(name, name, schema.field(name).type, schema.field(name).nullable)
-        specs.extend(spec for spec, _ in found)
-        if note:
-            _LOG.warning("%s: left out (features was left out): %s", where, note)
-    return tuple(specs)
+    found, notes = infer_schema_features(schema, columns)
+    for note in notes:
+        _LOG.warning("%s: left out (features was left out): %s", where, note)
+    return tuple(spec for spec, _ in found)
 
 
 def _check_sequence_names(check: _Checker, sequence: SequenceConfig, resolved: list[FeatureSpec],
@@ -1097,9 +1149,10 @@ def resolve_with_sample(config: BuildConfig, files: list[InputFile] | None = Non
     """
     input_config = config.input
     csv = input_config.csv
+    column_nulls: dict[str, tuple[str, ...]] = {}
     if input_config.format == "csv" and None in (csv.null_values, csv.true_values, csv.false_values):
         if config.features is None:
-            input_config, sample = infer_csv_tokens(input_config, files)
+            input_config, sample, column_nulls = infer_csv_tokens(input_config, files)
         else:
             input_config = replace(input_config, csv=replace(
                 csv, null_values=csv.null_values or (), true_values=csv.true_values or (),
@@ -1108,11 +1161,14 @@ def resolve_with_sample(config: BuildConfig, files: list[InputFile] | None = Non
     else:
         sample = inspect_input(input_config, files=files)
     config = replace(config, input=input_config)
-    return validate_against_schema(config, sample.schema, sample.sample, where=sample.path), sample
+    return validate_against_schema(config, sample.schema, sample.sample, where=sample.path,
+                                   column_nulls=column_nulls), sample
 
 
-def infer_csv_tokens(input_config: InputConfig, files: list[InputFile] | None = None) -> tuple[InputConfig, InputSample]:
-    """The CSV input with the null, true and false values it leaves out inferred from a sample, and the sample.
+def infer_csv_tokens(input_config: InputConfig, files: list[InputFile] | None = None
+                     ) -> tuple[InputConfig, InputSample, dict[str, tuple[str, ...]]]:
+    """The CSV input with the null, true and false values it leaves out inferred from a sample, the sample (as the
+    build reads it), and the own null_values of the text columns where a file-wide token is a value.
 
     Null tokens (like NA in number columns): the sample is read again with them, as the build
     reads it (a quoted "NA" stays a value), and tokens that then make nothing null are dropped.
@@ -1132,6 +1188,68 @@ def infer_csv_tokens(input_config: InputConfig, files: list[InputFile] | None = 
             with_nulls = replace(input_config, csv=replace(csv, null_values=tuple(tokens)))
             resampled = inspect_input(with_nulls, files=files)
             if resampled.sample is not None and any(column.null_count for column in resampled.sample.columns):
-                return with_nulls, resampled
+                return with_nulls, *_text_columns_keep_tokens(with_nulls, files, rows, resampled)
         csv = replace(csv, null_values=())
-    return replace(input_config, csv=csv), sample
+    return replace(input_config, csv=csv), sample, {}
+
+
+# Distinct values per text column looked at to tell whether the file quotes its strings.
+_QUOTING_PROBE_VALUES = 200
+
+
+def _text_columns_keep_tokens(input_config: InputConfig, files: list[InputFile] | None, raw: pa.RecordBatch,
+                              nulled: InputSample) -> tuple[InputSample, dict[str, tuple[str, ...]]]:
+    """The sample with word tokens (NA, NULL, ...) given back as values in text columns, and those columns' own
+    null_values.
+
+    A text column (bytes after the file-wide null values) holding a word token keeps it as a value
+    ("NA" is Namibia among country codes) unless the file quotes that column's strings and not the
+    token (R's write.csv writes a missing string as a bare NA): then the file tells them apart and
+    the token stays null. "" stays null where the file-wide list says so.
+    """
+    sample = nulled.sample
+    assert sample is not None  # a CSV input is always sampled
+    csv = input_config.csv
+    words = [token for token in csv.null_values or () if token != ""]
+    held: dict[str, pa.Array] = {}
+    for name in sample.schema.names:
+        values, text = sample.column(name), raw.column(name)
+        hit = pc.and_(values.is_null(), pc.fill_null(pc.is_in(text, value_set=pa.array(words, text.type)), False))
+        if not words or not pc.any(hit).as_py() or values.null_count == len(values):
+            continue
+        spec = infer_text_feature(name, values, None, csv.true_values or (), csv.false_values or ())
+        if spec.type == "bytes" and not spec.is_list and spec.time_unit is None:
+            held[name] = hit
+    if not held:
+        return nulled, {}
+    quoted = _quoted_text_columns(input_config, files, sample, list(held))
+    columns = dict(zip(sample.schema.names, sample.columns))
+    overrides = {}
+    for name, hit in held.items():
+        if name in quoted:
+            continue
+        present = set(pc.unique(raw.column(name).filter(hit)).to_pylist())
+        overrides[name] = tuple(token for token in csv.null_values or () if token.encode() not in present
+                                and token not in present)
+        columns[name] = pc.if_else(hit, raw.column(name), sample.column(name))
+    batch = pa.RecordBatch.from_arrays(list(columns.values()), names=list(columns))
+    return replace(nulled, sample=batch), overrides
+
+
+def _quoted_text_columns(input_config: InputConfig, files: list[InputFile] | None, sample: pa.RecordBatch,
+                         names: list[str]) -> set[str]:
+    """The columns whose sampled values (a probe of up to _QUOTING_PROBE_VALUES distinct ones) are all quoted.
+
+    The sample is read once more with those values as null tokens: a quoted value never becomes null.
+    """
+    probes = {name: pc.unique(sample.column(name).drop_null()).slice(0, _QUOTING_PROBE_VALUES) for name in names}
+    tokens = sorted({value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+                     for probe in probes.values() for value in probe.to_pylist()})
+    probed = inspect_input(replace(input_config, csv=replace(input_config.csv, null_values=tuple(tokens))), files=files)
+    assert probed.sample is not None
+    quoted = set()
+    for name, probe in probes.items():
+        looked_at = pc.fill_null(pc.is_in(sample.column(name), value_set=probe), False)
+        if not pc.any(pc.and_(looked_at, probed.sample.column(name).is_null())).as_py():
+            quoted.add(name)
+    return quoted

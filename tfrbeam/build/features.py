@@ -17,13 +17,15 @@ Rules (the README states them too):
   float, decimals to float (rounded) or, with scale 0, to int64, dates/times/timestamps/
   durations to int64 (the stored count: days for date32, ms for date64, the unit otherwise).
   Floats are never cast to int64 (declare type: float). A struct field is a source written
-  "column.field".
+  "column.field" or, exactly, as a path ["column", "field"] (see docs/inference.md).
+- CSV inference: codes (a leading zero before a digit, integers beyond int64) are bytes; a
+  feature's own null_values replace the file-wide ones for it.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -47,6 +49,7 @@ __all__ = [
     "ConvertedBatch",
     "FEATURE_TYPES",
     "FeatureSpec",
+    "ambiguous_source",
     "ON_NULL_ACTIONS",
     "Provenance",
     "convert_batch",
@@ -54,12 +57,14 @@ __all__ = [
     "infer_boolean_tokens",
     "infer_column_features",
     "infer_null_tokens",
+    "infer_schema_features",
     "infer_spec",
     "infer_text_feature",
     "infer_text_type",
     "output_type",
     "resolve_spec",
     "source_column",
+    "source_matches",
     "source_type",
 ]
 
@@ -102,6 +107,13 @@ class FeatureSpec:
     is_list: bool = False
     time_unit: str | None = None  # set for type: timestamp (an int64 count of this unit since 1970-01-01 UTC)
     time_format: str | None = None  # the strptime format of timestamp text; None is ISO 8601
+    source_path: tuple[str, ...] | None = None  # set when source was given as a list: the exact column/field path
+    null_values: tuple[str, ...] | None = None  # CSV tokens that are null for this feature; None: input.csv.null_values
+
+    @property
+    def source_ref(self) -> str | tuple[str, ...]:
+        """What the feature reads: its exact path (list syntax), else the source string (a column or dotted path)."""
+        return self.source_path if self.source_path is not None else self.source
 
     @property
     def shape(self) -> tuple[int, ...] | None:
@@ -190,8 +202,12 @@ def output_type(spec: FeatureSpec) -> pa.DataType:
     return pa.list_(scalar) if spec.is_list else scalar
 
 
-def source_type(schema: pa.Schema, source: str) -> pa.DataType | None:
-    """The Arrow type of a source column, or of a struct field written "column.field.sub"; None if absent."""
+SourceRef = str | tuple[str, ...]
+
+
+def source_type(schema: pa.Schema, source: SourceRef) -> pa.DataType | None:
+    """The Arrow type of a source column, of a struct field written "column.field.sub", or of a path
+    ("column", "field", ...); None if absent."""
     found = _find_source(schema.names, source)
     if found is None:
         return None
@@ -204,14 +220,17 @@ def source_type(schema: pa.Schema, source: str) -> pa.DataType | None:
     return arrow_type
 
 
-def source_column(schema: pa.Schema, source: str) -> str | None:
+def source_column(schema: pa.Schema, source: SourceRef) -> str | None:
     """The top-level column a source reads ("s" for the struct field "s.a"); None if absent."""
     found = _find_source(schema.names, source) if source_type(schema, source) is not None else None
     return found[0] if found else None
 
 
-def _find_source(names: Sequence[str], source: str) -> tuple[str, list[str]] | None:
-    """(column, struct field path) of a source: an exact column name wins over a dotted path."""
+def _find_source(names: Sequence[str], source: SourceRef) -> tuple[str, list[str]] | None:
+    """(column, struct field path) of a source: a path as it is; of a string, an exact column name wins over a
+    dotted path (validate_against_schema refuses a string that names both, see source_matches)."""
+    if isinstance(source, tuple):
+        return (source[0], list(source[1:])) if source and source[0] in names else None
     if source in names:
         return source, []
     parts = source.split(".")
@@ -220,6 +239,33 @@ def _find_source(names: Sequence[str], source: str) -> tuple[str, list[str]] | N
         if head in names:
             return head, parts[cut:]
     return None
+
+
+def source_matches(schema: pa.Schema, source: str) -> list[tuple[str, ...]]:
+    """Every existing path a source string can name: the column of that exact name, then each struct field path
+    its dots can spell ("a.b": the column "a.b", field b of struct a). More than one is ambiguous."""
+    parts = source.split(".")
+    splits = [(source,)] + [(".".join(parts[:cut]), *parts[cut:]) for cut in range(len(parts) - 1, 0, -1)]
+    return [path for path in splits if source_type(schema, path) is not None]
+
+
+def ambiguous_source(schema: pa.Schema, spec: FeatureSpec) -> str | None:
+    """Why a source string is ambiguous in the schema (it names a column and a struct field), or None."""
+    if spec.source_path is not None:
+        return None
+    found = source_matches(schema, spec.source)
+    if len(found) < 2:
+        return None
+    named = [f"the column {path[0]!r}" if len(path) == 1 else
+             f"field {'.'.join(path[1:])} of struct column {path[0]}" for path in found]
+    spelled = [f"source: [{', '.join(part if _plain(part) else json.dumps(part) for part in path)}] for "
+               f"{'the column' if len(path) == 1 else 'the field'}" for path in found]
+    return f"{spec.source!r} names both {' and '.join(named)}; write the path as a list: {' or '.join(spelled)}"
+
+
+def _plain(name: str) -> bool:
+    """Whether a name can be written in YAML flow syntax without quotes."""
+    return bool(name) and name.replace("_", "").isalnum() and name[0].isalpha()
 
 
 def _allowed_types(arrow_type: pa.DataType) -> tuple[str, ...]:
@@ -286,29 +332,35 @@ def infer_spec(name: str, arrow_type: pa.DataType, nullable: bool = True, source
                        length=length, is_list=is_list)
 
 
-def infer_column_features(name: str, source: str, arrow_type: pa.DataType,
+def infer_column_features(name: str, source: SourceRef, arrow_type: pa.DataType,
                           nullable: bool) -> tuple[list[tuple[FeatureSpec, str]], str]:
     """The features a typed (Parquet) column becomes when the config leaves features out, each with a comment on
     what its values become, and a note on what nothing can map (left out), or "".
 
     The one inference of the build (features left out) and of infer-config (which writes these
     specs and comments), so both build the same dataset. Structs give one feature per scalar field
-    (source "col.field"); types with no direct mapping get the cast that maps them.
+    (source "col.field", with source_path ("col", "field")); types with no direct mapping get the cast that
+    maps them. infer_schema_features settles the sources against the whole schema.
     """
+    if isinstance(source, tuple):
+        path, source = source, ".".join(source)
+    else:
+        path = None
     if pa.types.is_struct(arrow_type):
         features: list[tuple[FeatureSpec, str]] = []
         notes = []
         for index in range(arrow_type.num_fields):
             child = arrow_type.field(index)
-            found, note = infer_column_features(f"{name}_{child.name}", f"{source}.{child.name}", child.type,
-                                                nullable or child.nullable)
+            found, note = infer_column_features(f"{name}_{child.name}", (*(path or (source,)), child.name),
+                                                child.type, nullable or child.nullable)
             features.extend(found)
             if note:
                 notes.append(note)
         return features, "; ".join(notes)
     null_comment = "nullable in the schema: a null leaves the feature out of that example" if nullable else ""
     try:
-        return [(infer_spec(name, arrow_type, nullable=nullable, source=source), null_comment)], ""
+        spec = replace(infer_spec(name, arrow_type, nullable=nullable, source=source), source_path=path)
+        return [(spec, null_comment)], ""
     except ArrowConversionError:
         pass  # no direct mapping: the cast below
     cast = _cast_for(arrow_type)
@@ -317,10 +369,41 @@ def infer_column_features(name: str, source: str, arrow_type: pa.DataType,
         return [], unmappable
     feature_type, why = cast
     try:
-        spec = resolve_spec(FeatureSpec(name, feature_type, source, on_null="omit" if nullable else "error"), arrow_type)
+        spec = resolve_spec(FeatureSpec(name, feature_type, source, on_null="omit" if nullable else "error",
+                                        source_path=path), arrow_type)
     except ArrowConversionError:
         return [], unmappable
     return [(spec, "; ".join(part for part in (f"{arrow_type} {why}", null_comment) if part))], ""
+
+
+def infer_schema_features(schema: pa.Schema, columns: Sequence[str]) -> tuple[list[tuple[FeatureSpec, str]], list[str]]:
+    """The features of the given columns of a typed schema (see infer_column_features), with sources settled and
+    names unique, and the notes on what nothing can map.
+
+    A source is written as a dotted string where that names one path in the schema, else as a
+    list (source_path): a column "a.b" next to a struct a with a field b gets ["a.b"] and [a, b].
+    A feature name already taken (column "a_b" and field b of struct a) gets a suffix, _2, _3, ...
+    """
+    found: list[tuple[FeatureSpec, str]] = []
+    notes: list[str] = []
+    for column in columns:
+        field_ = schema.field(column)
+        features, note = infer_column_features(column, (column,), field_.type, field_.nullable)
+        found.extend(features)
+        if note:
+            notes.append(note)
+    used: set[str] = set()
+    settled = []
+    for spec, comment in found:
+        path = spec.source_path or (spec.source,)
+        spec = replace(spec, source_path=path if source_matches(schema, ".".join(path)) != [path] else None)
+        if spec.name in used:
+            taken = spec.name
+            spec = replace(spec, name=next(f"{taken}_{n}" for n in range(2, len(found) + 2) if f"{taken}_{n}" not in used))
+            comment = "; ".join(part for part in (f"named {spec.name}: another feature is {taken}", comment) if part)
+        used.add(spec.name)
+        settled.append((spec, comment))
+    return settled, notes
 
 
 def _cast_for(arrow_type: pa.DataType) -> tuple[str, str] | None:
@@ -529,15 +612,19 @@ class _Problems:
 
 
 def convert_batch(batch: pa.RecordBatch, specs: Sequence[FeatureSpec], provenance: Provenance,
-                  true_values: Sequence[str] = (), false_values: Sequence[str] = ()) -> ConvertedBatch:
+                  true_values: Sequence[str] = (), false_values: Sequence[str] = (),
+                  null_text: Mapping[str, pa.Array] | None = None, null_values: Sequence[str] = ()) -> ConvertedBatch:
     """Turn input columns into feature columns; bad rows come out separately with file, line, reason, raw text.
 
     specs must be resolved (see resolve_spec). String columns declared int64 or float are parsed,
-    true_values and false_values (CSV tokens) as 1 and 0.
+    true_values and false_values (CSV tokens) as 1 and 0. null_text (CSV read with per-feature
+    null_values): per column, the token each null cell held; a feature whose own null_values (else
+    the file-wide null_values) leave that token out reads it as a value.
     """
     problems = _Problems(batch.num_rows)
     booleans = (tuple(true_values), tuple(false_values))
-    columns = [_convert_column(spec, _source_column(batch, spec.source, provenance.path), problems, booleans)
+    columns = [_convert_column(spec, _with_null_tokens(spec, _source_column(batch, spec.source_ref, provenance.path),
+                                                       null_text, null_values), problems, booleans)
                for spec in specs]
     bad_rows = []
     kept_rows = np.arange(batch.num_rows, dtype=np.int64)
@@ -557,7 +644,19 @@ def convert_batch(batch: pa.RecordBatch, specs: Sequence[FeatureSpec], provenanc
                           kept_rows=kept_rows)
 
 
-def _source_column(batch: pa.RecordBatch, source: str, path: str) -> pa.Array:
+def _with_null_tokens(spec: FeatureSpec, column: pa.Array, null_text: Mapping[str, pa.Array] | None,
+                      file_tokens: Sequence[str]) -> pa.Array:
+    """The column with the null cells whose token is not null for this feature given back their text."""
+    path = spec.source_path or (spec.source,)
+    if not null_text or len(path) != 1 or path[0] not in null_text or not column.null_count:
+        return column
+    tokens = spec.null_values if spec.null_values is not None else tuple(file_tokens)
+    text = null_text[path[0]]
+    restore = pc.and_(text.is_valid(), pc.invert(pc.is_in(text, value_set=pa.array(list(tokens), text.type))))
+    return pc.if_else(restore, text, column)
+
+
+def _source_column(batch: pa.RecordBatch, source: SourceRef, path: str) -> pa.Array:
     found = _find_source(batch.schema.names, source)
     if found is None:
         raise ArrowConversionError(

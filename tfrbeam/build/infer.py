@@ -4,8 +4,9 @@ Parquet: one feature per column from the schema (nullable columns get on_null: o
 without a direct mapping get the cast that maps them, structs one feature per scalar field, and
 columns nothing can map are left out with a comment). CSV: the delimiter is sniffed and the header
 detected from the first lines; types come from the first SAMPLE_ROWS rows with the build's own
-parsers (int64, else float, else bytes); tokens like "" or NA that stand in for numbers become
-null_values; columns holding ";"- or "|"-separated numbers become list features. The result is
+parsers (int64, else float, else bytes; codes like "02134" are bytes); tokens like "" or NA that
+stand in for numbers become null_values, and a text column where such a token is a value gets its
+own null_values (docs/inference.md); columns holding ";"- or "|"-separated numbers become list features. The result is
 accepted by load_config unchanged. With a sequence column (``--sequence-by``) the config builds
 SequenceExamples, proposing as context the columns constant within every group of the sample.
 """
@@ -30,7 +31,7 @@ from tfrbeam.build.config import (
     float32_note,
     resolve_with_sample,
 )
-from tfrbeam.build.features import FeatureSpec, infer_column_features, infer_text_type
+from tfrbeam.build.features import FeatureSpec, infer_schema_features, infer_text_type
 from tfrbeam.build.inputs import (
     SAMPLE_ROWS,
     CsvOptions,
@@ -113,14 +114,8 @@ def _format_of(path: str) -> str:
 
 
 def _parquet_features(schema: pa.Schema) -> tuple[list[_Feature], list[str]]:
-    features: list[_Feature] = []
-    left_out: list[str] = []
-    for field in schema:
-        found, note = infer_column_features(field.name, field.name, field.type, field.nullable)
-        features.extend(_Feature(spec, comment) for spec, comment in found)
-        if note:
-            left_out.append(note)
-    return features, left_out
+    found, left_out = infer_schema_features(schema, schema.names)
+    return [_Feature(spec, comment) for spec, comment in found], left_out
 
 
 # ----------------------------------------------------------------------------------------------- CSV
@@ -174,7 +169,8 @@ def _csv_features(specs, sample: pa.RecordBatch, null_tokens, unnamed: dict[str,
     if null_tokens:
         shown = ", ".join(json.dumps(token) for token in null_tokens)
         notes = [f"# {shown} stand{'s' if len(null_tokens) == 1 else ''} in for missing numbers, so "
-                 f"{'it is a null value' if len(null_tokens) == 1 else 'they are null values'} in every column."]
+                 f"{'it is a null value' if len(null_tokens) == 1 else 'they are null values'}; a text column "
+                 "where a word token is a value", "# (\"NA\" for Namibia) has its own null_values."]
     else:
         notes = ["# No null values: empty fields and zeros are values. Add tokens to null_values to change that."]
     features = []
@@ -185,6 +181,10 @@ def _csv_features(specs, sample: pa.RecordBatch, null_tokens, unnamed: dict[str,
         if spec.time_unit is not None:
             comments.insert(0, f"ISO 8601 text -> {spec.time_unit} since 1970-01-01 UTC (a zone offset is applied; "
                             "set format for other layouts, e.g. \"%d/%m/%Y %H:%M\")")
+        if spec.null_values is not None:
+            kept = [token for token in null_tokens or () if token not in spec.null_values]
+            comments.append(f"{', '.join(json.dumps(token) for token in kept)} is a value in this text column "
+                            "(its null_values replace input.csv.null_values)")
         if spec.type == "float" and not spec.is_list:
             comments.append(float32_note(spec, values))
         if spec.source in unnamed:
@@ -212,23 +212,26 @@ def _sequence_lines(features: list[_Feature], sample: pa.Table, group_by: str, o
             raise ConfigError(f"{flag}: {name!r} is not a feature of the input (features: {names})")
     if order_by is not None and specs[order_by].shape != ():
         raise ConfigError(f"--order-by: {order_by!r} is a list feature; steps are ordered by a scalar feature")
-    key = specs[group_by].source
+    key = _whole_column(specs[group_by], sample.column_names)
+    if key is None:
+        raise ConfigError(f"--sequence-by: {group_by!r} reads a struct field; group by a top-level column")
     rows = sample.filter(pc.is_valid(sample.column(key)))
     sizes = rows.group_by(key).aggregate([(key, "count")])
     groups, multi = sizes.num_rows, int(pc.sum(pc.greater(sizes.column(f"{key}_count"), 1)).as_py() or 0)
     context, notes = [], []
     for name, spec in specs.items():
-        if name in (group_by, order_by) or spec.source not in rows.column_names:
+        column = _whole_column(spec, rows.column_names)
+        if name in (group_by, order_by) or column is None:
             continue
         if spec.shape != ():
             notes.append(f"  # {name}: a list column, never proposed as context")
             continue
         if multi == 0:
             continue
-        distinct = rows.group_by(key).aggregate([(spec.source, "count_distinct", pc.CountOptions(mode="all")),
+        distinct = rows.group_by(key).aggregate([(column, "count_distinct", pc.CountOptions(mode="all")),
                                                  (key, "count")])
         within = pc.greater(distinct.column(f"{key}_count"), 1)
-        constant = int(pc.sum(pc.and_(within, pc.less_equal(distinct.column(f"{spec.source}_count_distinct"), 1)))
+        constant = int(pc.sum(pc.and_(within, pc.less_equal(distinct.column(f"{column}_count_distinct"), 1)))
                        .as_py() or 0)
         if constant == multi:
             context.append(name)
@@ -252,6 +255,12 @@ def _sequence_lines(features: list[_Feature], sample: pa.Table, group_by: str, o
         "  overflow: split",
         "  min_steps: 1                # shorter groups are dropped (counted in the manifest)",
     ]
+
+
+def _whole_column(spec: FeatureSpec, columns: list[str]) -> str | None:
+    """The top-level column a feature reads whole, or None for a struct field (or a column not sampled)."""
+    path = spec.source_path or (spec.source,)
+    return path[0] if len(path) == 1 and path[0] in columns else None
 
 
 # ------------------------------------------------------------------------------------------ render
@@ -292,7 +301,7 @@ def _render(input_path: str, fmt: str, csv_options: CsvOptions | None, features:
                 f"    encoding: {csv_options.encoding}"]
     out += [
         "features:                     # name: {type: int64 | float | bytes | timestamp, source, on_null, default, "
-        "separator, length, unit, format}"
+        "separator, length, unit, format, null_values}"
     ]
     for feature in features:
         out.append(_feature_line(feature))
@@ -329,9 +338,13 @@ def _feature_line(feature: _Feature) -> str:
     parts = [f"type: {spec.type}"] if spec.time_unit is None else ["type: timestamp", f"unit: {spec.time_unit}"]
     if spec.time_format is not None:
         parts.append(f"format: {json.dumps(spec.time_format)}")
-    if spec.source != spec.name:
+    if spec.source_path is not None:
+        parts.append(f"source: [{', '.join(_q(part) for part in spec.source_path)}]")
+    elif spec.source != spec.name:
         parts.append(f"source: {_q(spec.source)}")
     parts.append(f"on_null: {spec.on_null}")
+    if spec.null_values is not None:
+        parts.append(f"null_values: {_token_list(spec.null_values)}")
     if spec.separator is not None:
         parts.append(f"separator: {json.dumps(spec.separator)}")
     if spec.length is not None and spec.separator is not None:

@@ -115,6 +115,9 @@ class CsvOptions:
     skip_rows: int = 0
     encoding: str = "utf-8"
     max_row_bytes: int = DEFAULT_MAX_ROW_BYTES  # the longest row (in bytes) that can be read
+    # Not a config key: the tokens features' own null_values name, derived from the features (None: no feature
+    # has its own). The reader then nulls these and null_values, and keeps each null cell's token (null_text).
+    feature_null_values: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -168,6 +171,8 @@ class SourceBatch:
     true_values: tuple[str, ...] = ()  # the CSV dialect's boolean tokens, for the conversion
     false_values: tuple[str, ...] = ()
     converted: ConvertedBatch | None = None
+    null_text: dict[str, pa.Array] | None = None  # per column with nulls: each null cell's token (per-feature nulls)
+    null_values: tuple[str, ...] = ()  # the file-wide null tokens, when null_text is set
 
     @property
     def first_line(self) -> int:
@@ -218,7 +223,8 @@ beam.coders.registry.register_coder(SourceBatch, SourceBatchCoder)
 
 def convert_source_batch(source: SourceBatch, specs: Sequence[FeatureSpec]) -> ConvertedBatch:
     """convert_batch on a SourceBatch; the reader's own bad rows come first in the result's bad_rows."""
-    converted = convert_batch(source.batch, specs, source, source.true_values, source.false_values)
+    converted = convert_batch(source.batch, specs, source, source.true_values, source.false_values,
+                              source.null_text, source.null_values)
     if source.bad_rows:
         return ConvertedBatch(batch=converted.batch, bad_rows=list(source.bad_rows) + converted.bad_rows,
                               kept_rows=converted.kept_rows)
@@ -779,7 +785,7 @@ def _read_rows(path: str, tracker: _LineTracker, preamble: _Preamble, options: C
             invalid[row.number] = (row.expected_columns, row.actual_columns, row.text)
         return "skip"
 
-    null_values = list(options.null_values or ())
+    null_values = list(dict.fromkeys((*(options.null_values or ()), *(options.feature_null_values or ()))))
     reader_options = pcsv.ReadOptions(use_threads=False, block_size=block_size, column_names=names)
     convert_options = pcsv.ConvertOptions(
         column_types={name: pa.binary() for name in names}, null_values=null_values,
@@ -806,12 +812,50 @@ def _read_rows(path: str, tracker: _LineTracker, preamble: _Preamble, options: C
         produced = _ahead(batches) if _PREFETCH_BATCHES else batches
         codec = codecs.lookup(options.encoding).name
         produced = (_without_undecodable_rows(source, codec) for source in produced)
+        if options.feature_null_values is not None and null_values:
+            produced = (_with_null_text(source, names, options, quoting) for source in produced)
         booleans = (tuple(options.true_values or ()), tuple(options.false_values or ()))
         if any(booleans):
             produced = (replace(source, true_values=booleans[0], false_values=booleans[1]) for source in produced)
         yield from produced
     finally:
         reader.close()  # stop pyarrow's read-ahead thread now, not at garbage collection
+
+
+def _with_null_text(source: SourceBatch, names: Sequence[str], options: CsvOptions, quoting: bool) -> SourceBatch:
+    """The batch with the token each null cell held (features with their own null_values decide on it).
+
+    Only the rows holding a null are parsed again, from their raw text, by pyarrow with the same
+    dialect and no null values; a null cell was an unquoted token, so its text is that token.
+    """
+    nulls = [name for name in source.batch.schema.names if source.batch.column(name).null_count]
+    if not nulls or source.raw is None or source.raw_line_starts is None or source.spans is None:
+        return replace(source, null_values=tuple(options.null_values or ()))
+    mask = np.zeros(source.num_rows, dtype=bool)
+    for name in nulls:
+        mask |= np.asarray(source.batch.column(name).is_null())
+    rows = np.flatnonzero(mask)
+    firsts = source.lines[rows] - source.raw_first_line
+    pieces = [_strip_line_break(source.raw[source.raw_line_starts[first]:
+                                           source.raw_line_starts[first + int(source.spans[row])]]) + b"\n"
+              for row, first in zip(rows.tolist(), firsts.tolist())]
+
+    def refuse(row) -> str:
+        raise InputError(f"{source.path}: a row holding a null did not parse again ({row.text!r})")
+
+    table = pcsv.read_csv(io.BytesIO(b"".join(pieces)),
+                          read_options=pcsv.ReadOptions(use_threads=False, column_names=list(names)),
+                          parse_options=_parse_options(options, quoting, refuse),
+                          convert_options=pcsv.ConvertOptions(column_types={name: pa.binary() for name in nulls},
+                                                              include_columns=nulls, strings_can_be_null=False,
+                                                              check_utf8=False))
+    null_text = {}
+    for name in nulls:
+        texts = np.full(source.num_rows, None, dtype=object)
+        texts[rows] = table.column(name).to_pylist()
+        text = pa.array(texts, pa.binary())
+        null_text[name] = pc.if_else(source.batch.column(name).is_null(), text, pa.scalar(None, pa.binary()))
+    return replace(source, null_text=null_text, null_values=tuple(options.null_values or ()))
 
 
 # Batches parsed (CSV) or decoded (Parquet) ahead by a thread of their own; 0 reads in the
