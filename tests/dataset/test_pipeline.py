@@ -150,7 +150,7 @@ def test_columns_padding_and_arrow_output(files):
     assert isinstance(arrow, pa.RecordBatch)
     assert arrow.schema.field("x").type == pa.list_(pa.float32(), 3)
     assert arrow.schema.field("tags").type == pa.list_(pa.binary())
-    assert arrow.column("opt").to_pylist() == [[0, 1], [], [], [3, 4], []]
+    assert arrow.column("opt").to_pylist() == [[0, 1], None, None, [3, 4], None]  # absent: null (issue 24)
     assert arrow.column("name").to_pylist() == [b"n0", b"n1", b"n2", b"n3", b"n4"]
 
 

@@ -1770,7 +1770,8 @@ def _widened_field(name: str, paths: Sequence[str], schemas: Sequence[pa.Schema]
             raise ParquetSchemaError(
                 f"{path}: column {name!r} is {theirs.type} but {owner} has it as {current.type}; the files of one "
                 "input may differ only by lossless widening (int32 -> int64, float -> double, string -> large_string, "
-                "dictionary -> its values, ...): write them with one type, or leave the column out of input.columns")
+                "dictionary -> its values, ...): write them with one type, or list only the columns the build reads "
+                "in input.columns")
         if not type_.equals(current.type):
             owner = path
         current = pa.field(name, type_, current.nullable or theirs.nullable)

@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow as pa
 
 from tfrbeam.dataset.columns import Block, Column, Ragged, _offsets, pad_rows
+from tfrbeam.dataset.reader import present_key
 from tfrbeam.dataset.spec import (
     ContextFeature,
     Feature,
@@ -113,11 +114,25 @@ def _step_values(steps: Column, feature: SequenceFeature) -> tuple[np.ndarray, n
 
 
 def to_arrow(block: Block, features: Mapping[str, Feature]) -> pa.RecordBatch:
-    """The block as an Arrow RecordBatch: scalars, fixed_size_list for fixed shapes, list for variable."""
+    """The block as an Arrow RecordBatch: scalars, fixed_size_list for fixed shapes, list for variable.
+
+    A variable-length feature a record lacks is null there (as ``examples_to_record_batch`` and
+    the Parquet export give it); one it holds with no values is ``[]``.
+    """
     arrays = []
     for name, feature in features.items():
-        arrays.append(_arrow_column(block[name], feature))
+        array = _arrow_column(block[name], feature)
+        present = block.get(present_key(name))
+        if present is not None and not present.leaf.all():
+            array = _with_nulls(array, present.leaf)
+        arrays.append(array)
     return pa.RecordBatch.from_arrays(arrays, names=list(features))
+
+
+def _with_nulls(array: pa.Array, present: np.ndarray) -> pa.Array:
+    """A list array with the rows where ``present`` is False made null (their lists are empty, so offsets hold)."""
+    validity = pa.py_buffer(np.packbits(np.asarray(present, dtype=bool), bitorder="little"))
+    return pa.Array.from_buffers(array.type, len(array), [validity, *array.buffers()[1:2]], children=[array.values])
 
 
 def _arrow_column(column: Column, feature: Feature) -> pa.Array:

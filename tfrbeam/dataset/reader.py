@@ -30,6 +30,7 @@ from tfrbeam.dataset.spec import (
     FixedLenFeature,
     FixedLenSequenceFeature,
     SequenceFeature,
+    VarLenFeature,
     VarLenSequenceFeature,
     arrow_field,
     check_record_type,
@@ -44,6 +45,8 @@ from tfrbeam.sequence_decode import sequence_examples_to_record_batches
 RECORD_BITS = 40
 ID_KEY = "__id__"
 RAW_KEY = "record"
+# Presence flags travel (packed with the dense columns) under this prefix: an absent feature is null in Arrow output.
+PRESENT_PREFIX = "\x00present\x00"
 
 
 def record_ids(segment_index: int, first: int, count: int) -> np.ndarray:
@@ -68,14 +71,20 @@ class Segment:
     generation: Generation | None = None  # the dataset generation the read pinned (build directories)
 
 
+def present_key(name: str) -> str:
+    """The block key of a variable-length feature's presence flags (True where the record holds the feature)."""
+    return f"{PRESENT_PREFIX}{name}"
+
+
 def dense_layout(features: Mapping[str, Feature]) -> DenseLayout:
-    """The packed layout of the record ids and every fixed-shape numeric feature."""
+    """The packed layout of the record ids, every fixed-shape numeric feature and the VarLen features' presence flags."""
     dense: list[tuple[str, str, tuple[int, ...]]] = [(ID_KEY, "<i8", ())]
     dense += [
         (name, NUMPY_DTYPES[feature.dtype].str, feature.shape)
         for name, feature in features.items()
         if isinstance(feature, FixedLenFeature) and feature.dtype != "bytes"
     ]
+    dense += [(present_key(name), "?", ()) for name, feature in features.items() if isinstance(feature, VarLenFeature)]
     return DenseLayout(tuple(dense))
 
 
@@ -137,7 +146,10 @@ class BlockDecoder:
                 assert lists is not None  # feature lists are read from SequenceExamples only (spec refuses others)
                 block[name] = _sequence_column(lists.column(name), feature)
             else:
-                block[name] = _to_column(context.column(name), feature)
+                array = context.column(name)
+                block[name] = _to_column(array, feature)
+                if isinstance(feature, VarLenFeature):
+                    block[present_key(name)] = Column(_present(array))
         return block
 
     def _decode_spans(self, records: Any, max_features: int | None) -> tuple[pa.RecordBatch, pa.RecordBatch | None]:
@@ -191,6 +203,13 @@ def _to_column(array: pa.Array, feature: ContextFeature) -> Column:
         lengths, data = _binary_parts(values)
         return Column(data, (row_lengths, lengths))
     return Column(values.to_numpy(zero_copy_only=False), (row_lengths,))
+
+
+def _present(array: pa.Array) -> np.ndarray:
+    """True where the record holds the feature (a null list is an absent feature; an empty one is present)."""
+    if not array.null_count:
+        return np.ones(len(array), dtype=bool)
+    return array.is_valid().to_numpy(zero_copy_only=False)
 
 
 def _sequence_column(array: pa.Array, feature: SequenceFeature) -> Column:
