@@ -361,3 +361,24 @@ def test_the_infer_config_command_takes_sequence_by(tmp_path, capsys):
     assert yaml.safe_load(capsys.readouterr().out)["sequence"]["group_by"] == ["tailnum"]
     assert main(["infer-config", log, "--order-by", "sched_dep"]) == 2
     assert "--order-by needs --sequence-by" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("input_path", "first_file", "expected"), [
+    ("data/flights.csv", "data/flights.csv", "flights"),
+    ("data/flights-*.csv", "data/flights-00000.csv", "flights"),
+    ("demo_data/parquet/*.parquet", "demo_data/parquet/flights-00000.parquet", "parquet"),
+    ("gs://bucket/*.csv", "gs://bucket/a.csv", "bucket"),
+    ("*.csv", "a.csv", "dataset"),
+    ("logs/2024-??/part-*.csv.gz", "logs/2024-01/part-0.csv.gz", "part"),
+])
+def test_infer_config_names_the_output_after_the_input_not_its_first_file(input_path, first_file, expected):
+    from tfrbeam.build.infer import output_stem
+
+    assert output_stem(input_path, first_file) == expected
+
+
+def test_infer_config_on_a_glob_names_the_output_after_the_glob(tmp_path):
+    for index in range(2):
+        (tmp_path / f"sales-{index:03d}.csv").write_text("a,b\n1,x\n")
+    raw = yaml.safe_load(infer_config(str(tmp_path / "sales-*.csv")))
+    assert raw["output"]["path"] == "out/sales"

@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import json
 import posixpath
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -274,9 +275,27 @@ def _q(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+_GLOB_CHARACTERS = re.compile(r"[*?\[\]{}]")
+
+
+def output_stem(input_path: str, first_file: str) -> str:
+    """The output's name: the input file's, or for a glob what its name pattern has in common, else its directory's.
+
+    "data/flights-*.csv" -> "flights", "demo_data/parquet/*.parquet" -> "parquet": never the first matched file's.
+    """
+    if not _GLOB_CHARACTERS.search(input_path):
+        return posixpath.basename(first_file.rstrip("/")).split(".")[0] or "dataset"
+    directory, pattern = posixpath.split(input_path.rstrip("/"))
+    fixed = _GLOB_CHARACTERS.split(pattern.split(".")[0])[0].strip("-_. ")
+    if fixed:
+        return fixed
+    parent = posixpath.basename(directory.rstrip("/"))
+    return parent if parent and not _GLOB_CHARACTERS.search(parent) and "://" not in parent else "dataset"
+
+
 def _render(input_path: str, fmt: str, csv_options: CsvOptions | None, features: list[_Feature],
             left_out: list[str], header: list[str], first_file: str, sequence: list[str] | None = None) -> str:
-    stem = posixpath.basename(first_file).split(".")[0] or "dataset"
+    stem = output_stem(input_path, first_file)
     out = ["# tfrbeam build config written by `tfrbeam infer-config`; edit it, then run:",
            "#   tfrbeam build THIS_FILE.yaml",
            *header,
