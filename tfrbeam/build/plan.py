@@ -29,13 +29,13 @@ from tfrbeam.build.runners import choose_piece_store, held_piece_budget
 from tfrbeam.build.sequence import sequence_buckets_for
 from tfrbeam.build.shuffle import INLINE, MAX_BUCKET_BITS, MEMORY, ShardingSpec, bucket_bits_for
 from tfrbeam.errors import ConfigError, ManifestError, OutputExistsError, OutputNotWritableError
-from tfrbeam.manifest import ERRORS_DIR_NAME, MANIFEST_NAME, read_manifest
+from tfrbeam.layout.names import DALI_DIR_NAME, ERRORS_DIR_NAME, MANIFEST_NAME, STATS_HTML, STATS_JSON
+from tfrbeam.manifest import read_manifest
 
 __all__ = ["BuildPlan", "check_output_dir", "dataset_entries", "plan_build"]
 
 # Entries of a dataset directory that belong to the dataset itself; a replace drops them, anything else is carried over.
-_DERIVED_ENTRIES = ("stats.json", "stats.html")
-DALI_DIR_NAME = "dali"  # NVIDIA DALI index files of the shards (output.dali_index), replaced with the dataset
+_DERIVED_ENTRIES = (STATS_JSON, STATS_HTML)  # written beside a dataset by tfrbeam stats, replaced with it
 
 
 @dataclasses.dataclass(frozen=True)
