@@ -13,7 +13,6 @@ import contextlib
 import dataclasses
 import math
 import os
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -22,6 +21,7 @@ import pyarrow.parquet as pq
 
 from tfrbeam.blocks import record_blocks
 from tfrbeam.errors import ConfigError, OutputExistsError, UnsafeOutputError
+from tfrbeam.layout import fileops
 from tfrbeam.layout.names import EXPORT_NAME, RECORD_SUFFIXES
 from tfrbeam.layout.paths import escapes, is_remote, path_problem
 from tfrbeam.stats.accumulators import FEATURE_TYPES
@@ -198,19 +198,10 @@ def export_file(record_path: str, parquet_path: str, schema: pa.Schema, compress
 
     A dataset's shard comes with its ``segment``: unless its size and record count are the manifest's, no file is left.
     """
-    directory = os.path.dirname(parquet_path) or "."
-    os.makedirs(directory, exist_ok=True)
-    descriptor, temp = tempfile.mkstemp(prefix=f".{os.path.basename(parquet_path)}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(descriptor, "wb") as target:
-            with checked_shard(segment) if segment is not None else contextlib.nullcontext(record_path) as records:
-                rows = write_parquet(records, record_path, target, schema, compression, progress)
+    with fileops.atomic_file(parquet_path) as target:
+        with checked_shard(segment) if segment is not None else contextlib.nullcontext(record_path) as records:
+            rows = write_parquet(records, record_path, target, schema, compression, progress)
         check_shard_records(segment, rows)
-        os.replace(temp, parquet_path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(temp)
-        raise
     return rows
 
 
@@ -227,7 +218,7 @@ def _clear_the_way(plan: ExportPlan, overwrite: bool) -> None:
     if found and not overwrite:
         raise existing_files_error(found)
     for stale in files_to_replace(plan, found):
-        os.remove(stale)
+        fileops.remove(stale, missing_ok=True)
 
 
 def existing_files_error(found: Sequence[str]) -> OutputExistsError:

@@ -39,7 +39,6 @@ mtime of the file as finally named with ``stamp_index`` (or ``stamped_index_byte
 from __future__ import annotations
 
 import bisect
-import contextlib
 import dataclasses
 import logging
 import math
@@ -53,6 +52,7 @@ import numpy as np
 
 from tfrbeam.blocks import record_blocks
 from tfrbeam.errors import RecordError, RecordIndexError
+from tfrbeam.layout import fileops
 from tfrbeam.layout.names import INDEX_DIR_NAME
 from tfrbeam.records import HEADER_SIZE, MAX_PAYLOAD_SIZE, RECORD_OVERHEAD, masked_crc32c
 
@@ -308,23 +308,11 @@ def stamp_index(data_path: str, index_path: str | None = None) -> None:
 
 
 def write_file_atomically(path: str, data: bytes | bytearray = b"", chunks: Iterable[bytes] = ()) -> None:
-    """Write ``data`` (or ``chunks``, one after the other) to a local ``path`` through a temporary sibling and a rename.
+    """Write ``data`` (or ``chunks``, one after the other) to a local ``path`` atomically (``fileops.write_atomically``).
 
     The directory is made. A failure, in a chunk's making too, leaves ``path`` as it was.
     """
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
-    temporary = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        with open(temporary, "wb") as handle:
-            handle.write(data)
-            for chunk in chunks:
-                handle.write(chunk)
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(temporary)
-        raise
+    fileops.write_atomically(path, data, chunks)
 
 
 _MTIME_OFFSET = 8 + 4 + 4 + 8  # magic, version, interval, file_size

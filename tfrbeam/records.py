@@ -37,6 +37,7 @@ from tfrbeam.errors import (
     TruncatedRecordError,
     UnsupportedCompressionError,
 )
+from tfrbeam.layout import fileops
 from tfrbeam.naming import partial_path
 
 _LOG = logging.getLogger(__name__)
@@ -249,7 +250,7 @@ class RecordWriter:
 
     def _open_temp(self, temp_path: str) -> BinaryIO:
         try:
-            return open(temp_path, "wb")
+            return fileops.create(temp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)  # a fresh random name
         except OSError as error:
             raise OSError(error.errno, f"{error.strerror} (creating {self.name})", temp_path) from error
 
@@ -294,7 +295,7 @@ class RecordWriter:
                 self._file.flush()
                 return
             self._file.close()
-            os.replace(self._temp_path, self.name)  # type: ignore[arg-type]
+            fileops.replace(self._temp_path, self.name)  # type: ignore[arg-type]
         except OSError as error:
             self._discard()
             message = f"{error.strerror} (finishing {self.name}; nothing was left at that path)"
@@ -314,7 +315,7 @@ class RecordWriter:
         with contextlib.suppress(OSError):  # a full disk can fail the close too
             self._file.close()
         with contextlib.suppress(OSError):  # already gone, or not creatable in the first place
-            os.unlink(self._temp_path)  # type: ignore[arg-type]
+            fileops.remove(self._temp_path)  # type: ignore[arg-type]
 
     def __enter__(self) -> RecordWriter:
         return self

@@ -318,31 +318,34 @@ def _held_row_operations(monkeypatch, fail_at: int | None = None) -> list[str]:
     from tfrbeam.build import held_rows
 
     log: list[str] = []
-    real_write, real_read, real_delete = held_rows._write_batch, held_rows._read_batch, held_rows.FileSystems.delete
+    real_write, real_read, real_delete = held_rows._write_batch, held_rows._read_batch, held_rows.fs.delete_files
 
     def step(op: str, path: str) -> None:
         log.append(f"{op} {path}")
         if len(log) == fail_at:
             raise OSError(errno.ENOSPC, "No space left on device (injected)", path)
 
+    written: set[str] = set()
+
     def write(path, batch):
         step("write", path)
+        written.add(path)
         real_write(path, batch)
 
     def read(path):
         step("read", path)
         return real_read(path)
 
-    class Deleting(held_rows.FileSystems):
-        @staticmethod
-        def delete(paths):
-            for path in paths:
+    def delete(paths):
+        paths = list(paths)
+        for path in paths:
+            if path in written:  # the file-system layer deletes other files too: only spilled rows count here
                 step("delete", path)
-            real_delete(paths)
+        real_delete(paths)
 
     monkeypatch.setattr(held_rows, "_write_batch", write)
     monkeypatch.setattr(held_rows, "_read_batch", read)
-    monkeypatch.setattr(held_rows, "FileSystems", Deleting)
+    monkeypatch.setattr(held_rows.fs, "delete_files", delete)
     return log
 
 

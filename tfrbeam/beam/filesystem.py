@@ -22,6 +22,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.localfilesystem import LocalFileSystem
 
 from tfrbeam.file_access import is_remote
+from tfrbeam.layout import fileops
 
 __all__ = [
     "BEAM_FILES",
@@ -54,8 +55,8 @@ _T = TypeVar("_T")
 
 
 def _mutating(kind: str, path: str, action: Callable[[], _T]) -> _T:
-    """Every operation that changes a file goes through here: the fault-injection tests wrap this one function."""
-    return action()
+    """Every operation that changes a file goes through layout.fileops.mutating, the one function a fault harness wraps."""
+    return fileops.mutating(kind, path, action)
 
 
 def join(base: str, *parts: str) -> str:

@@ -26,6 +26,7 @@ from apache_beam.io.filebasedsink import FileBasedSink
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.stats_combine import resolve_beam_input
 from tfrbeam.errors import ManifestError
 from tfrbeam.parquet_export import ExportPlan, existing_files_error, files_to_replace, parquet_writer, plan_export, write_parquet
@@ -114,7 +115,7 @@ def _existing_parquet(plan: ExportPlan) -> list[str]:
 
 def _delete_files(paths: Sequence[str]) -> int:
     if paths:
-        FileSystems.delete(list(paths))
+        fs.delete_files(list(paths))
     return len(paths)
 
 
@@ -133,16 +134,14 @@ class _ExportShard(beam.DoFn):
         temp = FileSystems.join(directory, f".{name}.{uuid.uuid4().hex[:12]}.tmp")  # a retried bundle writes its own
         try:
             with FileSystems.open(record_path, compression_type=CompressionTypes.UNCOMPRESSED) as records, \
-                    FileSystems.create(temp, mime_type="application/x-parquet",
-                                       compression_type=CompressionTypes.UNCOMPRESSED) as target:
+                    fs.create(temp, mime_type="application/x-parquet") as target:
                 rows = write_parquet(records, record_path, target, self._schema, self._compression,
                                      block_length=self._block_length)
             if expected is not None and rows != expected:
                 raise ManifestError(f"{record_path}: holds {rows} records, but the manifest says {expected}; "
                                     "the shard does not match its dataset (run tfrbeam verify)")
-            FileSystems.rename([temp], [parquet_path])
+            fs.rename([(temp, parquet_path)])
         except BaseException:
-            if FileSystems.exists(temp):
-                FileSystems.delete([temp])
+            fs.delete_files([temp])
             raise
         yield parquet_path

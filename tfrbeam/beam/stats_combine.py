@@ -16,9 +16,9 @@ from typing import Any
 
 import apache_beam as beam
 import pyarrow as pa
-from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.examples_read import ReadExamples
 from tfrbeam.beam.filesystem import BEAM_FILES
 from tfrbeam.errors import ConfigError
@@ -161,7 +161,7 @@ class _WriteStats(beam.DoFn):
         for name, text in ((STATS_JSON, json.dumps(stats, indent=2, allow_nan=False) + "\n"),
                            (STATS_HTML, render_html(stats, title=self._title or self._output_dir))):
             path = FileSystems.join(self._output_dir, name)
-            with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+            with fs.create(path) as handle:
                 handle.write(text.encode("utf-8"))
             written.append(path)
         yield from written

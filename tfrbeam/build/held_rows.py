@@ -33,6 +33,7 @@ from apache_beam import coders
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.arrow_coder import RecordBatchCoder
 from tfrbeam.errors import HeldDataMissingError
 
@@ -125,7 +126,7 @@ def release_rows(refs: Iterable[HeldRows]) -> None:
                 del _RUNS[ref.run_key]
     if spilled:
         try:
-            FileSystems.delete(spilled)
+            fs.delete_files(spilled)
         except OSError as error:  # BeamIOError too; the staging directory's removal at the run's end takes them anyway
             _LOG.warning("could not delete spilled held rows (%s); they go with the run's staging directory", error)
 
@@ -150,7 +151,7 @@ def held_bytes(run_key: str) -> tuple[int, int]:
 
 def _write_batch(path: str, batch: pa.RecordBatch) -> None:
     """The batch as the runner would carry it (``RecordBatchCoder``'s Arrow IPC stream), in its own file."""
-    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+    with fs.create(path) as handle:
         handle.write(_BATCH_CODER.encode(batch))
 
 

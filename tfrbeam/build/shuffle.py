@@ -77,6 +77,7 @@ import xxhash
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from tfrbeam.beam import filesystem as fs
 from tfrbeam.build.progress import WRITTEN, ProgressCounter, progress_dir
 from tfrbeam.byte_views import windows
 from tfrbeam.naming import shard_file_name
@@ -615,7 +616,7 @@ class SpillStore(PieceStore):
 
 
 def _write_file(path: str, data: np.ndarray) -> None:
-    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+    with fs.create(path) as handle:
         handle.write(memoryview(np.ascontiguousarray(data)))  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
 
 
@@ -1436,7 +1437,7 @@ class _WriteShard(beam.DoFn):
                     temp_path: str, relative_path: str, started: float) -> ShardFile:
         index = IndexBuilder() if spec.write_index and spec.compression is None else None
         offsets = OffsetIndexBuilder() if index is not None else None
-        handle = _HashingFile(FileSystems.create(temp_path, compression_type=CompressionTypes.UNCOMPRESSED))
+        handle = _HashingFile(fs.create(temp_path))
         try:
             writer = RecordWriter(handle, spec.compression)
             kept_lengths = received.payload_lengths(kept)
@@ -1454,10 +1455,10 @@ class _WriteShard(beam.DoFn):
         if index is not None and offsets is not None:
             # mtime None here: the commit stamps the file's own mtime once the shard is in its final directory.
             temp_index_path = index_path_for(temp_path)
-            with FileSystems.create(temp_index_path, compression_type=CompressionTypes.UNCOMPRESSED) as index_file:
+            with fs.create(temp_index_path) as index_file:
                 index_file.write(index.to_bytes(handle.size, None, len(kept)))
             temp_offsets_path = offset_index_path_for(temp_path)
-            with FileSystems.create(temp_offsets_path, compression_type=CompressionTypes.UNCOMPRESSED) as offsets_file:
+            with fs.create(temp_offsets_path) as offsets_file:
                 offsets_file.write(offsets.to_bytes(handle.size, None))
         beam.metrics.Metrics.counter("tfrbeam", "examples_written").inc(len(kept))
         if self._progress is not None:

@@ -15,7 +15,6 @@ import json
 import logging
 import multiprocessing
 import os
-import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -25,6 +24,7 @@ from tfrbeam.blocks import RecordBlock, record_blocks
 from tfrbeam.columnar_decode import examples_to_record_batch
 from tfrbeam.errors import ConfigError, DatasetChangedError, ExampleDecodeError
 from tfrbeam.file_access import FileAccess
+from tfrbeam.layout import fileops
 from tfrbeam.layout.paths import confined_path
 from tfrbeam.manifest import MANIFEST_NAME, read_manifest
 from tfrbeam.records import compression_from_name
@@ -263,12 +263,12 @@ def write_stats_files(stats: Mapping[str, Any], output_dir: str, title: str | No
     """Write ``stats.json`` and ``stats.html`` into ``output_dir`` (each through a temp name and a rename)."""
     from tfrbeam.stats.html import render_html
 
-    os.makedirs(output_dir, exist_ok=True)
+    fileops.makedirs(output_dir)
     json_path = os.path.join(output_dir, STATS_JSON)
     html_path = os.path.join(output_dir, STATS_HTML)
-    _write_atomically(json_path, json.dumps(stats, indent=2, allow_nan=False) + "\n")
+    fileops.write_atomically(json_path, json.dumps(stats, indent=2, allow_nan=False) + "\n")
     name = title or os.path.basename(os.path.normpath(str(stats.get("source") or output_dir)))
-    _write_atomically(html_path, render_html(stats, title=name))
+    fileops.write_atomically(html_path, render_html(stats, title=name))
     return json_path, html_path
 
 
@@ -283,17 +283,3 @@ def write_dataset_stats(
         raise ConfigError(f"{dataset_dir}: no {MANIFEST_NAME}; statistics are written for finished builds")
     stats = compute_stats(dataset_dir, workers=workers, thresholds=thresholds)
     return write_stats_files(stats, dataset_dir)
-
-
-def _write_atomically(path: str, text: str) -> None:
-    """``text`` into ``path`` through a new temp file (``mkstemp``: never a planted name or symlink) and a rename."""
-    descriptor, temp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
-                                        dir=os.path.dirname(path) or ".")
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(temp)
-        raise
