@@ -16,6 +16,7 @@ import pytest
 from tests.layout.sandbox import changed_outside, copy_dataset, cut_at_record, edit_manifest, snapshot
 from tfrbeam.cli import main as cli_main
 from tfrbeam.dataset import open_dataset
+from tfrbeam.errors import ManifestError
 
 SHARD = "train/train-00001-of-00004.tfrecord"
 
@@ -99,3 +100,18 @@ def test_stats_and_export_of_an_intact_dataset_count_the_manifests_examples(demo
     capsys.readouterr()
     assert set(changed_outside(before, snapshot(sandbox), ("out",))) == {os.path.join("ds", "stats.json"),
                                                                            os.path.join("ds", "stats.html")}
+
+
+def test_a_lost_shard_entry_is_refused_by_every_reader(demo_dataset, tmp_path, capsys):
+    """Found by tests/layout/test_mutation_property.py: with one shard entry gone, open_dataset read 2,036 of 2,714."""
+    sandbox = tmp_path / "sandbox"
+    dataset = copy_dataset(demo_dataset, sandbox)
+    edit_manifest(dataset, lambda manifest: manifest["splits"]["train"]["shards"].pop(1))
+    with pytest.raises(ManifestError, match=r"splits\.train\.num_examples: 2714, but its shards list 2036 examples"):
+        open_dataset(str(dataset), split="train")
+    before = snapshot(sandbox)
+    for argv in (["stats", str(dataset)], ["export", str(dataset), str(sandbox / "out")], ["verify", str(dataset)]):
+        assert cli_main(argv) == 1, argv
+        captured = capsys.readouterr()
+        assert "but its shards list 2036 examples" in captured.out + captured.err and "Traceback" not in captured.err
+    assert snapshot(sandbox) == before

@@ -103,7 +103,7 @@ def validate_manifest(manifest: Any, where: str, verifiable: bool = False) -> No
 def _check_split(check: _Checker, split: Any, key: str, verifiable: bool) -> None:
     if not isinstance(split, dict):
         check.fail(key, f"expected an object, got {_show(split)}")
-    check.required(split, "num_examples", key, _count, "a non-negative integer")
+    total = check.required(split, "num_examples", key, _count, "a non-negative integer")
     shards = check.required(split, "shards", key, lambda value: isinstance(value, list) and len(value) <= MAX_SHARDS,
                             "a list of shards")
     for number, shard in enumerate(shards):
@@ -121,6 +121,10 @@ def _check_split(check: _Checker, split: Any, key: str, verifiable: bool) -> Non
         else:
             check.optional(shard, "num_bytes", where, _count, "a non-negative integer")
             check.optional(shard, "sha256", where, _sha256, "a sha256 hex digest")
+    listed = sum(shard["num_examples"] for shard in shards)
+    if listed != total:  # a shard entry lost or added: every reader would give a count the manifest contradicts
+        check.fail(f"{key}.num_examples", f"{total}, but its shards list {listed} examples; the manifest is damaged "
+                   "or was edited: rebuild the dataset or restore its manifest")
 
 
 def _check_feature(check: _Checker, entry: Any, key: str) -> None:
