@@ -682,7 +682,7 @@ class WriteFramedBatches(beam.PTransform):
             check_no_earlier_output(spec)  # before the pipeline runs
             # Staged beside the prefix, owned by this (launching) process: while it lives, no other
             # run's recovery removes the directory.
-            StagingDir(spec.temp_dir(), this_run(spec.run_id)).create()
+            StagingDir(spec.temp_dir(), this_run(spec.run_id), spec.target()).create()
         # Remote prefixes are checked as the pipeline starts (listing gs:// while the pipeline is
         # built would need credentials there): writers wait for the check through a side input.
         checked = batches.pipeline | "Start" >> beam.Create([None]) | "CheckOutput" >> beam.Map(_check_before_writing, spec)
@@ -788,7 +788,7 @@ def _is_local(spec: SinkSpec) -> bool:
 
 def _check_before_writing(_: Any, spec: SinkSpec) -> bool:
     check_no_earlier_output(spec)
-    StagingDir(spec.temp_dir(), this_run(spec.run_id)).create()
+    StagingDir(spec.temp_dir(), this_run(spec.run_id), spec.target()).create()
     return True
 
 

@@ -74,7 +74,7 @@ def build_pipeline(pipeline: beam.Pipeline, plan: BuildPlan | BuildConfig, *, ov
     if isinstance(plan, BuildConfig):
         plan = plan_build(plan, pipeline.options, overwrite=overwrite)
     refuse_lossy_runner(pipeline, "tfrbeam build", also=TAGGED_SIDE_INPUT_LOSERS)
-    StagingDir(plan.staging_dir, plan.run).create()
+    StagingDir(plan.staging_dir, plan.run, plan.output_root).create()
     config = plan.config
     converter = _ConvertAndKey(plan, plan.sharding, [item.path for item in plan.input_files])
     converted = (
