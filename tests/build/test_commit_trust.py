@@ -7,6 +7,7 @@ are gone after a success) changed.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
@@ -57,6 +58,13 @@ def _owner(run_id: str, output: str | None, pid: int | None = None) -> str:
     if output is not None:
         record["output"] = output
     return json.dumps(record)
+
+
+def _any_run(text: str) -> str:
+    """``text`` with every run's staging directory name made the same (each run has its own id)."""
+    import re
+
+    return re.sub(r"\.ds\.tfrbeam-[0-9a-f]{16}", ".ds.tfrbeam-RUN", text)
 
 
 def _warnings_naming(caplog, path: pathlib.Path) -> list[str]:
@@ -162,3 +170,213 @@ def test_a_staging_dir_holding_only_an_empty_owner_json_is_removed(workdir):
     assert _build("--overwrite", "--set", "shuffle.seed=7") == 0
     assert _parent_snapshot(output) == before
     _assert_clean(output)
+
+
+# ------------------------------------------------------------------ 2. only the launcher publishes
+
+_PAUSE_AT_COMMIT = """
+import importlib.abc, importlib.util, os, pathlib, sys, time
+
+MARK, PAUSE = os.environ["TFRBEAM_TEST_COMMIT_MARK"], float(os.environ["TFRBEAM_TEST_COMMIT_PAUSE"])
+
+
+def _patch(module):
+    build_manifest = module.build_manifest  # called once the commit step has read all its inputs
+
+    def paused(*args, **kwargs):
+        manifest = build_manifest(*args, **kwargs)
+        pathlib.Path(MARK).write_text(str(os.getpid()))
+        time.sleep(PAUSE)
+        return manifest
+
+    module.build_manifest = paused
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name != "tfrbeam.build.commit":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            _patch(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+sys.meta_path.insert(0, _AfterImport())
+"""
+
+
+def _process_group_alive(group: int) -> list[int]:
+    alive = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    fields = handle.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == group and fields[0] != "Z":
+                alive.append(int(entry))
+    return alive
+
+
+def test_a_killed_multi_processing_launcher_leaves_no_worker_that_publishes(workdir):
+    """kill -9 of the launcher while a worker is at the commit step: nothing publishes afterwards, the rerun works."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.build.test_commit_faults import REPO_ROOT
+
+    output = workdir / "out" / "ds"
+    assert _build() == 0
+    old_run, _ = _state(output)
+    before = _parent_snapshot(output)
+    hooks = workdir / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(_PAUSE_AT_COMMIT)
+    mark, pause = workdir / "at-commit.txt", 0.3  # short: a worker outlives its launcher by about 2 s
+    env = dict(os.environ, PYTHONPATH=f"{hooks}{os.pathsep}{REPO_ROOT}", TFRBEAM_TEST_COMMIT_MARK=str(mark),
+               TFRBEAM_TEST_COMMIT_PAUSE=str(pause))
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "tfrbeam.build", "cfg.yaml", "--quiet", "--overwrite", "--set", "shuffle.seed=7",
+         "--direct_running_mode=multi_processing", "--direct_num_workers=2"],
+        cwd=workdir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not mark.exists() and time.monotonic() < deadline and launcher.poll() is None:
+            time.sleep(0.02)
+        assert mark.exists(), "the build never reached its commit step"
+        assert int(mark.read_text() or 0) != launcher.pid  # the commit step runs in a worker process
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait()
+        time.sleep(pause + 4)  # the worker's pause ends; an orphan that publishes would have done so by now
+        assert _state(output)[0] == old_run, "a worker published after its launcher was killed"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(launcher.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while _process_group_alive(launcher.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _process_group_alive(launcher.pid) == []
+    assert _build("--overwrite", "--set", "shuffle.seed=7") == 0  # the second build recovers and publishes
+    assert _state(output)[1] == 7
+    assert _parent_snapshot(output) == before
+    _assert_clean(output)
+
+
+def test_recovery_completes_a_journal_whose_files_are_already_gone(tmp_path, monkeypatch):
+    """Files the journal lists that are gone, or go while it runs (another process did that step): done, not an error."""
+    from tfrbeam.beam import filesystem
+    from tfrbeam.beam.publish import recover
+
+    output = tmp_path / "out" / "ds"
+    output.mkdir(parents=True)
+    (output / "a.tfrecord").write_bytes(b"moved in by an earlier attempt")
+    (output / "b.tfrecord").write_bytes(b"moved in while this recovery ran")
+    staging = tmp_path / "out" / ".ds.tfrbeam-dd"
+    staging.mkdir()
+    (staging / "owner.json").write_text(_owner("dd", str(output)))
+    (staging / "c.tfrecord").write_bytes(b"still staged")
+    (tmp_path / "out" / "user.txt").write_text("mine")
+    vanishing = {str(output / "old-1.tfrecord"), str(staging / "b.tfrecord")}  # seen, then gone when acted on
+    (staging / "commit.json").write_text(json.dumps({
+        "run_id": "dd", "target": str(output),
+        "deletions": [str(output / "old-0.tfrecord"), str(output / "old-1.tfrecord")],
+        "moves": [[str(staging / name), str(output / name)] for name in ("a.tfrecord", "b.tfrecord", "c.tfrecord")]}))
+    real_exists = filesystem.exists
+    monkeypatch.setattr(filesystem, "exists", lambda path: path in vanishing or real_exists(path))
+    before = _parent_snapshot(output)
+    assert recover(str(output)) == [str(staging)]
+    assert sorted(os.listdir(output)) == ["a.tfrecord", "b.tfrecord", "c.tfrecord"]
+    assert (output / "c.tfrecord").read_bytes() == b"still staged"
+    after = _parent_snapshot(output)
+    assert {path: value for path, value in before.items() if not path.startswith(str(staging))} == after
+
+
+def test_a_lock_file_naming_this_run_is_no_proof_of_holding_the_lock(tmp_path):
+    """The race measured: a dead launcher's lock file still names its run while a second run holds the lock."""
+    import subprocess
+    import sys
+
+    import pytest
+
+    from tfrbeam.beam.publish import held_or_taken, lock_path, this_run
+    from tfrbeam.errors import OutputLockedError
+
+    target = str(tmp_path / "ds")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom tfrbeam.beam.publish import OutputLock, this_run\n"
+         "OutputLock(sys.argv[1], this_run('second')).acquire()\nprint('held', flush=True)\ntime.sleep(30)", target],
+        stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(pathlib.Path(__file__).parents[2])))
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        first = this_run("first")
+        pathlib.Path(lock_path(target)).write_bytes(first.to_json())  # what the file said before the second run wrote it
+        published = []
+        with pytest.raises(OutputLockedError), held_or_taken(target, first):
+            published.append(True)
+        assert published == []
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+# ------------------------------------------------------------------ 3. user files inside split directories
+
+
+def test_user_files_inside_split_and_errors_directories_survive_a_rebuild(workdir):
+    """A same-config rebuild (no --overwrite) and a replace both keep the user's files in train/ and _errors/."""
+    output = workdir / "out" / "ds"
+    assert _build() == 0
+    mine = {"train/NOTES.md": b"my notes", "_errors/mine.txt": b"my errors", "eval/sub/deep.txt": b"deep",
+            "NOTES.txt": b"top"}
+    for relative, data in mine.items():
+        (output / relative).parent.mkdir(parents=True, exist_ok=True)
+        (output / relative).write_bytes(data)
+    before = _parent_snapshot(output)
+    for args in ((), ("--overwrite", "--set", "shuffle.seed=7")):
+        assert _build(*args) == 0
+        assert {relative: (output / relative).read_bytes() for relative in mine} == mine, args
+        assert _parent_snapshot(output) == before
+        _assert_clean(output)
+    manifest = read_manifest(str(output))
+    assert manifest["seed"] == 7 and all((output / shard["path"]).exists()
+                                         for split in manifest["splits"].values() for shard in split["shards"])
+    assert not list(output.rglob("*.previous"))
+
+
+# ------------------------------------------------------------------ 4. a full disk at the commit names the path
+
+
+def test_a_full_disk_at_any_commit_write_names_the_path_and_says_the_old_dataset_is_intact(workdir, capsys):
+    from tests.faults import injected
+
+    output = workdir / "out" / "ds"
+    assert _build() == 0
+    old_run, _ = _state(output)
+    before = _parent_snapshot(output)
+    log: list[str] = []
+    with injected(None, 0, log):
+        assert _build("--overwrite", "--set", "shuffle.seed=7") == 0
+    assert _build("--overwrite") == 0  # the first config again: the old dataset for every fault below
+    old_run, _ = _state(output)
+    kinds = [line.split()[1] for line in log]
+    exchange = kinds.index("exchange") + 1
+    for at in range(1, exchange + 1):
+        capsys.readouterr()
+        with injected("enospc", at, []):
+            assert _build("--overwrite", "--set", "shuffle.seed=7") == 1, log[at - 1]
+        error = capsys.readouterr().err.strip()
+        path = _any_run(log[at - 1].split(" ", 2)[2])
+        assert "\n" not in error and path in _any_run(error) and "disk is full" in error, (log[at - 1], error)
+        assert "the old dataset at out/ds is intact" in error, (log[at - 1], error)
+        assert _state(output)[0] == old_run
+        assert _parent_snapshot(output) == before

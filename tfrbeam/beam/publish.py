@@ -201,6 +201,7 @@ class OutputLock:
                 os.close(fd)
                 raise OutputNotWritableError(f"{self.path}: cannot write the lock file: {error.strerror}") from error
             self._fd = fd
+            _HELD[self.path] = self
             return
         raise self._busy(self.holder())
 
@@ -211,9 +212,12 @@ class OutputLock:
         fs.write_bytes(self.path, self.owner.to_json(), "application/json")
         if not self.names_owner():
             raise self._busy(self.holder())
+        _HELD[self.path] = self
 
     def release(self) -> None:
         """Remove the lock file if it still names this run, then let go of it."""
+        if _HELD.get(self.path) is self:
+            del _HELD[self.path]
         try:
             if self.names_owner():
                 fs.delete_files([self.path])
@@ -229,14 +233,22 @@ class OutputLock:
         self.release()
 
 
+_HELD: dict[str, OutputLock] = {}  # lock file → the lock this process holds on it
+
+
 @contextlib.contextmanager
 def held_or_taken(target: str, owner: RunIdentity) -> Iterator[None]:
-    """Hold the output's lock for a commit: confirm the launcher holds it for this run, or take it now."""
-    lock = OutputLock(target, owner)
-    if lock.names_owner():
+    """Hold the output's lock for a commit: this process holds it for this run already, or it takes it now.
+
+    What the lock file says is never taken as proof: a file naming this run may be left by this
+    run's launcher after it was killed (its ``flock`` died with it). Only a lock acquired in this
+    process counts; otherwise the lock is taken here, which fails naming any other holder.
+    """
+    held = _HELD.get(lock_path(target))
+    if held is not None and held.owner.run_id == owner.run_id:
         yield
         return
-    with lock:
+    with OutputLock(target, owner):
         yield
 
 

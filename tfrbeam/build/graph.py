@@ -61,8 +61,14 @@ _PROGRESS_SECONDS = 5.0
 _PIECES, _BAD_ROWS, _STATS = "pieces", "bad_rows", "stats"
 
 
-def build_pipeline(pipeline: beam.Pipeline, plan: BuildPlan | BuildConfig, *, overwrite: bool = False) -> BuildPlan:
+def build_pipeline(pipeline: beam.Pipeline, plan: BuildPlan | BuildConfig, *, overwrite: bool = False,
+                   publish: bool = True) -> BuildPlan:
     """Add the dataset build of ``plan`` (or of a config, planned here) to ``pipeline``; returns the plan.
+
+    ``publish=True``: the pipeline's last step publishes the dataset (in a worker, taking the
+    output's lock itself). ``publish=False``: it only stages the commit, and the caller publishes
+    it after the pipeline finished with ``tfrbeam.build.commit.commit_staged(plan)``, as ``tfrbeam
+    build`` does (see docs/commit.md: only the launcher publishes).
 
     The shuffle keeps its pieces in the plan's piece store (``plan.piece_store``, chosen when the
     build was planned: see ``tfrbeam.build.runners.choose_piece_store``). After a failed run,
@@ -109,7 +115,7 @@ def build_pipeline(pipeline: beam.Pipeline, plan: BuildPlan | BuildConfig, *, ov
             | "WriteDeadLetters" >> beam.ParDo(_WriteDeadLetters(plan.staging_dir))
         )
     _ = shards["plan"] | "Commit" >> beam.ParDo(
-        CommitDataset(plan),
+        CommitDataset(plan, publish=publish),
         files=beam.pvalue.AsList(shards["files"]),
         counts=beam.pvalue.AsList(converted[_STATS]),
         dead_letters=dead_letters,
