@@ -380,3 +380,29 @@ def test_a_full_disk_at_any_commit_write_names_the_path_and_says_the_old_dataset
         assert "the old dataset at out/ds is intact" in error, (log[at - 1], error)
         assert _state(output)[0] == old_run
         assert _parent_snapshot(output) == before
+
+
+def test_library_callers_publish_in_the_pipeline_or_from_their_launcher(workdir):
+    """build_pipeline's default publishes in the Commit step; publish=False stages it for commit_staged."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from tfrbeam.build.commit import COMMIT_RECORD, commit_staged
+    from tfrbeam.build.config import load_config
+    from tfrbeam.build.graph import build_pipeline
+
+    output = workdir / "out" / "ds"
+    before = _parent_snapshot(output)
+    config = load_config("cfg.yaml", [])
+    with beam.Pipeline(options=PipelineOptions([])) as pipeline:
+        plan = build_pipeline(pipeline, config)
+    assert read_manifest(str(output))["run_id"] == plan.run.run_id
+    staged_config = load_config("cfg.yaml", ["shuffle.seed=7"])
+    with beam.Pipeline(options=PipelineOptions([])) as pipeline:
+        plan = build_pipeline(pipeline, staged_config, overwrite=True, publish=False)
+    assert read_manifest(str(output))["seed"] != 7  # staged, not published
+    assert (pathlib.Path(plan.staging_dir) / COMMIT_RECORD).exists()
+    manifest = commit_staged(plan)
+    assert manifest is not None and read_manifest(str(output))["run_id"] == plan.run.run_id
+    assert _parent_snapshot(output) == before
+    _assert_clean(output)

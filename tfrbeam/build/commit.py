@@ -34,7 +34,7 @@ import numpy as np
 import tfrbeam
 from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.filesystem import BEAM_FILES
-from tfrbeam.beam.publish import CommitJournal, confined, held_or_taken, recover, swap_into_place
+from tfrbeam.beam.publish import OWNER_NAME, CommitJournal, confined, held_or_taken, recover, swap_into_place
 from tfrbeam.build.config import config_to_dict
 from tfrbeam.build.held_rows import discard_held_rows
 from tfrbeam.build.plan import DALI_DIR_NAME, BuildPlan, check_output_dir, dataset_entries, foreign_entries, normalized
@@ -188,7 +188,14 @@ class StagedCommit:
     dead_letters: tuple[DeadLetterFile, ...]
 
     def write(self, staging_dir: str) -> None:
-        """Write the record atomically (a whole record or none), for the launcher to publish."""
+        """Write the record atomically (a whole record or none), for the launcher to publish.
+
+        Only into a staging directory that still has its ``owner.json``: a worker that outlived its
+        launcher must not recreate a directory the next run's recovery removed (or abandoned).
+        """
+        if not fs.exists(fs.join(staging_dir, OWNER_NAME)):
+            raise CommitError(f"{staging_dir}: this run's staging directory is gone or abandoned (its launcher ended?); "
+                              "nothing was staged or published")
         data = json.dumps({"run_id": self.run_id, "manifest": self.manifest,
                            "files": [dataclasses.asdict(item) for item in self.files],
                            "dead_letters": [dataclasses.asdict(item) for item in self.dead_letters]}).encode("utf-8")
@@ -632,7 +639,7 @@ def discard_staging(plan: BuildPlan, keep_dead_letters: bool = False) -> None:
     discard_held_rows(plan.staging_dir)
     if keep_dead_letters:
         for name in fs.list_names(plan.staging_dir):
-            if name != ERRORS_DIR_NAME and name != "owner.json":
+            if name != ERRORS_DIR_NAME and name != OWNER_NAME:
                 fs.delete_tree(fs.join(plan.staging_dir, name))
         return
     fs.delete_tree(plan.staging_dir)
