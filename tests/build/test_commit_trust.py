@@ -406,3 +406,21 @@ def test_library_callers_publish_in_the_pipeline_or_from_their_launcher(workdir)
     assert manifest is not None and read_manifest(str(output))["run_id"] == plan.run.run_id
     assert _parent_snapshot(output) == before
     _assert_clean(output)
+
+
+def test_the_in_pipeline_commit_refuses_when_its_launcher_has_ended(workdir):
+    import dataclasses
+
+    import pytest
+
+    from tfrbeam.build.commit import CommitDataset, discard_staging
+    from tfrbeam.build.config import load_config
+    from tfrbeam.build.plan import plan_build
+    from tfrbeam.errors import CommitError
+
+    plan = plan_build(load_config("cfg.yaml", []))
+    ended = dataclasses.replace(plan, run=dataclasses.replace(plan.run, pid=_dead_pid(), process_start=None))
+    with pytest.raises(CommitError, match=r"has ended, so this worker published nothing to out/ds"):
+        next(CommitDataset(ended).process(None, [], [], []))
+    assert not (workdir / "out" / "ds").exists()
+    discard_staging(plan)

@@ -450,7 +450,12 @@ class _Move:
 
 
 class Finalizer:
-    """Names, checks and renames the temporary shards of one write; safe to run more than once."""
+    """Names, checks and renames the temporary shards of one write; safe to run more than once.
+
+    It runs in whichever worker runs the Finalize step (a transform has no hook after
+    ``pipeline.run()``) and takes the prefix's lock there itself: a lock file naming this write is
+    no proof that anyone holds it (see docs/commit.md).
+    """
 
     def __init__(self, spec: SinkSpec):
         self.spec = spec

@@ -1,5 +1,11 @@
 """The build's last step: check that every record arrived, then publish the dataset with the commit protocol.
 
+Which process publishes (docs/commit.md): ``tfrbeam build`` runs the pipeline with
+``publish=False``, so the pipeline's Commit step only checks and stages (``commit-ready.json``) and
+the launcher publishes with ``commit_staged`` after the pipeline, holding the lock it took first;
+a worker left behind by a killed launcher never publishes. Library callers of ``build_pipeline``
+get ``publish=True``: the Commit step publishes, taking the lock in its own process.
+
 Before anything is published: the bad-row limit holds, the shards hold exactly the examples the
 converters produced (records in = records out: a runner that lost elements fails the build, it
 never publishes short shards), and every shard file has the size its writer reported. Then,
@@ -128,6 +134,11 @@ class CommitDataset(beam.DoFn):
     def process(self, shard_plan: ShardPlan, files: list[ShardFile], counts: list[tuple[int, int]],
                 dead_letters: list[DeadLetterFile], sequence_counts: list[SequenceCounts] | None = None) -> Iterator[dict]:
         plan = self._plan
+        if self._publish and plan.run.is_alive() is False:
+            raise CommitError(
+                f"the process that launched this build ({plan.run.describe()}) has ended, so this worker published "
+                f"nothing to {plan.output_path}; the next build into it removes what this one left"
+            )
         manifest = checked_manifest(plan, shard_plan, files, counts, dead_letters, sequence_counts)
         staged = StagedCommit(plan.run.run_id, manifest, tuple(files), tuple(dead_letters))
         if not self._publish:
@@ -137,11 +148,6 @@ class CommitDataset(beam.DoFn):
                 raise commit_failed(plan, error, "staging the commit") from error
             yield manifest
             return
-        if plan.run.is_alive() is False:
-            raise CommitError(
-                f"the process that launched this build ({plan.run.describe()}) has ended, so this worker published "
-                f"nothing to {plan.output_path}; the next build into it removes what this one left"
-            )
         publish_staged(plan, staged)
         yield manifest
 
