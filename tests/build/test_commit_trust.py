@@ -424,3 +424,39 @@ def test_the_in_pipeline_commit_refuses_when_its_launcher_has_ended(workdir):
         next(CommitDataset(ended).process(None, [], [], []))
     assert not (workdir / "out" / "ds").exists()
     discard_staging(plan)
+
+
+def test_a_full_disk_between_the_two_renames_of_a_swap_keeps_the_old_dataset_for_recovery(workdir, monkeypatch, capsys):
+    """Where the filesystem cannot exchange, a failure after the old dataset was moved aside keeps it (never discarded)."""
+    import errno
+
+    from tests.faults import injected
+    from tfrbeam.beam import filesystem
+
+    def no_exchange(first, second):
+        raise OSError(errno.EINVAL, "no RENAME_EXCHANGE here", second)
+
+    monkeypatch.setattr(filesystem, "exchange", no_exchange)
+    output = workdir / "out" / "ds"
+    assert _build() == 0
+    (output / "NOTES.txt").write_text("mine")
+    before = _parent_snapshot(output)
+    log: list[str] = []
+    with injected(None, 0, log):
+        assert _build("--overwrite", "--set", "shuffle.seed=7") == 0
+    assert _build("--overwrite") == 0
+    old_run, _ = _state(output)
+    into_place = [number for number, line in enumerate(log, 1) if line.split(" ", 2)[1:] == ["rename", str(output)]]
+    assert len(into_place) == 1  # target -> staging/old goes elsewhere; staging/dataset -> target is this one
+    capsys.readouterr()
+    with injected("enospc", into_place[0], []):
+        assert _build("--overwrite", "--set", "shuffle.seed=7") == 1
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and "disk is full" in error and "holds no complete dataset now" in error, error
+    assert not output.exists()
+    kept = [path for path in (workdir / "out").glob(".ds.tfrbeam-*/old") if read_manifest(str(path))["run_id"] == old_run]
+    assert kept, "the old dataset was discarded"
+    assert _build("--overwrite", "--set", "shuffle.seed=7") == 0  # recovery completes the swap, then this run replaces it
+    assert _state(output)[1] == 7 and (output / "NOTES.txt").read_text() == "mine"
+    assert _parent_snapshot(output) == before
+    _assert_clean(output)

@@ -155,8 +155,7 @@ def _run_locked(plan: BuildPlan, options: PipelineOptions, started: float) -> in
     try:
         manifest = build_commit.commit_staged(plan)  # only the launcher publishes: never a worker it left behind
     except TfrbeamError as error:
-        if committed_run(plan.output_root) != plan.run.run_id:
-            discard_staging(plan)
+        build_commit.discard_unpublished(plan)  # kept once the commit began: the next run finishes it
         return _fail(str(error), EXIT_FAILED)
     if manifest is None:
         discard_staging(plan)

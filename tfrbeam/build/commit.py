@@ -40,7 +40,16 @@ import numpy as np
 import tfrbeam
 from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.filesystem import BEAM_FILES
-from tfrbeam.beam.publish import OWNER_NAME, CommitJournal, confined, held_or_taken, recover, swap_into_place
+from tfrbeam.beam.publish import (
+    JOURNAL_NAME,
+    OWNER_NAME,
+    CommitJournal,
+    committed_run,
+    confined,
+    held_or_taken,
+    recover,
+    swap_into_place,
+)
 from tfrbeam.build.config import config_to_dict
 from tfrbeam.build.held_rows import discard_held_rows
 from tfrbeam.build.plan import DALI_DIR_NAME, BuildPlan, check_output_dir, dataset_entries, foreign_entries, normalized
@@ -71,7 +80,7 @@ from tfrbeam.record_index import INDEX_DIR_NAME, index_path_for, stamp_index
 
 __all__ = [
     "COMMIT_RECORD", "CommitDataset", "DeadLetterFile", "NEW_DATASET_DIR", "OLD_DATASET_DIR", "StagedCommit", "commit_staged",
-    "discard_staging", "publish_staged", "recover_output",
+    "discard_staging", "discard_unpublished", "publish_staged", "recover_output",
 ]
 
 _LOG = logging.getLogger(__name__)
@@ -303,7 +312,11 @@ def _output_state(plan: BuildPlan) -> str:
     if manifest is not None:
         return (f"nothing was published: the old dataset at {plan.output_path} is intact; free space and rerun "
                 "(the next build removes what this one staged)")
-    if not fs.exists(plan.output_root):
+    old_dir = fs.join(plan.staging_dir, OLD_DATASET_DIR)
+    if not fs.is_remote(old_dir) and os.path.isdir(old_dir):
+        return (f"nothing was published and {plan.output_path} holds no complete dataset now: the old one is in "
+                f"{old_dir}, and the next build into it completes the commit")
+    if not fs.exists(plan.output_root) and not fs.exists(fs.join(plan.staging_dir, JOURNAL_NAME)):
         return f"nothing was published and there is no dataset at {plan.output_path}; free space and rerun"
     return (f"nothing was published and {plan.output_path} holds no complete dataset now; the next build into it "
             f"completes the commit from {plan.staging_dir} or removes it")
@@ -637,6 +650,20 @@ def publish_by_journal(plan: BuildPlan, files: Sequence[ShardFile], dead_letters
 def recover_output(output_root: str, keep: str | None = None) -> list[str]:
     """Recover what dead builds left beside ``output_root`` (see ``tfrbeam.beam.publish.recover``)."""
     return recover(output_root, keep=keep, new_name=NEW_DATASET_DIR, old_name=OLD_DATASET_DIR, carry_over=carry_over)
+
+
+def discard_unpublished(plan: BuildPlan) -> None:
+    """After a failed launcher commit: remove the staging directory only if the commit changed nothing yet.
+
+    Once a journal is written, or the old dataset was moved aside (a swap without ``renameat2``),
+    or the new dataset is in place, the staging directory is what the next run's recovery finishes
+    the commit from: it stays.
+    """
+    started = fs.exists(fs.join(plan.staging_dir, JOURNAL_NAME)) or committed_run(plan.output_root) == plan.run.run_id
+    if not fs.is_remote(plan.staging_dir):
+        started = started or os.path.lexists(fs.join(plan.staging_dir, OLD_DATASET_DIR))
+    if not started:
+        discard_staging(plan)
 
 
 def discard_staging(plan: BuildPlan, keep_dead_letters: bool = False) -> None:
