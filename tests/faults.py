@@ -1,10 +1,10 @@
 """Fault injection for the file-system layer, and the invariants a publish must keep under it.
 
 Every operation that changes a file goes through ``tfrbeam.beam.filesystem._mutating``; this
-module wraps that one function. Inside a *scope* (the build's commit step, or the sink's
-finalize) it numbers the operations and, at operation ``at``, either kills the process on the
-spot (``crash``: ``os._exit``, nothing runs after it, as under ``kill -9``) or raises ENOSPC /
-EACCES as the disk would. ``python -m tests.faults KIND AT LOG -- tfrbeam build ...`` runs a
+module wraps that one function. Inside a *scope* (the build's commit step and the launcher's
+publish after the pipeline, or the sink's finalize) it numbers the operations and, at operation
+``at``, either kills the process on the spot (``crash``: ``os._exit``, nothing runs after it, as
+under ``kill -9``) or raises ENOSPC / EACCES as the disk would. ``python -m tests.faults KIND AT LOG -- tfrbeam build ...`` runs a
 build under a fault in a fresh process; ``LOG`` receives one line per operation in scope.
 """
 
@@ -89,9 +89,10 @@ def _fail(kind: str, op: str, path: str) -> None:
 def _scoped_steps() -> Iterator[None]:
     """Count only inside the build's commit and the sink's finalize."""
     from tfrbeam.beam.sink import Finalizer
+    from tfrbeam.build import commit
     from tfrbeam.build.commit import CommitDataset
 
-    process, run = CommitDataset.process, Finalizer.run
+    process, run, launcher_commit = CommitDataset.process, Finalizer.run, commit.commit_staged
 
     def scoped_process(self, *args, **kwargs):
         _SCOPE.active += 1
@@ -107,11 +108,18 @@ def _scoped_steps() -> Iterator[None]:
         finally:
             _SCOPE.active -= 1
 
-    CommitDataset.process, Finalizer.run = scoped_process, scoped_run
+    def scoped_commit(plan):
+        _SCOPE.active += 1
+        try:
+            return launcher_commit(plan)
+        finally:
+            _SCOPE.active -= 1
+
+    CommitDataset.process, Finalizer.run, commit.commit_staged = scoped_process, scoped_run, scoped_commit
     try:
         yield
     finally:
-        CommitDataset.process, Finalizer.run = process, run
+        CommitDataset.process, Finalizer.run, commit.commit_staged = process, run, launcher_commit
 
 
 def main(argv: list[str]) -> int:

@@ -45,7 +45,8 @@ from tfrbeam.manifest import read_manifest
 from tfrbeam.naming import is_staging_name, lock_path, staging_path, staging_prefix
 
 __all__ = [
-    "CommitJournal", "OutputLock", "RunIdentity", "StagingDir", "dead_staging_dirs", "lock_path", "recover",
+    "CommitJournal", "OutputLock", "RunIdentity", "StagingDir", "dead_staging_dirs", "delete_missing_ok", "is_gone", "lock_path",
+    "owner_record", "recover",
     "staging_path", "swap_into_place", "this_run",
 ]
 
@@ -200,6 +201,7 @@ class OutputLock:
                 os.close(fd)
                 raise OutputNotWritableError(f"{self.path}: cannot write the lock file: {error.strerror}") from error
             self._fd = fd
+            _HELD[self.path] = self
             return
         raise self._busy(self.holder())
 
@@ -210,9 +212,12 @@ class OutputLock:
         fs.write_bytes(self.path, self.owner.to_json(), "application/json")
         if not self.names_owner():
             raise self._busy(self.holder())
+        _HELD[self.path] = self
 
     def release(self) -> None:
         """Remove the lock file if it still names this run, then let go of it."""
+        if _HELD.get(self.path) is self:
+            del _HELD[self.path]
         try:
             if self.names_owner():
                 fs.delete_files([self.path])
@@ -228,14 +233,22 @@ class OutputLock:
         self.release()
 
 
+_HELD: dict[str, OutputLock] = {}  # lock file → the lock this process holds on it
+
+
 @contextlib.contextmanager
 def held_or_taken(target: str, owner: RunIdentity) -> Iterator[None]:
-    """Hold the output's lock for a commit: confirm the launcher holds it for this run, or take it now."""
-    lock = OutputLock(target, owner)
-    if lock.names_owner():
+    """Hold the output's lock for a commit: this process holds it for this run already, or it takes it now.
+
+    What the lock file says is never taken as proof: a file naming this run may be left by this
+    run's launcher after it was killed (its ``flock`` died with it). Only a lock acquired in this
+    process counts; otherwise the lock is taken here, which fails naming any other holder.
+    """
+    held = _HELD.get(lock_path(target))
+    if held is not None and held.owner.run_id == owner.run_id:
         yield
         return
-    with lock:
+    with OutputLock(target, owner):
         yield
 
 
@@ -244,10 +257,11 @@ def held_or_taken(target: str, owner: RunIdentity) -> Iterator[None]:
 
 @dataclasses.dataclass(frozen=True)
 class StagingDir:
-    """A run's staging directory and the identity written into it."""
+    """A run's staging directory, the identity written into it and the output it stages for."""
 
     path: str
     owner: RunIdentity
+    output: str  # the output (dataset directory or file prefix) this directory belongs to; owner.json records it
 
     def create(self) -> StagingDir:
         """Create it with its ``owner.json`` (kept when present); also the probe that the output's place is writable."""
@@ -255,7 +269,7 @@ class StagingDir:
         try:
             fs.mkdirs(self.path)
             if not fs.exists(owner):
-                fs.write_bytes(owner, self.owner.to_json(), "application/json")
+                fs.write_bytes(owner, owner_record(self.owner, self.output), "application/json")
         except OSError as error:
             reason = "the disk is full" if error.errno == errno.ENOSPC else (error.strerror or str(error))
             raise OutputNotWritableError(f"{self.path}: cannot write beside the output ({reason})") from error
@@ -263,6 +277,13 @@ class StagingDir:
 
     def join(self, *parts: str) -> str:
         return fs.join(self.path, *parts)
+
+
+def owner_record(owner: RunIdentity, output: str) -> bytes:
+    """``owner.json``: the run, and the output it writes (absolute), so recovery can tell whose directory it is."""
+    record = dataclasses.asdict(owner)
+    record["output"] = _normalized(output)
+    return json.dumps(record, indent=1).encode("utf-8")
 
 
 def abandon(staging: str) -> None:
@@ -275,35 +296,106 @@ def abandon(staging: str) -> None:
         _LOG.warning("could not mark %s as abandoned (%s); it goes once this process has ended", staging, error)
 
 
-def _owner_of(directory: str) -> RunIdentity | None:
+@dataclasses.dataclass(frozen=True)
+class _Owner:
+    """What a staging directory's owner file says: the run, the output it names, whether the run is over."""
+
+    run: RunIdentity
+    output: str | None
+    abandoned: bool
+
+    def is_dead(self) -> bool:
+        return self.abandoned or self.run.is_alive() is False
+
+
+def _owner_of(directory: str) -> _Owner | None:
+    """The owner file of a staging directory (``owner.json``, or ``abandoned.json`` once the run is over); None if unreadable."""
     for name in (OWNER_NAME, ABANDONED_NAME):
         try:
-            return RunIdentity.from_json(fs.read_bytes(fs.join(directory, name)))
+            data = fs.read_bytes(fs.join(directory, name))
         except (OSError, FileNotFoundError):
             continue
+        run = RunIdentity.from_json(data)
+        if run is None:
+            return None
+        try:
+            output = json.loads(data.decode("utf-8")).get("output")
+        except (ValueError, UnicodeDecodeError, AttributeError):
+            output = None
+        return _Owner(run, output if isinstance(output, str) else None, name == ABANDONED_NAME)
     return None
 
 
-def _is_abandoned(directory: str) -> bool:
-    return fs.exists(fs.join(directory, ABANDONED_NAME)) or not fs.exists(fs.join(directory, OWNER_NAME))
+def _holds_nothing(directory: str) -> bool:
+    """Local: a directory holding nothing, or only an empty ``owner.json`` (a run killed while creating it).
+
+    The owner file is written with one small write, so a killed run leaves it complete or empty.
+    """
+    if fs.is_remote(directory) or os.path.islink(directory) or not os.path.isdir(directory):
+        return False
+    names = os.listdir(directory)
+    if not names:
+        return True
+    owner = os.path.join(directory, OWNER_NAME)
+    return names == [OWNER_NAME] and not os.path.islink(owner) and os.path.isfile(owner) and os.path.getsize(owner) == 0
+
+
+def _remove_empty(directory: str) -> bool:
+    """Remove a directory ``_holds_nothing`` approved (rmdir: it fails if anything appeared meanwhile)."""
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(directory, OWNER_NAME))
+        os.rmdir(directory)
+    except OSError:
+        return False
+    return True
+
+
+def _not_ours(directory: str, owner: _Owner | None, target: str) -> str | None:
+    """Why a staging directory is not provably ``target``'s (None when its owner file names ``target``)."""
+    if owner is None:
+        return "its owner.json is missing or unreadable"
+    if owner.output is None:
+        return "its owner.json names no output"
+    if _normalized(owner.output) != _normalized(target):
+        return f"its owner.json names another output ({owner.output})"
+    return None
+
+
+_WARNED: set[str] = set()
+
+
+def _leave_alone(directory: str, why: str) -> None:
+    """One warning per directory and process: recovery runs more than once in a build."""
+    if directory in _WARNED:
+        return
+    _WARNED.add(directory)
+    journal = f"; its {JOURNAL_NAME} is not acted on" if fs.exists(fs.join(directory, JOURNAL_NAME)) else ""
+    _LOG.warning("left %s alone: %s, so it is not provably this output's%s; remove it by hand", directory, why, journal)
 
 
 def dead_staging_dirs(target: str, keep: str | None = None) -> list[str]:
-    """Staging directories of ``target`` whose run is known to be dead (not ``keep``)."""
+    """Staging directories of ``target`` whose owner file names ``target`` and a run known to be dead (not ``keep``)."""
     dead = []
     for directory in _staging_dirs(target):
         if keep is not None and directory.rstrip("/") == keep.rstrip("/"):
             continue
         owner = _owner_of(directory)
-        if owner is None or _is_abandoned(directory) or owner.is_alive() is False:
+        if _not_ours(directory, owner, target) is None and owner is not None and owner.is_dead():
             dead.append(directory)
     return dead
 
 
 def live_staging_dirs(target: str, keep: str | None = None) -> list[str]:
-    """Staging directories of other runs that are alive, or whose liveness cannot be told."""
-    dead = set(dead_staging_dirs(target, keep))
-    return [d for d in _staging_dirs(target) if d not in dead and (keep is None or d.rstrip("/") != keep.rstrip("/"))]
+    """Staging directories of other runs into ``target`` that are alive, or whose liveness cannot be told."""
+    found = []
+    for directory in _staging_dirs(target):
+        if keep is not None and directory.rstrip("/") == keep.rstrip("/"):
+            continue
+        owner = _owner_of(directory)
+        if _not_ours(directory, owner, target) is None and owner is not None and not owner.is_dead():
+            found.append(directory)
+    return found
 
 
 # ---------------------------------------------------------------------------------- journal
@@ -337,13 +429,64 @@ class CommitJournal:
         except (ValueError, KeyError, TypeError) as error:
             raise CommitError(f"{path}: an unreadable commit journal ({error}); remove {staging} by hand") from error
 
-    def apply(self) -> None:
-        """Delete what the commit replaces, then rename every staged file whose source still exists."""
-        fs.delete_files(self.deletions)
+    def apply(self, missing_ok: bool = False) -> None:
+        """Delete what the commit replaces, then rename every staged file whose source still exists.
+
+        ``missing_ok`` (recovery): a file that goes away while this runs (an earlier attempt, still
+        running somewhere, did that step) is a step already done, not an error.
+        """
+        if missing_ok:
+            delete_missing_ok(self.deletions)
+        else:
+            fs.delete_files(self.deletions)
         pending = [(source, destination) for source, destination in self.moves if fs.exists(source)]
         for directory in sorted({fs.parent(destination) for _, destination in pending}):
             fs.mkdirs(directory)
-        fs.rename(pending)
+        if not missing_ok:
+            fs.rename(pending)
+            return
+
+        def move(pair: tuple[str, str]) -> None:
+            try:
+                fs.rename([pair])
+            except Exception as error:
+                if not (is_gone(error) and fs.exists(pair[1])):
+                    raise
+
+        fs.in_threads(move, pending)
+
+
+def is_gone(error: BaseException) -> bool:
+    """Whether a failed delete or rename failed only because its files were already gone (Beam wraps the OSError twice)."""
+    if isinstance(error, FileNotFoundError):
+        return True
+    details = getattr(error, "exception_details", None)
+    if isinstance(details, dict) and details:
+        return all(is_gone(inner) for inner in details.values())
+    if isinstance(error, OSError) and error.args and isinstance(error.args[0], BaseException):
+        return is_gone(error.args[0])
+    return isinstance(error, OSError) and str(error).startswith("No files found to delete under")
+
+
+def delete_missing_ok(paths: Sequence[str]) -> None:
+    """Delete those of ``paths`` that exist; one another process deletes meanwhile is deleted, not an error."""
+    def delete(path: str) -> None:
+        try:
+            fs.delete_files([path])
+        except Exception as error:
+            if not is_gone(error):
+                raise
+
+    fs.in_threads(delete, list(paths))
+
+
+def delete_tree_missing_ok(directory: str) -> None:
+    """``fs.delete_tree``, where files vanishing under it (removed by another process) are not an error."""
+    try:
+        fs.delete_tree(directory)
+    except Exception as error:
+        if not is_gone(error):
+            raise
 
 
 # ------------------------------------------------------------------------------ swapping a dir
@@ -448,38 +591,60 @@ def recover(target: str, keep: str | None = None, new_name: str = "dataset", old
             carry_over: Callable[[str, str], None] | None = None, prefix_output: bool = False) -> list[str]:
     """Finish or undo what dead runs left for ``target``; returns the staging directories removed.
 
-    A dead run's journal is rolled forward (its staged files were complete when it was written);
-    a local swap interrupted between its two renames is completed; when the dead run's dataset is
-    the one published, ``carry_over(old_dir, target)`` moves the user's files out of the replaced
-    directory first. Then the staging directory goes. Live runs' directories are never touched.
+    Only a staging directory whose owner file names ``target`` and a dead run is acted on; one
+    whose owner file is missing, unreadable or names another output is left alone with one
+    warning (an empty one, which holds nothing, is removed). A dead run's journal is rolled
+    forward (its staged files were complete when it was written); a local swap interrupted
+    between its two renames is completed; when the dead run's dataset is the one published,
+    ``carry_over(old_dir, target)`` moves the user's files out of the replaced directory first.
+    Then the staging directory goes. Live runs' directories are never touched.
     """
     removed = []
-    for directory in dead_staging_dirs(target, keep):
-        problem = _untrusted_staging(directory, new_name, old_name)
-        if problem is not None:
-            _LOG.warning("left %s alone: %s, so it is not provably this output's; remove it by hand", directory, problem)
+    for directory in _staging_dirs(target):
+        if keep is not None and directory.rstrip("/") == keep.rstrip("/"):
             continue
-        owner = _owner_of(directory)
-        journal = CommitJournal.read(directory)
-        why = None if journal is None else untrusted_journal(journal, target, directory, prefix_output)
-        if why is not None:
-            _LOG.warning("left %s alone: %s; remove it by hand", fs.join(directory, JOURNAL_NAME), why)
-            continue
-        if journal is not None:
-            _LOG.warning("completing the interrupted commit of run %s into %s", journal.run_id, target)
-            journal.apply()
-        new_dir, old_dir = fs.join(directory, new_name), fs.join(directory, old_name)
-        if not fs.is_remote(target):
-            if not os.path.lexists(target) and os.path.isdir(old_dir) and os.path.isdir(new_dir):
-                _LOG.warning("completing the interrupted swap of %s into %s", new_dir, target)
-                fs.rename_local(new_dir, target)
-            if carry_over is not None and owner is not None and committed_run(target) == owner.run_id:
-                for replaced in (old_dir, new_dir):
-                    if os.path.isdir(replaced):
-                        carry_over(replaced, target)
-        fs.delete_tree(directory)
-        removed.append(directory)
+        if _recover_one(directory, target, new_name, old_name, carry_over, prefix_output):
+            removed.append(directory)
     return removed
+
+
+def _recover_one(directory: str, target: str, new_name: str, old_name: str,
+                 carry_over: Callable[[str, str], None] | None, prefix_output: bool) -> bool:
+    """Recover one staging directory if it is provably a dead run's of ``target``; whether it was removed."""
+    problem = _untrusted_staging(directory, new_name, old_name)
+    if problem is not None:
+        _leave_alone(directory, problem)
+        return False
+    owner = _owner_of(directory)
+    why = _not_ours(directory, owner, target)
+    if why is not None and _holds_nothing(directory) and _remove_empty(directory):
+        return True  # nothing in it to lose, whoever made it
+    if why is not None or owner is None:
+        _leave_alone(directory, why or "its owner.json is unreadable")
+        return False
+    if not owner.is_dead():
+        return False
+    journal = CommitJournal.read(directory)
+    if journal is not None:
+        why = untrusted_journal(journal, target, directory, prefix_output)
+        if why is None and journal.run_id != owner.run.run_id:
+            why = f"it is run {journal.run_id}'s, but owner.json names run {owner.run.run_id}"
+        if why is not None:
+            _leave_alone(directory, f"its {JOURNAL_NAME} cannot be trusted ({why})")
+            return False
+        _LOG.warning("completing the interrupted commit of run %s into %s", journal.run_id, target)
+        journal.apply(missing_ok=True)
+    new_dir, old_dir = fs.join(directory, new_name), fs.join(directory, old_name)
+    if not fs.is_remote(target):
+        if not os.path.lexists(target) and os.path.isdir(old_dir) and os.path.isdir(new_dir):
+            _LOG.warning("completing the interrupted swap of %s into %s", new_dir, target)
+            fs.rename_local(new_dir, target)
+        if carry_over is not None and committed_run(target) == owner.run.run_id:
+            for replaced in (old_dir, new_dir):
+                if os.path.isdir(replaced):
+                    carry_over(replaced, target)
+    delete_tree_missing_ok(directory)
+    return True
 
 
 def describe_paths(paths: Sequence[str], limit: int = 5) -> str:

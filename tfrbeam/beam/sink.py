@@ -450,7 +450,12 @@ class _Move:
 
 
 class Finalizer:
-    """Names, checks and renames the temporary shards of one write; safe to run more than once."""
+    """Names, checks and renames the temporary shards of one write; safe to run more than once.
+
+    It runs in whichever worker runs the Finalize step (a transform has no hook after
+    ``pipeline.run()``) and takes the prefix's lock there itself: a lock file naming this write is
+    no proof that anyone holds it (see docs/commit.md).
+    """
 
     def __init__(self, spec: SinkSpec):
         self.spec = spec
@@ -682,7 +687,7 @@ class WriteFramedBatches(beam.PTransform):
             check_no_earlier_output(spec)  # before the pipeline runs
             # Staged beside the prefix, owned by this (launching) process: while it lives, no other
             # run's recovery removes the directory.
-            StagingDir(spec.temp_dir(), this_run(spec.run_id)).create()
+            StagingDir(spec.temp_dir(), this_run(spec.run_id), spec.target()).create()
         # Remote prefixes are checked as the pipeline starts (listing gs:// while the pipeline is
         # built would need credentials there): writers wait for the check through a side input.
         checked = batches.pipeline | "Start" >> beam.Create([None]) | "CheckOutput" >> beam.Map(_check_before_writing, spec)
@@ -788,7 +793,7 @@ def _is_local(spec: SinkSpec) -> bool:
 
 def _check_before_writing(_: Any, spec: SinkSpec) -> bool:
     check_no_earlier_output(spec)
-    StagingDir(spec.temp_dir(), this_run(spec.run_id)).create()
+    StagingDir(spec.temp_dir(), this_run(spec.run_id), spec.target()).create()
     return True
 
 

@@ -34,8 +34,8 @@ from apache_beam.options.pipeline_options import (
 )
 
 from tfrbeam import errors as tfrbeam_errors
-from tfrbeam.beam.filesystem import BEAM_FILES
 from tfrbeam.beam.publish import OutputLock, abandon, committed_run
+from tfrbeam.build import commit as build_commit
 from tfrbeam.build.commit import discard_staging, recover_output
 from tfrbeam.build.config import load_config
 from tfrbeam.build.features import FeatureSpec
@@ -52,7 +52,6 @@ from tfrbeam.errors import (
     TfrbeamError,
     TooManyBadRecordsError,
 )
-from tfrbeam.manifest import read_manifest
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 _PROG = "tfrbeam build"
@@ -134,7 +133,7 @@ def _run_locked(plan: BuildPlan, options: PipelineOptions, started: float) -> in
             logging.getLogger(__name__).info("removed what %d earlier, interrupted run(s) left", len(removed))
         check_output_dir(plan.output_root, plan.resolved_config, plan.overwrite, shown=plan.output_path)
         pipeline = beam.Pipeline(options=options)
-        build_pipeline(pipeline, plan)
+        build_pipeline(pipeline, plan, publish=False)  # this process publishes, after the pipeline
     except (ConfigError, OutputExistsError, OutputNotWritableError) as error:
         return _fail(str(error), EXIT_USAGE)
     except TfrbeamError as error:
@@ -154,10 +153,15 @@ def _run_locked(plan: BuildPlan, options: PipelineOptions, started: float) -> in
         discard_staging(plan)
         print(f"dry run: the job graph for {plan.output_path} was built; nothing ran")
         return EXIT_OK
-    manifest = read_manifest(plan.output_root, BEAM_FILES)
-    if manifest is None or manifest.get("run_id") != plan.run.run_id:
-        print(f"submitted; the manifest will be {plan.manifest_path} when the job finishes")
-        return EXIT_OK
+    try:
+        manifest = build_commit.commit_staged(plan)  # only the launcher publishes: never a worker it left behind
+    except TfrbeamError as error:
+        build_commit.discard_unpublished(plan)  # kept once the commit began: the next run finishes it
+        return _fail(str(error), EXIT_FAILED)
+    if manifest is None:
+        discard_staging(plan)
+        return _fail(f"the pipeline finished but staged no dataset for {plan.output_path} (the runner did not run its "
+                     "Commit step); nothing was published", EXIT_FAILED)
     print(summary_table(manifest, time.monotonic() - started, plan))
     return EXIT_OK
 

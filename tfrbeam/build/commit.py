@@ -1,5 +1,11 @@
 """The build's last step: check that every record arrived, then publish the dataset with the commit protocol.
 
+Which process publishes (docs/commit.md): ``tfrbeam build`` runs the pipeline with
+``publish=False``, so the pipeline's Commit step only checks and stages (``commit-ready.json``) and
+the launcher publishes with ``commit_staged`` after the pipeline, holding the lock it took first;
+a worker left behind by a killed launcher never publishes. Library callers of ``build_pipeline``
+get ``publish=True``: the Commit step publishes, taking the lock in its own process.
+
 Before anything is published: the bad-row limit holds, the shards hold exactly the examples the
 converters produced (records in = records out: a runner that lost elements fails the build, it
 never publishes short shards), and every shard file has the size its writer reported. Then,
@@ -19,6 +25,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import errno
+import json
 import logging
 import os
 import platform
@@ -32,7 +40,16 @@ import numpy as np
 import tfrbeam
 from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.filesystem import BEAM_FILES
-from tfrbeam.beam.publish import CommitJournal, held_or_taken, recover, swap_into_place
+from tfrbeam.beam.publish import (
+    JOURNAL_NAME,
+    OWNER_NAME,
+    CommitJournal,
+    committed_run,
+    confined,
+    held_or_taken,
+    recover,
+    swap_into_place,
+)
 from tfrbeam.build.config import config_to_dict
 from tfrbeam.build.held_rows import discard_held_rows
 from tfrbeam.build.plan import DALI_DIR_NAME, BuildPlan, check_output_dir, dataset_entries, foreign_entries, normalized
@@ -45,6 +62,7 @@ from tfrbeam.errors import (
     ShortWriteError,
     TooManyBadRecordsError,
 )
+from tfrbeam.layout.names import SHARD_NAME
 from tfrbeam.manifest import (
     ERRORS_DIR_NAME,
     EXAMPLE,
@@ -60,7 +78,10 @@ from tfrbeam.manifest import (
 from tfrbeam.offset_index import dali_index_text, offset_index_path_for, parse_offset_index, stamp_offset_index, write_dali_index
 from tfrbeam.record_index import INDEX_DIR_NAME, index_path_for, stamp_index
 
-__all__ = ["CommitDataset", "DeadLetterFile", "NEW_DATASET_DIR", "OLD_DATASET_DIR", "discard_staging", "recover_output"]
+__all__ = [
+    "COMMIT_RECORD", "CommitDataset", "DeadLetterFile", "NEW_DATASET_DIR", "OLD_DATASET_DIR", "StagedCommit", "commit_staged",
+    "discard_staging", "discard_unpublished", "publish_staged", "recover_output",
+]
 
 _LOG = logging.getLogger(__name__)
 
@@ -104,57 +125,209 @@ def too_many_bad(bad: int, rows_read: int, limit: float) -> bool:
 
 
 class CommitDataset(beam.DoFn):
-    """Checks the counts, then publishes the staged dataset; yields the manifest."""
+    """Checks the counts and makes the manifest; then publishes the staged dataset, or stages the commit for the launcher.
 
-    def __init__(self, plan: BuildPlan):
+    ``publish=True`` (``build_pipeline``'s default, for library callers that run the pipeline
+    themselves): this step publishes, in whichever worker runs it, taking the output's lock
+    itself; it refuses when the process that planned the build is known to have ended.
+    ``publish=False`` (``tfrbeam build``): it only writes the commit record (``COMMIT_RECORD``)
+    into the staging directory; the launcher publishes it with ``commit_staged`` after the
+    pipeline has finished, holding the lock it took before the pipeline started. So a worker
+    left running after its launcher was killed never publishes anything.
+    """
+
+    def __init__(self, plan: BuildPlan, publish: bool = True):
         self._plan = plan
+        self._publish = publish
 
     def process(self, shard_plan: ShardPlan, files: list[ShardFile], counts: list[tuple[int, int]],
                 dead_letters: list[DeadLetterFile], sequence_counts: list[SequenceCounts] | None = None) -> Iterator[dict]:
         plan = self._plan
-        rows_read, bad = sum_counts(counts)
-        sequences = None
-        if plan.config.sequence is not None:
-            sequences = SequenceStage.of(plan).zero_counts()
-            for each in sequence_counts or ():
-                sequences = sequences + each
-        bad_groups_rows = int(sequences.bad_rows.sum()) if sequences is not None else 0
-        limit = plan.config.errors.max_bad_fraction
-        if too_many_bad(bad + bad_groups_rows, rows_read, limit):
-            staged = [(item.temp_path, item.temp_index_path, item.temp_offsets_path) for item in files]
-            fs.delete_files([path for paths in staged for path in paths if path])
-            kept = f"; the bad rows are kept in {fs.join(plan.staging_dir, ERRORS_DIR_NAME)}" if dead_letters else ""
-            total_bad = bad + bad_groups_rows
-            in_groups = f" ({bad_groups_rows} of them in bad sequence groups)" if bad_groups_rows else ""
-            raise TooManyBadRecordsError(
-                f"{total_bad} of {rows_read} input rows ({total_bad / max(rows_read, 1):.2%}) were bad{in_groups}, more "
-                f"than errors.max_bad_fraction={limit:g} allows; nothing was written to {plan.output_path}{kept}"
+        if self._publish and plan.run.is_alive() is False:
+            raise CommitError(
+                f"the process that launched this build ({plan.run.describe()}) has ended, so this worker published "
+                f"nothing to {plan.output_path}; the next build into it removes what this one left"
             )
-        if sequences is None:
-            check_every_record_arrived(files, rows_read - bad, plan.output_path)
-            absent = absent_counts(counts, len(plan.config.splits), len(plan.features))
-            manifest = build_manifest(plan, shard_plan, files, rows_read, bad, dead_letters, absent)
-        else:
-            check_every_sequence_arrived(files, sequences, rows_read - bad, plan.output_path)
-            manifest = build_manifest(plan, shard_plan, files, rows_read, bad + bad_groups_rows, dead_letters,
-                                      sequences=sequences)
-        with held_or_taken(plan.output_root, plan.run):
-            recover_output(plan.output_root, keep=plan.staging_dir)
-            self._check_output_unchanged()
-            if fs.is_remote(plan.output_root):
-                publish_by_journal(plan, files, dead_letters, manifest)
-            else:
-                publish_by_swap(plan, files, dead_letters, manifest)
-        _LOG.info("wrote %s", plan.manifest_path)
+        manifest = checked_manifest(plan, shard_plan, files, counts, dead_letters, sequence_counts)
+        staged = StagedCommit(plan.run.run_id, manifest, tuple(files), tuple(dead_letters))
+        if not self._publish:
+            try:
+                staged.write(plan.staging_dir)
+            except OSError as error:
+                raise commit_failed(plan, error, "staging the commit") from error
+            yield manifest
+            return
+        publish_staged(plan, staged)
         yield manifest
 
-    def _check_output_unchanged(self) -> None:
-        """Another run may have published into the output since this build was planned: check again, under the lock."""
-        plan = self._plan
+
+def checked_manifest(plan: BuildPlan, shard_plan: ShardPlan, files: list[ShardFile], counts: list[tuple[int, int]],
+                     dead_letters: list[DeadLetterFile], sequence_counts: list[SequenceCounts] | None) -> dict[str, Any]:
+    """The bad-row limit and records in = records out hold, or this raises; then the manifest of the staged dataset."""
+    rows_read, bad = sum_counts(counts)
+    sequences = None
+    if plan.config.sequence is not None:
+        sequences = SequenceStage.of(plan).zero_counts()
+        for each in sequence_counts or ():
+            sequences = sequences + each
+    bad_groups_rows = int(sequences.bad_rows.sum()) if sequences is not None else 0
+    limit = plan.config.errors.max_bad_fraction
+    if too_many_bad(bad + bad_groups_rows, rows_read, limit):
+        staged = [(item.temp_path, item.temp_index_path, item.temp_offsets_path) for item in files]
+        fs.delete_files([path for paths in staged for path in paths if path])
+        kept = f"; the bad rows are kept in {fs.join(plan.staging_dir, ERRORS_DIR_NAME)}" if dead_letters else ""
+        total_bad = bad + bad_groups_rows
+        in_groups = f" ({bad_groups_rows} of them in bad sequence groups)" if bad_groups_rows else ""
+        raise TooManyBadRecordsError(
+            f"{total_bad} of {rows_read} input rows ({total_bad / max(rows_read, 1):.2%}) were bad{in_groups}, more "
+            f"than errors.max_bad_fraction={limit:g} allows; nothing was written to {plan.output_path}{kept}"
+        )
+    if sequences is None:
+        check_every_record_arrived(files, rows_read - bad, plan.output_path)
+        absent = absent_counts(counts, len(plan.config.splits), len(plan.features))
+        return build_manifest(plan, shard_plan, files, rows_read, bad, dead_letters, absent)
+    check_every_sequence_arrived(files, sequences, rows_read - bad, plan.output_path)
+    return build_manifest(plan, shard_plan, files, rows_read, bad + bad_groups_rows, dead_letters, sequences=sequences)
+
+
+COMMIT_RECORD = "commit-ready.json"  # in the staging directory: what the launcher publishes after the pipeline
+
+
+@dataclasses.dataclass(frozen=True)
+class StagedCommit:
+    """A checked, staged dataset waiting to be published: its manifest and its staged shard and dead-letter files."""
+
+    run_id: str
+    manifest: dict[str, Any]
+    files: tuple[ShardFile, ...]
+    dead_letters: tuple[DeadLetterFile, ...]
+
+    def write(self, staging_dir: str) -> None:
+        """Write the record atomically (a whole record or none), for the launcher to publish.
+
+        Only into a staging directory that still has its ``owner.json``: a worker that outlived its
+        launcher must not recreate a directory the next run's recovery removed (or abandoned).
+        """
+        if not fs.exists(fs.join(staging_dir, OWNER_NAME)):
+            raise CommitError(f"{staging_dir}: this run's staging directory is gone or abandoned (its launcher ended?); "
+                              "nothing was staged or published")
+        data = json.dumps({"run_id": self.run_id, "manifest": self.manifest,
+                           "files": [dataclasses.asdict(item) for item in self.files],
+                           "dead_letters": [dataclasses.asdict(item) for item in self.dead_letters]}).encode("utf-8")
+        temp, final = fs.join(staging_dir, COMMIT_RECORD + ".tmp"), fs.join(staging_dir, COMMIT_RECORD)
+        fs.write_bytes(temp, data, "application/json")
+        fs.rename([(temp, final)])
+
+    @classmethod
+    def read(cls, plan: BuildPlan) -> StagedCommit | None:
+        """This run's record from its staging directory (None: the pipeline staged none); refuses one that is not."""
+        path = fs.join(plan.staging_dir, COMMIT_RECORD)
+        if not fs.exists(path):
+            return None
         try:
-            check_output_dir(plan.output_root, plan.resolved_config, plan.overwrite, shown=plan.output_path)
-        except OutputExistsError as error:
-            raise CommitError(f"the output changed while this build ran, so nothing was published: {error}") from error
+            raw = json.loads(fs.read_bytes(path).decode("utf-8"))
+            staged = cls(raw["run_id"], raw["manifest"], tuple(ShardFile(**item) for item in raw["files"]),
+                         tuple(DeadLetterFile(**item) for item in raw["dead_letters"]))
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as error:
+            raise CommitError(f"{path}: an unreadable commit record ({error}); nothing was published to "
+                              f"{plan.output_path}; rerun the build") from error
+        problem = staged.untrusted(plan)
+        if problem is not None:
+            raise CommitError(f"{path}: {problem}, so nothing was published to {plan.output_path}; rerun the build")
+        return staged
+
+    def untrusted(self, plan: BuildPlan) -> str | None:
+        """Why the record is not this run's staged dataset (another run, a path outside the staging directory)."""
+        if self.run_id != plan.run.run_id or self.manifest.get("run_id") != plan.run.run_id:
+            return f"the record is run {self.run_id}'s, not this run's ({plan.run.run_id})"
+        staged = [path for item in self.files for path in (item.temp_path, item.temp_index_path, item.temp_offsets_path)
+                  if path is not None] + [item.temp_path for item in self.dead_letters]
+        for path in staged:
+            if not confined(path, plan.staging_dir, plan.staging_dir):
+                return f"it names {path!r}, outside the staging directory"
+        for relative in [*(item.relative_path for item in self.files), *(item.relative_path for item in self.dead_letters)]:
+            parts = relative.split("/")
+            if relative.startswith("/") or "\\" in relative or any(part in ("", ".", "..") for part in parts):
+                return f"it names the dataset path {relative!r}, which is not a plain relative path"
+        return None
+
+
+def commit_staged(plan: BuildPlan) -> dict[str, Any] | None:
+    """The launcher's commit, after the pipeline: publish the record the pipeline staged; None when it staged none."""
+    staged = StagedCommit.read(plan)
+    if staged is None:
+        return None
+    publish_staged(plan, staged)
+    return staged.manifest
+
+
+def publish_staged(plan: BuildPlan, staged: StagedCommit) -> None:
+    """Holding the output's lock: recover what dead runs left, check the output again, publish."""
+    with held_or_taken(plan.output_root, plan.run):
+        try:
+            recover_output(plan.output_root, keep=plan.staging_dir)
+        except OSError as error:
+            raise commit_failed(plan, error, "recovering what an earlier run left") from error
+        _check_output_unchanged(plan)
+        try:
+            if fs.is_remote(plan.output_root):
+                publish_by_journal(plan, staged.files, staged.dead_letters, staged.manifest)
+            else:
+                publish_by_swap(plan, staged.files, staged.dead_letters, staged.manifest)
+        except OSError as error:  # before the commit point: after it a failure is only a warning
+            raise commit_failed(plan, error, "publishing") from error
+    _LOG.info("wrote %s", plan.manifest_path)
+
+
+def commit_failed(plan: BuildPlan, error: OSError, step: str) -> CommitError:
+    """One line for a file-system failure in the commit: the path, why, and what the output holds now."""
+    path, code, reason = _failure_of(error)
+    why = "the disk is full" if code == errno.ENOSPC else reason
+    return CommitError(f"{path or plan.staging_dir}: {why} while {step} {plan.output_path}; {_output_state(plan)}")
+
+
+def _failure_of(error: BaseException) -> tuple[str | None, int | None, str]:
+    """(path, errno, reason) of an OSError, looking inside Beam's BeamIOError (a dict of per-path errors)."""
+    details = getattr(error, "exception_details", None)
+    if isinstance(details, dict) and details:
+        key, inner = next(iter(details.items()))
+        path, code, reason = _failure_of(inner)
+        return path or str(key[-1] if isinstance(key, tuple) else key), code, reason
+    if isinstance(error, OSError) and error.args and isinstance(error.args[0], BaseException):
+        return _failure_of(error.args[0])
+    if isinstance(error, OSError):
+        filename = error.filename if isinstance(error.filename, str) else None
+        return filename, error.errno, error.strerror or str(error)
+    return None, None, str(error)
+
+
+def _output_state(plan: BuildPlan) -> str:
+    """What a reader finds at the output after a failed commit."""
+    try:
+        manifest = read_manifest(plan.output_root, BEAM_FILES)
+    except (ManifestError, OSError):
+        manifest = None
+    if manifest is not None and manifest.get("run_id") == plan.run.run_id:
+        return "the new dataset is published nonetheless"
+    if manifest is not None:
+        return (f"nothing was published: the old dataset at {plan.output_path} is intact; free space and rerun "
+                "(the next build removes what this one staged)")
+    old_dir = fs.join(plan.staging_dir, OLD_DATASET_DIR)
+    if not fs.is_remote(old_dir) and os.path.isdir(old_dir):
+        return (f"nothing was published and {plan.output_path} holds no complete dataset now: the old one is in "
+                f"{old_dir}, and the next build into it completes the commit")
+    if not fs.exists(plan.output_root) and not fs.exists(fs.join(plan.staging_dir, JOURNAL_NAME)):
+        return f"nothing was published and there is no dataset at {plan.output_path}; free space and rerun"
+    return (f"nothing was published and {plan.output_path} holds no complete dataset now; the next build into it "
+            f"completes the commit from {plan.staging_dir} or removes it")
+
+
+def _check_output_unchanged(plan: BuildPlan) -> None:
+    """Another run may have published into the output since this build was planned: check again, under the lock."""
+    try:
+        check_output_dir(plan.output_root, plan.resolved_config, plan.overwrite, shown=plan.output_path)
+    except OutputExistsError as error:
+        raise CommitError(f"the output changed while this build ran, so nothing was published: {error}") from error
 
 
 def check_every_record_arrived(files: Sequence[ShardFile], expected: int, output: str,
@@ -382,13 +555,68 @@ def _old_manifest(output_root: str) -> dict | None:
 
 
 def carry_over(old_dir: str, output_root: str) -> None:
-    """Move the user's own files from the replaced directory into the new one (not the old dataset's parts)."""
+    """Move the user's own files from the replaced directory into the new one (not the old dataset's parts).
+
+    Top-level entries that are not the dataset's move across whole; inside the dataset's own
+    directories (split directories, ``_errors/``, ``dali/``) every file the old manifest does not
+    list (a ``train/NOTES.md``) moves to the same place in the new dataset. A name the new dataset
+    already uses is kept beside it as ``NAME.previous``.
+    """
     if not os.path.isdir(old_dir):
         return
     old_manifest = _old_manifest(old_dir)
     for name in foreign_entries(old_dir, old_manifest):
         if not os.path.lexists(fs.join(output_root, name)):
             fs.rename_local(fs.join(old_dir, name), fs.join(output_root, name))
+    own = _dataset_files(old_manifest)
+    for relative in _user_files_in_dataset_dirs(old_dir, old_manifest, own):
+        destination = os.path.join(output_root, relative)
+        if os.path.lexists(destination):
+            _LOG.warning("kept your %s as %s.previous: the new dataset has a file of that name", destination, destination)
+            destination += ".previous"
+        if os.path.lexists(destination):
+            continue
+        fs.mkdirs(os.path.dirname(destination))
+        fs.rename_local(os.path.join(old_dir, relative), destination)
+
+
+def _dataset_files(manifest: dict | None) -> set[str]:
+    """Relative paths of the files a manifest makes part of its dataset: shards, their indexes, DALI and dead-letter files."""
+    own: set[str] = set()
+    splits = (manifest or {}).get("splits")
+    for name, split in (splits.items() if isinstance(splits, dict) else ()):
+        for shard in (split.get("shards") if isinstance(split, dict) else None) or ():
+            path = shard.get("path") if isinstance(shard, dict) else None
+            if isinstance(path, str):
+                own.update({path, index_path_for(path), offset_index_path_for(path),
+                            posixpath.join(DALI_DIR_NAME, str(name), posixpath.basename(path) + ".idx")})
+    files = ((manifest or {}).get("bad_records") or {}).get("files") if isinstance(manifest, dict) else None
+    own.update(path for path in files or () if isinstance(path, str))
+    return own
+
+
+def _user_files_in_dataset_dirs(old_dir: str, manifest: dict | None, own: set[str]) -> list[str]:
+    """Relative paths of files (and symlinks, never followed) in the dataset's own directories that it does not list."""
+    found = []
+    for name in sorted(dataset_entries(manifest) - {MANIFEST_NAME, "stats.json", "stats.html"}):
+        top = os.path.join(old_dir, name)
+        if os.path.islink(top) or not os.path.isdir(top):
+            continue
+        for directory, subdirs, names in os.walk(top):
+            subdirs.sort()
+            for entry in [*sorted(names), *(d for d in subdirs if os.path.islink(os.path.join(directory, d)))]:
+                relative = os.path.relpath(os.path.join(directory, entry), old_dir).replace(os.sep, "/")
+                if relative in own or (manifest is None and _looks_like_the_datasets(relative)):
+                    continue
+                found.append(relative)
+    return found
+
+
+def _looks_like_the_datasets(relative: str) -> bool:
+    """Without a readable manifest: shard files, their index files and DALI indexes are taken as the dataset's."""
+    name = posixpath.basename(relative)
+    return (SHARD_NAME.fullmatch(name) is not None or f"/{INDEX_DIR_NAME}/" in f"/{relative}"
+            or relative.startswith(DALI_DIR_NAME + "/"))
 
 
 def publish_by_journal(plan: BuildPlan, files: Sequence[ShardFile], dead_letters: Sequence[DeadLetterFile],
@@ -424,13 +652,27 @@ def recover_output(output_root: str, keep: str | None = None) -> list[str]:
     return recover(output_root, keep=keep, new_name=NEW_DATASET_DIR, old_name=OLD_DATASET_DIR, carry_over=carry_over)
 
 
+def discard_unpublished(plan: BuildPlan) -> None:
+    """After a failed launcher commit: remove the staging directory only if the commit changed nothing yet.
+
+    Once a journal is written, or the old dataset was moved aside (a swap without ``renameat2``),
+    or the new dataset is in place, the staging directory is what the next run's recovery finishes
+    the commit from: it stays.
+    """
+    started = fs.exists(fs.join(plan.staging_dir, JOURNAL_NAME)) or committed_run(plan.output_root) == plan.run.run_id
+    if not fs.is_remote(plan.staging_dir):
+        started = started or os.path.lexists(fs.join(plan.staging_dir, OLD_DATASET_DIR))
+    if not started:
+        discard_staging(plan)
+
+
 def discard_staging(plan: BuildPlan, keep_dead_letters: bool = False) -> None:
     """Remove a failed run's staging directory (its partial shards) and free the pieces and rows it held in memory."""
     discard_pieces(plan.staging_dir)
     discard_held_rows(plan.staging_dir)
     if keep_dead_letters:
         for name in fs.list_names(plan.staging_dir):
-            if name != ERRORS_DIR_NAME and name != "owner.json":
+            if name != ERRORS_DIR_NAME and name != OWNER_NAME:
                 fs.delete_tree(fs.join(plan.staging_dir, name))
         return
     fs.delete_tree(plan.staging_dir)

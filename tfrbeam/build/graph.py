@@ -61,8 +61,14 @@ _PROGRESS_SECONDS = 5.0
 _PIECES, _BAD_ROWS, _STATS = "pieces", "bad_rows", "stats"
 
 
-def build_pipeline(pipeline: beam.Pipeline, plan: BuildPlan | BuildConfig, *, overwrite: bool = False) -> BuildPlan:
+def build_pipeline(pipeline: beam.Pipeline, plan: BuildPlan | BuildConfig, *, overwrite: bool = False,
+                   publish: bool = True) -> BuildPlan:
     """Add the dataset build of ``plan`` (or of a config, planned here) to ``pipeline``; returns the plan.
+
+    ``publish=True``: the pipeline's last step publishes the dataset (in a worker, taking the
+    output's lock itself). ``publish=False``: it only stages the commit, and the caller publishes
+    it after the pipeline finished with ``tfrbeam.build.commit.commit_staged(plan)``, as ``tfrbeam
+    build`` does (see docs/commit.md: only the launcher publishes).
 
     The shuffle keeps its pieces in the plan's piece store (``plan.piece_store``, chosen when the
     build was planned: see ``tfrbeam.build.runners.choose_piece_store``). After a failed run,
@@ -74,7 +80,7 @@ def build_pipeline(pipeline: beam.Pipeline, plan: BuildPlan | BuildConfig, *, ov
     if isinstance(plan, BuildConfig):
         plan = plan_build(plan, pipeline.options, overwrite=overwrite)
     refuse_lossy_runner(pipeline, "tfrbeam build", also=TAGGED_SIDE_INPUT_LOSERS)
-    StagingDir(plan.staging_dir, plan.run).create()
+    StagingDir(plan.staging_dir, plan.run, plan.output_root).create()
     config = plan.config
     converter = _ConvertAndKey(plan, plan.sharding, [item.path for item in plan.input_files])
     converted = (
@@ -110,7 +116,7 @@ def build_pipeline(pipeline: beam.Pipeline, plan: BuildPlan | BuildConfig, *, ov
             | "WriteDeadLetters" >> beam.ParDo(_WriteDeadLetters(plan.staging_dir))
         )
     _ = shards["plan"] | "Commit" >> beam.ParDo(
-        CommitDataset(plan),
+        CommitDataset(plan, publish=publish),
         files=beam.pvalue.AsList(shards["files"]),
         counts=beam.pvalue.AsList(converted[_STATS]),
         dead_letters=dead_letters,
