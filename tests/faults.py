@@ -1,11 +1,14 @@
 """Fault injection for the file-system layer, and the invariants a publish must keep under it.
 
-Every operation that changes a file goes through ``tfrbeam.beam.filesystem._mutating``; this
-module wraps that one function. Inside a *scope* (the build's commit step and the launcher's
-publish after the pipeline, or the sink's finalize) it numbers the operations and, at operation
-``at``, either kills the process on the spot (``crash``: ``os._exit``, nothing runs after it, as
-under ``kill -9``) or raises ENOSPC / EACCES as the disk would. ``python -m tests.faults KIND AT LOG -- tfrbeam build ...`` runs a
-build under a fault in a fresh process; ``LOG`` receives one line per operation in scope.
+Every operation that changes a file goes through ``tfrbeam.layout.fileops.mutating``: Beam's file
+systems through ``tfrbeam.beam.filesystem``, which calls it, and the framing writers, indexes,
+stats and export directly. This module wraps that one function. Inside a *scope* (the build's
+commit step and the launcher's publish after the pipeline, the sink's finalize, or the whole of a
+``stats`` or ``export`` run) it numbers the operations and, at operation ``at``, either kills the
+process on the spot (``crash``: ``os._exit``, nothing runs after it, as under ``kill -9``) or raises
+ENOSPC / EACCES as the disk would. ``python -m tests.faults KIND AT LOG -- COMMAND ARGS...`` runs
+``tfrbeam COMMAND`` (build, stats, export) or the sink under a fault in a fresh process; ``LOG``
+receives one line per operation in scope.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from tfrbeam.beam import filesystem as fs
+from tfrbeam.layout import fileops
 
 KINDS = ("crash", "enospc", "eacces", "wait")
 CRASH_EXIT = 137
@@ -44,7 +47,7 @@ def injected(kind: str | None, at: int, log: list[str] | None = None, signal_pat
     ``wait`` pauses there instead: it creates ``signal_path + ".waiting"`` and goes on once
     ``signal_path + ".go"`` exists (so a test can act while a commit holds the lock).
     """
-    original = fs._mutating
+    original = fileops.mutating
 
     def mutating(op: str, path: str, action: Callable[[], Any]) -> Any:
         if _SCOPE.active:
@@ -60,12 +63,12 @@ def injected(kind: str | None, at: int, log: list[str] | None = None, signal_pat
         return original(op, path, action)
 
     _SCOPE.count = 0
-    fs._mutating = mutating
+    fileops.mutating = mutating
     try:
         with _scoped_steps():
             yield
     finally:
-        fs._mutating = original
+        fileops.mutating = original
 
 
 def _pause(signal_path: str) -> None:
@@ -123,7 +126,7 @@ def _scoped_steps() -> Iterator[None]:
 
 
 def main(argv: list[str]) -> int:
-    """``KIND AT LOG -- build ARGS...``: run ``tfrbeam build ARGS`` in this process under one fault."""
+    """``KIND AT LOG -- COMMAND ARGS...``: run ``tfrbeam COMMAND ARGS`` (build, stats, export, or the sink) under one fault."""
     kind, at, log_path = argv[0], int(argv[1]), argv[2]
     separator = argv.index("--")
     command, args = argv[separator + 1], argv[separator + 2:]
@@ -136,6 +139,14 @@ def main(argv: list[str]) -> int:
                 return build_main(args)
             if command == "sink":
                 return _sink_main(args)
+            if command in ("stats", "export"):  # a tool run is in scope from start to end
+                from tfrbeam.cli import main as cli_main
+
+                _SCOPE.active += 1
+                try:
+                    return cli_main([command, *args])
+                finally:
+                    _SCOPE.active -= 1
             raise SystemExit(f"unknown command {command}")
     finally:
         with open(log_path, "w") as handle:

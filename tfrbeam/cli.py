@@ -46,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(error), EXIT_USAGE)
     except TfrbeamError as error:
         return _fail(str(error), EXIT_BAD_DATA)
+    except OSError as error:  # a full disk, a refused write: the path and the reason, never a traceback
+        where = f"{error.filename}: " if error.filename else ""
+        return _fail(f"{where}{error.strerror or error}; files already at their final names are whole", EXIT_BAD_DATA)
     except KeyboardInterrupt:
         return _fail("interrupted", 130)
 

@@ -165,7 +165,9 @@ def test_a_full_disk_at_any_finalize_operation_keeps_the_old_output_or_is_comple
     for at in range(1, len(ops) + 1):
         _restore(tmp_path, earlier)
         assert _written(prefix) == encoded(old)
-        assert not _write_pairs(prefix, new, fault_at=at), ops[at - 1]
+        if _write_pairs(prefix, new, fault_at=at):  # the step had a second way (an offset index rebuilt from headers)
+            assert _written(prefix) == encoded(new), ops[at - 1]
+            continue
         if at <= journal:
             assert _written(prefix) == encoded(old), ops[at - 1]
         assert _write_pairs(prefix, new) and _written(prefix) == encoded(new), ops[at - 1]

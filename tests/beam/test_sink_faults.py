@@ -86,7 +86,9 @@ def test_a_fault_at_any_finalize_operation_is_completed_by_the_next_run(tmp_path
     for at in range(1, len(ops) + 1):
         _reset(tmp_path, earlier)
         code, _ = _write(tmp_path, kind, at, 20, 2)
-        assert code != 0, (at, ops[at - 1])
+        if code == 0:  # the step had a second way (an offset index rebuilt from the shard's headers): published whole
+            assert kind == "enospc" and _complete(tmp_path, 20, 2) and _leftovers(tmp_path) == [], (at, ops[at - 1])
+            continue
         if at <= journal:  # the commit had not begun: the earlier run's shards are whole
             assert _complete(tmp_path, 30, 3), (at, ops[at - 1])
         assert _write(tmp_path, "none", 0, 20, 2)[0] == 0, (at, ops[at - 1])  # the same pipeline again

@@ -372,10 +372,11 @@ def test_a_full_disk_at_any_commit_write_names_the_path_and_says_the_old_dataset
     exchange = kinds.index("exchange") + 1
     for at in range(1, exchange + 1):
         capsys.readouterr()
-        with injected("enospc", at, []):
+        faulted: list[str] = []  # this run's own numbering: steps in threads (index stamping) vary in order
+        with injected("enospc", at, faulted):
             assert _build("--overwrite", "--set", "shuffle.seed=7") == 1, log[at - 1]
         error = capsys.readouterr().err.strip()
-        path = _any_run(log[at - 1].split(" ", 2)[2])
+        path = _any_run(faulted[at - 1].split(" ", 2)[2])
         assert "\n" not in error and path in _any_run(error) and "disk is full" in error, (log[at - 1], error)
         assert "the old dataset at out/ds is intact" in error, (log[at - 1], error)
         assert _state(output)[0] == old_run

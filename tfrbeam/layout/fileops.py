@@ -29,7 +29,17 @@ def mutating(op: str, path: str, action: Callable[[], _T]) -> _T:
 
 def _mutate(op: str, path: str, action: Callable[[], _T]) -> _T:
     # Looked up on the module at each call, so a harness that replaces ``mutating`` sees every operation.
-    return globals()["mutating"](op, path, action)
+    try:
+        return globals()["mutating"](op, path, action)
+    except OSError as error:
+        raise _naming(error, path) from error
+
+
+def _naming(error: OSError, path: str) -> OSError:
+    """The error with the path it concerns (a failed write() names no file, so "disk full" would say not where)."""
+    if error.filename is not None:
+        return error
+    return type(error)(error.errno, error.strerror or str(error), path)
 
 
 def makedirs(directory: str) -> None:
@@ -71,8 +81,11 @@ def atomic_file(path: str, fsync: bool = False) -> Iterator[BinaryIO]:
         prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory))
     try:
         with os.fdopen(descriptor, "wb") as handle:
-            yield cast(BinaryIO, handle)
-            handle.flush()
+            try:
+                yield cast(BinaryIO, handle)
+                handle.flush()
+            except OSError as error:
+                raise _naming(error, path) from error
             if fsync:
                 _mutate("fsync", temp, lambda: os.fsync(handle.fileno()))
         replace(temp, path)
