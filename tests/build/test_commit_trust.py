@@ -461,3 +461,55 @@ def test_a_full_disk_between_the_two_renames_of_a_swap_keeps_the_old_dataset_for
     assert _state(output)[1] == 7 and (output / "NOTES.txt").read_text() == "mine"
     assert _parent_snapshot(output) == before
     _assert_clean(output)
+
+
+# ------------------------------------------------------------------ on object stores: the same rules, by prefix
+
+
+@pytest.mark.parametrize("owner", ["missing", "another output", "this output"])  # the journal is hostile in all
+def test_on_an_object_store_recovery_trusts_only_a_staging_prefix_owned_by_this_output(owner, caplog):
+    """memfs:// has no directories, as gs:// and s3:// have none: a staging "directory" is a key prefix."""
+    from tests import memfs
+    from tfrbeam.beam.publish import recover
+
+    bucket = f"memfs://trust-{owner.replace(' ', '-')}"
+    memfs.clear(bucket)
+    output, planted = f"{bucket}/out/ds", f"{bucket}/out/.ds.tfrbeam-zz"
+    memfs._FILES[f"{bucket}/important.txt"] = (b"the user's", 0.0)
+    memfs._FILES[f"{output}/NOTES.md"] = (b"mine", 0.0)
+    memfs._FILES[f"{planted}/part.tfrecord"] = (b"partial", 0.0)
+    if owner != "missing":
+        named = output if owner == "this output" else f"{bucket}/elsewhere/ds"
+        memfs._FILES[f"{planted}/owner.json"] = (_owner("zz", named).encode(), 0.0)
+    memfs._FILES[f"{planted}/commit.json"] = (json.dumps({
+        "run_id": "zz", "target": output, "deletions": [f"{bucket}/important.txt"], "moves": []}).encode(), 0.0)
+    before = memfs.files_under(bucket)
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        recover(output, prefix_output=True)
+    after = memfs.files_under(bucket)
+    # Unproven, or proven this output's but with a journal naming a key outside its staging prefix and output:
+    # everything is left as it was, with one warning naming the prefix.
+    assert after == before
+    warned = [record.getMessage() for record in caplog.records if planted in record.getMessage()]
+    assert len(warned) == 1 and "alone" in warned[0], warned
+    memfs.clear(bucket)
+
+
+def test_on_an_object_store_a_dead_runs_staging_prefix_owned_by_this_output_is_removed_and_nothing_else():
+    from tests import memfs
+    from tfrbeam.beam.publish import recover
+
+    bucket = "memfs://trust-owned"
+    memfs.clear(bucket)
+    output, planted = f"{bucket}/out/ds", f"{bucket}/out/.ds.tfrbeam-zz"
+    memfs._FILES[f"{bucket}/out/.ds.tfrbeam-zzz-not-staging.txt"] = (b"a look-alike name", 0.0)
+    memfs._FILES[f"{output}/NOTES.md"] = (b"mine", 0.0)
+    memfs._FILES[f"{planted}/part.tfrecord"] = (b"partial", 0.0)
+    memfs._FILES[f"{planted}/owner.json"] = (_owner("zz", output).encode(), 0.0)
+    before = memfs.files_under(bucket)
+    removed = recover(output, prefix_output=True)
+    after = memfs.files_under(bucket)
+    assert removed == [planted]
+    assert after == {name: data for name, data in before.items() if not name.startswith("out/.ds.tfrbeam-zz/")}
+    memfs.clear(bucket)
