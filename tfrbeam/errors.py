@@ -219,3 +219,17 @@ class UnsafeOutputError(ConfigError):
 
 class ParquetSchemaError(InputError):
     """The Parquet files of one input disagree on a column's type (beyond lossless widening), or one repeats a name."""
+
+
+# --- main ---
+
+class MissingShardError(TfrbeamError):
+    """A shard the manifest lists is not in the dataset directory (deleted, moved or never copied)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        super().__init__(f"{path}: the manifest lists this shard, but there is no such file: the dataset is incomplete "
+                         "(deleted, moved or partly copied). Run `tfrbeam verify` on it, and rebuild or copy it again")
+
+    def __reduce__(self):  # exact across processes
+        return (type(self), (self.path,))

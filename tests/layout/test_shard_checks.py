@@ -115,3 +115,19 @@ def test_a_lost_shard_entry_is_refused_by_every_reader(demo_dataset, tmp_path, c
         captured = capsys.readouterr()
         assert "but its shards list 2036 examples" in captured.out + captured.err and "Traceback" not in captured.err
     assert snapshot(sandbox) == before
+
+
+def test_a_shard_the_manifest_lists_but_the_directory_lacks_is_one_tfrbeam_error(tmp_path):
+    """Not a bare FileNotFoundError from deep in the reader: the shard named, and what to do."""
+    import shutil
+
+    import tfrbeam
+    from tests.example_builds import build_examples
+    from tfrbeam.errors import MissingShardError
+
+    dataset = build_examples(tmp_path, "demo.yaml")["demo"]
+    shard = sorted((dataset / "train").glob("*.tfrecord"))[1]
+    shutil.move(str(shard), str(tmp_path / "elsewhere.tfrecord"))
+    with pytest.raises(MissingShardError, match=f"{shard.name}: the manifest lists this shard, but there is no such file"):
+        for _ in tfrbeam.open_dataset(str(dataset), split="train", batch_size=256):
+            pass

@@ -36,7 +36,13 @@ from tfrbeam.dataset.spec import (
     check_record_type,
     is_sequence_feature,
 )
-from tfrbeam.errors import ArrowConversionError, ExampleDecodeError, RecordLimitError, ShardMismatchError
+from tfrbeam.errors import (
+    ArrowConversionError,
+    ExampleDecodeError,
+    MissingShardError,
+    RecordLimitError,
+    ShardMismatchError,
+)
 from tfrbeam.layout.generation import Generation
 from tfrbeam.record_index import seek_position, trusted_index
 from tfrbeam.records import SkippedRegion
@@ -257,6 +263,8 @@ def read_segment(
     limit = None if segment.stop is None else segment.stop - first
     if limit is not None and limit <= 0:
         return
+    if segment.expected_bytes is not None and not os.path.lexists(segment.path):
+        raise MissingShardError(segment.path)
     if segment.generation is None:
         check_shard_size(segment)
         offset, skip = _position_of(segment, first)
@@ -264,7 +272,11 @@ def read_segment(
                                 first, limit, offset, skip)
         return
     # Open, then find the start (the index is read by path), then prove both belong to the pinned run.
-    with open(segment.path, "rb") as handle:
+    try:
+        handle = open(segment.path, "rb")
+    except FileNotFoundError as error:  # gone between the check above and now
+        raise MissingShardError(segment.path) from error
+    with handle:
         offset, skip = _position_of(segment, first)
         segment.generation.check()
         check_shard_size(segment, os.fstat(handle.fileno()).st_size)
