@@ -357,14 +357,13 @@ def _pipeline_options(beam_args: list[str]) -> PipelineOptions:
 
 def _configure_logging(quiet: bool, verbose: bool) -> None:
     formatter = logging.Formatter("%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
-    # Beam's PipelineOptions() has already called logging.basicConfig(): give its stderr handler our format.
-    console = [handler for handler in logging.root.handlers
-               if type(handler) is logging.StreamHandler and handler.stream in (sys.stderr, sys.__stderr__)]
-    if not console:
-        console = [logging.StreamHandler()]
-        logging.root.addHandler(console[0])
-    for handler in console:
-        handler.setFormatter(formatter)
+    # Beam's PipelineOptions() has already called logging.basicConfig(): give the plain stream handler it made our
+    # format. Like basicConfig, add one only to a root logger without handlers (an application's own are kept).
+    if not logging.root.handlers:
+        logging.root.addHandler(logging.StreamHandler())
+    for handler in logging.root.handlers:
+        if type(handler) is logging.StreamHandler and getattr(handler.formatter, "_fmt", None) in (None, logging.BASIC_FORMAT):
+            handler.setFormatter(formatter)
     level = logging.WARNING if quiet else logging.INFO
     for name in ("pipelines", "tfrbeam"):
         logging.getLogger(name).setLevel(level)

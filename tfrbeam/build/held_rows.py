@@ -125,6 +125,9 @@ def release_rows(refs: Iterable[HeldRows]) -> None:
             if not run.batches:
                 del _RUNS[ref.run_key]
     if spilled:
+        gone = [path for path in spilled if not fs.exists(path)]
+        if gone:  # not ours to lose: say so, the read of it would have failed
+            _LOG.warning("could not delete spilled held rows (%s is already gone); nothing else to release", gone[0])
         try:
             fs.delete_files(spilled)
         except OSError as error:  # BeamIOError too; the staging directory's removal at the run's end takes them anyway
