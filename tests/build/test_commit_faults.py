@@ -30,6 +30,13 @@ ROWS = 300
 
 @pytest.fixture()
 def workdir(tmp_path, monkeypatch) -> pathlib.Path:
+    write_rows_and_config(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def write_rows_and_config(tmp_path: pathlib.Path) -> None:
+    """ROWS CSV rows and cfg.yaml building them into out/ds, in two splits of two shards."""
     with open(tmp_path / "rows.csv", "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["id", "score", "name"])
@@ -38,8 +45,6 @@ def workdir(tmp_path, monkeypatch) -> pathlib.Path:
     (tmp_path / "cfg.yaml").write_text(
         "input: {format: csv, path: rows.csv}\nsplits: {train: 0.7, eval: 0.3}\noutput: {path: out/ds, num_shards: 2}\n"
     )
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
 
 
 def _build(*args: str) -> int:

@@ -8,7 +8,6 @@ are gone after a success) changed.
 from __future__ import annotations
 
 import contextlib
-import csv
 import json
 import os
 import pathlib
@@ -16,7 +15,7 @@ import socket
 
 import pytest
 
-from tests.build.test_commit_faults import ROWS, _assert_clean, _build, _state
+from tests.build.test_commit_faults import _assert_clean, _build, _state, write_rows_and_config
 from tfrbeam.manifest import read_manifest
 
 LOCK_NAME = ".ds.tfrbeam-lock"
@@ -25,14 +24,7 @@ LOCK_NAME = ".ds.tfrbeam-lock"
 @pytest.fixture()
 def workdir(tmp_path, monkeypatch) -> pathlib.Path:
     """The rows and config of test_commit_faults: 300 CSV rows built into out/ds in two splits of two shards."""
-    with open(tmp_path / "rows.csv", "w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["id", "score", "name"])
-        for i in range(ROWS):
-            writer.writerow([i, i * 0.5, f"n{i % 7}"])
-    (tmp_path / "cfg.yaml").write_text(
-        "input: {format: csv, path: rows.csv}\nsplits: {train: 0.7, eval: 0.3}\noutput: {path: out/ds, num_shards: 2}\n"
-    )
+    write_rows_and_config(tmp_path)
     monkeypatch.chdir(tmp_path)
     return tmp_path
 

@@ -129,5 +129,4 @@ def test_a_shard_the_manifest_lists_but_the_directory_lacks_is_one_tfrbeam_error
     shard = sorted((dataset / "train").glob("*.tfrecord"))[1]
     shutil.move(str(shard), str(tmp_path / "elsewhere.tfrecord"))
     with pytest.raises(MissingShardError, match=f"{shard.name}: the manifest lists this shard, but there is no such file"):
-        for _ in tfrbeam.open_dataset(str(dataset), split="train", batch_size=256):
-            pass
+        list(tfrbeam.open_dataset(str(dataset), split="train", batch_size=256))

@@ -35,6 +35,7 @@ import os
 import posixpath
 import socket
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -51,6 +52,7 @@ __all__ = [
 ]
 
 _LOG = logging.getLogger(__name__)
+_HOLDER_WAITS, _HOLDER_WAIT_SECONDS = 20, 0.05  # up to 1 s for a lock holder to write its identity
 
 OWNER_NAME = "owner.json"
 ABANDONED_NAME = "abandoned.json"  # owner.json renamed: the run is over, its staging directory is garbage
@@ -158,6 +160,12 @@ class OutputLock:
         return self
 
     def _busy(self, holder: RunIdentity | None) -> OutputLockedError:
+        # The holder writes its identity just after it takes the lock: give it a moment to say who it is.
+        for _ in range(_HOLDER_WAITS):
+            if holder is not None:
+                break
+            time.sleep(_HOLDER_WAIT_SECONDS)
+            holder = self.holder()
         who = holder.describe() if holder else "another run (its lock file is unreadable)"
         return OutputLockedError(
             f"{self.target} is in use by {who}; wait for it to finish or choose another output "
