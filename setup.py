@@ -16,7 +16,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["tfrbeam", "tfrbeam.*"]),
-    package_data={"tfrbeam.protos": ["*.proto"]},
+    package_data={"tfrbeam.codec.protos": ["*.proto"]},
     include_package_data=True,
     install_requires=[
         # Tested on 2.77; tfrbeam/beam/source.py touches private Beam APIs (tests/beam/test_beam_internals.py pins them).
@@ -54,7 +54,7 @@ setup(
         # Optional: the PyTorch adapter of tfrbeam.dataset (tfrbeam.dataset.torch).
         "torch": ["torch>=2.0"],
     },
-    entry_points={"console_scripts": ["tfrbeam=tfrbeam.cli:main"]},
+    entry_points={"console_scripts": ["tfrbeam=tfrbeam.cli.main:main"]},
     classifiers=[
         "Programming Language :: Python :: 3",
         "Topic :: Scientific/Engineering :: Artificial Intelligence",

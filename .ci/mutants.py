@@ -48,10 +48,10 @@ MUTATIONS = (
     ),
     Mutation(
         "utf16-name-order",
-        "tfrbeam/columnar_encode.py",
+        "tfrbeam/codec/encode.py",
         'columns.sort(key=lambda column: column.name.encode("utf-8"))',
         'columns.sort(key=lambda column: column.name.encode("utf-16-be"))',
-        ("tests/test_columnar_encode.py",),
+        ("tests/codec/test_encode.py",),
     ),
     Mutation(
         "max-bad-fraction-at-limit-fails",
@@ -88,18 +88,18 @@ MUTATIONS = (
     ),
     Mutation(
         "crc-mask-constant",
-        "tfrbeam/records.py",
+        "tfrbeam/tfrecord/records.py",
         "_MASK_DELTA = 0xA282EAD8",
         "_MASK_DELTA = 0xA282EAD9",
-        ("tests/test_records.py::test_the_mask_is_the_formats_rotation_plus_its_constant",
-         "tests/test_records.py::test_crc_vectors_match_tensorflow"),
+        ("tests/tfrecord/test_records.py::test_the_mask_is_the_formats_rotation_plus_its_constant",
+         "tests/tfrecord/test_records.py::test_crc_vectors_match_tensorflow"),
     ),
     Mutation(
         "truncated-stream-ends-cleanly",
-        "tfrbeam/records.py",
+        "tfrbeam/tfrecord/records.py",
         "            if not self._decoder.eof:\n                raise TruncatedRecordError(",
         "            if False:\n                raise TruncatedRecordError(",
-        ("tests/test_records.py::test_a_compressed_stream_cut_anywhere_before_its_trailer_raises_truncated_stream",),
+        ("tests/tfrecord/test_records.py::test_a_compressed_stream_cut_anywhere_before_its_trailer_raises_truncated_stream",),
     ),
 )
 

@@ -170,7 +170,7 @@ def main() -> None:
     except ImportError as exc:
         print(f"ReadExamples(output='record_batches'): not measured, tfrbeam.beam.examples_read is missing ({exc})")
     else:
-        from tfrbeam.protos import example_pb2
+        from tfrbeam.codec.protos import example_pb2
 
         examples = workdir / "e-ours"
         timed(lambda p: arrow_batches(p) | WriteExamples(str(examples / "out"), num_shards=4, overwrite=True))

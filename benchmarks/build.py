@@ -98,7 +98,7 @@ def compile_bytecode() -> None:
     An installed tfrbeam (and Beam) imports cached bytecode. A checkout under
     PYTHONDONTWRITEBYTECODE=1 (this machine sets it) would instead compile every tfrbeam module in
     every measured process, ~0.2 s that no installed user pays, in ours and in the baseline's
-    import of tfrbeam.protos alike.
+    import of tfrbeam.codec.protos alike.
     """
     import compileall
 
@@ -163,7 +163,7 @@ def _head(fmt: str, input_path: pathlib.Path, target: pathlib.Path, rows: int) -
 
 
 def _example_from_row(row: dict) -> bytes:
-    from tfrbeam.protos import example_pb2
+    from tfrbeam.codec.protos import example_pb2
 
     example = example_pb2.Example()
     feature = example.features.feature

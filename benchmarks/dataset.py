@@ -38,9 +38,9 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from benchmarks.table import make_benchmark_table
 from benchmarks.timing import Runs, ratio
-from tfrbeam.columnar_encode import encode_record_batch
+from tfrbeam.codec.encode import encode_record_batch
 from tfrbeam.dataset import open_dataset
-from tfrbeam.records import RecordWriter, frame_buffer
+from tfrbeam.tfrecord.records import RecordWriter, frame_buffer
 
 TARGET_RECORDS_PER_SECOND = 300_000
 READERS_SCRIPT = pathlib.Path(__file__).resolve().with_name("dataset_readers.py")

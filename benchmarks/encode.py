@@ -26,8 +26,8 @@ import pyarrow as pa
 
 from benchmarks.table import make_benchmark_table
 from benchmarks.timing import ratio, time_runs
-from tfrbeam.columnar_encode import encode_record_batch, record_batch_to_examples
-from tfrbeam.protos import example_pb2
+from tfrbeam.codec.encode import encode_record_batch, record_batch_to_examples
+from tfrbeam.codec.protos import example_pb2
 
 
 def protobuf_examples(rows: list[dict], schema: pa.Schema) -> list[bytes]:

@@ -33,7 +33,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from benchmarks.dataset import write_dataset
 from tfrbeam.dataset import open_random_access
 from tfrbeam.dataset.random_access import decode_rows
-from tfrbeam.records import read_records
+from tfrbeam.tfrecord.records import read_records
 
 BATCH = 1024
 TARGET_RECORDS_PER_SECOND = 150_000

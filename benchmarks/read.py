@@ -31,10 +31,10 @@ import pyarrow as pa
 
 from benchmarks.table import make_benchmark_table
 from benchmarks.timing import Runs, ratio, time_runs
-from tfrbeam.columnar_decode import examples_to_record_batch
-from tfrbeam.columnar_encode import encode_record_batch
-from tfrbeam.protos import example_pb2
-from tfrbeam.records import RecordWriter, frame_buffer, read_records
+from tfrbeam.codec.decode import examples_to_record_batch
+from tfrbeam.codec.encode import encode_record_batch
+from tfrbeam.codec.protos import example_pb2
+from tfrbeam.tfrecord.records import RecordWriter, frame_buffer, read_records
 
 _ENCODE_BATCH = 65_536
 

@@ -88,7 +88,7 @@ def run_baseline(input_path: pathlib.Path, work: pathlib.Path) -> tuple[float, i
 
 def _sequence_example(item: tuple) -> bytes:
     """One user's rows, sorted by i7 in Python, as a SequenceExample built with the protobuf classes."""
-    from tfrbeam.protos import example_pb2
+    from tfrbeam.codec.protos import example_pb2
 
     user, rows = item
     steps = sorted(rows, key=lambda row: row[ORDER_BY])

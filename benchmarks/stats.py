@@ -30,10 +30,10 @@ import pyarrow.compute as pc
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from benchmarks.dataset import wait_for_idle, write_dataset
-from tfrbeam.blocks import record_blocks
-from tfrbeam.columnar_decode import examples_to_record_batch
+from tfrbeam.codec.decode import examples_to_record_batch
 from tfrbeam.stats.accumulators import stats_schema
 from tfrbeam.stats.compute import compute_stats, resolve_input
+from tfrbeam.tfrecord.blocks import record_blocks
 
 TARGET_RECORDS_PER_SECOND = 300_000
 

@@ -24,9 +24,9 @@ import tempfile
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from benchmarks.dataset import baseline_python
-from tfrbeam.example import decode_example, decode_sequence_example
-from tfrbeam.manifest import SEQUENCE_EXAMPLE, read_manifest, record_type_of
-from tfrbeam.records import read_records
+from tfrbeam.codec.example import decode_example, decode_sequence_example
+from tfrbeam.layout.manifest import SEQUENCE_EXAMPLE, read_manifest, record_type_of
+from tfrbeam.tfrecord.records import read_records
 
 _TF_SIDE = r'''
 import json, sys

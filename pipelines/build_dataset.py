@@ -6,10 +6,10 @@ console script; ``tfrbeam build`` is the same command. Workers import only ``tfr
 
 import sys
 
-from tfrbeam.startup import imports_without_gc
+from tfrbeam.base.startup import imports_without_gc
 
 if __name__ == "__main__":
     with imports_without_gc():
-        from tfrbeam.build.cli import main
+        from tfrbeam.cli.build import main
 
     sys.exit(main())

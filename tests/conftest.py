@@ -3,7 +3,7 @@
 Hypothesis profiles:
   ci       (the default) derandomized: every run tests the same examples, so a landing never depends on luck.
   explore  random, ten times the examples, with a local example database: for long runs that find new cases
-           (`python -m pytest --hypothesis-profile=explore tests/test_example.py`).
+           (`python -m pytest --hypothesis-profile=explore tests/codec/test_example.py`).
 """
 
 from __future__ import annotations

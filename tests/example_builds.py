@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import pathlib
 
-from tfrbeam.build.cli import main as build_main
-from tfrbeam.demo_data import write_demo_data
+from tfrbeam.cli.build import main as build_main
+from tfrbeam.cli.demo_data import write_demo_data
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 

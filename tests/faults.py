@@ -1,6 +1,6 @@
 """Fault injection for the file-system layer, and the invariants a publish must keep under it.
 
-Every operation that changes a file goes through ``tfrbeam.layout.fileops.mutating``: Beam's file
+Every operation that changes a file goes through ``tfrbeam.base.fileops.mutating``: Beam's file
 systems through ``tfrbeam.beam.filesystem``, which calls it, and the framing writers, indexes,
 stats and export directly. This module wraps that one function. Inside a *scope* (the build's
 commit step and the launcher's publish after the pipeline, the sink's finalize, or the whole of a
@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from tfrbeam.layout import fileops
+from tfrbeam.base import fileops
 
 KINDS = ("crash", "enospc", "eacces", "wait")
 CRASH_EXIT = 137
@@ -134,13 +134,13 @@ def main(argv: list[str]) -> int:
     try:
         with injected(None if kind == "none" else kind, at, log, signal_path=log_path):
             if command == "build":
-                from tfrbeam.build.cli import main as build_main
+                from tfrbeam.cli.build import main as build_main
 
                 return build_main(args)
             if command == "sink":
                 return _sink_main(args)
             if command in ("stats", "export"):  # a tool run is in scope from start to end
-                from tfrbeam.cli import main as cli_main
+                from tfrbeam.cli.main import main as cli_main
 
                 _SCOPE.active += 1
                 try:

@@ -21,8 +21,8 @@ import pytest
 
 from tfrbeam.build.config import parse_config
 from tfrbeam.errors import ConfigError
-from tfrbeam.record_index import index_path_for
-from tfrbeam.records import RECORD_OVERHEAD
+from tfrbeam.tfrecord.record_index import index_path_for
+from tfrbeam.tfrecord.records import RECORD_OVERHEAD
 
 
 def float32_bits(value: float) -> str:
@@ -186,7 +186,7 @@ def _oracle_gzip(damaged: bytes) -> tuple[list[bytes], int]:
 
 def corrupt_vectors_oracle(tf_vectors: pathlib.Path) -> tuple[list[tuple[str, str]], int]:
     """What skip_corrupt must give for TensorFlow's corrupt_* vectors, from the files' own structure (framing
-    checked with the crc32c package, not tfrbeam.records): (file name, sha256) of every record kept, and the skips.
+    checked with the crc32c package, not tfrbeam.tfrecord.records): (file name, sha256) of every record kept, and the skips.
 
     An uncompressed file is checked at the record offsets of the intact examples.tfrecord: a record
     whose header and payload CRCs verify is kept; each run of consecutive damaged records (CRC

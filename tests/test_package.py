@@ -13,19 +13,19 @@ import tfrbeam
 # Each public name and the module that defines it, written out here rather than read from the
 # facade's own table, so a name bound to the wrong object (or a module of the same name) fails.
 DEFINED_IN = {
-    "RecordReader": "tfrbeam.records",
-    "RecordWriter": "tfrbeam.records",
-    "masked_crc32c": "tfrbeam.records",
-    "read_records": "tfrbeam.records",
-    "record_blocks": "tfrbeam.blocks",
-    "decode_example": "tfrbeam.example",
-    "decode_sequence_example": "tfrbeam.example",
-    "encode_example": "tfrbeam.example",
-    "encode_sequence_example": "tfrbeam.example",
-    "encode_record_batch": "tfrbeam.columnar_encode",
-    "record_batch_to_examples": "tfrbeam.columnar_encode",
-    "encode_sequence_batch": "tfrbeam.sequence_encode",
-    "examples_to_record_batch": "tfrbeam.columnar_decode",
+    "RecordReader": "tfrbeam.tfrecord.records",
+    "RecordWriter": "tfrbeam.tfrecord.records",
+    "masked_crc32c": "tfrbeam.tfrecord.records",
+    "read_records": "tfrbeam.tfrecord.records",
+    "record_blocks": "tfrbeam.tfrecord.blocks",
+    "decode_example": "tfrbeam.codec.example",
+    "decode_sequence_example": "tfrbeam.codec.example",
+    "encode_example": "tfrbeam.codec.example",
+    "encode_sequence_example": "tfrbeam.codec.example",
+    "encode_record_batch": "tfrbeam.codec.encode",
+    "record_batch_to_examples": "tfrbeam.codec.encode",
+    "encode_sequence_batch": "tfrbeam.codec.sequence_encode",
+    "examples_to_record_batch": "tfrbeam.codec.decode",
     "ReadAllFromTFRecord": "tfrbeam.beam.source",
     "ReadFromTFRecord": "tfrbeam.beam.source",
     "TFRecordSource": "tfrbeam.beam.source",
@@ -89,9 +89,9 @@ def test_a_build_does_not_import_the_readers_statistics_or_parquet_export():
     """tfrbeam.beam's names load on first use: the build's start-up (every run pays it) skips what it never runs."""
     code = (
         "import sys\n"
-        "import tfrbeam.build.cli\n"
+        "import tfrbeam.cli.build\n"
         "print(sorted(m for m in sys.modules if m in ('tfrbeam.beam.examples_read', 'tfrbeam.beam.stats_combine',\n"
-        "             'tfrbeam.beam.parquet_export', 'tfrbeam.beam.sequence_examples', 'tfrbeam.columnar_decode')))\n"
+        "             'tfrbeam.beam.parquet_export', 'tfrbeam.beam.sequence_examples', 'tfrbeam.codec.decode')))\n"
         "import pyarrow, tfrbeam.beam\n"
         "from apache_beam.coders import registry\n"
         "print(type(registry.get_coder(pyarrow.RecordBatch)).__name__)\n"
@@ -116,7 +116,7 @@ def test_the_format_core_does_not_import_beam():
         "for name in ('read_records', 'RecordWriter', 'encode_example', 'decode_example', 'record_blocks',\n"
         "             'record_batch_to_examples', 'examples_to_record_batch', 'encode_sequence_batch', 'open_dataset'):\n"
         "    getattr(tfrbeam, name)\n"
-        "import tfrbeam.record_index, tfrbeam.manifest, tfrbeam.file_access, tfrbeam.file_tools\n"
+        "import tfrbeam.tfrecord.record_index, tfrbeam.layout.manifest, tfrbeam.base.file_access, tfrbeam.cli.file_tools\n"
         "print('apache_beam' in sys.modules)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

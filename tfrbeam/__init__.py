@@ -7,26 +7,26 @@ loads Beam.
 
 from __future__ import annotations
 
-from tfrbeam.lazy_exports import lazy_exports
+from tfrbeam.base.lazy_exports import lazy_exports
 
 __version__ = "0.1.0"
 
 _EXPORTS = {
     # framing
-    "RecordWriter": "tfrbeam.records",
-    "RecordReader": "tfrbeam.records",
-    "read_records": "tfrbeam.records",
-    "masked_crc32c": "tfrbeam.records",
-    "record_blocks": "tfrbeam.blocks",
+    "RecordWriter": "tfrbeam.tfrecord.records",
+    "RecordReader": "tfrbeam.tfrecord.records",
+    "read_records": "tfrbeam.tfrecord.records",
+    "masked_crc32c": "tfrbeam.tfrecord.records",
+    "record_blocks": "tfrbeam.tfrecord.blocks",
     # Example codec
-    "encode_example": "tfrbeam.example",
-    "decode_example": "tfrbeam.example",
-    "encode_sequence_example": "tfrbeam.example",
-    "decode_sequence_example": "tfrbeam.example",
-    "record_batch_to_examples": "tfrbeam.columnar_encode",
-    "encode_record_batch": "tfrbeam.columnar_encode",
-    "encode_sequence_batch": "tfrbeam.sequence_encode",
-    "examples_to_record_batch": "tfrbeam.columnar_decode",
+    "encode_example": "tfrbeam.codec.example",
+    "decode_example": "tfrbeam.codec.example",
+    "encode_sequence_example": "tfrbeam.codec.example",
+    "decode_sequence_example": "tfrbeam.codec.example",
+    "record_batch_to_examples": "tfrbeam.codec.encode",
+    "encode_record_batch": "tfrbeam.codec.encode",
+    "encode_sequence_batch": "tfrbeam.codec.sequence_encode",
+    "examples_to_record_batch": "tfrbeam.codec.decode",
     # Beam IO
     "TFRecordSource": "tfrbeam.beam.source",
     "ReadFromTFRecord": "tfrbeam.beam.source",

@@ -10,8 +10,8 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from tfrbeam.beam.arrow_coder import RecordBatchCoder
 from tfrbeam.beam.examples_read import ReadExamples
-from tfrbeam.example import encode_example
-from tfrbeam.records import RecordWriter
+from tfrbeam.codec.example import encode_example
+from tfrbeam.tfrecord.records import RecordWriter
 
 BATCH = pa.record_batch({
     "id": pa.array([1, 2, None], pa.int64()),

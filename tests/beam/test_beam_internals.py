@@ -8,7 +8,7 @@ from apache_beam.io.filebasedsource import FileBasedSource
 from apache_beam.io.range_trackers import OffsetRangeTracker
 
 from tfrbeam.beam.source import TFRecordSource, _RecordRangeTracker
-from tfrbeam.records import RecordWriter
+from tfrbeam.tfrecord.records import RecordWriter
 
 
 def test_offset_range_tracker_fields_are_the_ones_the_block_claim_updates():

@@ -25,8 +25,8 @@ import pytest
 
 from tfrbeam.beam.sink import WriteToTFRecord
 from tfrbeam.beam.source import ReadFromTFRecord
-from tfrbeam.protos import example_pb2
-from tfrbeam.records import read_records
+from tfrbeam.codec.protos import example_pb2
+from tfrbeam.tfrecord.records import read_records
 
 
 def _tf_record_iterator(path, options=None):

@@ -23,7 +23,7 @@ from tfrbeam.beam.sequence_examples import ReadSequenceExamples
 from tfrbeam.beam.sink import WriteToTFRecord
 from tfrbeam.beam.source import ReadFromTFRecord
 from tfrbeam.errors import UnsupportedRunnerError
-from tfrbeam.records import RecordWriter
+from tfrbeam.tfrecord.records import RecordWriter
 
 distributed = pytest.importorskip("distributed", reason="needs dask[distributed] (the test extra)")
 pytest.importorskip("apache_beam.runners.dask.dask_runner")

@@ -28,8 +28,8 @@ from tfrbeam.beam.examples_write import WriteExamples
 from tfrbeam.beam.sequence_examples import ReadSequenceExamples, WriteSequenceExamples
 from tfrbeam.beam.sink import WriteToTFRecord
 from tfrbeam.beam.source import ReadAllFromTFRecord, ReadFromTFRecord
-from tfrbeam.example import decode_example, decode_sequence_example, encode_example, encode_sequence_example
-from tfrbeam.records import RecordWriter, read_records
+from tfrbeam.codec.example import decode_example, decode_sequence_example, encode_example, encode_sequence_example
+from tfrbeam.tfrecord.records import RecordWriter, read_records
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 INPUT_RECORDS = [b"record-%03d" % i * (1 + i % 5) for i in range(120)]

@@ -15,10 +15,10 @@ from tests.faults import injected
 from tests.helpers import shard_files, with_float32_bits
 from tfrbeam.beam import ReadSequenceExamples, WriteSequenceExamples
 from tfrbeam.beam.sequence_examples import DecodeToPairs, _EncodePairs
-from tfrbeam.blocks import RecordBlock
+from tfrbeam.codec.example import decode_sequence_example, encode_example, encode_sequence_example
 from tfrbeam.errors import ExampleDecodeError, ExampleEncodeError, OutputExistsError
-from tfrbeam.example import decode_sequence_example, encode_example, encode_sequence_example
-from tfrbeam.records import read_records
+from tfrbeam.tfrecord.blocks import RecordBlock
+from tfrbeam.tfrecord.records import read_records
 
 PAIRS = [
     ({"user": [i], "country": [b"c%d" % (i % 3)]},

@@ -9,7 +9,7 @@ import pytest
 
 from tfrbeam.beam import sink
 from tfrbeam.beam.sink import frame_batch
-from tfrbeam.records import read_records
+from tfrbeam.tfrecord.records import read_records
 
 
 @pytest.mark.parametrize("count, shards", [(23, 6), (59, 10), (100, 7), (3, 8)])

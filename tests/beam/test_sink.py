@@ -21,11 +21,11 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from hypothesis import given, settings, strategies as st
 
 from tests.helpers import shard_files as _shards
-from tfrbeam import offset_index
 from tfrbeam.beam import sink
 from tfrbeam.beam.examples_write import WriteExamples, _FrameExamplesFn
 from tfrbeam.beam.sink import Finalizer, WriteToTFRecord, frame_batch, make_sink_spec
-from tfrbeam.columnar_encode import encode_record_batch
+from tfrbeam.codec.encode import encode_record_batch
+from tfrbeam.codec.example import encode_example
 from tfrbeam.errors import (
     ArrowConversionError,
     ConfigError,
@@ -34,11 +34,11 @@ from tfrbeam.errors import (
     TfrbeamError,
     UnsupportedCompressionError,
 )
-from tfrbeam.example import encode_example
-from tfrbeam.naming import ShardNaming
-from tfrbeam.offset_index import load_offsets, offset_index_is_current
-from tfrbeam.record_index import INDEX_DIR_NAME, index_path_for, load_index
-from tfrbeam.records import RECORD_OVERHEAD, read_records
+from tfrbeam.layout.names import ShardNaming
+from tfrbeam.tfrecord import offset_index
+from tfrbeam.tfrecord.offset_index import load_offsets, offset_index_is_current
+from tfrbeam.tfrecord.record_index import INDEX_DIR_NAME, index_path_for, load_index
+from tfrbeam.tfrecord.records import RECORD_OVERHEAD, read_records
 
 # Duplicates on purpose: "exactly once" is checked as multiset equality.
 RECORDS = [b"r%04d" % (i % 450) * (1 + i % 9) for i in range(600)]

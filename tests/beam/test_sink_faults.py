@@ -19,7 +19,7 @@ import time
 import pytest
 
 from tests.faults import _sink_main, injected
-from tfrbeam.records import read_records
+from tfrbeam.tfrecord.records import read_records
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 

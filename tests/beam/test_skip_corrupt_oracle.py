@@ -2,7 +2,7 @@
 
 The oracle (tests.helpers.corrupt_vectors_oracle) walks each file with its own TFRecord framing
 code (crc32c straight from the crc32c package, the mask from the format's definition),
-independent of tfrbeam.records.
+independent of tfrbeam.tfrecord.records.
 """
 
 from __future__ import annotations

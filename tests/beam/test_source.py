@@ -23,9 +23,9 @@ from tests.helpers import corrupt_vectors_oracle, write_index
 from tfrbeam.beam import ReadAllFromTFRecord, ReadExamples, ReadFromTFRecord, TFRecordSource, source as source_module
 from tfrbeam.beam.examples_read import DecodeToDicts, DecodeToRecordBatches, _ExampleSource
 from tfrbeam.beam.source import INDEXED, SCAN, WHOLE, ReadOptions, TFRecordFileSource, _ExpandIntoRanges
-from tfrbeam.blocks import RecordBlock
-from tfrbeam.columnar_decode import examples_to_record_batch
-from tfrbeam.columnar_encode import record_batch_to_examples
+from tfrbeam.codec.decode import examples_to_record_batch
+from tfrbeam.codec.encode import record_batch_to_examples
+from tfrbeam.codec.example import decode_example, encode_example
 from tfrbeam.errors import (
     ConfigError,
     CorruptRecordError,
@@ -35,9 +35,9 @@ from tfrbeam.errors import (
     TruncatedRecordError,
     UnsupportedCompressionError,
 )
-from tfrbeam.example import decode_example, encode_example
-from tfrbeam.record_index import INDEX_INTERVAL_BYTES, IndexBuilder
-from tfrbeam.records import RecordWriter, frame_records, read_records
+from tfrbeam.tfrecord.blocks import RecordBlock
+from tfrbeam.tfrecord.record_index import INDEX_INTERVAL_BYTES, IndexBuilder
+from tfrbeam.tfrecord.records import RecordWriter, frame_records, read_records
 
 # ---------------------------------------------------------------------------------------------
 # helpers

@@ -104,8 +104,8 @@ def test_write_dataset_stats_is_what_the_build_calls(demo_build):
 
 
 def test_a_split_without_records_is_reported_with_zero_examples(tmp_path):
-    from tfrbeam.example import encode_example
-    from tfrbeam.records import RecordWriter
+    from tfrbeam.codec.example import encode_example
+    from tfrbeam.tfrecord.records import RecordWriter
 
     (tmp_path / "train").mkdir()
     (tmp_path / "eval").mkdir()

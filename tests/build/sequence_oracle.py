@@ -23,8 +23,8 @@ import pyarrow as pa
 import xxhash
 
 from tests.helpers import with_float32_bits
-from tfrbeam.example import decode_sequence_example, encode_example, encode_sequence_example
-from tfrbeam.records import read_records
+from tfrbeam.codec.example import decode_sequence_example, encode_example, encode_sequence_example
+from tfrbeam.tfrecord.records import read_records
 
 
 @dataclasses.dataclass

@@ -13,8 +13,8 @@ import pathlib
 import pytest
 import yaml
 
-from tfrbeam.build.cli import main as build_main
 from tfrbeam.build.commit import too_many_bad
+from tfrbeam.cli.build import main as build_main
 
 ROWS_PER_FILE = 24_000
 BAD_EVERY = 997  # a prime, so bad rows do not line up with any block or range boundary

@@ -6,9 +6,9 @@ import resource
 
 import pytest
 
-from tfrbeam.build.cli import main as build_main
 from tfrbeam.build.config import MAX_CONFIG_BYTES, load_config
-from tfrbeam.cli import main
+from tfrbeam.cli.build import main as build_main
+from tfrbeam.cli.main import main
 from tfrbeam.errors import ConfigError
 
 _ALIAS_BOMB = "\n".join(

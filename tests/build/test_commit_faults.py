@@ -21,8 +21,8 @@ import time
 import pytest
 
 from tests.faults import injected
-from tfrbeam.build.cli import main as build_main
-from tfrbeam.manifest import read_manifest, verify_dataset, write_leftovers
+from tfrbeam.cli.build import main as build_main
+from tfrbeam.layout.manifest import read_manifest, verify_dataset, write_leftovers
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 ROWS = 300
@@ -270,7 +270,7 @@ def test_the_users_own_files_survive_a_replace(workdir):
 
 
 def test_verify_fails_on_a_half_published_directory_and_a_damaged_manifest(workdir, capsys):
-    from tfrbeam.cli import main as tfrbeam_main
+    from tfrbeam.cli.main import main as tfrbeam_main
 
     output = workdir / "out" / "ds"
     assert _build() == 0
@@ -391,7 +391,7 @@ def write(path, batch):
     pathlib.Path(sys.argv[1]).touch()
     time.sleep(120)
 held_rows._write_batch = write
-from tfrbeam.build.cli import main
+from tfrbeam.cli.build import main
 sys.exit(main(sys.argv[2:]))
 """
 

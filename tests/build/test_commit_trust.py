@@ -16,7 +16,7 @@ import socket
 import pytest
 
 from tests.build.test_commit_faults import _assert_clean, _build, _state, write_rows_and_config
-from tfrbeam.manifest import read_manifest
+from tfrbeam.layout.manifest import read_manifest
 
 LOCK_NAME = ".ds.tfrbeam-lock"
 

@@ -87,7 +87,7 @@ def _tree(root) -> dict[str, bytes]:
 @pytest.mark.parametrize("damage", ["cut late", "flipped byte early"])
 def test_a_build_over_a_damaged_gzip_publishes_nothing_and_says_so_in_one_line(tmp_path, capsys, damage):
     """End to end through `tfrbeam build`: exit 1, one line naming the file and codec, no dataset, nothing else changed."""
-    from tfrbeam.build.cli import main as build_main
+    from tfrbeam.cli.build import main as build_main
 
     data_dir = tmp_path / "data"
     data_dir.mkdir()

@@ -22,8 +22,8 @@ import yaml
 from hypothesis import given, settings, strategies as st
 
 import tfrbeam.build.inputs as tabular_read
-from tfrbeam.build.cli import main as build_main
 from tfrbeam.build.inputs import CsvOptions, csv_ranges, read_csv_file, read_csv_range
+from tfrbeam.cli.build import main as build_main
 from tfrbeam.errors import InputError
 
 LIMIT = 4096

@@ -11,13 +11,13 @@ import shutil
 import numpy as np
 import pytest
 
-from tfrbeam.build.cli import main as build_main
-from tfrbeam.demo_data import demo_table, write_demo_data
+from tfrbeam.cli.build import main as build_main
+from tfrbeam.cli.demo_data import demo_table, write_demo_data
+from tfrbeam.codec.example import decode_example
 from tfrbeam.errors import ConfigError
-from tfrbeam.example import decode_example
-from tfrbeam.manifest import verify_dataset
-from tfrbeam.record_index import INDEX_DIR_NAME
-from tfrbeam.records import read_records
+from tfrbeam.layout.manifest import verify_dataset
+from tfrbeam.tfrecord.record_index import INDEX_DIR_NAME
+from tfrbeam.tfrecord.records import read_records
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 CONFIGS = REPO_ROOT / "configs"
@@ -366,7 +366,7 @@ def test_presence_is_what_the_build_saw_not_what_the_schema_allows(tmp_path, mon
 def test_the_build_writes_dali_index_files_on_request(demo_dir):
     from tfrbeam.build.config import load_config
     from tfrbeam.errors import ConfigError
-    from tfrbeam.records import RECORD_OVERHEAD
+    from tfrbeam.tfrecord.records import RECORD_OVERHEAD
 
     assert build(demo_dir, "demo.yaml", "--set", "output.path=out/dali", "--set", "output.dali_index=true") == 0
     dataset = demo_dir / "out" / "dali"

@@ -270,7 +270,7 @@ def _tree(root) -> dict[str, bytes]:
 
 def test_a_parquet_build_without_features_is_byte_identical_to_the_infer_config_build(tmp_path):
     """One inference path: leaving features out builds exactly what the config infer-config writes builds."""
-    from tfrbeam.build.cli import main as build_main
+    from tfrbeam.cli.build import main as build_main
 
     data = tmp_path / "kinds.parquet"
     _parquet_of_every_kind(data)
@@ -302,7 +302,7 @@ def _without_run_fields(manifest: dict) -> dict:
 
 
 def _aircraft_log(tmp_path) -> str:
-    from tfrbeam.demo_data import write_demo_data
+    from tfrbeam.cli.demo_data import write_demo_data
 
     write_demo_data(str(tmp_path / "demo"), num_rows=30)
     return str(tmp_path / "demo" / "sequences" / "flights-by-aircraft.csv")
@@ -354,7 +354,7 @@ def test_sequence_by_on_singleton_groups_proposes_no_context(tmp_path):
 
 
 def test_the_infer_config_command_takes_sequence_by(tmp_path, capsys):
-    from tfrbeam.cli import main
+    from tfrbeam.cli.main import main
 
     log = _aircraft_log(tmp_path)
     assert main(["infer-config", log, "--sequence-by", "tailnum", "--order-by", "sched_dep"]) == 0

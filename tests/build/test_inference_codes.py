@@ -9,14 +9,14 @@ import pyarrow as pa
 import pytest
 import yaml
 
-from tfrbeam.build.cli import main as build_main
 from tfrbeam.build.config import config_to_dict, load_config, parse_config, resolve_config
 from tfrbeam.build.features import infer_text_type
 from tfrbeam.build.infer import _sniff_csv, infer_config
 from tfrbeam.build.inputs import convert_source_batch, read_csv_file
+from tfrbeam.cli.build import main as build_main
+from tfrbeam.codec.example import decode_example
 from tfrbeam.errors import ConfigError
-from tfrbeam.example import decode_example
-from tfrbeam.records import read_records
+from tfrbeam.tfrecord.records import read_records
 
 
 def load(tmp_path, text: str):

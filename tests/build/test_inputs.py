@@ -725,7 +725,7 @@ def test_a_row_group_is_decoded_ahead_of_the_caller_in_order_and_its_errors_reac
 
 
 def test_demo_parquet_files_are_written_with_page_checksums(tmp_path):
-    from tfrbeam.demo_data import write_demo_data
+    from tfrbeam.cli.demo_data import write_demo_data
 
     write_demo_data(str(tmp_path / "demo"), num_rows=300)
     files = sorted((tmp_path / "demo" / "parquet").glob("*.parquet"))

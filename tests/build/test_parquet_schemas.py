@@ -10,9 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import tfrbeam
-from tfrbeam.build.cli import main as build_main
 from tfrbeam.build.inputs import InputConfig, inspect_input, list_inputs, widened_type
-from tfrbeam.cli import main as tfrbeam_main
+from tfrbeam.cli.build import main as build_main
+from tfrbeam.cli.main import main as tfrbeam_main
 from tfrbeam.errors import ParquetSchemaError
 
 

@@ -6,8 +6,8 @@ import json
 import pathlib
 
 from tests.worker_pool import external_worker_pool, workers_started
-from tfrbeam.build.cli import main as build_main
-from tfrbeam.demo_data import write_demo_data
+from tfrbeam.cli.build import main as build_main
+from tfrbeam.cli.demo_data import write_demo_data
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 

@@ -22,11 +22,11 @@ import yaml
 
 from tests.build.sequence_oracle import check_manifest_counts, dataset_records, decoded, oracle
 from tfrbeam.build import sequence as sequence_stage
-from tfrbeam.build.cli import main as build_main
-from tfrbeam.demo_data import aircraft_flights_table, demo_table, write_demo_data
-from tfrbeam.example import decode_sequence_example
-from tfrbeam.manifest import verify_dataset
-from tfrbeam.record_index import INDEX_DIR_NAME
+from tfrbeam.cli.build import main as build_main
+from tfrbeam.cli.demo_data import aircraft_flights_table, demo_table, write_demo_data
+from tfrbeam.codec.example import decode_sequence_example
+from tfrbeam.layout.manifest import verify_dataset
+from tfrbeam.tfrecord.record_index import INDEX_DIR_NAME
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 BROKEN_FLIGHT_IDS = {1018, 1346, 1679}  # the demo CSV's three broken rows
@@ -553,9 +553,9 @@ def test_lost_sequence_examples_or_rows_fail_the_commit_and_nothing_is_published
 
 def test_a_buckets_sequence_examples_stay_in_the_encoders_runs_and_pieces_are_views_of_them(tmp_path, monkeypatch):
     """No copy joins the encoder's runs of groups: each piece for the shuffle is a slice of one run's buffer."""
-    from tfrbeam import sequence_encode
     from tfrbeam.build.config import parse_config
     from tfrbeam.build.plan import plan_build
+    from tfrbeam.codec import sequence_encode
 
     table = generated_table(300, seed=4)
     write_generated(tmp_path / "in", table, files=1)

@@ -25,7 +25,7 @@ from tfrbeam.build.shuffle import (
     seeded_sort_keys,
     split_indices,
 )
-from tfrbeam.records import read_records
+from tfrbeam.tfrecord.records import read_records
 
 
 def _split_plan(num_examples: int, num_shards: int) -> SplitPlan:

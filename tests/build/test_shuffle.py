@@ -43,8 +43,8 @@ from tfrbeam.build.shuffle import (
     shard_file_name,
     split_indices,
 )
-from tfrbeam.record_index import index_path_for, parse_index
-from tfrbeam.records import RECORD_OVERHEAD, frame_records, read_records
+from tfrbeam.tfrecord.record_index import index_path_for, parse_index
+from tfrbeam.tfrecord.records import RECORD_OVERHEAD, frame_records, read_records
 
 
 def _pieces(

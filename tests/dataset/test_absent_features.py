@@ -11,14 +11,14 @@ import pyarrow.parquet as pq
 import pytest
 
 import tfrbeam
-from tfrbeam.blocks import RecordBlock
-from tfrbeam.build.cli import main as build_main
-from tfrbeam.cli import main as tfrbeam_main
+from tfrbeam.cli.build import main as build_main
+from tfrbeam.cli.main import main as tfrbeam_main
 from tfrbeam.dataset.columns import ShufflePool, concat_blocks, slice_block, take_block
 from tfrbeam.dataset.output import to_arrow
 from tfrbeam.dataset.reader import ID_KEY, BlockDecoder
 from tfrbeam.dataset.spec import VarLenFeature
-from tfrbeam.records import read_records
+from tfrbeam.tfrecord.blocks import RecordBlock
+from tfrbeam.tfrecord.records import read_records
 
 # Per row: tags (None: the Example lacks the feature; []: it holds an empty int64 list), name (None: absent).
 TAGS = [[1, 2], None, [], [3], None, [], [4, 5, 6], None]

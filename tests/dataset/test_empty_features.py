@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 from tests.conftest import REPO_ROOT
-from tfrbeam.example import encode_example
-from tfrbeam.records import RecordWriter
+from tfrbeam.codec.example import encode_example
+from tfrbeam.tfrecord.records import RecordWriter
 
 _READ = """
 import json, sys

@@ -11,7 +11,7 @@ import pathlib
 import pytest
 
 from tfrbeam import open_dataset
-from tfrbeam.records import RecordWriter
+from tfrbeam.tfrecord.records import RecordWriter
 
 NUM_FILES = 8
 RECORDS_PER_FILE = 5

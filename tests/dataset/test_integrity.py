@@ -12,11 +12,11 @@ import struct
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from tfrbeam.codec.example import encode_example
 from tfrbeam.dataset import FixedLenFeature, open_dataset
 from tfrbeam.errors import ShardMismatchError
-from tfrbeam.example import encode_example
-from tfrbeam.record_index import IndexBuilder, index_path_for, parse_index, seek_position, stamp_index
-from tfrbeam.records import RECORD_OVERHEAD, RecordWriter, masked_crc32c, read_records
+from tfrbeam.tfrecord.record_index import IndexBuilder, index_path_for, parse_index, seek_position, stamp_index
+from tfrbeam.tfrecord.records import RECORD_OVERHEAD, RecordWriter, masked_crc32c, read_records
 
 SPEC = {"id": FixedLenFeature((), "int64"), "pad": FixedLenFeature((), "bytes")}
 INTERVAL = 400  # bytes between index entries: many entries in a small file

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tfrbeam.codec.example import encode_example
 from tfrbeam.dataset import VarLenFeature, open_dataset
 from tfrbeam.errors import ConfigError
-from tfrbeam.example import encode_example
-from tfrbeam.records import RecordWriter
+from tfrbeam.tfrecord.records import RecordWriter
 
 SPEC = {"tags": VarLenFeature("int64"), "names": VarLenFeature("bytes")}
 

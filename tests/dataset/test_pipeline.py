@@ -13,11 +13,11 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from tfrbeam.codec.example import decode_example, encode_example
 from tfrbeam.dataset import FixedLenFeature, Ragged, VarLenFeature, open_dataset
 from tfrbeam.errors import ArrowConversionError, ConfigError, CorruptRecordError, ExampleDecodeError, TruncatedRecordError
-from tfrbeam.example import decode_example, encode_example
-from tfrbeam.record_index import IndexBuilder, index_path_for
-from tfrbeam.records import RECORD_OVERHEAD, RecordWriter
+from tfrbeam.tfrecord.record_index import IndexBuilder, index_path_for
+from tfrbeam.tfrecord.records import RECORD_OVERHEAD, RecordWriter
 
 FEATURE_KINDS = {"tags": "bytes", "opt": "int64"}
 
@@ -510,8 +510,8 @@ def test_importing_the_reader_does_not_import_beam():
 
 
 def test_reads_what_tfrbeam_build_writes(tmp_path, monkeypatch):
-    build = pytest.importorskip("tfrbeam.build.cli", reason="the build pipeline is not importable")
-    from tfrbeam.demo_data import write_demo_data
+    build = pytest.importorskip("tfrbeam.cli.build", reason="the build pipeline is not importable")
+    from tfrbeam.cli.demo_data import write_demo_data
 
     monkeypatch.chdir(tmp_path)
     write_demo_data("demo_data", 600)

@@ -11,11 +11,11 @@ import pickle
 import numpy as np
 import pytest
 
+from tfrbeam.codec.example import encode_example
 from tfrbeam.dataset import RandomAccessDataset, VarLenFeature, open_random_access
 from tfrbeam.errors import ConfigError, CorruptRecordError, RandomAccessError, ShardMismatchError
-from tfrbeam.example import encode_example
-from tfrbeam.offset_index import offset_index_bytes, offset_index_path_for, offsets_from_headers
-from tfrbeam.records import RecordWriter
+from tfrbeam.tfrecord.offset_index import offset_index_bytes, offset_index_path_for, offsets_from_headers
+from tfrbeam.tfrecord.records import RecordWriter
 
 SIZES = [70, 0, 95, 35]  # an empty shard in the middle
 TOTAL = sum(SIZES)
@@ -128,7 +128,7 @@ def test_compressed_shards_are_refused_clearly(tmp_path):
 
 
 def test_the_offset_index_is_built_on_first_use_then_reused(dataset_dir, monkeypatch):
-    import tfrbeam.offset_index as offset_module
+    import tfrbeam.tfrecord.offset_index as offset_module
 
     shard = dataset_dir / "train-00002-of-00004.tfrecord"
     assert not pathlib.Path(offset_index_path_for(str(shard))).exists()

@@ -17,6 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tests.helpers import with_float32_bits
+from tfrbeam.codec.example import decode_sequence_example, encode_example, encode_sequence_example
+from tfrbeam.codec.sequence_encode import encode_sequence_batch
 from tfrbeam.dataset import (
     FixedLenFeature,
     FixedLenSequenceFeature,
@@ -27,9 +29,7 @@ from tfrbeam.dataset import (
     open_random_access,
 )
 from tfrbeam.errors import ArrowConversionError, ConfigError, ExampleDecodeError
-from tfrbeam.example import decode_sequence_example, encode_example, encode_sequence_example
-from tfrbeam.records import RecordWriter, read_records
-from tfrbeam.sequence_encode import encode_sequence_batch
+from tfrbeam.tfrecord.records import RecordWriter, read_records
 
 CONTEXT = ["user", "country"]
 LISTS = ["t", "xy", "tags", "clicks"]

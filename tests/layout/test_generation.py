@@ -9,7 +9,7 @@ import pytest
 
 from tests.example_builds import build_examples
 from tfrbeam.beam.filesystem import exchange
-from tfrbeam.build.cli import main as build_main
+from tfrbeam.cli.build import main as build_main
 from tfrbeam.dataset import open_dataset
 from tfrbeam.errors import DatasetChangedError
 from tfrbeam.layout.generation import Generation

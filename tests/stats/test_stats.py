@@ -12,17 +12,17 @@ import pyarrow.compute as pc
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from tfrbeam.cli import main
-from tfrbeam.columnar_encode import record_batch_to_examples
-from tfrbeam.example import encode_example
-from tfrbeam.json_values import value_to_json
-from tfrbeam.records import RecordWriter
+from tfrbeam.cli.main import main
+from tfrbeam.codec.encode import record_batch_to_examples
+from tfrbeam.codec.example import encode_example
+from tfrbeam.codec.json_values import value_to_json
 from tfrbeam.stats.accumulators import SplitAccumulator, stats_schema
 from tfrbeam.stats.compute import accumulate_file, compute_stats, write_dataset_stats
 from tfrbeam.stats.drift import jensen_shannon, l_infinity
 from tfrbeam.stats.report import DECILES, dataset_stats
 from tfrbeam.stats.sketches import DISTINCT_K, DistinctCount, TopValues, hash_binary
 from tfrbeam.stats.text import format_fraction
+from tfrbeam.tfrecord.records import RecordWriter
 
 DOCUMENTED_KEYS = {"type", "present", "min", "max", "mean", "std", "num_zeros", "num_nan", "histogram", "quantiles",
                    "top_values", "num_unique"}
@@ -319,7 +319,7 @@ def test_drift_threshold_option_flags_more_features(tmp_path, capsys):
 
 
 def test_export_progress_bar_counts_records(capsys):
-    from tfrbeam.cli import _records_progress
+    from tfrbeam.cli.main import _records_progress
 
     show = _records_progress("export")
     show(500, 2000)
@@ -332,7 +332,7 @@ def test_statistics_and_export_do_not_import_beam():
     import subprocess
     import sys
 
-    code = ("import sys, tfrbeam.stats.compute, tfrbeam.stats.html, tfrbeam.parquet_export, tfrbeam.file_tools; "
+    code = ("import sys, tfrbeam.stats.compute, tfrbeam.stats.html, tfrbeam.stats.export, tfrbeam.cli.file_tools; "
             "print('apache_beam' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
 

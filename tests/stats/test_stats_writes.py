@@ -7,8 +7,8 @@ import pathlib
 import pytest
 
 from tests.example_builds import build_examples
-from tests.layout.sandbox import changed_outside, copy_dataset, snapshot
-from tfrbeam.cli import main as cli_main
+from tests.integration.sandbox import changed_outside, copy_dataset, snapshot
+from tfrbeam.cli.main import main as cli_main
 
 
 @pytest.fixture(scope="module")

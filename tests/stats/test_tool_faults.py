@@ -18,8 +18,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.example_builds import build_examples
-from tests.layout.sandbox import snapshot
-from tfrbeam.cli import main as cli_main
+from tests.integration.sandbox import snapshot
+from tfrbeam.cli.main import main as cli_main
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 

@@ -2,12 +2,15 @@
 
 Names are imported lazily, like ``tfrbeam``'s own: a build that needs only the filesystem helpers
 and the sink does not pay for the readers, the statistics and the Parquet export.
+
+May import every package below the build (stats, dataset, layout, codec, tfrecord, base). The one
+home of Beam ``FileSystems`` calls is ``tfrbeam.beam.filesystem``.
 """
 
 from __future__ import annotations
 
 import tfrbeam.beam.arrow_coder  # noqa: F401  (registers the RecordBatch coder as soon as tfrbeam.beam is imported)
-from tfrbeam.lazy_exports import lazy_exports
+from tfrbeam.base.lazy_exports import lazy_exports
 
 _EXPORTS = {
     "ComputeDatasetStats": "tfrbeam.beam.stats_combine",

@@ -1,7 +1,7 @@
 """ReadExamples: tf.train.Example TFRecord files as dicts or as Arrow RecordBatches.
 
 Records are never separate Beam elements on the way: the source reads a byte range a block of
-records at a time (``tfrbeam.blocks``: one buffer plus the payloads' spans, no Python
+records at a time (``tfrbeam.tfrecord.blocks``: one buffer plus the payloads' spans, no Python
 object per record) and decodes each block where it was read. With ``output="record_batches"`` one element is one RecordBatch of
 up to ``batch_size``
 rows, so Beam's per-element cost is paid once per batch; with ``output="dicts"`` each Example is
@@ -22,10 +22,10 @@ from apache_beam.transforms import PTransform
 from tfrbeam.beam.arrow_coder import RecordBatchCoder
 from tfrbeam.beam.runner_support import refuse_lossy_runner
 from tfrbeam.beam.source import TFRecordSource
-from tfrbeam.blocks import RecordBlock
-from tfrbeam.columnar_decode import examples_to_record_batch
+from tfrbeam.codec.decode import examples_to_record_batch
+from tfrbeam.codec.example import decode_example
 from tfrbeam.errors import ArrowConversionError, ConfigError, ExampleDecodeError
-from tfrbeam.example import decode_example
+from tfrbeam.tfrecord.blocks import RecordBlock
 
 OUTPUTS = ("dicts", "record_batches")
 # Rows per RecordBatch. Measured on ~400-byte Examples (framing + columnar decoding, per record):
@@ -52,7 +52,7 @@ class DecodeToRecordBatches:
 
 
 class DecodeToDicts:
-    """Batch decoder: one ``{feature: [values]}`` dict per record, exactly as tfrbeam.example.decode_example gives.
+    """Batch decoder: one ``{feature: [values]}`` dict per record, exactly as tfrbeam.codec.example.decode_example gives.
 
     The block is decoded columnar and turned into rows by Arrow (~3x faster than protobuf per
     record); a block the columnar path cannot hold (a feature with two kinds across records) is
@@ -103,7 +103,7 @@ class ReadExamples(PTransform):
 
     ``output="dicts"``: one ``{feature name: [values]}`` dict per Example (bytes, float or int
     values; names sorted). ``output="record_batches"``: ``pyarrow.RecordBatch`` elements of up to
-    ``batch_size`` rows, columns as ``tfrbeam.columnar_decode.examples_to_record_batch`` makes them
+    ``batch_size`` rows, columns as ``tfrbeam.codec.decode.examples_to_record_batch`` makes them
     (inferred per batch, or exactly ``schema``). Files are split as ``ReadFromTFRecord`` splits
     them; ``compression``/``compression_type``, ``validate``, ``skip_corrupt`` and
     ``split_unindexed`` mean what they mean there. Malformed Examples raise ExampleDecodeError

@@ -18,10 +18,10 @@ import pyarrow as pa
 from apache_beam.io.filesystem import CompressionTypes
 
 from tfrbeam.beam.sink import FramedBatch, FrameRecordsFn, StrOrProvider, WriteFramedBatches, make_sink_spec
-from tfrbeam.columnar_encode import encode_record_batch, feature_kind
+from tfrbeam.codec.encode import encode_record_batch, feature_kind
+from tfrbeam.codec.example import encode_example
 from tfrbeam.errors import ArrowConversionError, ExampleEncodeError
-from tfrbeam.example import encode_example
-from tfrbeam.records import frame_buffer
+from tfrbeam.tfrecord.records import frame_buffer
 
 __all__ = ["WriteExamples"]
 

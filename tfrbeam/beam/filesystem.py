@@ -4,7 +4,7 @@ Everything the sink, the build and the commit protocol do to files goes through 
 each operation has one meaning (``delete_tree`` removes a directory or every object under a
 prefix; ``delete_files`` removes only files that exist) and the fault-injection tests can wrap
 the whole file-system layer in one place. ``BEAM_FILES`` is the read-only ``FileAccess`` the
-format-level tools (``tfrbeam.manifest``) take for ``gs://`` and other remote paths.
+format-level tools (``tfrbeam.layout.manifest``) take for ``gs://`` and other remote paths.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from apache_beam.io.filesystem import CompressionTypes, FileMetadata
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.localfilesystem import LocalFileSystem
 
-from tfrbeam.file_access import is_remote
-from tfrbeam.layout import fileops
+from tfrbeam.base import fileops
+from tfrbeam.base.file_access import is_remote
 
 __all__ = [
     "BEAM_FILES",
@@ -208,7 +208,7 @@ def in_threads(function: Callable[[_T], Any], items: Sequence[_T]) -> list[Any]:
 
 
 class BeamFiles:
-    """``tfrbeam.file_access.FileAccess`` over Beam's FileSystems (local, ``gs://``, ``s3://``, ...)."""
+    """``tfrbeam.base.file_access.FileAccess`` over Beam's FileSystems (local, ``gs://``, ``s3://``, ...)."""
 
     def exists(self, path: str) -> bool:
         return exists(path)

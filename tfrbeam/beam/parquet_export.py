@@ -2,7 +2,7 @@
 
 ``ExportToParquet(dataset, output_dir)`` writes ``output_dir/<split>/<shard name>.parquet`` (plain
 TFRecord files: ``output_dir/<file>.parquet``), the files and rows of the local export, with the
-export schema of ``tfrbeam.parquet_export`` (scalars, fixed_size_lists, lists, nulls for absent
+export schema of ``tfrbeam.stats.export`` (scalars, fixed_size_lists, lists, nulls for absent
 features) and page checksums on. Each shard is one element: a worker reads it through Beam's
 FileSystems (the manifest too, when the pipeline is built, so ``gs://`` datasets work), writes a
 temp file beside the target and renames it, so a file under its final name is complete, and
@@ -29,7 +29,7 @@ from apache_beam.io.filesystems import FileSystems
 from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.stats_combine import resolve_beam_input
 from tfrbeam.errors import ManifestError
-from tfrbeam.parquet_export import ExportPlan, existing_files_error, files_to_replace, parquet_writer, plan_export, write_parquet
+from tfrbeam.stats.export import ExportPlan, existing_files_error, files_to_replace, parquet_writer, plan_export, write_parquet
 
 
 class _ChecksummedParquetSink(FileBasedSink):

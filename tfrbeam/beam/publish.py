@@ -42,8 +42,8 @@ from typing import Any
 from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.filesystem import BEAM_FILES
 from tfrbeam.errors import CommitError, ManifestError, OutputLockedError, OutputNotWritableError
-from tfrbeam.manifest import read_manifest
-from tfrbeam.naming import is_staging_name, lock_path, staging_path, staging_prefix
+from tfrbeam.layout.manifest import read_manifest
+from tfrbeam.layout.names import is_staging_name, lock_path, staging_path, staging_prefix
 
 __all__ = [
     "CommitJournal", "OutputLock", "RunIdentity", "StagingDir", "dead_staging_dirs", "delete_missing_ok", "is_gone", "lock_path",

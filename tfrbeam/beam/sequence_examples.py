@@ -1,6 +1,6 @@
 """WriteSequenceExamples / ReadSequenceExamples: ``(context, feature_lists)`` pairs as tf.train.SequenceExample files.
 
-A pair is what ``tfrbeam.example.encode_sequence_example`` takes and ``decode_sequence_example``
+A pair is what ``tfrbeam.codec.example.encode_sequence_example`` takes and ``decode_sequence_example``
 gives: ``({name: values}, {name: [step values, ...]})``. Writing encodes each pair canonically and
 hands the framed records to the sink of ``tfrbeam.beam.sink`` (atomic, sharded, the knobs of
 WriteToTFRecord); reading splits files as ReadFromTFRecord does and decodes each block of records
@@ -19,9 +19,9 @@ from apache_beam.io.filesystem import CompressionTypes
 from tfrbeam.beam.examples_read import DEFAULT_BATCH_SIZE, _ExampleSource
 from tfrbeam.beam.runner_support import refuse_lossy_runner
 from tfrbeam.beam.sink import FrameRecordsFn, StrOrProvider, WriteFramedBatches, make_sink_spec
-from tfrbeam.blocks import RecordBlock
+from tfrbeam.codec.example import decode_sequence_example, encode_sequence_example
 from tfrbeam.errors import ExampleDecodeError, ExampleEncodeError
-from tfrbeam.example import decode_sequence_example, encode_sequence_example
+from tfrbeam.tfrecord.blocks import RecordBlock
 
 __all__ = ["ReadSequenceExamples", "WriteSequenceExamples"]
 

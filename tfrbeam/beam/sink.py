@@ -72,16 +72,16 @@ from tfrbeam.errors import (
     ShortWriteError,
     TfrbeamError,
 )
-from tfrbeam.naming import ShardNaming
-from tfrbeam.offset_index import (
+from tfrbeam.layout.names import ShardNaming
+from tfrbeam.tfrecord.offset_index import (
     OffsetIndexBuilder,
     offset_index_bytes,
     offset_index_path_for,
     offsets_from_headers,
     stamp_offset_index,
 )
-from tfrbeam.record_index import IndexBuilder, index_path_for
-from tfrbeam.records import RECORD_OVERHEAD, RecordWriter, frame_records
+from tfrbeam.tfrecord.record_index import IndexBuilder, index_path_for
+from tfrbeam.tfrecord.records import RECORD_OVERHEAD, RecordWriter, frame_records
 
 __all__ = ["FrameRecordsFn", "FramedBatch", "WriteFramedBatches", "WriteToTFRecord", "frame_batch", "make_sink_spec"]
 

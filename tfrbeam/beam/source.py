@@ -3,7 +3,7 @@
 Range contract (Beam's): a byte range [A, B) of a file reads the records that *start* inside it,
 so [A, B) + [B, C) reads exactly what [A, C) reads. Where a range starts depends on the file:
 
-- Uncompressed with a current read index (written by tfrbeam, see ``tfrbeam.record_index``): the
+- Uncompressed with a current read index (written by tfrbeam, see ``tfrbeam.tfrecord.record_index``): the
   reader takes the index entry at or before A and walks record headers (length CRC checked) to the
   first record start >= A. Splits land exactly on record starts.
 - Uncompressed without an index (e.g. written by TensorFlow): read whole, never split, unless
@@ -54,10 +54,10 @@ from apache_beam.transforms.util import Reshuffle
 from apache_beam.typehints import Any as AnyHint, Tuple as TupleHint
 
 from tfrbeam.beam.runner_support import refuse_lossy_runner
-from tfrbeam.blocks import RecordBlock, record_blocks
 from tfrbeam.errors import ConfigError, CorruptRecordError, TfrbeamError, TruncatedRecordError, UnsupportedCompressionError
-from tfrbeam.record_index import RecordIndex, index_path_for, load_index
-from tfrbeam.records import (
+from tfrbeam.tfrecord.blocks import RecordBlock, record_blocks
+from tfrbeam.tfrecord.record_index import RecordIndex, index_path_for, load_index
+from tfrbeam.tfrecord.records import (
     HEADER_SIZE,
     RECORD_OVERHEAD,
     RecordReader,
@@ -158,7 +158,7 @@ class ReadOptions:
     coder: coders.Coder = dataclasses.field(default_factory=coders.BytesCoder)
     with_filename: bool = False
     # Example-level reads: records are read in blocks of ``batch_size`` (one buffer of payloads,
-    # see tfrbeam.blocks) and each block becomes output elements through ``batch_decoder(path, block)``;
+    # see tfrbeam.tfrecord.blocks) and each block becomes output elements through ``batch_decoder(path, block)``;
     # its ``output_type`` and ``output_coder`` attributes, when set, type the output PCollection.
     batch_size: int = 0
     batch_decoder: Callable[[str, RecordBlock], Iterable[Any]] | None = None
@@ -324,7 +324,7 @@ def read_range_batches(
     """Yield blocks of up to ``max_records`` records of ``path`` that start in the tracker's range.
 
     A block is the records' payloads joined in one buffer plus bounds and offsets (see
-    ``tfrbeam.blocks``): no Python object per record. All records of a block are claimed,
+    ``tfrbeam.tfrecord.blocks``): no Python object per record. All records of a block are claimed,
     under one lock, before it is yielded, so a dynamic split lands between blocks; reading stops
     at the first record the tracker refuses. Records starting at or after the range's stop are
     not read at all. ``get_plan`` is only called for ranges that start after byte 0.

@@ -18,12 +18,12 @@ import apache_beam as beam
 import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 
+from tfrbeam.base.file_access import is_remote
 from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.examples_read import ReadExamples
 from tfrbeam.beam.filesystem import BEAM_FILES
 from tfrbeam.errors import ConfigError
-from tfrbeam.file_access import is_remote
-from tfrbeam.manifest import MANIFEST_NAME, read_manifest
+from tfrbeam.layout.manifest import MANIFEST_NAME, read_manifest
 from tfrbeam.stats.accumulators import SplitAccumulator, stats_schema
 from tfrbeam.stats.compute import StatsInput, input_from_manifest, resolve_input
 from tfrbeam.stats.files import STATS_HTML, STATS_JSON

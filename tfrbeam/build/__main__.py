@@ -3,9 +3,9 @@ build``."""
 
 import sys
 
-from tfrbeam.startup import imports_without_gc
+from tfrbeam.base.startup import imports_without_gc
 
 with imports_without_gc():
-    from tfrbeam.build.cli import main
+    from tfrbeam.cli.build import main
 
 sys.exit(main())

@@ -62,8 +62,7 @@ from tfrbeam.errors import (
     ShortWriteError,
     TooManyBadRecordsError,
 )
-from tfrbeam.layout.names import SHARD_NAME
-from tfrbeam.manifest import (
+from tfrbeam.layout.manifest import (
     ERRORS_DIR_NAME,
     EXAMPLE,
     MANIFEST_FORMAT,
@@ -75,8 +74,15 @@ from tfrbeam.manifest import (
     parse_sequence_example_spec_of,
     read_manifest,
 )
-from tfrbeam.offset_index import dali_index_text, offset_index_path_for, parse_offset_index, stamp_offset_index, write_dali_index
-from tfrbeam.record_index import INDEX_DIR_NAME, index_path_for, stamp_index
+from tfrbeam.layout.names import SHARD_NAME
+from tfrbeam.tfrecord.offset_index import (
+    dali_index_text,
+    offset_index_path_for,
+    parse_offset_index,
+    stamp_offset_index,
+    write_dali_index,
+)
+from tfrbeam.tfrecord.record_index import INDEX_DIR_NAME, index_path_for, stamp_index
 
 __all__ = [
     "COMMIT_RECORD", "CommitDataset", "DeadLetterFile", "NEW_DATASET_DIR", "OLD_DATASET_DIR", "StagedCommit", "commit_staged",

@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tfrbeam.arrow_types import (
+from tfrbeam.codec.kinds import (
     is_binary as _is_binary,
     is_list as _is_list,
     is_temporal as _is_temporal,

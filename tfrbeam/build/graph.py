@@ -47,9 +47,9 @@ from tfrbeam.build.shuffle import (
     seeded_sort_keys,
     split_indices,
 )
-from tfrbeam.columnar_encode import encode_record_batch
+from tfrbeam.codec.encode import encode_record_batch
 from tfrbeam.errors import BadRecordError
-from tfrbeam.manifest import ERRORS_DIR_NAME
+from tfrbeam.layout.manifest import ERRORS_DIR_NAME
 
 __all__ = ["build_pipeline"]
 

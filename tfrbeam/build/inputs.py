@@ -54,11 +54,11 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from tfrbeam.base.handoff import put_until_stopped
 from tfrbeam.build.compressed_inputs import open_checked
 from tfrbeam.build.features import BadRow, ConvertedBatch, FeatureSpec, convert_batch, rows_as_json
 from tfrbeam.build.progress import ProgressCounter, progress_dir
 from tfrbeam.errors import ConfigError, InputError, ParquetSchemaError
-from tfrbeam.handoff import put_until_stopped
 
 __all__ = [
     "CsvOptions",

@@ -29,8 +29,8 @@ from tfrbeam.build.runners import choose_piece_store, held_piece_budget
 from tfrbeam.build.sequence import sequence_buckets_for
 from tfrbeam.build.shuffle import INLINE, MAX_BUCKET_BITS, MEMORY, ShardingSpec, bucket_bits_for
 from tfrbeam.errors import ConfigError, ManifestError, OutputExistsError, OutputNotWritableError
+from tfrbeam.layout.manifest import read_manifest
 from tfrbeam.layout.names import DALI_DIR_NAME, ERRORS_DIR_NAME, MANIFEST_NAME, STATS_HTML, STATS_JSON
-from tfrbeam.manifest import read_manifest
 
 __all__ = ["BuildPlan", "check_output_dir", "dataset_entries", "plan_build"]
 

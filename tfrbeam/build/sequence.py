@@ -34,7 +34,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import tfrbeam.beam.arrow_coder  # noqa: F401  (registers the RecordBatch coder for the GroupByKey's values)
-from tfrbeam.arrow_types import is_list
 from tfrbeam.build.config import SequenceConfig
 from tfrbeam.build.features import BadRow, ConvertedBatch, FeatureSpec, Provenance, rows_as_json
 from tfrbeam.build.held_rows import HeldRows, held_batches, hold_rows, release_rows
@@ -48,9 +47,10 @@ from tfrbeam.build.shuffle import (
     seeded_sort_keys,
     split_indices,
 )
-from tfrbeam.columnar_encode import EncodedExamples, encode_record_batch
+from tfrbeam.codec.encode import EncodedExamples, encode_record_batch
+from tfrbeam.codec.kinds import is_list
+from tfrbeam.codec.sequence_encode import encode_sequence_chunks
 from tfrbeam.errors import BadRecordError, GroupTooLargeError
-from tfrbeam.sequence_encode import encode_sequence_chunks
 
 if TYPE_CHECKING:
     from tfrbeam.build.plan import BuildPlan

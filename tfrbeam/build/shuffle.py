@@ -77,13 +77,13 @@ import xxhash
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from tfrbeam.base.byte_views import windows
 from tfrbeam.beam import filesystem as fs
 from tfrbeam.build.progress import WRITTEN, ProgressCounter, progress_dir
-from tfrbeam.byte_views import windows
-from tfrbeam.naming import shard_file_name
-from tfrbeam.offset_index import OffsetIndexBuilder, offset_index_path_for
-from tfrbeam.record_index import IndexBuilder, index_path_for
-from tfrbeam.records import (
+from tfrbeam.layout.names import shard_file_name
+from tfrbeam.tfrecord.offset_index import OffsetIndexBuilder, offset_index_path_for
+from tfrbeam.tfrecord.record_index import IndexBuilder, index_path_for
+from tfrbeam.tfrecord.records import (
     FOOTER_SIZE,
     HEADER_SIZE,
     MAX_PAYLOAD_SIZE,

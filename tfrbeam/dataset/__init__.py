@@ -3,7 +3,10 @@
 ``open_dataset(path)`` gives batches as numpy arrays (or Arrow record batches), read in
 parallel, interleaved, shuffled and prefetched like tf.data, shardable across data-parallel
 workers and resumable from a saved position; ``open_random_access(path)`` reads any record by
-number (Grain and PyTorch map-style sources). This package never imports Apache Beam.
+number (Grain and PyTorch map-style sources).
+
+May import ``tfrbeam.layout``, ``tfrbeam.codec``, ``tfrbeam.tfrecord``, ``tfrbeam.base`` and
+``tfrbeam.errors``; never Apache Beam.
 """
 
 from tfrbeam.dataset.columns import Ragged

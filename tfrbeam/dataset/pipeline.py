@@ -24,7 +24,7 @@ import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal
 
-from tfrbeam.columnar_decode import DEFAULT_MAX_FEATURES
+from tfrbeam.codec.decode import DEFAULT_MAX_FEATURES
 from tfrbeam.dataset.columns import Block
 from tfrbeam.dataset.epoch import EpochRun, epoch_rng, record_range_shard
 from tfrbeam.dataset.passes import PassIterator
@@ -32,7 +32,7 @@ from tfrbeam.dataset.reader import RAW_KEY, BlockDecoder, Segment, count_records
 from tfrbeam.dataset.spec import FixedLenFeature, PathSpec, Source, VarLenFeature, is_sequence_feature, resolve_source
 from tfrbeam.dataset.workers import ProcessWorkers, ReadPlan, ThreadWorkers
 from tfrbeam.errors import ConfigError
-from tfrbeam.records import SkippedRegion
+from tfrbeam.tfrecord.records import SkippedRegion
 
 _LOG = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ The object it returns is Grain's ``RandomAccessDataSource`` (``__len__``, ``__ge
 PyTorch map-style ``Dataset`` (plus ``__getitems__``, which PyTorch's DataLoader and Grain's
 batched reads call). Record ``i`` is the i-th in manifest order (shards in the manifest's order,
 records in file order; for a glob, files sorted by name). Each shard is memory-mapped on first
-use and located through its offset index (``tfrbeam.offset_index``: checked against the file,
+use and located through its offset index (``tfrbeam.tfrecord.offset_index``: checked against the file,
 rebuilt from the headers where missing or stale). A batch of indices is read in file order,
 every data CRC checked, and decoded with one columnar decode call. Reads take no lock once a
 shard is open, so threads share one object; pickling drops the maps, which each process
@@ -23,7 +23,6 @@ from typing import Any, Literal
 import crc32c
 import numpy as np
 
-from tfrbeam.blocks import TRAILING_SLACK, RecordBlock
 from tfrbeam.dataset.columns import Ragged
 from tfrbeam.dataset.output import to_numpy
 from tfrbeam.dataset.reader import RAW_KEY, BlockDecoder
@@ -31,8 +30,9 @@ from tfrbeam.dataset.spec import FixedLenFeature, PathSpec, ShardFile, resolve_s
 from tfrbeam.errors import ConfigError, CorruptRecordError, RandomAccessError, ShardMismatchError
 from tfrbeam.layout.generation import Generation
 from tfrbeam.layout.paths import escapes
-from tfrbeam.offset_index import load_offsets, offset_index_path_for
-from tfrbeam.records import FOOTER_SIZE, HEADER_SIZE, mask_crcs
+from tfrbeam.tfrecord.blocks import TRAILING_SLACK, RecordBlock
+from tfrbeam.tfrecord.offset_index import load_offsets, offset_index_path_for
+from tfrbeam.tfrecord.records import FOOTER_SIZE, HEADER_SIZE, mask_crcs
 
 
 def open_random_access(

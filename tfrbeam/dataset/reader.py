@@ -1,8 +1,8 @@
 """Reading one segment (a file, or a record range of one) as decoded blocks of consecutive records.
 
-Framing and CRC checks go through ``tfrbeam.blocks`` (a fast path for uncompressed files
-that hands any damage to ``tfrbeam.records.RecordReader``); decoding through the columnar decoder
-(``tfrbeam.sequence_decode`` for SequenceExamples) with an Arrow schema built from the feature spec,
+Framing and CRC checks go through ``tfrbeam.tfrecord.blocks`` (a fast path for uncompressed files
+that hands any damage to ``tfrbeam.tfrecord.records.RecordReader``); decoding through the columnar decoder
+(``tfrbeam.codec.sequence_decode`` for SequenceExamples) with an Arrow schema built from the feature spec,
 so only the requested features are decoded. A feature list becomes a column whose first level is
 each record's steps. Every block carries the ids of its records (segment index << 40 | record
 number), which is what the exactly-once tests, resume and sharding reason about.
@@ -20,8 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tfrbeam.blocks import RecordBlock, offset_of_record, record_blocks
-from tfrbeam.columnar_decode import DEFAULT_MAX_FEATURES, examples_to_record_batch
+from tfrbeam.codec.decode import DEFAULT_MAX_FEATURES, examples_to_record_batch
+from tfrbeam.codec.sequence_decode import sequence_examples_to_record_batches
 from tfrbeam.dataset.columns import Block, Column, DenseLayout
 from tfrbeam.dataset.spec import (
     NUMPY_DTYPES,
@@ -44,9 +44,9 @@ from tfrbeam.errors import (
     ShardMismatchError,
 )
 from tfrbeam.layout.generation import Generation
-from tfrbeam.record_index import seek_position, trusted_index
-from tfrbeam.records import SkippedRegion
-from tfrbeam.sequence_decode import sequence_examples_to_record_batches
+from tfrbeam.tfrecord.blocks import RecordBlock, offset_of_record, record_blocks
+from tfrbeam.tfrecord.record_index import seek_position, trusted_index
+from tfrbeam.tfrecord.records import SkippedRegion
 
 RECORD_BITS = 40
 ID_KEY = "__id__"

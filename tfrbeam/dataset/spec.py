@@ -19,13 +19,13 @@ from typing import Any, TypeGuard, Union
 import numpy as np
 import pyarrow as pa
 
-from tfrbeam.columnar_decode import DEFAULT_MAX_FEATURES, examples_to_record_batch
+from tfrbeam.codec.decode import DEFAULT_MAX_FEATURES, examples_to_record_batch
+from tfrbeam.codec.sequence_decode import has_feature_lists, sequence_examples_to_record_batches
 from tfrbeam.errors import ArrowConversionError, ConfigError, ExampleDecodeError, RecordLimitError
 from tfrbeam.layout.generation import Generation
+from tfrbeam.layout.manifest import MANIFEST_NAME, RECORD_TYPES, SEQUENCE_EXAMPLE, parse_manifest, record_type_of
 from tfrbeam.layout.paths import confined_path
-from tfrbeam.manifest import MANIFEST_NAME, RECORD_TYPES, SEQUENCE_EXAMPLE, parse_manifest, record_type_of
-from tfrbeam.records import RecordReader, normalize_compression
-from tfrbeam.sequence_decode import has_feature_lists, sequence_examples_to_record_batches
+from tfrbeam.tfrecord.records import RecordReader, normalize_compression
 
 _LOG = logging.getLogger(__name__)
 
@@ -302,7 +302,7 @@ def _expand(path: PathSpec) -> list[str]:
 
 
 def read_manifest(manifest_path: str) -> dict:
-    """The checked ``dataset_info.json`` at ``manifest_path`` (``tfrbeam.manifest`` reads and checks it)."""
+    """The checked ``dataset_info.json`` at ``manifest_path`` (``tfrbeam.layout.manifest`` reads and checks it)."""
     return read_pinned_manifest(manifest_path)[0]
 
 

@@ -26,8 +26,8 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from tfrbeam.base.handoff import put_until_stopped
 from tfrbeam.dataset.reader import BlockDecoder, Segment, SegmentBlock, read_segment
-from tfrbeam.handoff import put_until_stopped
 
 _LOG = logging.getLogger(__name__)
 

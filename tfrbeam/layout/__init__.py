@@ -1,7 +1,9 @@
-"""The home of the dataset directory: its names, the confinement of paths inside it, its manifest's schema.
-
-Below Beam (never imports apache_beam) and below the readers: every tool that reads a dataset
-asks this package which paths a manifest may name (``paths``), whether a manifest is well formed
-(``manifest_schema``) and whether the dataset is still the generation it started reading
+"""The home of the dataset directory: its names (``names``), the confinement of paths inside it
+(``paths``), its manifest (``manifest``: write, read, verify) and the manifest's schema
+(``manifest_schema``), and whether a dataset is still the generation a reader started on
 (``generation``). See docs/trust.md.
+
+May import ``tfrbeam.codec``, ``tfrbeam.tfrecord``, ``tfrbeam.base`` and ``tfrbeam.errors`` (the
+manifest verifies shards by reading their records); never Apache Beam. Atomic writes live in
+``tfrbeam.base.fileops``, below framing, because the framing writer writes shards atomically too.
 """

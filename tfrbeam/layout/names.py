@@ -1,28 +1,132 @@
-"""Every name in and beside a dataset directory, in one place (the old homes re-export them).
+"""Every name in and beside a dataset directory, in one place.
 
-The names beside an output (lock, staging, partial files) stay defined in ``tfrbeam.naming``,
-which the commit owns; they are re-exported here so a reader of this module sees them all.
+- Shard names: ``ShardNaming`` makes Beam's ``prefix + template(shard, count) + suffix`` names
+  (the sink); ``shard_file_name`` makes a build's ``{split}-00003-of-00008.tfrecord``.
+- Inside a dataset: the manifest, the dead-letter, index, DALI and stats names.
+- Beside an output ``…/name`` (a dataset directory, or a sink's file prefix): the lock file
+  ``.name.tfrbeam-lock``, staging directories ``.name.tfrbeam-<run>/`` and partial files
+  ``.name.tfrbeam-partial-<id>``. All hidden, so shard globs and TensorFlow never match them.
+
+Two names are defined lower down and re-exported here: partial files belong to the atomic write
+(``tfrbeam.base.fileops``), the read-index directory to the index (``tfrbeam.tfrecord.record_index``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
-from tfrbeam.naming import LOCK_SUFFIX, PARTIAL_INFIX, STAGING_INFIX, lock_path, partial_path, staging_path
+from tfrbeam.base.fileops import PARTIAL_INFIX, beside, partial_path, split_target
+from tfrbeam.tfrecord.record_index import INDEX_DIR_NAME
 
 __all__ = [
-    "DALI_DIR_NAME", "ERRORS_DIR_NAME", "INDEX_DIR_NAME", "LOCK_SUFFIX", "MANIFEST_FORMAT", "MANIFEST_NAME",
-    "EXPORT_NAME", "PARTIAL_INFIX", "RECORD_SUFFIXES", "SHARD_NAME", "STAGING_INFIX", "STATS_HTML", "STATS_JSON", "lock_path",
-    "partial_path", "staging_path",
+    "DALI_DIR_NAME", "ERRORS_DIR_NAME", "EXPORT_NAME", "INDEX_DIR_NAME", "LOCK_SUFFIX", "MANIFEST_FORMAT", "MANIFEST_NAME",
+    "PARTIAL_INFIX", "RECORD_SUFFIXES", "SHARD_NAME", "STAGING_INFIX", "STATS_HTML", "STATS_JSON", "ShardNaming",
+    "is_staging_name", "lock_path", "partial_path", "shard_file_name", "staging_path", "staging_prefix",
 ]
 
+LOCK_SUFFIX = ".tfrbeam-lock"
+STAGING_INFIX = ".tfrbeam-"
 MANIFEST_NAME = "dataset_info.json"  # written last, in the dataset directory: the commit point
 MANIFEST_FORMAT = "tfrbeam-dataset/1"
 ERRORS_DIR_NAME = "_errors"  # dead-letter files of bad rows
-INDEX_DIR_NAME = ".tfrbeam-index"  # read indexes of a split's shards, inside the split directory
 DALI_DIR_NAME = "dali"  # NVIDIA DALI tfrecord2idx files of the shards (output.dali_index)
 STATS_JSON = "stats.json"
 STATS_HTML = "stats.html"
 SHARD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*-\d{5,}-of-\d{5,}\.tfrecord(\.gz|\.zlib)?")  # a build's shard file
 EXPORT_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*-\d{5,}-of-\d{5,}\.parquet")  # what export writes of a shard
 RECORD_SUFFIXES = (".gz", ".zlib", ".tfrecord", ".tfrecords", ".tfr")  # stripped from a shard's name on export
+
+def shard_file_name(split: str, shard: int, num_shards: int, compression: str | None) -> str:
+    """``{split}-{shard:05d}-of-{num_shards:05d}.tfrecord`` plus ``.gz`` / ``.zlib`` when compressed.
+
+    Both numbers take the width of the larger (at least 5), so names sort in shard order.
+    """
+    width = max(5, len(str(num_shards)))
+    suffix = {None: "", "gzip": ".gz", "zlib": ".zlib"}[compression]
+    return f"{split}-{shard:0{width}d}-of-{num_shards:0{width}d}.tfrecord{suffix}"
+
+
+def lock_path(target: str) -> str:
+    """The lock file of ``target``, beside it."""
+    return beside(target, LOCK_SUFFIX)
+
+
+def staging_path(target: str, run_id: str) -> str:
+    """A run's staging directory for ``target``, beside it (on the same filesystem, so renames are cheap)."""
+    return beside(target, f"{STAGING_INFIX}{run_id}")
+
+
+def staging_prefix(target: str) -> tuple[str, str]:
+    """(directory, name prefix) that every staging directory of ``target`` has; the lock file shares it."""
+    directory, name, _ = split_target(target)
+    return directory, f".{name}{STAGING_INFIX}"
+
+
+def is_staging_name(target: str, name: str) -> bool:
+    _, prefix = staging_prefix(target)
+    return name.startswith(prefix) and not name.endswith(LOCK_SUFFIX) and not name[len(prefix):].startswith("partial-")
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardNaming:
+    """Final file names ``prefix + template(shard, count) + suffix`` as Beam's file sinks make them.
+
+    In the template the first run of ``S`` is the zero-padded shard number and the first run of
+    ``N`` the zero-padded shard count; ``''`` means one unsharded file named ``prefix + suffix``.
+    """
+
+    prefix: str
+    suffix: str
+    template: str
+
+    def __post_init__(self) -> None:
+        if self.template and not re.search("S+", self.template):
+            raise ValueError(f"shard_name_template {self.template!r} has no shard number placeholder (a run of S)")
+        if self.template and re.search("[UWV]", self.template):
+            raise ValueError(
+                f"shard_name_template {self.template!r} uses U, W or V (uuid and window placeholders of "
+                "Beam's streaming writes); this sink writes bounded PCollections only: use S and N"
+            )
+
+    def _parts(self) -> list[tuple[str, str]]:
+        """The template split into ("S" | "N" | "text", text) pieces."""
+        parts: list[tuple[str, str]] = []
+        rest = self.template
+        runs = {}
+        for letter in "SN":
+            match = re.search(f"{letter}+", rest)
+            if match:
+                runs[match.start()] = (letter, match.group(0))
+        position = 0
+        for start in sorted(runs):
+            letter, run = runs[start]
+            parts.append(("text", rest[position:start]))
+            parts.append((letter, run))
+            position = start + len(run)
+        parts.append(("text", rest[position:]))
+        return [part for part in parts if part[1]]
+
+    def name(self, shard: int, num_shards: int) -> str:
+        """The final name of shard ``shard`` of ``num_shards``."""
+        pieces = []
+        for kind, text in self._parts():
+            if kind == "S":
+                pieces.append(f"{shard:0{len(text)}d}")
+            elif kind == "N":
+                pieces.append(f"{num_shards:0{len(text)}d}")
+            else:
+                pieces.append(text)
+        return self.prefix + "".join(pieces) + self.suffix
+
+    def glob(self) -> str:
+        """A glob that matches this naming for every shard number and count (a superset; see ``matches``)."""
+        middle = "".join("*" if kind in "SN" else text for kind, text in self._parts())
+        return self.prefix + middle + self.suffix
+
+    def matches(self, path: str) -> bool:
+        """Whether ``path`` is a shard name this naming can produce, for any shard count."""
+        middle = "".join(
+            rf"\d{{{len(text)},}}" if kind in "SN" else re.escape(text) for kind, text in self._parts()
+        )
+        return re.fullmatch(re.escape(self.prefix) + middle + re.escape(self.suffix), path) is not None

@@ -1,6 +1,6 @@
 """Statistics computed locally from TFRecord files: read in blocks, decoded columnar, accumulated, merged.
 
-Files are read a block of records at a time (``tfrbeam.blocks``) and decoded with the
+Files are read a block of records at a time (``tfrbeam.tfrecord.blocks``) and decoded with the
 manifest's feature types (``stats_schema``); each file's accumulator is built on its own (in
 worker processes when the data is large) and the results are merged, exactly as the Beam
 combine merges its accumulators.
@@ -20,17 +20,17 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import pyarrow as pa
 
-from tfrbeam.blocks import RecordBlock, record_blocks
-from tfrbeam.columnar_decode import examples_to_record_batch
+from tfrbeam.base import fileops
+from tfrbeam.base.file_access import FileAccess
+from tfrbeam.codec.decode import examples_to_record_batch
 from tfrbeam.errors import ConfigError, DatasetChangedError, ExampleDecodeError
-from tfrbeam.file_access import FileAccess
-from tfrbeam.layout import fileops
+from tfrbeam.layout.manifest import MANIFEST_NAME, read_manifest
 from tfrbeam.layout.paths import confined_path
-from tfrbeam.manifest import MANIFEST_NAME, read_manifest
-from tfrbeam.records import compression_from_name
 from tfrbeam.stats.accumulators import SplitAccumulator, stats_schema
 from tfrbeam.stats.files import STATS_HTML, STATS_JSON
 from tfrbeam.stats.report import dataset_stats
+from tfrbeam.tfrecord.blocks import RecordBlock, record_blocks
+from tfrbeam.tfrecord.records import compression_from_name
 
 if TYPE_CHECKING:
     from tfrbeam.dataset.reader import Segment

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from tfrbeam import __version__
-from tfrbeam.json_values import value_to_json
+from tfrbeam.codec.json_values import value_to_json
 from tfrbeam.stats.accumulators import FeatureAccumulator, SplitAccumulator
 from tfrbeam.stats.drift import DEFAULT_THRESHOLDS, chance_bound, feature_drift, rounded
 from tfrbeam.stats.sketches import DISTINCT_K, EXACT_VALUES, QUANTILE_K, TOP_CAPACITY

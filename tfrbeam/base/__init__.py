@@ -1,0 +1,5 @@
+"""The foundation every layer may use: local file changes (the one fault hook and atomic writes), the
+file-access protocol, numpy byte views, lazy package exports, queue hand-off and start-up helpers.
+
+Imports nothing of tfrbeam but ``tfrbeam.errors``; never Apache Beam.
+"""

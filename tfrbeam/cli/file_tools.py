@@ -1,0 +1,232 @@
+"""The work behind ``tfrbeam verify``, ``cat`` and ``inspect``: check, print and profile TFRecord files.
+
+No Beam here; the CLI module only parses arguments and prints what these functions return.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from tfrbeam.codec.example import decode_example, decode_sequence_example
+from tfrbeam.codec.json_values import value_to_json
+from tfrbeam.codec.sequence_decode import has_feature_lists
+from tfrbeam.errors import ExampleDecodeError, RecordError, TfrbeamError
+from tfrbeam.layout.manifest import MANIFEST_NAME, TF_DTYPES
+from tfrbeam.stats.files import STATS_HTML, STATS_JSON
+from tfrbeam.tfrecord.records import RecordReader
+
+_NOT_RECORD_FILES = (MANIFEST_NAME, STATS_JSON, STATS_HTML)  # what a dataset directory holds beside its shards
+
+
+
+
+class NoInputError(TfrbeamError, FileNotFoundError):
+    """A path or pattern given on the command line matches no file."""
+
+
+def expand_record_paths(arguments: list[str]) -> list[str]:
+    """Files named by paths, globs and directories (recursively; hidden and ``_``-prefixed entries skipped)."""
+    files: list[str] = []
+    for argument in arguments:
+        if os.path.isdir(argument):
+            found = _files_below(argument)
+        elif os.path.isfile(argument):
+            found = [argument]
+        else:
+            found = sorted(path for path in glob.glob(argument, recursive=True) if os.path.isfile(path))
+        if not found:
+            raise NoInputError(f"{argument}: no such file, directory or matching files")
+        files.extend(found)
+    return list(dict.fromkeys(files))
+
+
+def _files_below(directory: str) -> list[str]:
+    found = []
+    for root, dirs, names in os.walk(directory):
+        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
+        for name in sorted(names):
+            if not name.startswith((".", "_")) and name not in _NOT_RECORD_FILES:
+                found.append(os.path.join(root, name))
+    return found
+
+
+@dataclasses.dataclass(frozen=True)
+class FileReport:
+    """The outcome of verifying one file."""
+
+    path: str
+    records: int
+    payload_bytes: int
+    file_bytes: int
+    problem: str | None = None
+
+
+def verify_file(
+    path: str, examples: bool = False, progress: Callable[[int, int], None] | None = None
+) -> FileReport:
+    """Read every record of ``path`` checking CRCs (and, with ``examples``, that each parses as an Example)."""
+    size = os.path.getsize(path)
+    reader = RecordReader(path)
+    try:
+        with reader:
+            for count, (offset, payload) in enumerate(reader.records_with_offsets(), 1):
+                if examples:
+                    _check_example(path, offset, payload)
+                if progress is not None and count % 4096 == 0:
+                    progress(reader.offset, size)
+    except (RecordError, ExampleDecodeError) as error:
+        return FileReport(path, reader.stats.records, reader.stats.payload_bytes, size, str(error))
+    return FileReport(path, reader.stats.records, reader.stats.payload_bytes, size)
+
+
+def _check_example(path: str, offset: int, payload: bytes) -> None:
+    """The record parses as a tf.train.Example, or as a SequenceExample when it has feature lists."""
+    sequence = is_sequence_example(payload)
+    try:
+        decode_sequence_example(payload) if sequence else decode_example(payload)
+    except ExampleDecodeError as error:
+        kind = "SequenceExample" if sequence else "Example"
+        raise ExampleDecodeError(f"{path}: the record at offset {offset} is not a tf.train.{kind}: {error}") from error
+
+
+def is_sequence_example(payload: bytes) -> bool:
+    """Whether a record holds feature lists: a SequenceExample (an Example parser would silently keep only its context)."""
+    return bool(has_feature_lists([payload])[0])
+
+
+def _not_an_example(path: str, offset: int, command: str) -> ExampleDecodeError:
+    return ExampleDecodeError(
+        f"{path}: the record at offset {offset} is a tf.train.SequenceExample (it has feature lists); "
+        f"read as an Example it would show only its context: use {command}"
+    )
+
+
+def iter_decoded(paths: list[str], sequence: bool = False) -> Iterator[tuple[str, int, Any]]:
+    """Yield ``(path, offset, decoded)`` for every record, decoded with kinds (``(context, feature_lists)`` if sequence)."""
+    for path in paths:
+        with RecordReader(path) as reader:
+            for offset, payload in reader.records_with_offsets():
+                if not sequence and is_sequence_example(payload):
+                    raise _not_an_example(path, offset, "cat --sequence")
+                try:
+                    decoded = decode_sequence_example(payload, kinds=True) if sequence else decode_example(payload, kinds=True)
+                except ExampleDecodeError as error:
+                    kind = "SequenceExample" if sequence else "Example"
+                    raise ExampleDecodeError(f"{path}: the record at offset {offset} is not a tf.train.{kind} "
+                                             f"({error}); use cat --raw to print records of any kind") from error
+                yield path, offset, decoded
+
+
+def iter_raw_json(paths: list[str], limit: int | None = None) -> Iterator[dict]:
+    """Every record as ``{"offset", "size", "data"}`` (data as in value_to_json), for ``cat --raw``."""
+    count = 0
+    for path in paths:
+        with RecordReader(path) as reader:
+            for offset, payload in reader.records_with_offsets():
+                if limit is not None and count >= limit:
+                    return
+                count += 1
+                yield {"offset": offset, "size": len(payload), "data": value_to_json("bytes", bytes(payload))}
+
+
+def features_to_json(features: dict[str, tuple[str | None, list]], with_kinds: bool = False) -> dict:
+    """Render ``decode_example(..., kinds=True)`` output as a JSON-ready dict, features sorted by name."""
+    rendered = {}
+    for name in sorted(features):
+        kind, values = features[name]
+        json_values = [value_to_json(kind, value) for value in values]
+        rendered[name] = {"kind": kind, "values": json_values} if with_kinds else json_values
+    return rendered
+
+
+@dataclasses.dataclass
+class FeatureStats:
+    """What ``inspect`` learns about one feature across records."""
+
+    kinds: set[str | None] = dataclasses.field(default_factory=set)
+    present: int = 0
+    min_count: int | None = None
+    max_count: int | None = None
+
+    def add(self, kind: str | None, count: int) -> None:
+        self.kinds.add(kind)
+        self.present += 1
+        self.min_count = count if self.min_count is None else min(self.min_count, count)
+        self.max_count = count if self.max_count is None else max(self.max_count, count)
+
+    def kind(self) -> str | None:
+        known = {kind for kind in self.kinds if kind is not None}
+        return known.pop() if len(known) == 1 else (None if not known else "mixed:" + ",".join(sorted(known)))
+
+    def parse_spec(self, total: int) -> str:
+        """A ``tf.io.parse_example`` feature for this feature, ready to paste."""
+        kind = self.kind()
+        if kind not in TF_DTYPES:
+            return f"# cannot suggest: kinds seen {sorted(map(str, self.kinds))}"
+        dtype = TF_DTYPES[kind]
+        if self.present == total and self.min_count == self.max_count:
+            shape = "[]" if self.min_count == 1 else f"[{self.min_count}]"
+            return f"tf.io.FixedLenFeature({shape}, {dtype})"
+        return f"tf.io.VarLenFeature({dtype})"
+
+
+@dataclasses.dataclass
+class InspectReport:
+    """Record count, sizes and per-feature statistics of a set of files."""
+
+    files: list[str]
+    records: int = 0
+    payload_bytes: int = 0
+    file_bytes: int = 0
+    features: dict[str, FeatureStats] = dataclasses.field(default_factory=dict)
+
+    def parse_example_spec(self) -> dict[str, str]:
+        return {name: stats.parse_spec(self.records) for name, stats in sorted(self.features.items())}
+
+
+def inspect_files(paths: list[str], limit: int | None = None) -> InspectReport:
+    """Profile the Examples in ``paths`` (all records, or the first ``limit``)."""
+    report = InspectReport(files=paths, file_bytes=sum(os.path.getsize(path) for path in paths))
+    for path in paths:
+        with RecordReader(path) as reader:
+            for offset, payload in reader.records_with_offsets():
+                if limit is not None and report.records >= limit:
+                    return report
+                if is_sequence_example(payload):
+                    raise _not_an_example(path, offset, "cat --sequence to look at such records")
+                try:
+                    features = decode_example(payload, kinds=True)
+                except ExampleDecodeError as error:
+                    raise ExampleDecodeError(f"{path}: the record at offset {offset} does not decode: {error}") from error
+                report.records += 1
+                report.payload_bytes += len(payload)
+                for name, (kind, values) in features.items():
+                    report.features.setdefault(name, FeatureStats()).add(kind, len(values))
+    return report
+
+
+def inspect_statistics(report: InspectReport, limit: int | None = None) -> dict:
+    """The statistics (``tfrbeam.stats``) of the records ``inspect_files`` looked at, one split named "files".
+
+    Features seen with one kind are counted; a feature with mixed kinds is left out (its report line says so).
+    """
+    from tfrbeam.stats.accumulators import SplitAccumulator
+    from tfrbeam.stats.compute import FILES_SPLIT, accumulate_file
+    from tfrbeam.stats.report import dataset_stats
+
+    kinds = {name: stats.kind() for name, stats in report.features.items()}
+    types = {name: kind for name, kind in kinds.items() if kind is not None and kind in TF_DTYPES}
+    total = SplitAccumulator(types)
+    remaining = limit
+    for path in report.files:
+        if remaining is not None and remaining <= 0:
+            break
+        part = accumulate_file(path, types, "auto", limit=remaining)
+        total.merge(part)
+        if remaining is not None:
+            remaining -= part.num_examples
+    return dataset_stats({FILES_SPLIT: total})

@@ -1,0 +1,275 @@
+"""The dataset manifest ``{dataset}/dataset_info.json``: its names, its schema, reading it and checking a dataset against it.
+
+One home for the manifest: the build writes what ``manifest_bytes`` serialises, and ``tfrbeam
+verify``, ``tfrbeam.dataset`` and the build's own rerun check read it with ``read_manifest``, which
+refuses a manifest that lacks a key its readers need (``ManifestError`` naming the key). Paths
+inside the manifest are relative to the dataset directory, so a dataset can be copied or moved whole.
+
+The manifest is the commit point of a build (see ``tfrbeam.beam.publish``): a directory whose
+manifest is missing, or disagrees with the files beside it, is not a valid dataset.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
+
+from tfrbeam.base.file_access import LOCAL_FILES, FileAccess, LocalFiles
+from tfrbeam.errors import ManifestError, RecordError, RecordIndexError
+from tfrbeam.layout.manifest_schema import (  # noqa: F401 (the record types are re-exported from here)
+    EXAMPLE,
+    RECORD_TYPES,
+    SEQUENCE_EXAMPLE,
+    parse_manifest_bytes,
+    validate_manifest,
+)
+from tfrbeam.layout.names import ERRORS_DIR_NAME, LOCK_SUFFIX, MANIFEST_FORMAT, MANIFEST_NAME, is_staging_name, staging_prefix  # noqa: F401 (re-exported)
+from tfrbeam.layout.paths import confined_path
+from tfrbeam.tfrecord.offset_index import offset_index_is_current, offset_index_path_for
+from tfrbeam.tfrecord.record_index import INDEX_DIR_NAME, index_is_current, index_path_for, parse_index
+from tfrbeam.tfrecord.records import RecordReader, compression_from_name
+
+TF_DTYPES = {"int64": "tf.int64", "float": "tf.float32", "bytes": "tf.string"}  # feature type -> TensorFlow dtype
+_READ_CHUNK = 1 << 20
+
+
+class FeatureDescription(Protocol):
+    """What the manifest records of a feature (``tfrbeam.build.features.FeatureSpec`` is one, once resolved)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def type(self) -> str | None: ...  # None only before a build resolves it; never in a manifest
+
+    @property
+    def shape(self) -> tuple[int, ...] | None: ...
+
+    @property
+    def always_present(self) -> bool: ...
+
+
+def feature_entries(features: Sequence[FeatureDescription]) -> dict[str, dict[str, Any]]:
+    """The manifest's ``features``: type, shape ([] scalar, [n] fixed length, null variable), always_present."""
+    return {
+        spec.name: {
+            "type": spec.type,
+            "shape": None if spec.shape is None else list(spec.shape),
+            "always_present": spec.always_present,
+        }
+        for spec in sorted(features, key=lambda spec: spec.name)
+    }
+
+
+def parse_example_spec(features: Sequence[FeatureDescription]) -> dict[str, str]:
+    """A ``tf.io.parse_example`` spec to paste: FixedLenFeature when every example has the same shape, else VarLenFeature."""
+    return parse_example_spec_of(feature_entries(features))
+
+
+def parse_example_spec_of(entries: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """The same spec from the manifest's ``features`` entries (type, shape, always_present)."""
+    return _spec_strings(entries, "FixedLenFeature")
+
+
+def parse_sequence_example_spec_of(context: dict[str, dict[str, Any]],
+                                   sequence: dict[str, dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """A ``tf.io.parse_sequence_example`` spec from the manifest's context and sequence feature entries.
+
+    Context features are as in ``parse_example_spec_of``. A sequence feature is a
+    FixedLenSequenceFeature when every step of every record has a value of one shape, else a
+    VarLenFeature (a step without a value is an empty list, which a fixed length cannot hold).
+    """
+    return {"context_features": _spec_strings(context, "FixedLenFeature"),
+            "sequence_features": _spec_strings(sequence, "FixedLenSequenceFeature")}
+
+
+def _spec_strings(entries: dict[str, dict[str, Any]], fixed: str) -> dict[str, str]:
+    """``tf.io.{fixed}(shape, dtype)`` for entries every record (or step) has with one shape, else VarLenFeature."""
+    spec_strings = {}
+    for name in sorted(entries):
+        entry = entries[name]
+        dtype = TF_DTYPES[entry["type"]]
+        if entry["always_present"] and entry["shape"] is not None:
+            spec_strings[name] = f"tf.io.{fixed}({list(entry['shape'])}, {dtype})"
+        else:
+            spec_strings[name] = f"tf.io.VarLenFeature({dtype})"
+    return spec_strings
+
+
+def record_type_of(manifest: dict[str, Any]) -> str:
+    """What a dataset's records are: "Example" or "SequenceExample" (manifests before record_type: Example)."""
+    return manifest.get("record_type", EXAMPLE)
+
+
+def manifest_path(dataset_dir: str, files: FileAccess = LOCAL_FILES) -> str:
+    return files.join(dataset_dir, MANIFEST_NAME)
+
+
+def manifest_bytes(manifest: dict[str, Any]) -> bytes:
+    """The manifest as written: indented JSON, keys in the order the build put them, one trailing newline."""
+    check_manifest(manifest, "<new manifest>", verifiable=True)
+    return (json.dumps(manifest, indent=2, sort_keys=False) + "\n").encode("utf-8")
+
+
+def parse_manifest(data: bytes, where: str, verifiable: bool = False) -> dict[str, Any]:
+    """A manifest from its bytes; ``ManifestError`` naming ``where`` and the key when it is not a valid manifest.
+
+    ``verifiable`` also requires what ``verify_dataset`` checks against (sizes, sha256, features).
+    Parsing and checking are ``tfrbeam.layout.manifest_schema``'s, the one validator every reader uses.
+    """
+    manifest = parse_manifest_bytes(data, where)
+    check_manifest(manifest, where, verifiable)
+    return manifest
+
+
+def check_manifest(manifest: Any, where: str, verifiable: bool = False) -> None:
+    """Raise ``ManifestError`` naming the first missing, mistyped or out-of-range key readers rely on."""
+    validate_manifest(manifest, where, verifiable)
+
+
+def read_manifest(dataset_dir: str, files: FileAccess = LOCAL_FILES, verifiable: bool = False) -> dict[str, Any] | None:
+    """The checked manifest of ``dataset_dir``, or None when there is none; ``ManifestError`` when it is damaged."""
+    path = manifest_path(dataset_dir, files)
+    if not files.exists(path):
+        return None
+    with files.open_read(path) as handle:
+        return parse_manifest(handle.read(), path, verifiable)
+
+
+class _HashingReader:
+    """A read-only file wrapper that sha256-hashes and counts every byte read through it."""
+
+    def __init__(self, handle):
+        self._handle = handle
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._handle.read(size)
+        self.sha256.update(data)
+        self.size += len(data)
+        return data
+
+    def drain(self) -> None:
+        while self.read(_READ_CHUNK):
+            pass
+
+    def close(self) -> None:
+        self._handle.close()
+
+
+def verify_dataset(dataset_dir: str, files: FileAccess = LOCAL_FILES) -> list[str]:
+    """Check a dataset against its manifest: files, sizes, sha256, every record's CRCs, all counts, read indexes.
+
+    Returns the problems found, one line each; an empty list means the dataset is intact. No
+    manifest, a damaged one, or a commit still in progress is a problem too.
+    """
+    try:
+        manifest = read_manifest(dataset_dir, files, verifiable=True)
+    except ManifestError as error:
+        return [str(error)]
+    except OSError as error:
+        return [f"{manifest_path(dataset_dir, files)}: cannot read the manifest: {error}"]
+    if manifest is None:
+        return [
+            f"{manifest_path(dataset_dir, files)}: no manifest: not a tfrbeam dataset, or its build did not finish "
+            "(rerun the build to recover)"
+        ]
+    problems: list[str] = []
+    for split, entry in manifest["splits"].items():
+        shards = entry["shards"]
+        listed = {shard["path"] for shard in shards}
+        for shard in shards:
+            problems.extend(_verify_shard(dataset_dir, shard, manifest.get("compression"), files))
+        total = sum(shard["num_examples"] for shard in shards)
+        if total != entry["num_examples"]:
+            problems.append(f"split {split}: the shards hold {total} examples, the manifest says {entry['num_examples']}")
+        problems.extend(_unlisted_files(dataset_dir, split, listed, files))
+    return problems
+
+
+def _verify_shard(dataset_dir: str, shard: dict[str, Any], compression: str | None, files: FileAccess) -> list[str]:
+    try:
+        path = confined_path(dataset_dir, shard["path"], f"{dataset_dir}: shard path", files.join)
+    except ManifestError as error:
+        return [str(error)]
+    if not files.exists(path):
+        return [f"{path}: listed in the manifest but missing"]
+    handle = _HashingReader(files.open_read(path))
+    problems = []
+    records = 0
+    try:
+        with RecordReader(handle, compression, name=path) as reader:
+            for _ in reader:
+                records += 1
+    except RecordError as error:
+        problems.append(str(error))
+    handle.drain()
+    handle.close()
+    if handle.size != shard["num_bytes"]:
+        problems.append(f"{path}: {handle.size} bytes, the manifest says {shard['num_bytes']}")
+    if handle.sha256.hexdigest() != shard["sha256"]:
+        problems.append(f"{path}: sha256 {handle.sha256.hexdigest()} differs from the manifest's {shard['sha256']}")
+    if not problems and records != shard["num_examples"]:
+        problems.append(f"{path}: {records} records, the manifest says {shard['num_examples']}")
+    if compression in (None, "none") and compression_from_name(path) is None:
+        problems.extend(_verify_index(path, handle.size, records, files))
+    return problems
+
+
+def _verify_index(path: str, size: int, records: int, files: FileAccess) -> list[str]:
+    """A shard's read index and offset index must describe it exactly (readers ignore stale ones; verify names them)."""
+    index_path = index_path_for(path)
+    problems = []
+    if files.exists(index_path):
+        if isinstance(files, LocalFiles):
+            current, reason = index_is_current(path, index_path)
+            if not current:
+                problems.append(f"{index_path}: a stale read index ({reason}); readers ignore it: rebuild, or delete it")
+        else:
+            with files.open_read(index_path) as handle:
+                data = handle.read()
+            try:
+                index = parse_index(data, index_path)
+            except RecordIndexError as error:
+                return [str(error)]
+            if not index.is_current(size, None) or index.num_records != records:
+                problems.append(f"{index_path}: describes {index.num_records} records in {index.file_size} bytes, "
+                                f"the shard has {records} in {size}")
+    offsets_path = offset_index_path_for(path)
+    if isinstance(files, LocalFiles) and files.exists(offsets_path):
+        current, reason = offset_index_is_current(path, offsets_path)
+        if not current:
+            problems.append(f"{offsets_path}: a stale offset index ({reason}); random access rebuilds it, or delete it")
+    return problems
+
+
+def _unlisted_files(dataset_dir: str, split: str, listed: Iterable[str], files: FileAccess) -> list[str]:
+    """Files in a split's directory that the manifest does not list (leftovers of another build)."""
+    split_dir = files.join(dataset_dir, split)
+    listed_names = {posixpath.basename(path) for path in listed}
+    return [
+        f"{files.join(split_dir, name)}: in split directory {split}/ but not listed in the manifest"
+        for name in files.list_names(split_dir)
+        if name != INDEX_DIR_NAME and name not in listed_names
+    ]
+
+
+def write_leftovers(dataset_dir: str, files: FileAccess = LOCAL_FILES) -> list[str]:
+    """What writes into ``dataset_dir`` left beside it: staging directories and a lock file, one line each.
+
+    They never make the dataset invalid (a reader never sees them); the next build into the same
+    output removes those of dead runs. A lock file may also belong to a build running right now.
+    """
+    directory, prefix = staging_prefix(dataset_dir)
+    notes = []
+    for name in files.list_names(directory):
+        path = files.join(directory, name)
+        if is_staging_name(dataset_dir, name):
+            notes.append(f"{path}: a staging directory of an interrupted or running build (the next build removes it)")
+        elif name == prefix[: -len(".tfrbeam-")] + LOCK_SUFFIX:
+            notes.append(f"{path}: a lock file (a build is running, or one was killed; the next build takes it over)")
+    return notes

@@ -1,0 +1,258 @@
+"""TFRecord Examples -> Parquet: one Parquet file per shard, with the schema the manifest (or the files) give.
+
+Schema: a scalar feature (shape ``[]``) is a scalar column, a fixed-length one (``[n]``) a
+``fixed_size_list``, a variable-length one a ``list``; a feature some examples lack is nullable
+and null there. Types: int64, float32 (what an Example holds) and binary. Parquet page checksums
+are written (``write_page_checksum``); each file is written to a temp name and renamed, so a file
+under its final name is always complete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tfrbeam.base import fileops
+from tfrbeam.errors import ConfigError, OutputExistsError, UnsafeOutputError
+from tfrbeam.layout.names import EXPORT_NAME, RECORD_SUFFIXES
+from tfrbeam.layout.paths import escapes, is_remote, path_problem
+from tfrbeam.stats.accumulators import FEATURE_TYPES
+from tfrbeam.stats.compute import (
+    BLOCK_RECORDS,
+    StatsInput,
+    check_shard_records,
+    check_shard_sizes,
+    checked_shard,
+    decode_block,
+    resolve_input,
+)
+from tfrbeam.tfrecord.blocks import record_blocks
+
+if TYPE_CHECKING:
+    from tfrbeam.dataset.reader import Segment
+
+PARQUET_COMPRESSION = "snappy"
+_RECORD_SUFFIXES = RECORD_SUFFIXES
+
+
+def export_field(name: str, kind: str, shape: Sequence[int] | None, always_present: bool) -> pa.Field:
+    """The Parquet column of one feature: scalar, fixed_size_list or list; nullable unless every example has it."""
+    value_type = FEATURE_TYPES[kind]
+    size = None if shape is None else math.prod(shape)
+    if shape is None or (len(shape) and size == 0):
+        # A fixed length of 0 (a feature inferred from records that all hold no values) is a list:
+        # Arrow cannot build fixed_size_list<0> arrays (pyarrow dies with SIGFPE).
+        return pa.field(name, pa.list_(value_type), nullable=True)
+    arrow_type = value_type if len(shape) == 0 else pa.list_(value_type, size)
+    return pa.field(name, arrow_type, nullable=not always_present)
+
+
+def export_schema(features: Mapping[str, Mapping[str, Any]], columns: Sequence[str] | None = None) -> pa.Schema:
+    """The export schema of manifest-style features ``{name: {type, shape, always_present}}``, columns in that order."""
+    names = list(columns) if columns else sorted(features)
+    unknown = [name for name in names if name not in features]
+    if unknown:
+        raise ConfigError(f"--columns {unknown} are not features of this dataset; it has {sorted(features)}")
+    return pa.schema([
+        export_field(name, features[name]["type"], features[name].get("shape"), bool(features[name].get("always_present", True)))
+        for name in names
+    ])
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportPlan:
+    """Which TFRecord file becomes which Parquet file, with what schema."""
+
+    schema: pa.Schema
+    compression: str | None
+    files: tuple[tuple[str, str, int | None, str | None], ...]  # (TFRecord path, Parquet path, records, split)
+    segments: Mapping[str, Segment] = dataclasses.field(default_factory=dict)  # a dataset's shards, as checked
+
+    @property
+    def num_records(self) -> int | None:
+        counts = [count for _, _, count, _ in self.files]
+        known = [count for count in counts if count is not None]
+        return sum(known) if len(known) == len(counts) else None
+
+
+def parquet_name(record_path: str) -> str:
+    """``train-00000-of-00004.tfrecord.gz`` -> ``train-00000-of-00004.parquet``."""
+    name = os.path.basename(record_path)
+    stripped = True
+    while stripped:
+        stripped = False
+        for suffix in _RECORD_SUFFIXES:
+            if name.endswith(suffix) and len(name) > len(suffix):
+                name, stripped = name[: -len(suffix)], True
+    return name + ".parquet"
+
+
+def plan_export(
+    path: str, output_dir: str, splits: Sequence[str] | None = None, columns: Sequence[str] | None = None,
+    source: StatsInput | None = None, join: Callable[..., str] = os.path.join,
+) -> ExportPlan:
+    """The export of a build directory (``OUTPUT_DIR/<split>/<shard>.parquet``) or TFRecord files
+    (``OUTPUT_DIR/<file>.parquet``).
+
+    ``source`` is what ``resolve_input`` finds at ``path`` (the Beam export resolves it through
+    Beam's FileSystems); ``join`` joins paths of the output's and the dataset's filesystem.
+    """
+    source = source if source is not None else resolve_input(path, splits)
+    if source.manifest is not None:
+        features = source.manifest.get("features") or {}
+        counts = {
+            join(path, *shard["path"].split("/")): int(shard["num_examples"])
+            for entry in source.manifest["splits"].values() for shard in entry["shards"]
+        }
+        files: tuple[tuple[str, str, int | None, str | None], ...] = tuple(
+            (record, output_path(output_dir, (split, parquet_name(record)), join), counts.get(record), split)
+            for split, records in source.splits.items() for record in records
+        )
+    else:
+        features = {
+            name: {"type": kind, "shape": source.shapes.get(name), "always_present": False}  # inferred: later records may lack it
+            for name, kind in source.feature_types.items()
+        }
+        files = tuple(
+            (record, output_path(output_dir, (parquet_name(record),), join), None, None)
+            for records in source.splits.values() for record in records
+        )
+    targets = [target for _, target, _, _ in files]
+    if len(set(targets)) != len(targets):
+        raise ConfigError(
+            "two input files would be exported to the same Parquet file name; export them into separate directories"
+        )
+    return ExportPlan(export_schema(features, columns), source.compression, files, source.segments)
+
+
+def output_path(output_dir: str, parts: Sequence[str], join: Callable[..., str] = os.path.join) -> str:
+    """``output_dir`` joined with ``parts``, proven to stay inside it: no odd component, no symlink leading out."""
+    problem = path_problem("/".join(parts))
+    if problem is not None:
+        raise UnsafeOutputError(f"{output_dir}: an export file name {problem}")
+    joined = join(output_dir, *parts)
+    real = None if is_remote(output_dir) else escapes(output_dir, joined)
+    if real is not None:
+        raise UnsafeOutputError(
+            f"{joined} resolves to {real}, outside the output directory {output_dir} (a symlink leads out of it); "
+            "export writes only inside OUTPUT_DIR: remove the link or choose another OUTPUT_DIR"
+        )
+    return joined
+
+
+def files_to_replace(plan: ExportPlan, found: Sequence[str]) -> list[str]:
+    """Of the Parquet files ``found`` where the export writes, those ``--overwrite`` may delete: export's own.
+
+    Export's own are the files it is about to write and files named as it names a shard's
+    (``<split>-NNNNN-of-NNNNN.parquet``, an older export with more shards). Any other file is not
+    ours to delete: ``OutputExistsError`` naming it, before anything is deleted.
+    """
+    targets = {target for _, target, _, _ in plan.files}
+    foreign = [path for path in found if path not in targets and not EXPORT_NAME.fullmatch(_basename(path))]
+    if foreign:
+        raise OutputExistsError(
+            f"{foreign[0]} (and {len(foreign) - 1} more) is not a file export writes (export names its files "
+            "<split>-NNNNN-of-NNNNN.parquet, after the shards); --overwrite replaces only export's own files: "
+            "move it away, or choose an empty OUTPUT_DIR"
+        )
+    return list(found)
+
+
+def _basename(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[-1] if is_remote(path) else os.path.basename(path)
+
+
+def parquet_writer(where: Any, schema: pa.Schema) -> pq.ParquetWriter:
+    """A Parquet writer with page checksums on (``where``: a path or a binary file object)."""
+    return pq.ParquetWriter(where, schema, compression=PARQUET_COMPRESSION, write_page_checksum=True)
+
+
+def write_parquet(records: str | BinaryIO, name: str, target: str | BinaryIO, schema: pa.Schema,
+                  compression: str | None = "auto", progress: Callable[[int], None] | None = None,
+                  block_length: int = BLOCK_RECORDS) -> int:
+    """Write the Examples of one TFRecord file (a path or an open binary file, named ``name``) as Parquet into
+    ``target`` (a path or a binary file object); returns the row count."""
+    rows = 0
+    with parquet_writer(target, schema) as writer:
+        for block in record_blocks(records, compression, block_length=block_length, name=name):
+            batch = decode_block(name, block, schema)
+            writer.write_batch(batch)
+            rows += batch.num_rows
+            if progress is not None:
+                progress(batch.num_rows)
+        if rows == 0:
+            writer.write_table(schema.empty_table())
+    return rows
+
+
+def export_file(record_path: str, parquet_path: str, schema: pa.Schema, compression: str | None = "auto",
+                progress: Callable[[int], None] | None = None, segment: Segment | None = None) -> int:
+    """Write one TFRecord file's Examples as one Parquet file (temp name, then rename); returns the row count.
+
+    A dataset's shard comes with its ``segment``: unless its size and record count are the manifest's, no file is left.
+    """
+    with fileops.atomic_file(parquet_path) as target:
+        with checked_shard(segment) if segment is not None else contextlib.nullcontext(record_path) as records:
+            rows = write_parquet(records, record_path, target, schema, compression, progress)
+        check_shard_records(segment, rows)
+    return rows
+
+
+def _clear_the_way(plan: ExportPlan, overwrite: bool) -> None:
+    """Refuse (or, with ``overwrite``, delete export's own) Parquet files already in the directories the export writes to.
+
+    Without this, a re-export with fewer shards would leave the old extra files beside the new ones.
+    """
+    directories = sorted({os.path.dirname(target) for _, target, _, _ in plan.files})
+    found = sorted(
+        os.path.join(directory, name) for directory in directories if os.path.isdir(directory)
+        for name in os.listdir(directory) if name.endswith(".parquet")
+    )
+    if found and not overwrite:
+        raise existing_files_error(found)
+    for stale in files_to_replace(plan, found):
+        fileops.remove(stale, missing_ok=True)
+
+
+def existing_files_error(found: Sequence[str]) -> OutputExistsError:
+    """The refusal of an export into directories that already hold Parquet files."""
+    return OutputExistsError(
+        f"{found[0]} (and {len(found) - 1} more Parquet file(s)) already exist where the export writes; "
+        "pass --overwrite (overwrite=True) to replace them, or choose an empty OUTPUT_DIR"
+    )
+
+
+def export_to_parquet(
+    path: str, output_dir: str, splits: Sequence[str] | None = None, columns: Sequence[str] | None = None,
+    progress: Callable[[int, int | None], None] | None = None, overwrite: bool = False,
+) -> list[str]:
+    """Export a build directory or TFRecord files to Parquet (see ``plan_export``); returns the Parquet paths.
+
+    Parquet files already in the target directories are refused unless ``overwrite`` (then export's
+    own are deleted first, see ``files_to_replace``). Shards of a dataset are checked against the
+    manifest: every size before anything is deleted or written, each record count as it is read
+    (a shard that fails leaves no file under its name; the shards before it stay exported).
+    ``progress(records_done, records_total_or_None)`` is called after every block.
+    """
+    plan = plan_export(path, output_dir, splits, columns)
+    check_shard_sizes(plan.segments)  # a truncated or replaced shard is refused before anything is deleted or written
+    _clear_the_way(plan, overwrite)
+    done = 0
+    total = plan.num_records
+
+    def advance(count: int) -> None:
+        nonlocal done
+        done += count
+        if progress is not None:
+            progress(done, total)
+
+    for record_path, parquet_path, _, _ in plan.files:
+        export_file(record_path, parquet_path, plan.schema, plan.compression, advance, plan.segments.get(record_path))
+    return [parquet_path for _, parquet_path, _, _ in plan.files]
