@@ -121,3 +121,12 @@ def test_the_format_core_does_not_import_beam():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+
+
+def test_generated_messages_name_the_module_they_live_in():
+    """Pickling (Beam's cloudpickle) finds a message class by its __module__: a stale name after a move breaks it."""
+    from tfrbeam.codec.protos import example_pb2
+
+    for message in (example_pb2.Example, example_pb2.SequenceExample, example_pb2.Features):
+        assert message.__module__ == example_pb2.__name__
+    assert example_pb2.DESCRIPTOR.name == "tfrbeam/codec/protos/example.proto"

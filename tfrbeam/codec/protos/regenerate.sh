@@ -8,7 +8,7 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO="$(cd "$HERE/../.." && pwd)"
+REPO="$(cd "$HERE/../../.." && pwd)"
 VENV="${GEN_VENV:-/tmp/tfrbeam-protoc-venv}"
 
 if [ ! -x "$VENV/bin/python" ]; then

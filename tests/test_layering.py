@@ -1,0 +1,115 @@
+"""The package's layers hold: no upward import, no circle of modules, no module taking another's private name.
+
+The rules and the graph live in .ci/import_graph.py (also runnable by hand); these tests run its
+checks on the tree, and on small planted trees so that each check is seen to fail.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import pathlib
+import sys
+import textwrap
+from types import ModuleType
+
+import pytest
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _load_graph() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("import_graph", REPO_ROOT / ".ci" / "import_graph.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["import_graph"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+graph = _load_graph()
+
+
+def test_no_package_imports_a_package_above_it():
+    assert graph.upward_imports(graph.all_imports()) == []
+
+
+def test_no_circle_of_modules():
+    assert graph.circles(graph.all_imports()) == []
+
+
+def test_no_module_imports_another_modules_private_name():
+    assert graph.private_reach_ins(graph.all_imports()) == []
+
+
+def test_every_module_sits_in_a_layer():
+    unplaced = [name for name in graph.source_modules() if graph.layer_of(name) is None]
+    assert unplaced == []
+
+
+def test_only_beam_and_build_import_apache_beam():
+    """The format core, the reader, stats and the layout run where Beam is not installed."""
+    importers = []
+    for name, path in graph.source_modules().items():
+        if name.startswith(("tfrbeam.beam", "tfrbeam.build", "tfrbeam.cli")):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            modules = [alias.name for alias in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(module.split(".")[0] == "apache_beam" for module in modules):
+                importers.append(name)
+    assert importers == []
+
+
+@pytest.fixture()
+def planted(tmp_path, monkeypatch):
+    """A tree of our own layout whose modules the test writes: the checks read it in place of the real one."""
+    root = tmp_path / "repo"
+
+    def write(files: dict[str, str]) -> list:
+        for relative, text in files.items():
+            path = root / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(textwrap.dedent(text))
+        monkeypatch.setattr(graph, "ROOT", root)
+        return graph.all_imports()
+
+    return write
+
+
+def test_an_upward_import_is_found(planted):
+    imports = planted({
+        "tfrbeam/__init__.py": "",
+        "tfrbeam/tfrecord/__init__.py": "",
+        "tfrbeam/tfrecord/records.py": "def frame():\n    from tfrbeam.dataset.reader import Segment\n",
+        "tfrbeam/dataset/__init__.py": "",
+        "tfrbeam/dataset/reader.py": "Segment = 1\n",
+    })
+    problems = graph.upward_imports(imports)
+    assert len(problems) == 1 and "tfrbeam.tfrecord.records:2 imports tfrbeam.dataset.reader: upward" in problems[0]
+
+
+def test_a_circle_is_found_even_through_a_function_level_import(planted):
+    imports = planted({
+        "tfrbeam/__init__.py": "",
+        "tfrbeam/build/__init__.py": "",
+        "tfrbeam/build/plan.py": "from tfrbeam.build import sequence\n",
+        "tfrbeam/build/sequence.py": "def f():\n    from tfrbeam.build.plan import BuildPlan\n",
+    })
+    assert graph.circles(imports) == [["tfrbeam.build.plan", "tfrbeam.build.sequence"]]
+
+
+def test_a_private_name_from_another_module_is_found(planted):
+    imports = planted({
+        "tfrbeam/__init__.py": "",
+        "tfrbeam/codec/__init__.py": "",
+        "tfrbeam/codec/decode.py": "def _gather():\n    return 1\n",
+        "tfrbeam/codec/sequence_decode.py": "from .decode import _gather, __doc__\n",
+    })
+    assert graph.private_reach_ins(imports) == ["tfrbeam.codec.sequence_decode:1 imports tfrbeam.codec.decode._gather"]
+
+
+def test_a_top_level_module_outside_the_layers_is_found(planted):
+    planted({"tfrbeam/__init__.py": "", "tfrbeam/records.py": "x = 1\n"})
+    assert graph.layer_of("tfrbeam.records") is None
+    assert graph.layer_of("tfrbeam.errors") == (0, "tfrbeam.errors")
