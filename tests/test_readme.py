@@ -118,7 +118,8 @@ def failures_of(blocks: list[Block], directory: pathlib.Path, rounds: int = 2) -
             if result.returncode != 0:
                 said = [line for line in (result.stderr or result.stdout).splitlines() if line.strip()]
                 first = block.code.strip().splitlines()[0] if block.code.strip() else ""
-                again = " on the second run of the tour" if round_number > 1 else ""
+                tour = " of the tour" if block.source == "README.md" else ""
+                again = f" on the second run{tour}" if round_number > 1 else ""
                 failures.append(f"{block.source}:{block.line} ({block.language}, exit {result.returncode}{again}) "
                                 f"{first!r}: {said[-1] if said else 'no output'}")
     return failures
