@@ -26,7 +26,7 @@ from tfrbeam.build.features import (
     source_type,
 )
 from tfrbeam.build.inputs.files import InputFile
-from tfrbeam.build.inputs.sample import InputSample, inspect_input
+from tfrbeam.build.inputs.sample import CsvSample, InputSample, inspect_input, read_csv_sample
 from tfrbeam.errors import ArrowConversionError, ConfigError
 
 __all__ = [
@@ -224,12 +224,14 @@ def infer_csv_tokens(input_config: InputConfig, files: list[InputFile] | None = 
     """The CSV input with the null, true and false values it leaves out inferred from a sample, the sample (as the
     build reads it), and the own null_values of the text columns where a file-wide token is a value.
 
-    Null tokens (like NA in number columns): the sample is read again with them, as the build
+    Null tokens (like NA in number columns): the sample is parsed again with them, as the build
     reads it (a quoted "NA" stays a value), and tokens that then make nothing null are dropped.
-    Boolean tokens: true/false spellings of columns that hold nothing else.
+    Boolean tokens: true/false spellings of columns that hold nothing else. The file is read once
+    (read_csv_sample); every other look at the sample parses the rows' text again.
     """
     csv = input_config.csv
-    sample = inspect_input(replace(input_config, csv=replace(csv, null_values=csv.null_values or ())), files=files)
+    read = read_csv_sample(replace(input_config, csv=replace(csv, null_values=csv.null_values or ())), files=files)
+    sample = read.inspected
     rows = sample.sample
     assert rows is not None  # a CSV input is always sampled
     if csv.true_values is None and csv.false_values is None:
@@ -240,9 +242,9 @@ def infer_csv_tokens(input_config: InputConfig, files: list[InputFile] | None = 
         tokens = infer_null_tokens(rows.columns)
         if tokens:
             with_nulls = replace(input_config, csv=replace(csv, null_values=tuple(tokens)))
-            resampled = inspect_input(with_nulls, files=files)
+            resampled = read.with_null_values(tuple(tokens))
             if resampled.sample is not None and any(column.null_count for column in resampled.sample.columns):
-                return with_nulls, *_text_columns_keep_tokens(with_nulls, files, rows, resampled)
+                return with_nulls, *_text_columns_keep_tokens(with_nulls, read, rows, resampled)
         csv = replace(csv, null_values=())
     return replace(input_config, csv=csv), sample, {}
 
@@ -251,7 +253,7 @@ def infer_csv_tokens(input_config: InputConfig, files: list[InputFile] | None = 
 _QUOTING_PROBE_VALUES = 200
 
 
-def _text_columns_keep_tokens(input_config: InputConfig, files: list[InputFile] | None, raw: pa.RecordBatch,
+def _text_columns_keep_tokens(input_config: InputConfig, read: CsvSample, raw: pa.RecordBatch,
                               nulled: InputSample) -> tuple[InputSample, dict[str, tuple[str, ...]]]:
     """The sample with word tokens (NA, NULL, ...) given back as values in text columns, and those columns' own
     null_values.
@@ -276,7 +278,7 @@ def _text_columns_keep_tokens(input_config: InputConfig, files: list[InputFile] 
             held[name] = hit
     if not held:
         return nulled, {}
-    quoted = _quoted_text_columns(input_config, files, sample, list(held))
+    quoted = _quoted_text_columns(read, sample, list(held))
     columns = dict(zip(sample.schema.names, sample.columns))
     overrides = {}
     for name, hit in held.items():
@@ -290,16 +292,15 @@ def _text_columns_keep_tokens(input_config: InputConfig, files: list[InputFile] 
     return replace(nulled, sample=batch), overrides
 
 
-def _quoted_text_columns(input_config: InputConfig, files: list[InputFile] | None, sample: pa.RecordBatch,
-                         names: list[str]) -> set[str]:
+def _quoted_text_columns(read: CsvSample, sample: pa.RecordBatch, names: list[str]) -> set[str]:
     """The columns whose sampled values (a probe of up to _QUOTING_PROBE_VALUES distinct ones) are all quoted.
 
-    The sample is read once more with those values as null tokens: a quoted value never becomes null.
+    The sample is parsed once more with those values as null tokens: a quoted value never becomes null.
     """
     probes = {name: pc.unique(sample.column(name).drop_null()).slice(0, _QUOTING_PROBE_VALUES) for name in names}
     tokens = sorted({value.decode("utf-8", "replace") if isinstance(value, bytes) else value
                      for probe in probes.values() for value in probe.to_pylist()})
-    probed = inspect_input(replace(input_config, csv=replace(input_config.csv, null_values=tuple(tokens))), files=files)
+    probed = read.with_null_values(tuple(tokens))
     assert probed.sample is not None
     quoted = set()
     for name, probe in probes.items():

@@ -63,7 +63,7 @@ from tfrbeam.build.inputs.encodings import passes_through
 from tfrbeam.build.inputs.files import open_input
 from tfrbeam.errors import InputError
 
-__all__ = ["read_csv_file", "read_csv_range"]
+__all__ = ["parse_row_texts", "read_csv_file", "read_csv_range", "row_texts"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -457,12 +457,18 @@ def _assemble(path: str, tracker: LineTracker, batch: pa.RecordBatch, record: in
                        raw_line_starts=starts, spans=lines[~is_invalid])
 
 
-def read_csv_file(path: str, options: CsvOptions,
-                  columns: Sequence[str] | None = None) -> Generator[SourceBatch, None, None]:
-    """Every row of a CSV file, streamed block by block from the start (quoted line breaks are fine)."""
+def read_csv_file(path: str, options: CsvOptions, columns: Sequence[str] | None = None,
+                  names_seen: Callable[[tuple[str, ...]], None] | None = None) -> Generator[SourceBatch, None, None]:
+    """Every row of a CSV file, streamed block by block from the start (quoted line breaks are fine).
+
+    names_seen is called with the column names once the preamble is read, before any row (a file of
+    no rows still names its columns).
+    """
     with open_input(path) as raw:
         tracker = LineTracker(utf8_chunks(raw, options.encoding, True, None), special_bytes(options))
         preamble = read_preamble(tracker, options, path, decoder_for("utf-8"))
+        if names_seen is not None:
+            names_seen(preamble.names)
         yield from _rows_with_long_rows(path, tracker, preamble, options, 1, True, columns,
                                         functools.partial(row_file_offset, path, options.encoding, 0))
 
@@ -491,3 +497,39 @@ def read_csv_range(path: str, start: int, end: int, line_breaks_before: int, opt
         inline = Preamble(names=preamble.names, data_line=first_line, data_offset=0)
         yield from _rows_with_long_rows(path, tracker, inline, options, first_line, False, columns,
                                         functools.partial(row_file_offset, path, options.encoding, own_start))
+
+
+# ------------------------------------------------------------------------------- rows parsed again
+
+
+def row_texts(source: SourceBatch, rows: int) -> list[bytes]:
+    """The raw text of a CSV batch's first ``rows`` rows, each ended by one \\n (as _with_null_text parses them)."""
+    if source.raw is None or source.raw_line_starts is None or source.spans is None:
+        return []
+    firsts = (source.lines[:rows] - source.raw_first_line).tolist()
+    starts, raw = source.raw_line_starts, source.raw
+    return [strip_line_break(raw[starts[first]:starts[first + int(span)]]) + b"\n"
+            for first, span in zip(firsts, source.spans[:rows].tolist())]
+
+
+def parse_row_texts(texts: Sequence[bytes], names: Sequence[str], options: CsvOptions) -> pa.Table:
+    """Rows read before (row_texts) parsed again as _read_rows parses them, with options' null values.
+
+    Each text is one whole row, so the values are those of the first read; only which unquoted
+    cells are null follows options.null_values (and feature_null_values).
+    """
+    if not texts:
+        return pa.table({name: pa.array([], pa.binary()) for name in names})
+    data = b"".join(texts)
+    null_values = list(dict.fromkeys((*(options.null_values or ()), *(options.feature_null_values or ()))))
+
+    def refuse(row) -> str:
+        raise InputError(f"a sampled row did not parse again ({row.text!r})")
+
+    block = min(max(len(data) + 1, 1 << 20), (1 << 31) - 1)
+    return pcsv.read_csv(
+        io.BytesIO(data), read_options=pcsv.ReadOptions(use_threads=False, block_size=block, column_names=list(names)),
+        parse_options=_parse_options(options, True, refuse),
+        convert_options=pcsv.ConvertOptions(column_types={name: pa.binary() for name in names}, null_values=null_values,
+                                            strings_can_be_null=bool(null_values), quoted_strings_can_be_null=False,
+                                            check_utf8=False))

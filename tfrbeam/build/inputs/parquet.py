@@ -235,16 +235,19 @@ def _widened_struct(left: pa.StructType, right: pa.StructType) -> pa.DataType | 
     return pa.struct(fields)
 
 
-def parquet_input_schema(files: Sequence[InputFile], columns: Sequence[str] | None = None) -> pa.Schema:
+def parquet_input_schema(files: Sequence[InputFile], columns: Sequence[str] | None = None,
+                         require_checksums: bool = False) -> pa.Schema:
     """The schema all files of a Parquet input are read as: the first file's, with columns widened where files differ.
 
     Reads only the footers. Checks the given ``columns`` (default: every column of the first
     file): a file that repeats a column name, a type that only a lossy conversion joins with
     another file's (``widened_type``), or a listed column a later file lacks raises
     ParquetSchemaError naming both files, the column and both types. Each widening is logged.
+    require_checksums: the first file's pages must carry CRCs (refuse_missing_checksums), checked as its
+    footer is read.
     """
     paths = [item.path for item in files]
-    schemas = _footer_schemas(paths)
+    schemas = _footer_schemas(paths, require_checksums)
     for path, schema in zip(paths, schemas):
         _refuse_repeated_names(path, schema)
     first = schemas[0]
@@ -258,16 +261,20 @@ def parquet_input_schema(files: Sequence[InputFile], columns: Sequence[str] | No
     return widened
 
 
-def _footer_schemas(paths: Sequence[str]) -> list[pa.Schema]:
+def _footer_schemas(paths: Sequence[str], require_checksums: bool) -> list[pa.Schema]:
+    checks = [require_checksums] + [False] * (len(paths) - 1)
     if len(paths) == 1:
-        return [_footer_schema(paths[0])]
+        return [_footer_schema(paths[0], checks[0])]
     with concurrent.futures.ThreadPoolExecutor(min(_FOOTER_THREADS, len(paths)), "tfrbeam-footer") as pool:
-        return list(pool.map(_footer_schema, paths))
+        return list(pool.map(_footer_schema, paths, checks))
 
 
-def _footer_schema(path: str) -> pa.Schema:
+def _footer_schema(path: str, require_checksums: bool = False) -> pa.Schema:
     with open_input(path) as raw:
-        return parquet_file(path, raw).schema_arrow
+        parquet = parquet_file(path, raw)
+        if require_checksums:
+            refuse_missing_checksums(path, raw, parquet.metadata)
+        return parquet.schema_arrow
 
 
 def _refuse_repeated_names(path: str, schema: pa.Schema) -> None:
