@@ -68,6 +68,9 @@ _INT64_MAX = (1 << 63) - 1
 OVERFLOW_ACTIONS = ("split", "truncate", "error")
 
 
+# ----------------------------------------------------------------------------------------- loading
+
+
 def load_config(path: str, overrides: list[str] | tuple[str, ...] = ()) -> BuildConfig:
     """Read a YAML config file, apply `key.path=value` overrides and validate everything."""
     try:

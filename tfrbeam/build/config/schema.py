@@ -153,6 +153,3 @@ class BuildConfig:
             if spec.name == name:
                 return spec
         raise KeyError(name)
-
-
-# ----------------------------------------------------------------------------------------- loading
