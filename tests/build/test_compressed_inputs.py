@@ -9,7 +9,8 @@ import lzma
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tfrbeam.build.inputs import CsvOptions, read_csv_file
+from tfrbeam.build.config.schema import CsvOptions
+from tfrbeam.build.inputs.csv import read_csv_file
 from tfrbeam.errors import CompressedInputError, InputError
 
 ROWS = [f"{i},{i * 1.0 / 3:.6f},name{i}" for i in range(200)]

@@ -20,9 +20,8 @@ from tfrbeam.build.config import (
     parse_config,
     parse_size,
     parse_yaml,
-    resolve_config,
-    validate_against_schema,
 )
+from tfrbeam.build.resolve import resolve_config, validate_against_schema
 
 ISSUE_EXAMPLE = textwrap.dedent(
     """

@@ -21,13 +21,16 @@ import pytest
 import yaml
 from hypothesis import given, settings, strategies as st
 
-import tfrbeam.build.inputs as tabular_read
-from tfrbeam.build.inputs import CsvOptions, csv_ranges, read_csv_file, read_csv_range
+import tfrbeam.build.inputs.csv as csv_read
+import tfrbeam.build.inputs.csv_text as csv_text
+from tfrbeam.build.config.schema import CsvOptions
+from tfrbeam.build.inputs.csv import read_csv_file, read_csv_range
+from tfrbeam.build.inputs.csv_text import csv_ranges
 from tfrbeam.cli.build import main as build_main
 from tfrbeam.errors import InputError
 
 LIMIT = 4096
-RAW_BYTES = tabular_read.LONG_ROW_RAW_BYTES
+RAW_BYTES = csv_text.LONG_ROW_RAW_BYTES
 
 
 def _long_value(size: int, escape: bool = False) -> str:
@@ -158,8 +161,8 @@ def test_the_scan_does_not_hold_the_long_row():
 
     tracemalloc.start()
     try:
-        cursor = tabular_read._Cursor(chunks())
-        skipped = tabular_read._skip_row(cursor, CsvOptions(), True)
+        cursor = csv_text.RowCursor(chunks())
+        skipped = csv_text.skip_row(cursor, CsvOptions(), True)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -180,7 +183,7 @@ def _pyarrow_rows(data: bytes, options: CsvOptions) -> int:
         count += 1
         return "skip"
 
-    parse = tabular_read._parse_options(options, True, count_invalid)
+    parse = csv_read._parse_options(options, True, count_invalid)
     try:
         table = pcsv.read_csv(io.BytesIO(data), parse_options=parse, read_options=pcsv.ReadOptions(column_names=["c"]))
     except pa.ArrowInvalid as error:
@@ -191,10 +194,10 @@ def _pyarrow_rows(data: bytes, options: CsvOptions) -> int:
 
 def _scanned_rows(data: bytes, options: CsvOptions, chunk: int) -> tuple[int, int]:
     """Rows the long-row scan finds in data fed in chunks of the given size, and the lines they span."""
-    cursor = tabular_read._Cursor(iter([data[i:i + chunk] for i in range(0, len(data), chunk)]))
+    cursor = csv_text.RowCursor(iter([data[i:i + chunk] for i in range(0, len(data), chunk)]))
     rows = lines = 0
     while True:
-        skipped = tabular_read._skip_row(cursor, options, True)
+        skipped = csv_text.skip_row(cursor, options, True)
         lines += skipped.blank_lines
         if skipped.start == skipped.end:
             return rows, lines
@@ -215,8 +218,8 @@ def test_the_row_scan_finds_the_rows_pyarrow_finds(pieces, escape, chunk):
 
 def test_the_row_scan_agrees_with_pythons_csv_module_on_quoted_values():
     text = 'a,"b\nc,""d""",e\n"x",y\n'
-    cursor = tabular_read._Cursor(iter([text.encode()]))
-    first = tabular_read._skip_row(cursor, CsvOptions(), True)
+    cursor = csv_text.RowCursor(iter([text.encode()]))
+    first = csv_text.skip_row(cursor, CsvOptions(), True)
     assert text.encode()[first.start:first.end] == b'a,"b\nc,""d""",e\n'
     assert next(csv.reader(io.StringIO(text))) == ["a", 'b\nc,"d"', "e"]
 

@@ -10,9 +10,12 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from tfrbeam.build.config import load_config, resolve_config
+from tfrbeam.build.config import load_config
 from tfrbeam.build.infer import infer_config
-from tfrbeam.build.inputs import convert_source_batch, read_csv_file, read_parquet_file
+from tfrbeam.build.inputs.batch import convert_source_batch
+from tfrbeam.build.inputs.csv import read_csv_file
+from tfrbeam.build.inputs.parquet import read_parquet_file
+from tfrbeam.build.resolve import resolve_config
 from tfrbeam.errors import ConfigError, InputError
 
 

@@ -9,10 +9,12 @@ import pyarrow as pa
 import pytest
 import yaml
 
-from tfrbeam.build.config import config_to_dict, load_config, parse_config, resolve_config
+from tfrbeam.build.config import config_to_dict, load_config, parse_config
 from tfrbeam.build.features import infer_text_type
 from tfrbeam.build.infer import _sniff_csv, infer_config
-from tfrbeam.build.inputs import convert_source_batch, read_csv_file
+from tfrbeam.build.inputs.batch import convert_source_batch
+from tfrbeam.build.inputs.csv import read_csv_file
+from tfrbeam.build.resolve import resolve_config
 from tfrbeam.cli.build import main as build_main
 from tfrbeam.codec.example import decode_example
 from tfrbeam.errors import ConfigError
@@ -118,7 +120,7 @@ def test_whole_floats_float32_cannot_hold_are_named_in_infer_config_and_the_buil
     assert ratio_line == "  ratio: {type: float, on_null: error}"
     assert yaml.safe_load(text)["features"]["day"] == {"type": "float", "on_null": "error"}
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="tfrbeam.build.config"):
+    with caplog.at_level(logging.WARNING, logger="tfrbeam.build.resolve"):
         built = built_features(tmp_path, data)
     assert built["day"].type == "float"
     lines = [record.getMessage() for record in caplog.records if "float32" in record.getMessage()]
@@ -128,7 +130,7 @@ def test_whole_floats_float32_cannot_hold_are_named_in_infer_config_and_the_buil
 def test_a_declared_float_feature_with_such_values_is_named_in_the_build_log_too(tmp_path, caplog):
     data = tmp_path / "ids.csv"
     data.write_text("id\n123456789\n5\n")
-    with caplog.at_level(logging.WARNING, logger="tfrbeam.build.config"):
+    with caplog.at_level(logging.WARNING, logger="tfrbeam.build.resolve"):
         resolve_config(load(tmp_path, f"input: {{path: '{data}'}}\nfeatures: {{id: {{type: float}}}}\n"
                                       f"output: {{path: '{tmp_path / 'out'}'}}\n"))
     lines = [record.getMessage() for record in caplog.records if "float32" in record.getMessage()]

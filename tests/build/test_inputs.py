@@ -19,22 +19,23 @@ import pytest
 from apache_beam.testing.util import assert_that, equal_to
 from hypothesis import given, settings, strategies as st
 
-import tfrbeam.build.inputs as tabular_read
+import tfrbeam.build.inputs.ahead as ahead_read
+import tfrbeam.build.inputs.batch as source_batch
+import tfrbeam.build.inputs.csv as csv_read
+import tfrbeam.build.inputs.csv_text as csv_text
+import tfrbeam.build.inputs.parquet as parquet_read
+import tfrbeam.build.inputs.read as beam_read
 from tests.helpers import expected_bad, expected_rows, pyarrow_read
-from tfrbeam.build.config import parse_config, resolve_config
-from tfrbeam.build.inputs import (
-    CsvOptions,
-    InputConfig,
-    ReadTabular,
-    convert_source_batch,
-    csv_ranges,
-    inspect_input,
-    list_inputs,
-    read_csv_file,
-    read_csv_range,
-    read_parquet_file,
-    scan_csv_range,
-)
+from tfrbeam.build.config import parse_config
+from tfrbeam.build.config.schema import CsvOptions, InputConfig
+from tfrbeam.build.inputs.batch import convert_source_batch
+from tfrbeam.build.inputs.csv import read_csv_file, read_csv_range
+from tfrbeam.build.inputs.csv_text import csv_ranges, scan_csv_range
+from tfrbeam.build.inputs.files import list_inputs
+from tfrbeam.build.inputs.parquet import read_parquet_file
+from tfrbeam.build.inputs.read import ReadTabular
+from tfrbeam.build.inputs.sample import inspect_input
+from tfrbeam.build.resolve import resolve_config
 from tfrbeam.errors import ConfigError, InputError, TfrbeamError
 
 
@@ -124,18 +125,18 @@ def test_batches_read_with_convert_with_are_converted_ahead_on_a_thread_in_order
 
     from tfrbeam.build.features import FeatureSpec
 
-    monkeypatch.setattr(tabular_read, "_CSV_BLOCK_BYTES", 64)  # many small batches
+    monkeypatch.setattr(csv_read, "_CSV_BLOCK_BYTES", 64)  # many small batches
     path = write(tmp_path, "id,v\n" + "".join(f"{i},v{i}\n" if i % 7 else f"x{i},v{i}\n" for i in range(200)))
     specs = [FeatureSpec("id", "int64", "id"), FeatureSpec("v", "bytes", "v")]
     threads = []
-    convert = tabular_read.convert_source_batch
+    convert = source_batch.convert_source_batch
 
     def spied(source, given_specs):
         threads.append(threading.current_thread().name)
         return convert(source, given_specs)
 
-    monkeypatch.setattr(tabular_read, "convert_source_batch", spied)
-    sources = list(tabular_read._converted_ahead(read_csv_file(path, CsvOptions()), specs))
+    monkeypatch.setattr(beam_read, "convert_source_batch", spied)
+    sources = list(beam_read._converted_ahead(read_csv_file(path, CsvOptions()), specs))
     assert len(sources) > 3 and set(threads) == {"tfrbeam-convert"}
     plain = list(read_csv_file(path, CsvOptions()))
     assert [s.first_line for s in sources] == [s.first_line for s in plain]
@@ -143,8 +144,8 @@ def test_batches_read_with_convert_with_are_converted_ahead_on_a_thread_in_order
         expected = convert(reference, specs)
         assert source.converted is not None and source.converted.batch.equals(expected.batch)
         assert [(b.line, b.raw) for b in source.converted.bad_rows] == [(b.line, b.raw) for b in expected.bad_rows]
-    assert tabular_read._converted_ahead(iter(plain), None).__next__() is plain[0]  # no specs: read as before
-    early = tabular_read._converted_ahead(read_csv_file(path, CsvOptions()), specs)
+    assert beam_read._converted_ahead(iter(plain), None).__next__() is plain[0]  # no specs: read as before
+    early = beam_read._converted_ahead(read_csv_file(path, CsvOptions()), specs)
     next(early)
     early.close()
     assert not [t for t in threading.enumerate() if t.name in ("tfrbeam-convert", "tfrbeam-csv-read")]
@@ -187,9 +188,9 @@ def _random_csv(rng: random.Random, columns: int) -> str:
 @pytest.mark.parametrize("seed", range(6))
 def test_lines_and_raw_text_match_pythons_csv_module(tmp_path, monkeypatch, seed):
     rng = random.Random(seed)
-    monkeypatch.setattr(tabular_read, "_READ_CHUNK_BYTES", rng.choice([1, 2, 7, 64]))
-    monkeypatch.setattr(tabular_read, "_CSV_BLOCK_BYTES", 1000)
-    monkeypatch.setattr(tabular_read, "_PREFETCH_BATCHES", seed % 3)  # 0: no read-ahead thread
+    monkeypatch.setattr(csv_text, "_READ_CHUNK_BYTES", rng.choice([1, 2, 7, 64]))
+    monkeypatch.setattr(csv_read, "_CSV_BLOCK_BYTES", 1000)
+    monkeypatch.setattr(ahead_read, "PREFETCH_BATCHES", seed % 3)  # 0: no read-ahead thread
     for _ in range(25):
         columns = rng.randint(2, 4)
         text = _random_csv(rng, columns)
@@ -205,7 +206,7 @@ def test_lines_and_raw_text_match_pythons_csv_module(tmp_path, monkeypatch, seed
        st.data())
 def test_chunk_text_slices_and_finds_line_ends_across_chunks(chunks, data):
     text = b"".join(chunks)
-    store = tabular_read._ChunkText()
+    store = csv_text._ChunkText()
     for chunk in chunks:
         store.append(chunk)
     begin = data.draw(st.integers(0, len(text)))
@@ -215,7 +216,7 @@ def test_chunk_text_slices_and_finds_line_ends_across_chunks(chunks, data):
     store.copy_into(begin, memoryview(view))
     assert bytes(view) == text[begin:stop]
     for eof in (False, True):
-        match = tabular_read._first_line_break(bytearray(text[begin:]), eof)
+        match = csv_text._first_line_break(bytearray(text[begin:]), eof)
         assert store.line_end(begin, eof) == (None if match is None else begin + match)
     store.forget_before(begin)
     assert store.slice(begin, len(text)) == text[begin:]
@@ -236,14 +237,14 @@ def test_read_ahead_keeps_order_raises_errors_and_stops_when_closed():
         finally:
             closed.set()
 
-    assert list(tabular_read._ahead(numbers())) == list(range(10))
+    assert list(ahead_read.read_ahead(numbers())) == list(range(10))
     got = []
     with pytest.raises(InputError, match="broken at 4"):
-        for number in tabular_read._ahead(numbers(fail_at=4)):
+        for number in ahead_read.read_ahead(numbers(fail_at=4)):
             got.append(number)
     assert got == [0, 1, 2, 3]
     closed.clear()
-    early = tabular_read._ahead(numbers())
+    early = ahead_read.read_ahead(numbers())
     assert next(early) == 0
     time.sleep(0.05)  # the thread fills its queue and waits
     early.close()
@@ -333,7 +334,7 @@ def test_projection_drops_columns_and_refuses_unknown_ones(tmp_path):
 
 def _ranged(path: str, options: CsvOptions, split: int):
     size = len(open(path, "rb").read())
-    offset = tabular_read.csv_data_offset(path, options)
+    offset = csv_text.csv_data_offset(path, options)
     sources, before = [], 0
     for start, end in csv_ranges(size, split):
         scan = scan_csv_range(path, start, end, options, offset)
@@ -382,13 +383,13 @@ def test_scan_counts_line_breaks_and_sees_quotes(tmp_path):
     size = len(text)
     assert not scan_csv_range(path, 0, size, CsvOptions(), data_offset=10).has_special
     assert scan_csv_range(path, 0, size, CsvOptions(), data_offset=10).line_breaks == 4
-    assert scan_csv_range(path, 0, size, CsvOptions(), data_offset=9) == tabular_read.RangeScan(path, 0, size, None, True)
+    assert scan_csv_range(path, 0, size, CsvOptions(), data_offset=9) == csv_text.RangeScan(path, 0, size, None, True)
 
 
 def test_quotes_in_the_header_do_not_stop_splitting(tmp_path):
     path = write(tmp_path, '# note "x"\n"a","b,c"\n1,2\n3,4\n')
     options = CsvOptions(skip_rows=1)
-    offset = tabular_read.csv_data_offset(path, options)
+    offset = csv_text.csv_data_offset(path, options)
     assert offset == len('# note "x"\n"a","b,c"\n')
     scans = [scan_csv_range(path, start, end, options, offset) for start, end in csv_ranges(30, 4)]
     assert not any(scan.has_special for scan in scans)
@@ -412,7 +413,7 @@ def test_read_tabular_pipeline_splits_safe_files_and_reads_quoted_ones_whole(tmp
     expected += [("quoted.csv", 2 + 2 * i, (str(i).encode(), f"v\n{i}".encode())) for i in range(1500)]
     config = InputConfig("csv", str(tmp_path / "*.csv"), split_bytes=4096)
     ranges = [
-        piece for file in list_inputs(config.path) for piece in tabular_read._ranges_of((file.path, file.size), 4096, config.csv)
+        piece for file in list_inputs(config.path) for piece in beam_read._ranges_of((file.path, file.size), 4096, config.csv)
     ]
     assert len(ranges) > 10
     with beam.Pipeline() as pipeline:
@@ -420,11 +421,11 @@ def test_read_tabular_pipeline_splits_safe_files_and_reads_quoted_ones_whole(tmp
 
 
 def test_plan_reads_a_file_whole_when_any_range_has_a_quote():
-    scans = [tabular_read.RangeScan("f", 0, 10, 3, False), tabular_read.RangeScan("f", 10, 20, 2, True)]
-    assert tabular_read._plan_pieces(("f", scans)) == [tabular_read._CsvPiece("f", 0, -1, 0, True)]
-    scans[1] = tabular_read.RangeScan("f", 10, 20, 2, False)
-    scans.append(tabular_read.RangeScan("f", 20, 25, 1, False))
-    assert [(p.start, p.end, p.line_breaks_before, p.whole) for p in tabular_read._plan_pieces(("f", scans[::-1]))] == [
+    scans = [csv_text.RangeScan("f", 0, 10, 3, False), csv_text.RangeScan("f", 10, 20, 2, True)]
+    assert beam_read._plan_pieces(("f", scans)) == [beam_read._CsvPiece("f", 0, -1, 0, True)]
+    scans[1] = csv_text.RangeScan("f", 10, 20, 2, False)
+    scans.append(csv_text.RangeScan("f", 20, 25, 1, False))
+    assert [(p.start, p.end, p.line_breaks_before, p.whole) for p in beam_read._plan_pieces(("f", scans[::-1]))] == [
         (0, 10, 0, False), (10, 20, 3, False), (20, 25, 5, False)]
 
 
@@ -508,8 +509,10 @@ def test_parquet_columns_without_a_direct_mapping_get_infer_configs_cast_and_unm
 _BAD_DATA_PROBE = """
 import json, sys
 sys.path.insert(0, {repo!r})
-from tfrbeam.build.config import parse_config, resolve_config
-from tfrbeam.build.inputs import read_parquet_file, convert_source_batch
+from tfrbeam.build.config import parse_config
+from tfrbeam.build.resolve import resolve_config
+from tfrbeam.build.inputs.batch import convert_source_batch
+from tfrbeam.build.inputs.parquet import read_parquet_file
 from tfrbeam.errors import TfrbeamError
 for path in sys.argv[1:]:
     print(json.dumps({{"start": path}}), flush=True)
@@ -554,19 +557,19 @@ def test_gzipped_csv_is_read_whole(tmp_path):
     path = tmp_path / "data.csv.gz"
     path.write_bytes(gzip.compress(b'a,b\n1,"x\ny"\n2,3\n'))
     assert rows_of(read_csv_file(str(path), CsvOptions())) == [(2, {"a": "1", "b": "x\ny"}), (4, {"a": "2", "b": "3"})]
-    assert tabular_read._ranges_of((str(path), 10**9), 1000, CsvOptions()) == [(str(path), (0, 10**9, 1, 0))]
+    assert beam_read._ranges_of((str(path), 10**9), 1000, CsvOptions()) == [(str(path), (0, 10**9, 1, 0))]
 
 
 def test_source_batches_have_a_coder_that_sizes_them_without_pickling(tmp_path, monkeypatch):
     path = tmp_path / "in.csv"
     path.write_text("a,b\n1,x\n2,\"y\nz\"\n3,w\n")
     (source,) = list(read_csv_file(str(path), CsvOptions()))
-    coder = beam.coders.registry.get_coder(tabular_read.SourceBatch)
-    assert isinstance(coder, tabular_read.SourceBatchCoder)
+    coder = beam.coders.registry.get_coder(source_batch.SourceBatch)
+    assert isinstance(coder, source_batch.SourceBatchCoder)
     decoded = coder.decode(coder.encode(source))
     assert decoded.batch.equals(source.batch) and decoded.lines.tolist() == source.lines.tolist() == [2, 3, 5]
     assert decoded.raw_text([1]) == source.raw_text([1]) == ['2,"y\nz"']
-    monkeypatch.setattr(tabular_read.pickle, "dumps", lambda *args: pytest.fail("estimate_size pickled the batch"))
+    monkeypatch.setattr(source_batch.pickle, "dumps", lambda *args: pytest.fail("estimate_size pickled the batch"))
     size = coder.get_impl().estimate_size(source)
     assert size >= source.batch.get_total_buffer_size() + len(source.raw) > 0
 
@@ -649,8 +652,8 @@ def test_page_checksums_are_detected_from_the_page_headers(tmp_path, dictionary)
     with_crc, without = str(tmp_path / "crc.parquet"), str(tmp_path / "none.parquet")
     pq.write_table(_checksum_table(), with_crc, write_page_checksum=True, row_group_size=1000, use_dictionary=dictionary)
     pq.write_table(_checksum_table(), without, row_group_size=1000, use_dictionary=dictionary)
-    assert tabular_read.parquet_columns_without_checksums(with_crc) == []
-    assert tabular_read.parquet_columns_without_checksums(without)[:2] == [(0, "a"), (0, "s")]
+    assert parquet_read.parquet_columns_without_checksums(with_crc) == []
+    assert parquet_read.parquet_columns_without_checksums(without)[:2] == [(0, "a"), (0, "s")]
 
 
 def test_require_checksums_refuses_files_without_them(tmp_path):
@@ -662,11 +665,11 @@ def test_require_checksums_refuses_files_without_them(tmp_path):
                        r"write_page_checksum=True.*input.parquet.require_checksums"):
         resolve_config(config)
     with pytest.raises(InputError, match="has no page checksums"):
-        tabular_read.parquet_row_groups(without, require_checksums=True)
-    assert len(tabular_read.parquet_row_groups(without)) == 3  # not required: read as before
+        parquet_read.parquet_row_groups(without, require_checksums=True)
+    assert len(parquet_read.parquet_row_groups(without)) == 3  # not required: read as before
     with_crc = str(tmp_path / "crc.parquet")
     pq.write_table(_checksum_table(), with_crc, write_page_checksum=True, row_group_size=1000)
-    assert len(tabular_read.parquet_row_groups(with_crc, require_checksums=True)) == 3
+    assert len(parquet_read.parquet_row_groups(with_crc, require_checksums=True)) == 3
     with pytest.raises(ConfigError, match=r"input\.parquet: Parquet options are only for input\.format parquet"):
         parse_config({"input": {"path": "x.csv", "parquet": {"require_checksums": True}}, "output": {"path": "o"}})
 
@@ -689,17 +692,17 @@ def test_a_row_group_is_decoded_ahead_of_the_caller_in_order_and_its_errors_reac
 
     path = str(tmp_path / "t.parquet")
     pq.write_table(pa.table({"a": list(range(1000))}), path, row_group_size=1000)
-    monkeypatch.setattr(tabular_read, "_PARQUET_BATCH_ROWS", 100)
+    monkeypatch.setattr(parquet_read, "_PARQUET_BATCH_ROWS", 100)
     made = []
-    batches = tabular_read._parquet_row_group_batches
+    batches = parquet_read._parquet_row_group_batches
 
     def counted(*args):
         for source in batches(*args):
             made.append(source.num_rows)
             yield source
 
-    monkeypatch.setattr(tabular_read, "_parquet_row_group_batches", counted)
-    sources = tabular_read.read_parquet_row_group(path, 0, 0)
+    monkeypatch.setattr(parquet_read, "_parquet_row_group_batches", counted)
+    sources = parquet_read.read_parquet_row_group(path, 0, 0)
     first = next(sources)
     deadline = time.monotonic() + 5
     while len(made) < 2 and time.monotonic() < deadline:
@@ -709,11 +712,11 @@ def test_a_row_group_is_decoded_ahead_of_the_caller_in_order_and_its_errors_reac
     assert [first.lines[0], *(s.lines[0] for s in rest)] == list(range(1, 1000, 100))
     assert pa.concat_tables(pa.Table.from_batches([s.batch]) for s in [first, *rest]).column("a").to_pylist() == list(
         range(1000))
-    early = tabular_read.read_parquet_row_group(path, 0, 0)
+    early = parquet_read.read_parquet_row_group(path, 0, 0)
     next(early)
     early.close()
     assert not [t for t in threading.enumerate() if t.name == "tfrbeam-parquet-read"]
-    monkeypatch.setattr(tabular_read, "_parquet_row_group_batches", batches)
+    monkeypatch.setattr(parquet_read, "_parquet_row_group_batches", batches)
     damaged = tmp_path / "damaged.parquet"
     pq.write_table(pa.table({"a": list(range(1000))}), damaged, write_page_checksum=True, use_dictionary=False,
                    compression="none")
@@ -721,7 +724,7 @@ def test_a_row_group_is_decoded_ahead_of_the_caller_in_order_and_its_errors_reac
     data[200] ^= 0x01
     damaged.write_bytes(bytes(data))
     with pytest.raises(InputError, match=r"damaged.parquet: cannot read row group 0"):
-        list(tabular_read.read_parquet_row_group(str(damaged), 0, 0))
+        list(parquet_read.read_parquet_row_group(str(damaged), 0, 0))
 
 
 def test_demo_parquet_files_are_written_with_page_checksums(tmp_path):
@@ -729,7 +732,7 @@ def test_demo_parquet_files_are_written_with_page_checksums(tmp_path):
 
     write_demo_data(str(tmp_path / "demo"), num_rows=300)
     files = sorted((tmp_path / "demo" / "parquet").glob("*.parquet"))
-    assert files and all(tabular_read.parquet_columns_without_checksums(str(path)) == [] for path in files)
+    assert files and all(parquet_read.parquet_columns_without_checksums(str(path)) == [] for path in files)
 
 
 def test_a_field_over_the_block_size_grows_the_block_up_to_max_row_bytes(tmp_path):

@@ -19,8 +19,10 @@ import pyarrow as pa
 import pytest
 
 from tests.helpers import expected_bad, expected_rows, pyarrow_read, same_values
-from tfrbeam.build.config import parse_config, resolve_config
-from tfrbeam.build.inputs import convert_source_batch, read_parquet_file
+from tfrbeam.build.config import parse_config
+from tfrbeam.build.inputs.batch import convert_source_batch
+from tfrbeam.build.inputs.parquet import read_parquet_file
+from tfrbeam.build.resolve import resolve_config
 from tfrbeam.errors import ConfigError, InputError
 
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "data" / "parquet-testing"
@@ -85,7 +87,7 @@ def test_converted_rows_are_pyarrows_values_and_bad_rows_are_the_unrepresentable
 _BAD_FILE_PROBE = """
 import json, sys
 import pyarrow as pa, pyarrow.parquet as pq
-from tfrbeam.build.inputs import read_parquet_file
+from tfrbeam.build.inputs.parquet import read_parquet_file
 from tfrbeam.errors import TfrbeamError
 path = sys.argv[1]
 try:

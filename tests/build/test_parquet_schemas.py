@@ -10,7 +10,10 @@ import pyarrow.parquet as pq
 import pytest
 
 import tfrbeam
-from tfrbeam.build.inputs import InputConfig, inspect_input, list_inputs, widened_type
+from tfrbeam.build.config.schema import InputConfig
+from tfrbeam.build.inputs.files import list_inputs
+from tfrbeam.build.inputs.parquet import widened_type
+from tfrbeam.build.inputs.sample import inspect_input
 from tfrbeam.cli.build import main as build_main
 from tfrbeam.cli.main import main as tfrbeam_main
 from tfrbeam.errors import ParquetSchemaError

@@ -14,8 +14,8 @@ from tfrbeam.build.config import (
     config_to_dict,
     parse_config,
     parse_yaml,
-    validate_against_schema,
 )
+from tfrbeam.build.resolve import validate_against_schema
 
 SCHEMA = pa.schema([("tailnum", pa.string()), ("carrier", pa.string()), ("t", pa.int64()), ("delay", pa.float64()),
                     ("tags", pa.list_(pa.string()))])

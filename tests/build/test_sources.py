@@ -11,10 +11,12 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from tfrbeam.build.config import config_to_dict, load_config, parse_config, resolve_config, validate_against_schema
+from tfrbeam.build.config import config_to_dict, load_config, parse_config
 from tfrbeam.build.features import FeatureSpec, source_column, source_type
 from tfrbeam.build.infer import infer_config
-from tfrbeam.build.inputs import convert_source_batch, read_parquet_file
+from tfrbeam.build.inputs.batch import convert_source_batch
+from tfrbeam.build.inputs.parquet import read_parquet_file
+from tfrbeam.build.resolve import resolve_config, validate_against_schema
 from tfrbeam.errors import ConfigError
 
 CLASH = pa.schema([("a.b", pa.int64()), ("a", pa.struct([("b", pa.int64())]))])

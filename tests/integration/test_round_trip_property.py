@@ -20,7 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 
-from tfrbeam.build.config import load_config, resolve_config
+from tfrbeam.build.config import load_config
+from tfrbeam.build.resolve import resolve_config
 from tfrbeam.cli.build import main as build_main
 from tfrbeam.codec.example import decode_example
 from tfrbeam.tfrecord.records import read_records

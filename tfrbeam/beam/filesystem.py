@@ -224,3 +224,16 @@ class BeamFiles:
 
 
 BEAM_FILES = BeamFiles()
+
+
+# --- inputs ---
+
+
+def match_pattern(pattern: str) -> list[FileMetadata]:
+    """The files matching one glob; Beam's errors propagate, so the caller can name the config key that gave it."""
+    return FileSystems.match([pattern])[0].metadata_list
+
+
+def scheme_of(path: str) -> str | None:
+    """The filesystem scheme a path names (gs, s3, memfs, ...), or None for a local path."""
+    return FileSystems.get_scheme(path)

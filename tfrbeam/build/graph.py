@@ -26,7 +26,8 @@ from tfrbeam.beam.publish import StagingDir
 from tfrbeam.beam.runner_support import TAGGED_SIDE_INPUT_LOSERS, refuse_lossy_runner
 from tfrbeam.build.commit import CommitDataset, DeadLetterFile
 from tfrbeam.build.config import BuildConfig
-from tfrbeam.build.inputs import ReadTabular, convert_source_batch
+from tfrbeam.build.inputs.batch import convert_source_batch
+from tfrbeam.build.inputs.read import ReadTabular
 from tfrbeam.build.plan import BuildPlan, plan_build
 from tfrbeam.build.sequence import (
     BAD_ROWS as SEQUENCE_BAD_ROWS,

@@ -28,20 +28,15 @@ from tfrbeam.build.config import (
     DEFAULT_MAX_BAD_FRACTION_WHEN_KEEPING_GOING,
     DEFAULT_MAX_BYTES_PER_SHARD,
     BuildConfig,
-    OutputConfig,
-    float32_note,
-    resolve_with_sample,
-)
-from tfrbeam.build.features import FeatureSpec, infer_schema_features, infer_text_type
-from tfrbeam.build.inputs import (
-    SAMPLE_ROWS,
     CsvOptions,
     InputConfig,
-    _open,
-    inspect_input,
-    list_inputs,
-    unnamed_column_name,
+    OutputConfig,
 )
+from tfrbeam.build.features import FeatureSpec, infer_schema_features, infer_text_type
+from tfrbeam.build.inputs.csv_text import unnamed_column_name
+from tfrbeam.build.inputs.files import list_inputs, open_input
+from tfrbeam.build.inputs.sample import SAMPLE_ROWS, inspect_input
+from tfrbeam.build.resolve import float32_note, resolve_with_sample
 from tfrbeam.errors import ConfigError
 
 __all__ = ["infer_config"]
@@ -125,7 +120,7 @@ def _parquet_features(schema: pa.Schema) -> tuple[list[_Feature], list[str]]:
 def _sniff_csv(path: str) -> tuple[CsvOptions, list[str], dict[str, int]]:
     """Delimiter and header from the first lines (csv.Sniffer), comments saying what was found, and the
     generated names of columns the header leaves unnamed (with their index)."""
-    with _open(path) as raw:
+    with open_input(path) as raw:
         head = raw.read(SNIFF_BYTES)
     encoding = "utf-8"
     if head.startswith(b"\xef\xbb\xbf"):
@@ -199,7 +194,7 @@ def _csv_features(specs, sample: pa.RecordBatch, null_tokens, unnamed: dict[str,
 
 def _parquet_sample(path: str) -> pa.RecordBatch:
     """The first SAMPLE_ROWS rows of a Parquet file (to tell context columns from steps)."""
-    with _open(path) as raw:
+    with open_input(path) as raw:
         batches = pq.ParquetFile(raw).iter_batches(batch_size=SAMPLE_ROWS)
         return next(batches, None) or pa.RecordBatch.from_pylist([], schema=pq.ParquetFile(raw).schema_arrow)
 

@@ -22,9 +22,11 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.filesystem import BEAM_FILES
 from tfrbeam.beam.publish import RunIdentity, staging_path, this_run
-from tfrbeam.build.config import BuildConfig, config_to_dict, resolve_config, with_features
+from tfrbeam.build.config import BuildConfig, config_to_dict
 from tfrbeam.build.features import FeatureSpec
-from tfrbeam.build.inputs import InputFile, check_inputs_hold_rows, list_inputs
+from tfrbeam.build.inputs.files import InputFile, list_inputs
+from tfrbeam.build.inputs.sample import check_inputs_hold_rows
+from tfrbeam.build.resolve import resolve_config, with_features
 from tfrbeam.build.runners import choose_piece_store, held_piece_budget
 from tfrbeam.build.sequence import sequence_buckets_for
 from tfrbeam.build.shuffle import INLINE, MAX_BUCKET_BITS, MEMORY, ShardingSpec, bucket_bits_for

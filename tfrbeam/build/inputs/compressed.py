@@ -16,8 +16,8 @@ from collections.abc import Callable
 from typing import Any, BinaryIO
 
 from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 
+from tfrbeam.beam import filesystem
 from tfrbeam.errors import CompressedInputError
 
 __all__ = ["CheckedDecompressedFile", "codec_of", "open_checked"]
@@ -193,6 +193,6 @@ def open_checked(path: str) -> BinaryIO | CheckedDecompressedFile:
     """The file's bytes: decompressed and checked to the end when its extension names a codec, else as stored."""
     codec = codec_of(path)
     if codec is None:
-        return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+        return filesystem.open_read(path)
     return CheckedDecompressedFile(
-        lambda: FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED), path, codec)
+        lambda: filesystem.open_read(path), path, codec)

@@ -1,4 +1,4 @@
-"""The build config: YAML (plus `--set key.path=value` overrides) parsed into frozen dataclasses.
+"""The build config: YAML (plus `--set key.path=value` overrides) parsed into the frozen dataclasses of schema.py.
 
 Everything is checked before any pipeline starts. Every problem is reported as a ConfigError line
 `key.path: <what is wrong> (<what is allowed>)`; all problems of a config are reported at once.
@@ -10,60 +10,46 @@ import difflib
 import logging
 import math
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, Literal, overload
 
-import pyarrow as pa
-import pyarrow.compute as pc
 import yaml
 
+from tfrbeam.build.config.schema import (
+    DEFAULT_MAX_BYTES_PER_SHARD,
+    DEFAULT_MAX_GROUP_BYTES,
+    DEFAULT_MAX_ROW_BYTES,
+    DEFAULT_SPLIT_BYTES,
+    BuildConfig,
+    CsvOptions,
+    ErrorsConfig,
+    InputConfig,
+    OutputConfig,
+    ParquetOptions,
+    SequenceConfig,
+    ShuffleConfig,
+)
 from tfrbeam.build.features import (
     FEATURE_TYPES,
     ON_NULL_ACTIONS,
     TIME_UNITS,
     TIMESTAMP,
     FeatureSpec,
-    ambiguous_source,
-    float32_rounding,
-    infer_boolean_tokens,
-    infer_null_tokens,
-    infer_schema_features,
-    infer_text_feature,
-    resolve_spec,
-    source_column,
-    source_type,
 )
-from tfrbeam.build.inputs import (
-    DEFAULT_MAX_ROW_BYTES,
-    DEFAULT_SPLIT_BYTES,
-    CsvOptions,
-    InputConfig,
-    InputFile,
-    InputSample,
-    ParquetOptions,
-    encoding_problem,
-    inspect_input,
-)
-from tfrbeam.errors import ArrowConversionError, ConfigError
+from tfrbeam.build.inputs.encodings import encoding_problem
+from tfrbeam.errors import ConfigError
 
 __all__ = [
-    "BuildConfig",
-    "ConfigError",
-    "CsvOptions",
-    "ErrorsConfig",
-    "FeatureSpec",
-    "InputConfig",
-    "OutputConfig",
-    "SequenceConfig",
-    "ShuffleConfig",
+    "Checker",
     "apply_overrides",
+    "check_default",
     "config_to_dict",
     "load_config",
     "parse_config",
     "parse_size",
-    "resolve_config",
-    "validate_against_schema",
+    "parse_yaml",
+    "with_feature_null_values",
 ]
 
 _LOG = logging.getLogger(__name__)
@@ -71,7 +57,6 @@ _LOG = logging.getLogger(__name__)
 INPUT_FORMATS = ("csv", "parquet")
 COMPRESSIONS = ("none", "gzip", "zlib")
 BAD_RECORD_ACTIONS = ("fail", "skip", "dead_letter")
-DEFAULT_MAX_BYTES_PER_SHARD = 256 << 20
 # skip/dead_letter without an explicit limit still fail a build whose rows are mostly bad (a wrong
 # type in the config would otherwise quietly produce an empty dataset).
 DEFAULT_MAX_BAD_FRACTION_WHEN_KEEPING_GOING = 0.1
@@ -81,100 +66,6 @@ _SIZE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
                "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
 _INT64_MAX = (1 << 63) - 1
 OVERFLOW_ACTIONS = ("split", "truncate", "error")
-# The largest SequenceExample of a group kept whole: a larger one is an error unless max_steps cuts
-# the group. Four of this size fit the default shard size.
-DEFAULT_MAX_GROUP_BYTES = 64 << 20
-
-
-@dataclass(frozen=True)
-class ShuffleConfig:
-    """The seeded global shuffle; the same seed and input always give the same order."""
-
-    enabled: bool = True
-    seed: int = 0
-
-
-@dataclass(frozen=True)
-class OutputConfig:
-    """Where and how shards are written.
-
-    Exactly one of num_shards (an int for every split, or one per split) and max_bytes_per_shard is
-    set; when the config gives neither, max_bytes_per_shard is 256 MiB. compression is None, "gzip"
-    or "zlib" (the config's "none" becomes None).
-    """
-
-    path: str
-    num_shards: int | dict[str, int] | None = None
-    max_bytes_per_shard: int | None = DEFAULT_MAX_BYTES_PER_SHARD
-    compression: str | None = None
-    dali_index: bool = False  # also write NVIDIA DALI's tfrecord2idx files under {path}/dali/{split}/
-
-    def shards_for(self, split: str) -> int | None:
-        """The shard count of one split, or None when shards are sized by max_bytes_per_shard."""
-        if isinstance(self.num_shards, dict):
-            return self.num_shards[split]
-        return self.num_shards
-
-
-@dataclass(frozen=True)
-class ErrorsConfig:
-    """What a bad row does: fail the build, be skipped, or be written to {output}/_errors/."""
-
-    on_bad_record: str = "fail"
-    max_bad_fraction: float = 0.0
-    allow_empty: bool = True  # false: inputs without a single row fail the build (true: a warning)
-
-
-@dataclass(frozen=True)
-class SequenceConfig:
-    """A SequenceExample build: one record per distinct group_by key, its rows as steps in order_by order.
-
-    group_by features and ``context`` are the record's context (one value per group); every
-    other feature is a feature list, one step per row. Groups of fewer than min_steps rows are
-    dropped (counted); longer than max_steps, they are cut (overflow split), cut short
-    (truncate) or bad groups (error). max_group_bytes bounds the SequenceExample of a group kept whole.
-    """
-
-    group_by: tuple[str, ...]
-    order_by: tuple[str, ...] = ()
-    context: tuple[str, ...] = ()
-    max_steps: int | None = None
-    overflow: str = "split"
-    min_steps: int = 1
-    max_group_bytes: int = DEFAULT_MAX_GROUP_BYTES
-
-    @property
-    def context_features(self) -> tuple[str, ...]:
-        """The features written once per SequenceExample: group_by (constant by definition), then context."""
-        return self.group_by + self.context
-
-    def sequence_features(self, features: tuple[FeatureSpec, ...] | None) -> tuple[str, ...]:
-        """The features written as feature lists (every feature not in the context), in feature order."""
-        context = set(self.context_features)
-        return tuple(spec.name for spec in features or () if spec.name not in context)
-
-
-@dataclass(frozen=True)
-class BuildConfig:
-    """A whole dataset build. features None means: every input column, types inferred."""
-
-    input: InputConfig
-    output: OutputConfig
-    features: tuple[FeatureSpec, ...] | None = None
-    shuffle: ShuffleConfig = field(default_factory=ShuffleConfig)
-    splits: dict[str, float] = field(default_factory=lambda: {"train": 1.0})
-    split_key: tuple[str, ...] | None = None
-    errors: ErrorsConfig = field(default_factory=ErrorsConfig)
-    # Write stats.json and stats.html with the dataset. Off by default: on the 1M-row benchmark table
-    # the statistics take ~2.4 s (two processes) against ~5 s for the build itself.
-    stats: bool = False
-    sequence: SequenceConfig | None = None  # set: one tf.train.SequenceExample per group instead of an Example per row
-
-    def feature(self, name: str) -> FeatureSpec:
-        for spec in self.features or ():
-            if spec.name == name:
-                return spec
-        raise KeyError(name)
 
 
 # ----------------------------------------------------------------------------------------- loading
@@ -352,7 +243,7 @@ def parse_size(value: Any) -> int:
 # ------------------------------------------------------------------------------------- validation
 
 
-class _Checker:
+class Checker:
     """Collects every problem of a raw config with its key path, so one error lists them all."""
 
     def __init__(self) -> None:
@@ -492,7 +383,7 @@ _SEQUENCE_KEYS = ("group_by", "order_by", "context", "max_steps", "overflow", "m
 
 def parse_config(raw: Any, where: str = "<config>") -> BuildConfig:
     """Validate a raw (YAML-loaded) config and build the BuildConfig; all problems raise one ConfigError."""
-    check = _Checker()
+    check = Checker()
     top = check.mapping(raw, "", _TOP_KEYS, required=("input", "output"))
     input_config = _parse_input(check, top.get("input"))
     features = _parse_features(check, top.get("features"), input_config)
@@ -519,7 +410,7 @@ def parse_config(raw: Any, where: str = "<config>") -> BuildConfig:
                        splits=splits, split_key=split_key, errors=errors, stats=stats, sequence=sequence)
 
 
-def _parse_input(check: _Checker, raw: Any) -> InputConfig:
+def _parse_input(check: Checker, raw: Any) -> InputConfig:
     section = check.mapping(raw, "input", _INPUT_KEYS, required=("path",) if raw is not None else ())
     path = check.string(section, "path", "input", "")
     default_format = _format_from_path(path or "")
@@ -552,7 +443,7 @@ def _format_from_path(path: str) -> str | None:
     return None
 
 
-def _parse_csv(check: _Checker, raw: Any, default_delimiter: str) -> CsvOptions:
+def _parse_csv(check: Checker, raw: Any, default_delimiter: str) -> CsvOptions:
     section = check.mapping(raw, "input.csv", _CSV_KEYS)
     path = "input.csv"
     delimiter = check.char(section, "delimiter", path, default_delimiter, nullable=False)
@@ -585,7 +476,7 @@ def _parse_csv(check: _Checker, raw: Any, default_delimiter: str) -> CsvOptions:
                       max_row_bytes=_max_row_bytes(check, section))
 
 
-def _max_row_bytes(check: _Checker, section: dict) -> int:
+def _max_row_bytes(check: Checker, section: dict) -> int:
     size = _size(check, section, "max_row_bytes", "input.csv", DEFAULT_MAX_ROW_BYTES)
     if size is not None and size < 1 << 20:
         check.fail("input.csv.max_row_bytes", f"{_show(section.get('max_row_bytes'))} is below 1 MiB (the default is "
@@ -594,7 +485,7 @@ def _max_row_bytes(check: _Checker, section: dict) -> int:
     return size or DEFAULT_MAX_ROW_BYTES
 
 
-def _tokens(check: _Checker, section: dict, key: str, example: str) -> tuple[str, ...] | None:
+def _tokens(check: Checker, section: dict, key: str, example: str) -> tuple[str, ...] | None:
     """A list of strings; None when not given (none, or inferred from a sample when features are left out too)."""
     value = section.get(key)
     if value is None:
@@ -606,7 +497,7 @@ def _tokens(check: _Checker, section: dict, key: str, example: str) -> tuple[str
     return tuple(value)
 
 
-def _parse_features(check: _Checker, raw: Any, input_config: InputConfig) -> tuple[FeatureSpec, ...] | None:
+def _parse_features(check: Checker, raw: Any, input_config: InputConfig) -> tuple[FeatureSpec, ...] | None:
     if raw is None:
         return None
     if not isinstance(raw, dict) or not raw:
@@ -623,7 +514,7 @@ def _parse_features(check: _Checker, raw: Any, input_config: InputConfig) -> tup
     return tuple(specs)
 
 
-def _parse_feature(check: _Checker, name: str, raw: Any, path: str, input_config: InputConfig) -> FeatureSpec:
+def _parse_feature(check: Checker, name: str, raw: Any, path: str, input_config: InputConfig) -> FeatureSpec:
     section = check.mapping(raw, path, _FEATURE_KEYS)
     type_name = section.get("type")
     if type_name is not None and type_name not in (*FEATURE_TYPES, TIMESTAMP):
@@ -656,7 +547,7 @@ def _parse_feature(check: _Checker, name: str, raw: Any, path: str, input_config
         if default is None:
             check.fail(f"{path}.default", f"is required when on_null is default (a value of type {type_name or 'the feature'})")
         elif type_name is not None:
-            default = _check_default(check, f"{path}.default", default, type_name, is_list, length)
+            default = check_default(check, f"{path}.default", default, type_name, is_list, length)
     elif default is not None:
         check.fail(f"{path}.default", f"is only used with on_null: default, but on_null is {on_null}")
         default = None
@@ -668,7 +559,7 @@ def _parse_feature(check: _Checker, name: str, raw: Any, path: str, input_config
                        source_path=source_path, null_values=null_values)
 
 
-def _feature_null_values(check: _Checker, section: dict, path: str, input_config: InputConfig) -> tuple[str, ...] | None:
+def _feature_null_values(check: Checker, section: dict, path: str, input_config: InputConfig) -> tuple[str, ...] | None:
     """A feature's own CSV null tokens (they replace input.csv.null_values for it); None when not given."""
     value = section.get("null_values")
     if value is None:
@@ -692,7 +583,7 @@ def with_feature_null_values(input_config: InputConfig, features: tuple[FeatureS
     return replace(input_config, csv=replace(input_config.csv, feature_null_values=tokens))
 
 
-def _source(check: _Checker, section: dict, path: str, name: str) -> tuple[str, tuple[str, ...] | None]:
+def _source(check: Checker, section: dict, path: str, name: str) -> tuple[str, tuple[str, ...] | None]:
     """A feature's source: a string (a column, or a dotted struct path when no column has that name), or a list,
     the exact path ([column, field, ...]; ["a.b"] is the column "a.b")."""
     value = section.get("source")
@@ -705,7 +596,7 @@ def _source(check: _Checker, section: dict, path: str, name: str) -> tuple[str, 
     return ".".join(value), tuple(value)
 
 
-def _timestamp_settings(check: _Checker, section: dict, path: str, is_timestamp: bool) -> tuple[str | None, str | None]:
+def _timestamp_settings(check: Checker, section: dict, path: str, is_timestamp: bool) -> tuple[str | None, str | None]:
     """(unit, format) of a timestamp feature; format and unit are refused on other types."""
     if not is_timestamp:
         for key in ("format", "unit"):
@@ -723,7 +614,7 @@ def _timestamp_settings(check: _Checker, section: dict, path: str, is_timestamp:
     return unit, time_format
 
 
-def _check_default(check: _Checker, path: str, value: Any, type_name: str, is_list: bool, length: int | None) -> Any:
+def check_default(check: Checker, path: str, value: Any, type_name: str, is_list: bool, length: int | None) -> Any:
     """The default converted to its stored form (tuple for lists), or None after reporting a problem."""
     if is_list:
         if not isinstance(value, list):
@@ -758,14 +649,14 @@ def _default_item(value: Any, type_name: str) -> Any:
     return value.encode("utf-8") if isinstance(value, str) else None
 
 
-def _parse_shuffle(check: _Checker, raw: Any) -> ShuffleConfig:
+def _parse_shuffle(check: Checker, raw: Any) -> ShuffleConfig:
     section = check.mapping(raw, "shuffle", _SHUFFLE_KEYS)
     enabled = check.boolean(section, "enabled", "shuffle", True)
     seed = check.integer(section, "seed", "shuffle", 0, minimum=0, maximum=(1 << 64) - 1)
     return ShuffleConfig(enabled=enabled, seed=seed)
 
 
-def _parse_splits(check: _Checker, raw: Any) -> dict[str, float]:
+def _parse_splits(check: Checker, raw: Any) -> dict[str, float]:
     if raw is None:
         return {"train": 1.0}
     if not isinstance(raw, dict) or not raw:
@@ -792,7 +683,7 @@ def _parse_splits(check: _Checker, raw: Any) -> dict[str, float]:
     return splits
 
 
-def _parse_output(check: _Checker, raw: Any, splits: dict[str, float]) -> OutputConfig:
+def _parse_output(check: Checker, raw: Any, splits: dict[str, float]) -> OutputConfig:
     section = check.mapping(raw, "output", _OUTPUT_KEYS, required=("path",) if raw is not None else ())
     path = check.string(section, "path", "output", "") or ""
     raw_shards = section.get("num_shards")
@@ -827,7 +718,7 @@ def _parse_output(check: _Checker, raw: Any, splits: dict[str, float]) -> Output
                         compression=None if compression == "none" else compression, dali_index=dali_index)
 
 
-def _parse_sequence(check: _Checker, raw: Any) -> SequenceConfig | None:
+def _parse_sequence(check: Checker, raw: Any) -> SequenceConfig | None:
     """The sequence section; names are checked against the features later (validate_against_schema)."""
     path = "sequence"
     section = check.mapping(raw, path, _SEQUENCE_KEYS, required=("group_by",) if isinstance(raw, dict) else ())
@@ -860,7 +751,7 @@ def _parse_sequence(check: _Checker, raw: Any) -> SequenceConfig | None:
                           overflow=overflow, min_steps=min_steps, max_group_bytes=max_group_bytes)
 
 
-def _sequence_split_key(check: _Checker, sequence: SequenceConfig, split_key: tuple[str, ...] | None) -> tuple[str, ...]:
+def _sequence_split_key(check: Checker, sequence: SequenceConfig, split_key: tuple[str, ...] | None) -> tuple[str, ...]:
     """A sequence build splits by its group key (or a part of it): a group never straddles splits."""
     if split_key is None:
         return sequence.group_by
@@ -871,7 +762,7 @@ def _sequence_split_key(check: _Checker, sequence: SequenceConfig, split_key: tu
     return split_key
 
 
-def _parse_errors(check: _Checker, raw: Any) -> ErrorsConfig:
+def _parse_errors(check: Checker, raw: Any) -> ErrorsConfig:
     section = check.mapping(raw, "errors", _ERRORS_KEYS)
     action = check.choice(section, "on_bad_record", "errors", BAD_RECORD_ACTIONS, "fail") or "fail"
     default_fraction = 0.0 if action == "fail" else DEFAULT_MAX_BAD_FRACTION_WHEN_KEEPING_GOING
@@ -881,12 +772,12 @@ def _parse_errors(check: _Checker, raw: Any) -> ErrorsConfig:
 
 
 @overload
-def _size(check: _Checker, section: dict, key: str, path: str, default: int) -> int: ...
+def _size(check: Checker, section: dict, key: str, path: str, default: int) -> int: ...
 @overload
-def _size(check: _Checker, section: dict, key: str, path: str, default: None) -> int | None: ...
+def _size(check: Checker, section: dict, key: str, path: str, default: None) -> int | None: ...
 
 
-def _size(check: _Checker, section: dict, key: str, path: str, default: int | None) -> int | None:
+def _size(check: Checker, section: dict, key: str, path: str, default: int | None) -> int | None:
     value = section.get(key)
     if value is None:
         return default
@@ -985,271 +876,3 @@ def _feature_to_dict(spec: FeatureSpec) -> dict:
 
 def _list_or_none(values: tuple[str, ...] | None) -> list[str] | None:
     return list(values) if values is not None else None
-
-
-def with_features(config: BuildConfig, features: tuple[FeatureSpec, ...], csv: CsvOptions | None = None) -> BuildConfig:
-    """A copy of the config with its features (and the CSV options, null_values settled) replaced once resolved."""
-    if csv is not None:
-        config = replace(config, input=replace(config.input, csv=csv))
-    return replace(config, features=features)
-
-
-# ------------------------------------------------------------------------ checks against the input
-
-
-def validate_against_schema(config: BuildConfig, schema: pa.Schema, sample: pa.RecordBatch | None = None,
-                            where: str = "the input", column_nulls: Mapping[str, tuple[str, ...]] | None = None
-                            ) -> BuildConfig:
-    """Check sources, split_key and types against the input's schema; return the config with every feature resolved.
-
-    Features left out of the config become every input column (or input.columns); features
-    without a type get one (Parquet: from the schema; CSV: int64, else float, else bytes by what
-    every value of `sample` parses as). Unmappable types are reported with the config that
-    would map them. Raises one ConfigError listing every problem. In the result, input.columns
-    is the projection to read (the sources' columns) when the config left it out. split_key
-    names features: the split is hashed from their converted values.
-    """
-    check = _Checker()
-    csv = config.input.format == "csv"
-    names = schema.names
-    for column in config.input.columns or ():
-        if column not in names:
-            check.fail("input.columns", f"{column!r} is not a column of {where} (columns: {_names(names)})")
-    specs = config.features
-    inferred = specs is None
-    if specs is None:
-        columns = [name for name in names if config.input.columns is None or name in config.input.columns]
-        if csv and sample is not None:  # the sample-based inference infer-config writes, too
-            booleans = (config.input.csv.true_values or (), config.input.csv.false_values or ())
-            nulls = column_nulls or {}
-            specs = tuple(replace(infer_text_feature(name, sample.column(name), None, *booleans),
-                                  null_values=nulls.get(name)) for name in columns)
-        elif csv:
-            specs = tuple(_inferred_spec(schema.field(name), config) for name in columns)
-        else:  # the schema-based inference infer-config writes, too
-            specs = _inferred_typed_specs(schema, columns, where)
-    resolved = []
-    for spec in specs:
-        path = f"features.{spec.name}"
-        ambiguous = ambiguous_source(schema, spec)
-        if ambiguous is not None:
-            check.fail(f"{path}.source" if spec.source != spec.name else path, ambiguous)
-            continue
-        arrow_type = source_type(schema, spec.source_ref)
-        if arrow_type is None:
-            hint = difflib.get_close_matches(spec.source, names, n=1)
-            suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
-            key = f"{path}.source" if spec.source != spec.name else path
-            shown = spec.source_path if spec.source_path is not None else spec.source
-            check.fail(key, f"column {shown!r} is not in {where} (columns: {_names(names)}){suggestion}")
-            continue
-        read = source_column(schema, spec.source_ref)
-        if config.input.columns is not None and read not in config.input.columns:
-            check.fail(path, f"reads column {spec.source!r}, which input.columns leaves out")
-        whole = read is not None and (spec.source_path or (spec.source,)) == (read,)  # not a struct field
-        text = sample.column(read) if whole and sample is not None and read in sample.schema.names else None
-        try:
-            spec_done = resolve_spec(spec, arrow_type, text_sample=text, infer_from_text=csv)
-        except ArrowConversionError as error:
-            check.fail(path + (" (inferred: features was left out)" if inferred else ""), str(error))
-            continue
-        if spec.type is None and spec.on_null == "default":
-            assert spec_done.type is not None  # resolve_spec always settles the type
-            default = _check_default(check, f"{path}.default", spec.default, spec_done.type, spec_done.is_list,
-                                     spec_done.length)
-            spec_done = replace(spec_done, default=default)
-        resolved.append(spec_done)
-        if csv and spec_done.type == "float" and not spec_done.is_list:
-            _warn_float32_rounding(spec_done, text)
-    feature_names = [spec.name for spec in specs]
-    grouped_by = config.sequence.group_by if config.sequence is not None else ()
-    for key in config.split_key or ():
-        if key not in feature_names and key not in grouped_by:  # the split is hashed from converted feature values
-            check.fail("split_key", f"{key!r} is not a feature (features: {_names(feature_names)}); "
-                       "the split key is hashed from the converted values of the features it names")
-    if config.sequence is not None:
-        _check_sequence_names(check, config.sequence, resolved, feature_names)
-    if not specs:
-        check.fail("features", f"{where} has no columns to make features of")
-    if check.problems:
-        count = len(check.problems)
-        raise ConfigError(f"{count} problem{'s' if count > 1 else ''} with the config on {where}:\n  "
-                          + "\n  ".join(check.problems))
-    input_config = with_feature_null_values(config.input, tuple(resolved))
-    if input_config.columns is None:
-        columns = [source_column(schema, spec.source_ref) for spec in resolved]
-        input_config = replace(input_config, columns=tuple(dict.fromkeys(columns)))
-    return replace(config, input=input_config, features=tuple(resolved))
-
-
-def float32_note(spec: FeatureSpec, text: pa.Array | None) -> str:
-    """What float32 does to the sampled whole numbers of a float feature ("" when it holds them exactly)."""
-    found = float32_rounding(text)
-    if found is None:
-        return ""
-    shown, stored = found
-    return (f"float32 rounds {shown} to {stored} (Example floats are 32-bit: whole numbers above 2**24 may not "
-            "be exact); declare type: bytes to keep the text, or type: int64 if the values are written as integers")
-
-
-def _warn_float32_rounding(spec: FeatureSpec, text: pa.Array | None) -> None:
-    """One log line naming a float feature whose sampled values float32 cannot hold exactly."""
-    note = float32_note(spec, text)
-    if note:
-        _LOG.warning("feature %r: %s", spec.name, note)
-
-
-def _inferred_typed_specs(schema: pa.Schema, columns: list[str], where: str) -> tuple[FeatureSpec, ...]:
-    """infer-config's features for typed columns; what nothing can map is left out with a warning, as it comments."""
-    found, notes = infer_schema_features(schema, columns)
-    for note in notes:
-        _LOG.warning("%s: left out (features was left out): %s", where, note)
-    return tuple(spec for spec, _ in found)
-
-
-def _check_sequence_names(check: _Checker, sequence: SequenceConfig, resolved: list[FeatureSpec],
-                          feature_names: list[str]) -> None:
-    """Every name of the sequence section is a feature; steps are ordered by scalars; some feature is a feature list."""
-    shapes = {spec.name: spec.shape for spec in resolved}
-    for key in ("group_by", "order_by", "context"):
-        for name in getattr(sequence, key):
-            if name not in feature_names:
-                hint = difflib.get_close_matches(name, feature_names, n=1)
-                suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
-                check.fail(f"sequence.{key}", f"{name!r} is not a feature (features: {_names(feature_names)}){suggestion}")
-            elif key == "order_by" and name in shapes and shapes[name] != ():
-                check.fail("sequence.order_by", f"{name!r} is a list feature; steps are ordered by scalar features")
-    if feature_names and not sequence.sequence_features(tuple(resolved)) and len(resolved) == len(feature_names):
-        check.fail("sequence.context", "every feature is context or group_by; a SequenceExample needs at least one "
-                   "sequence feature (leave one out of context)")
-
-
-def _inferred_spec(field_: pa.Field, config: BuildConfig) -> FeatureSpec:
-    """A feature for a CSV column the config leaves to inference without a sample; nulls are omitted where they can occur."""
-    nullable = bool(config.input.csv.null_values)  # no sample to tell
-    return FeatureSpec(name=field_.name, type=None, source=field_.name, on_null="omit" if nullable else "error")
-
-
-def _names(names: list[str], limit: int = 20) -> str:
-    shown = ", ".join(names[:limit])
-    return shown + (f", ... ({len(names)} in all)" if len(names) > limit else "")
-
-
-def resolve_config(config: BuildConfig, files: list[InputFile] | None = None) -> BuildConfig:
-    """Read the first input file's schema (and a CSV sample) and validate_against_schema on it."""
-    return resolve_with_sample(config, files)[0]
-
-
-def resolve_with_sample(config: BuildConfig, files: list[InputFile] | None = None) -> tuple[BuildConfig, InputSample]:
-    """resolve_config, and the sample it was resolved on (infer-config comments on it).
-
-    A CSV config that leaves out both features and null_values gets them inferred from a sample
-    (tokens like NA in number columns become null values); with features given, null_values
-    left out means none.
-    """
-    input_config = config.input
-    csv = input_config.csv
-    column_nulls: dict[str, tuple[str, ...]] = {}
-    if input_config.format == "csv" and None in (csv.null_values, csv.true_values, csv.false_values):
-        if config.features is None:
-            input_config, sample, column_nulls = infer_csv_tokens(input_config, files)
-        else:
-            input_config = replace(input_config, csv=replace(
-                csv, null_values=csv.null_values or (), true_values=csv.true_values or (),
-                false_values=csv.false_values or ()))
-            sample = inspect_input(input_config, files=files)
-    else:
-        sample = inspect_input(input_config, files=files)
-    config = replace(config, input=input_config)
-    return validate_against_schema(config, sample.schema, sample.sample, where=sample.path,
-                                   column_nulls=column_nulls), sample
-
-
-def infer_csv_tokens(input_config: InputConfig, files: list[InputFile] | None = None
-                     ) -> tuple[InputConfig, InputSample, dict[str, tuple[str, ...]]]:
-    """The CSV input with the null, true and false values it leaves out inferred from a sample, the sample (as the
-    build reads it), and the own null_values of the text columns where a file-wide token is a value.
-
-    Null tokens (like NA in number columns): the sample is read again with them, as the build
-    reads it (a quoted "NA" stays a value), and tokens that then make nothing null are dropped.
-    Boolean tokens: true/false spellings of columns that hold nothing else.
-    """
-    csv = input_config.csv
-    sample = inspect_input(replace(input_config, csv=replace(csv, null_values=csv.null_values or ())), files=files)
-    rows = sample.sample
-    assert rows is not None  # a CSV input is always sampled
-    if csv.true_values is None and csv.false_values is None:
-        true_values, false_values = infer_boolean_tokens(rows.columns)
-        csv = replace(csv, true_values=tuple(true_values), false_values=tuple(false_values))
-    csv = replace(csv, true_values=csv.true_values or (), false_values=csv.false_values or ())
-    if csv.null_values is None:
-        tokens = infer_null_tokens(rows.columns)
-        if tokens:
-            with_nulls = replace(input_config, csv=replace(csv, null_values=tuple(tokens)))
-            resampled = inspect_input(with_nulls, files=files)
-            if resampled.sample is not None and any(column.null_count for column in resampled.sample.columns):
-                return with_nulls, *_text_columns_keep_tokens(with_nulls, files, rows, resampled)
-        csv = replace(csv, null_values=())
-    return replace(input_config, csv=csv), sample, {}
-
-
-# Distinct values per text column looked at to tell whether the file quotes its strings.
-_QUOTING_PROBE_VALUES = 200
-
-
-def _text_columns_keep_tokens(input_config: InputConfig, files: list[InputFile] | None, raw: pa.RecordBatch,
-                              nulled: InputSample) -> tuple[InputSample, dict[str, tuple[str, ...]]]:
-    """The sample with word tokens (NA, NULL, ...) given back as values in text columns, and those columns' own
-    null_values.
-
-    A text column (bytes after the file-wide null values) holding a word token keeps it as a value
-    ("NA" is Namibia among country codes) unless the file quotes that column's strings and not the
-    token (R's write.csv writes a missing string as a bare NA): then the file tells them apart and
-    the token stays null. "" stays null where the file-wide list says so.
-    """
-    sample = nulled.sample
-    assert sample is not None  # a CSV input is always sampled
-    csv = input_config.csv
-    words = [token for token in csv.null_values or () if token != ""]
-    held: dict[str, pa.Array] = {}
-    for name in sample.schema.names:
-        values, text = sample.column(name), raw.column(name)
-        hit = pc.and_(values.is_null(), pc.fill_null(pc.is_in(text, value_set=pa.array(words, text.type)), False))
-        if not words or not pc.any(hit).as_py() or values.null_count == len(values):
-            continue
-        spec = infer_text_feature(name, values, None, csv.true_values or (), csv.false_values or ())
-        if spec.type == "bytes" and not spec.is_list and spec.time_unit is None:
-            held[name] = hit
-    if not held:
-        return nulled, {}
-    quoted = _quoted_text_columns(input_config, files, sample, list(held))
-    columns = dict(zip(sample.schema.names, sample.columns))
-    overrides = {}
-    for name, hit in held.items():
-        if name in quoted:
-            continue
-        present = set(pc.unique(raw.column(name).filter(hit)).to_pylist())
-        overrides[name] = tuple(token for token in csv.null_values or () if token.encode() not in present
-                                and token not in present)
-        columns[name] = pc.if_else(hit, raw.column(name), sample.column(name))
-    batch = pa.RecordBatch.from_arrays(list(columns.values()), names=list(columns))
-    return replace(nulled, sample=batch), overrides
-
-
-def _quoted_text_columns(input_config: InputConfig, files: list[InputFile] | None, sample: pa.RecordBatch,
-                         names: list[str]) -> set[str]:
-    """The columns whose sampled values (a probe of up to _QUOTING_PROBE_VALUES distinct ones) are all quoted.
-
-    The sample is read once more with those values as null tokens: a quoted value never becomes null.
-    """
-    probes = {name: pc.unique(sample.column(name).drop_null()).slice(0, _QUOTING_PROBE_VALUES) for name in names}
-    tokens = sorted({value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-                     for probe in probes.values() for value in probe.to_pylist()})
-    probed = inspect_input(replace(input_config, csv=replace(input_config.csv, null_values=tuple(tokens))), files=files)
-    assert probed.sample is not None
-    quoted = set()
-    for name, probe in probes.items():
-        looked_at = pc.fill_null(pc.is_in(sample.column(name), value_set=probe), False)
-        if not pc.any(pc.and_(looked_at, probed.sample.column(name).is_null())).as_py():
-            quoted.add(name)
-    return quoted

@@ -1,0 +1,54 @@
+"""The build config: its frozen dataclasses (schema.py) and the YAML they are parsed from (parse.py).
+
+Owns what a config holds and how its text is checked, nothing that reads the input: resolving a
+config against its input files is tfrbeam.build.resolve. May import tfrbeam.errors, build.features
+and build.inputs.encodings (which encodings CSV text can be checked in), never the readers.
+"""
+
+from tfrbeam.build.config.parse import (
+    DEFAULT_MAX_BAD_FRACTION_WHEN_KEEPING_GOING,
+    MAX_CONFIG_BYTES,
+    apply_overrides,
+    config_to_dict,
+    load_config,
+    parse_config,
+    parse_size,
+    parse_yaml,
+)
+from tfrbeam.build.config.schema import (
+    DEFAULT_MAX_BYTES_PER_SHARD,
+    DEFAULT_MAX_GROUP_BYTES,
+    BuildConfig,
+    CsvOptions,
+    ErrorsConfig,
+    InputConfig,
+    OutputConfig,
+    ParquetOptions,
+    SequenceConfig,
+    ShuffleConfig,
+)
+from tfrbeam.build.features import FeatureSpec
+from tfrbeam.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_MAX_BAD_FRACTION_WHEN_KEEPING_GOING",
+    "DEFAULT_MAX_BYTES_PER_SHARD",
+    "DEFAULT_MAX_GROUP_BYTES",
+    "MAX_CONFIG_BYTES",
+    "BuildConfig",
+    "ConfigError",
+    "CsvOptions",
+    "ErrorsConfig",
+    "FeatureSpec",
+    "InputConfig",
+    "OutputConfig",
+    "ParquetOptions",
+    "SequenceConfig",
+    "ShuffleConfig",
+    "apply_overrides",
+    "config_to_dict",
+    "load_config",
+    "parse_config",
+    "parse_size",
+    "parse_yaml",
+]

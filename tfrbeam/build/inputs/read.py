@@ -1,0 +1,180 @@
+"""The Beam side of reading: ReadTabular, the PTransform that lists, splits, spreads and reads a build's inputs
+as SourceBatch elements (counting progress, converting as it reads)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Generator, Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
+
+import apache_beam as beam
+
+from tfrbeam.build.config.schema import CsvOptions, InputConfig
+from tfrbeam.build.features import FeatureSpec
+from tfrbeam.build.inputs.ahead import read_ahead
+from tfrbeam.build.inputs.batch import SourceBatch, convert_source_batch
+from tfrbeam.build.inputs.csv import read_csv_file, read_csv_range
+from tfrbeam.build.inputs.csv_text import RangeScan, csv_data_offset, csv_ranges, scan_csv_range
+from tfrbeam.build.inputs.encodings import splittable_encoding
+from tfrbeam.build.inputs.files import InputFile, is_compressed, list_inputs, openable
+from tfrbeam.build.inputs.parquet import read_parquet_row_group, row_group_listing
+from tfrbeam.build.progress import ProgressCounter, progress_dir
+
+__all__ = ["ReadTabular"]
+
+_LOG = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _CsvPiece:
+    path: str
+    start: int
+    end: int
+    line_breaks_before: int
+    whole: bool
+
+
+def _counted(sources: Iterable[SourceBatch], counter: ProgressCounter | None,
+             bytes_per_row: float | None = None) -> Iterator[SourceBatch]:
+    for source in sources:
+        if counter is not None:
+            rows = source.num_rows + len(source.bad_rows)
+            size = len(source.raw) if source.raw is not None else int(rows * (bytes_per_row or 0))
+            counter.add(rows, size)
+        yield source
+
+
+def _row_groups_with_row_size(item: tuple[str, int], required: bool) -> list[tuple[str, int, int, float]]:
+    """(path, row group, rows before it, file bytes per row) for each row group of a listed Parquet file."""
+    path, size = item
+    groups, rows = row_group_listing(path, required)
+    per_row = size / rows if rows else 0.0
+    return [(path, group, before, per_row) for group, before in groups]
+
+
+class ReadTabular(beam.PTransform):
+    """Read the inputs of a build as SourceBatch elements (Parquet by row group, CSV by range or whole file).
+
+    columns limits what is read (Parquet projection; CSV columns dropped after parsing); None
+    means input_config.columns, and None there means every column. The input files are listed
+    when the transform is built (see .inputs, for the manifest). progress_under (a run's local
+    staging directory) makes the readers count rows and bytes read there, for the progress display.
+
+    Relative local paths are opened from the directory the transform was built in, since workers
+    (a worker pool, a cluster) may run elsewhere; batches and bad rows still name them as given.
+
+    convert_with (feature specs) converts every batch as it is read, on a thread of its own
+    (``SourceBatch.converted``): pyarrow's casts run without the GIL while the caller encodes the
+    batch before.
+    """
+
+    def __init__(self, input_config: InputConfig, columns: Sequence[str] | None = None,
+                 inputs: Sequence[InputFile] | None = None, progress_under: str | None = None,
+                 convert_with: Sequence[FeatureSpec] | None = None):
+        super().__init__()
+        self.convert_with = tuple(convert_with) if convert_with is not None else None
+        self.input_config = input_config
+        self.columns = tuple(columns) if columns is not None else input_config.columns
+        self.inputs = list(inputs) if inputs is not None else list_inputs(input_config.path)
+        self.progress_dir = progress_dir(progress_under) if progress_under is not None else None
+        self.opened_as = {item.path: openable(item.path) for item in self.inputs}
+
+    def expand(self, pbegin):
+        opened = self.opened_as
+        files = pbegin | "ListFiles" >> beam.Create([(opened[f.path], f.size) for f in self.inputs], reshuffle=False)
+        columns = self.columns
+        counts = self.progress_dir
+        specs = self.convert_with
+        given = {where: path for path, where in opened.items() if where != path}
+        if self.input_config.format == "parquet":
+            required = self.input_config.parquet.require_checksums
+            return (files
+                    | "RowGroups" >> beam.FlatMap(_row_groups_with_row_size, required)
+                    | "SpreadRowGroups" >> beam.Reshuffle()
+                    | "ReadRowGroup" >> beam.FlatMap(lambda item: _converted_ahead(_counted(
+                        _as_given(read_parquet_row_group(item[0], item[1], item[2], columns=columns), given),
+                        _counter(counts), item[3]), specs))
+                    .with_output_types(SourceBatch))
+        options = self.input_config.csv
+        split_bytes = self.input_config.split_bytes
+        return (files
+                | "Ranges" >> beam.FlatMap(_ranges_of, split_bytes, options)
+                | "SpreadRanges" >> beam.Reshuffle()
+                | "ScanRanges" >> beam.Map(_scan_if_split, options)
+                | "ByFile" >> beam.GroupByKey()
+                | "PlanPieces" >> beam.FlatMap(_plan_pieces)
+                | "SpreadPieces" >> beam.Reshuffle()
+                | "ReadPiece" >> beam.FlatMap(lambda piece: _converted_ahead(_counted(
+                    _as_given(_read_piece(piece, options, columns), given), _counter(counts)), specs))
+                .with_output_types(SourceBatch))
+
+
+def _converted_ahead(sources: Iterator[SourceBatch], specs: Sequence[FeatureSpec] | None) -> Iterator[SourceBatch]:
+    """The batches, each with its feature columns (``converted``) when specs are given, converted by a thread ahead."""
+    if specs is None:
+        return sources
+
+    def convert() -> Generator[SourceBatch, None, None]:
+        try:
+            for source in sources:
+                yield replace(source, converted=convert_source_batch(source, specs))
+        finally:
+            close = getattr(sources, "close", None)
+            if close is not None:
+                close()  # the readers' own threads and files, from the thread that read them
+
+    return read_ahead(convert(), "tfrbeam-convert")
+
+
+def _as_given(sources: Iterable[SourceBatch], given: dict[str, str]) -> Iterator[SourceBatch]:
+    """The batches, naming their file (and their bad rows') as the listing gave it, not as it was opened."""
+    for source in sources:
+        shown = given.get(source.path)
+        if shown is not None:
+            bad_rows = tuple(replace(row, path=shown) if row.path == source.path else row
+                             for row in source.bad_rows)
+            source = replace(source, path=shown, bad_rows=bad_rows)
+        yield source
+
+
+def _counter(directory: str | None) -> ProgressCounter | None:
+    return ProgressCounter(directory) if directory is not None else None
+
+
+def _ranges_of(item: tuple[str, int], split_bytes: int, options: CsvOptions) -> list[tuple[str, tuple[int, int, int, int]]]:
+    """(path, (start, end, number of ranges, data offset)) for each range a file is scanned in."""
+    path, size = item
+    if size <= split_bytes or is_compressed(path) or not splittable_encoding(options.encoding):
+        return [(path, (0, size, 1, 0))]
+    ranges = csv_ranges(size, split_bytes)
+    data_offset = csv_data_offset(path, options)
+    return [(path, (start, end, len(ranges), data_offset)) for start, end in ranges]
+
+
+def _scan_if_split(item, options: CsvOptions) -> tuple[str, RangeScan | None]:
+    path, (start, end, count, data_offset) = item
+    if count == 1:
+        return path, None
+    return path, scan_csv_range(path, start, end, options, data_offset)
+
+
+def _plan_pieces(item) -> list[_CsvPiece]:
+    path, scans = item
+    scans = [scan for scan in scans if scan is not None]
+    if not scans:
+        return [_CsvPiece(path, 0, -1, 0, True)]
+    scans.sort(key=lambda scan: scan.start)
+    if any(scan.has_special for scan in scans):
+        _LOG.info("%s: quote or escape characters occur, so it is read whole by one worker", path)
+        return [_CsvPiece(path, 0, -1, 0, True)]
+    pieces, before = [], 0
+    for scan in scans:
+        pieces.append(_CsvPiece(path, scan.start, scan.end, before, False))
+        before += scan.line_breaks
+    return pieces
+
+
+def _read_piece(piece: _CsvPiece, options: CsvOptions, columns) -> Iterator[SourceBatch]:
+    if piece.whole:
+        return read_csv_file(piece.path, options, columns)
+    return read_csv_range(piece.path, piece.start, piece.end, piece.line_breaks_before, options, columns)

@@ -1,0 +1,114 @@
+"""What the plan reads of the inputs before the pipeline: the first file's schema and CSV sample (to infer and
+check the features on), and whether any file holds a row."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import pyarrow as pa
+
+from tfrbeam.build.config.schema import CsvOptions, InputConfig
+from tfrbeam.build.inputs.batch import SourceBatch, empty_batch
+from tfrbeam.build.inputs.csv import parse_row_texts, read_csv_file, row_texts
+from tfrbeam.build.inputs.files import InputFile, list_inputs, open_input
+from tfrbeam.build.inputs.parquet import parquet_file, parquet_input_schema
+from tfrbeam.errors import InputError
+
+__all__ = ["SAMPLE_ROWS", "CsvSample", "InputSample", "check_inputs_hold_rows", "inspect_input", "read_csv_sample"]
+
+_LOG = logging.getLogger(__name__)
+
+SAMPLE_ROWS = 10_000
+
+
+@dataclass(frozen=True, eq=False)
+class InputSample:
+    """The schema of the first input file, and for CSV a sample of its rows (all binary) to infer types from."""
+
+    path: str
+    schema: pa.Schema
+    sample: pa.RecordBatch | None
+
+
+@dataclass(frozen=True, eq=False)
+class CsvSample:
+    """A CSV input's sample as read once: what inspect_input gives, and the sampled rows to parse again.
+
+    with_null_values gives the sample as inspect_input would read it with other null values, from
+    the rows' text (each row parsed again alone: the values are the same, only which unquoted cells
+    are null changes), without reading the file again.
+    """
+
+    inspected: InputSample
+    options: CsvOptions
+    sources: tuple[SourceBatch, ...]  # the batches read, with their raw text
+    rows: int  # how many of their rows the sample holds
+
+    def with_null_values(self, null_values: tuple[str, ...]) -> InputSample:
+        """inspect_input's result for this input with csv.null_values set to null_values."""
+        texts, left = [], self.rows
+        for source in self.sources:
+            texts += row_texts(source, left)
+            left -= min(left, source.num_rows)
+        names = self.inspected.schema.names
+        table = parse_row_texts(texts, names, replace(self.options, null_values=null_values))
+        sample = pa.concat_batches(table.to_batches()) if table.num_rows else empty_batch(names)
+        return InputSample(self.inspected.path, self.inspected.schema, sample)
+
+
+def inspect_input(input_config: InputConfig, sample_rows: int = SAMPLE_ROWS,
+                  files: Sequence[InputFile] | None = None) -> InputSample:
+    """Read the first input file's schema (Parquet: every footer, see parquet_input_schema; CSV: header and sample)."""
+    files = list(files) if files is not None else list_inputs(input_config.path)
+    if input_config.format == "parquet":
+        schema = parquet_input_schema(files, input_config.columns, input_config.parquet.require_checksums)
+        return InputSample(files[0].path, schema, None)
+    return read_csv_sample(input_config, sample_rows, files).inspected
+
+
+def read_csv_sample(input_config: InputConfig, sample_rows: int = SAMPLE_ROWS,
+                    files: Sequence[InputFile] | None = None) -> CsvSample:
+    """The first file of a CSV input read once for its header and first sample_rows rows (see CsvSample)."""
+    files = list(files) if files is not None else list_inputs(input_config.path)
+    path = files[0].path
+    sources, batches, count = [], [], 0
+    names: list[tuple[str, ...]] = []
+    with contextlib.closing(read_csv_file(path, input_config.csv, names_seen=names.append)) as read:
+        for source in read:
+            sources.append(source)
+            batches.append(source.batch)
+            count += source.num_rows
+            if count >= sample_rows:
+                break
+    if not batches:  # a header and no rows (read_csv_file yields nothing): the names are still known
+        batches = [empty_batch(names[0])]
+    table = pa.Table.from_batches(batches).slice(0, sample_rows)
+    sample = pa.concat_batches(table.to_batches()) if table.num_rows else empty_batch(table.schema.names)
+    return CsvSample(InputSample(path, table.schema, sample), input_config.csv, tuple(sources), table.num_rows)
+
+
+def check_inputs_hold_rows(input_config: InputConfig, files: Sequence[InputFile], allow_empty: bool) -> None:
+    """Warn (or, when not allow_empty, raise InputError) when no input file holds a single row.
+
+    Files are looked at in order until one holds a row: the first one usually does, so this costs
+    one Parquet footer or one CSV block.
+    """
+    if any(_holds_rows(input_config, item.path) for item in files):
+        return
+    kind = "only header lines" if input_config.format == "csv" and input_config.csv.header else "no rows"
+    message = f"the input files hold no rows ({len(files)} file{'s' if len(files) != 1 else ''}, {kind}: {files[0].path}"
+    message += ", ...)" if len(files) > 1 else ")"
+    if not allow_empty:
+        raise InputError(f"{message}; errors.allow_empty is false, so the build fails")
+    _LOG.warning("%s: the dataset will be empty; set errors.allow_empty: false to fail such a build", message)
+
+
+def _holds_rows(input_config: InputConfig, path: str) -> bool:
+    if input_config.format == "parquet":
+        with open_input(path) as raw:
+            return parquet_file(path, raw).metadata.num_rows > 0
+    with contextlib.closing(read_csv_file(path, input_config.csv)) as sources:
+        return any(source.num_rows or source.bad_rows for source in sources)
