@@ -1,8 +1,9 @@
 """The build config: its frozen dataclasses (schema.py) and the YAML they are parsed from (parse.py).
 
 Owns what a config holds and how its text is checked, nothing that reads the input: resolving a
-config against its input files is tfrbeam.build.resolve. May import tfrbeam.errors, build.features
-and build.inputs.encodings (which encodings CSV text can be checked in), never the readers.
+config against its input files is tfrbeam.build.resolve; which text encodings a CSV may name is
+encodings.py (the CSV readers import it from here). May import tfrbeam.errors and build.features;
+never build.inputs, whose readers import this package.
 """
 
 from tfrbeam.build.config.parse import (

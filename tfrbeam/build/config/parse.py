@@ -16,6 +16,7 @@ from typing import Any, Literal, overload
 
 import yaml
 
+from tfrbeam.build.config.encodings import encoding_problem
 from tfrbeam.build.config.schema import (
     DEFAULT_MAX_BYTES_PER_SHARD,
     DEFAULT_MAX_GROUP_BYTES,
@@ -37,7 +38,6 @@ from tfrbeam.build.features import (
     TIMESTAMP,
     FeatureSpec,
 )
-from tfrbeam.build.inputs.encodings import encoding_problem
 from tfrbeam.errors import ConfigError
 
 __all__ = [

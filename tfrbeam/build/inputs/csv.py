@@ -41,6 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
+from tfrbeam.build.config.encodings import passes_through
 from tfrbeam.build.config.schema import CsvOptions
 from tfrbeam.build.features import BadRow
 from tfrbeam.build.inputs.ahead import read_ahead
@@ -59,7 +60,6 @@ from tfrbeam.build.inputs.csv_text import (
     special_bytes,
     utf8_chunks,
 )
-from tfrbeam.build.inputs.encodings import passes_through
 from tfrbeam.build.inputs.files import open_input
 from tfrbeam.errors import InputError
 

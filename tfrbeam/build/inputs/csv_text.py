@@ -16,9 +16,9 @@ from typing import BinaryIO
 
 import numpy as np
 
+from tfrbeam.build.config.encodings import MARK_UNDECODABLE, passes_through
 from tfrbeam.build.config.schema import CsvOptions
 from tfrbeam.build.inputs.batch import strip_line_break
-from tfrbeam.build.inputs.encodings import MARK_UNDECODABLE, passes_through
 from tfrbeam.build.inputs.files import open_input
 from tfrbeam.errors import InputError
 

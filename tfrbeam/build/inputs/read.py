@@ -9,13 +9,13 @@ from dataclasses import dataclass, replace
 
 import apache_beam as beam
 
+from tfrbeam.build.config.encodings import splittable_encoding
 from tfrbeam.build.config.schema import CsvOptions, InputConfig
 from tfrbeam.build.features import FeatureSpec
 from tfrbeam.build.inputs.ahead import read_ahead
 from tfrbeam.build.inputs.batch import SourceBatch, convert_source_batch
 from tfrbeam.build.inputs.csv import read_csv_file, read_csv_range
 from tfrbeam.build.inputs.csv_text import RangeScan, csv_data_offset, csv_ranges, scan_csv_range
-from tfrbeam.build.inputs.encodings import splittable_encoding
 from tfrbeam.build.inputs.files import InputFile, is_compressed, list_inputs, openable
 from tfrbeam.build.inputs.parquet import read_parquet_row_group, row_group_listing
 from tfrbeam.build.progress import ProgressCounter, progress_dir
