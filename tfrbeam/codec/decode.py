@@ -51,15 +51,22 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tfrbeam.base.byte_views import byte_rows, le_integers
-from tfrbeam.codec.kinds import is_bytes
+from tfrbeam.codec.kinds import (
+    BYTES,
+    FLOAT,
+    INT64,
+    KIND_ARROW_TYPES,
+    KIND_BYTES,
+    KIND_FLOAT,
+    KIND_INT64,
+    KIND_NAMES,
+    KIND_NONE,
+    WIRE_TAGS,
+    is_bytes,
+)
 from tfrbeam.errors import ArrowConversionError, ExampleDecodeError, RecordLimitError
 
 __all__ = ["examples_to_record_batch"]
-
-# Kind codes are the Feature field numbers of the oneof (0: no kind set).
-KIND_NONE, KIND_BYTES, KIND_FLOAT, KIND_INT64 = 0, 1, 2, 3
-KIND_NAMES = {KIND_NONE: "no kind", KIND_BYTES: "bytes_list", KIND_FLOAT: "float_list", KIND_INT64: "int64_list"}
-_KIND_TYPES = {KIND_BYTES: pa.binary(), KIND_FLOAT: pa.float32(), KIND_INT64: pa.int64()}
 
 # Zero bytes after the last record, so that the 8-byte windows the walk reads (at most 4 + 255
 # bytes past a position inside a record) stay inside the buffer. Bounds are always checked
@@ -79,7 +86,7 @@ _HEAD_KEY_MASK = np.array([((1 << (8 * (k + 1))) - 1) << 24 for k in range(5)] +
 _HEAD_MASK, _HEAD_EXPECTED = np.uint64(0x80FF80FF), np.uint64(0x000A000A)
 # Feature field tag -> kind (0x0a bytes_list, 0x12 float_list, 0x1a int64_list); -1 otherwise.
 _KIND_OF_TAG = np.full(256, -1, dtype=np.int8)
-_KIND_OF_TAG[[0x0A, 0x12, 0x1A]] = [KIND_BYTES, KIND_FLOAT, KIND_INT64]
+_KIND_OF_TAG[[WIRE_TAGS[BYTES], WIRE_TAGS[FLOAT], WIRE_TAGS[INT64]]] = [KIND_BYTES, KIND_FLOAT, KIND_INT64]
 # Expected continuation bits of a k-byte varint seen through an 8-byte window (k = 1..10).
 _EXPECTED_CONTINUATION = np.array(
     [0] + [((1 << (8 * (k - 1))) - 1) & 0x8080808080808080 for k in range(1, 9)] + [0x8080808080808080] * 2,
@@ -1296,8 +1303,8 @@ def _inferred_batch(features: dict[bytes, _Feature], num_records: int) -> pa.Rec
             array = _list_array(pa.list_(pa.null()), pa.nulls(0), piece.rec, piece.counts, num_records, feature.name)
         else:
             piece = _concat_pieces([p.as_kind(kind) for p in feature.pieces])
-            child = _child_array(piece, _KIND_TYPES[kind], feature.name)
-            array = _list_array(pa.list_(_KIND_TYPES[kind]), child, piece.rec, piece.counts, num_records, feature.name)
+            child = _child_array(piece, KIND_ARROW_TYPES[kind], feature.name)
+            array = _list_array(pa.list_(KIND_ARROW_TYPES[kind]), child, piece.rec, piece.counts, num_records, feature.name)
         arrays.append(array)
         fields.append(pa.field(feature.name, array.type))
     return _record_batch(arrays, pa.schema(fields), num_records)

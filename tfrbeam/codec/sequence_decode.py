@@ -23,9 +23,6 @@ import pyarrow as pa
 
 from tfrbeam.codec.decode import (
     DEFAULT_MAX_FEATURES,
-    KIND_BYTES,
-    KIND_FLOAT,
-    KIND_INT64,
     _bytes_list_values,
     _decode_bytes,
     _decode_floats,
@@ -40,6 +37,7 @@ from tfrbeam.codec.decode import (
 )
 from tfrbeam.codec.encode import Spans, concatenate_parts, varint_sizes
 from tfrbeam.codec.example import decode_sequence_example, encode_sequence_example
+from tfrbeam.codec.kinds import ARROW_TYPES, FEATURE_TYPES, KIND_BYTES, KIND_FLOAT, KIND_OF_TYPE, WIRE_TAGS
 from tfrbeam.errors import ArrowConversionError, ExampleDecodeError
 
 __all__ = ["has_feature_lists", "sequence_examples_to_record_batches"]
@@ -380,7 +378,7 @@ def _decode_steps(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, step_ty
 
 
 # Step types read directly: their values' type, list shape, and the Feature tag of their kind.
-_PLAIN_KINDS = {pa.int64(): (KIND_INT64, 0x1A), pa.float32(): (KIND_FLOAT, 0x12), pa.binary(): (KIND_BYTES, 0x0A)}
+_PLAIN_KINDS = {ARROW_TYPES[name]: (KIND_OF_TYPE[name], WIRE_TAGS[name]) for name in FEATURE_TYPES}
 
 
 def _plain_steps(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, step_type: pa.DataType) -> pa.Array | None:

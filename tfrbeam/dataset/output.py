@@ -8,6 +8,7 @@ from collections.abc import Mapping
 import numpy as np
 import pyarrow as pa
 
+from tfrbeam.codec.kinds import ARROW_TYPES
 from tfrbeam.dataset.columns import Block, Column, Ragged, _offsets, pad_rows
 from tfrbeam.dataset.reader import present_key
 from tfrbeam.dataset.spec import (
@@ -147,7 +148,7 @@ def _context_arrow_column(column: Column, feature: ContextFeature) -> pa.Array:
         values: pa.Array = _binary_array(column.leaf, column.levels[-1])
         row_lengths = column.levels[0] if len(column.levels) == 2 else None
     else:
-        values = pa.array(column.leaf.reshape(-1), type=pa.int64() if feature.dtype == "int64" else pa.float32())
+        values = pa.array(column.leaf.reshape(-1), type=ARROW_TYPES[feature.dtype])
         row_lengths = column.levels[0] if column.levels else None
     if isinstance(feature, FixedLenFeature):
         # from_buffers with each level's row count: from_arrays refuses (or divides by) a size of 0

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from tfrbeam.codec.decode import DEFAULT_MAX_FEATURES, examples_to_record_batch
+from tfrbeam.codec.kinds import ARROW_TYPES, FEATURE_TYPES
 from tfrbeam.codec.sequence_decode import has_feature_lists, sequence_examples_to_record_batches
 from tfrbeam.errors import ArrowConversionError, ConfigError, ExampleDecodeError, RecordLimitError
 from tfrbeam.layout.generation import Generation
@@ -29,13 +30,12 @@ from tfrbeam.tfrecord.records import RecordReader, normalize_compression
 
 _LOG = logging.getLogger(__name__)
 
-DTYPES = ("int64", "float", "bytes")
+DTYPES = FEATURE_TYPES
 _DTYPE_ALIASES = {
     "int64": "int64", "int": "int64", "int32": "int64",
     "float": "float", "float32": "float", "float64": "float",
     "bytes": "bytes", "string": "bytes", "str": "bytes", "binary": "bytes",
 }
-_ARROW_TYPES = {"int64": pa.int64(), "float": pa.float32(), "bytes": pa.binary()}
 NUMPY_DTYPES: dict[str, np.dtype] = {"int64": np.dtype(np.int64), "float": np.dtype(np.float32), "bytes": np.dtype(object)}
 INFER_RECORDS = 1000
 
@@ -179,7 +179,7 @@ def arrow_field(name: str, feature: Feature) -> pa.Field:
     """
     if isinstance(feature, (FixedLenSequenceFeature, VarLenSequenceFeature)):
         return pa.field(name, pa.list_(arrow_field(name, feature.step).type), nullable=True)
-    value_type = _ARROW_TYPES[feature.dtype]
+    value_type = ARROW_TYPES[feature.dtype]
     if isinstance(feature, VarLenFeature):
         return pa.field(name, pa.list_(value_type), nullable=True)
     nullable = feature.default_value is not None
