@@ -135,8 +135,17 @@ def read_manifest(dataset_dir: str, files: FileAccess = LOCAL_FILES, verifiable:
     path = manifest_path(dataset_dir, files)
     if not files.exists(path):
         return None
+    return load_manifest(path, files, verifiable)[0]
+
+
+def load_manifest(path: str, files: FileAccess = LOCAL_FILES, verifiable: bool = False) -> tuple[dict[str, Any], bytes]:
+    """The checked manifest at ``path`` and the bytes it was parsed from (a reader pins its generation by them).
+
+    ``OSError`` when it cannot be read (the caller says what that means to it); ``ManifestError`` when it is damaged.
+    """
     with files.open_read(path) as handle:
-        return parse_manifest(handle.read(), path, verifiable)
+        data = handle.read()
+    return parse_manifest(data, path, verifiable), data
 
 
 class _HashingReader:
