@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 
 from tfrbeam.codec.kinds import ARROW_TYPES
-from tfrbeam.dataset.columns import Block, Column, Ragged, _offsets, pad_rows
+from tfrbeam.dataset.columns import Block, Column, Ragged, pad_rows, row_offsets
 from tfrbeam.dataset.reader import present_key
 from tfrbeam.dataset.spec import (
     ContextFeature,
@@ -25,7 +25,7 @@ Padding = Mapping[str, "int | None"]
 
 def _binary_array(leaf: np.ndarray, byte_lengths: np.ndarray) -> pa.Array:
     """Values given as bytes back to back plus lengths, as an Arrow binary array (large past 2 GiB)."""
-    offsets = _offsets(byte_lengths)
+    offsets = row_offsets(byte_lengths)
     large = offsets[-1] >= 2**31
     return (pa.LargeBinaryArray if large else pa.BinaryArray).from_buffers(
         pa.large_binary() if large else pa.binary(),
@@ -139,7 +139,7 @@ def _with_nulls(array: pa.Array, present: np.ndarray) -> pa.Array:
 def _arrow_column(column: Column, feature: Feature) -> pa.Array:
     if isinstance(feature, (FixedLenSequenceFeature, VarLenSequenceFeature)):  # a list<step> column
         steps = _arrow_column(Column(column.leaf, column.levels[1:]), feature.step)
-        return pa.ListArray.from_arrays(pa.array(_offsets(column.levels[0]).astype(np.int32)), steps)
+        return pa.ListArray.from_arrays(pa.array(row_offsets(column.levels[0]).astype(np.int32)), steps)
     return _context_arrow_column(column, feature)
 
 
@@ -157,4 +157,4 @@ def _context_arrow_column(column: Column, feature: ContextFeature) -> pa.Array:
             values = pa.Array.from_buffers(pa.list_(values.type, feature.shape[depth - 1]), rows, [None], children=[values])
         return values
     assert row_lengths is not None
-    return pa.ListArray.from_arrays(pa.array(_offsets(row_lengths).astype(np.int32)), values)
+    return pa.ListArray.from_arrays(pa.array(row_offsets(row_lengths).astype(np.int32)), values)
