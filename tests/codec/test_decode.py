@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from benchmarks.table import make_benchmark_table
-from tfrbeam.codec import decode as columnar_decode
+from tfrbeam.codec import decode as columnar_decode, wire
 from tfrbeam.codec.decode import examples_to_record_batch
 from tfrbeam.codec.encode import encode_record_batch, record_batch_to_examples
 from tfrbeam.codec.example import decode_example, encode_example
@@ -146,7 +146,7 @@ def _same_bits(a: pa.Array, b: pa.Array) -> bool:
 
 def fast_path_records(records, wanted=None) -> np.ndarray:
     """Which records the lockstep walk accepted (not sent to the exact walker)."""
-    batch = columnar_decode._RecordBuffer.from_input(records)
+    batch = wire.RecordBuffer.from_input(records)
     walk = columnar_decode._Walk(batch, wanted)
     walk.run()
     columnar_decode._fast_pieces(walk)
@@ -683,12 +683,12 @@ def test_long_names_whose_hashes_collide_are_still_told_apart(monkeypatch):
 def test_gather_cuts_exact_spans_of_every_width(count):
     rng = np.random.default_rng(count)
     buf = rng.integers(0, 256, 4000, dtype=np.uint8)
-    buf[-columnar_decode._PAD :] = 0
+    buf[-wire.PAD :] = 0
     for width in range(20):
         for lengths in (np.full(count, width), rng.integers(0, width + 1, count), np.r_[np.full(count - 1, 1), 600]):
             # anywhere, and ending within a few bytes of the buffer's end (windows would run past it)
             for starts in (rng.integers(0, 3000, count), buf.size - lengths - rng.integers(0, 3, count)):
-                got = columnar_decode._gather(buf, starts, lengths)
+                got = wire.gather(buf, starts, lengths)
                 assert got.flags.c_contiguous
                 assert got.tobytes() == b"".join(buf[s : s + n].tobytes() for s, n in zip(starts, lengths))
 
@@ -795,5 +795,5 @@ def test_short_entries_at_the_buffer_end_next_to_very_long_ones():
         assert_paths_agree(order)
         assert batch.num_rows == 3
     spans = np.array([0, 5000]), np.array([700, 3])
-    buf = np.zeros(5003 + columnar_decode._PAD, dtype=np.uint8)
-    assert columnar_decode._gather(buf, *spans).size == 703
+    buf = np.zeros(5003 + wire.PAD, dtype=np.uint8)
+    assert wire.gather(buf, *spans).size == 703

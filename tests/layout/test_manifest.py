@@ -1,14 +1,24 @@
-"""The manifest's record type: what each type requires, and the parse spec of SequenceExample datasets."""
+"""The manifest's record type, what each type requires, the parse spec of SequenceExample datasets, and reading it."""
 
 from __future__ import annotations
 
+import ast
+import json
+from pathlib import Path
+
 import pytest
 
-from tfrbeam.errors import ManifestError
+import tfrbeam
+from tfrbeam.dataset.spec import read_pinned_manifest
+from tfrbeam.errors import ConfigError, ManifestError
+from tfrbeam.layout.generation import Generation
 from tfrbeam.layout.manifest import (
     MANIFEST_FORMAT,
+    MANIFEST_NAME,
     check_manifest,
+    load_manifest,
     parse_sequence_example_spec_of,
+    read_manifest,
     record_type_of,
 )
 
@@ -49,3 +59,55 @@ def test_the_parse_sequence_example_spec():
                               "emb": "tf.io.FixedLenSequenceFeature([3], tf.float32)",
                               "t": "tf.io.FixedLenSequenceFeature([], tf.int64)", "tags": "tf.io.VarLenFeature(tf.string)"},
     }
+
+
+# ------------------------------------------------------------------------------ reading it
+
+
+def _written(directory: Path, data: bytes) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / MANIFEST_NAME
+    path.write_bytes(data)
+    return path
+
+
+def test_load_manifest_gives_the_checked_manifest_and_the_bytes_it_read(tmp_path):
+    manifest = {"format": MANIFEST_FORMAT, "splits": SPLITS, "features": {}, "run_id": "r1"}
+    data = (json.dumps(manifest, indent=2) + "\n").encode()
+    path = _written(tmp_path / "ds", data)
+    assert load_manifest(str(path)) == (manifest, data)
+    assert read_manifest(str(tmp_path / "ds")) == manifest
+    assert read_manifest(str(tmp_path / "none")) is None
+    with pytest.raises(FileNotFoundError):
+        load_manifest(str(tmp_path / "none" / MANIFEST_NAME))
+    damaged = _written(tmp_path / "bad", b'{"format": ')
+    with pytest.raises(ManifestError, match=str(damaged)):
+        load_manifest(str(damaged))
+
+
+def test_the_dataset_reader_pins_the_manifest_the_layout_reads_with_its_own_errors(tmp_path):
+    manifest = {"format": MANIFEST_FORMAT, "splits": SPLITS, "features": {}, "run_id": "r1"}
+    data = json.dumps(manifest).encode()
+    path = _written(tmp_path / "ds", data)
+    assert read_pinned_manifest(str(path)) == (manifest, Generation.of(str(tmp_path / "ds"), data))
+    missing = tmp_path / "gone" / MANIFEST_NAME
+    with pytest.raises(ConfigError, match=f"^{missing}: cannot read the dataset manifest: .*No such file") as caught:
+        read_pinned_manifest(str(missing))
+    assert isinstance(caught.value.__cause__, FileNotFoundError)
+    damaged = _written(tmp_path / "bad", b"[]")
+    with pytest.raises(ManifestError) as by_dataset:
+        read_pinned_manifest(str(damaged))
+    with pytest.raises(ManifestError) as by_layout:
+        load_manifest(str(damaged))
+    assert str(by_dataset.value) == str(by_layout.value)
+
+
+def test_only_the_layout_defines_a_manifest_reader():
+    package = Path(tfrbeam.__file__).parent
+    readers = [
+        path.relative_to(package).as_posix()
+        for path in sorted(package.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.FunctionDef) and node.name == "read_manifest"
+    ]
+    assert readers == ["layout/manifest.py"]

@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tfrbeam.codec.kinds import (
+    FEATURE_TYPES,
     is_binary as _is_binary,
     is_list as _is_list,
     is_temporal as _is_temporal,
@@ -68,7 +69,6 @@ __all__ = [
     "source_type",
 ]
 
-FEATURE_TYPES = ("int64", "float", "bytes")
 TIMESTAMP = "timestamp"  # a declared type that becomes an int64 feature: the count of time_unit since the epoch
 TIME_UNITS = ("s", "ms", "us", "ns")
 TRUE_TOKENS, FALSE_TOKENS = ("true", "True", "TRUE"), ("false", "False", "FALSE")

@@ -43,28 +43,46 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tfrbeam.base.byte_views import byte_rows, le_integers
-from tfrbeam.codec.kinds import is_bytes
+from tfrbeam.codec.kinds import (
+    BYTES,
+    FLOAT,
+    INT64,
+    KIND_ARROW_TYPES,
+    KIND_BYTES,
+    KIND_FLOAT,
+    KIND_INT64,
+    KIND_NAMES,
+    KIND_NONE,
+    WIRE_TAGS,
+    is_bytes,
+)
+from tfrbeam.codec.wire import (
+    PAD,
+    RecordBuffer,
+    both_ok,
+    bytes_list_values,
+    decode_bytes,
+    decode_floats,
+    decode_varints,
+    exclusive_cumsum,
+    gather,
+    packed_payloads,
+    ranges,
+    read_lengths,
+    take,
+    unaligned_u64,
+    words_at,
+)
 from tfrbeam.errors import ArrowConversionError, ExampleDecodeError, RecordLimitError
 
 __all__ = ["examples_to_record_batch"]
 
-# Kind codes are the Feature field numbers of the oneof (0: no kind set).
-KIND_NONE, KIND_BYTES, KIND_FLOAT, KIND_INT64 = 0, 1, 2, 3
-KIND_NAMES = {KIND_NONE: "no kind", KIND_BYTES: "bytes_list", KIND_FLOAT: "float_list", KIND_INT64: "int64_list"}
-_KIND_TYPES = {KIND_BYTES: pa.binary(), KIND_FLOAT: pa.float32(), KIND_INT64: pa.int64()}
-
-# Zero bytes after the last record, so that the 8-byte windows the walk reads (at most 4 + 255
-# bytes past a position inside a record) stay inside the buffer. Bounds are always checked
-# against the record end.
-_PAD = 320
 _MAX_ERROR_RECORDS = 5
 # Records walked and decoded together. The walk revisits every record once per map entry, so a
 # chunk's bytes should stay in cache between steps; larger chunks cut numpy call overhead.
@@ -79,7 +97,7 @@ _HEAD_KEY_MASK = np.array([((1 << (8 * (k + 1))) - 1) << 24 for k in range(5)] +
 _HEAD_MASK, _HEAD_EXPECTED = np.uint64(0x80FF80FF), np.uint64(0x000A000A)
 # Feature field tag -> kind (0x0a bytes_list, 0x12 float_list, 0x1a int64_list); -1 otherwise.
 _KIND_OF_TAG = np.full(256, -1, dtype=np.int8)
-_KIND_OF_TAG[[0x0A, 0x12, 0x1A]] = [KIND_BYTES, KIND_FLOAT, KIND_INT64]
+_KIND_OF_TAG[[WIRE_TAGS[BYTES], WIRE_TAGS[FLOAT], WIRE_TAGS[INT64]]] = [KIND_BYTES, KIND_FLOAT, KIND_INT64]
 # Expected continuation bits of a k-byte varint seen through an 8-byte window (k = 1..10).
 _EXPECTED_CONTINUATION = np.array(
     [0] + [((1 << (8 * (k - 1))) - 1) & 0x8080808080808080 for k in range(1, 9)] + [0x8080808080808080] * 2,
@@ -113,7 +131,7 @@ def _to_record_batch(
     records: Any, schema: pa.Schema | None, exact_only: bool = False, max_features: int | None = DEFAULT_MAX_FEATURES
 ) -> pa.RecordBatch:
     """examples_to_record_batch; ``exact_only`` sends every record through the exact walker (tests)."""
-    batch = _RecordBuffer.from_input(records)
+    batch = RecordBuffer.from_input(records)
     if max_features is not None:
         _check_feature_counts(batch, max_features)
     targets = None if schema is None else _targets_for_schema(schema)
@@ -133,7 +151,7 @@ def _record_batch(arrays: list[pa.Array], schema: pa.Schema, num_records: int) -
     return pa.RecordBatch.from_struct_array(no_columns).replace_schema_metadata(schema.metadata)
 
 
-def _check_feature_counts(batch: _RecordBuffer, limit: int) -> None:
+def _check_feature_counts(batch: RecordBuffer, limit: int) -> None:
     """Raise RecordLimitError for the first record with more than ``limit`` features.
 
     A map entry takes at least 2 bytes, so only records over ``2 * limit`` bytes are counted.
@@ -170,103 +188,6 @@ def _count_entries(buf: np.ndarray, start: int, end: int, limit: int) -> int:
     except _Malformed:
         pass  # the decoder reports it, with its offset
     return count
-
-
-# --------------------------------------------------------------------------------------- input
-
-
-@dataclasses.dataclass(frozen=True)
-class _RecordBuffer:
-    """All records of a batch in one zero-padded uint8 array, with each record's [start, end)."""
-
-    buf: np.ndarray
-    starts: np.ndarray
-    ends: np.ndarray
-
-    @property
-    def num_records(self) -> int:
-        return len(self.starts)
-
-    @classmethod
-    def from_input(cls, records: Any) -> _RecordBuffer:
-        if isinstance(records, (pa.BinaryArray, pa.LargeBinaryArray)):
-            return cls.from_arrow(records)
-        if hasattr(records, "data") and hasattr(records, "offsets"):
-            return cls.from_buffer(records.data, records.offsets)
-        if isinstance(records, tuple) and len(records) == 2 and not isinstance(records[1], (bytes, bytearray, memoryview)):
-            return cls.from_buffer(records[0], records[1])
-        if isinstance(records, tuple) and len(records) == 3 and isinstance(records[1], np.ndarray):
-            return cls.from_spans(*records)
-        if isinstance(records, (bytes, bytearray, memoryview, str)):
-            raise TypeError(
-                "records must be a sequence of serialized Examples (or a (buffer, offsets) pair), "
-                f"not one {type(records).__name__}"
-            )
-        return cls.from_sequence(records)
-
-    @classmethod
-    def from_sequence(cls, records: Iterable[Any]) -> _RecordBuffer:
-        records = records if isinstance(records, (list, tuple)) else list(records)
-        lengths = np.fromiter(map(len, records), dtype=np.int64, count=len(records))
-        joined = b"".join(itertools.chain(records, (bytes(_PAD),)))
-        ends = np.cumsum(lengths)
-        return cls(np.frombuffer(joined, dtype=np.uint8), ends - lengths, ends)
-
-    @classmethod
-    def from_buffer(cls, data: Any, offsets: Any) -> _RecordBuffer:
-        raw = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data.view(np.uint8).reshape(-1)
-        offsets = np.asarray(offsets, dtype=np.int64).reshape(-1)
-        if offsets.size == 0:
-            raise ExampleDecodeError(
-                "record offsets are empty: n records need n + 1 offsets (the first is the start of record 0)"
-            )
-        if offsets[0] < 0 or offsets[-1] > raw.size or (offsets.size > 1 and (np.diff(offsets) < 0).any()):
-            raise ExampleDecodeError(
-                f"record offsets must be non-decreasing and within the {raw.size}-byte buffer "
-                f"(got first {int(offsets[0])}, last {int(offsets[-1])})"
-            )
-        buf = np.empty(raw.size + _PAD, dtype=np.uint8)
-        buf[: raw.size] = raw
-        buf[raw.size :] = 0
-        return cls(buf, offsets[:-1].copy(), offsets[1:].copy())
-
-    @classmethod
-    def from_spans(cls, data: Any, starts: np.ndarray, ends: np.ndarray) -> _RecordBuffer:
-        """Records at ``data[starts[i]:ends[i]]``; read in place when ``_PAD`` bytes follow the last one."""
-        raw = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data.view(np.uint8).reshape(-1)
-        starts = np.asarray(starts, dtype=np.int64).reshape(-1)
-        ends = np.asarray(ends, dtype=np.int64).reshape(-1)
-        if starts.shape != ends.shape:
-            raise ExampleDecodeError(f"record starts and ends differ in number ({starts.size} and {ends.size})")
-        last_end = int(ends.max()) if ends.size else 0
-        if ends.size and (int(starts.min()) < 0 or last_end > raw.size or (ends < starts).any()):
-            raise ExampleDecodeError(
-                f"record spans must lie within the {raw.size}-byte buffer with start <= end "
-                f"(got starts from {int(starts.min())}, ends up to {last_end})"
-            )
-        if raw.size - last_end < _PAD:
-            buf = np.zeros(last_end + _PAD, dtype=np.uint8)
-            buf[:last_end] = raw[:last_end]
-            raw = buf
-        return cls(raw, starts, ends)
-
-    @classmethod
-    def from_arrow(cls, array: pa.Array) -> _RecordBuffer:
-        """Records held in a binary Arrow array (no nulls), without copying them one by one."""
-        if array.null_count:
-            raise ExampleDecodeError(f"record {int(np.flatnonzero(array.is_null().to_numpy(zero_copy_only=False))[0])} is null")
-        _, offsets_buffer, data_buffer = array.buffers()
-        offset_type = np.int64 if pa.types.is_large_binary(array.type) else np.int32
-        offsets = np.frombuffer(offsets_buffer, dtype=offset_type)[array.offset : array.offset + len(array) + 1]
-        data = data_buffer if data_buffer is not None else b""
-        return cls.from_buffer(data, offsets.astype(np.int64))
-
-    def chunk(self, start: int, stop: int) -> _RecordBuffer:
-        """Records [start, stop) of the batch (the same buffer)."""
-        return _RecordBuffer(self.buf, self.starts[start:stop], self.ends[start:stop])
-
-    def record_bytes(self, index: int) -> bytes:
-        return self.buf[self.starts[index] : self.ends[index]].tobytes()
 
 
 # --------------------------------------------------------------------------- decoded features
@@ -324,113 +245,14 @@ def _concat_pieces(pieces: list[_Piece]) -> _Piece:
     order = np.argsort(rec, kind="stable")
     if (order == np.arange(len(order))).all():
         return _Piece(kind, rec, counts, values, data)
-    value_index = _ranges(_exclusive_cumsum(counts)[order], counts[order])
+    value_index = ranges(exclusive_cumsum(counts)[order], counts[order])
     values_sorted = values[value_index]
     if data is not None:
-        data = data[_ranges(_exclusive_cumsum(values)[value_index], values_sorted)]
+        data = data[ranges(exclusive_cumsum(values)[value_index], values_sorted)]
     return _Piece(kind, rec[order], counts[order], values_sorted, data)
 
 
-def _exclusive_cumsum(counts: np.ndarray) -> np.ndarray:
-    out = np.empty(len(counts), dtype=np.int64)
-    if len(counts):
-        out[0] = 0
-        np.cumsum(counts[:-1], out=out[1:])
-    return out
-
-
-def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Concatenation of arange(starts[i], starts[i] + lengths[i]) over i, vectorised."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    total = int(lengths.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
-    shift = np.repeat(np.asarray(starts, dtype=np.int64) - _exclusive_cumsum(lengths), lengths)
-    shift += np.arange(total, dtype=np.int64)
-    return shift
-
-
-def _gather(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """The bytes of all spans [starts[i], starts[i] + lengths[i]) back to back.
-
-    Spans of one length are copied as rows of a strided view of the buffer (one numpy row copy
-    each; 1, 2, 4 or 8 bytes as one unaligned integer); spans of similar lengths as rows of their
-    longest rounded up to 8 bytes, then cut to size; very uneven ones byte by byte.
-    """
-    count = len(lengths)
-    if count == 0:
-        return np.zeros(0, dtype=np.uint8)
-    longest = int(lengths.max())
-    total = int(lengths.sum())
-    words = (longest + 7) // 8
-    if words * 8 * count > 2 * total + 16 * count:
-        return buf[_ranges(starts, lengths)]
-    uniform = total == longest * count
-    if uniform and longest in (1, 2, 4, 8):
-        return le_integers(buf, longest)[starts].view(np.uint8)
-    width = longest if uniform else 8 * words
-    if int(starts.max()) + width <= buf.size:
-        rows = byte_rows(buf, width)[starts]
-    else:  # windows near the end would run past the buffer: read them 8 bytes at a time, clamped
-        u64 = _unaligned_u64(buf)
-        rows = (
-            _words_at(u64, starts[:, None] + np.arange(0, 8 * words, 8, dtype=np.int64)).view(np.uint8).reshape(count, 8 * words)
-        )
-    if uniform:
-        return np.ascontiguousarray(rows[:, :longest]).reshape(-1)
-    return rows[np.arange(rows.shape[1]) < lengths[:, None]]
-
-
 # ------------------------------------------------------------------------------- value decoders
-
-
-def _decode_floats(buf: np.ndarray, owner: np.ndarray, starts: np.ndarray, lengths: np.ndarray, num_owners: int):
-    """(counts per owner, float32 values) of packed-float byte runs owned by ascending owners."""
-    values = _gather(buf, starts, lengths).view("<f4")
-    counts = np.bincount(owner, weights=lengths, minlength=num_owners).astype(np.int64) // 4
-    return counts, values
-
-
-def _decode_bytes(buf: np.ndarray, owner: np.ndarray, starts: np.ndarray, lengths: np.ndarray, num_owners: int):
-    """(counts per owner, value lengths, value bytes) of bytes values owned by ascending owners."""
-    counts = np.bincount(owner, minlength=num_owners).astype(np.int64)
-    return counts, lengths.astype(np.int64), _gather(buf, starts, lengths)
-
-
-def _decode_varints(buf: np.ndarray, owner: np.ndarray, starts: np.ndarray, lengths: np.ndarray, num_owners: int):
-    """(counts per owner, int64 values, owners whose bytes are not whole varints) of varint runs.
-
-    Each run must be a sequence of complete varints of at most 10 bytes; protobuf keeps the low
-    64 bits of a 10-byte varint, so do we.
-    """
-    raw = _gather(buf, starts, lengths)
-    total = raw.size
-    if total == 0:
-        return np.zeros(num_owners, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    terminal = raw < 0x80
-    run_ends = np.cumsum(lengths)
-    nonempty = lengths > 0
-    bad_runs = nonempty & ~terminal[np.maximum(run_ends - 1, 0)]
-    value_ends = np.flatnonzero(terminal)
-    value_starts = np.empty(len(value_ends), dtype=np.int64)
-    value_starts[:1] = 0
-    value_starts[1:] = value_ends[:-1] + 1
-    too_long = np.flatnonzero(value_ends - value_starts >= 10)
-    if too_long.size:
-        bad_runs[np.searchsorted(run_ends, value_ends[too_long], side="right")] = True
-    terminals_before = np.concatenate(([0], np.cumsum(terminal)))
-    counts = np.bincount(
-        owner, weights=terminals_before[run_ends] - terminals_before[run_ends - lengths], minlength=num_owners
-    ).astype(np.int64)
-    if not value_ends.size:
-        return counts, np.zeros(0, dtype=np.int64), np.unique(owner[bad_runs])
-    covered = int(value_ends[-1]) + 1  # bytes after the last terminal belong to a broken run
-    value_of_byte = terminals_before[:covered] if covered else terminals_before[:0]
-    position = np.arange(covered, dtype=np.int64) - value_starts[value_of_byte]
-    shift = (7 * np.minimum(position, 9)).astype(np.uint64)
-    contributions = (raw[:covered] & 0x7F).astype(np.uint64) << shift
-    values = np.bitwise_or.reduceat(contributions, value_starts).view(np.int64)
-    return counts, values, np.unique(owner[bad_runs])
 
 
 def _single_varints(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray):
@@ -442,7 +264,7 @@ def _single_varints(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray):
     if (lengths == 1).all():
         first = buf[starts]
         return first.astype(np.int64), first < 0x80
-    window = _unaligned_u64(buf)[starts] & _LOW_BYTES_MASK[np.minimum(lengths, 8)]
+    window = unaligned_u64(buf)[starts] & _LOW_BYTES_MASK[np.minimum(lengths, 8)]
     ok = (window & _CONTINUATION_BITS) == _EXPECTED_CONTINUATION[np.minimum(lengths, 10)]
     ok &= (lengths >= 1) & (lengths <= 10)
     # Squeeze out the continuation bits: 7-bit groups -> 14-bit -> 28-bit -> 56-bit lanes.
@@ -460,54 +282,7 @@ def _single_varints(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray):
     return values.view(np.int64), ok
 
 
-def _words_at(u64: np.ndarray, positions: np.ndarray) -> np.ndarray:
-    """8-byte windows at ``positions``, for reads that may run past a short span's end into
-    others' bytes: positions beyond the buffer read its last window (those bytes are masked)."""
-    return u64[np.minimum(positions, len(u64) - 1)]
-
-
-def _unaligned_u64(buf: np.ndarray) -> np.ndarray:
-    """A uint64 (little-endian) view of ``buf`` starting at every byte offset."""
-    return le_integers(buf, 8)
-
-
 # --------------------------------------------------------------------------- the lockstep walk
-
-
-def _take(buf: np.ndarray, positions: np.ndarray) -> np.ndarray:
-    return buf.take(positions, mode="clip")
-
-
-def _read_lengths(buf: np.ndarray, positions: np.ndarray):
-    """Varints at ``positions`` (vectorised), for lengths: (value, next position, ok or None).
-
-    Varints longer than 4 bytes (values of 256 MiB and up, or non-minimal encodings) are not
-    ok here; those records go to the exact walker.
-    """
-    first = _take(buf, positions)
-    value = first.astype(np.int64)
-    after = positions + 1
-    multi = np.flatnonzero(first >= 0x80)
-    if not multi.size:
-        return value, after, None
-    partial = value[multi] & 0x7F
-    cursor = after[multi]
-    done = np.zeros(multi.size, dtype=bool)
-    for shift in (7, 14, 21):
-        live = ~done
-        byte = _take(buf, cursor).astype(np.int64)
-        partial = np.where(live, partial | ((byte & 0x7F) << shift), partial)
-        cursor = np.where(live, cursor + 1, cursor)
-        done |= live & (byte < 0x80)
-    value[multi] = partial
-    after[multi] = cursor
-    ok = np.ones(positions.size, dtype=bool)
-    ok[multi] = done
-    return value, after, ok
-
-
-def _both(ok: np.ndarray, more: np.ndarray | None) -> np.ndarray:
-    return ok if more is None else ok & more
 
 
 @dataclasses.dataclass
@@ -560,10 +335,10 @@ class _StepEntries:
 class _Walk:
     """Lockstep parse of every canonical record of a batch down to each feature's list message."""
 
-    def __init__(self, batch: _RecordBuffer, wanted: set[bytes] | None):
+    def __init__(self, batch: RecordBuffer, wanted: set[bytes] | None):
         self.batch = batch
         self.buf = batch.buf
-        self.u64 = _unaligned_u64(batch.buf)
+        self.u64 = unaligned_u64(batch.buf)
         self.wanted = wanted
         self.fallback = np.zeros(batch.num_records, dtype=bool)
         self.names: list[bytes] = []
@@ -587,14 +362,14 @@ class _Walk:
         batch, buf = self.batch, self.buf
         rec = np.flatnonzero(batch.ends > batch.starts)
         start, end = batch.starts[rec], batch.ends[rec]
-        length, pos, ok = _read_lengths(buf, start + 1)
-        ok = _both((_take(buf, start) == 0x0A) & (pos + length == end), ok)
+        length, pos, ok = read_lengths(buf, start + 1)
+        ok = both_ok((take(buf, start) == 0x0A) & (pos + length == end), ok)
         if not ok.all():
             self.fallback[rec[~ok]] = True
             rec, pos, end = rec[ok], pos[ok], end[ok]
         more = pos < end
         # Positions fit int32 in any buffer under 2 GiB; int32 arithmetic is twice as fast.
-        position_type = np.int32 if buf.size < 2**31 - 2 * _PAD else np.int64
+        position_type = np.int32 if buf.size < 2**31 - 2 * PAD else np.int64
         return rec[more].astype(position_type), pos[more].astype(position_type), end[more].astype(position_type)
 
     def _step(self, rec, pos, fend):
@@ -702,19 +477,19 @@ class _Walk:
     def _entries_generic(self, pos: np.ndarray, fend: np.ndarray) -> _StepEntries:
         """Locate canonical entries with any length encodings, byte by byte (vectorised)."""
         buf = self.buf
-        entry_len, key_tag_pos, ok1 = _read_lengths(buf, pos + 1)
+        entry_len, key_tag_pos, ok1 = read_lengths(buf, pos + 1)
         entry_end = key_tag_pos + entry_len
-        ok = (_take(buf, pos) == 0x0A) & (entry_end <= fend) & (_take(buf, key_tag_pos) == 0x0A)
-        name_len, name_start, ok2 = _read_lengths(buf, key_tag_pos + 1)
+        ok = (take(buf, pos) == 0x0A) & (entry_end <= fend) & (take(buf, key_tag_pos) == 0x0A)
+        name_len, name_start, ok2 = read_lengths(buf, key_tag_pos + 1)
         value_tag_pos = name_start + name_len
-        ok &= (value_tag_pos < entry_end) & (_take(buf, value_tag_pos) == 0x12)
-        feature_len, feature_start, ok3 = _read_lengths(buf, value_tag_pos + 1)
+        ok &= (value_tag_pos < entry_end) & (take(buf, value_tag_pos) == 0x12)
+        feature_len, feature_start, ok3 = read_lengths(buf, value_tag_pos + 1)
         ok &= feature_start + feature_len == entry_end
-        kind = _KIND_OF_TAG[_take(buf, feature_start)]
-        list_len, list_start, ok4 = _read_lengths(buf, feature_start + 1)
+        kind = _KIND_OF_TAG[take(buf, feature_start)]
+        list_len, list_start, ok4 = read_lengths(buf, feature_start + 1)
         empty = feature_len == 0
         ok &= empty | ((kind > 0) & (list_start + list_len == entry_end) & (True if ok4 is None else ok4))
-        ok = _both(_both(_both(ok, ok1), ok2), ok3)
+        ok = both_ok(both_ok(both_ok(ok, ok1), ok2), ok3)
         return _StepEntries.located(ok, entry_end, name_start, name_len, kind, empty, list_start,
                                     np.full(len(pos), -1, dtype=np.int64))
 
@@ -786,7 +561,7 @@ class _Walk:
         digest = name_len.astype(np.uint64) * _U64(0x9E3779B97F4A7C15)
         for word in range(int(name_len.max() + 7) // 8):
             remaining = np.clip(name_len - 8 * word, 0, 8)
-            chunk = _words_at(self.u64, name_start + 8 * word) & _LOW_BYTES_MASK[remaining]
+            chunk = words_at(self.u64, name_start + 8 * word) & _LOW_BYTES_MASK[remaining]
             digest = (digest ^ chunk) * _U64(0xFF51AFD7ED558CCD)
             digest ^= digest >> _U64(29)
         return digest
@@ -807,7 +582,7 @@ class _Walk:
         equal = len_a == len_b
         for word in range(int(len_a.max() + 7) // 8):
             mask = _LOW_BYTES_MASK[np.clip(len_a - 8 * word, 0, 8)]
-            equal &= (_words_at(self.u64, start_a + 8 * word) & mask) == (_words_at(self.u64, start_b + 8 * word) & mask)
+            equal &= (words_at(self.u64, start_a + 8 * word) & mask) == (words_at(self.u64, start_b + 8 * word) & mask)
         return equal
 
 
@@ -873,11 +648,11 @@ def _decode_entries(walk: _Walk, kind: int, rec, start, end) -> _Piece:
     """Values of one feature's canonical entries of one kind, any list layout."""
     buf = walk.buf
     if kind == KIND_BYTES:
-        owner, value_start, value_len, bad = _bytes_list_values(buf, start, end)
+        owner, value_start, value_len, bad = bytes_list_values(buf, start, end)
         walk.fallback[rec[bad]] = True
-        counts, lengths, data = _decode_bytes(buf, owner, value_start, value_len, len(rec))
+        counts, lengths, data = decode_bytes(buf, owner, value_start, value_len, len(rec))
         return _Piece(kind, rec, counts, lengths, data)
-    payload_start, payload_len, ok = _packed_payloads(buf, start, end)
+    payload_start, payload_len, ok = packed_payloads(buf, start, end)
     if kind == KIND_FLOAT:
         ok &= payload_len % 4 == 0
     if not ok.all():
@@ -885,9 +660,9 @@ def _decode_entries(walk: _Walk, kind: int, rec, start, end) -> _Piece:
         payload_len = np.where(ok, payload_len, 0)
     owner = np.arange(len(rec), dtype=np.int64)
     if kind == KIND_FLOAT:
-        counts, values = _decode_floats(buf, owner, payload_start, payload_len, len(rec))
+        counts, values = decode_floats(buf, owner, payload_start, payload_len, len(rec))
         return _Piece(kind, rec, counts, values)
-    counts, values, bad = _decode_varints(buf, owner, payload_start, payload_len, len(rec))
+    counts, values, bad = decode_varints(buf, owner, payload_start, payload_len, len(rec))
     walk.fallback[rec[bad]] = True
     return _Piece(kind, rec, counts, values)
 
@@ -902,7 +677,7 @@ def _decode_single_runs(walk: _Walk, kind: int, runs: list[tuple[int, np.ndarray
     else:
         _, rec, start, length = runs[0]
     if kind == KIND_BYTES:
-        parts = zip(_split(rec, sizes), _split(length, sizes), _split(_gather(buf, start, length), _part_sums(length, sizes)))
+        parts = zip(_split(rec, sizes), _split(length, sizes), _split(gather(buf, start, length), _part_sums(length, sizes)))
         return [(run[0], _Piece(kind, r, np.ones(len(r), dtype=np.int32), n, d)) for run, (r, n, d) in zip(runs, parts)]
     if kind == KIND_FLOAT:
         whole = length % 4 == 0
@@ -910,7 +685,7 @@ def _decode_single_runs(walk: _Walk, kind: int, runs: list[tuple[int, np.ndarray
             walk.fallback[rec[~whole]] = True  # malformed: the exact walker reports it
             length = np.where(whole, length, 0)
         counts = length // 4
-        values = _gather(buf, start, length).view("<f4")
+        values = gather(buf, start, length).view("<f4")
         parts = zip(_split(rec, sizes), _split(counts, sizes), _split(values, _part_sums(counts, sizes)))
         return [(run[0], _Piece(kind, r, c, v)) for run, (r, c, v) in zip(runs, parts)]
     values, single = _single_varints(buf, start, length)
@@ -943,49 +718,6 @@ def _part_sums(values: np.ndarray, sizes: list[int]) -> list[int]:
     ends = np.cumsum(sizes)
     totals = np.concatenate(([0], np.cumsum(values, dtype=np.int64)))[ends]
     return np.diff(totals, prepend=0).tolist()
-
-
-def _packed_payloads(buf: np.ndarray, start: np.ndarray, end: np.ndarray):
-    """Payload spans of canonical FloatList/Int64List messages: empty, or one packed field 1."""
-    nonempty = start < end
-    length, payload_start, ok_len = _read_lengths(buf, start + 1)
-    ok = ~nonempty | ((_take(buf, start) == 0x0A) & (payload_start + length == end))
-    if ok_len is not None:
-        ok &= ~nonempty | ok_len
-    return np.where(nonempty, payload_start, end), np.where(nonempty & ok, length, 0), ok
-
-
-def _bytes_list_values(buf: np.ndarray, start: np.ndarray, end: np.ndarray):
-    """Values of canonical BytesList messages (a run of field-1 values), walked in lockstep.
-
-    Returns (owner, value start, value length, owners not canonical), owners ascending.
-    """
-    owners, starts, lengths, bad = [], [], [], []
-    active = np.flatnonzero(start < end)
-    pos, stop = start[active], end[active]
-    steps = 0
-    while active.size:
-        steps += 1
-        length, value_start, ok_len = _read_lengths(buf, pos + 1)
-        value_end = value_start + length
-        ok = _both((_take(buf, pos) == 0x0A) & (value_end <= stop), ok_len)
-        if not ok.all():
-            bad.append(active[~ok])
-            active, value_start, length, value_end, stop = active[ok], value_start[ok], length[ok], value_end[ok], stop[ok]
-        owners.append(active)
-        starts.append(value_start)
-        lengths.append(length)
-        more = value_end < stop
-        active, pos, stop = active[more], value_end[more], stop[more]
-    if not owners:
-        empty = np.zeros(0, dtype=np.int64)
-        return empty, empty, empty, empty
-    owner, value_start, value_len = np.concatenate(owners), np.concatenate(starts), np.concatenate(lengths)
-    bad_owners = np.concatenate(bad) if bad else np.zeros(0, dtype=np.int64)
-    if steps > 1:
-        order = np.argsort(owner, kind="stable")
-        owner, value_start, value_len = owner[order], value_start[order], value_len[order]
-    return owner, value_start, value_len, bad_owners
 
 
 # ------------------------------------------------------------------------ the exact walker
@@ -1179,7 +911,7 @@ def _walk_features(data, start, end, wanted, features) -> None:
             pos = _skip(data, pos, end, field, wire_type)
 
 
-def _fallback_pieces(batch: _RecordBuffer, records: np.ndarray, wanted: set[bytes] | None,
+def _fallback_pieces(batch: RecordBuffer, records: np.ndarray, wanted: set[bytes] | None,
                      base: int) -> dict[bytes, list[_Piece]]:
     """Decode the given records with the exact walker; values go through the shared decoders.
 
@@ -1214,12 +946,12 @@ def _piece_from_runs(buf, kind: int, rec, owner, starts, lengths) -> _Piece:
     if kind == KIND_NONE:
         return _Piece.empty(KIND_NONE, rec)
     if kind == KIND_BYTES:
-        counts, value_lengths, data = _decode_bytes(buf, owner, starts, lengths, len(rec))
+        counts, value_lengths, data = decode_bytes(buf, owner, starts, lengths, len(rec))
         return _Piece(kind, rec, counts, value_lengths, data)
     if kind == KIND_FLOAT:
-        counts, values = _decode_floats(buf, owner, starts, lengths, len(rec))
+        counts, values = decode_floats(buf, owner, starts, lengths, len(rec))
         return _Piece(kind, rec, counts, values)
-    counts, values, bad = _decode_varints(buf, owner, starts, lengths, len(rec))
+    counts, values, bad = decode_varints(buf, owner, starts, lengths, len(rec))
     assert not bad.size, "the exact walker checked every varint"
     return _Piece(kind, rec, counts, values)
 
@@ -1238,7 +970,7 @@ class _Feature:
         return {piece.kind: piece.rec for piece in self.pieces}
 
 
-def _decode_features(batch: _RecordBuffer, wanted: set[bytes] | None, exact_only: bool = False) -> dict[bytes, _Feature]:
+def _decode_features(batch: RecordBuffer, wanted: set[bytes] | None, exact_only: bool = False) -> dict[bytes, _Feature]:
     """Decode the batch chunk by chunk; each feature's pieces are joined in record order."""
     by_name: dict[bytes, dict[int, list[_Piece]]] = {}
     for base in range(0, batch.num_records, _CHUNK_RECORDS):
@@ -1250,7 +982,7 @@ def _decode_features(batch: _RecordBuffer, wanted: set[bytes] | None, exact_only
             for name, by_kind in by_name.items()}
 
 
-def _decode_chunk(batch: _RecordBuffer, wanted: set[bytes] | None, exact_only: bool, base: int) -> dict[bytes, list[_Piece]]:
+def _decode_chunk(batch: RecordBuffer, wanted: set[bytes] | None, exact_only: bool, base: int) -> dict[bytes, list[_Piece]]:
     """Walk and decode one chunk: fast path for canonical records, exact walker for the rest.
 
     Returns {name: pieces (one per kind)} with batch record indexes (chunk index + ``base``).
@@ -1296,8 +1028,8 @@ def _inferred_batch(features: dict[bytes, _Feature], num_records: int) -> pa.Rec
             array = _list_array(pa.list_(pa.null()), pa.nulls(0), piece.rec, piece.counts, num_records, feature.name)
         else:
             piece = _concat_pieces([p.as_kind(kind) for p in feature.pieces])
-            child = _child_array(piece, _KIND_TYPES[kind], feature.name)
-            array = _list_array(pa.list_(_KIND_TYPES[kind]), child, piece.rec, piece.counts, num_records, feature.name)
+            child = _child_array(piece, KIND_ARROW_TYPES[kind], feature.name)
+            array = _list_array(pa.list_(KIND_ARROW_TYPES[kind]), child, piece.rec, piece.counts, num_records, feature.name)
         arrays.append(array)
         fields.append(pa.field(feature.name, array.type))
     return _record_batch(arrays, pa.schema(fields), num_records)

@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from tfrbeam.base.byte_views import windows
 from tfrbeam.codec.example import encode_varint
-from tfrbeam.codec.kinds import is_list, scalar_kind
+from tfrbeam.codec.kinds import BYTES, FLOAT, INT64, WIRE_TAGS, is_list, scalar_kind
 from tfrbeam.errors import ArrowConversionError
 
 __all__ = ["EncodedExamples", "encode_record_batch", "record_batch_to_examples"]
@@ -60,9 +60,9 @@ _LOOKUP_LIMIT = 4096
 # Distinct lengths up to which rows that must be copied exactly are copied group by group.
 _EXACT_LENGTH_GROUPS = 32
 
-_BYTES_LIST_TAG = b"\x0a"
-_FLOAT_LIST_TAG = b"\x12"
-_INT64_LIST_TAG = b"\x1a"
+_BYTES_LIST_TAG = bytes((WIRE_TAGS[BYTES],))
+_FLOAT_LIST_TAG = bytes((WIRE_TAGS[FLOAT],))
+_INT64_LIST_TAG = bytes((WIRE_TAGS[INT64],))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -711,7 +711,7 @@ def _payload(column: _Column, array: pa.Array, rows: Rows, row_base: int) -> _Pa
 
 
 # A FeatureList step of no values (0a 02, then the empty list of the kind): a null row's step.
-_EMPTY_STEP = {"int64": b"\x0a\x02\x1a\x00", "float": b"\x0a\x02\x12\x00", "bytes": b"\x0a\x02\x0a\x00"}
+_EMPTY_STEP = {kind: bytes((0x0A, 0x02, tag, 0x00)) for kind, tag in WIRE_TAGS.items()}
 
 
 def encode_feature_list_steps(name: str, array: pa.Array | pa.ChunkedArray, row_base: int = 0) -> EncodedExamples:

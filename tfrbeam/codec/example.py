@@ -71,6 +71,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from tfrbeam.codec.kinds import BYTES, FLOAT, INT64, WIRE_TAGS
 from tfrbeam.codec.protos import example_pb2
 from tfrbeam.errors import ExampleDecodeError, ExampleEncodeError
 
@@ -89,9 +90,6 @@ __all__ = [
     "packed_varints",
 ]
 
-BYTES = "bytes"
-FLOAT = "float"
-INT64 = "int64"
 KINDS: tuple[str, ...] = (BYTES, FLOAT, INT64)
 
 INT64_MIN = -(1 << 63)
@@ -100,7 +98,7 @@ INT64_MAX = (1 << 63) - 1
 _UNDECLARED = object()  # kinds.get() default: no declaration for this name (None means "no kind")
 
 # Feature field tags (Feature.oneof kind) and the one-field tag shared by every list and map entry.
-_FEATURE_TAG = {BYTES: b"\x0a", FLOAT: b"\x12", INT64: b"\x1a"}
+_FEATURE_TAG = {kind: bytes((tag,)) for kind, tag in WIRE_TAGS.items()}
 _FIELD1 = b"\x0a"
 _FIELD2 = b"\x12"
 
@@ -209,7 +207,7 @@ def _float32_bytes(values: Sequence[Any]) -> bytes:
 _INT_TYPES = frozenset({int, bool})
 _NUMBER_TYPES = frozenset({int, bool, float})
 _TEXT_TYPES = frozenset({bytes, str})
-_EMPTY_FEATURE = {BYTES: b"\x0a\x00", FLOAT: b"\x12\x00", INT64: b"\x1a\x00", None: b""}
+_EMPTY_FEATURE: dict[str | None, bytes] = {**{kind: tag + b"\x00" for kind, tag in _FEATURE_TAG.items()}, None: b""}
 _ONE_FLOAT_PREFIX = b"\x12\x06\x0a\x04"  # float_list, len 6, packed value field, len 4
 
 

@@ -1,4 +1,9 @@
-"""The one table of Arrow types that map to tf.train.Example features, for every path that converts them.
+"""The one table of tf.train.Example feature kinds, and of the Arrow types that map to them.
+
+The kinds: their names ("int64", "float", "bytes", as specs and manifests spell them), their
+wire codes (the Feature oneof field numbers the decoders use), their Feature field tags, their
+Arrow value types and TensorFlow dtypes. Every module that needs one of these imports it from here
+(tests/codec/test_kinds.py fails on a copy of the kind -> Arrow type mapping elsewhere in tfrbeam).
 
 The columnar encoder, the build's feature conversion and the columnar decoder (for the types a
 schema may ask for) all decide "is this text, bytes, a number, a list?" here, so they accept the
@@ -11,11 +16,31 @@ import numpy as np
 import pyarrow as pa
 
 __all__ = [
-    "EXAMPLE_TYPES", "is_binary", "is_bytes", "is_list", "is_list_view", "is_temporal", "is_text", "plain_list",
-    "scalar_kind",
+    "ARROW_TYPES", "BYTES", "EXAMPLE_TYPES", "FEATURE_TYPES", "FLOAT", "INT64", "KIND_ARROW_TYPES", "KIND_BYTES",
+    "KIND_FLOAT", "KIND_INT64", "KIND_NAMES", "KIND_NONE", "KIND_OF_TYPE", "TF_DTYPES", "WIRE_TAGS",
+    "is_binary", "is_bytes", "is_list", "is_list_view", "is_temporal", "is_text", "plain_list", "scalar_kind",
 ]
 
 types = pa.types
+
+# Feature type names, as feature specs, manifests and ``kinds=`` arguments spell them.
+INT64, FLOAT, BYTES = "int64", "float", "bytes"
+FEATURE_TYPES: tuple[str, ...] = (INT64, FLOAT, BYTES)
+
+# Wire kinds: the Feature oneof field numbers (bytes_list = 1, float_list = 2, int64_list = 3; 0: no kind set).
+KIND_NONE, KIND_BYTES, KIND_FLOAT, KIND_INT64 = 0, 1, 2, 3
+KIND_NAMES = {KIND_NONE: "no kind", KIND_BYTES: "bytes_list", KIND_FLOAT: "float_list", KIND_INT64: "int64_list"}
+KIND_OF_TYPE: dict[str, int] = {INT64: KIND_INT64, FLOAT: KIND_FLOAT, BYTES: KIND_BYTES}
+
+# Each kind's Arrow value type: what the decoders give and the writers take for its values.
+ARROW_TYPES: dict[str, pa.DataType] = {INT64: pa.int64(), FLOAT: pa.float32(), BYTES: pa.binary()}
+KIND_ARROW_TYPES: dict[int, pa.DataType] = {KIND_OF_TYPE[name]: ARROW_TYPES[name] for name in FEATURE_TYPES}
+
+# The Feature field tag of each kind's list (field number << 3 | wire type 2, length-delimited).
+WIRE_TAGS: dict[str, int] = {name: KIND_OF_TYPE[name] << 3 | 2 for name in FEATURE_TYPES}
+
+# The TensorFlow dtype of each kind, as the manifest and ``tfrbeam`` file tools write it.
+TF_DTYPES: dict[str, str] = {INT64: "tf.int64", FLOAT: "tf.float32", BYTES: "tf.string"}
 
 
 def is_text(arrow_type: pa.DataType) -> bool:
@@ -52,11 +77,11 @@ def scalar_kind(arrow_type: pa.DataType) -> str | None:
     if types.is_dictionary(arrow_type):
         return scalar_kind(arrow_type.value_type)
     if types.is_integer(arrow_type) or types.is_boolean(arrow_type):
-        return "int64"
+        return INT64
     if types.is_floating(arrow_type):
-        return "float"
+        return FLOAT
     if is_bytes(arrow_type):
-        return "bytes"
+        return BYTES
     return None
 
 

@@ -21,25 +21,22 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from tfrbeam.codec.decode import (
-    DEFAULT_MAX_FEATURES,
-    KIND_BYTES,
-    KIND_FLOAT,
-    KIND_INT64,
-    _bytes_list_values,
-    _decode_bytes,
-    _decode_floats,
-    _decode_varints,
-    _exclusive_cumsum,
-    _gather,
-    _packed_payloads,
-    _read_lengths,
-    _RecordBuffer,
-    _take,
-    examples_to_record_batch,
-)
+from tfrbeam.codec.decode import DEFAULT_MAX_FEATURES, examples_to_record_batch
 from tfrbeam.codec.encode import Spans, concatenate_parts, varint_sizes
 from tfrbeam.codec.example import decode_sequence_example, encode_sequence_example
+from tfrbeam.codec.kinds import ARROW_TYPES, FEATURE_TYPES, KIND_BYTES, KIND_FLOAT, KIND_OF_TYPE, WIRE_TAGS
+from tfrbeam.codec.wire import (
+    RecordBuffer,
+    bytes_list_values,
+    decode_bytes,
+    decode_floats,
+    decode_varints,
+    exclusive_cumsum,
+    gather,
+    packed_payloads,
+    read_lengths,
+    take,
+)
 from tfrbeam.errors import ArrowConversionError, ExampleDecodeError
 
 __all__ = ["has_feature_lists", "sequence_examples_to_record_batches"]
@@ -64,7 +61,7 @@ def sequence_examples_to_record_batches(
     schema field takes a feature (scalar: exactly one value per step, ``fixed_size_list``, ``list``);
     without it every list found becomes ``list<list<kind>>``, columns sorted by name.
     """
-    batch = _RecordBuffer.from_input(records)
+    batch = RecordBuffer.from_input(records)
     layout = _Layout.of(batch, sequence_schema)
     if layout.odd.any():
         batch = _canonical(batch, np.flatnonzero(layout.odd))
@@ -82,7 +79,7 @@ def has_feature_lists(records: Any) -> np.ndarray:
     A tf.train.Example has only field 1 (its features, the same bytes as a SequenceExample's
     context), so this is how a reader tells the two apart.
     """
-    batch = _RecordBuffer.from_input(records)
+    batch = RecordBuffer.from_input(records)
     fields, _ = _fields(batch.buf, batch.starts, batch.ends)
     found = np.zeros(batch.num_records, dtype=bool)
     found[fields.owner[fields.tag == _LISTS_TAG]] = True
@@ -119,8 +116,8 @@ def _fields(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[_Fie
     owner, pos, end = owner[live], pos[live], end[live]
     parts: list[tuple[np.ndarray, ...]] = []
     while owner.size:
-        tag = _take(buf, pos)
-        length, after, ok = _read_lengths(buf, pos + 1)
+        tag = take(buf, pos)
+        length, after, ok = read_lengths(buf, pos + 1)
         value_end = after + length
         good = ((tag & 0x87) == 0x02) & (value_end <= end)
         if ok is not None:
@@ -159,7 +156,7 @@ class _Layout:
     odd: np.ndarray
 
     @classmethod
-    def of(cls, batch: _RecordBuffer, sequence_schema: pa.Schema | None) -> _Layout:
+    def of(cls, batch: RecordBuffer, sequence_schema: pa.Schema | None) -> _Layout:
         """Walk the batch: the top-level fields, the FeatureLists' entries, the wanted lists' steps."""
         buf = batch.buf
         top, odd = _fields(buf, batch.starts, batch.ends)
@@ -216,19 +213,19 @@ class _Entries:
 def _steps_of(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[_Fields, np.ndarray]:
     """The steps (fields) of FeatureList bodies: lists whose steps all have their first step's size are
     cut at once (float scalars, fixed-size steps); the others are walked in lockstep."""
-    length, after, ok = _read_lengths(buf, starts + 1)
+    length, after, ok = read_lengths(buf, starts + 1)
     size = after + length - starts
     nonempty = ends > starts
     if ok is not None:
         nonempty &= ok
-    candidates = np.flatnonzero(nonempty & (_take(buf, starts) == 0x0A) & (size > 0)
+    candidates = np.flatnonzero(nonempty & (take(buf, starts) == 0x0A) & (size > 0)
                                 & ((ends - starts) % np.maximum(size, 1) == 0))
     count = (ends[candidates] - starts[candidates]) // size[candidates]
     owner = np.repeat(candidates, count)
-    step_number = np.arange(int(count.sum()), dtype=np.int64) - np.repeat(_exclusive_cumsum(count), count)
+    step_number = np.arange(int(count.sum()), dtype=np.int64) - np.repeat(exclusive_cumsum(count), count)
     position = starts[owner] + step_number * size[owner]
-    step_length, step_after, step_ok = _read_lengths(buf, position + 1)
-    fits = (_take(buf, position) == 0x0A) & (step_after + step_length == position + size[owner])
+    step_length, step_after, step_ok = read_lengths(buf, position + 1)
+    fits = (take(buf, position) == 0x0A) & (step_after + step_length == position + size[owner])
     if step_ok is not None:
         fits &= step_ok
     uniform = np.zeros(len(starts), dtype=bool)
@@ -266,7 +263,7 @@ def _not_canonical_top(top: _Fields, count: int) -> np.ndarray:
 def _key_and_value(parts: _Fields, entries: int) -> tuple[_Fields, _Fields, np.ndarray]:
     """Each map entry's key (field 1) and value (field 2), and the entries not exactly key then value."""
     per_entry = np.bincount(parts.owner, minlength=entries)
-    first = _exclusive_cumsum(per_entry)
+    first = exclusive_cumsum(per_entry)
     bad = per_entry != 2
     two = np.flatnonzero(~bad)
     key_at, value_at = first[two], first[two] + 1
@@ -286,7 +283,7 @@ def _key_and_value(parts: _Fields, entries: int) -> tuple[_Fields, _Fields, np.n
 def _entry_names(buf: np.ndarray, keys: _Fields) -> tuple[list[str], np.ndarray, np.ndarray]:
     """The distinct list names, each entry's index among them, and entries whose name is not UTF-8."""
     lengths = keys.value_end - keys.value_start
-    data = _gather(buf, keys.value_start, lengths)
+    data = gather(buf, keys.value_start, lengths)
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     array = pa.Array.from_buffers(pa.large_binary(), len(lengths), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
@@ -311,7 +308,7 @@ def _duplicated(records: np.ndarray, names: np.ndarray, distinct: int) -> np.nda
     return np.unique(repeated // max(distinct, 1))
 
 
-def _canonical(batch: _RecordBuffer, odd: np.ndarray) -> _RecordBuffer:
+def _canonical(batch: RecordBuffer, odd: np.ndarray) -> RecordBuffer:
     """The batch with records ``odd`` replaced by their canonical encoding (protobuf's reading of them)."""
     encoded = []
     for index in odd.tolist():
@@ -330,15 +327,15 @@ def _canonical(batch: _RecordBuffer, odd: np.ndarray) -> _RecordBuffer:
     buf = np.concatenate([batch.buf[:end], np.frombuffer(b"".join(encoded), dtype=np.uint8),
                           np.zeros(batch.buf.size - end, dtype=np.uint8)])
     starts, ends = batch.starts.copy(), batch.ends.copy()
-    starts[odd] = end + _exclusive_cumsum(lengths)
+    starts[odd] = end + exclusive_cumsum(lengths)
     ends[odd] = starts[odd] + lengths
-    return _RecordBuffer(buf, starts, ends)
+    return RecordBuffer(buf, starts, ends)
 
 
 # --------------------------------------------------------------------------- the steps' values
 
 
-def _lists_batch(batch: _RecordBuffer, layout: _Layout, schema: pa.Schema | None) -> pa.RecordBatch:
+def _lists_batch(batch: RecordBuffer, layout: _Layout, schema: pa.Schema | None) -> pa.RecordBatch:
     count = batch.num_records
     names = sorted(layout.lists) if schema is None else list(schema.names)
     arrays, fields = [], []
@@ -380,7 +377,7 @@ def _decode_steps(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, step_ty
 
 
 # Step types read directly: their values' type, list shape, and the Feature tag of their kind.
-_PLAIN_KINDS = {pa.int64(): (KIND_INT64, 0x1A), pa.float32(): (KIND_FLOAT, 0x12), pa.binary(): (KIND_BYTES, 0x0A)}
+_PLAIN_KINDS = {ARROW_TYPES[name]: (KIND_OF_TYPE[name], WIRE_TAGS[name]) for name in FEATURE_TYPES}
 
 
 def _plain_steps(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, step_type: pa.DataType) -> pa.Array | None:
@@ -391,9 +388,9 @@ def _plain_steps(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, step_typ
         return None
     kind, tag = _PLAIN_KINDS[element]
     count = len(starts)
-    length, body_start, ok = _read_lengths(buf, starts + 1)
+    length, body_start, ok = read_lengths(buf, starts + 1)
     empty = starts == ends  # a Feature with no kind: no values
-    good = empty | ((_take(buf, starts) == tag) & (body_start + length == ends))
+    good = empty | ((take(buf, starts) == tag) & (body_start + length == ends))
     if ok is not None:
         good &= empty | ok
     if not good.all():
@@ -401,10 +398,10 @@ def _plain_steps(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, step_typ
     body_start, body_end = np.where(empty, ends, body_start), ends
     owner = np.arange(count, dtype=np.int64)
     if kind == KIND_BYTES:
-        value_owner, value_start, value_length, bad = _bytes_list_values(buf, body_start, body_end)
+        value_owner, value_start, value_length, bad = bytes_list_values(buf, body_start, body_end)
         if bad.size:
             return None
-        counts, lengths, data = _decode_bytes(buf, value_owner, value_start, value_length, count)
+        counts, lengths, data = decode_bytes(buf, value_owner, value_start, value_length, count)
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         if offsets[-1] > 2**31 - 1:
@@ -412,13 +409,13 @@ def _plain_steps(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, step_typ
         values = pa.Array.from_buffers(pa.binary(), len(lengths), [None, pa.py_buffer(offsets.astype(np.int32)),
                                                                   pa.py_buffer(data)])
     else:
-        payload_start, payload_length, packed = _packed_payloads(buf, body_start, body_end)
+        payload_start, payload_length, packed = packed_payloads(buf, body_start, body_end)
         if not packed.all() or (kind == KIND_FLOAT and (payload_length % 4).any()):
             return None
         if kind == KIND_FLOAT:
-            counts, numbers = _decode_floats(buf, owner, payload_start, payload_length, count)
+            counts, numbers = decode_floats(buf, owner, payload_start, payload_length, count)
         else:
-            counts, numbers, bad = _decode_varints(buf, owner, payload_start, payload_length, count)
+            counts, numbers, bad = decode_varints(buf, owner, payload_start, payload_length, count)
             if bad.size:
                 return None
         values = pa.Array.from_buffers(element, len(numbers), [None, pa.py_buffer(np.ascontiguousarray(numbers))])
@@ -457,7 +454,7 @@ def _framed_steps(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, step_ty
 
 def _step_error(buf: np.ndarray, steps: _Steps, name: str, step_type: pa.DataType | None, error: Exception) -> Exception:
     """The error of the first record whose steps fail on their own, in terms of records and steps."""
-    first = _exclusive_cumsum(steps.counts)
+    first = exclusive_cumsum(steps.counts)
     for record, start, count in zip(steps.records.tolist(), first.tolist(), steps.counts.tolist()):
         try:
             _decode_steps(buf, steps.starts[start:start + count], steps.ends[start:start + count], step_type)

@@ -30,7 +30,7 @@ class Ragged(NamedTuple):
     @property
     def offsets(self) -> np.ndarray:
         """Row start offsets into ``values``, n + 1 of them."""
-        return _offsets(self.lengths)
+        return row_offsets(self.lengths)
 
     @property
     def num_rows(self) -> int:
@@ -73,7 +73,7 @@ def pad_rows(values: np.ndarray, lengths: np.ndarray, length: int | None, pad_va
     kept = np.minimum(lengths, width)
     column = ranges(np.zeros(len(lengths), dtype=np.int64), kept)
     row = np.repeat(np.arange(len(lengths), dtype=np.int64), kept)
-    out[row, column] = values[ranges(_offsets(lengths)[:-1], kept)]
+    out[row, column] = values[ranges(row_offsets(lengths)[:-1], kept)]
     return out
 
 
@@ -95,14 +95,14 @@ class Column:
         for lengths in self.levels:
             taken = lengths[index]
             levels.append(taken)
-            index = ranges(_offsets(lengths)[:-1][index], taken)
+            index = ranges(row_offsets(lengths)[:-1][index], taken)
         return Column(self.leaf[index], tuple(levels))
 
     def slice(self, start: int, stop: int) -> Column:
         """Rows ``start:stop`` without an index array."""
         levels = []
         for lengths in self.levels:
-            offsets = _offsets(lengths)
+            offsets = row_offsets(lengths)
             levels.append(lengths[start:stop])
             start, stop = int(offsets[start]), int(offsets[stop])
         return Column(self.leaf[start:stop], tuple(levels))
@@ -180,7 +180,8 @@ def concat_blocks(blocks: list[Block]) -> Block:
     return {name: concat_columns([block[name] for block in blocks]) for name in blocks[0]}
 
 
-def _offsets(lengths: np.ndarray) -> np.ndarray:
+def row_offsets(lengths: np.ndarray) -> np.ndarray:
+    """Arrow-style offsets of rows of ``lengths``: ``[0, l0, l0 + l1, ..., total]`` as int64 (one more than rows)."""
     out = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=out[1:])
     return out
@@ -268,7 +269,7 @@ class _PooledColumn:
             target = self.fill[level + 1] if level + 1 < self.depth else self.leaf_fill
             begin = slot if level == 0 else self.fill[level]
             end = begin + len(lengths)
-            self.starts[level][begin:end] = _offsets(lengths)[:-1] + target
+            self.starts[level][begin:end] = row_offsets(lengths)[:-1] + target
             self.lengths[level][begin:end] = lengths
             if level:
                 self.fill[level] = end

@@ -8,7 +8,8 @@ from collections.abc import Mapping
 import numpy as np
 import pyarrow as pa
 
-from tfrbeam.dataset.columns import Block, Column, Ragged, _offsets, pad_rows
+from tfrbeam.codec.kinds import ARROW_TYPES
+from tfrbeam.dataset.columns import Block, Column, Ragged, pad_rows, row_offsets
 from tfrbeam.dataset.reader import present_key
 from tfrbeam.dataset.spec import (
     ContextFeature,
@@ -24,7 +25,7 @@ Padding = Mapping[str, "int | None"]
 
 def _binary_array(leaf: np.ndarray, byte_lengths: np.ndarray) -> pa.Array:
     """Values given as bytes back to back plus lengths, as an Arrow binary array (large past 2 GiB)."""
-    offsets = _offsets(byte_lengths)
+    offsets = row_offsets(byte_lengths)
     large = offsets[-1] >= 2**31
     return (pa.LargeBinaryArray if large else pa.BinaryArray).from_buffers(
         pa.large_binary() if large else pa.binary(),
@@ -138,7 +139,7 @@ def _with_nulls(array: pa.Array, present: np.ndarray) -> pa.Array:
 def _arrow_column(column: Column, feature: Feature) -> pa.Array:
     if isinstance(feature, (FixedLenSequenceFeature, VarLenSequenceFeature)):  # a list<step> column
         steps = _arrow_column(Column(column.leaf, column.levels[1:]), feature.step)
-        return pa.ListArray.from_arrays(pa.array(_offsets(column.levels[0]).astype(np.int32)), steps)
+        return pa.ListArray.from_arrays(pa.array(row_offsets(column.levels[0]).astype(np.int32)), steps)
     return _context_arrow_column(column, feature)
 
 
@@ -147,7 +148,7 @@ def _context_arrow_column(column: Column, feature: ContextFeature) -> pa.Array:
         values: pa.Array = _binary_array(column.leaf, column.levels[-1])
         row_lengths = column.levels[0] if len(column.levels) == 2 else None
     else:
-        values = pa.array(column.leaf.reshape(-1), type=pa.int64() if feature.dtype == "int64" else pa.float32())
+        values = pa.array(column.leaf.reshape(-1), type=ARROW_TYPES[feature.dtype])
         row_lengths = column.levels[0] if column.levels else None
     if isinstance(feature, FixedLenFeature):
         # from_buffers with each level's row count: from_arrays refuses (or divides by) a size of 0
@@ -156,4 +157,4 @@ def _context_arrow_column(column: Column, feature: ContextFeature) -> pa.Array:
             values = pa.Array.from_buffers(pa.list_(values.type, feature.shape[depth - 1]), rows, [None], children=[values])
         return values
     assert row_lengths is not None
-    return pa.ListArray.from_arrays(pa.array(_offsets(row_lengths).astype(np.int32)), values)
+    return pa.ListArray.from_arrays(pa.array(row_offsets(row_lengths).astype(np.int32)), values)

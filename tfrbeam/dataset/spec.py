@@ -20,22 +20,22 @@ import numpy as np
 import pyarrow as pa
 
 from tfrbeam.codec.decode import DEFAULT_MAX_FEATURES, examples_to_record_batch
+from tfrbeam.codec.kinds import ARROW_TYPES, FEATURE_TYPES
 from tfrbeam.codec.sequence_decode import has_feature_lists, sequence_examples_to_record_batches
 from tfrbeam.errors import ArrowConversionError, ConfigError, ExampleDecodeError, RecordLimitError
 from tfrbeam.layout.generation import Generation
-from tfrbeam.layout.manifest import MANIFEST_NAME, RECORD_TYPES, SEQUENCE_EXAMPLE, parse_manifest, record_type_of
+from tfrbeam.layout.manifest import MANIFEST_NAME, RECORD_TYPES, SEQUENCE_EXAMPLE, load_manifest, record_type_of
 from tfrbeam.layout.paths import confined_path
 from tfrbeam.tfrecord.records import RecordReader, normalize_compression
 
 _LOG = logging.getLogger(__name__)
 
-DTYPES = ("int64", "float", "bytes")
+DTYPES = FEATURE_TYPES
 _DTYPE_ALIASES = {
     "int64": "int64", "int": "int64", "int32": "int64",
     "float": "float", "float32": "float", "float64": "float",
     "bytes": "bytes", "string": "bytes", "str": "bytes", "binary": "bytes",
 }
-_ARROW_TYPES = {"int64": pa.int64(), "float": pa.float32(), "bytes": pa.binary()}
 NUMPY_DTYPES: dict[str, np.dtype] = {"int64": np.dtype(np.int64), "float": np.dtype(np.float32), "bytes": np.dtype(object)}
 INFER_RECORDS = 1000
 
@@ -179,7 +179,7 @@ def arrow_field(name: str, feature: Feature) -> pa.Field:
     """
     if isinstance(feature, (FixedLenSequenceFeature, VarLenSequenceFeature)):
         return pa.field(name, pa.list_(arrow_field(name, feature.step).type), nullable=True)
-    value_type = _ARROW_TYPES[feature.dtype]
+    value_type = ARROW_TYPES[feature.dtype]
     if isinstance(feature, VarLenFeature):
         return pa.field(name, pa.list_(value_type), nullable=True)
     nullable = feature.default_value is not None
@@ -301,19 +301,14 @@ def _expand(path: PathSpec) -> list[str]:
     return found
 
 
-def read_manifest(manifest_path: str) -> dict:
-    """The checked ``dataset_info.json`` at ``manifest_path`` (``tfrbeam.layout.manifest`` reads and checks it)."""
-    return read_pinned_manifest(manifest_path)[0]
-
-
 def read_pinned_manifest(manifest_path: str) -> tuple[dict, Generation]:
-    """The checked manifest at ``manifest_path`` and the generation it pins (its bytes' digest and run id)."""
+    """The checked manifest at ``manifest_path`` (read and checked by ``tfrbeam.layout.manifest``) and the
+    generation it pins (its bytes' digest and run id)."""
     try:
-        with open(manifest_path, "rb") as handle:
-            data = handle.read()
+        manifest, data = load_manifest(manifest_path)
     except OSError as exc:
         raise ConfigError(f"{manifest_path}: cannot read the dataset manifest: {exc}") from exc
-    return parse_manifest(data, manifest_path), Generation.of(os.path.dirname(manifest_path) or ".", data)
+    return manifest, Generation.of(os.path.dirname(manifest_path) or ".", data)
 
 
 def _from_manifest(

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 from tfrbeam.base.file_access import LOCAL_FILES, FileAccess, LocalFiles
+from tfrbeam.codec.kinds import TF_DTYPES  # feature type -> TensorFlow dtype (also imported from here)
 from tfrbeam.errors import ManifestError, RecordError, RecordIndexError
 from tfrbeam.layout.manifest_schema import (  # noqa: F401 (the record types are re-exported from here)
     EXAMPLE,
@@ -32,7 +33,6 @@ from tfrbeam.tfrecord.offset_index import offset_index_is_current, offset_index_
 from tfrbeam.tfrecord.record_index import INDEX_DIR_NAME, index_is_current, index_path_for, parse_index
 from tfrbeam.tfrecord.records import RecordReader, compression_from_name
 
-TF_DTYPES = {"int64": "tf.int64", "float": "tf.float32", "bytes": "tf.string"}  # feature type -> TensorFlow dtype
 _READ_CHUNK = 1 << 20
 
 
@@ -135,8 +135,17 @@ def read_manifest(dataset_dir: str, files: FileAccess = LOCAL_FILES, verifiable:
     path = manifest_path(dataset_dir, files)
     if not files.exists(path):
         return None
+    return load_manifest(path, files, verifiable)[0]
+
+
+def load_manifest(path: str, files: FileAccess = LOCAL_FILES, verifiable: bool = False) -> tuple[dict[str, Any], bytes]:
+    """The checked manifest at ``path`` and the bytes it was parsed from (a reader pins its generation by them).
+
+    ``OSError`` when it cannot be read (the caller says what that means to it); ``ManifestError`` when it is damaged.
+    """
     with files.open_read(path) as handle:
-        return parse_manifest(handle.read(), path, verifiable)
+        data = handle.read()
+    return parse_manifest(data, path, verifiable), data
 
 
 class _HashingReader:

@@ -16,9 +16,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tfrbeam.codec.kinds import ARROW_TYPES
 from tfrbeam.stats.sketches import DistinctCount, QuantileSketch, TopValues, hash_binary, mix64
 
-FEATURE_TYPES = {"int64": pa.int64(), "float": pa.float32(), "bytes": pa.binary()}
+FEATURE_TYPES = ARROW_TYPES  # feature type name -> its Arrow value type (the one table in tfrbeam.codec.kinds)
 
 
 def stats_schema(feature_types: Mapping[str, str]) -> pa.Schema:
