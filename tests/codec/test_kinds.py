@@ -100,10 +100,7 @@ PACKAGE = Path(tfrbeam.__file__).parent
 _TABLE_TYPES = {"int64", "float32", "binary"}  # pa.int64(), pa.float32(), pa.binary(): the kinds' Arrow types
 _KIND_WORDS = {"int64", "float", "bytes"}
 # Copies in files another helper of issue 25 owns (tfrbeam/build/): (file, function) -> why they stay for now.
-_KNOWN_COPIES = {
-    ("build/features.py", "output_type"): "build/ is the build helper's; it should use kinds.ARROW_TYPES",
-    ("build/features.py", "_scalar_output"): "build/ is the build helper's; it should use kinds.ARROW_TYPES",
-}
+_KNOWN_COPIES: dict[tuple[str, str], str] = {}
 
 
 def _is_table_type(node: ast.AST) -> bool:

@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tfrbeam.codec.kinds import (
+    ARROW_TYPES,
     FEATURE_TYPES,
     is_binary as _is_binary,
     is_list as _is_list,
@@ -198,7 +199,7 @@ def _json_default(value: Any) -> Any:
 
 def output_type(spec: FeatureSpec) -> pa.DataType:
     """The Arrow type convert_batch gives a feature's column (what the columnar encoder takes)."""
-    scalar = {"int64": pa.int64(), "float": pa.float32(), "bytes": pa.binary()}[spec.type or "bytes"]
+    scalar = ARROW_TYPES[spec.type or "bytes"]
     return pa.list_(scalar) if spec.is_list else scalar
 
 
@@ -903,7 +904,7 @@ def _cast_or_null(values: pa.Array, target: pa.DataType) -> pa.Array:
 
 
 def _scalar_output(feature_type: str) -> pa.DataType:
-    return {"int64": pa.int64(), "float": pa.float32(), "bytes": pa.binary()}[feature_type]
+    return ARROW_TYPES[feature_type]
 
 
 def _as_text(values: pa.Array) -> pa.Array:
