@@ -343,7 +343,7 @@ def check_every_record_arrived(files: Sequence[ShardFile], expected: int, output
     if written != expected:
         raise ShortWriteError(
             f"{output}: the shard writers wrote {written} {records}, but {expected} {made}; the runner "
-            "lost or duplicated elements, so nothing was published (see the README's runner table)"
+            "lost or duplicated elements, so nothing was published (see docs/runners.md)"
         )
     sizes = {}
     for item in files:
@@ -365,7 +365,7 @@ def check_every_sequence_arrived(files: Sequence[ShardFile], sequences: Sequence
             f"{output}: {converted} rows were converted, but the sequence stage received {sequences.rows} "
             f"({int(sequences.steps.sum())} steps kept, {int(sequences.too_few_rows.sum())} in groups under min_steps, "
             f"{int(sequences.bad_rows.sum())} in bad groups, {int(sequences.truncated_steps.sum())} truncated); the "
-            "runner lost or duplicated elements, so nothing was published (see the README's runner table)"
+            "runner lost or duplicated elements, so nothing was published (see docs/runners.md)"
         )
     check_every_record_arrived(files, int(sequences.examples.sum()), output, "were made of the groups",
                                "SequenceExamples")

@@ -6,7 +6,7 @@ rows that cannot be converted (an unparsable number, a float in an int64 feature
 range, a null where on_null is error, a list of the wrong length) as BadRows with their file, line,
 reason and raw text. Rows are only looked at one by one to word the reasons of bad rows.
 
-Rules (the README states them too):
+Rules (docs/build-config.md states them too):
 - Only the configured null values are null; zeros, "" and false are values.
 - int64 text must be an optional sign and decimal digits ("1.0", "1e3", "0x10" are bad rows);
   float text is a decimal or exponent number, inf/infinity or nan (any case, optional sign).

@@ -17,7 +17,7 @@ values; the same vectorised decoders turn those locations into values, so the tw
 identical results (float bit patterns included: a signalling NaN is kept, where a round trip
 through Python floats would quiet it).
 
-Rules (also in the README):
+Rules (also in docs/format.md):
 - Without a schema every feature becomes a list column of its kind (``list<int64>``,
   ``list<float32>``, ``list<binary>``), columns sorted by name, null where a record lacks the
   feature. A Feature with no kind set (an empty Feature) is an empty list; a feature that has no

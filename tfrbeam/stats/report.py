@@ -1,6 +1,6 @@
 """The ``stats.json`` document: split accumulators -> per-split, per-feature statistics and drift between splits.
 
-The schema is documented in the README ("stats.json"); ``FORMAT`` names its version. Every
+The schema is documented in docs/stats-export.md ("stats.json"); ``FORMAT`` names its version. Every
 feature entry has every key, null where it does not apply (``min`` of a bytes feature).
 """
 
