@@ -334,3 +334,26 @@ def test_every_command_in_a_config_comment_runs(tmp_path):
               for index, command in enumerate(commands)]
     failures = failures_of(blocks, tmp_path, rounds=1)
     assert not failures, "\n".join(failures)
+
+
+_REPO_PATH = re.compile(r"(?<![\w./-])((?:tfrbeam|tests|benchmarks|pipelines|configs|\.ci)/[\w./*-]*[\w*])")
+
+
+def repo_paths_named(text: str) -> set[str]:
+    """Paths of this repository a page names (``tfrbeam/...``, ``tests/...``), globs and output paths left out."""
+    return {path for path in _REPO_PATH.findall(text) if "*" not in path and not path.startswith("tests/data/")}
+
+
+def test_repo_paths_are_found_in_text():
+    text = "see `tfrbeam/codec/decode.py`, tests/build/test_graph.py and out/demo; not tfrbeam/x/*.py"
+    assert repo_paths_named(text) == {"tfrbeam/codec/decode.py", "tests/build/test_graph.py"}
+
+
+def test_every_module_and_test_path_the_docs_name_exists():
+    """A restructure that moves a module or a test must move its mentions too."""
+    missing = []
+    for page in [REPO_ROOT / "README.md", *sorted(DOCS_DIR.glob("*.md"))]:
+        for path in sorted(repo_paths_named(page.read_text())):
+            if not (REPO_ROOT / path.rstrip(".")).exists():
+                missing.append(f"{page.relative_to(REPO_ROOT)}: {path}")
+    assert missing == []
