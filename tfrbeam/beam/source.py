@@ -682,6 +682,18 @@ def _refuse_pattern_codec(pattern: str, compression: str | None) -> None:
         compression_for_file(compression, pattern)
 
 
+class DecodedBatchSource(TFRecordSource):
+    """A TFRecordSource whose output elements are what ``decoder`` makes of each block of up to ``batch_size`` records.
+
+    The source of ReadExamples and ReadSequenceExamples (see ``ReadOptions.batch_decoder``).
+    """
+
+    def __init__(self, file_pattern, decoder: Callable[[str, RecordBlock], Iterable[Any]], batch_size: int,
+                 **source_arguments):
+        super().__init__(file_pattern, **source_arguments)
+        self._options = dataclasses.replace(self._options, batch_size=batch_size, batch_decoder=decoder)
+
+
 class ReadFromTFRecord(PTransform):
     """Read the records of TFRecord files matching ``file_pattern`` (a drop-in for Beam's ReadFromTFRecord).
 
