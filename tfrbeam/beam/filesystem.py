@@ -1,11 +1,11 @@
 """One home for file-system operations on any Beam filesystem: match, exists, read, write, rename, delete.
 
 Everything the source, the sink, the Parquet export, the stats pipeline, the build and the commit
-protocol do to files goes through this module, so
-each operation has one meaning (``delete_tree`` removes a directory or every object under a
-prefix; ``delete_files`` removes only files that exist) and the fault-injection tests can wrap
-the whole file-system layer in one place. ``BEAM_FILES`` is the read-only ``FileAccess`` the
-format-level tools (``tfrbeam.layout.manifest``) take for ``gs://`` and other remote paths.
+protocol do to files goes through this module, so each operation has one meaning (``delete_tree``
+removes a directory or every object under a prefix; ``delete_files`` removes only files that
+exist) and the fault-injection tests can wrap the whole file-system layer in one place.
+``BEAM_FILES`` is the read-only ``FileAccess`` the format-level tools (``tfrbeam.layout.manifest``)
+take for ``gs://`` and other remote paths.
 """
 
 from __future__ import annotations

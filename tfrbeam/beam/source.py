@@ -526,6 +526,11 @@ class TFRecordFileSource(iobase.BoundedSource):
     def path(self) -> str:
         return self._path
 
+    @property
+    def known_plan(self) -> FilePlan | None:
+        """The split plan if one was looked up or handed down already, else None (never looks one up)."""
+        return self._plan
+
     def plan(self) -> FilePlan:
         """How this file may be split; looks up its read index once."""
         if self._plan is None:
@@ -819,7 +824,7 @@ class _ExpandIntoRanges(DoFn):
             report_source_lineage(metadata.path)
             source = TFRecordFileSource(self._options, metadata.path, metadata.size_in_bytes, _mtime_of(metadata))
             for bundle in source.split(self._desired_bundle_size):
-                plan = bundle.source._plan or FilePlan(metadata.path, metadata.size_in_bytes, WHOLE)
+                plan = bundle.source.known_plan or FilePlan(metadata.path, metadata.size_in_bytes, WHOLE)
                 yield plan, bundle.start_position, bundle.stop_position
 
 
