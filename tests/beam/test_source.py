@@ -21,8 +21,8 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from tests.helpers import corrupt_vectors_oracle, write_index
 from tfrbeam.beam import ReadAllFromTFRecord, ReadExamples, ReadFromTFRecord, TFRecordSource, source as source_module
-from tfrbeam.beam.examples_read import DecodeToDicts, DecodeToRecordBatches, _ExampleSource
-from tfrbeam.beam.source import INDEXED, SCAN, WHOLE, ReadOptions, TFRecordFileSource, _ExpandIntoRanges
+from tfrbeam.beam.examples_read import DecodeToDicts, DecodeToRecordBatches
+from tfrbeam.beam.source import INDEXED, SCAN, WHOLE, DecodedBatchSource, ReadOptions, TFRecordFileSource, _ExpandIntoRanges
 from tfrbeam.codec.decode import examples_to_record_batch
 from tfrbeam.codec.encode import record_batch_to_examples
 from tfrbeam.codec.example import decode_example, encode_example
@@ -601,7 +601,7 @@ def test_read_examples_record_batches_split_anywhere_give_the_exact_table(tmp_pa
     path = tmp_path / "examples.tfrecord"
     write_records(path, record_batch_to_examples(table), interval=4096)
     size = os.path.getsize(path)
-    source = _ExampleSource(str(path), DecodeToRecordBatches(EXAMPLE_SCHEMA), 97)
+    source = DecodedBatchSource(str(path), DecodeToRecordBatches(EXAMPLE_SCHEMA), 97)
     for desired in (size, 10_000, 777):
         bundles = list(source.split(desired_bundle_size=desired))
         batches = [b for bundle in bundles for b in read(bundle.source, bundle.start_position, bundle.stop_position)]
@@ -646,7 +646,7 @@ def test_read_examples_names_the_file_and_offset_of_a_malformed_example(tmp_path
     path = tmp_path / "bad.tfrecord"
     starts = write_records(path, [good[0], good[1], b"\x0a\x05\x0a\x03", good[2]])
     for decoder in (DecodeToRecordBatches(), DecodeToRecordBatches(EXAMPLE_SCHEMA)):
-        source = _ExampleSource(str(path), decoder, 10)
+        source = DecodedBatchSource(str(path), decoder, 10)
         with pytest.raises(ExampleDecodeError, match=f"{path}: the record at offset {starts[2]}: "):
             read(file_source_of(source))
     with pytest.raises(ExampleDecodeError, match=f"{path}: the record at offset {starts[2]}: "):

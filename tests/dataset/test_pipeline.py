@@ -320,7 +320,7 @@ def test_autotune_moves_decode_parallelism_and_prefetch_depth(files):
     dataset = open_dataset(str(files / "*.tfrecord"), num_parallel_reads=3, num_workers=3, executor="threads")
     workers = dataset._get_workers()
     prefetch: queue.Queue = queue.Queue(2)
-    tuner = Tuner(dataset, prefetch, now=0.0)
+    tuner = Tuner(lambda: workers, dataset.stats, prefetch, now=0.0)
     prefetch.put(1)
     prefetch.put(2)
     tuner.observe(0.0, now=1.5)  # the caller never waits and batches pile up: give a worker back

@@ -10,7 +10,6 @@ one element (that is the output asked for), decoded in the reading step a batch 
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,7 +20,7 @@ from apache_beam.transforms import PTransform
 
 from tfrbeam.beam.arrow_coder import RecordBatchCoder
 from tfrbeam.beam.runner_support import refuse_lossy_runner
-from tfrbeam.beam.source import TFRecordSource
+from tfrbeam.beam.source import DecodedBatchSource
 from tfrbeam.codec.decode import examples_to_record_batch
 from tfrbeam.codec.example import decode_example
 from tfrbeam.errors import ArrowConversionError, ConfigError, ExampleDecodeError
@@ -90,14 +89,6 @@ def _locate_decode_error(
     return ExampleDecodeError(f"{path}: the batch of records at offsets {offsets[0]}..{offsets[-1]}: {error}")
 
 
-class _ExampleSource(TFRecordSource):
-    """A TFRecordSource whose output elements are decoded batches (see ReadOptions.batch_decoder)."""
-
-    def __init__(self, file_pattern, decoder, batch_size: int, **source_arguments):
-        super().__init__(file_pattern, **source_arguments)
-        self._options = dataclasses.replace(self._options, batch_size=batch_size, batch_decoder=decoder)
-
-
 class ReadExamples(PTransform):
     """Read tf.train.Example records from TFRecord files matching ``file_pattern``.
 
@@ -131,7 +122,7 @@ class ReadExamples(PTransform):
         if schema is not None and output != "record_batches":
             raise ConfigError("ReadExamples: schema applies to output='record_batches' only")
         decoder = DecodeToRecordBatches(schema) if output == "record_batches" else DecodeToDicts()
-        self._source = _ExampleSource(
+        self._source = DecodedBatchSource(
             file_pattern, decoder, batch_size, compression_type=compression_type, validate=validate,
             compression=compression, skip_corrupt=skip_corrupt, split_unindexed=split_unindexed,
         )

@@ -1,10 +1,11 @@
 """One home for file-system operations on any Beam filesystem: match, exists, read, write, rename, delete.
 
-Everything the sink, the build and the commit protocol do to files goes through this module, so
-each operation has one meaning (``delete_tree`` removes a directory or every object under a
-prefix; ``delete_files`` removes only files that exist) and the fault-injection tests can wrap
-the whole file-system layer in one place. ``BEAM_FILES`` is the read-only ``FileAccess`` the
-format-level tools (``tfrbeam.layout.manifest``) take for ``gs://`` and other remote paths.
+Everything the source, the sink, the Parquet export, the stats pipeline, the build and the commit
+protocol do to files goes through this module, so each operation has one meaning (``delete_tree``
+removes a directory or every object under a prefix; ``delete_files`` removes only files that
+exist) and the fault-injection tests can wrap the whole file-system layer in one place.
+``BEAM_FILES`` is the read-only ``FileAccess`` the format-level tools (``tfrbeam.layout.manifest``)
+take for ``gs://`` and other remote paths.
 """
 
 from __future__ import annotations
@@ -38,12 +39,14 @@ __all__ = [
     "join",
     "list_names",
     "match",
+    "match_metadata",
     "mkdirs",
     "open_read",
     "parent",
     "read_bytes",
     "rename",
     "rename_local",
+    "report_source_lineage",
     "same_content",
     "split",
     "write_bytes",
@@ -84,6 +87,16 @@ def match(pattern: str) -> dict[str, FileMetadata]:
     except (OSError, ValueError):
         return {}
     return {meta.path: meta for result in results for meta in result.metadata_list}
+
+
+def match_metadata(pattern: str, limit: int | None = None) -> list[FileMetadata]:
+    """The metadata of the files matching one glob (at most ``limit``), in Beam's order; Beam's errors propagate."""
+    return FileSystems.match([pattern], limits=None if limit is None else [limit])[0].metadata_list
+
+
+def report_source_lineage(path: str) -> None:
+    """Tell Beam's lineage metrics that a pipeline reads ``path`` (a file or a pattern)."""
+    FileSystems.report_source_lineage(path)
 
 
 def exists(path: str) -> bool:

@@ -24,7 +24,6 @@ import pyarrow as pa
 from apache_beam.io import iobase
 from apache_beam.io.filebasedsink import FileBasedSink
 from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 
 from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.stats_combine import resolve_beam_input
@@ -84,7 +83,7 @@ class ExportToParquet(beam.PTransform):
                  columns: Sequence[str] | None = None, batch_size: int = 8192, overwrite: bool = False):
         super().__init__()
         source = resolve_beam_input(dataset_dir, splits)
-        self._plan = plan_export(dataset_dir, output_dir, splits, columns, source=source, join=FileSystems.join)
+        self._plan = plan_export(dataset_dir, output_dir, splits, columns, source=source, join=fs.join)
         self._stale = _existing_parquet(self._plan)
         if self._stale and not overwrite:
             raise existing_files_error(self._stale)
@@ -104,12 +103,12 @@ class ExportToParquet(beam.PTransform):
 
 def _existing_parquet(plan: ExportPlan) -> list[str]:
     """The Parquet files already in the directories the export writes to (any Beam filesystem)."""
-    directories = sorted({FileSystems.split(target)[0] for _, target, _, _ in plan.files})
+    directories = sorted({fs.split(target)[0] for _, target, _, _ in plan.files})
     found = []
     for directory in directories:
-        pattern = FileSystems.join(directory, "*.parquet")
-        found += [metadata.path for metadata in FileSystems.match([pattern])[0].metadata_list
-                  if FileSystems.split(metadata.path)[0].rstrip("/") == directory.rstrip("/")]
+        pattern = fs.join(directory, "*.parquet")
+        found += [metadata.path for metadata in fs.match_metadata(pattern)
+                  if fs.split(metadata.path)[0].rstrip("/") == directory.rstrip("/")]
     return sorted(found)
 
 
@@ -130,10 +129,10 @@ class _ExportShard(beam.DoFn):
 
     def process(self, item: tuple[str, str, int | None, str | None], _cleared: int) -> Iterator[str]:
         record_path, parquet_path, expected, _ = item
-        directory, name = FileSystems.split(parquet_path)
-        temp = FileSystems.join(directory, f".{name}.{uuid.uuid4().hex[:12]}.tmp")  # a retried bundle writes its own
+        directory, name = fs.split(parquet_path)
+        temp = fs.join(directory, f".{name}.{uuid.uuid4().hex[:12]}.tmp")  # a retried bundle writes its own
         try:
-            with FileSystems.open(record_path, compression_type=CompressionTypes.UNCOMPRESSED) as records, \
+            with fs.open_read(record_path) as records, \
                     fs.create(temp, mime_type="application/x-parquet") as target:
                 rows = write_parquet(records, record_path, target, self._schema, self._compression,
                                      block_length=self._block_length)

@@ -16,9 +16,10 @@ import apache_beam as beam
 from apache_beam.io import iobase
 from apache_beam.io.filesystem import CompressionTypes
 
-from tfrbeam.beam.examples_read import DEFAULT_BATCH_SIZE, _ExampleSource
+from tfrbeam.beam.examples_read import DEFAULT_BATCH_SIZE
 from tfrbeam.beam.runner_support import refuse_lossy_runner
 from tfrbeam.beam.sink import FrameRecordsFn, StrOrProvider, WriteFramedBatches, make_sink_spec
+from tfrbeam.beam.source import DecodedBatchSource
 from tfrbeam.codec.example import decode_sequence_example, encode_sequence_example
 from tfrbeam.errors import ExampleDecodeError, ExampleEncodeError
 from tfrbeam.tfrecord.blocks import RecordBlock
@@ -120,7 +121,7 @@ class ReadSequenceExamples(beam.PTransform):
         split_unindexed: bool = False,
     ):
         super().__init__()
-        self._source = _ExampleSource(
+        self._source = DecodedBatchSource(
             file_pattern, DecodeToPairs(), DEFAULT_BATCH_SIZE, compression_type=compression_type, validate=validate,
             compression=compression, skip_corrupt=skip_corrupt, split_unindexed=split_unindexed,
         )

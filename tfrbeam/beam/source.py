@@ -43,7 +43,6 @@ from apache_beam.io import iobase
 from apache_beam.io.concat_source import ConcatSource
 from apache_beam.io.filebasedsource import FileBasedSource
 from apache_beam.io.filesystem import CompressionTypes, FileMetadata
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.range_trackers import OffsetRangeTracker
 from apache_beam.io.restriction_trackers import OffsetRange
 from apache_beam.metrics import Metrics
@@ -53,6 +52,7 @@ from apache_beam.transforms.display import DisplayDataItem
 from apache_beam.transforms.util import Reshuffle
 from apache_beam.typehints import Any as AnyHint, Tuple as TupleHint
 
+from tfrbeam.beam.filesystem import exists, match_metadata, open_read, read_bytes, report_source_lineage
 from tfrbeam.beam.runner_support import refuse_lossy_runner
 from tfrbeam.errors import ConfigError, CorruptRecordError, TfrbeamError, TruncatedRecordError, UnsupportedCompressionError
 from tfrbeam.tfrecord.blocks import RecordBlock, record_blocks
@@ -210,18 +210,17 @@ def plan_file(path: str, size: int, mtime: float | None, options: ReadOptions) -
 
 
 def _read_bytes_if_exists(path: str) -> bytes | None:
-    if not FileSystems.exists(path):
+    if not exists(path):
         return None
     try:
-        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-            return handle.read()
+        return read_bytes(path)
     except OSError as exc:
         _LOG.warning("could not read the read index %s, ignoring it: %s", path, exc)
         return None
 
 
 def _open_raw(path: str) -> BinaryIO:
-    return FileSystems.open(path, "application/octet-stream", compression_type=CompressionTypes.UNCOMPRESSED)
+    return open_read(path)
 
 
 _RECORDS_READ = Metrics.counter(METRICS_NAMESPACE, "records_read")
@@ -527,6 +526,11 @@ class TFRecordFileSource(iobase.BoundedSource):
     def path(self) -> str:
         return self._path
 
+    @property
+    def known_plan(self) -> FilePlan | None:
+        """The split plan if one was looked up or handed down already, else None (never looks one up)."""
+        return self._plan
+
     def plan(self) -> FilePlan:
         """How this file may be split; looks up its read index once."""
         if self._plan is None:
@@ -624,7 +628,7 @@ class TFRecordSource(FileBasedSource):
 
     def _validate(self):
         pattern = self._pattern.get()
-        if not FileSystems.match([pattern], limits=[1])[0].metadata_list:
+        if not match_metadata(pattern, limit=1):
             raise FileNotFoundError(
                 f"no files match the pattern {pattern!r}; check the path, or pass validate=False when the "
                 "files are written by an earlier step of the same pipeline"
@@ -633,7 +637,7 @@ class TFRecordSource(FileBasedSource):
     def _get_concat_source(self) -> ConcatSource:
         if self._concat_source is None:
             pattern = self._pattern.get()
-            metadata_list = FileSystems.match([pattern])[0].metadata_list
+            metadata_list = match_metadata(pattern)
             self._concat_source = ConcatSource([
                 TFRecordFileSource(
                     self._options, metadata.path, metadata.size_in_bytes, _mtime_of(metadata),
@@ -642,7 +646,7 @@ class TFRecordSource(FileBasedSource):
                 for metadata in metadata_list
                 if metadata.size_in_bytes > 0
             ])
-            FileSystems.report_source_lineage(pattern)
+            report_source_lineage(pattern)
         return self._concat_source
 
     def open_file(self, file_name):
@@ -652,7 +656,7 @@ class TFRecordSource(FileBasedSource):
         """Records of ``file_name`` that start in the tracker's range (FileBasedSource's reading hook)."""
 
         def get_plan() -> FilePlan:
-            metadata = FileSystems.match([file_name])[0].metadata_list[0]
+            metadata = match_metadata(file_name)[0]
             return plan_file(file_name, metadata.size_in_bytes, _mtime_of(metadata), self._options)
 
         return read_elements(file_name, offset_range_tracker, self._options, get_plan)
@@ -681,6 +685,18 @@ def _refuse_pattern_codec(pattern: str, compression: str | None) -> None:
     extension = name[name.rfind("."):] if "." in name else ""
     if compression == "auto" and extension and not any(char in extension for char in "*?[]{}"):
         compression_for_file(compression, pattern)
+
+
+class DecodedBatchSource(TFRecordSource):
+    """A TFRecordSource whose output elements are what ``decoder`` makes of each block of up to ``batch_size`` records.
+
+    The source of ReadExamples and ReadSequenceExamples (see ``ReadOptions.batch_decoder``).
+    """
+
+    def __init__(self, file_pattern, decoder: Callable[[str, RecordBlock], Iterable[Any]], batch_size: int,
+                 **source_arguments):
+        super().__init__(file_pattern, **source_arguments)
+        self._options = dataclasses.replace(self._options, batch_size=batch_size, batch_decoder=decoder)
 
 
 class ReadFromTFRecord(PTransform):
@@ -801,14 +817,14 @@ class _ExpandIntoRanges(DoFn):
         if isinstance(element, FileMetadata):
             metadata_list = [element]
         else:
-            metadata_list = FileSystems.match([element])[0].metadata_list
+            metadata_list = match_metadata(element)
         for metadata in metadata_list:
             if metadata.size_in_bytes == 0:
                 continue
-            FileSystems.report_source_lineage(metadata.path)
+            report_source_lineage(metadata.path)
             source = TFRecordFileSource(self._options, metadata.path, metadata.size_in_bytes, _mtime_of(metadata))
             for bundle in source.split(self._desired_bundle_size):
-                plan = bundle.source._plan or FilePlan(metadata.path, metadata.size_in_bytes, WHOLE)
+                plan = bundle.source.known_plan or FilePlan(metadata.path, metadata.size_in_bytes, WHOLE)
                 yield plan, bundle.start_position, bundle.stop_position
 
 

@@ -16,7 +16,6 @@ from typing import Any
 
 import apache_beam as beam
 import pyarrow as pa
-from apache_beam.io.filesystems import FileSystems
 
 from tfrbeam.base.file_access import is_remote
 from tfrbeam.beam import filesystem as fs
@@ -38,10 +37,7 @@ def files_pattern(files: Sequence[str]) -> str | None:
     names = [posixpath.basename(path.replace(os.sep, "/")) for path in files]
     suffix = os.path.commonprefix([name[::-1] for name in names])[::-1]  # noqa: RUF071 - a common suffix of characters is meant
     pattern = os.path.join(os.path.dirname(files[0]), "*" + suffix)
-    try:
-        matched = {metadata.path for metadata in FileSystems.match([pattern])[0].metadata_list}
-    except (OSError, ValueError):
-        return None
+    matched = fs.match(pattern)  # {} when the glob cannot be matched: then it matches not exactly ``files``
     return pattern if {os.path.normpath(path) for path in matched} == {os.path.normpath(path) for path in files} else None
 
 
@@ -160,7 +156,7 @@ class _WriteStats(beam.DoFn):
         written = []
         for name, text in ((STATS_JSON, json.dumps(stats, indent=2, allow_nan=False) + "\n"),
                            (STATS_HTML, render_html(stats, title=self._title or self._output_dir))):
-            path = FileSystems.join(self._output_dir, name)
+            path = fs.join(self._output_dir, name)
             with fs.create(path) as handle:
                 handle.write(text.encode("utf-8"))
             written.append(path)

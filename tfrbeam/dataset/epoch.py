@@ -9,17 +9,16 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from tfrbeam.dataset.columns import Block, Column, RowQueue, ShufflePool, concat_blocks, take_block
+from tfrbeam.dataset.options import Options
 from tfrbeam.dataset.reader import ID_KEY, Segment, read_segment, split_ids
 from tfrbeam.dataset.workers import DONE, END, ERROR, Job, ProcessWorkers, ReadPlan, SlotStart, ThreadWorkers, produce
 from tfrbeam.errors import ConfigError
-
-if TYPE_CHECKING:
-    from tfrbeam.dataset.pipeline import Dataset
+from tfrbeam.tfrecord.records import SkippedRegion
 
 
 def epoch_rng(seed: int, epoch: int, purpose: str) -> np.random.Generator:
@@ -49,6 +48,25 @@ def record_range_shard(
     return tuple(out), tuple(out_counts)
 
 
+@dataclasses.dataclass(frozen=True)
+class EpochSettings:
+    """What every epoch of a dataset reads and how: the read plan, the interleave width and the order options.
+
+    The Dataset hands one to each ``EpochRun``, so an epoch never reaches into the Dataset.
+    """
+
+    plan: ReadPlan
+    options: Options
+    cycle: int  # segments read at once (slots of the interleave)
+
+    def order(self, epoch: int) -> list[int]:
+        """Segment indices in the order epoch ``epoch`` reads them (shuffled by (seed, epoch) if asked)."""
+        count = len(self.plan.segments)
+        if not self.options.shuffle_files:
+            return list(range(count))
+        return epoch_rng(self.options.seed, epoch, "files").permutation(count).tolist()
+
+
 @dataclasses.dataclass
 class _Interleave:
     """The consumer's view of the interleave: live slots in turn order, whose turn it is, and how far each got."""
@@ -76,12 +94,13 @@ class _Interleave:
 class EpochRun:
     """One epoch's interleave, shuffle buffer and batching, able to fast-forward without decoding."""
 
-    def __init__(self, dataset: Dataset, epoch: int):
-        self.dataset = dataset
-        options = dataset.options
+    def __init__(self, settings: EpochSettings, epoch: int, skipped: list[SkippedRegion]):
+        self.settings = settings
+        self.skipped = skipped  # the dataset's list of damaged regions passed over, extended as they are read
+        options = settings.options
         self.options = options
-        order = dataset._epoch_order(epoch)
-        cycle = dataset._cycle()
+        order = settings.order(epoch)
+        cycle = settings.cycle
         self.interleave = _Interleave([tuple(order[slot::cycle]) for slot in range(cycle)], list(range(cycle)))
         self.shuffling = options.shuffle_buffer > 1
         self.rng = epoch_rng(options.seed, epoch, "buffer")
@@ -116,7 +135,7 @@ class EpochRun:
                 continue
             if ordered and slot != wanted:
                 raise RuntimeError(f"interleave out of order: expected slot {wanted}, got {slot}")
-            self.dataset.skipped.extend(message.skipped)
+            self.skipped.extend(message.skipped)
             if not len(message.ids):
                 continue  # only news of skipped records: not a turn
             if not ordered:
@@ -136,7 +155,7 @@ class EpochRun:
 
     def fast_forward(self, batches: int) -> None:
         """Replay the first ``batches`` batches from record ids only, then load the buffer's records."""
-        plan = self.dataset._plan()
+        plan = self.settings.plan
         cycle = len(self.interleave.slots)
         workers = min(self.options.num_workers, cycle)
         generators = [
@@ -148,9 +167,9 @@ class EpochRun:
             assert slot is not None
             return next(generators[slot % workers])
 
-        skipped_before = len(self.dataset.skipped)
+        skipped_before = len(self.skipped)
         done = sum(1 for _ in self._consume(receive, limit=batches))
-        del self.dataset.skipped[skipped_before:]  # they are counted again when the records are read for real
+        del self.skipped[skipped_before:]  # they are counted again when the records are read for real
         if done < batches:
             raise ConfigError(f"the saved position is {batches} batches into the epoch, but the epoch has only {done}")
         self._load_buffer(plan)

@@ -2,24 +2,86 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from tfrbeam.dataset.columns import Block
+from tfrbeam.dataset.options import Options
 from tfrbeam.dataset.output import to_arrow, to_numpy
 from tfrbeam.dataset.reader import dense_layout
-from tfrbeam.dataset.workers import Cancelled
-
-if TYPE_CHECKING:
-    from tfrbeam.dataset.pipeline import Dataset
+from tfrbeam.dataset.workers import Cancelled, ProcessWorkers, ThreadWorkers
 
 _LOG = logging.getLogger(__name__)
 
 MAX_PREFETCH = 64
+POSITION_FIELDS = ("epoch", "batch", "pass_start", "taken")
+
+
+class Position:
+    """Where a dataset's passes are: the epoch, batches delivered in it, the epoch the pass began at, batches taken.
+
+    Shared by the Dataset (``state_dict``, ``load_state_dict``, starting a pass) and the pass that
+    advances it as batches are handed out; every read and change holds its lock.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values = dict.fromkeys(POSITION_FIELDS, 0)
+        self._resume_pending = False
+
+    def snapshot(self) -> dict[str, int]:
+        """A copy of the position, taken under the lock."""
+        with self._lock:
+            return dict(self._values)
+
+    def restore(self, saved: Mapping[str, Any]) -> None:
+        """Set a saved position: the next pass continues exactly there."""
+        with self._lock:
+            self._values = {key: int(saved[key]) for key in POSITION_FIELDS}
+            self._resume_pending = True
+
+    def begin_pass(self) -> None:
+        """A new pass starts with the epoch after the last pass, unless a restored position waits: then there."""
+        with self._lock:
+            values = self._values
+            if not self._resume_pending and (values["batch"] or values["taken"] or values["epoch"] != values["pass_start"]):
+                self._values = self._fresh(values["epoch"] + (1 if values["batch"] else 0))
+            self._resume_pending = False
+
+    def advance(self, values: Mapping[str, int]) -> None:
+        """Record the position after a batch (or an epoch's end) the caller was handed."""
+        with self._lock:
+            self._values.update(values)
+
+    def end_pass(self) -> None:
+        """A pass read to its end: the next one starts with the next epoch."""
+        with self._lock:
+            current = self._values
+            self._values = self._fresh(current["epoch"] + (1 if current["batch"] else 0))
+
+    @staticmethod
+    def _fresh(epoch: int) -> dict[str, int]:
+        return {"epoch": epoch, "batch": 0, "pass_start": epoch, "taken": 0}
+
+
+@dataclasses.dataclass(frozen=True)
+class PassSettings:
+    """What a pass reads and how, handed over by its Dataset (a pass never reaches into the Dataset)."""
+
+    features: Mapping[str, Any]
+    options: Options
+    epochs: int | None  # epochs per pass (None: forever)
+    limit: int | None  # batches per pass (None: no limit)
+    empty: bool  # the dataset has no segments: a pass ends after one (empty) epoch
+    epoch_batches: Callable[[int, int, threading.Event], Iterator[Block]]  # (epoch, skip, cancel) -> batches
+    workers: Callable[[], ThreadWorkers | ProcessWorkers | None]  # the reader workers, once started (autotune)
+    stats: dict[str, Any]  # the Dataset's stats, updated by autotune
 
 
 class _Producer:
@@ -29,20 +91,20 @@ class _Producer:
     and its finaliser stops the thread (and with it the reader workers' jobs).
     """
 
-    def __init__(self, dataset: Dataset, position: dict[str, int]):
-        self.dataset = dataset
-        self.queue: queue.Queue = queue.Queue(max(1, dataset.options.prefetch))
+    def __init__(self, settings: PassSettings, position: dict[str, int]):
+        self.settings = settings
+        self.queue: queue.Queue = queue.Queue(max(1, settings.options.prefetch))
         self.stop = threading.Event()
-        self.layout = dense_layout(dataset.features)
+        self.layout = dense_layout(settings.features)
         self.thread = threading.Thread(target=self.run, args=(position,), daemon=True, name="tfrbeam-dataset")
 
     def run(self, position: dict[str, int]) -> None:
-        dataset = self.dataset
+        settings = self.settings
         try:
             epoch, batch, taken = position["epoch"], position["batch"], position["taken"]
-            epochs, limit = dataset._epochs, dataset._limit
+            epochs, limit = settings.epochs, settings.limit
             while (epochs is None or epoch < position["pass_start"] + epochs) and (limit is None or taken < limit):
-                for block in dataset._epoch_batches(epoch, skip=batch, cancel=self.stop):
+                for block in settings.epoch_batches(epoch, batch, self.stop):
                     if limit is not None and taken >= limit:
                         break
                     output = self.convert(block)
@@ -56,7 +118,7 @@ class _Producer:
                     epoch, batch = epoch + 1, 0
                     if not self.put(("epoch", None, {"epoch": epoch, "batch": 0, "taken": taken})):
                         return
-                    if not dataset.segments:
+                    if settings.empty:
                         break
                     continue
                 break
@@ -67,11 +129,11 @@ class _Producer:
             self.put(("error", exc, None))
 
     def convert(self, block: Block) -> Any:
-        features = self.dataset.features
+        features = self.settings.features
         block = self.layout.unpack(block)
-        if self.dataset.options.output == "arrow":
+        if self.settings.options.output == "arrow":
             return to_arrow(block, features)
-        options = self.dataset.options
+        options = self.settings.options
         return to_numpy(block, features, options.padded, options.pad_values, options.return_mask)
 
     def put(self, item: tuple) -> bool:
@@ -87,15 +149,14 @@ class _Producer:
 class PassIterator:
     """One pass over a dataset: batches produced by a background thread, ``prefetch`` of them ahead."""
 
-    def __init__(self, dataset: Dataset):
-        self.dataset = dataset
-        with dataset._lock:
-            position = dict(dataset._position)
-        self._producer = _Producer(dataset, position)
+    def __init__(self, settings: PassSettings, position: Position):
+        self.settings = settings
+        self._position = position
+        self._producer = _Producer(settings, position.snapshot())
         self._queue = self._producer.queue
         self._stop = self._producer.stop
         self._finished = False
-        self._tuner = Tuner(dataset, self._queue) if dataset.options.autotune else None
+        self._tuner = Tuner(settings.workers, settings.stats, self._queue) if settings.options.autotune else None
         weakref.finalize(self, self._stop.set)  # dropped without close(): the thread stops
         self._producer.thread.start()
 
@@ -131,17 +192,13 @@ class PassIterator:
             raise StopIteration
 
     def _advance(self, position: dict[str, int]) -> None:
-        with self.dataset._lock:
-            self.dataset._position.update(position)
+        self._position.advance(position)
 
     def _finish(self, completed: bool) -> None:
         self._finished = True
         self.close()
         if completed:
-            with self.dataset._lock:
-                current = self.dataset._position
-                next_epoch = current["epoch"] + (1 if current["batch"] else 0)
-                self.dataset._position = {"epoch": next_epoch, "batch": 0, "pass_start": next_epoch, "taken": 0}
+            self._position.end_pass()
 
     def close(self) -> None:
         """Stop the producer, wait for it, then drop what it queued (nothing can be queued after)."""
@@ -167,8 +224,10 @@ class Tuner:
 
     WINDOW = 1.0
 
-    def __init__(self, dataset: Dataset, prefetch: queue.Queue, now: float | None = None):
-        self.dataset = dataset
+    def __init__(self, workers: Callable[[], ThreadWorkers | ProcessWorkers | None], stats: dict[str, Any],
+                 prefetch: queue.Queue, now: float | None = None):
+        self.workers = workers
+        self.stats = stats
         self.prefetch = prefetch
         self.window_start = time.perf_counter() if now is None else now
         self.waited = 0.0
@@ -182,7 +241,7 @@ class Tuner:
             return
         share = self.waited / elapsed
         self.window_start, self.waited = now, 0.0
-        workers = self.dataset._workers
+        workers = self.workers()
         if workers is None:
             return
         limit = workers.limit
@@ -195,5 +254,5 @@ class Tuner:
                     self.prefetch.not_full.notify_all()
         elif share < 0.01 and self.prefetch.full() and limit.allowed > 1:
             limit.set_allowed(limit.allowed - 1)
-        self.dataset.stats.update(workers_allowed=limit.allowed, prefetch=self.prefetch.maxsize)
+        self.stats.update(workers_allowed=limit.allowed, prefetch=self.prefetch.maxsize)
         _LOG.debug("autotune: waited %.1f%%, workers allowed %d, prefetch %d", 100 * share, limit.allowed, self.prefetch.maxsize)

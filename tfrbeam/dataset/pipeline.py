@@ -11,7 +11,6 @@ epoch reading record headers only, then decodes just the records the buffer held
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import json
@@ -26,8 +25,9 @@ from typing import Any, Literal
 
 from tfrbeam.codec.decode import DEFAULT_MAX_FEATURES
 from tfrbeam.dataset.columns import Block
-from tfrbeam.dataset.epoch import EpochRun, epoch_rng, record_range_shard
-from tfrbeam.dataset.passes import PassIterator
+from tfrbeam.dataset.epoch import EpochRun, EpochSettings, record_range_shard
+from tfrbeam.dataset.options import Options
+from tfrbeam.dataset.passes import PassIterator, PassSettings, Position
 from tfrbeam.dataset.reader import RAW_KEY, BlockDecoder, Segment, count_records
 from tfrbeam.dataset.spec import FixedLenFeature, PathSpec, Source, VarLenFeature, is_sequence_feature, resolve_source
 from tfrbeam.dataset.workers import ProcessWorkers, ReadPlan, ThreadWorkers
@@ -40,33 +40,6 @@ STATE_VERSION = 1
 DEFAULT_CYCLE_LENGTH = 8
 DEFAULT_BLOCK_LENGTH = 8192  # records per decode call: ~7 % less CPU per record than 4096 on the benchmark table
 AUTO_PROCESSES_BYTES = 64 << 20
-
-
-@dataclasses.dataclass(frozen=True)
-class Options:
-    """Everything that shapes the batches (and, for the fields in ``order_fields``, their order)."""
-
-    batch_size: int
-    output: str
-    cycle_length: int
-    block_length: int
-    shuffle_files: bool
-    shuffle_buffer: int
-    seed: int
-    drop_remainder: bool
-    prefetch: int
-    autotune: bool
-    deterministic: bool
-    skip_corrupt: bool
-    padded: Mapping[str, int | None]
-    executor: str
-    num_workers: int
-    raw: bool = False
-    max_features: int | None = DEFAULT_MAX_FEATURES
-    pad_values: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    return_mask: bool = False
-
-    order_fields = ("batch_size", "cycle_length", "block_length", "shuffle_files", "shuffle_buffer", "seed", "drop_remainder")
 
 
 def open_dataset(
@@ -236,11 +209,9 @@ class Dataset:
         self._shard_key = shard_key
         self._epochs = epochs
         self._limit = limit
-        self._position = {"epoch": 0, "batch": 0, "pass_start": 0, "taken": 0}
-        self._resume_pending = False
+        self._position = Position()
         self._iterator: weakref.ref | None = None
         self._workers: ThreadWorkers | ProcessWorkers | None = None
-        self._lock = threading.Lock()
         self.skipped: list[SkippedRegion] = []
         self.stats: dict[str, Any] = {"workers": options.num_workers, "prefetch": options.prefetch, "executor": None}
 
@@ -371,10 +342,9 @@ class Dataset:
                 "state_dict() needs deterministic=True: with deterministic=False the order depends on timing "
                 "and cannot be replayed"
             )
-        fingerprint = self._fingerprint_digest  # reads every shard's size once, outside the lock
-        with self._lock:
-            return {"version": STATE_VERSION, "fingerprint": fingerprint, "seed": self.options.seed,
-                    "arguments": self._described_digests, **self._position}
+        fingerprint = self._fingerprint_digest  # reads every shard's size once, outside the position's lock
+        return {"version": STATE_VERSION, "fingerprint": fingerprint, "seed": self.options.seed,
+                "arguments": self._described_digests, **self._position.snapshot()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from a position saved by ``state_dict`` (same files, seed and order options)."""
@@ -390,25 +360,16 @@ class Dataset:
                 f"this dataset state was saved by a dataset with other {named} (saved seed {state.get('seed')}, this "
                 f"dataset's {self.options.seed}); open the dataset with the same arguments to resume"
             )
-        with self._lock:
-            self._position = {key: int(state[key]) for key in ("epoch", "batch", "pass_start", "taken")}
-            self._resume_pending = True
+        self._position.restore(state)
 
     # ------------------------------------------------------------------ iteration
 
     def __iter__(self) -> Iterator[Any]:
-        with self._lock:
-            position = self._position
-            if not self._resume_pending and (
-                position["batch"] or position["taken"] or position["epoch"] != position["pass_start"]
-            ):
-                fresh = position["epoch"] + (1 if position["batch"] else 0)
-                self._position = {"epoch": fresh, "batch": 0, "pass_start": fresh, "taken": 0}
-            self._resume_pending = False
-            previous = self._iterator() if self._iterator is not None else None
+        self._position.begin_pass()
+        previous = self._iterator() if self._iterator is not None else None
         if previous is not None:
             previous.close()  # one pass at a time: the workers serve a single consumer
-        iterator = PassIterator(self)
+        iterator = PassIterator(self._pass_settings(), self._position)
         self._iterator = weakref.ref(iterator)
         return iterator
 
@@ -465,17 +426,22 @@ class Dataset:
     def _cycle(self) -> int:
         return max(1, min(self.options.cycle_length, len(self.segments)))
 
-    def _epoch_order(self, epoch: int) -> list[int]:
-        """Segment indices in the order epoch ``epoch`` reads them (shuffled by (seed, epoch) if asked)."""
-        if not self.options.shuffle_files:
-            return list(range(len(self.segments)))
-        return epoch_rng(self.options.seed, epoch, "files").permutation(len(self.segments)).tolist()
+    def _live_workers(self) -> ThreadWorkers | ProcessWorkers | None:
+        """The reader workers if started (autotune adjusts them), else None."""
+        return self._workers
+
+    def _pass_settings(self) -> PassSettings:
+        """What a pass needs from this dataset, handed to it explicitly."""
+        return PassSettings(
+            features=self.features, options=self.options, epochs=self._epochs, limit=self._limit, empty=not self.segments,
+            epoch_batches=self._epoch_batches, workers=self._live_workers, stats=self.stats,
+        )
 
     def _epoch_batches(self, epoch: int, skip: int = 0, cancel: threading.Event | None = None) -> Iterator[Block]:
         """The batches (with their record ids under ``__id__``) of epoch ``epoch``, from batch ``skip`` on."""
         if not self.segments:
             return
-        run = EpochRun(self, epoch)
+        run = EpochRun(EpochSettings(self._plan(), self.options, self._cycle()), epoch, self.skipped)
         if skip:
             run.fast_forward(skip)
         batches = run.run(self._get_workers(), cancel)

@@ -247,7 +247,8 @@ def load_index(
     """The current index of ``data_path``, or None when it is missing, malformed or stale (the last two are logged).
 
     ``read_bytes(path)`` returns a file's bytes or None when it does not exist; the default reads a
-    local file. The Beam source passes one that goes through Beam's FileSystems.
+    local file. A reader of remote files passes its own (``tfrbeam.beam.source`` passes one reading
+    through ``tfrbeam.beam.filesystem``), so this framing module never imports Beam.
     """
     index_path = index_path_for(data_path)
     data = (read_bytes or _read_local)(index_path)
