@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from tests.build.sequence_oracle import check_manifest_counts, dataset_records, decoded, oracle
-from tfrbeam.build import sequence as sequence_stage
+from tfrbeam.build import plan as build_plan, sequence as sequence_stage
 from tfrbeam.cli.build import main as build_main
 from tfrbeam.cli.demo_data import aircraft_flights_table, demo_table, write_demo_data
 from tfrbeam.codec.example import decode_sequence_example
@@ -304,7 +304,7 @@ def test_runners_and_piece_stores(small, args):
 
 def test_bucket_count_changes_nothing_but_the_plan(small, monkeypatch):
     directory, reference = small
-    monkeypatch.setattr(sequence_stage, "SEQUENCE_BUCKET_INPUT_BYTES", 20_000)
+    monkeypatch.setattr(build_plan, "SEQUENCE_BUCKET_INPUT_BYTES", 20_000)
     from tfrbeam.build.config import load_config
     from tfrbeam.build.plan import plan_build
 
@@ -363,7 +363,7 @@ def test_held_rows_stay_within_the_memory_store_budget_and_the_rest_is_spilled(s
 
     monkeypatch.setattr(sequence_stage, "hold_rows", hold)
     monkeypatch.setattr(held_rows, "_write_batch", write)
-    monkeypatch.setattr(sequence_stage, "SEQUENCE_BUCKET_INPUT_BYTES", 64 << 10)  # many buckets, many batches
+    monkeypatch.setattr(build_plan, "SEQUENCE_BUCKET_INPUT_BYTES", 64 << 10)  # many buckets, many batches
     assert _build(directory, generated_config(directory, "bounded"), f"--memory_store_bytes={budget}") == 0
     assert _shard_bytes(directory / "out" / "bounded") == reference
     assert 0 < max(peaks) <= budget and len(spilled) > len(peaks) // 2
@@ -402,7 +402,7 @@ def test_a_failed_build_holds_no_rows_afterwards(tmp_path, monkeypatch, capsys):
     from tfrbeam.build import commit
     from tfrbeam.build.held_rows import discard_held_rows, runs_holding_rows
 
-    monkeypatch.setattr(sequence_stage, "SEQUENCE_BUCKET_INPUT_BYTES", 200)  # many buckets
+    monkeypatch.setattr(build_plan, "SEQUENCE_BUCKET_INPUT_BYTES", 200)  # many buckets
     keys = [f"k{index}" for index in range(40)]
     table = pa.table({"k": ["big"] * 300 + keys, "t": list(range(300 + len(keys))), "text": ["x" * 100] * (300 + len(keys))})
     config = _tiny(tmp_path, table, {"group_by": ["k"], "order_by": ["t"], "max_group_bytes": "10KiB"})

@@ -13,6 +13,7 @@ import dataclasses
 import datetime
 import errno
 import json
+import math
 import os
 import uuid
 from typing import Any
@@ -28,7 +29,6 @@ from tfrbeam.build.inputs.files import InputFile, list_inputs
 from tfrbeam.build.inputs.sample import check_inputs_hold_rows
 from tfrbeam.build.resolve import resolve_config, with_features
 from tfrbeam.build.runners import choose_piece_store, held_piece_budget
-from tfrbeam.build.sequence import sequence_buckets_for
 from tfrbeam.build.shuffle import INLINE, MAX_BUCKET_BITS, MEMORY, ShardingSpec, bucket_bits_for
 from tfrbeam.errors import ConfigError, ManifestError, OutputExistsError, OutputNotWritableError
 from tfrbeam.layout.manifest import read_manifest
@@ -38,6 +38,11 @@ __all__ = ["BuildPlan", "check_output_dir", "dataset_entries", "plan_build"]
 
 # Entries of a dataset directory that belong to the dataset itself; a replace drops them, anything else is carried over.
 _DERIVED_ENTRIES = (STATS_JSON, STATS_HTML)  # written beside a dataset by tfrbeam stats, replaced with it
+
+# One bucket holds about this many input bytes (more in memory: CSV text is about its Arrow size,
+# Parquet expands a few times), so one worker's grouping is bounded whatever the input size.
+SEQUENCE_BUCKET_INPUT_BYTES = 32 << 20
+MAX_SEQUENCE_BUCKETS = 1 << 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,6 +144,11 @@ def _check_split_key(config: BuildConfig, features: tuple[FeatureSpec, ...]) -> 
             f"split_key: {', '.join(map(repr, unknown))} {'is not a feature' if len(unknown) == 1 else 'are not features'} "
             f"(allowed: the feature names {', '.join(sorted(names))}); the split key is hashed from the converted feature values"
         )
+
+
+def sequence_buckets_for(input_bytes: int) -> int:
+    """A sequence build's GroupByKey bucket count: one per SEQUENCE_BUCKET_INPUT_BYTES of input, at least 1."""
+    return max(1, min(MAX_SEQUENCE_BUCKETS, math.ceil(input_bytes / SEQUENCE_BUCKET_INPUT_BYTES)))
 
 
 def sharding_spec(config: BuildConfig, input_bytes: int) -> ShardingSpec:

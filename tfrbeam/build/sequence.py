@@ -24,7 +24,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -56,23 +55,13 @@ if TYPE_CHECKING:
     from tfrbeam.build.plan import BuildPlan
 
 __all__ = [
-    "GroupKeyer", "SequenceCounts", "SequenceStage", "Sequences", "EncodeSequences", "key_hashes", "sequence_buckets_for",
-    "sequences_of",
+    "GroupKeyer", "SequenceCounts", "SequenceStage", "Sequences", "EncodeSequences", "key_hashes", "sequences_of",
 ]
 
-# One bucket holds about this many input bytes (more in memory: CSV text is about its Arrow size,
-# Parquet expands a few times), so one worker's grouping is bounded whatever the input size.
-SEQUENCE_BUCKET_INPUT_BYTES = 32 << 20
-MAX_SEQUENCE_BUCKETS = 1 << 16
 # Columns the converter adds to each row for the grouping (never features: the encoder ignores them).
 FILE_COLUMN, LINE_COLUMN = "__tfrbeam_file", "__tfrbeam_line"
 GROUP_COLUMNS = ("__tfrbeam_group0", "__tfrbeam_group1")
 BAD_ROWS, STATS = "bad_rows", "sequence_stats"
-
-
-def sequence_buckets_for(input_bytes: int) -> int:
-    """The GroupByKey's bucket count for ``input_bytes`` of input: one per SEQUENCE_BUCKET_INPUT_BYTES, at least 1."""
-    return max(1, min(MAX_SEQUENCE_BUCKETS, math.ceil(input_bytes / SEQUENCE_BUCKET_INPUT_BYTES)))
 
 
 def group_hashes(batch: pa.RecordBatch | pa.Table, names: Sequence[str]) -> np.ndarray:
