@@ -62,7 +62,7 @@ MUTATIONS = (
     ),
     Mutation(
         "shard-remainder-to-last-shard",
-        "tfrbeam/build/shuffle.py",
+        "tfrbeam/build/shuffle/balance.py",
         "        return -(-shard * self.num_examples // self.num_shards)\n\n"
         "    def shard_of(self, ranks: np.ndarray) -> np.ndarray:\n"
         "        return (np.asarray(ranks, dtype=np.int64) * self.num_shards) // max(self.num_examples, 1)",

@@ -16,14 +16,6 @@ import tfrbeam
 PACKAGE = pathlib.Path(tfrbeam.__file__).parent
 HOME = "tfrbeam/beam/filesystem.py"
 
-# The build modules whose FileSystems calls are being moved into the home by other changes of
-# issue 25; empty this once they are merged. Only tfrbeam/build/ modules may ever be listed.
-BUILD_MODULES_BEING_MOVED = frozenset({
-    "tfrbeam/build/held_rows.py",
-    "tfrbeam/build/shuffle.py",
-})
-
-
 def filesystems_uses(source: str) -> list[str]:
     """Every use of Beam's FileSystems in ``source``, as 'line: code'."""
     found = []
@@ -51,13 +43,8 @@ def _offenders() -> dict[str, list[str]]:
 
 
 def test_no_module_but_the_home_calls_beam_filesystems():
-    offenders = {name: uses for name, uses in _offenders().items() if name not in BUILD_MODULES_BEING_MOVED}
+    offenders = _offenders()
     assert offenders == {}, f"route these through {HOME} (add a function there): {offenders}"
-
-
-def test_only_build_modules_may_wait_in_the_allow_list():
-    assert all(name.startswith("tfrbeam/build/") for name in BUILD_MODULES_BEING_MOVED)
-    assert all((PACKAGE.parent / name).exists() for name in BUILD_MODULES_BEING_MOVED)
 
 
 def test_the_home_itself_is_where_the_calls_are():

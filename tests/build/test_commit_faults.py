@@ -293,7 +293,7 @@ def test_verify_fails_on_a_half_published_directory_and_a_damaged_manifest(workd
 def test_a_full_disk_while_writing_shards_names_the_file_and_keeps_the_old_dataset(workdir, monkeypatch, capsys):
     import errno
 
-    from tfrbeam.build import shuffle
+    from tfrbeam.build.shuffle import write
 
     output = workdir / "out" / "ds"
     assert _build() == 0
@@ -304,7 +304,7 @@ def test_a_full_disk_while_writing_shards_names_the_file_and_keeps_the_old_datas
 
     capsys.readouterr()
     with monkeypatch.context() as patched:
-        patched.setattr(shuffle._HashingFile, "write", full)
+        patched.setattr(write._HashingFile, "write", full)
         assert _build("--overwrite", "--set", "shuffle.seed=7") == 1
     error = capsys.readouterr().err.strip()
     assert "\n" not in error and "No space left on device" in error and "writing shard" in error and ".ds.tfrbeam-" in error

@@ -1,4 +1,4 @@
-"""The seeded shuffle, hash splits and exactly balanced shards, with each piece store (tfrbeam/build/shuffle.py)."""
+"""The seeded shuffle, hash splits and exactly balanced shards, with each piece store (tfrbeam/build/shuffle/)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from tfrbeam.build.shuffle import (
     MEMORY,
     PIECE_STORES,
     SPILL,
+    BucketCounts,
     KeyedRecords,
     KeyedRecordsCoder,
     MemoryStore,
@@ -28,21 +29,18 @@ from tfrbeam.build.shuffle import (
     PieceRef,
     ShardingSpec,
     WriteShuffledShards,
-    _BucketCounts,
     bucket_bits_for,
     content_digests,
     discard_pieces,
-    frame_gathered,
-    frame_ordered,
     input_order_keys,
     make_piece_store,
     make_plan,
     record_checksums,
     runs_holding_pieces,
     seeded_sort_keys,
-    shard_file_name,
     split_indices,
 )
+from tfrbeam.layout.names import shard_file_name
 from tfrbeam.tfrecord.record_index import index_path_for, parse_index
 from tfrbeam.tfrecord.records import RECORD_OVERHEAD, frame_records, read_records
 
@@ -201,7 +199,7 @@ def test_byte_cap_plan_keeps_every_shard_under_the_cap():
     rng = random.Random(3)
     payloads = [rng.randbytes(rng.choice([10, 10, 10, 900])) for _ in range(3000)]
     spec = _spec(splits=("train",), num_shards=(None,), max_bytes_per_shard=20_000)
-    combine = _BucketCounts(spec)
+    combine = BucketCounts(spec)
     accumulator = combine.create_accumulator()
     for piece in _pieces(payloads, [700] * 5, [1.0], seed=5):
         accumulator = combine.add_input(accumulator, _prepared(piece))
@@ -219,7 +217,7 @@ def test_byte_cap_plan_keeps_every_shard_under_the_cap():
 
 def test_byte_cap_smaller_than_a_record_is_refused():
     spec = _spec(splits=("train",), num_shards=(None,), max_bytes_per_shard=50)
-    combine = _BucketCounts(spec)
+    combine = BucketCounts(spec)
     accumulator = combine.add_input(combine.create_accumulator(), _prepared(_pieces([b"x" * 100], [1], [1.0], seed=0)[0]))
     with pytest.raises(ValueError, match=r"larger than output\.max_bytes_per_shard=50"):
         make_plan(combine.extract_output(accumulator), spec)
@@ -306,33 +304,6 @@ def test_more_shards_than_records_writes_empty_shards(tmp_path):
     assert os.path.getsize(tmp_path / "eval" / "eval-00000-of-00002.tfrecord") == 0
 
 
-@settings(max_examples=40, deadline=None)
-@given(st.lists(st.binary(max_size=300), max_size=30), st.randoms(use_true_random=False))
-def test_frame_gathered_equals_frame_records(payloads, rng):
-    offsets = np.cumsum([0] + [len(item) for item in payloads]).astype(np.int64)
-    order = list(range(len(payloads)))
-    rng.shuffle(order)
-    starts, ends = offsets[order], offsets[np.array(order, dtype=np.int64) + 1]
-    view = memoryview(b"".join(payloads))
-    expected = frame_records([view[s:e] for s, e in zip(starts.tolist(), ends.tolist())])
-    assert frame_gathered(view, starts, ends) == expected
-
-
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.binary(max_size=300), max_size=40), st.randoms(use_true_random=False), st.booleans())
-def test_frame_ordered_equals_frame_records(payloads, rng, many_lengths):
-    if many_lengths:  # more distinct lengths than frame_ordered copies group by group
-        payloads = payloads + [bytes([index % 256]) * (index + 1) for index in range(100)]
-    offsets = np.cumsum([0] + [len(item) for item in payloads]).astype(np.int64)
-    order = list(range(len(payloads)))
-    rng.shuffle(order)
-    data = np.frombuffer(b"".join(payloads), dtype=np.uint8)
-    _, crcs = record_checksums(data, offsets)
-    framed, framed_offsets = frame_ordered(data, offsets, np.array(order, dtype=np.int64), crcs)
-    assert framed.tobytes() == frame_records([payloads[index] for index in order])
-    assert framed_offsets.tolist() == np.cumsum([0] + [len(payloads[index]) + RECORD_OVERHEAD for index in order]).tolist()
-
-
 def _one_record(size: int) -> KeyedRecords:
     return KeyedRecords(np.zeros(1, np.uint16), np.zeros(1, np.uint64), np.array([0, size]), np.zeros(size, np.uint8))
 
@@ -362,7 +333,7 @@ def test_no_records_at_all_still_writes_every_shard_empty(tmp_path):
 @given(st.lists(st.binary(max_size=6), min_size=1, max_size=120), st.randoms(use_true_random=False))
 def test_shard_writer_frames_parts_of_every_store(payloads, rng):
     """Slices of a piece held in memory (ordered in place) and of an inline (framed) piece, written by one writer."""
-    from tfrbeam.build.shuffle import _Received
+    from tfrbeam.build.shuffle.received import Received
 
     data = np.frombuffer(b"".join(payloads), dtype=np.uint8)
     offsets = np.cumsum([0] + [len(item) for item in payloads]).astype(np.int64)
@@ -375,7 +346,7 @@ def test_shard_writer_frames_parts_of_every_store(payloads, rng):
         assert held.ref.store == MEMORY and held.offsets.tolist() == inline.offsets.tolist()
         cut = rng.randint(0, len(payloads))
         parts = [part for part in (held.slice(0, cut), inline.slice(cut, len(payloads))) if len(part)]
-        received = _Received(parts, store)
+        received = Received(parts, store)
         in_key_order = [payloads[index] for index in sorted(range(len(payloads)), key=lambda index: int(keys[index]))]
         shuffled = list(range(len(payloads)))
         rng.shuffle(shuffled)
@@ -411,8 +382,7 @@ def test_held_pieces_survive_rerouting_and_retried_writes(tmp_path):
 def test_a_shard_writer_reads_spilled_parts_a_window_at_a_time(tmp_path, monkeypatch):
     """Memory bound: however big a shard, a writer reads a spilled part at most its share of
     SHARD_READ_BYTES at once (plus one record), and writes the same bytes as when it read it whole."""
-    from tfrbeam.build import shuffle
-    from tfrbeam.build.shuffle import SpillStore
+    from tfrbeam.build.shuffle import SpillStore, received, write
 
     payloads = _dataset(3000, random.Random(21))  # ~60 KB of records, two pieces, one shard
     spec = _spec(splits=("train",), num_shards=(1,))
@@ -426,8 +396,8 @@ def test_a_shard_writer_reads_spilled_parts_a_window_at_a_time(tmp_path, monkeyp
         return read_frames(store, piece)
 
     monkeypatch.setattr(SpillStore, "_frames", counted)
-    monkeypatch.setattr(shuffle, "SHARD_READ_BYTES", 4096, raising=False)
-    monkeypatch.setattr(shuffle, "WRITE_BLOCK_BYTES", 2048, raising=False)  # a block needs less than a window
+    monkeypatch.setattr(received, "SHARD_READ_BYTES", 4096)
+    monkeypatch.setattr(write, "WRITE_BLOCK_BYTES", 2048)  # a block needs less than a window
     for store, budget in ((SPILL, 0), (MEMORY, 0)):  # a memory store over its budget spills every piece
         reads.clear()
         _run(_pieces(payloads, [1500, 1525], [1.0], seed=4, with_crcs=True), spec, tmp_path / store, store, budget)
@@ -442,12 +412,12 @@ def test_a_shard_writer_reads_spilled_parts_a_window_at_a_time(tmp_path, monkeyp
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.integers(min_value=16, max_value=5000), max_size=200), st.integers(1, 20), st.integers(16, 20000))
 def test_write_blocks_cover_every_record_once_within_both_bounds(lengths, max_records, max_bytes):
-    from tfrbeam.build import shuffle
+    from tfrbeam.build.shuffle import write
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(shuffle, "WRITE_BLOCK_RECORDS", max_records)
-        patch.setattr(shuffle, "WRITE_BLOCK_BYTES", max_bytes)
-        blocks = shuffle.write_blocks(np.array(lengths, dtype=np.int64))
+        patch.setattr(write, "WRITE_BLOCK_RECORDS", max_records)
+        patch.setattr(write, "WRITE_BLOCK_BYTES", max_bytes)
+        blocks = write.write_blocks(np.array(lengths, dtype=np.int64))
     assert [index for start, end in blocks for index in range(start, end)] == list(range(len(lengths)))
     for start, end in blocks:
         assert end - start <= max_records

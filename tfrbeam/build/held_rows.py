@@ -30,8 +30,6 @@ from collections.abc import Iterable
 
 import pyarrow as pa
 from apache_beam import coders
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 
 from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.arrow_coder import RecordBatchCoder
@@ -86,7 +84,7 @@ def hold_rows(run_key: str, batch: pa.RecordBatch, budget: int | None = None) ->
             run.in_memory += size
             run.batches[number] = batch
     if not fits:
-        path = FileSystems.join(run_key, HELD_ROWS_DIR, f"{number}.arrows")
+        path = fs.join(run_key, HELD_ROWS_DIR, f"{number}.arrows")
         _write_batch(path, batch)
         with _LOCK:
             _RUNS.setdefault(run_key, _Run()).batches[number] = path
@@ -160,8 +158,7 @@ def _write_batch(path: str, batch: pa.RecordBatch) -> None:
 
 def _read_batch(path: str) -> pa.RecordBatch:
     try:
-        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-            data = handle.read()
+        data = fs.read_bytes(path)
         return _BATCH_CODER.decode(data)
     except (OSError, pa.ArrowInvalid) as error:
         raise HeldDataMissingError(

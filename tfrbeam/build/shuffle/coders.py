@@ -1,0 +1,118 @@
+"""Beam coders of the shuffle's elements: a header and raw arrays, one copy per element, never a call per record."""
+
+from __future__ import annotations
+
+import struct
+
+import apache_beam as beam
+import numpy as np
+
+from tfrbeam.build.shuffle.pieces import PIECE_STORES, KeyedRecords, Piece, PieceRef
+from tfrbeam.build.shuffle.stores import is_registered, registered_piece
+
+__all__ = ["KeyedRecordsCoder", "PieceCoder"]
+
+_KEYED_HEADER = struct.Struct("<QQ?")
+_PIECE_HEADER = struct.Struct("<QQQI?")
+_WHOLE, _REGISTERED = b"\x00", b"\x01"
+_NAME_SIZES = struct.Struct("<II")
+_STORE_CODES = {name: code for code, name in enumerate(PIECE_STORES)}
+
+
+def _raw(array: np.ndarray, dtype: str) -> np.ndarray:
+    """An array's bytes in a fixed layout, as a uint8 view (no copy when it already has that layout)."""
+    return np.ascontiguousarray(array, dtype=dtype).view(np.uint8)
+
+
+class _ArrayReader:
+    """Reads consecutive fixed-layout arrays out of one encoded element (views, no copies)."""
+
+    def __init__(self, encoded: bytes, position: int):
+        self.encoded, self.position = encoded, position
+
+    def take(self, dtype: str, count: int) -> np.ndarray:
+        array = np.frombuffer(self.encoded, dtype=dtype, count=count, offset=self.position)
+        self.position += array.nbytes
+        return array
+
+
+class KeyedRecordsCoder(beam.coders.Coder):
+    """Encodes KeyedRecords as a header and raw arrays: one copy per element, not a coder call per record."""
+
+    def encode(self, value: KeyedRecords) -> bytes:
+        count, data, has_crcs = len(value.key), _raw(value.data, "u1"), value.crcs is not None
+        return b"".join((  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
+            _KEYED_HEADER.pack(count, len(data), has_crcs), _raw(value.split, "<u2"), _raw(value.key, "<u8"),
+            _raw(value.offsets, "<i8"), _raw(value.crcs, "<u4") if value.crcs is not None else b"", data,
+        ))
+
+    def estimate_size(self, value: KeyedRecords) -> int:
+        """The encoded size, computed: Beam samples element sizes, and the default encodes a whole piece to measure it."""
+        count = len(value.key)
+        return _KEYED_HEADER.size + 18 * count + 8 + (0 if value.crcs is None else 4 * count) + np.asarray(value.data).nbytes
+
+    def decode(self, encoded: bytes) -> KeyedRecords:
+        count, size, has_crcs = _KEYED_HEADER.unpack_from(encoded)
+        reader = _ArrayReader(encoded, _KEYED_HEADER.size)
+        split, key, offsets = reader.take("<u2", count), reader.take("<u8", count), reader.take("<i8", count + 1)
+        crcs = reader.take("<u4", count) if has_crcs else None
+        return KeyedRecords(split, key, offsets, reader.take("u1", size), crcs)
+
+    def is_deterministic(self) -> bool:
+        return True
+
+    def to_type_hint(self):
+        return KeyedRecords
+
+
+class PieceCoder(beam.coders.Coder):
+    """Encodes a Piece as a header, its reference and raw arrays (its frames too when it carries them).
+
+    A piece a memory store made (held or spilled) is encoded as its run and location only: its
+    keys are in this process's memory, where decoding finds the same piece again.
+    """
+
+    def encode(self, value: Piece) -> bytes:
+        ref = value.ref
+        if ref.run and is_registered(value):
+            run, location = ref.run.encode("utf-8"), ref.location.encode("utf-8")
+            return b"".join((_REGISTERED, _NAME_SIZES.pack(len(run), len(location)), run, location))
+        count, location = len(value.key), ref.location.encode("utf-8")
+        data = _raw(ref.data, "u1") if ref.data is not None else np.zeros(0, np.uint8)
+        header = _PIECE_HEADER.pack(count, len(data), ref.offset, len(location), ref.data is not None)
+        return b"".join((  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
+            _WHOLE, header, bytes([_STORE_CODES[ref.store]]), location, _raw(value.split, "<u2"),
+            _raw(value.key, "<u8"), _raw(value.offsets, "<i8"), data,
+        ))
+
+    def estimate_size(self, value: Piece) -> int:
+        if value.ref.run and is_registered(value):
+            return 1 + _NAME_SIZES.size + len(value.ref.run) + len(value.ref.location)
+        data = 0 if value.ref.data is None else np.asarray(value.ref.data).nbytes
+        return 1 + _PIECE_HEADER.size + 1 + len(value.ref.location.encode("utf-8")) + 18 * len(value.key) + 8 + data
+
+    def decode(self, encoded: bytes) -> Piece:
+        if encoded[:1] == _REGISTERED:
+            run_size, location_size = _NAME_SIZES.unpack_from(encoded, 1)
+            position = 1 + _NAME_SIZES.size
+            run = bytes(encoded[position:position + run_size]).decode("utf-8")
+            location = bytes(encoded[position + run_size:position + run_size + location_size]).decode("utf-8")
+            return registered_piece(run, location)
+        count, size, offset, location_size, has_data = _PIECE_HEADER.unpack_from(encoded, 1)
+        position = 1 + _PIECE_HEADER.size
+        store = PIECE_STORES[encoded[position]]
+        location = bytes(encoded[position + 1:position + 1 + location_size]).decode("utf-8")
+        reader = _ArrayReader(encoded, position + 1 + location_size)
+        split, key, offsets = reader.take("<u2", count), reader.take("<u8", count), reader.take("<i8", count + 1)
+        data = reader.take("u1", size) if has_data else None
+        return Piece(split, key, offsets, PieceRef(store, data, location, offset))
+
+    def is_deterministic(self) -> bool:
+        return True
+
+    def to_type_hint(self):
+        return Piece
+
+
+beam.coders.registry.register_coder(KeyedRecords, KeyedRecordsCoder)
+beam.coders.registry.register_coder(Piece, PieceCoder)

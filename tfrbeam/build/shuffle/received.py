@@ -1,0 +1,122 @@
+"""The records one shard writer received, read back through the piece store: whole parts in memory, spilled parts a
+window at a time, framed block by block as they are written.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tfrbeam.base.gc_pause import gc_paused
+from tfrbeam.build.shuffle.pieces import Piece, StoredRecords
+from tfrbeam.build.shuffle.stores import PieceStore
+from tfrbeam.tfrecord.frames import join_frames
+from tfrbeam.tfrecord.records import RECORD_OVERHEAD
+
+__all__ = ["SHARD_READ_BYTES", "Received"]
+
+# A shard writer reads the spilled parts of its shard this many bytes at a time in all (a window
+# per part), so its memory does not grow with the shard.
+SHARD_READ_BYTES = 32 << 20
+
+
+
+class _PartWindows:
+    """One spilled part of a shard's records, read ``window_bytes`` at a time.
+
+    So a writer holds one window per spilled part, not the whole shard, whatever the dataset's
+    size. The writer reads forward: its blocks take each part's records in key order.
+    """
+
+    def __init__(self, part: Piece, store: PieceStore, window_bytes: int):
+        self._part, self._store, self._window_bytes = part, store, window_bytes
+        self._first = self._end = 0
+        self._records: StoredRecords | None = None
+
+    def records(self, first: int, end: int) -> StoredRecords:
+        """The part's records ``first:end`` (``starts`` index the returned ``buffer``)."""
+        if self._records is None or not (self._first <= first and end <= self._end):
+            self._read(first, end)
+        assert self._records is not None  # _read set it
+        low, high = first - self._first, end - self._first
+        held = self._records
+        return StoredRecords(held.buffer, held.starts[low:high], held.lengths[low:high], held.footers[low:high])
+
+    def _read(self, first: int, end: int) -> None:
+        part = self._part
+        wanted = int(part.offsets[first]) + self._window_bytes
+        end = max(end, min(len(part), int(np.searchsorted(part.offsets, wanted, side="right")) - 1))
+        self._records = None  # the old window goes before the new one is read
+        self._records = self._store.records(part.slice(first, end))
+        self._first, self._end = first, end
+
+
+class Received:
+    """The records one shard writer received, addressed by a flat position across all parts, framed as they are written.
+
+    Every part is a slice of a sorted piece, its records read through the piece store: a record
+    is a payload slice, its length and its masked CRC (the frame's footer). A part its store
+    holds in memory is addressed whole; a part in a file (spilled) is read a window at a time
+    (``_PartWindows``), the windows of all parts sharing ``read_bytes``.
+    """
+
+    def __init__(self, parts: list[Piece], store: PieceStore, read_bytes: int | None = None):
+        read_bytes = SHARD_READ_BYTES if read_bytes is None else read_bytes
+        window_bytes = max(1, read_bytes // max(1, len(parts)))
+        self._in_windows = np.array([store.read_in_windows(part) for part in parts], dtype=bool)
+        self._windows = {index: _PartWindows(part, store, window_bytes)
+                         for index, part in enumerate(parts) if self._in_windows[index]}
+        counts = np.array([len(part) for part in parts], dtype=np.int64)
+        self._part_first = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self.views: list[memoryview | None] = [None] * len(parts)
+        total = int(counts.sum())
+        self.keys = np.concatenate([part.key for part in parts]) if parts else np.zeros(0, np.uint64)
+        self.part_of = np.repeat(np.arange(len(parts)), counts) if parts else np.zeros(0, np.int64)
+        self.lengths = np.zeros(total, np.int64)
+        self.starts = np.zeros(total, np.int64)  # of whole parts; of windowed ones, set block by block
+        self.footers = np.zeros(total, "<u4")
+        for index, part in enumerate(parts):
+            first, end = int(self._part_first[index]), int(self._part_first[index + 1])
+            self.lengths[first:end] = part.framed_lengths - RECORD_OVERHEAD
+            if not self._in_windows[index]:
+                stored = store.records(part)
+                self.views[index] = memoryview(np.ascontiguousarray(stored.buffer, dtype=np.uint8))  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
+                self.starts[first:end] = stored.starts
+                self.footers[first:end] = stored.footers
+
+    def frame(self, position: int) -> bytes:
+        """One record's whole frame (to order records with equal keys by their bytes)."""
+        return self.frames(np.array([position], dtype=np.int64))
+
+    def payload_lengths(self, positions: np.ndarray) -> np.ndarray:
+        return self.lengths[positions]
+
+    def frames(self, positions: np.ndarray) -> bytes:
+        """The frames of the records at ``positions``, in that order, as one buffer."""
+        part_of = self.part_of[positions]
+        if self._in_windows.any():
+            self._read_windows(positions, part_of)
+        views = self.views
+        starts = self.starts[positions]
+        lengths = self.lengths[positions]
+        with gc_paused():
+            payloads = [
+                views[part][start:end]  # every part's view is set (whole, or by _read_windows)
+                for part, start, end in zip(part_of.tolist(), starts.tolist(), (starts + lengths).tolist())
+            ]
+            return join_frames(payloads, lengths, self.footers[positions])
+
+    def _read_windows(self, positions: np.ndarray, part_of: np.ndarray) -> None:
+        """Read the windows of the spilled parts that ``positions`` need; point their views, starts and footers there."""
+        windowed = np.flatnonzero(self._in_windows[part_of])
+        if not windowed.size:
+            return
+        by_part = windowed[np.argsort(part_of[windowed], kind="stable")]
+        for group in np.split(by_part, np.flatnonzero(np.diff(part_of[by_part])) + 1):
+            part = int(part_of[group[0]])
+            wanted = positions[group]
+            local = wanted - self._part_first[part]
+            first = int(local.min())
+            stored = self._windows[part].records(first, int(local.max()) + 1)
+            self.starts[wanted] = stored.starts[local - first]
+            self.footers[wanted] = stored.footers[local - first]
+            self.views[part] = memoryview(np.ascontiguousarray(stored.buffer, dtype=np.uint8))  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+

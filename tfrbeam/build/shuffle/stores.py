@@ -1,0 +1,369 @@
+"""Where prepared pieces wait for the shard writers: in the elements (inline), in spill files (spill) or in this
+process's memory (memory), behind one small interface (``PieceStore``: ``add`` a piece, ``records`` of a slice).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import threading
+import typing
+import uuid
+
+import numpy as np
+
+from tfrbeam.beam import filesystem as fs
+from tfrbeam.build.shuffle.keys import payload_crcs
+from tfrbeam.build.shuffle.pieces import (
+    INLINE,
+    MEMORY,
+    PIECE_STORES,
+    SPILL,
+    KeyedRecords,
+    Piece,
+    PieceRef,
+    StoredRecords,
+    split_key_order,
+)
+from tfrbeam.tfrecord.records import RECORD_OVERHEAD, mask_crcs
+
+__all__ = [
+    "SPILL_DIR_NAME", "InlineStore", "MemoryStore", "PieceStore", "SpillStore", "discard_pieces", "is_registered",
+    "make_piece_store", "registered_piece", "runs_holding_pieces",
+]
+
+SPILL_DIR_NAME = "spill"
+
+
+
+class PieceStore:
+    """Where prepared pieces wait for the shard writers, behind ``add`` and ``records`` (as TFDS's Shuffler).
+
+    A store is chosen once, when the build is planned (``tfrbeam.build.runners.choose_piece_store``),
+    and is pickled into the DoFns that prepare pieces and write shards; ``open`` / ``flush`` /
+    ``close`` bracket its use inside one worker (DoFn setup, finish_bundle, teardown).
+    """
+
+    name: typing.ClassVar[str]
+    # Pieces carry no bytes and every worker sees the store: writers may take all pieces as a side input.
+    pieces_as_side_input: typing.ClassVar[bool] = False
+
+    def open(self) -> None:
+        """Prepare to ``add`` in this worker."""
+
+    def add(self, records: KeyedRecords) -> Piece:
+        """Keep a piece's records, ordered by (split, key); the piece that finds them again.
+
+        The default frames them into one new buffer (``KeyedRecords.sorted_frames``) and keeps that.
+        """
+        split, key, offsets, frames = records.sorted_frames()
+        return Piece(split, key, offsets, self._keep(frames))
+
+    def _keep(self, frames: np.ndarray) -> PieceRef:
+        """Keep one piece's framed bytes; the stores that keep frames (inline, spill) implement it.
+
+        The memory store keeps payloads where the encoder put them and overrides ``add`` instead.
+        """
+        raise NotImplementedError(f"{type(self).__name__} keeps no framed bytes: it overrides add()")
+
+    def flush(self) -> None:
+        """Every piece added so far can be read by other workers (end of a bundle)."""
+
+    def close(self) -> None:
+        """This worker adds no more."""
+
+    def records(self, piece: Piece) -> StoredRecords:
+        """The records of ``piece`` (a slice of an added piece), in order."""
+        return StoredRecords.of_frames(piece, self._frames(piece))
+
+    def _frames(self, piece: Piece) -> np.ndarray:
+        """The framed bytes ``_keep`` kept for ``piece``; the memory store overrides ``records`` instead."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no framed bytes: it overrides records()")
+
+    def read_in_windows(self, piece: Piece) -> bool:
+        """Whether a writer should read ``piece``'s records a window at a time (they are in a file), not all at once."""
+        return False
+
+    def routed(self, piece: Piece, slices: int) -> None:
+        """``piece`` was cut into ``slices`` shard slices (a piece may be routed again: only the first call counts)."""
+
+    def written(self, piece: Piece, shard_key: int) -> None:
+        """The slice ``piece`` of shard ``shard_key`` was written."""
+
+    def shard_written(self, shard_key: int, num_shards: int) -> None:
+        """Shard ``shard_key``, one of the plan's ``num_shards``, is written."""
+
+
+class InlineStore(PieceStore):
+    """The frames travel in the elements, through the runner's GroupByKey (distributed runners shuffle them well)."""
+
+    name = INLINE
+
+    def _keep(self, frames: np.ndarray) -> PieceRef:
+        return PieceRef(INLINE, data=frames)
+
+    def _frames(self, piece: Piece) -> np.ndarray:
+        assert piece.ref.data is not None  # an inline piece carries its frames
+        return piece.ref.data
+
+
+class SpillStore(PieceStore):
+    """The frames go to files under ``directory``; only keys and offsets cross the runner.
+
+    Files are written by one background thread (the write releases the GIL and overlaps with
+    preparing the next piece; at most one more piece waits) and are complete when the bundle
+    finishes. Writers read them after a GroupByKey or as a side input, so always in a later stage.
+    """
+
+    name = SPILL
+
+    def __init__(self, directory: str):
+        self.directory = directory
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._pending: list[concurrent.futures.Future] = []
+
+    def __getstate__(self) -> dict:
+        return {"directory": self.directory}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["directory"])  # type: ignore[misc]  # unpickling rebuilds the fresh, unpicklable state
+
+    def open(self) -> None:
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="tfrbeam-spill")
+
+    def _keep(self, frames: np.ndarray) -> PieceRef:
+        if self._executor is None:
+            self.open()
+        assert self._executor is not None  # open() made it
+        path = fs.join(self.directory, f"{uuid.uuid4().hex}.bin")
+        self._wait(keep=1)
+        self._pending.append(self._executor.submit(_write_file, path, frames))
+        return PieceRef(SPILL, location=path)
+
+    def flush(self) -> None:
+        self._wait(keep=0)
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+
+    def _wait(self, keep: int) -> None:
+        while len(self._pending) > keep:
+            self._pending.pop(0).result()
+
+    def read_in_windows(self, piece: Piece) -> bool:
+        return True
+
+    def _frames(self, piece: Piece) -> np.ndarray:
+        ref, size = piece.ref, piece.num_bytes
+        with fs.open_read(ref.location) as handle:
+            handle.seek(ref.offset)
+            data = handle.read(size)
+        if len(data) != size:
+            raise RuntimeError(f"{ref.location}: spill file ends {size - len(data)} bytes early (was it deleted?)")
+        return np.frombuffer(data, dtype=np.uint8)
+
+
+def _write_file(path: str, data: np.ndarray) -> None:
+    with fs.create(path) as handle:
+        handle.write(memoryview(np.ascontiguousarray(data)))  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
+
+
+class _HeldPieces:
+    """The pieces one run holds in this process's memory, each dropped after its last shard slice is written.
+
+    A held piece is its payloads where the encoder put them, with each record's start and masked
+    CRC in (split, key) order: it was put in order by moving its keys only, never its bytes.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.buffers: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # payloads, starts, footers
+        self.pending: dict[str, int] = {}  # per piece, shard slices not yet written
+        self.released: dict[str, set[int]] = {}  # per piece, the shards whose slice was written
+        self.shards_written: set[int] = set()
+        self.bytes = 0
+        # Every piece the run's store made (held or spilled), by location: it crosses the runner as its name.
+        self.pieces: dict[str, Piece] = {}
+
+    def drop(self, name: str) -> None:
+        self.bytes -= self.buffers.pop(name)[0].nbytes
+        self.pending.pop(name, None)
+        self.released.pop(name, None)
+
+
+# The runs whose pieces are held in this process, by staging directory: an entry lives from the
+# first piece a run holds until its last shard is written or ``discard_pieces`` ends the run.
+_RUNS_HOLDING: dict[str, _HeldPieces] = {}
+_RUNS_LOCK = threading.Lock()
+
+
+class MemoryStore(PieceStore):
+    """The payloads stay in this process's memory, up to ``budget`` bytes per run; beyond it pieces are spilled.
+
+    Only for runs whose every worker runs in this process (the in-process local runners): the
+    pieces carry no bytes, so the shard writers take them as a side input, without a routing
+    stage and a GroupByKey. A piece is dropped once its last shard slice is written; the run's
+    whole holding once its last shard is written, or by ``discard_pieces`` after a failure.
+    """
+
+    name = MEMORY
+    pieces_as_side_input = True
+
+    def __init__(self, run_key: str, budget: int, spill_directory: str):
+        self.run_key = run_key
+        self.budget = budget
+        self.overflow = SpillStore(spill_directory)
+
+    def _holding(self, create: bool = False) -> _HeldPieces | None:
+        with _RUNS_LOCK:
+            held = _RUNS_HOLDING.get(self.run_key)
+            if held is None and create:
+                held = _RUNS_HOLDING[self.run_key] = _HeldPieces()
+            return held
+
+    def _held(self, create: bool = False) -> _HeldPieces:
+        held = self._holding(create)
+        if held is None:
+            raise RuntimeError(
+                f"the pieces of the run staging in {self.run_key} are not held in this process: they were prepared by "
+                "a worker in another process, or the run ended (use piece store spill or inline with such runners)"
+            )
+        return held
+
+    def add(self, records: KeyedRecords) -> Piece:
+        """Hold the piece's payloads as they are, ordered by moving its keys only; spill it past the budget.
+
+        Either way the piece's keys stay in this process too, so the piece crosses the runner as its
+        name (``PieceCoder``): its keys are not copied into the runner's buffers and side inputs.
+        """
+        held = self._held(create=True)
+        with held.lock:
+            fits = held.bytes + records.data.nbytes <= self.budget
+            if fits:
+                held.bytes += records.data.nbytes
+        piece = self._hold(held, records) if fits else self.overflow.add(records)
+        piece = dataclasses.replace(piece, ref=dataclasses.replace(piece.ref, run=self.run_key))
+        with held.lock:
+            held.pieces[piece.ref.location] = piece
+        return piece
+
+    @staticmethod
+    def _hold(held: _HeldPieces, records: KeyedRecords) -> Piece:
+        order = split_key_order(records.split, records.key)
+        crcs = records.crcs if records.crcs is not None else payload_crcs(records.data, records.offsets)
+        frame_offsets = np.zeros(len(order) + 1, dtype=np.int64)
+        np.cumsum(records.lengths[order] + RECORD_OVERHEAD, out=frame_offsets[1:])
+        name = uuid.uuid4().hex
+        with held.lock:
+            held.buffers[name] = (records.data, records.offsets[:-1][order], mask_crcs(crcs[order]).astype("<u4"))
+            held.pending[name] = 0
+        return Piece(records.split[order], records.key[order], frame_offsets, PieceRef(MEMORY, location=name))
+
+    def flush(self) -> None:
+        self.overflow.flush()
+
+    def close(self) -> None:
+        self.overflow.close()
+
+    def records(self, piece: Piece) -> StoredRecords:
+        if piece.ref.store == SPILL:
+            return self.overflow.records(piece)
+        if piece.ref.store != MEMORY:
+            assert piece.ref.data is not None  # an inline piece carries its frames
+            return StoredRecords.of_frames(piece, piece.ref.data)
+        held = self._held().buffers.get(piece.ref.location)
+        if held is None:
+            raise RuntimeError(f"piece {piece.ref.location} of the run staging in {self.run_key} was already dropped")
+        payloads, starts, footers = held
+        first, count = piece.ref.offset, len(piece)
+        return StoredRecords(payloads, starts[first:first + count], piece.framed_lengths - RECORD_OVERHEAD,
+                             footers[first:first + count])
+
+    def read_in_windows(self, piece: Piece) -> bool:
+        return piece.ref.store == SPILL
+
+    def routed(self, piece: Piece, slices: int) -> None:
+        if piece.ref.store != MEMORY:
+            return
+        held = self._holding()
+        if held is None:
+            return  # the run ended; reading the piece's frames says so
+        with held.lock:
+            name = piece.ref.location
+            if name in held.buffers and name not in held.released:
+                held.released[name] = set()
+                held.pending[name] += slices
+
+    def written(self, piece: Piece, shard_key: int) -> None:
+        """Drop the piece after its last slice was written (a retried shard counts once)."""
+        held = self._holding() if piece.ref.store == MEMORY else None
+        if held is None:
+            return
+        with held.lock:
+            name = piece.ref.location
+            released = held.released.get(name)
+            if released is not None and shard_key not in released:
+                released.add(shard_key)
+                held.pending[name] -= 1
+                if held.pending[name] <= 0:
+                    held.drop(name)
+
+    def shard_written(self, shard_key: int, num_shards: int) -> None:
+        """After the run's last shard (of ``num_shards``) the run holds nothing: its entry goes."""
+        held = self._holding()
+        if held is None:
+            return
+        with held.lock:
+            held.shards_written.add(shard_key)
+            finished = len(held.shards_written) >= num_shards
+        if finished:
+            discard_pieces(self.run_key)
+
+
+def discard_pieces(run_key: str) -> None:
+    """Free every piece the run staging in ``run_key`` holds in this process's memory (its end, or after a failure)."""
+    with _RUNS_LOCK:
+        held = _RUNS_HOLDING.pop(run_key, None)
+    if held is not None:
+        with held.lock:
+            for name in list(held.buffers):
+                held.drop(name)
+
+
+def runs_holding_pieces() -> list[str]:
+    """The runs that hold pieces in this process's memory now (none once every build has ended)."""
+    with _RUNS_LOCK:
+        return sorted(_RUNS_HOLDING)
+
+
+def registered_piece(run_key: str, location: str) -> Piece:
+    """The piece a memory store of run ``run_key`` made at ``location``, as it is in this process's memory."""
+    with _RUNS_LOCK:
+        held = _RUNS_HOLDING.get(run_key)
+    piece = held.pieces.get(location) if held is not None else None
+    if piece is None:
+        raise RuntimeError(
+            f"piece {location} of the run staging in {run_key} is not held in this process: it was prepared by a "
+            "worker in another process, or the run ended (use piece store spill or inline with such runners)"
+        )
+    return piece
+
+
+def is_registered(piece: Piece) -> bool:
+    with _RUNS_LOCK:
+        held = _RUNS_HOLDING.get(piece.ref.run)
+    return held is not None and held.pieces.get(piece.ref.location) is piece
+
+
+def make_piece_store(name: str, temp_dir: str, budget: int = 0) -> PieceStore:
+    """The store ``name`` (one of PIECE_STORES) for the run staging in ``temp_dir``; ``budget`` bounds a memory store."""
+    spill_dir = fs.join(temp_dir, SPILL_DIR_NAME)
+    if name == INLINE:
+        return InlineStore()
+    if name == SPILL:
+        return SpillStore(spill_dir)
+    if name == MEMORY:
+        return MemoryStore(temp_dir, budget, spill_dir)
+    raise ValueError(f"unknown piece store {name!r}; choose one of {', '.join(PIECE_STORES)}")

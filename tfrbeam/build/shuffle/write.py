@@ -1,0 +1,238 @@
+"""The shard writer: one shard's records sorted by (key, bytes), cut to its exact rank range, framed block by block
+and written (with its read and offset indexes) to the run's temp location.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import dataclasses
+import hashlib
+import logging
+import time
+import typing
+from collections.abc import Iterable, Iterator
+
+import apache_beam as beam
+import numpy as np
+
+from tfrbeam.beam import filesystem as fs
+from tfrbeam.build.progress import WRITTEN, ProgressCounter
+from tfrbeam.build.shuffle.balance import ShardingSpec, ShardPlan, SplitPlan
+from tfrbeam.build.shuffle.pieces import Piece
+from tfrbeam.build.shuffle.received import Received
+from tfrbeam.build.shuffle.route import route_piece, split_and_shard
+from tfrbeam.build.shuffle.stores import PieceStore
+from tfrbeam.layout.names import shard_file_name
+from tfrbeam.tfrecord.offset_index import OffsetIndexBuilder, offset_index_path_for
+from tfrbeam.tfrecord.record_index import IndexBuilder, index_path_for
+from tfrbeam.tfrecord.records import RECORD_OVERHEAD, RecordWriter
+
+__all__ = ["WRITE_BLOCK_BYTES", "WRITE_BLOCK_RECORDS", "ShardFile", "WriteShard", "WriteShardOfPieces", "write_blocks"]
+
+_LOG = logging.getLogger(__name__)
+
+# Frame and write at most this many records, and about this many bytes, at a time.
+WRITE_BLOCK_RECORDS = 8192
+WRITE_BLOCK_BYTES = 8 << 20
+
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardFile:
+    """One written shard, still in the temp location; commit moves it to ``relative_path``."""
+
+    split: str
+    shard: int
+    num_shards: int
+    relative_path: str
+    temp_path: str
+    temp_index_path: str | None
+    temp_offsets_path: str | None
+    num_examples: int
+    num_bytes: int
+    sha256: str
+
+
+class _HashingFile:
+    """Counts and sha256-hashes every byte written; two background threads hash and write each block at once.
+
+    Both release the GIL, so they overlap with each other and with gathering the next block (on
+    one thread, hashing then writing was the shard writers' critical path); at most one block
+    waits. Callers must not change a buffer after passing it to ``write``.
+    """
+
+    def __init__(self, handle):
+        self._handle = handle
+        self._sha256 = hashlib.sha256()
+        self.size = 0
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="tfrbeam-shard-writer")
+        self._pending: list[concurrent.futures.Future] = []
+
+    def write(self, data) -> int:
+        size = len(data)
+        self._wait()
+        self._pending = [self._executor.submit(self._sha256.update, data), self._executor.submit(self._handle.write, data)]
+        self.size += size
+        return size
+
+    def _wait(self) -> None:
+        pending, self._pending = self._pending, []
+        for future in pending:
+            future.result()
+
+    @property
+    def sha256_hex(self) -> str:
+        self._wait()
+        return self._sha256.hexdigest()
+
+    def flush(self) -> None:
+        self._wait()
+        self._handle.flush()
+
+    def close(self) -> None:
+        try:
+            self._wait()
+        finally:
+            self._executor.shutdown(wait=True)
+            self._handle.close()
+
+
+def _sorted_positions(keys: np.ndarray, record_bytes: typing.Callable[[int], bytes]) -> np.ndarray:
+    """Positions sorted by (key, record bytes); only runs of equal keys (duplicates) are compared by bytes."""
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    ties = np.flatnonzero(sorted_keys[1:] == sorted_keys[:-1])
+    if ties.size:
+        run_starts = ties[np.r_[True, ties[1:] != ties[:-1] + 1]]
+        for run_start in run_starts.tolist():
+            run_end = run_start + 1
+            while run_end < len(order) and sorted_keys[run_end] == sorted_keys[run_start]:
+                run_end += 1
+            order[run_start:run_end] = sorted(order[run_start:run_end].tolist(), key=record_bytes)
+    return order
+
+
+def write_blocks(framed_lengths: np.ndarray) -> list[tuple[int, int]]:
+    """Consecutive record ranges of at most WRITE_BLOCK_RECORDS records and WRITE_BLOCK_BYTES bytes (or one record).
+
+    A shard is framed and written block by block, so a writer's buffers do not grow with its shard
+    or with the records' sizes.
+    """
+    blocks, start, count = [], 0, len(framed_lengths)
+    ends = np.cumsum(framed_lengths, dtype=np.int64)
+    while start < count:
+        base = int(ends[start - 1]) if start else 0
+        end = int(np.searchsorted(ends, base + WRITE_BLOCK_BYTES, side="right"))
+        end = min(max(end, start + 1), start + WRITE_BLOCK_RECORDS, count)
+        blocks.append((start, end))
+        start = end
+    return blocks
+
+
+class WriteShard(beam.DoFn):
+    """Sorts one shard's records by (key, bytes), keeps its exact rank range and writes it to the temp dir."""
+
+    def __init__(self, temp_dir: str, store: PieceStore, progress: str | None = None):
+        self._temp_dir = temp_dir
+        self._store = store
+        self._progress = progress
+
+    def process(self, element: tuple[int, Iterable[Piece]], plan: ShardPlan) -> Iterator[ShardFile]:
+        shard_key, parts = element
+        split_index, shard = split_and_shard(shard_key)
+        split_plan = plan.splits[split_index]
+        parts = [part for part in parts if len(part)]
+        low, high = split_plan.shard_start(shard), split_plan.shard_start(shard + 1)
+        try:
+            received = Received(parts, self._store)
+            order = _sorted_positions(received.keys, received.frame)
+            first_rank = self._first_rank_received(split_plan, low, high, plan.spec.ordered)
+            if len(order) < high - first_rank or (plan.spec.ordered and len(order) != high - low):
+                raise RuntimeError(
+                    f"split {split_plan.name} shard {shard}: received {len(order)} records for ranks {low}..{high} "
+                    f"(first received rank {first_rank}); the input changed during the run"
+                )
+            written = self._write(split_plan, shard, plan.spec, received, order[low - first_rank:high - first_rank])
+        finally:
+            for part in parts:
+                self._store.written(part, shard_key)
+        self._store.shard_written(shard_key, sum(split.num_shards for split in plan.splits))
+        yield written
+
+    @staticmethod
+    def _first_rank_received(split_plan: SplitPlan, low: int, high: int, ordered: bool) -> int:
+        """Global rank of the smallest record this shard receives: whole buckets arrive in hash mode."""
+        if ordered or high <= low:
+            return low
+        bucket = int(np.searchsorted(split_plan.bucket_starts, low, side="right")) - 1
+        return int(split_plan.bucket_starts[bucket])
+
+    def _write(self, split_plan: SplitPlan, shard: int, spec: ShardingSpec, received: Received, kept: np.ndarray) -> ShardFile:
+        started = time.monotonic()
+        name = shard_file_name(split_plan.name, shard, split_plan.num_shards, spec.compression)
+        relative_path = f"{split_plan.name}/{name}"
+        temp_path = fs.join(self._temp_dir, split_plan.name, name)
+        try:
+            return self._write_file(split_plan, shard, spec, received, kept, temp_path, relative_path, started)
+        except OSError as error:  # a full disk and the like: name the file (the OSError of a write names none)
+            raise OSError(error.errno, f"{error.strerror or error} (writing shard {temp_path})", temp_path) from error
+
+    def _write_file(self, split_plan: SplitPlan, shard: int, spec: ShardingSpec, received: Received, kept: np.ndarray,
+                    temp_path: str, relative_path: str, started: float) -> ShardFile:
+        index = IndexBuilder() if spec.write_index and spec.compression is None else None
+        offsets = OffsetIndexBuilder() if index is not None else None
+        handle = _HashingFile(fs.create(temp_path))
+        try:
+            writer = RecordWriter(handle, spec.compression)
+            kept_lengths = received.payload_lengths(kept)
+            for start, end in write_blocks(kept_lengths + RECORD_OVERHEAD):
+                positions = kept[start:end]
+                if index is not None and offsets is not None:
+                    lengths = kept_lengths[start:end]
+                    index.add_batch(writer.bytes_written, writer.records_written, lengths)
+                    offsets.add_batch(writer.bytes_written, writer.records_written, lengths)
+                writer.write_framed(received.frames(positions), len(positions))
+            writer.close()
+        finally:
+            handle.close()
+        temp_index_path = temp_offsets_path = None
+        if index is not None and offsets is not None:
+            # mtime None here: the commit stamps the file's own mtime once the shard is in its final directory.
+            temp_index_path = index_path_for(temp_path)
+            with fs.create(temp_index_path) as index_file:
+                index_file.write(index.to_bytes(handle.size, None, len(kept)))
+            temp_offsets_path = offset_index_path_for(temp_path)
+            with fs.create(temp_offsets_path) as offsets_file:
+                offsets_file.write(offsets.to_bytes(handle.size, None))
+        beam.metrics.Metrics.counter("tfrbeam", "examples_written").inc(len(kept))
+        if self._progress is not None:
+            ProgressCounter(self._progress, WRITTEN).add(len(kept), handle.size)
+        _LOG.info(
+            "wrote %s: %d examples, %d bytes in %.1f s", relative_path, len(kept), handle.size, time.monotonic() - started
+        )
+        return ShardFile(
+            split=split_plan.name, shard=shard, num_shards=split_plan.num_shards, relative_path=relative_path,
+            temp_path=temp_path, temp_index_path=temp_index_path, temp_offsets_path=temp_offsets_path,
+            num_examples=len(kept), num_bytes=handle.size,
+            sha256=handle.sha256_hex,
+        )
+
+
+class WriteShardOfPieces(WriteShard):
+    """Writes the shard of each key it gets, routing the pieces (a side input, no bytes in them) itself.
+
+    The pieces are routed once per bundle; each shard's slices are dropped once written.
+    """
+
+    def start_bundle(self) -> None:
+        self._parts: dict[int, list[Piece]] | None = None
+
+    # Another element type than the base's (a shard key, pieces as a side input): a different DoFn signature.
+    def process(self, shard_key: int, plan: ShardPlan, pieces: list[Piece]) -> Iterator[ShardFile]:  # type: ignore[override]
+        if self._parts is None:
+            self._parts = collections.defaultdict(list)
+            for piece in pieces:
+                for key, part in route_piece(piece, plan, self._store):
+                    self._parts[key].append(part)
+        yield from super().process((shard_key, self._parts.pop(shard_key, [])), plan)
