@@ -70,7 +70,7 @@ MUTATIONS = (
         "    def shard_of(self, ranks: np.ndarray) -> np.ndarray:\n"
         "        return np.minimum(np.asarray(ranks, dtype=np.int64) // max(self.num_examples // self.num_shards, 1),"
         " self.num_shards - 1)",
-        ("tests/build/test_shard_balance.py",),
+        ("tests/build/shuffle/test_balance.py",),
     ),
     Mutation(
         "sink-remainder-to-last-slice",
