@@ -63,6 +63,9 @@ class Received:
         read_bytes = SHARD_READ_BYTES if read_bytes is None else read_bytes
         window_bytes = max(1, read_bytes // max(1, len(parts)))
         self._in_windows = np.array([store.read_in_windows(part) for part in parts], dtype=bool)
+        # The most bytes of consecutive records (in key order) to ask ``frames`` for at once: one window's worth
+        # when some part is read in windows, so the windows stay within ``read_bytes``; unbounded otherwise.
+        self.read_bound = window_bytes if self._in_windows.any() else None
         self._windows = {index: _PartWindows(part, store, window_bytes)
                          for index, part in enumerate(parts) if self._in_windows[index]}
         counts = np.array([len(part) for part in parts], dtype=np.int64)

@@ -10,7 +10,6 @@ import dataclasses
 import hashlib
 import logging
 import time
-import typing
 from collections.abc import Iterable, Iterator
 
 import apache_beam as beam
@@ -19,6 +18,7 @@ import numpy as np
 from tfrbeam.beam import filesystem as fs
 from tfrbeam.build.progress import WRITTEN, ProgressCounter
 from tfrbeam.build.shuffle.balance import ShardingSpec, ShardPlan, SplitPlan
+from tfrbeam.build.shuffle.order import shard_order
 from tfrbeam.build.shuffle.pieces import Piece
 from tfrbeam.build.shuffle.received import Received
 from tfrbeam.build.shuffle.route import route_piece, split_and_shard
@@ -98,21 +98,6 @@ class _HashingFile:
             self._handle.close()
 
 
-def _sorted_positions(keys: np.ndarray, record_bytes: typing.Callable[[int], bytes]) -> np.ndarray:
-    """Positions sorted by (key, record bytes); only runs of equal keys (duplicates) are compared by bytes."""
-    order = np.argsort(keys, kind="stable")
-    sorted_keys = keys[order]
-    ties = np.flatnonzero(sorted_keys[1:] == sorted_keys[:-1])
-    if ties.size:
-        run_starts = ties[np.r_[True, ties[1:] != ties[:-1] + 1]]
-        for run_start in run_starts.tolist():
-            run_end = run_start + 1
-            while run_end < len(order) and sorted_keys[run_end] == sorted_keys[run_start]:
-                run_end += 1
-            order[run_start:run_end] = sorted(order[run_start:run_end].tolist(), key=record_bytes)
-    return order
-
-
 def write_blocks(framed_lengths: np.ndarray) -> list[tuple[int, int]]:
     """Consecutive record ranges of at most WRITE_BLOCK_RECORDS records and WRITE_BLOCK_BYTES bytes (or one record).
 
@@ -146,7 +131,7 @@ class WriteShard(beam.DoFn):
         low, high = split_plan.shard_start(shard), split_plan.shard_start(shard + 1)
         try:
             received = Received(parts, self._store)
-            order = _sorted_positions(received.keys, received.frame)
+            order = shard_order(received)
             first_rank = self._first_rank_received(split_plan, low, high, plan.spec.ordered)
             if len(order) < high - first_rank or (plan.spec.ordered and len(order) != high - low):
                 raise RuntimeError(

@@ -1,0 +1,99 @@
+"""A shard's records in (key, frame bytes) order, with no call per record for duplicates.
+
+Equal sort keys almost always mean equal records: the key is a bijection of 64 bits of the record's
+content digest, so a table that repeats rows gives runs of equal keys. The order among byte-identical
+records does not change the shard's bytes, so such a run keeps its arrival order; only a run holding
+different records (a digest collision, by chance or by design) is sorted by its frames' bytes.
+Whether a run's records are identical is checked in bulk: the tied records are read a chunk at a
+time (at most ``TIE_CHECK_BYTES``, and a read window's share when parts are read in windows, so a
+shard of duplicates keeps the writer's memory bound) and each frame
+is compared with the one before it by numpy. The result is the order of sorting every run by
+bytes, without the per-record read that made a table of duplicates build 8.7x slower.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tfrbeam.build.shuffle.received import Received
+from tfrbeam.tfrecord.records import RECORD_OVERHEAD
+
+__all__ = ["TIE_CHECK_BYTES", "shard_order"]
+
+# Tied records are read and compared about this many framed bytes at a time.
+TIE_CHECK_BYTES = 4 << 20
+
+
+def shard_order(received: Received) -> np.ndarray:
+    """Positions of ``received``'s records sorted by (key, frame bytes)."""
+    order = np.argsort(received.keys, kind="stable")
+    sorted_keys = received.keys[order]
+    follows_equal = np.zeros(len(order), dtype=bool)  # sorted index i has the same key as i - 1
+    follows_equal[1:] = sorted_keys[1:] == sorted_keys[:-1]
+    if not follows_equal.any():
+        return order
+    same_as_previous = _same_as_previous(received, order, follows_equal)
+    for start, end in _runs_to_sort(follows_equal, same_as_previous):
+        order[start:end] = sorted(order[start:end].tolist(), key=received.frame)
+    return order
+
+
+def _same_as_previous(received: Received, order: np.ndarray, follows_equal: np.ndarray) -> np.ndarray:
+    """For each sorted index that follows an equal key: whether its frame's bytes equal the previous record's.
+
+    Works through the records in key order a chunk at a time, reading only the chunk's tied records (and
+    the record before each): a chunk's records are one range of every part, so its reads stay in bounds.
+    """
+    same = np.zeros(len(order), dtype=bool)
+    framed = received.payload_lengths(order) + RECORD_OVERHEAD
+    chunk_bytes = min(TIE_CHECK_BYTES, received.read_bound or TIE_CHECK_BYTES)
+    tied = np.flatnonzero(follows_equal)
+    for low, high in _chunks(framed, chunk_bytes):
+        members = tied[np.searchsorted(tied, low):np.searchsorted(tied, high)]
+        if not members.size:
+            continue
+        wanted = np.union1d(members - 1, members)  # each member and the record before it
+        buffer = np.frombuffer(received.frames(order[wanted]), dtype=np.uint8)
+        sizes = framed[wanted]
+        starts = np.zeros(len(wanted), dtype=np.int64)
+        np.cumsum(sizes[:-1], out=starts[1:])
+        at = np.searchsorted(wanted, members)
+        same[members] = _equal_frames(buffer, starts[at - 1], starts[at], sizes[at - 1], sizes[at])
+    return same
+
+
+def _chunks(sizes: np.ndarray, chunk_bytes: int) -> list[tuple[int, int]]:
+    """Consecutive ranges of ``sizes`` of at most ``chunk_bytes`` each (or one item)."""
+    ends = np.cumsum(sizes, dtype=np.int64)
+    chunks, low = [], 0
+    while low < len(sizes):
+        base = int(ends[low - 1]) if low else 0
+        high = min(max(low + 1, int(np.searchsorted(ends, base + chunk_bytes, side="right"))), len(sizes))
+        chunks.append((low, high))
+        low = high
+    return chunks
+
+
+def _equal_frames(buffer: np.ndarray, left: np.ndarray, right: np.ndarray, left_sizes: np.ndarray,
+                  right_sizes: np.ndarray) -> np.ndarray:
+    """Whether frame ``buffer[left[i]:][:left_sizes[i]]`` equals ``buffer[right[i]:][:right_sizes[i]]``, for every i."""
+    equal = left_sizes == right_sizes
+    pairs = np.flatnonzero(equal)
+    if not pairs.size:
+        return equal
+    index = np.int32 if buffer.size < 1 << 31 else np.int64  # half the memory for the usual chunk
+    sizes = left_sizes[pairs]
+    firsts = np.zeros(len(pairs), dtype=np.int64)
+    np.cumsum(sizes[:-1], out=firsts[1:])
+    left_bytes = np.arange(int(sizes.sum()), dtype=index) + np.repeat((left[pairs] - firsts).astype(index), sizes)
+    byte_equal = buffer[left_bytes] == buffer[left_bytes + np.repeat((right[pairs] - left[pairs]).astype(index), sizes)]
+    equal[pairs] = np.logical_and.reduceat(byte_equal, firsts)  # every frame holds at least its 16 framing bytes
+    return equal
+
+
+def _runs_to_sort(follows_equal: np.ndarray, same_as_previous: np.ndarray) -> list[tuple[int, int]]:
+    """The (start, end) sorted-index ranges of equal-key runs whose records are not all byte-identical."""
+    starts = np.flatnonzero(np.diff(np.r_[False, follows_equal].astype(np.int8)) == 1) - 1
+    ends = np.flatnonzero(np.diff(np.r_[follows_equal, False].astype(np.int8)) == -1) + 1
+    differing = follows_equal & ~same_as_previous
+    return [(int(start), int(end)) for start, end in zip(starts, ends) if differing[start + 1:end].any()]
