@@ -18,7 +18,7 @@ import os
 import uuid
 from typing import Any
 
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import PipelineOptions
 
 from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.filesystem import BEAM_FILES
@@ -28,7 +28,7 @@ from tfrbeam.build.features import FeatureSpec
 from tfrbeam.build.inputs.files import InputFile, list_inputs
 from tfrbeam.build.inputs.sample import check_inputs_hold_rows
 from tfrbeam.build.resolve import resolve_config, with_features
-from tfrbeam.build.runners import choose_piece_store, held_piece_budget
+from tfrbeam.build.runners import choose_piece_store, held_piece_budget, runner_name
 from tfrbeam.build.shuffle import INLINE, MAX_BUCKET_BITS, MEMORY, ShardingSpec, bucket_bits_for
 from tfrbeam.errors import ConfigError, ManifestError, OutputExistsError, OutputNotWritableError
 from tfrbeam.layout.manifest import read_manifest
@@ -97,13 +97,6 @@ class BuildPlan:
 
 def _utc_now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def runner_name(options: PipelineOptions | None) -> str:
-    runner = options.view_as(StandardOptions).runner if options is not None else None
-    if runner is None:
-        return "DirectRunner"
-    return runner if isinstance(runner, str) else type(runner).__name__
 
 
 def plan_build(config: BuildConfig, options: PipelineOptions | None = None, *, overwrite: bool = False,
