@@ -47,6 +47,13 @@ def test_every_module_sits_in_a_layer():
     assert unplaced == []
 
 
+def test_every_package_says_what_it_owns():
+    """Each package's __init__ opens with a docstring a newcomer can read before its modules."""
+    silent = [str(path.relative_to(REPO_ROOT)) for path in sorted((REPO_ROOT / "tfrbeam").rglob("__init__.py"))
+              if len((ast.get_docstring(ast.parse(path.read_text())) or "").split()) < 12]
+    assert silent == []
+
+
 def test_only_beam_and_build_import_apache_beam():
     """The format core, the reader, stats and the layout run where Beam is not installed."""
     importers = []

@@ -4,7 +4,8 @@ The modules, in the order a record meets them: ``keys`` (digests, sort keys, spl
 ``pieces`` (the shuffled unit), ``stores`` (where pieces wait), ``coders``, ``balance`` (bucket counts and
 the shard plan), ``route`` (pieces cut by shard), ``received`` and ``write`` (the shard writer) and
 ``transform`` (the Beam transforms). This package re-exports their public names. TFRecord framing
-itself is ``tfrbeam.tfrecord.frames``.
+itself is ``tfrbeam.tfrecord.frames``. May import the layers below the build and, within it, only
+``tfrbeam.build.progress``: the config, plan and graph import the shuffle, never the other way.
 
 How a record finds its place (the same on every runner, worker count, input order and batching):
 
