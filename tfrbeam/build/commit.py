@@ -54,7 +54,7 @@ from tfrbeam.build.config import config_to_dict
 from tfrbeam.build.held_rows import discard_held_rows
 from tfrbeam.build.plan import DALI_DIR_NAME, BuildPlan, check_output_dir, dataset_entries, foreign_entries, normalized
 from tfrbeam.build.sequence import SequenceCounts, SequenceStage
-from tfrbeam.build.shuffle import ShardFile, ShardPlan, discard_pieces
+from tfrbeam.build.shuffle import ShardPlan, WrittenShard, discard_pieces
 from tfrbeam.errors import (
     CommitError,
     ManifestError,
@@ -146,7 +146,7 @@ class CommitDataset(beam.DoFn):
         self._plan = plan
         self._publish = publish
 
-    def process(self, shard_plan: ShardPlan, files: list[ShardFile], counts: list[tuple[int, int]],
+    def process(self, shard_plan: ShardPlan, files: list[WrittenShard], counts: list[tuple[int, int]],
                 dead_letters: list[DeadLetterFile], sequence_counts: list[SequenceCounts] | None = None) -> Iterator[dict]:
         plan = self._plan
         if self._publish and plan.run.is_alive() is False:
@@ -167,7 +167,7 @@ class CommitDataset(beam.DoFn):
         yield manifest
 
 
-def checked_manifest(plan: BuildPlan, shard_plan: ShardPlan, files: list[ShardFile], counts: list[tuple[int, int]],
+def checked_manifest(plan: BuildPlan, shard_plan: ShardPlan, files: list[WrittenShard], counts: list[tuple[int, int]],
                      dead_letters: list[DeadLetterFile], sequence_counts: list[SequenceCounts] | None) -> dict[str, Any]:
     """The bad-row limit and records in = records out hold, or this raises; then the manifest of the staged dataset."""
     rows_read, bad = sum_counts(counts)
@@ -205,7 +205,7 @@ class StagedCommit:
 
     run_id: str
     manifest: dict[str, Any]
-    files: tuple[ShardFile, ...]
+    files: tuple[WrittenShard, ...]
     dead_letters: tuple[DeadLetterFile, ...]
 
     def write(self, staging_dir: str) -> None:
@@ -232,7 +232,7 @@ class StagedCommit:
             return None
         try:
             raw = json.loads(fs.read_bytes(path).decode("utf-8"))
-            staged = cls(raw["run_id"], raw["manifest"], tuple(ShardFile(**item) for item in raw["files"]),
+            staged = cls(raw["run_id"], raw["manifest"], tuple(WrittenShard(**item) for item in raw["files"]),
                          tuple(DeadLetterFile(**item) for item in raw["dead_letters"]))
         except (ValueError, KeyError, TypeError, UnicodeDecodeError) as error:
             raise CommitError(f"{path}: an unreadable commit record ({error}); nothing was published to "
@@ -336,7 +336,7 @@ def _check_output_unchanged(plan: BuildPlan) -> None:
         raise CommitError(f"the output changed while this build ran, so nothing was published: {error}") from error
 
 
-def check_every_record_arrived(files: Sequence[ShardFile], expected: int, output: str,
+def check_every_record_arrived(files: Sequence[WrittenShard], expected: int, output: str,
                                made: str = "rows were converted", records: str = "examples") -> None:
     """Records in = records out, and every shard file is as long as its writer said; else nothing is published."""
     written = sum(item.num_examples for item in files)
@@ -358,7 +358,7 @@ def check_every_record_arrived(files: Sequence[ShardFile], expected: int, output
         )
 
 
-def check_every_sequence_arrived(files: Sequence[ShardFile], sequences: SequenceCounts, converted: int, output: str) -> None:
+def check_every_sequence_arrived(files: Sequence[WrittenShard], sequences: SequenceCounts, converted: int, output: str) -> None:
     """Sequence builds: every converted row reached the sequence stage, and every SequenceExample it made a shard."""
     if sequences.rows != converted:
         raise ShortWriteError(
@@ -371,7 +371,7 @@ def check_every_sequence_arrived(files: Sequence[ShardFile], sequences: Sequence
                                "SequenceExamples")
 
 
-def build_manifest(plan: BuildPlan, shard_plan: ShardPlan, files: Sequence[ShardFile], rows_read: int, bad: int,
+def build_manifest(plan: BuildPlan, shard_plan: ShardPlan, files: Sequence[WrittenShard], rows_read: int, bad: int,
                    dead_letters: Sequence[DeadLetterFile], absent: np.ndarray | None = None,
                    sequences: SequenceCounts | None = None) -> dict[str, Any]:
     """The manifest of a finished build; ``sequences`` (the summed counts of a sequence build) makes it a SequenceExample one."""
@@ -480,7 +480,7 @@ def _sequence_schema(plan: BuildPlan, splits: dict[str, dict[str, Any]], counts:
     }
 
 
-def _staged_moves(plan: BuildPlan, files: Sequence[ShardFile], dead_letters: Sequence[DeadLetterFile],
+def _staged_moves(plan: BuildPlan, files: Sequence[WrittenShard], dead_letters: Sequence[DeadLetterFile],
                   root: str) -> list[tuple[str, str]]:
     """(staged file, its path under ``root``) for every shard, read index and dead-letter file."""
     moves = [(item.temp_path, fs.join(root, *item.relative_path.split("/"))) for item in files]
@@ -492,7 +492,7 @@ def _staged_moves(plan: BuildPlan, files: Sequence[ShardFile], dead_letters: Seq
     return moves
 
 
-def publish_by_swap(plan: BuildPlan, files: Sequence[ShardFile], dead_letters: Sequence[DeadLetterFile],
+def publish_by_swap(plan: BuildPlan, files: Sequence[WrittenShard], dead_letters: Sequence[DeadLetterFile],
                     manifest: dict[str, Any]) -> None:
     """Local output: assemble the dataset in the staging directory, then swap it in with one atomic step."""
     new_dir = fs.join(plan.staging_dir, NEW_DATASET_DIR)
@@ -540,7 +540,7 @@ def load_offsets_of(staged_shard: str) -> Any:
         return parse_offset_index(handle.read(), offset_index_path_for(staged_shard)).offsets
 
 
-def _dali_path(root: str, item: ShardFile) -> str:
+def _dali_path(root: str, item: WrittenShard) -> str:
     """Where a shard's DALI index goes: ``{root}/dali/{split}/{shard file name}.idx``."""
     return fs.join(root, DALI_DIR_NAME, item.split, posixpath.basename(item.relative_path) + ".idx")
 
@@ -625,7 +625,7 @@ def _looks_like_the_datasets(relative: str) -> bool:
             or relative.startswith(DALI_DIR_NAME + "/"))
 
 
-def publish_by_journal(plan: BuildPlan, files: Sequence[ShardFile], dead_letters: Sequence[DeadLetterFile],
+def publish_by_journal(plan: BuildPlan, files: Sequence[WrittenShard], dead_letters: Sequence[DeadLetterFile],
                        manifest: dict[str, Any]) -> None:
     """Object stores: a journal first; the old manifest goes first, the old dataset's files next, the new manifest last."""
     root = plan.output_root

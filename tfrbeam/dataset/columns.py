@@ -15,6 +15,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from tfrbeam.codec.wire import ranges
+
 
 class Ragged(NamedTuple):
     """A batch of variable-length rows: ``values`` back to back and each row's length.
@@ -185,17 +187,6 @@ def row_offsets(lengths: np.ndarray) -> np.ndarray:
     out = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=out[1:])
     return out
-
-
-def ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Concatenation of ``arange(starts[i], starts[i] + lengths[i])`` over i, vectorised."""
-    if not len(lengths):
-        return np.zeros(0, dtype=np.int64)
-    ends = np.cumsum(lengths)
-    total = int(ends[-1])
-    shift = np.repeat(starts - (ends - lengths), lengths)
-    shift += np.arange(total, dtype=np.int64)
-    return shift
 
 
 class RowQueue:

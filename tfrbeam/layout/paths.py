@@ -12,14 +12,11 @@ import os
 import posixpath
 from collections.abc import Callable
 
+from tfrbeam.base.file_access import is_remote
 from tfrbeam.errors import UnsafePathError
 
 MAX_COMPONENT = 255  # bytes of one path component on common filesystems
 MAX_PATH = 4096
-
-
-def is_remote(path: str) -> bool:
-    return "://" in path
 
 
 def path_problem(value: object) -> str | None:

@@ -20,9 +20,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tfrbeam.base import fileops
+from tfrbeam.base.file_access import is_remote
 from tfrbeam.errors import ConfigError, OutputExistsError, UnsafeOutputError
 from tfrbeam.layout.names import EXPORT_NAME, RECORD_SUFFIXES
-from tfrbeam.layout.paths import escapes, is_remote, path_problem
+from tfrbeam.layout.paths import escapes, path_problem
 from tfrbeam.stats.accumulators import FEATURE_TYPES
 from tfrbeam.stats.compute import (
     BLOCK_RECORDS,

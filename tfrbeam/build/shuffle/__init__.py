@@ -98,7 +98,7 @@ from tfrbeam.build.shuffle.stores import (
     runs_holding_pieces,
 )
 from tfrbeam.build.shuffle.transform import WriteShardsFromPieceList, WriteShardsThroughGroupByKey, WriteShuffledShards
-from tfrbeam.build.shuffle.write import ShardFile, write_blocks
+from tfrbeam.build.shuffle.write import WrittenShard, write_blocks
 
 __all__ = [
     "FILE_INDEX_BITS",
@@ -118,7 +118,7 @@ __all__ = [
     "PieceCoder",
     "PieceRef",
     "PieceStore",
-    "ShardFile",
+    "WrittenShard",
     "ShardPlan",
     "ShardingSpec",
     "SpillStore",

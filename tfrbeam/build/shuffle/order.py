@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from tfrbeam.build.shuffle.received import Received
+from tfrbeam.codec.wire import ranges
 from tfrbeam.tfrecord.records import RECORD_OVERHEAD
 
 __all__ = ["TIE_CHECK_BYTES", "shard_order"]
@@ -81,12 +82,10 @@ def _equal_frames(buffer: np.ndarray, left: np.ndarray, right: np.ndarray, left_
     pairs = np.flatnonzero(equal)
     if not pairs.size:
         return equal
-    index = np.int32 if buffer.size < 1 << 31 else np.int64  # half the memory for the usual chunk
     sizes = left_sizes[pairs]
+    byte_equal = buffer[ranges(left[pairs], sizes)] == buffer[ranges(right[pairs], sizes)]
     firsts = np.zeros(len(pairs), dtype=np.int64)
     np.cumsum(sizes[:-1], out=firsts[1:])
-    left_bytes = np.arange(int(sizes.sum()), dtype=index) + np.repeat((left[pairs] - firsts).astype(index), sizes)
-    byte_equal = buffer[left_bytes] == buffer[left_bytes + np.repeat((right[pairs] - left[pairs]).astype(index), sizes)]
     equal[pairs] = np.logical_and.reduceat(byte_equal, firsts)  # every frame holds at least its 16 framing bytes
     return equal
 

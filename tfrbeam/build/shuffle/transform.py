@@ -15,7 +15,7 @@ __all__ = ["WriteShardsFromPieceList", "WriteShardsThroughGroupByKey", "WriteShu
 
 
 class WriteShardsOfPlan(beam.PTransform):
-    """PCollection[Piece] -> PCollection[ShardFile], one per shard of ``plan`` (a one-element PCollection[ShardPlan])."""
+    """PCollection[Piece] -> PCollection[WrittenShard], one per shard of ``plan`` (a one-element PCollection[ShardPlan])."""
 
     def __init__(self, temp_dir: str, store: PieceStore, plan: beam.PCollection, progress: str | None = None):
         super().__init__()
@@ -65,7 +65,7 @@ class WriteShuffledShards(beam.PTransform):
     """PCollection[KeyedRecords] -> shuffled, split, exactly balanced shard files in ``temp_dir``.
 
     The pieces' frames wait in ``store`` (a ``PieceStore``, default inline) between preparing and
-    writing. Returns a dict: ``files`` (PCollection[ShardFile], one per shard, empty shards
+    writing. Returns a dict: ``files`` (PCollection[WrittenShard], one per shard, empty shards
     included) and ``plan`` (a one-element PCollection[ShardPlan]). ``progress_under`` (a run's local
     staging directory) makes the writers count the examples they write there, for the progress display.
     """

@@ -28,7 +28,7 @@ from tfrbeam.tfrecord.offset_index import OffsetIndexBuilder, offset_index_path_
 from tfrbeam.tfrecord.record_index import IndexBuilder, index_path_for
 from tfrbeam.tfrecord.records import RECORD_OVERHEAD, RecordWriter
 
-__all__ = ["WRITE_BLOCK_BYTES", "WRITE_BLOCK_RECORDS", "ShardFile", "WriteShard", "WriteShardOfPieces", "write_blocks"]
+__all__ = ["WRITE_BLOCK_BYTES", "WRITE_BLOCK_RECORDS", "WrittenShard", "WriteShard", "WriteShardOfPieces", "write_blocks"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ WRITE_BLOCK_BYTES = 8 << 20
 
 
 @dataclasses.dataclass(frozen=True)
-class ShardFile:
+class WrittenShard:
     """One written shard, still in the temp location; commit moves it to ``relative_path``."""
 
     split: str
@@ -123,7 +123,7 @@ class WriteShard(beam.DoFn):
         self._store = store
         self._progress = progress
 
-    def process(self, element: tuple[int, Iterable[Piece]], plan: ShardPlan) -> Iterator[ShardFile]:
+    def process(self, element: tuple[int, Iterable[Piece]], plan: ShardPlan) -> Iterator[WrittenShard]:
         shard_key, parts = element
         split_index, shard = split_and_shard(shard_key)
         split_plan = plan.splits[split_index]
@@ -153,7 +153,7 @@ class WriteShard(beam.DoFn):
         bucket = int(np.searchsorted(split_plan.bucket_starts, low, side="right")) - 1
         return int(split_plan.bucket_starts[bucket])
 
-    def _write(self, split_plan: SplitPlan, shard: int, spec: ShardingSpec, received: Received, kept: np.ndarray) -> ShardFile:
+    def _write(self, split_plan: SplitPlan, shard: int, spec: ShardingSpec, received: Received, kept: np.ndarray) -> WrittenShard:
         started = time.monotonic()
         name = shard_file_name(split_plan.name, shard, split_plan.num_shards, spec.compression)
         relative_path = f"{split_plan.name}/{name}"
@@ -164,7 +164,7 @@ class WriteShard(beam.DoFn):
             raise OSError(error.errno, f"{error.strerror or error} (writing shard {temp_path})", temp_path) from error
 
     def _write_file(self, split_plan: SplitPlan, shard: int, spec: ShardingSpec, received: Received, kept: np.ndarray,
-                    temp_path: str, relative_path: str, started: float) -> ShardFile:
+                    temp_path: str, relative_path: str, started: float) -> WrittenShard:
         index = IndexBuilder() if spec.write_index and spec.compression is None else None
         offsets = OffsetIndexBuilder() if index is not None else None
         handle = _HashingFile(fs.create(temp_path))
@@ -196,7 +196,7 @@ class WriteShard(beam.DoFn):
         _LOG.info(
             "wrote %s: %d examples, %d bytes in %.1f s", relative_path, len(kept), handle.size, time.monotonic() - started
         )
-        return ShardFile(
+        return WrittenShard(
             split=split_plan.name, shard=shard, num_shards=split_plan.num_shards, relative_path=relative_path,
             temp_path=temp_path, temp_index_path=temp_index_path, temp_offsets_path=temp_offsets_path,
             num_examples=len(kept), num_bytes=handle.size,
@@ -214,7 +214,7 @@ class WriteShardOfPieces(WriteShard):
         self._parts: dict[int, list[Piece]] | None = None
 
     # Another element type than the base's (a shard key, pieces as a side input): a different DoFn signature.
-    def process(self, shard_key: int, plan: ShardPlan, pieces: list[Piece]) -> Iterator[ShardFile]:  # type: ignore[override]
+    def process(self, shard_key: int, plan: ShardPlan, pieces: list[Piece]) -> Iterator[WrittenShard]:  # type: ignore[override]
         if self._parts is None:
             self._parts = collections.defaultdict(list)
             for piece in pieces:
