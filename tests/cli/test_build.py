@@ -83,8 +83,9 @@ def test_dataflow_job_graph_builds_offline(workdir, config_path, extra_steps):
     run = build_pipeline(pipeline, config)
     result = pipeline.run()
     steps = {transform.unique_name for transform in result.job.proto_pipeline.components.transforms.values()}
-    for name in ("ReadInputs", "ConvertAndKey", "Shuffle/WriteShardsThroughGroupByKey/GroupByShard",
-                 "Shuffle/WriteShardsThroughGroupByKey/WriteShards", "Commit", *extra_steps):
+    for name in ("ReadInputs", "Build/ConvertAndKey", "Build/Shuffle/WriteShardsThroughGroupByKey/GroupByShard",
+                 "Build/Shuffle/WriteShardsThroughGroupByKey/WriteShards", "Build/Commit",
+                 *(f"Build/{step}" for step in extra_steps)):
         assert name in steps
     assert run.runner == "DataflowRunner" and run.piece_store == "inline" and not os.path.exists(run.manifest_path)
 
