@@ -258,9 +258,9 @@ def test_a_signal_mid_build_is_one_line_and_a_rerun_succeeds_leaving_nothing_ext
 def test_progress_is_logged_without_a_terminal_with_counts_from_worker_processes(workdir, capsys, caplog, monkeypatch):
     import re
 
-    import tfrbeam.cli.build as build_cli
+    import tfrbeam.build.report as build_report
 
-    monkeypatch.setattr(build_cli, "PROGRESS_LOG_SECONDS", 0.05)
+    monkeypatch.setattr(build_report, "PROGRESS_LOG_SECONDS", 0.05)
     with caplog.at_level("INFO"):
         assert build_main([DEMO_CONFIG, "--set", "output.path=out/progress", "--direct_num_workers=2",
                            "--direct_running_mode=multi_processing"]) == 0
@@ -327,7 +327,7 @@ def test_progress_bar_on_a_terminal(tmp_path, big_demo_data):
 def test_the_progress_bar_moves_on_to_the_shuffle_and_write_phase_and_prints_log_lines_above_itself(capsys):
     import logging
 
-    from tfrbeam.cli.build import _ProgressBar
+    from tfrbeam.build.report import _ProgressBar
 
     logging.basicConfig(format="%(levelname)s %(message)s", force=True)
     try:
