@@ -9,6 +9,7 @@ the new one, never neither.
 from __future__ import annotations
 
 import json
+import logging
 import pathlib
 
 import apache_beam as beam
@@ -245,3 +246,13 @@ def test_write_dataset_publishes_from_its_launcher_and_keeps_the_old_dataset_whe
         assert _dataset_state(output) == old and verify_dataset(str(output)) == []
     tfrbeam.write_dataset(table, output, seed=7, overwrite=True, progress=False)
     assert shard_bytes(output) == shard_bytes(tmp_path / "counted")
+
+
+def test_write_dataset_shows_progress_and_the_summary_and_writes_stats_when_asked(tmp_path, caplog):
+    with caplog.at_level(logging.INFO, logger="tfrbeam"):
+        result = tfrbeam.write_dataset(rows_table(400), tmp_path / "ds", stats=True)
+    messages = [record.getMessage() for record in caplog.records]
+    assert any(message.startswith("shuffle and write: 400 examples") for message in messages), messages
+    assert any(message.startswith(f"built {tmp_path / 'ds'}:") and "rows read:  400" in message for message in messages)
+    stats = json.loads((tmp_path / "ds" / "stats.json").read_text())
+    assert result is not None and json.dumps(stats).count('"id"') >= 1
