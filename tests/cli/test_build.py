@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import re
 
 import apache_beam as beam
 import pytest
@@ -322,33 +321,6 @@ def test_progress_bar_on_a_terminal(tmp_path, big_demo_data):
     assert logged, text[-2000:]
     torn = [segment for segment in logged if not re.match(r"\s*(\x1b\[[0-9;]*[A-Za-z])*\d\d:\d\d:\d\d ", segment)]
     assert not torn, torn[:3]
-
-
-def test_the_progress_bar_moves_on_to_the_shuffle_and_write_phase_and_prints_log_lines_above_itself(capsys):
-    import logging
-
-    from tfrbeam.build.report import _ProgressBar
-
-    logging.basicConfig(format="%(levelname)s %(message)s", force=True)
-    try:
-        bar = _ProgressBar(1000)
-        bar.show((10, 400), (0, 0))
-        assert not bar.writing and bar.bar.n == 400 and bar.bar.desc.startswith("reading")
-        logging.getLogger("tfrbeam.test").warning("a line while the bar is drawn")
-        bar.show((25, 990), (0, 0))
-        assert not bar.writing  # still reading: a few input bytes are left
-        bar.show((25, 990), (7, 700))  # a shard writer reported: reading is over
-        assert bar.writing and bar.bar.desc.startswith("shuffling and writing")
-        assert (bar.bar.total, bar.bar.n) == (25, 7)
-        bar.show((25, 1000), (25, 2500))
-        assert bar.bar.n == 25
-        bar.close()
-    finally:
-        logging.basicConfig(force=True)
-    err = capsys.readouterr().err
-    line = next(part for part in re.split(r"[\r\n]", err) if "a line while the bar is drawn" in part)
-    assert line == "WARNING a line while the bar is drawn"  # on a line of its own, not appended to the bar
-    assert any(part.startswith("shuffling and writing") for part in err.split("\r")), err
 
 
 def test_the_memory_store_budget_is_an_option_checked_before_the_build(workdir, capsys):
