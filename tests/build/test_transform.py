@@ -23,7 +23,7 @@ import tfrbeam
 from tests.faults import injected
 from tfrbeam.cli.build import main as build_main
 from tfrbeam.codec.example import decode_example
-from tfrbeam.errors import BadRecordError, CommitError, ConfigError, OutputExistsError, TfrbeamError
+from tfrbeam.errors import BadRecordError, CommitError, ConfigError, InputError, OutputExistsError, TfrbeamError
 from tfrbeam.layout.manifest import read_manifest, verify_dataset
 from tfrbeam.tfrecord.records import read_records
 
@@ -256,3 +256,12 @@ def test_write_dataset_shows_progress_and_the_summary_and_writes_stats_when_aske
     assert any(message.startswith(f"built {tmp_path / 'ds'}:") and "rows read:  400" in message for message in messages)
     stats = json.loads((tmp_path / "ds" / "stats.json").read_text())
     assert result is not None and json.dumps(stats).count('"id"') >= 1
+
+
+def test_an_empty_table_makes_an_empty_dataset_unless_allow_empty_is_false(tmp_path):
+    empty = rows_table(0)
+    result = tfrbeam.write_dataset(empty, tmp_path / "empty", progress=False)
+    assert result is not None and result.num_examples == {"train": 0}
+    with pytest.raises(InputError, match=r"table holds no rows; errors\.allow_empty is false"):
+        tfrbeam.write_dataset(empty, tmp_path / "refused", errors={"allow_empty": False}, progress=False)
+    assert not (tmp_path / "refused").exists()

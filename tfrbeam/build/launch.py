@@ -26,6 +26,7 @@ from tfrbeam.beam.publish import OutputLock, abandon
 from tfrbeam.build import commit as build_commit
 from tfrbeam.build.commit import discard_staging, recover_output
 from tfrbeam.build.config import BuildConfig, apply_overrides, load_config, parse_config
+from tfrbeam.build.graph import build_pipeline
 from tfrbeam.build.plan import BuildPlan, check_output_dir, plan_build
 from tfrbeam.build.report import build_progress, summary_table
 from tfrbeam.build.runners import DEFAULT_RUNNER
@@ -85,8 +86,6 @@ def run(config: str | os.PathLike | Mapping[str, Any] | BuildConfig,
     options = build_options(pipeline_options)
     started = time.monotonic()
     plan = plan_build(as_config(config, overrides), options, overwrite=overwrite)
-    from tfrbeam.build.graph import build_pipeline
-
     with reporting(progress):
         result = launch(plan, options, lambda pipeline: build_pipeline(pipeline, plan, publish=False), started)
         if result is not None:

@@ -309,6 +309,11 @@ def write_dataset(data: Any, path: str | os.PathLike, *, features: Mapping[str, 
                             compression=compression, errors=errors, stats=stats)
     options = build_options(pipeline_options)
     plan = plan_for(config, table.schema, options, overwrite, input_bytes=table.nbytes)
+    if table.num_rows == 0:
+        if not config.errors.allow_empty:
+            raise InputError(f"{name} holds no rows; errors.allow_empty is false, so the build fails")
+        _LOG.warning("%s holds no rows: the dataset will be empty; set errors.allow_empty: false to fail such a build",
+                     name)
     table = table.select([column for column in table.column_names if column in set(plan.columns)])
     # Progress counts the bytes of the columns built from, against this total.
     plan = dataclasses.replace(plan, input_files=(dataclasses.replace(plan.input_files[0], size=table.nbytes),))
