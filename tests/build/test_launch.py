@@ -67,8 +67,11 @@ def test_run_shows_the_cli_progress_and_summary_and_restores_logging(config_file
 
 def test_run_raises_the_cli_errors_as_one_line_exceptions(config_file, tmp_path):
     with pytest.raises(ConfigError) as caught:
-        tfrbeam.build.run({"input": {"path": "rows.parquet"}, "output": {"path": "out/x", "num_shard": 2}})
-    assert "num_shard" in str(caught.value)
+        tfrbeam.build.run({"input": {"path": "rows.parquet"}, "output": {"path": "out/x", "num_shard": 2},
+                           "splits": {"train": 0.5}})
+    text = _one_line(caught.value)  # the CLI's problems, each named by its key, joined on one line
+    assert text.startswith("<config>: 2 problems in the build config: splits: fractions train: 0.5 sum to 0.5, not 1; "
+                           "output.num_shard: unknown key"), text
     with pytest.raises(ConfigError, match="expected a YAML path, a dict or a BuildConfig"):
         tfrbeam.build.run(42)  # type: ignore[arg-type]
     pq.write_table(pa.table({"id": pa.array([1, None, 3], pa.int64())}), tmp_path / "nulls.parquet")

@@ -33,8 +33,8 @@ from tfrbeam.build.runners import DEFAULT_RUNNER
 from tfrbeam.errors import BuildFailedError, ConfigError, TfrbeamError, TooManyBadRecordsError
 
 __all__ = [
-    "BuildResult", "as_config", "build_options", "execute", "launch", "pipeline_error", "prepare", "publish", "reporting",
-    "run",
+    "BuildResult", "as_config", "build_options", "execute", "launch", "one_line", "pipeline_error", "prepare", "publish",
+    "reporting", "run",
 ]
 
 _LOG = logging.getLogger(__name__)
@@ -79,18 +79,30 @@ def run(config: str | os.PathLike | Mapping[str, Any] | BuildConfig,
     the runner defaults to the FnApiRunner in this process. ``overrides`` are ``--set`` values
     (``"shuffle.seed=7"``). Returns the published dataset's manifest and summary (None only when
     Beam's own ``--dry_run`` built the job graph without running it). Raises our one-line
-    ``TfrbeamError`` subclasses: ConfigError, OutputExistsError, OutputNotWritableError before
-    anything runs; OutputLockedError, TooManyBadRecordsError, BadRecordError, CommitError and
+    ``TfrbeamError`` subclasses (a config's problems joined by "; "): ConfigError, OutputExistsError,
+    OutputNotWritableError before anything runs; OutputLockedError, TooManyBadRecordsError, BadRecordError, CommitError and
     the like (BuildFailedError for a runner's own failure) after.
     """
     options = build_options(pipeline_options)
     started = time.monotonic()
-    plan = plan_build(as_config(config, overrides), options, overwrite=overwrite)
+    try:
+        plan = plan_build(as_config(config, overrides), options, overwrite=overwrite)
+    except ConfigError as error:
+        raise one_line(error) from None
     with reporting(progress):
         result = launch(plan, options, lambda pipeline: build_pipeline(pipeline, plan, publish=False), started)
         if result is not None:
             _LOG.info("built %s:\n%s", result.path, result.summary)
     return result
+
+
+def one_line(error: ConfigError) -> ConfigError:
+    """A config error listing its problems on one line ("heading: first; second") instead of one per line."""
+    text = str(error)
+    if "\n" not in text:
+        return error
+    heading, _, problems = text.partition(":\n")
+    return ConfigError(f"{heading}: {'; '.join(line.strip() for line in problems.splitlines() if line.strip())}")
 
 
 def as_config(config: str | os.PathLike | Mapping[str, Any] | BuildConfig, overrides: Sequence[str] = ()) -> BuildConfig:

@@ -39,7 +39,7 @@ from tfrbeam.build.config import BuildConfig, InputConfig, parse_config
 from tfrbeam.build.features import BadRow, FeatureSpec, output_type
 from tfrbeam.build.graph import BuildDataset
 from tfrbeam.build.inputs.batch import SourceBatch
-from tfrbeam.build.launch import BuildResult, build_options, launch, reporting
+from tfrbeam.build.launch import BuildResult, build_options, launch, one_line, reporting
 from tfrbeam.build.plan import BuildPlan, plan_rows
 from tfrbeam.build.progress import ProgressCounter, progress_dir
 from tfrbeam.errors import ConfigError, InputError
@@ -94,15 +94,6 @@ def dataset_config(path: str | os.PathLike, source: str, *, features: Mapping[st
         raise one_line(error) from None
     return dataclasses.replace(config, input=InputConfig(format=ROWS_FORMAT, path=source),
                                features=specs if specs is not None else config.features)
-
-
-def one_line(error: ConfigError) -> ConfigError:
-    """A config error listing its problems on one line ("heading: first; second") instead of one per line."""
-    text = str(error)
-    if "\n" not in text:
-        return error
-    heading, _, problems = text.partition(":\n")
-    return ConfigError(f"{heading}: {'; '.join(line.strip() for line in problems.splitlines() if line.strip())}")
 
 
 def schema_of_features(config: BuildConfig, where: str) -> pa.Schema:
