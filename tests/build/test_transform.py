@@ -265,3 +265,17 @@ def test_an_empty_table_makes_an_empty_dataset_unless_allow_empty_is_false(tmp_p
     with pytest.raises(InputError, match=r"table holds no rows; errors\.allow_empty is false"):
         tfrbeam.write_dataset(empty, tmp_path / "refused", errors={"allow_empty": False}, progress=False)
     assert not (tmp_path / "refused").exists()
+
+
+def test_a_failed_pipeline_leaves_its_staging_directory_until_discarded(tmp_path):
+    from tfrbeam.build.commit import discard_staging
+
+    broken = pa.record_batch({"id": pa.array([1, None, 3], pa.int64())})
+    write = tfrbeam.beam.WriteDataset(tmp_path / "ds", features={"id": "int64"})
+    with pytest.raises(Exception, match=r"pcollection:2: feature 'id': is null"):
+        with beam.Pipeline(options=PipelineOptions(["--runner=FnApiRunner"])) as pipeline:
+            _ = pipeline | beam.Create([broken]) | write
+    assert write.plan is not None and pathlib.Path(write.plan.staging_dir).is_dir()
+    assert not (tmp_path / "ds").exists()
+    discard_staging(write.plan)
+    assert not pathlib.Path(write.plan.staging_dir).exists()
