@@ -279,3 +279,19 @@ def test_a_failed_pipeline_leaves_its_staging_directory_until_discarded(tmp_path
     assert not (tmp_path / "ds").exists()
     discard_staging(write.plan)
     assert not pathlib.Path(write.plan.staging_dir).exists()
+
+
+def test_a_dict_that_does_not_fit_the_schema_is_a_bad_row_and_tables_are_taken_whole(tmp_path):
+    rows = [{"id": 1, "name": "a"}, {"id": "two", "name": "b"}, {"id": 3, "name": "c"}]
+    settings = {"features": {"id": "int64", "name": "bytes"}, "num_shards": 1, "splits": {"train": 1.0},
+                "errors": {"on_bad_record": "dead_letter", "max_bad_fraction": 0.5}}
+    _pipeline_build(tmp_path / "dicts", rows, ["--runner=FnApiRunner"], **settings)
+    manifest = read_manifest(str(tmp_path / "dicts"))
+    assert (manifest["rows_read"], manifest["bad_records"]["count"]) == (3, 1)
+    letters = (tmp_path / "dicts" / "_errors" / "00000-pcollection.jsonl").read_text().splitlines()
+    [letter] = [json.loads(line) for line in letters]
+    assert (letter["file"], letter["line"], json.loads(letter["raw"])) == ("pcollection", 2, {"id": "two", "name": "b"})
+    assert "does not fit the schema" in letter["reason"]
+    table = pa.table({"id": [1, 3], "name": ["a", "c"]})  # the good rows, as one pyarrow.Table element
+    _pipeline_build(tmp_path / "table", [table], ["--runner=FnApiRunner"], **settings)
+    assert shard_bytes(tmp_path / "table") == shard_bytes(tmp_path / "dicts")
