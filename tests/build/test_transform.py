@@ -295,3 +295,10 @@ def test_a_dict_that_does_not_fit_the_schema_is_a_bad_row_and_tables_are_taken_w
     table = pa.table({"id": [1, 3], "name": ["a", "c"]})  # the good rows, as one pyarrow.Table element
     _pipeline_build(tmp_path / "table", [table], ["--runner=FnApiRunner"], **settings)
     assert shard_bytes(tmp_path / "table") == shard_bytes(tmp_path / "dicts")
+
+
+def test_shards_sized_by_bytes_stay_under_the_cap(tmp_path):
+    result = tfrbeam.write_dataset(rows_table(3000), tmp_path / "capped", max_bytes_per_shard="40KiB", progress=False)
+    shards = result.manifest["splits"]["train"]["shards"]
+    assert len(shards) > 1 and all((tmp_path / "capped" / shard["path"]).stat().st_size <= 40 << 10 for shard in shards)
+    assert sum(shard["num_examples"] for shard in shards) == 3000
