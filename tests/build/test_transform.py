@@ -177,7 +177,7 @@ def test_errors_are_one_line_tfrbeam_errors(tmp_path):
     assert "holds a different dataset (its config differs at shuffle.seed)" in _one_line(caught.value)
     with pytest.raises(ConfigError, match="a PCollection has none"):
         tfrbeam.beam.WriteDataset(tmp_path / "x", shuffle=False)
-    with pytest.raises(ConfigError, match=r"give schema= .* \(label has no type\)"):
+    with pytest.raises(ConfigError, match=r"give schema= .* \(label: no type, or a struct field\)"):
         tfrbeam.beam.WriteDataset(tmp_path / "x", features={"id": "int64", "label": {"source": "label"}})
 
 

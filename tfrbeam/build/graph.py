@@ -53,7 +53,7 @@ from tfrbeam.codec.encode import encode_record_batch
 from tfrbeam.errors import BadRecordError
 from tfrbeam.layout.manifest import ERRORS_DIR_NAME
 
-__all__ = ["BuildDataset", "build_pipeline"]
+__all__ = ["BuildDataset", "build_pipeline", "start_build"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -81,8 +81,7 @@ def build_pipeline(pipeline: beam.Pipeline, plan: BuildPlan | BuildConfig, *, ov
     """
     if isinstance(plan, BuildConfig):
         plan = plan_build(plan, pipeline.options, overwrite=overwrite)
-    refuse_lossy_runner(pipeline, "tfrbeam build", also=TAGGED_SIDE_INPUT_LOSERS)
-    StagingDir(plan.staging_dir, plan.run, plan.output_root).create()
+    start_build(pipeline, plan, "tfrbeam build")
     _ = (
         pipeline
         | "ReadInputs" >> ReadTabular(plan.config.input, list(plan.columns), inputs=list(plan.input_files),
@@ -92,14 +91,20 @@ def build_pipeline(pipeline: beam.Pipeline, plan: BuildPlan | BuildConfig, *, ov
     return plan
 
 
+def start_build(pipeline: beam.Pipeline, plan: BuildPlan, what: str) -> None:
+    """Before ``BuildDataset`` is applied: refuse a runner that loses elements, and create the plan's staging directory
+    (which also proves it can be written)."""
+    refuse_lossy_runner(pipeline, what, also=TAGGED_SIDE_INPUT_LOSERS)
+    StagingDir(plan.staging_dir, plan.run, plan.output_root).create()
+
+
 class BuildDataset(beam.PTransform):
     """Everything a build does after reading: convert, key, (group sequences,) shuffle, split, shard, dead letters, commit.
 
     Takes the ``SourceBatch`` elements of the plan's inputs (``plan.input_files`` names them: their
     position in that list orders an unshuffled build) and gives the manifest the Commit step made
     (one dict). ``tfrbeam build`` applies it after ``ReadTabular``; ``tfrbeam.beam.WriteDataset``
-    after turning a PCollection's rows into SourceBatches. The plan's staging directory must exist
-    (``StagingDir.create``) before the pipeline runs. ``publish``: see ``build_pipeline``.
+    after turning a PCollection's rows into SourceBatches. ``start_build`` must run first. ``publish``: see ``build_pipeline``.
     """
 
     def __init__(self, plan: BuildPlan, *, publish: bool = True):

@@ -33,11 +33,9 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
-from tfrbeam.beam.publish import StagingDir
-from tfrbeam.beam.runner_support import TAGGED_SIDE_INPUT_LOSERS, refuse_lossy_runner
 from tfrbeam.build.config import BuildConfig, InputConfig, parse_config
 from tfrbeam.build.features import BadRow, FeatureSpec, output_type
-from tfrbeam.build.graph import BuildDataset
+from tfrbeam.build.graph import BuildDataset, start_build
 from tfrbeam.build.inputs.batch import SourceBatch
 from tfrbeam.build.launch import BuildResult, build_options, launch, one_line, reporting
 from tfrbeam.build.plan import BuildPlan, plan_rows
@@ -100,7 +98,7 @@ def schema_of_features(config: BuildConfig, where: str) -> pa.Schema:
     """The Arrow schema typed features imply for their source columns (scalars; list features need ``schema=``)."""
     untyped = [spec.name for spec in config.features or () if spec.type is None or spec.source_path is not None]
     if config.features is None or untyped:
-        named = f" ({', '.join(untyped)} {'has' if len(untyped) == 1 else 'have'} no type)" if untyped else ""
+        named = f" ({', '.join(untyped)}: no type, or a struct field)" if untyped else ""
         raise ConfigError(f"{where}: give schema= (a pyarrow.Schema of the rows) or a type for every feature{named}: the "
                           "rows of a PCollection are not seen before the pipeline runs, so they cannot be inferred")
     fields: dict[str, pa.DataType] = {}
@@ -120,8 +118,7 @@ def plan_for(config: BuildConfig, schema: pa.Schema, options: PipelineOptions | 
 
 def build_rows(rows: beam.PCollection, plan: BuildPlan, *, publish: bool, schema: pa.Schema, what: str) -> beam.PCollection:
     """The build after reading on ``rows`` (SourceBatches, record batches, tables or dicts); the manifest's path."""
-    refuse_lossy_runner(rows.pipeline, what, also=TAGGED_SIDE_INPUT_LOSERS)
-    StagingDir(plan.staging_dir, plan.run, plan.output_root).create()
+    start_build(rows.pipeline, plan, what)
     manifests = (
         rows
         | "AsSourceBatches" >> beam.ParDo(_AsSourceBatches(plan, schema)).with_output_types(SourceBatch)
