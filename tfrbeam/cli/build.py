@@ -5,6 +5,10 @@ the runner defaults to the FnApiRunner in this process (``--piece_store`` picks 
 problems are reported in one
 line with exit status 2 before any pipeline starts; a failed build (a bad row with
 ``on_bad_record: fail``, too many bad rows) is reported in one line with exit status 1.
+
+The launcher's steps (lock, recover, run with progress, publish from this process, the summary)
+are tfrbeam/build/launch.py's, which ``tfrbeam.build.run`` and ``tfrbeam.write_dataset`` share;
+this module adds the command line, the dry run, exit statuses and interrupts.
 """
 
 from __future__ import annotations
