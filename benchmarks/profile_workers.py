@@ -63,7 +63,8 @@ def stage_of(frames: list[str]) -> str:
 
 def profile(command: list[str], out: pathlib.Path) -> dict[tuple[str, str], float]:
     """CPU seconds by (role, stage): role is 'launcher' for the first process, 'workers' for any other."""
-    subprocess.run(["py-spy", "record", "--subprocesses", "--gil", "--format", "raw", "-r", str(RATE), "-o", str(out), "--", *command],
+    spy = ["py-spy", "record", "--subprocesses", "--gil", "--format", "raw", "-r", str(RATE), "-o", str(out), "--"]
+    subprocess.run([*spy, *command],
                    cwd=REPO_ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     seconds: dict[tuple[str, str], float] = collections.defaultdict(float)
     for line in out.read_text().splitlines():

@@ -42,6 +42,25 @@ def test_no_module_imports_another_modules_private_name():
     assert graph.private_reach_ins(graph.all_imports()) == []
 
 
+def test_lazy_names_resolved_from_a_higher_layer_are_the_listed_exceptions():
+    """A package's lazy-export table may name a module of a higher layer (a string, not an import) only where its
+    ``UPWARD_EXPORTS`` lists the name: today tfrbeam.beam.WriteDataset, the build's transform offered beside the
+    other transforms. The facade (``tfrbeam``) offers every layer's names by design."""
+    import importlib
+
+    found = {}
+    for name, path in graph.source_modules().items():
+        if path.name != "__init__.py" or name == graph.PACKAGE:
+            continue
+        module = importlib.import_module(name)
+        rank = graph.layer_of(name)[0]
+        upward = sorted(export for export, target in getattr(module, "_EXPORTS", {}).items()
+                        if graph.layer_of(target)[0] > rank)
+        if upward or getattr(module, "UPWARD_EXPORTS", ()):
+            found[name] = (upward, sorted(module.UPWARD_EXPORTS))
+    assert found == {"tfrbeam.beam": (["WriteDataset"], ["WriteDataset"])}
+
+
 def test_every_module_sits_in_a_layer():
     unplaced = [name for name in graph.source_modules() if graph.layer_of(name) is None]
     assert unplaced == []

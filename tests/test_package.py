@@ -36,6 +36,8 @@ DEFINED_IN = {
     "WriteSequenceExamples": "tfrbeam.beam.sequence_examples",
     "open_dataset": "tfrbeam.dataset.pipeline",
     "open_random_access": "tfrbeam.dataset.random_access",
+    "WriteDataset": "tfrbeam.build.transform",
+    "write_dataset": "tfrbeam.build.transform",
 }
 
 
@@ -80,9 +82,18 @@ def test_every_exported_name_is_its_definition_even_after_the_modules_were_impor
 def test_the_beam_package_exports_the_same_transforms():
     import tfrbeam.beam
 
-    for name in ("ReadExamples", "WriteExamples", "ReadSequenceExamples", "WriteSequenceExamples", "WriteToTFRecord"):
+    for name in ("ReadExamples", "WriteExamples", "ReadSequenceExamples", "WriteSequenceExamples", "WriteToTFRecord",
+                 "WriteDataset"):
         assert name in tfrbeam.beam.__all__
         assert getattr(tfrbeam.beam, name) is getattr(tfrbeam, name)
+
+
+def test_the_build_package_offers_the_python_api():
+    import tfrbeam.build
+
+    assert tfrbeam.build.__all__ == ["BuildResult", "WriteDataset", "run", "write_dataset"]
+    assert tfrbeam.build.run is importlib.import_module("tfrbeam.build.launch").run
+    assert tfrbeam.build.write_dataset is tfrbeam.write_dataset and tfrbeam.build.WriteDataset is tfrbeam.WriteDataset
 
 
 def test_a_build_does_not_import_the_readers_statistics_or_parquet_export():

@@ -117,6 +117,10 @@ class TooManyBadRecordsError(TfrbeamError):
     """More input rows were bad than ``errors.max_bad_fraction`` allows; nothing was published."""
 
 
+class BuildFailedError(TfrbeamError):
+    """A build's pipeline failed with an error that is not one of ours (the runner's, or a worker's): its name and last line."""
+
+
 class InputError(TfrbeamError, ValueError):
     """An input file (CSV or Parquet) cannot be read at all: names the file, what is wrong and, where known, where."""
 

@@ -312,8 +312,8 @@ def test_piece_store_is_in_the_plan_and_the_manifest(demo_dir):
 
 
 @pytest.mark.parametrize("store, shape", [
-    ("memory", "Shuffle/WriteShardsFromPieceList"), ("spill", "Shuffle/WriteShardsThroughGroupByKey"),
-    ("inline", "Shuffle/WriteShardsThroughGroupByKey"),
+    ("memory", "Build/Shuffle/WriteShardsFromPieceList"), ("spill", "Build/Shuffle/WriteShardsThroughGroupByKey"),
+    ("inline", "Build/Shuffle/WriteShardsThroughGroupByKey"),
 ])
 def test_each_piece_store_gets_its_named_graph_shape(demo_dir, store, shape):
     import apache_beam as beam

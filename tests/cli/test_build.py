@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import re
 
 import apache_beam as beam
 import pytest
@@ -83,8 +82,9 @@ def test_dataflow_job_graph_builds_offline(workdir, config_path, extra_steps):
     run = build_pipeline(pipeline, config)
     result = pipeline.run()
     steps = {transform.unique_name for transform in result.job.proto_pipeline.components.transforms.values()}
-    for name in ("ReadInputs", "ConvertAndKey", "Shuffle/WriteShardsThroughGroupByKey/GroupByShard",
-                 "Shuffle/WriteShardsThroughGroupByKey/WriteShards", "Commit", *extra_steps):
+    for name in ("ReadInputs", "Build/ConvertAndKey", "Build/Shuffle/WriteShardsThroughGroupByKey/GroupByShard",
+                 "Build/Shuffle/WriteShardsThroughGroupByKey/WriteShards", "Build/Commit",
+                 *(f"Build/{step}" for step in extra_steps)):
         assert name in steps
     assert run.runner == "DataflowRunner" and run.piece_store == "inline" and not os.path.exists(run.manifest_path)
 
@@ -257,9 +257,9 @@ def test_a_signal_mid_build_is_one_line_and_a_rerun_succeeds_leaving_nothing_ext
 def test_progress_is_logged_without_a_terminal_with_counts_from_worker_processes(workdir, capsys, caplog, monkeypatch):
     import re
 
-    import tfrbeam.cli.build as build_cli
+    import tfrbeam.build.report as build_report
 
-    monkeypatch.setattr(build_cli, "PROGRESS_LOG_SECONDS", 0.05)
+    monkeypatch.setattr(build_report, "PROGRESS_LOG_SECONDS", 0.05)
     with caplog.at_level("INFO"):
         assert build_main([DEMO_CONFIG, "--set", "output.path=out/progress", "--direct_num_workers=2",
                            "--direct_running_mode=multi_processing"]) == 0
@@ -321,33 +321,6 @@ def test_progress_bar_on_a_terminal(tmp_path, big_demo_data):
     assert logged, text[-2000:]
     torn = [segment for segment in logged if not re.match(r"\s*(\x1b\[[0-9;]*[A-Za-z])*\d\d:\d\d:\d\d ", segment)]
     assert not torn, torn[:3]
-
-
-def test_the_progress_bar_moves_on_to_the_shuffle_and_write_phase_and_prints_log_lines_above_itself(capsys):
-    import logging
-
-    from tfrbeam.cli.build import _ProgressBar
-
-    logging.basicConfig(format="%(levelname)s %(message)s", force=True)
-    try:
-        bar = _ProgressBar(1000)
-        bar.show((10, 400), (0, 0))
-        assert not bar.writing and bar.bar.n == 400 and bar.bar.desc.startswith("reading")
-        logging.getLogger("tfrbeam.test").warning("a line while the bar is drawn")
-        bar.show((25, 990), (0, 0))
-        assert not bar.writing  # still reading: a few input bytes are left
-        bar.show((25, 990), (7, 700))  # a shard writer reported: reading is over
-        assert bar.writing and bar.bar.desc.startswith("shuffling and writing")
-        assert (bar.bar.total, bar.bar.n) == (25, 7)
-        bar.show((25, 1000), (25, 2500))
-        assert bar.bar.n == 25
-        bar.close()
-    finally:
-        logging.basicConfig(force=True)
-    err = capsys.readouterr().err
-    line = next(part for part in re.split(r"[\r\n]", err) if "a line while the bar is drawn" in part)
-    assert line == "WARNING a line while the bar is drawn"  # on a line of its own, not appended to the bar
-    assert any(part.startswith("shuffling and writing") for part in err.split("\r")), err
 
 
 def test_the_memory_store_budget_is_an_option_checked_before_the_build(workdir, capsys):

@@ -174,3 +174,66 @@ def test_bundle_based_direct_runner_is_refused_in_one_line(workdir, capsys):
     assert status == 1 and len(err.splitlines()) == 1
     assert "tfrbeam build cannot run on the BundleBasedDirectRunner: Beam's BundleBasedDirectRunner hands a side input" in err
     assert not output.exists()
+
+
+# ---------------------------------------------------------------- WriteDataset in a pipeline of its user's
+
+WRITE_DATASET_RUNNERS = {
+    "direct": ["--runner=DirectRunner"],
+    "threads": ["--direct_num_workers=2", "--direct_running_mode=multi_threading"],
+    "multi-auto": MULTI_PROCESSING,
+    "multi-inline": [*MULTI_PROCESSING, "--piece_store=inline"],
+}
+
+
+@pytest.fixture(scope="module")
+def parquet_reference(workdir) -> tuple[list, dict[str, bytes]]:
+    """The demo's Parquet files as record batches, and the shards ``tfrbeam build`` makes of those files."""
+    import pyarrow.parquet as pq
+
+    paths = sorted(glob.glob(str(workdir / "demo_data" / "parquet" / "*.parquet")))
+    batches = [batch for path in paths for batch in pq.read_table(path).to_batches(max_chunksize=500)]
+    config = workdir / "parquet.yaml"
+    output = workdir / "out" / "parquet" / "default"
+    config.write_text(json.dumps({"input": {"path": str(workdir / "demo_data" / "parquet" / "*.parquet")},
+                                  "output": {"path": str(output), "num_shards": 2},
+                                  "splits": {"train": 0.8, "eval": 0.2}, "shuffle": {"seed": 11}}))
+    assert build_main([str(config), "--quiet"]) == 0
+    return batches, _shards(output)
+
+
+def _shards(output: pathlib.Path) -> dict[str, bytes]:
+    return {str(path.relative_to(output)): path.read_bytes() for path in sorted(output.rglob("*.tfrecord"))}
+
+
+def _write_dataset(workdir: pathlib.Path, batches: list, name: str, options: list[str]) -> pathlib.Path:
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from tfrbeam.beam import WriteDataset
+
+    output = workdir / "out" / "write_dataset" / name
+    with beam.Pipeline(options=PipelineOptions(options)) as pipeline:
+        _ = (pipeline | beam.Create(batches)
+             | WriteDataset(output, schema=batches[0].schema, splits={"train": 0.8, "eval": 0.2}, seed=11, num_shards=2))
+    return output
+
+
+@pytest.mark.parametrize("name", list(WRITE_DATASET_RUNNERS))
+def test_write_dataset_gives_the_build_bytes_on_every_local_runner(workdir, parquet_reference, name):
+    batches, expected = parquet_reference
+    output = _write_dataset(workdir, batches, name, WRITE_DATASET_RUNNERS[name])
+    assert _shards(output) == expected
+    left = [path for path in glob.glob(str(output.parent / f".{name}.tfrbeam-*")) if not path.endswith("-lock")]
+    assert left == []  # no staging directory or spill files left beside the output
+
+
+def test_write_dataset_with_workers_in_other_processes(workdir, parquet_reference, worker_pool):
+    address, log = worker_pool
+    started_before = workers_started(log)
+    batches, expected = parquet_reference
+    output = _write_dataset(workdir, batches, "portable", [
+        "--runner=PortableRunner", "--job_endpoint=embed", "--environment_type=EXTERNAL",
+        f"--environment_config={address}"])
+    assert workers_started(log) > started_before
+    assert _shards(output) == expected

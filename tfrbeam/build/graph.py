@@ -4,7 +4,8 @@ A SequenceExample build (``sequence:`` in the config) adds one stage between con
 shuffle (``tfrbeam.build.sequence``): rows keyed by a bucket of their group key, grouped by the
 runner, then sorted, checked and encoded as SequenceExamples, which the same shuffle writes.
 
-``build_pipeline(pipeline, plan)`` adds the whole build to a pipeline; the plan
+``build_pipeline(pipeline, plan)`` adds the whole build to a pipeline: ``ReadTabular``, then
+``BuildDataset``, the part after reading that ``tfrbeam.beam.WriteDataset`` shares; the plan
 (``tfrbeam.build.plan``) was settled before, and the commit (``tfrbeam.build.commit``) publishes
 the staged dataset with the commit protocol only when every shard is written and counted.
 """
@@ -52,7 +53,7 @@ from tfrbeam.codec.encode import encode_record_batch
 from tfrbeam.errors import BadRecordError
 from tfrbeam.layout.manifest import ERRORS_DIR_NAME
 
-__all__ = ["build_pipeline"]
+__all__ = ["BuildDataset", "build_pipeline", "start_build"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -80,50 +81,78 @@ def build_pipeline(pipeline: beam.Pipeline, plan: BuildPlan | BuildConfig, *, ov
     """
     if isinstance(plan, BuildConfig):
         plan = plan_build(plan, pipeline.options, overwrite=overwrite)
-    refuse_lossy_runner(pipeline, "tfrbeam build", also=TAGGED_SIDE_INPUT_LOSERS)
-    StagingDir(plan.staging_dir, plan.run, plan.output_root).create()
-    config = plan.config
-    converter = _ConvertAndKey(plan, plan.sharding, [item.path for item in plan.input_files])
-    converted = (
+    start_build(pipeline, plan, "tfrbeam build")
+    _ = (
         pipeline
-        | "ReadInputs" >> ReadTabular(config.input, list(plan.columns), inputs=list(plan.input_files),
+        | "ReadInputs" >> ReadTabular(plan.config.input, list(plan.columns), inputs=list(plan.input_files),
                                       progress_under=plan.staging_dir, convert_with=plan.features)
-        | "ConvertAndKey" >> beam.ParDo(converter)
-        .with_output_types(KeyedRecords if config.sequence is None else GroupKeyer.of(plan).element_type)
-        .with_outputs(_BAD_ROWS, _STATS, main=_PIECES)
-    )
-    records, bad_rows, sequence_counts = converted[_PIECES], [converted[_BAD_ROWS]], {}
-    if config.sequence is not None:
-        sequences = (
-            records
-            | "GroupRowsByBucket" >> beam.GroupByKey()
-            | "EncodeSequences" >> beam.ParDo(EncodeSequences(SequenceStage.of(plan), converter.piece_bytes))
-            .with_output_types(KeyedRecords).with_outputs(SEQUENCE_BAD_ROWS, SEQUENCE_STATS, main=_PIECES)
-        )
-        records = sequences[_PIECES]
-        bad_rows.append(sequences[SEQUENCE_BAD_ROWS])
-        sequence_counts = {"sequence_counts": beam.pvalue.AsList(sequences[SEQUENCE_STATS])}
-    store = make_piece_store(plan.piece_store, plan.staging_dir, plan.memory_store_bytes)
-    shards = records | "Shuffle" >> WriteShuffledShards(plan.sharding, plan.staging_dir, store,
-                                                              progress_under=plan.staging_dir)
-    # The commit's inputs are side inputs, so they are complete before it runs; no combine (each
-    # costs several stages on the local runners) and no dead-letter stages unless they are written.
-    dead_letters = ()
-    if plan.dead_letter_path is not None:
-        every_bad_row = bad_rows[0] if len(bad_rows) == 1 else tuple(bad_rows) | "EveryBadRow" >> beam.Flatten()
-        dead_letters = beam.pvalue.AsList(
-            every_bad_row
-            | "GroupBadRowsByFile" >> beam.GroupByKey()
-            | "WriteDeadLetters" >> beam.ParDo(_WriteDeadLetters(plan.staging_dir))
-        )
-    _ = shards["plan"] | "Commit" >> beam.ParDo(
-        CommitDataset(plan, publish=publish),
-        files=beam.pvalue.AsList(shards["files"]),
-        counts=beam.pvalue.AsList(converted[_STATS]),
-        dead_letters=dead_letters,
-        **sequence_counts,
+        | "Build" >> BuildDataset(plan, publish=publish)
     )
     return plan
+
+
+def start_build(pipeline: beam.Pipeline, plan: BuildPlan, what: str) -> None:
+    """Before ``BuildDataset`` is applied: refuse a runner that loses elements, and create the plan's staging directory
+    (which also proves it can be written)."""
+    refuse_lossy_runner(pipeline, what, also=TAGGED_SIDE_INPUT_LOSERS)
+    StagingDir(plan.staging_dir, plan.run, plan.output_root).create()
+
+
+class BuildDataset(beam.PTransform):
+    """Everything a build does after reading: convert, key, (group sequences,) shuffle, split, shard, dead letters, commit.
+
+    Takes the ``SourceBatch`` elements of the plan's inputs (``plan.input_files`` names them: their
+    position in that list orders an unshuffled build) and gives the manifest the Commit step made
+    (one dict). ``tfrbeam build`` applies it after ``ReadTabular``; ``tfrbeam.beam.WriteDataset``
+    after turning a PCollection's rows into SourceBatches. ``start_build`` must run first. ``publish``: see ``build_pipeline``.
+    """
+
+    def __init__(self, plan: BuildPlan, *, publish: bool = True):
+        super().__init__()
+        self._plan = plan
+        self._publish = publish
+
+    def expand(self, sources):
+        plan = self._plan
+        config = plan.config
+        converter = _ConvertAndKey(plan, plan.sharding, [item.path for item in plan.input_files])
+        converted = (
+            sources
+            | "ConvertAndKey" >> beam.ParDo(converter)
+            .with_output_types(KeyedRecords if config.sequence is None else GroupKeyer.of(plan).element_type)
+            .with_outputs(_BAD_ROWS, _STATS, main=_PIECES)
+        )
+        records, bad_rows, sequence_counts = converted[_PIECES], [converted[_BAD_ROWS]], {}
+        if config.sequence is not None:
+            sequences = (
+                records
+                | "GroupRowsByBucket" >> beam.GroupByKey()
+                | "EncodeSequences" >> beam.ParDo(EncodeSequences(SequenceStage.of(plan), converter.piece_bytes))
+                .with_output_types(KeyedRecords).with_outputs(SEQUENCE_BAD_ROWS, SEQUENCE_STATS, main=_PIECES)
+            )
+            records = sequences[_PIECES]
+            bad_rows.append(sequences[SEQUENCE_BAD_ROWS])
+            sequence_counts = {"sequence_counts": beam.pvalue.AsList(sequences[SEQUENCE_STATS])}
+        store = make_piece_store(plan.piece_store, plan.staging_dir, plan.memory_store_bytes)
+        shards = records | "Shuffle" >> WriteShuffledShards(plan.sharding, plan.staging_dir, store,
+                                                                  progress_under=plan.staging_dir)
+        # The commit's inputs are side inputs, so they are complete before it runs; no combine (each
+        # costs several stages on the local runners) and no dead-letter stages unless they are written.
+        dead_letters = ()
+        if plan.dead_letter_path is not None:
+            every_bad_row = bad_rows[0] if len(bad_rows) == 1 else tuple(bad_rows) | "EveryBadRow" >> beam.Flatten()
+            dead_letters = beam.pvalue.AsList(
+                every_bad_row
+                | "GroupBadRowsByFile" >> beam.GroupByKey()
+                | "WriteDeadLetters" >> beam.ParDo(_WriteDeadLetters(plan.staging_dir))
+            )
+        return shards["plan"] | "Commit" >> beam.ParDo(
+            CommitDataset(plan, publish=self._publish),
+            files=beam.pvalue.AsList(shards["files"]),
+            counts=beam.pvalue.AsList(converted[_STATS]),
+            dead_letters=dead_letters,
+            **sequence_counts,
+        )
 
 
 # ---------------------------------------------------------------------------- convert and key

@@ -18,6 +18,7 @@ import os
 import uuid
 from typing import Any
 
+import pyarrow as pa
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from tfrbeam.beam import filesystem as fs
@@ -27,14 +28,14 @@ from tfrbeam.build.config import BuildConfig, config_to_dict
 from tfrbeam.build.features import FeatureSpec
 from tfrbeam.build.inputs.files import InputFile, list_inputs
 from tfrbeam.build.inputs.sample import check_inputs_hold_rows
-from tfrbeam.build.resolve import resolve_config, with_features
+from tfrbeam.build.resolve import resolve_config, validate_against_schema, with_features
 from tfrbeam.build.runners import choose_piece_store, held_piece_budget, runner_name
 from tfrbeam.build.shuffle import INLINE, MAX_BUCKET_BITS, MEMORY, ShardingSpec, bucket_bits_for
 from tfrbeam.errors import ConfigError, ManifestError, OutputExistsError, OutputNotWritableError
 from tfrbeam.layout.manifest import read_manifest
 from tfrbeam.layout.names import DALI_DIR_NAME, ERRORS_DIR_NAME, MANIFEST_NAME, STATS_HTML, STATS_JSON
 
-__all__ = ["BuildPlan", "check_output_dir", "dataset_entries", "plan_build"]
+__all__ = ["UNKNOWN_ROWS_BYTES", "BuildPlan", "check_output_dir", "dataset_entries", "plan_build", "plan_rows"]
 
 # Entries of a dataset directory that belong to the dataset itself; a replace drops them, anything else is carried over.
 _DERIVED_ENTRIES = (STATS_JSON, STATS_HTML)  # written beside a dataset by tfrbeam stats, replaced with it
@@ -109,23 +110,49 @@ def plan_build(config: BuildConfig, options: PipelineOptions | None = None, *, o
     """
     inputs = list_inputs(config.input.path)
     resolved_input = resolve_config(config, files=inputs)
+    check_inputs_hold_rows(resolved_input.input, inputs, config.errors.allow_empty)
+    return _planned(config, resolved_input, tuple(inputs), sum(item.size for item in inputs), options, overwrite, run_id)
+
+
+# Rows given as Arrow (no input files) of unknown size are taken to be this many bytes when shards are sized by
+# max_bytes_per_shard: the estimate only sets how fine the shuffle's buckets are (finer: shards closer to the cap).
+UNKNOWN_ROWS_BYTES = 64 << 30
+
+
+def plan_rows(config: BuildConfig, schema: pa.Schema, options: PipelineOptions | None = None, *, overwrite: bool = False,
+              run_id: str | None = None, input_bytes: int | None = None) -> BuildPlan:
+    """Plan a build of rows given as Arrow record batches of ``schema`` rather than read from files.
+
+    ``config.input.path`` names the rows (in messages, dead letters and the manifest); the features
+    are the config's, checked against ``schema``, or inferred from it as for Parquet. The plan has
+    one input, the rows, of ``input_bytes`` (unknown: ``UNKNOWN_ROWS_BYTES`` sizes the buckets).
+    Raises what ``plan_build`` raises, before anything runs.
+    """
+    resolved_input = validate_against_schema(config, schema, where=config.input.path)
+    rows = InputFile(config.input.path, input_bytes or 0, None)
+    return _planned(config, resolved_input, (rows,), input_bytes if input_bytes is not None else UNKNOWN_ROWS_BYTES,
+                    options, overwrite, run_id)
+
+
+def _planned(config: BuildConfig, resolved_input: BuildConfig, inputs: tuple[InputFile, ...], input_bytes: int,
+             options: PipelineOptions | None, overwrite: bool, run_id: str | None) -> BuildPlan:
+    """The plan of a config whose features were resolved against its input: split key and output checked."""
     features = resolved_input.features
     columns = resolved_input.input.columns
-    assert features is not None and columns is not None  # resolve_config settles both
-    check_inputs_hold_rows(resolved_input.input, inputs, config.errors.allow_empty)
+    assert features is not None and columns is not None  # resolving settles both
     _check_split_key(config, features)
     resolved = with_features(config, features, csv=resolved_input.input.csv)
     output_root = config.output.path if fs.is_remote(config.output.path) else os.path.abspath(config.output.path)
     check_output_place(output_root, config.output.path)
     check_output_dir(output_root, normalized(config_to_dict(resolved)), overwrite, shown=config.output.path)
     return BuildPlan(
-        config=resolved, features=features, input_files=tuple(inputs), columns=tuple(sorted(columns)),
-        sharding=sharding_spec(resolved, sum(item.size for item in inputs)),
+        config=resolved, features=features, input_files=inputs, columns=tuple(sorted(columns)),
+        sharding=sharding_spec(resolved, input_bytes),
         output_path=config.output.path, output_root=output_root,
         run=this_run(run_id or uuid.uuid4().hex[:16]), runner=runner_name(options), overwrite=overwrite,
         piece_store=(piece_store := choose_piece_store(options)),
         memory_store_bytes=held_piece_budget(options) if piece_store == MEMORY else 0,
-        sequence_buckets=sequence_buckets_for(sum(item.size for item in inputs)) if config.sequence is not None else 0,
+        sequence_buckets=sequence_buckets_for(input_bytes) if config.sequence is not None else 0,
     )
 
 

@@ -5,6 +5,10 @@ the runner defaults to the FnApiRunner in this process (``--piece_store`` picks 
 problems are reported in one
 line with exit status 2 before any pipeline starts; a failed build (a bad row with
 ``on_bad_record: fail``, too many bad rows) is reported in one line with exit status 1.
+
+The launcher's steps (lock, recover, run with progress, publish from this process, the summary)
+are tfrbeam/build/launch.py's, which ``tfrbeam.build.run`` and ``tfrbeam.write_dataset`` share;
+this module adds the command line, the dry run, exit statuses and interrupts.
 """
 
 from __future__ import annotations
@@ -15,7 +19,6 @@ import difflib
 import importlib
 import logging
 import os
-import re
 import signal
 import sys
 import threading
@@ -23,43 +26,33 @@ import time
 from collections.abc import Callable
 from typing import NoReturn
 
-import apache_beam as beam
 from apache_beam.options.pipeline_options import (
     GoogleCloudOptions,
     PipelineOptions,
-    PortableOptions,
     StandardOptions,
     TestOptions,
     _BeamArgumentParser,
 )
 
-from tfrbeam import errors as tfrbeam_errors
 from tfrbeam.beam.publish import OutputLock, abandon, committed_run
-from tfrbeam.build import commit as build_commit
-from tfrbeam.build.commit import discard_staging, recover_output
+from tfrbeam.build import launch as launcher
+from tfrbeam.build.commit import discard_staging
 from tfrbeam.build.config import load_config
 from tfrbeam.build.features import FeatureSpec
 from tfrbeam.build.graph import build_pipeline
-from tfrbeam.build.plan import BuildPlan, check_output_dir, plan_build
-from tfrbeam.build.progress import WRITTEN, progress_dir, read_progress
-from tfrbeam.build.runners import DEFAULT_RUNNER
+from tfrbeam.build.plan import BuildPlan, plan_build
 from tfrbeam.build.shuffle import MEMORY
 from tfrbeam.errors import (
+    BuildFailedError,
     ConfigError,
     OutputExistsError,
     OutputLockedError,
     OutputNotWritableError,
     TfrbeamError,
-    TooManyBadRecordsError,
 )
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 _PROG = "tfrbeam build"
-_OUR_ERROR_LINE = re.compile(
-    r"(?:tfrbeam\.errors\.)?(" + "|".join(
-        name for name, value in vars(tfrbeam_errors).items() if isinstance(value, type) and issubclass(value, TfrbeamError)
-    ) + r"): (.+)"
-)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -126,43 +119,27 @@ def _build(argv: list[str] | None) -> int:
 
 
 def _run_locked(plan: BuildPlan, options: PipelineOptions, started: float) -> int:
-    """Holding the output's lock: recover what dead runs left, check the output again, run, report."""
+    """Holding the output's lock: the launcher's steps (tfrbeam.build.launch), each failure one line with its exit status."""
     try:
-        removed = recover_output(plan.output_root)
-        if removed:
-            logging.getLogger(__name__).info("removed what %d earlier, interrupted run(s) left", len(removed))
-        check_output_dir(plan.output_root, plan.resolved_config, plan.overwrite, shown=plan.output_path)
-        pipeline = beam.Pipeline(options=options)
-        build_pipeline(pipeline, plan, publish=False)  # this process publishes, after the pipeline
+        pipeline = launcher.prepare(plan, options, lambda pipeline: build_pipeline(pipeline, plan, publish=False))
     except (ConfigError, OutputExistsError, OutputNotWritableError) as error:
         return _fail(str(error), EXIT_USAGE)
     except TfrbeamError as error:
         return _fail(str(error), EXIT_FAILED)
-    logging.getLogger(__name__).info(
-        "building %s from %d input file(s) with %s", plan.output_path, len(plan.inputs), plan.runner
-    )
     try:
-        with build_progress(plan):
-            pipeline.run().wait_until_finish()
-    except Exception as error:  # every runner wraps worker errors differently
-        message = _one_line(error)
-        # Too many bad rows keeps its dead letters for a look; the next run removes them.
-        discard_staging(plan, keep_dead_letters=message.startswith(TooManyBadRecordsError.__name__))
-        return _fail(message, EXIT_FAILED)
+        launcher.execute(plan, pipeline)
+    except TfrbeamError as error:
+        shown = str(error) if isinstance(error, BuildFailedError) else f"{type(error).__name__}: {error}"
+        return _fail(shown, EXIT_FAILED)
     if options.view_as(TestOptions).dry_run:
         discard_staging(plan)
         print(f"dry run: the job graph for {plan.output_path} was built; nothing ran")
         return EXIT_OK
     try:
-        manifest = build_commit.commit_staged(plan)  # only the launcher publishes: never a worker it left behind
+        result = launcher.publish(plan, started)
     except TfrbeamError as error:
-        build_commit.discard_unpublished(plan)  # kept once the commit began: the next run finishes it
         return _fail(str(error), EXIT_FAILED)
-    if manifest is None:
-        discard_staging(plan)
-        return _fail(f"the pipeline finished but staged no dataset for {plan.output_path} (the runner did not run its "
-                     "Commit step); nothing was published", EXIT_FAILED)
-    print(summary_table(manifest, time.monotonic() - started, plan))
+    print(result.summary)
     return EXIT_OK
 
 
@@ -179,7 +156,7 @@ def parse_command_line(argv: list[str]) -> tuple[argparse.Namespace, PipelineOpt
     _, unknown = beam_parser.parse_known_args(rest)
     if unknown:
         raise ConfigError(_unknown_argument(unknown[0], [*_option_strings(parser), *_option_strings(beam_parser)]))
-    options = _pipeline_options(rest)
+    options = launcher.build_options(rest)
     check_runner(options)
     return args, options
 
@@ -343,18 +320,6 @@ def _plain(value):
     return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else value
 
 
-def _pipeline_options(beam_args: list[str]) -> PipelineOptions:
-    """Beam options with our defaults: the FnApiRunner (the same on every machine, see tfrbeam.build.runners);
-    an embedded job server runs its workers in this process."""
-    options = PipelineOptions(beam_args)
-    if not options.view_as(StandardOptions).runner:
-        options.view_as(StandardOptions).runner = DEFAULT_RUNNER
-    portable = options.view_as(PortableOptions)
-    if portable.job_endpoint == "embed" and not portable.environment_type:
-        portable.environment_type = "LOOPBACK"  # the default would start a Docker container per worker
-    return options
-
-
 def _configure_logging(quiet: bool, verbose: bool) -> None:
     formatter = logging.Formatter("%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
     # Beam's PipelineOptions() has already called logging.basicConfig(): give the plain stream handler it made our
@@ -369,154 +334,6 @@ def _configure_logging(quiet: bool, verbose: bool) -> None:
         logging.getLogger(name).setLevel(level)
     # Beam logs a failing DoFn's traceback before raising; the one-line error below says it all.
     logging.getLogger("apache_beam").setLevel(logging.INFO if verbose else logging.CRITICAL)
-
-
-def _one_line(error: BaseException) -> str:
-    """Our error's message from whatever a runner raised: the exception chain first, then its text."""
-    seen = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, TfrbeamError):
-            return f"{type(current).__name__}: {_WHILE_RUNNING.sub('', str(current)).strip()}"
-        current = current.__cause__ or current.__context__
-    matches = _OUR_ERROR_LINE.findall(str(error))
-    if matches:
-        name, message = matches[-1]
-        return f"{name}: {_WHILE_RUNNING.sub('', message).strip()}"
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return f"{type(error).__name__}: {lines[-1] if lines else error!r}"
-
-
-_WHILE_RUNNING = re.compile(r"\s*\[while running '[^\]]*'\]\s*$")
-
-
-PROGRESS_LOG_SECONDS = 10.0  # without a terminal: one progress line this often
-_PROGRESS_BAR_SECONDS = 0.5
-
-
-@contextlib.contextmanager
-def build_progress(plan: BuildPlan):
-    """While the pipeline runs: a progress bar on a terminal, else a log line every PROGRESS_LOG_SECONDS.
-
-    Counts come from the workers' counter files in the staging directory (see build.progress), so
-    multi-process workers count too: rows and bytes read against the inputs' size from planning,
-    then examples written by the shard writers (the shuffle and write phase). Shown at info level:
-    --quiet turns it off; remote staging has none.
-    """
-    directory = progress_dir(plan.staging_dir)
-    if directory is None or not logging.getLogger("tfrbeam").isEnabledFor(logging.INFO):
-        yield
-        return
-    total = sum(item.size for item in plan.input_files)
-    display = _ProgressBar(total) if sys.stderr.isatty() else _ProgressLog(total)
-    stop = threading.Event()
-    read_offsets: dict[str, int] = {}
-    written_offsets: dict[str, int] = {}
-    read, written = [0, 0], [0, 0]
-
-    def update() -> None:
-        display.show(read_progress(directory, read_offsets, read),
-                     read_progress(directory, written_offsets, written, WRITTEN))
-
-    def poll() -> None:
-        while not stop.wait(display.interval):
-            update()
-
-    thread = threading.Thread(target=poll, name="tfrbeam-progress", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
-        update()
-        display.close()
-
-
-class _ProgressBar:
-    """tqdm's bar over the input bytes while reading, then over the examples written; log lines print above it."""
-
-    interval = _PROGRESS_BAR_SECONDS
-
-    def __init__(self, total: int) -> None:
-        from tqdm.contrib.logging import logging_redirect_tqdm
-
-        self.total = total
-        self.bar = self._bar(total, "B", "reading")
-        self.writing = False
-        self._redirect = logging_redirect_tqdm()  # the root logger's stderr handler writes through tqdm.write
-        self._redirect.__enter__()
-
-    @staticmethod
-    def _bar(total: int, unit: str, description: str):
-        from tqdm import tqdm
-
-        try:
-            size = os.get_terminal_size(sys.stderr.fileno())
-            sized = size.columns > 0 and size.lines > 0
-        except OSError:
-            sized = False
-        # tqdm hides every bar on a terminal that reports no size (a bare pty): give it one.
-        return tqdm(total=total, unit=unit, unit_scale=True, unit_divisor=1024 if unit == "B" else 1000,
-                    desc=description, file=sys.stderr, dynamic_ncols=sized, ncols=None if sized else 100,
-                    nrows=None if sized else 24, leave=False, mininterval=_PROGRESS_BAR_SECONDS)
-
-    def show(self, read: tuple[int, int], written: tuple[int, int]) -> None:
-        rows, size = read
-        if not self.writing and (written[0] > 0 or size >= self.total):
-            self.bar.close()  # reading is done: the rest of the run is the shuffle and the shard writers
-            self.bar = self._bar(rows, " examples", "shuffling and writing")
-            self.writing = True
-        if self.writing:
-            self.bar.update(min(written[0], int(self.bar.total)) - self.bar.n)
-            return
-        self.bar.set_postfix_str(f"{rows:,} rows", refresh=False)
-        self.bar.update(min(size, self.total) - self.bar.n)
-
-    def close(self) -> None:
-        self.bar.close()
-        self._redirect.__exit__(None, None, None)
-
-
-class _ProgressLog:
-    """A log line every PROGRESS_LOG_SECONDS: rows, bytes of the total, rate and ETA; then the examples written."""
-
-    def __init__(self, total: int) -> None:
-        self.total = total
-        self.started = time.monotonic()
-        self.interval = PROGRESS_LOG_SECONDS
-        self._last_written = -1
-
-    def show(self, read: tuple[int, int], written: tuple[int, int]) -> None:
-        rows, size = read
-        seconds = time.monotonic() - self.started
-        done = min(size, self.total)
-        log = logging.getLogger(__name__)
-        if done < self.total and written[0] == 0:
-            rate = done / seconds if seconds > 0 else 0.0
-            eta = f", about {_duration((self.total - done) / rate)} left" if rate > 0 else ""
-            share = 100.0 * done / self.total if self.total else 100.0
-            log.info("read %s rows, %s of %s input bytes (%.0f%%) in %s, %s rows/s%s", f"{rows:,}", f"{done:,}",
-                     f"{self.total:,}", share, _duration(seconds), f"{rows / seconds:,.0f}" if seconds > 0 else "0", eta)
-        elif written[0] != self._last_written:
-            self._last_written = written[0]
-            log.info("shuffle and write: %s examples (%s bytes) written of %s rows read, in %s", f"{written[0]:,}",
-                     f"{written[1]:,}", f"{rows:,}", _duration(seconds))
-
-    def close(self) -> None:
-        """Nothing to tear down: the summary table follows."""
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes, seconds = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes} min {seconds:02d} s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes:02d} min"
 
 
 class _Interrupts:
@@ -620,43 +437,3 @@ def _fail(message: str, code: int) -> int:
         return _INTERRUPTS.report()
     print(f"{_PROG}: error: {message}", file=sys.stderr)
     return code
-
-
-def summary_table(manifest: dict, seconds: float, run: BuildPlan) -> str:
-    """The end-of-build table: rows read, examples, shards and bytes per split, bad rows, time and speed."""
-    rows_read = manifest["rows_read"]
-    sequences = "sequence" in manifest
-    lines = [f"{'split':<12}{'sequences' if sequences else 'examples':>12}{'shards':>8}{'bytes':>16}"]
-    for name, split in manifest["splits"].items():
-        lines.append(f"{name:<12}{split['num_examples']:>12,}{len(split['shards']):>8}{split['num_bytes']:>16,}")
-    total_examples = sum(split["num_examples"] for split in manifest["splits"].values())
-    total_bytes = sum(split["num_bytes"] for split in manifest["splits"].values())
-    total_shards = sum(len(split["shards"]) for split in manifest["splits"].values())
-    lines.append(f"{'total':<12}{total_examples:>12,}{total_shards:>8}{total_bytes:>16,}")
-    bad = manifest["bad_records"]
-    bad_line = f"bad rows:   {bad['count']:,} ({bad['action']})"
-    if bad.get("dead_letter_path"):
-        bad_line += f" -> {bad['dead_letter_path']}"
-    rate = rows_read / seconds if seconds > 0 else 0.0
-    lines += [f"rows read:  {rows_read:,}", *(_groups_lines(manifest) if sequences else []), bad_line,
-        f"time:       {seconds:.1f} s ({rate:,.0f} rows/s, runner {manifest['runner']}, "
-        f"piece store {manifest.get('piece_store', 'auto')})",
-        f"manifest:   {run.manifest_path}",
-    ]
-    return "\n".join(lines)
-
-
-def _groups_lines(manifest: dict) -> list[str]:
-    """The summary's lines on a sequence build: groups kept and dropped, steps per SequenceExample."""
-    splits = manifest["splits"].values()
-    kept, cut = sum(split["num_groups"] for split in splits), sum(split["split_groups"] for split in splits)
-    few = sum(split["dropped_groups"]["too_few_steps"] for split in splits)
-    bad = sum(split["dropped_groups"]["bad"] for split in splits)
-    examples = sum(split["num_examples"] for split in splits)
-    steps = sum(split["steps"]["total"] for split in splits)
-    shortest = min((split["steps"]["min"] for split in splits if split["num_examples"]), default=0)
-    longest = max((split["steps"]["max"] for split in splits), default=0)
-    truncated = sum(split["truncated_steps"] for split in splits)
-    return [f"groups:     {kept:,} kept ({cut:,} cut by max_steps), {few:,} under min_steps, {bad:,} bad",
-            f"steps:      {steps:,} ({shortest:,}..{longest:,} per sequence, mean {steps / max(examples, 1):.1f})"
-            + (f", {truncated:,} truncated" if truncated else "")]

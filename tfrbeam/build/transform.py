@@ -1,0 +1,327 @@
+"""Datasets from rows that are not files: ``WriteDataset`` (a PTransform for a user's pipeline) and ``write_dataset``
+(Arrow data in memory: a pyarrow Table, pandas, Polars, DuckDB).
+
+Both are ``tfrbeam build`` after its reading step: the options become a ``BuildConfig`` (the same
+checks and defaults as the YAML), ``plan_rows`` plans it against the rows' Arrow schema, and the
+rows, as ``SourceBatch`` elements, go through ``BuildDataset``, the build's own convert, split,
+shuffle, shard, dead-letter and commit steps. The same rows give the same shard bytes as
+``tfrbeam build`` of a Parquet file of them.
+
+Publishing (docs/commit.md): ``write_dataset`` is a launcher: it holds the output's lock from
+before its pipeline starts and publishes after it finished (``tfrbeam.build.launch``), as the CLI
+does. ``WriteDataset`` lives in a pipeline whose launcher is the user's code, so its Commit step
+publishes from the worker that runs it, taking the output's lock itself and refusing when the
+process that built the pipeline has ended. Either way the output holds the old dataset or the new
+one, never neither and never a mix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
+
+from tfrbeam.build.config import BuildConfig, InputConfig, parse_config
+from tfrbeam.build.features import BadRow, FeatureSpec, output_type
+from tfrbeam.build.graph import BuildDataset, start_build
+from tfrbeam.build.inputs.batch import SourceBatch
+from tfrbeam.build.launch import BuildResult, build_options, launch, one_line, reporting
+from tfrbeam.build.plan import BuildPlan, plan_rows
+from tfrbeam.build.progress import ProgressCounter, progress_dir
+from tfrbeam.errors import ConfigError, InputError
+
+__all__ = ["ROWS_FORMAT", "ROWS_PER_BATCH", "WriteDataset", "arrow_table", "dataset_config", "write_dataset"]
+
+_LOG = logging.getLogger(__name__)
+
+ROWS_FORMAT = "arrow"  # input.format in the manifest's config of a dataset built from rows, not files
+ROWS_PER_BATCH = 65536  # rows of an in-memory table per element; dicts are gathered into batches of this many
+
+
+def dataset_config(path: str | os.PathLike, source: str, *, features: Mapping[str, Any] | Sequence[FeatureSpec] | None = None,
+                   splits: Mapping[str, float] | None = None, split_key: str | Sequence[str] | None = None,
+                   shuffle: bool = True, seed: int = 0, num_shards: int | Mapping[str, int] | None = None,
+                   max_bytes_per_shard: int | str | None = None, compression: str | None = None,
+                   errors: str | Mapping[str, Any] | None = None, stats: bool = False, dali_index: bool = False,
+                   where: str = "write_dataset") -> BuildConfig:
+    """The BuildConfig of keyword options: each is the config key of the same name, checked as the YAML is.
+
+    ``features`` is the config's mapping (a type name alone stands for ``{type: NAME}``) or a
+    sequence of FeatureSpec; ``errors`` an ``on_bad_record`` value or the whole ``errors``
+    mapping. ``source`` names the rows (``input.path``, with ``input.format: arrow``). A
+    ConfigError lists every problem on one line.
+    """
+    output: dict[str, Any] = {"path": os.fspath(path)}
+    for key, value in (("num_shards", num_shards), ("max_bytes_per_shard", max_bytes_per_shard),
+                       ("compression", compression)):
+        if value is not None:
+            output[key] = dict(value) if isinstance(value, Mapping) else value
+    if dali_index:
+        output["dali_index"] = True
+    raw: dict[str, Any] = {"input": {"format": "parquet", "path": source}, "output": output,
+                           "shuffle": {"enabled": shuffle, "seed": seed}, "stats": stats}
+    if splits is not None:
+        raw["splits"] = dict(splits)
+    if split_key is not None:
+        raw["split_key"] = split_key if isinstance(split_key, str) else list(split_key)
+    if errors is not None:
+        raw["errors"] = {"on_bad_record": errors} if isinstance(errors, str) else dict(errors)
+    specs = None
+    if features is not None and not isinstance(features, Mapping):
+        specs = tuple(features)
+        if not all(isinstance(spec, FeatureSpec) for spec in specs):
+            raise ConfigError(f"{where}: features: expected a mapping of feature name to its settings (as in the config) "
+                              "or a sequence of FeatureSpec")
+    elif features is not None:
+        raw["features"] = {name: {"type": value} if isinstance(value, str) else value for name, value in features.items()}
+    try:
+        config = parse_config(raw, where=where)
+    except ConfigError as error:
+        raise one_line(error) from None
+    return dataclasses.replace(config, input=InputConfig(format=ROWS_FORMAT, path=source),
+                               features=specs if specs is not None else config.features)
+
+
+def schema_of_features(config: BuildConfig, where: str) -> pa.Schema:
+    """The Arrow schema typed features imply for their source columns (scalars; list features need ``schema=``)."""
+    untyped = [spec.name for spec in config.features or () if spec.type is None or spec.source_path is not None]
+    if config.features is None or untyped:
+        named = f" ({', '.join(untyped)}: no type, or a struct field)" if untyped else ""
+        raise ConfigError(f"{where}: give schema= (a pyarrow.Schema of the rows) or a type for every feature{named}: the "
+                          "rows of a PCollection are not seen before the pipeline runs, so they cannot be inferred")
+    fields: dict[str, pa.DataType] = {}
+    for spec in config.features:
+        fields.setdefault(spec.source, output_type(spec) if spec.time_unit is None else pa.string())
+    return pa.schema(list(fields.items()))
+
+
+def plan_for(config: BuildConfig, schema: pa.Schema, options: PipelineOptions | None, overwrite: bool,
+             input_bytes: int | None = None) -> BuildPlan:
+    """``plan_rows`` with config problems on one line."""
+    try:
+        return plan_rows(config, schema, options, overwrite=overwrite, input_bytes=input_bytes)
+    except ConfigError as error:
+        raise one_line(error) from None
+
+
+def build_rows(rows: beam.PCollection, plan: BuildPlan, *, publish: bool, schema: pa.Schema, what: str) -> beam.PCollection:
+    """The build after reading on ``rows`` (SourceBatches, record batches, tables or dicts); the manifest's path."""
+    start_build(rows.pipeline, plan, what)
+    manifests = (
+        rows
+        | "AsSourceBatches" >> beam.ParDo(_AsSourceBatches(plan, schema)).with_output_types(SourceBatch)
+        | "Build" >> BuildDataset(plan, publish=publish)
+    )
+    return manifests | "ManifestPath" >> beam.Map(lambda _manifest, path=plan.manifest_path: path)
+
+
+class _AsSourceBatches(beam.DoFn):
+    """Rows as the build's SourceBatch elements: record batches and tables as they come, dicts gathered in batches.
+
+    A row's number (its "line" in bad-row messages and dead letters) is its 1-based position in
+    its batch. Batches are projected to the plan's columns and cast to the plan's schema where
+    their types differ; a dict that does not fit the schema is a bad row.
+    """
+
+    def __init__(self, plan: BuildPlan, schema: pa.Schema):
+        self._source = plan.config.input.path
+        self._schema = pa.schema([schema.field(name) for name in schema.names if name in set(plan.columns)])
+        self._progress = progress_dir(plan.staging_dir)
+
+    def setup(self) -> None:
+        self._counter = ProgressCounter(self._progress) if self._progress is not None else None
+
+    def start_bundle(self) -> None:
+        self._rows: list[Mapping[str, Any]] = []
+
+    def process(self, element) -> Iterator[SourceBatch]:
+        if isinstance(element, SourceBatch):
+            yield self._counted(element)
+        elif isinstance(element, pa.RecordBatch):
+            yield self._counted(self._source_batch(element))
+        elif isinstance(element, pa.Table):
+            for batch in element.to_batches(ROWS_PER_BATCH):
+                yield self._counted(self._source_batch(batch))
+        elif isinstance(element, Mapping):
+            self._rows.append(element)
+            if len(self._rows) >= ROWS_PER_BATCH:
+                yield self._counted(self._dict_batch())
+        else:
+            raise InputError(f"{self._source}: WriteDataset takes pyarrow RecordBatches or Tables, or dicts (one per "
+                             f"row), not {type(element).__name__}")
+
+    def finish_bundle(self) -> Iterator[WindowedValue]:
+        if self._rows:
+            yield WindowedValue(self._counted(self._dict_batch()), MIN_TIMESTAMP, [GlobalWindow()])
+
+    def _counted(self, source: SourceBatch) -> SourceBatch:
+        if self._counter is not None:
+            self._counter.add(source.num_rows + len(source.bad_rows), source.batch.nbytes)
+        return source
+
+    def _source_batch(self, batch: pa.RecordBatch) -> SourceBatch:
+        lines = np.arange(1, batch.num_rows + 1, dtype=np.int64)
+        return SourceBatch(self._source, lines, self._fitted(batch))
+
+    def _fitted(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """The batch's columns of the plan's schema, in its order and types."""
+        missing = [name for name in self._schema.names if name not in batch.schema.names]
+        if missing:
+            raise InputError(f"{self._source}: a batch of {batch.num_rows} rows lacks column(s) {', '.join(missing)} "
+                             f"(it has {', '.join(batch.schema.names) or 'none'}); every batch needs the planned schema's")
+        batch = batch.select(self._schema.names)
+        if batch.schema.equals(self._schema):
+            return batch
+        try:
+            return batch.cast(self._schema)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as error:
+            raise InputError(f"{self._source}: a batch's columns do not fit the planned schema ({error}); its types: "
+                             f"{batch.schema.to_string(show_schema_metadata=False)}") from error
+
+    def _dict_batch(self) -> SourceBatch:
+        """The gathered dicts as one batch of the schema; rows that do not fit it are bad rows (1-based positions)."""
+        rows, self._rows = self._rows, []
+        try:
+            batch = pa.RecordBatch.from_pylist(rows, schema=self._schema)
+            return SourceBatch(self._source, np.arange(1, len(rows) + 1, dtype=np.int64), batch)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
+            pass  # some row does not fit: find which, row by row
+        kept, lines, bad = [], [], []
+        for number, row in enumerate(rows, start=1):
+            try:
+                pa.RecordBatch.from_pylist([row], schema=self._schema)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError) as error:
+                reason = f"does not fit the schema: {error}"
+                bad.append(BadRow(self._source, number, reason, json.dumps(row, default=str, ensure_ascii=False)))
+                continue
+            kept.append(row)
+            lines.append(number)
+        batch = pa.RecordBatch.from_pylist(kept, schema=self._schema)
+        return SourceBatch(self._source, np.asarray(lines, dtype=np.int64), batch, bad_rows=tuple(bad))
+
+
+class WriteDataset(beam.PTransform):
+    """Write a PCollection of rows as a tfrbeam dataset at ``path``, exactly as ``tfrbeam build`` writes one.
+
+    Elements are ``pyarrow.RecordBatch`` (or ``pyarrow.Table``), or dicts, one per row. The
+    options are the build config's keys (see docs/build-config.md): ``features`` (the config's
+    mapping; left out: every column of ``schema``, typed from it), ``splits``, ``split_key``,
+    ``seed``, ``num_shards`` or ``max_bytes_per_shard``, ``compression``, ``errors``
+    (``on_bad_record``, or the mapping), ``stats``; ``overwrite`` replaces another dataset.
+    ``schema`` (a ``pyarrow.Schema``) is needed unless every feature has a type: a PCollection's
+    rows are not seen before the pipeline runs. The output is a PCollection holding the path of
+    the published manifest. Config and output problems raise a one-line ConfigError,
+    OutputExistsError or OutputNotWritableError when the transform is applied.
+
+    The Commit step publishes from its worker (there is no launcher to do it after the
+    pipeline): it takes the output's lock itself, and the output holds the old dataset or the
+    new one, never neither (docs/commit.md). ``shuffle=False`` is refused: a PCollection has
+    no order to keep (``write_dataset`` keeps a table's).
+    """
+
+    def __init__(self, path: str | os.PathLike, *, features: Mapping[str, Any] | Sequence[FeatureSpec] | None = None,
+                 schema: pa.Schema | None = None, splits: Mapping[str, float] | None = None,
+                 split_key: str | Sequence[str] | None = None, shuffle: bool = True, seed: int = 0,
+                 num_shards: int | Mapping[str, int] | None = None, max_bytes_per_shard: int | str | None = None,
+                 compression: str | None = None, errors: str | Mapping[str, Any] | None = None, stats: bool = False,
+                 overwrite: bool = False, name: str = "pcollection"):
+        super().__init__()
+        if not shuffle:
+            raise ConfigError("WriteDataset: shuffle=False keeps input order, but a PCollection has none; keep the "
+                              "seeded shuffle (it is deterministic), or use write_dataset for a table's order")
+        self.config = dataset_config(path, name, features=features, splits=splits, split_key=split_key, seed=seed,
+                                     num_shards=num_shards, max_bytes_per_shard=max_bytes_per_shard,
+                                     compression=compression, errors=errors, stats=stats, where="WriteDataset")
+        self.schema = schema if schema is not None else schema_of_features(self.config, "WriteDataset")
+        self.overwrite = overwrite
+        self.plan: BuildPlan | None = None  # set when the transform is applied
+
+    def expand(self, rows: beam.PCollection) -> beam.PCollection:
+        self.plan = plan_for(self.config, self.schema, rows.pipeline.options, self.overwrite)
+        return build_rows(rows, self.plan, publish=True, schema=self.schema, what="WriteDataset")
+
+
+def arrow_table(data: Any) -> pa.Table:
+    """Arrow data in memory as one table: a Table, RecordBatch or RecordBatchReader, anything with ``__arrow_c_stream__``
+    (pandas >= 2.2, Polars, DuckDB relations), a dict of columns, or a list of dicts (one per row; types inferred)."""
+    if isinstance(data, pa.Table):
+        return data
+    if isinstance(data, pa.RecordBatch):
+        return pa.Table.from_batches([data])
+    if isinstance(data, pa.RecordBatchReader):
+        return data.read_all()
+    if hasattr(data, "__arrow_c_stream__"):
+        return pa.RecordBatchReader.from_stream(data).read_all()
+    if isinstance(data, Mapping):
+        return pa.table(dict(data))
+    if isinstance(data, Sequence) and not isinstance(data, (str, bytes)) and all(isinstance(row, Mapping) for row in data):
+        return pa.Table.from_pylist(list(data))
+    raise ConfigError(f"write_dataset: cannot take {type(data).__name__} as rows: give a pyarrow Table, RecordBatch or "
+                      "RecordBatchReader, an object with __arrow_c_stream__ (pandas >= 2.2, Polars, DuckDB), a dict of "
+                      "columns, or a list of dicts")
+
+
+def write_dataset(data: Any, path: str | os.PathLike, *, features: Mapping[str, Any] | Sequence[FeatureSpec] | None = None,
+                  splits: Mapping[str, float] | None = None, split_key: str | Sequence[str] | None = None,
+                  shuffle: bool = True, seed: int = 0, num_shards: int | Mapping[str, int] | None = None,
+                  max_bytes_per_shard: int | str | None = None, compression: str | None = None,
+                  errors: str | Mapping[str, Any] | None = None, stats: bool = False, overwrite: bool = False,
+                  pipeline_options: PipelineOptions | Sequence[str] | Mapping[str, Any] | None = None,
+                  progress: bool = True, name: str = "table") -> BuildResult | None:
+    """Build a tfrbeam dataset at ``path`` from Arrow data in memory, like ``tfrbeam build`` on a Parquet file of it.
+
+    ``data``: anything ``arrow_table`` takes (pandas, Polars, DuckDB through ``__arrow_c_stream__``;
+    none of them is needed by tfrbeam). The options are WriteDataset's; ``shuffle=False`` keeps
+    the table's row order. This process is the launcher: it holds the output's lock while the
+    pipeline runs (``pipeline_options``: Beam's, the FnApiRunner by default) and publishes after
+    it. Returns the manifest and summary (None only under Beam's ``--dry_run``); raises our
+    one-line TfrbeamErrors (a row's number in messages and dead letters is its 1-based position
+    in the table; ``name`` names the table there).
+    """
+    started = time.monotonic()
+    table = arrow_table(data)
+    config = dataset_config(path, name, features=features, splits=splits, split_key=split_key, shuffle=shuffle,
+                            seed=seed, num_shards=num_shards, max_bytes_per_shard=max_bytes_per_shard,
+                            compression=compression, errors=errors, stats=stats)
+    options = build_options(pipeline_options)
+    plan = plan_for(config, table.schema, options, overwrite, input_bytes=table.nbytes)
+    if table.num_rows == 0:
+        if not config.errors.allow_empty:
+            raise InputError(f"{name} holds no rows; errors.allow_empty is false, so the build fails")
+        _LOG.warning("%s holds no rows: the dataset will be empty; set errors.allow_empty: false to fail such a build",
+                     name)
+    table = table.select([column for column in table.column_names if column in set(plan.columns)])
+    # Progress counts the bytes of the columns built from, against this total.
+    plan = dataclasses.replace(plan, input_files=(dataclasses.replace(plan.input_files[0], size=table.nbytes),))
+    sources = list(_numbered_batches(plan.config.input.path, table))
+
+    def attach(pipeline: beam.Pipeline) -> None:
+        rows = pipeline | "Rows" >> beam.Create(sources, reshuffle=False).with_output_types(SourceBatch)
+        build_rows(rows, plan, publish=False, schema=table.schema, what="write_dataset")
+
+    with reporting(progress):
+        result = launch(plan, options, attach, started)
+        if result is not None:
+            _LOG.info("built %s:\n%s", result.path, result.summary)
+    return result
+
+
+def _numbered_batches(source: str, table: pa.Table) -> Iterator[SourceBatch]:
+    """The table in batches of up to ROWS_PER_BATCH rows, each row numbered by its 1-based position in the table."""
+    first = 1
+    for batch in table.to_batches(ROWS_PER_BATCH):
+        if batch.num_rows:
+            yield SourceBatch(source, np.arange(first, first + batch.num_rows, dtype=np.int64), batch)
+            first += batch.num_rows
