@@ -19,6 +19,7 @@ import yaml
 
 from tfrbeam.build.config.encodings import encoding_problem
 from tfrbeam.build.config.schema import (
+    AVRO_INSTALL_HINT,
     DEFAULT_MAX_BYTES_PER_SHARD,
     DEFAULT_MAX_GROUP_BYTES,
     DEFAULT_MAX_ROW_BYTES,
@@ -42,6 +43,8 @@ from tfrbeam.build.features import (
 from tfrbeam.errors import ConfigError
 
 __all__ = [
+    "FORMAT_EXTENSIONS",
+    "INPUT_FORMATS",
     "Checker",
     "apply_overrides",
     "check_default",
@@ -62,7 +65,6 @@ FORMAT_EXTENSIONS = {".csv": "csv", ".tsv": "csv", ".txt": "csv", ".parquet": "p
                      ".parq": "parquet", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".orc": "orc",
                      ".avro": "avro"}
 _COMPRESSION_SUFFIXES = (".gz", ".bz2", ".xz", ".lzma", ".zst", ".zstd", ".deflate")  # what Beam's AUTO detects
-AVRO_INSTALL_HINT = "avro needs the fastavro package, which is not installed: pip install 'tfrbeam[avro]'"
 COMPRESSIONS = ("none", "gzip", "zlib")
 BAD_RECORD_ACTIONS = ("fail", "skip", "dead_letter")
 # skip/dead_letter without an explicit limit still fail a build whose rows are mostly bad (a wrong
@@ -435,7 +437,8 @@ def _parse_input(check: Checker, raw: Any) -> InputConfig:
         check.fail("input.csv", f"CSV options are only for input.format csv, but the format is {fmt}")
     if fmt != "parquet" and section.get("parquet") is not None:
         check.fail("input.parquet", f"Parquet options are only for input.format parquet, but the format is {fmt}")
-    csv = _parse_csv(check, section.get("csv"), default_delimiter="\t" if _without_compression_suffix(path or "").endswith(".tsv") else ",")
+    tsv = _without_compression_suffix(path or "").endswith(".tsv")
+    csv = _parse_csv(check, section.get("csv"), default_delimiter="\t" if tsv else ",")
     parquet_section = check.mapping(section.get("parquet"), "input.parquet", _PARQUET_KEYS)
     parquet = ParquetOptions(require_checksums=check.boolean(parquet_section, "require_checksums", "input.parquet", False))
     columns = check.names(section, "columns", "input")

@@ -1,0 +1,192 @@
+"""JSON lines input: one JSON object per line, parsed by pyarrow's JSON reader in blocks of whole lines.
+
+Every file of an input is read with one schema, inferred by pyarrow from the first file's first
+lines (jsonl_schema), so a field's type never changes between blocks, files or workers. A line
+that is not a JSON object, or whose values do not fit that schema, is a bad row naming the file
+and its line (found by parsing the lines of the failing block one by one; the other blocks are
+parsed whole). Blank lines are not rows. Lines are counted by \\n (JSON text holds no raw line
+break inside a value). Compressed files are decompressed and checked to their end (files.open_input).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Generator, Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.json as pjson
+
+from tfrbeam.build.features import BadRow
+from tfrbeam.build.inputs.ahead import read_ahead
+from tfrbeam.build.inputs.batch import SourceBatch, strip_line_break
+from tfrbeam.build.inputs.files import open_input
+from tfrbeam.errors import InputError
+
+__all__ = ["jsonl_holds_lines", "jsonl_schema", "parse_jsonl_block", "read_jsonl_file"]
+
+_BLOCK_BYTES = 4 << 20  # whole lines parsed per pyarrow call (a longer line makes a longer block)
+_SCHEMA_SAMPLE_LINES = 10_000  # the first file's lines the schema is inferred from (inputs.sample.SAMPLE_ROWS)
+_WHITESPACE = b" \t\r\n"
+
+
+def jsonl_schema(path: str, sample_lines: int = _SCHEMA_SAMPLE_LINES) -> pa.Schema:
+    """The schema every file of a JSON lines input is read as: pyarrow's inference on the first file's first lines.
+
+    Malformed lines of the sample are left out (the build reports them as bad rows); fields whose
+    sampled values are all null are read as null (no feature can be inferred from them).
+    """
+    with open_input(path) as raw:
+        data = b""
+        for block, _ in _line_blocks(raw):
+            data += block
+            if data.count(b"\n") >= sample_lines:
+                break
+    if not data.strip(_WHITESPACE):
+        return pa.schema([])
+    starts, ends = _line_bounds(data)
+    lines = [data[start:end] for start, end in zip(starts[:sample_lines].tolist(), ends[:sample_lines].tolist())]
+    good = [line for line in lines if line.strip(_WHITESPACE) and _object_problem(line) is None]
+    try:
+        return _parse(b"\n".join(good), None).schema
+    except pa.ArrowInvalid as error:
+        raise InputError(f"{path}: the first {len(lines)} lines do not agree on their fields' types, so no schema can "
+                         f"be inferred for the input ({_pyarrow_reason(error)}); write each field with one JSON type "
+                         "(null aside) or list the fields to read in input.columns") from error
+
+
+def jsonl_holds_lines(path: str) -> bool:
+    """Whether a JSON lines file holds a line that is not blank (a row, or a bad row)."""
+    with open_input(path) as raw:
+        return any(block.strip(_WHITESPACE) for block, _ in _line_blocks(raw))
+
+
+def read_jsonl_file(path: str, schema: pa.Schema, columns: Sequence[str] | None = None) -> Iterator[SourceBatch]:
+    """Every row of a JSON lines file as batches of the given schema (projected to columns); lines are 1-based."""
+    projected = _projected(schema, columns, path)
+    return read_ahead(_jsonl_batches(path, projected), "tfrbeam-jsonl-read")
+
+
+def _jsonl_batches(path: str, schema: pa.Schema) -> Generator[SourceBatch, None, None]:
+    with open_input(path) as raw:
+        for block, first_line in _line_blocks(raw):
+            yield parse_jsonl_block(path, block, first_line, schema)
+
+
+def _projected(schema: pa.Schema, columns: Sequence[str] | None, path: str) -> pa.Schema:
+    if columns is None:
+        return schema
+    missing = [name for name in columns if name not in schema.names]
+    if missing:
+        raise InputError(f"{path}: has no field {', '.join(map(repr, missing))} (fields: {', '.join(schema.names)})")
+    return pa.schema([schema.field(name) for name in dict.fromkeys(columns)])
+
+
+def _line_blocks(raw) -> Iterator[tuple[bytes, int]]:
+    """(block of whole lines, 1-based line it starts on) of a file, about _BLOCK_BYTES each; the last may lack its \\n."""
+    pending, line = b"", 1
+    while True:
+        data = raw.read(_BLOCK_BYTES)
+        if not data:
+            if pending:
+                yield pending, line
+            return
+        data = pending + data
+        cut = data.rfind(b"\n") + 1
+        if cut == 0:  # no line ends in it yet: read on
+            pending = data
+            continue
+        block, pending = data[:cut], data[cut:]
+        yield block, line
+        line += block.count(b"\n")
+
+
+def _line_bounds(data: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """The start and end (without its \\n) of each line of a block."""
+    breaks = np.flatnonzero(np.frombuffer(data, np.uint8) == 0x0A)
+    starts = np.concatenate([[0], breaks + 1]).astype(np.int64)
+    ends = breaks.astype(np.int64)
+    if len(data) and data[-1:] != b"\n":
+        ends = np.concatenate([ends, [len(data)]]).astype(np.int64)
+    return starts[:len(ends)], ends
+
+
+def _nonblank(data: bytes, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Which lines hold more than whitespace; only lines starting with whitespace are looked at one by one."""
+    nonblank = ends > starts
+    view = np.frombuffer(data, np.uint8)
+    first = np.zeros(len(starts), np.uint8)
+    first[nonblank] = view[starts[nonblank]]
+    for line in np.flatnonzero(nonblank & np.isin(first, list(_WHITESPACE))).tolist():
+        nonblank[line] = bool(data[starts[line]:ends[line]].strip(_WHITESPACE))
+    return nonblank
+
+
+def parse_jsonl_block(path: str, data: bytes, first_line: int, schema: pa.Schema) -> SourceBatch:
+    """The rows of a block of whole lines starting on first_line, with the lines that do not parse as bad rows."""
+    starts, ends = _line_bounds(data)
+    rows = np.flatnonzero(_nonblank(data, starts, ends))
+    line_starts = np.concatenate([starts, [len(data)]]).astype(np.int64)
+    try:
+        table = _parse(data, schema)
+        if table.num_rows == len(rows):
+            return SourceBatch(path=path, lines=rows + first_line, batch=_one_batch(table, schema), raw=data,
+                               raw_first_line=first_line, raw_line_starts=line_starts, spans=np.ones(len(rows), np.int64))
+    except pa.ArrowInvalid:
+        pass
+    good, bad_rows = [], []
+    for row in rows.tolist():
+        text = data[starts[row]:ends[row]]
+        problem = _line_problem(text, schema)
+        if problem is None:
+            good.append(row)
+        else:
+            bad_rows.append(BadRow(path, row + first_line, problem, strip_line_break(text).decode("utf-8", "replace")))
+    kept = [data[starts[row]:ends[row]] for row in good]
+    table = _parse(b"\n".join(kept), schema) if kept else schema.empty_table()
+    return SourceBatch(path=path, lines=np.array(good, np.int64) + first_line, batch=_one_batch(table, schema),
+                       bad_rows=tuple(bad_rows), raw=data, raw_first_line=first_line, raw_line_starts=line_starts,
+                       spans=np.ones(len(good), np.int64))
+
+
+def _line_problem(text: bytes, schema: pa.Schema) -> str | None:
+    """Why one line is not a row of the schema, or None."""
+    problem = _object_problem(text)
+    if problem is not None:
+        return problem
+    try:
+        _parse(text, schema)
+    except pa.ArrowInvalid as error:
+        return f"does not fit the schema read from the input's first file: {_pyarrow_reason(error)}"
+    return None
+
+
+def _parse(data: bytes, schema: pa.Schema | None) -> pa.Table:
+    read = pjson.ReadOptions(use_threads=False, block_size=max(len(data) + 1, 1 << 20))
+    if schema is None:
+        return pjson.read_json(io.BytesIO(data), read_options=read)
+    parse = pjson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    return pjson.read_json(io.BytesIO(data), read_options=read, parse_options=parse)
+
+
+def _one_batch(table: pa.Table, schema: pa.Schema) -> pa.RecordBatch:
+    batches = table.select(schema.names).to_batches()
+    return pa.concat_batches(batches) if batches else pa.RecordBatch.from_pylist([], schema=schema)
+
+
+def _object_problem(text: bytes) -> str | None:
+    """Why a non-blank line is not a JSON object, or None."""
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        return f"not valid JSON: {error}"
+    if not isinstance(value, dict):
+        return f"a JSON {type(value).__name__ if value is not None else 'null'}, not an object (one object per line)"
+    return None
+
+
+def _pyarrow_reason(error: BaseException) -> str:
+    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    text = text.removeprefix("JSON parse error: ")
+    return text.rsplit(" in row ", 1)[0]
