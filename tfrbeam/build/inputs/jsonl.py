@@ -10,8 +10,10 @@ break inside a value). Compressed files are decompressed and checked to their en
 
 from __future__ import annotations
 
+import collections
 import io
 import json
+import re
 from collections.abc import Generator, Iterator, Sequence
 
 import numpy as np
@@ -34,8 +36,10 @@ _WHITESPACE = b" \t\r\n"
 def jsonl_schema(path: str, sample_lines: int = _SCHEMA_SAMPLE_LINES) -> pa.Schema:
     """The schema every file of a JSON lines input is read as: pyarrow's inference on the first file's first lines.
 
-    Malformed lines of the sample are left out (the build reports them as bad rows); fields whose
-    sampled values are all null are read as null (no feature can be inferred from them).
+    Malformed lines of the sample are left out (the build reports them as bad rows); where lines
+    disagree on a field's type, the type most of them give it wins (_most_common_types) and the
+    others are bad rows; fields whose sampled values are all null are read as null (no feature can
+    be inferred from them).
     """
     with open_input(path) as raw:
         data = b""
@@ -50,10 +54,32 @@ def jsonl_schema(path: str, sample_lines: int = _SCHEMA_SAMPLE_LINES) -> pa.Sche
     good = [line for line in lines if line.strip(_WHITESPACE) and _object_problem(line) is None]
     try:
         return _parse(b"\n".join(good), None).schema
-    except pa.ArrowInvalid as error:
-        raise InputError(f"{path}: the first {len(lines)} lines do not agree on their fields' types, so no schema can "
-                         f"be inferred for the input ({_pyarrow_reason(error)}); write each field with one JSON type "
-                         "(null aside) or list the fields to read in input.columns") from error
+    except pa.ArrowInvalid:  # lines disagree on a field's type: each field takes the type most lines give it
+        return _most_common_types(good)
+
+
+def _most_common_types(lines: Sequence[bytes]) -> pa.Schema:
+    """Each field (in the order first seen) with the type most of the lines give it (ties: the first seen); integers
+    and floats together are double, as pyarrow infers them in one block. The other lines become bad rows."""
+    seen: dict[str, list[pa.DataType]] = {}
+    for line in lines:
+        try:
+            schema = _parse(line, None).schema
+        except pa.ArrowInvalid:
+            continue
+        for field_ in schema:
+            seen.setdefault(field_.name, [])
+            if not pa.types.is_null(field_.type):
+                seen[field_.name].append(field_.type)
+    fields = []
+    for name, types in seen.items():
+        if types and all(type_ in (pa.int64(), pa.float64()) for type_ in types):
+            type_ = pa.float64() if pa.float64() in types else pa.int64()
+        else:
+            counts = collections.Counter(types)
+            type_ = max(counts, key=lambda each: (counts[each], -types.index(each))) if types else pa.null()
+        fields.append(pa.field(name, type_))
+    return pa.schema(fields)
 
 
 def jsonl_holds_lines(path: str) -> bool:
@@ -188,5 +214,5 @@ def _object_problem(text: bytes) -> str | None:
 
 def _pyarrow_reason(error: BaseException) -> str:
     text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    text = text.removeprefix("JSON parse error: ")
-    return text.rsplit(" in row ", 1)[0]
+    text = text.removeprefix("JSON parse error: ").rsplit(" in row ", 1)[0]
+    return re.sub(r"Column\(/([^)]*)\)", lambda match: f"field {match.group(1).replace('/', '.')!r}", text)
