@@ -6,12 +6,16 @@ import gzip
 import json
 import pathlib
 
+import apache_beam as beam
 import pyarrow as pa
 import yaml
+from apache_beam.testing.util import assert_that, equal_to
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import tfrbeam.build.inputs.jsonl as jsonl_read
+from tfrbeam.build.config.schema import InputConfig
 from tfrbeam.build.inputs.jsonl import jsonl_schema, read_jsonl_file
+from tfrbeam.build.inputs.read import ReadTabular
 from tfrbeam.cli.build import main as build_main
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
@@ -113,3 +117,37 @@ def test_a_cut_jsonl_gz_is_a_one_line_error_never_a_short_dataset(tmp_path, caps
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and str(path) in err and "the gzip stream ends at compressed byte" in err, err
     assert not (tmp_path / "out").exists()
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=st.lists(st.one_of(st.just(""), st.just("{broken"), st.integers(-5, 5).map(lambda n: json.dumps({"id": n}))),
+                      min_size=1, max_size=40),
+       split=st.integers(1, 40), final_break=st.booleans())
+def test_byte_ranges_own_the_lines_that_start_in_them(tmp_path, lines, split, final_break):
+    """Read range by range (line breaks counted in the ranges before), a file gives what reading it whole gives."""
+    path = tmp_path / "a.jsonl"
+    path.write_text("\n".join(lines) + ("\n" if final_break else ""))
+    size = path.stat().st_size
+    ranged = []
+    for start in range(0, size, split):
+        before = jsonl_read.count_line_breaks(str(path), 0, start)
+        ranged += list(jsonl_read.read_jsonl_range(str(path), start, min(start + split, size), before, SCHEMA))
+    whole = list(read_jsonl_file(str(path), SCHEMA))
+    flat = [(line, row) for source in ranged for line, row in zip(source.lines.tolist(), source.batch.to_pylist())]
+    assert flat == [(line, row) for source in whole for line, row in zip(source.lines.tolist(), source.batch.to_pylist())]
+    assert [(bad.line, bad.raw) for source in ranged for bad in source.bad_rows] == [
+        (bad.line, bad.raw) for source in whole for bad in source.bad_rows]
+
+
+def test_read_tabular_reads_a_large_file_in_ranges_with_its_own_line_numbers(tmp_path):
+    path = tmp_path / "a.jsonl"
+    lines = [json.dumps({"id": n, "name": f"n{n}"}) if n % 50 else "" for n in range(2000)]
+    path.write_text("\n".join(lines) + "\n")
+    config = InputConfig(format="jsonl", path=str(path), split_bytes=4096)
+    read = ReadTabular(config, ["id"])
+    with beam.Pipeline() as pipeline:
+        batches = pipeline | read
+        assert_that(batches | beam.combiners.Count.Globally(), equal_to([len(range(0, path.stat().st_size, 4096))]),
+                    label="one batch per range")
+        assert_that(batches | beam.FlatMap(lambda source: zip(source.lines.tolist(), source.batch.column("id").to_pylist())),
+                    equal_to([(n + 1, n) for n in range(2000) if n % 50]), label="rows")

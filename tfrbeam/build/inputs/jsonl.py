@@ -1,5 +1,9 @@
 """JSON lines input: one JSON object per line, parsed by pyarrow's JSON reader in blocks of whole lines.
 
+A file larger than input.split_bytes (uncompressed) is read in byte ranges in parallel: a JSON
+value holds no raw line break, so every \\n ends a row and each range owns the lines that start in
+it, numbered from the line breaks counted in the ranges before (count_line_breaks).
+
 Every file of an input is read with one schema, inferred by pyarrow from the first file's first
 lines (jsonl_schema), so a field's type never changes between blocks, files or workers. A line
 that is not a JSON object, or whose values do not fit that schema, is a bad row naming the file
@@ -26,7 +30,14 @@ from tfrbeam.build.inputs.batch import SourceBatch, strip_line_break
 from tfrbeam.build.inputs.files import open_input
 from tfrbeam.errors import InputError
 
-__all__ = ["jsonl_holds_lines", "jsonl_schema", "parse_jsonl_block", "read_jsonl_file"]
+__all__ = [
+    "count_line_breaks",
+    "jsonl_holds_lines",
+    "jsonl_schema",
+    "parse_jsonl_block",
+    "read_jsonl_file",
+    "read_jsonl_range",
+]
 
 _BLOCK_BYTES = 4 << 20  # whole lines parsed per pyarrow call (a longer line makes a longer block)
 _SCHEMA_SAMPLE_LINES = 10_000  # the first file's lines the schema is inferred from (inputs.sample.SAMPLE_ROWS)
@@ -100,6 +111,57 @@ def _jsonl_batches(path: str, schema: pa.Schema) -> Generator[SourceBatch, None,
             yield parse_jsonl_block(path, block, first_line, schema)
 
 
+def count_line_breaks(path: str, start: int, end: int) -> int:
+    """The \\n bytes in [start, end) of an (uncompressed) file: what numbers the lines of the ranges after it."""
+    breaks = 0
+    with open_input(path) as raw:
+        raw.seek(start)
+        left = end - start
+        while left > 0:
+            data = raw.read(min(_BLOCK_BYTES, left))
+            if not data:
+                break
+            breaks += data.count(b"\n")
+            left -= len(data)
+    return breaks
+
+
+def read_jsonl_range(path: str, start: int, end: int, line_breaks_before: int, schema: pa.Schema,
+                     columns: Sequence[str] | None = None) -> Iterator[SourceBatch]:
+    """The rows of the lines that start in bytes [start, end) of an uncompressed file; line_breaks_before (the \\n
+    bytes before start, see count_line_breaks) numbers them."""
+    projected = _projected(schema, columns, path)
+    return read_ahead(_range_batches(path, start, end, line_breaks_before, projected), "tfrbeam-jsonl-read")
+
+
+def _range_batches(path: str, start: int, end: int, line_breaks_before: int,
+                   schema: pa.Schema) -> Generator[SourceBatch, None, None]:
+    with open_input(path) as raw:
+        own_start, own_end = _line_start_at(raw, start), _line_start_at(raw, end)
+        if own_start >= own_end:
+            return
+        raw.seek(own_start)
+        first_line = 1 + line_breaks_before + (1 if own_start > start else 0)
+        for block, line in _line_blocks(raw, own_end - own_start, first_line):
+            yield parse_jsonl_block(path, block, line, schema)
+
+
+def _line_start_at(raw, position: int) -> int:
+    """The first line start at or after position: just after the first \\n at position - 1 or later (or the end)."""
+    if position == 0:
+        return 0
+    raw.seek(position - 1)
+    offset = position - 1
+    while True:
+        data = raw.read(1 << 16)
+        if not data:
+            return offset
+        found = data.find(b"\n")
+        if found >= 0:
+            return offset + found + 1
+        offset += len(data)
+
+
 def _projected(schema: pa.Schema, columns: Sequence[str] | None, path: str) -> pa.Schema:
     if columns is None:
         return schema
@@ -109,11 +171,14 @@ def _projected(schema: pa.Schema, columns: Sequence[str] | None, path: str) -> p
     return pa.schema([schema.field(name) for name in dict.fromkeys(columns)])
 
 
-def _line_blocks(raw) -> Iterator[tuple[bytes, int]]:
-    """(block of whole lines, 1-based line it starts on) of a file, about _BLOCK_BYTES each; the last may lack its \\n."""
-    pending, line = b"", 1
+def _line_blocks(raw, limit: int | None = None, line: int = 1) -> Iterator[tuple[bytes, int]]:
+    """(block of whole lines, 1-based line it starts on) of a file from where it is (up to limit bytes), about
+    _BLOCK_BYTES each; the last may lack its \\n."""
+    pending = b""
     while True:
-        data = raw.read(_BLOCK_BYTES)
+        data = raw.read(_BLOCK_BYTES if limit is None else min(_BLOCK_BYTES, limit))
+        if limit is not None:
+            limit -= len(data)
         if not data:
             if pending:
                 yield pending, line

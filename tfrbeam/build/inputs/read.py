@@ -3,6 +3,7 @@ as SourceBatch elements (counting progress, converting as it reads)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -18,7 +19,7 @@ from tfrbeam.build.inputs.batch import SourceBatch, convert_source_batch
 from tfrbeam.build.inputs.csv import read_csv_file, read_csv_range
 from tfrbeam.build.inputs.csv_text import RangeScan, csv_data_offset, csv_ranges, scan_csv_range
 from tfrbeam.build.inputs.files import InputFile, is_compressed, list_inputs, openable
-from tfrbeam.build.inputs.jsonl import jsonl_schema, read_jsonl_file
+from tfrbeam.build.inputs.jsonl import count_line_breaks, jsonl_schema, read_jsonl_file, read_jsonl_range
 from tfrbeam.build.inputs.orc import orc_file_rows, read_orc_stripes, stripe_listing
 from tfrbeam.build.inputs.parquet import read_parquet_row_group, row_group_listing
 from tfrbeam.build.progress import ProgressCounter, progress_dir
@@ -30,7 +31,7 @@ _LOG = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class _TypedPiece:
-    """A run of a typed file's parts (ORC stripes, Avro blocks from a byte offset; a whole JSON lines file)."""
+    """A run of a typed file's parts (ORC stripes; Avro blocks from a byte offset)."""
 
     path: str
     first: int
@@ -68,7 +69,7 @@ def _row_groups_with_row_size(item: tuple[str, int], required: bool) -> list[tup
 
 class ReadTabular(beam.PTransform):
     """Read the inputs of a build as SourceBatch elements (Parquet by row group, ORC by stripe, Avro by runs of sync
-    blocks, CSV by range or whole file, JSON lines by whole file).
+    blocks, CSV and JSON lines by range or whole file).
 
     columns limits what is read (Parquet projection; CSV columns dropped after parsing); None
     means input_config.columns, and None there means every column. The input files are listed
@@ -120,27 +121,51 @@ class ReadTabular(beam.PTransform):
                     .with_output_types(SourceBatch))
         options = self.input_config.csv
         split_bytes = self.input_config.split_bytes
-        return (files
-                | "Ranges" >> beam.FlatMap(_ranges_of, split_bytes, options)
-                | "SpreadRanges" >> beam.Reshuffle()
-                | "ScanRanges" >> beam.Map(_scan_if_split, options)
-                | "ByFile" >> beam.GroupByKey()
-                | "PlanPieces" >> beam.FlatMap(_plan_pieces)
-                | "SpreadPieces" >> beam.Reshuffle()
-                | "ReadPiece" >> beam.FlatMap(lambda piece: _converted_ahead(_counted(
-                    _as_given(_read_piece(piece, options, columns), given), _counter(counts)), specs))
-                .with_output_types(SourceBatch))
+        if self.input_config.format == "jsonl":
+            schema = jsonl_schema(opened[self.inputs[0].path])  # as the plan inferred it
+            return _read_in_ranges(files, functools.partial(_jsonl_ranges_of, split_bytes=split_bytes),
+                                   _scan_jsonl_if_split, lambda piece: _read_jsonl_piece(piece, schema, columns),
+                                   given, counts, specs)
+        return _read_in_ranges(files, functools.partial(_ranges_of, split_bytes=split_bytes, options=options),
+                               functools.partial(_scan_if_split, options=options),
+                               lambda piece: _read_piece(piece, options, columns), given, counts, specs)
 
 
-def _jsonl_pieces(read: ReadTabular):
-    """Whole JSON lines files, each read with the schema inferred from the first (as the plan inferred it)."""
-    schema = jsonl_schema(read.opened_as[read.inputs[0].path])
-    columns = read.columns
+def _read_in_ranges(files, ranges, scan, read, given: dict[str, str], counts: str | None,
+                    specs: Sequence[FeatureSpec] | None):
+    """Files cut in byte ranges, each scanned (line breaks counted) in parallel, then read as pieces (CSV, JSON lines)."""
+    return (files
+            | "Ranges" >> beam.FlatMap(ranges)
+            | "SpreadRanges" >> beam.Reshuffle()
+            | "ScanRanges" >> beam.Map(scan)
+            | "ByFile" >> beam.GroupByKey()
+            | "PlanPieces" >> beam.FlatMap(_plan_pieces)
+            | "SpreadPieces" >> beam.Reshuffle()
+            | "ReadPiece" >> beam.FlatMap(lambda piece: _converted_ahead(_counted(
+                _as_given(read(piece), given), _counter(counts)), specs))
+            .with_output_types(SourceBatch))
 
-    def pieces(item: tuple[str, int]) -> list[_TypedPiece]:
-        return [_TypedPiece(item[0], 0, 1, 0, 0.0)]
 
-    return pieces, lambda piece: read_jsonl_file(piece.path, schema, columns)
+def _jsonl_ranges_of(item: tuple[str, int], split_bytes: int) -> list[tuple[str, tuple[int, int, int, int]]]:
+    """(path, (start, end, number of ranges, 0)) for each range a JSON lines file is scanned in (compressed: whole)."""
+    path, size = item
+    if size <= split_bytes or is_compressed(path):
+        return [(path, (0, size, 1, 0))]
+    ranges = csv_ranges(size, split_bytes)
+    return [(path, (start, end, len(ranges), 0)) for start, end in ranges]
+
+
+def _scan_jsonl_if_split(item) -> tuple[str, RangeScan | None]:
+    path, (start, end, count, _) = item
+    if count == 1:
+        return path, None
+    return path, RangeScan(path, start, end, count_line_breaks(path, start, end), False)
+
+
+def _read_jsonl_piece(piece: _CsvPiece, schema, columns) -> Iterator[SourceBatch]:
+    if piece.whole:
+        return read_jsonl_file(piece.path, schema, columns)
+    return read_jsonl_range(piece.path, piece.start, piece.end, piece.line_breaks_before, schema, columns)
 
 
 def _orc_pieces(read: ReadTabular):
@@ -173,7 +198,7 @@ def _avro_pieces(read: ReadTabular):
                                                   reader_schema, schema, columns)
 
 
-_TYPED_PIECES = {"jsonl": _jsonl_pieces, "orc": _orc_pieces, "avro": _avro_pieces}
+_TYPED_PIECES = {"orc": _orc_pieces, "avro": _avro_pieces}
 
 
 def _converted_ahead(sources: Iterator[SourceBatch], specs: Sequence[FeatureSpec] | None) -> Iterator[SourceBatch]:
