@@ -8,6 +8,7 @@ import pathlib
 
 import apache_beam as beam
 import pyarrow as pa
+import pytest
 import yaml
 from apache_beam.testing.util import assert_that, equal_to
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -151,3 +152,15 @@ def test_read_tabular_reads_a_large_file_in_ranges_with_its_own_line_numbers(tmp
                     label="one batch per range")
         assert_that(batches | beam.FlatMap(lambda source: zip(source.lines.tolist(), source.batch.column("id").to_pylist())),
                     equal_to([(n + 1, n) for n in range(2000) if n % 50]), label="rows")
+
+
+@pytest.mark.parametrize("text", ["null", "  null", "5", '"text"', "true", "[]"])
+def test_a_line_that_is_not_an_object_is_a_bad_row_even_alone_or_first(tmp_path, text):
+    """pyarrow reads a null line as a row of nulls (and crashes on one that comes first): none reaches it."""
+    for lines in ([text], [text, '{"id": 2}'], ['{"id": 1}', text, '{"id": 3}']):
+        path = tmp_path / "a.jsonl"
+        path.write_text("\n".join(lines) + "\n")
+        rows, bad = rows_and_bad(path)
+        assert [line for line, _ in rows] == [number for number, line in enumerate(lines, 1) if line != text]
+        assert [(line, raw) for _, line, _, raw in bad] == [(lines.index(text) + 1, text)]
+        assert "not an object" in bad[0][2]

@@ -42,6 +42,7 @@ __all__ = [
 _BLOCK_BYTES = 4 << 20  # whole lines parsed per pyarrow call (a longer line makes a longer block)
 _SCHEMA_SAMPLE_LINES = 10_000  # the first file's lines the schema is inferred from (inputs.sample.SAMPLE_ROWS)
 _WHITESPACE = b" \t\r\n"
+_VOTE_LINES = 256  # lines parsed together while settling a type the first lines disagree on
 
 
 def jsonl_schema(path: str, sample_lines: int = _SCHEMA_SAMPLE_LINES) -> pa.Schema:
@@ -71,19 +72,25 @@ def jsonl_schema(path: str, sample_lines: int = _SCHEMA_SAMPLE_LINES) -> pa.Sche
 
 def _most_common_types(lines: Sequence[bytes]) -> pa.Schema:
     """Each field (in the order first seen) with the type most of the lines give it (ties: the first seen); integers
-    and floats together are double, as pyarrow infers them in one block. The other lines become bad rows."""
-    seen: dict[str, list[pa.DataType]] = {}
-    for line in lines:
+    and floats together are double, as pyarrow infers them in one block. The other lines become bad rows.
+
+    Lines are parsed in groups of _VOTE_LINES, a group's types counting once per line; only the
+    lines of a group that does not parse (it holds a conflict) are parsed one by one.
+    """
+    votes: dict[str, list[pa.DataType]] = {}
+    for first in range(0, len(lines), _VOTE_LINES):
+        group = lines[first:first + _VOTE_LINES]
         try:
-            schema = _parse(line, None).schema
+            schemas = [(_parse(b"\n".join(group), None).schema, len(group))]
         except pa.ArrowInvalid:
-            continue
-        for field_ in schema:
-            seen.setdefault(field_.name, [])
-            if not pa.types.is_null(field_.type):
-                seen[field_.name].append(field_.type)
+            schemas = [(schema, 1) for schema in map(_schema_or_none, group) if schema is not None]
+        for schema, weight in schemas:
+            for field_ in schema:
+                votes.setdefault(field_.name, [])
+                if not pa.types.is_null(field_.type):
+                    votes[field_.name] += [field_.type] * weight
     fields = []
-    for name, types in seen.items():
+    for name, types in votes.items():
         if types and all(type_ in (pa.int64(), pa.float64()) for type_ in types):
             type_ = pa.float64() if pa.float64() in types else pa.int64()
         else:
@@ -91,6 +98,13 @@ def _most_common_types(lines: Sequence[bytes]) -> pa.Schema:
             type_ = max(counts, key=lambda each: (counts[each], -types.index(each))) if types else pa.null()
         fields.append(pa.field(name, type_))
     return pa.schema(fields)
+
+
+def _schema_or_none(line: bytes) -> pa.Schema | None:
+    try:
+        return _parse(line, None).schema
+    except pa.ArrowInvalid:
+        return None
 
 
 def jsonl_holds_lines(path: str) -> bool:
@@ -203,54 +217,69 @@ def _line_bounds(data: bytes) -> tuple[np.ndarray, np.ndarray]:
     return starts[:len(ends)], ends
 
 
-def _nonblank(data: bytes, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Which lines hold more than whitespace; only lines starting with whitespace are looked at one by one."""
-    nonblank = ends > starts
+def _first_bytes(data: bytes, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Each line's first byte that is not whitespace (0 for a blank line); only lines starting with whitespace are
+    looked at one by one."""
     view = np.frombuffer(data, np.uint8)
     first = np.zeros(len(starts), np.uint8)
-    first[nonblank] = view[starts[nonblank]]
-    for line in np.flatnonzero(nonblank & np.isin(first, list(_WHITESPACE))).tolist():
-        nonblank[line] = bool(data[starts[line]:ends[line]].strip(_WHITESPACE))
-    return nonblank
+    filled = ends > starts
+    first[filled] = view[starts[filled]]
+    for line in np.flatnonzero(np.isin(first, list(_WHITESPACE))).tolist():
+        stripped = data[starts[line]:ends[line]].lstrip(_WHITESPACE)
+        first[line] = stripped[0] if stripped else 0
+    return first
 
 
 def parse_jsonl_block(path: str, data: bytes, first_line: int, schema: pa.Schema) -> SourceBatch:
-    """The rows of a block of whole lines starting on first_line, with the lines that do not parse as bad rows."""
+    """The rows of a block of whole lines starting on first_line, with the lines that do not parse as bad rows.
+
+    Only lines starting with ``{`` reach pyarrow: it reads a ``null`` line as a row of nulls (and
+    crashes on one that comes first), so other lines are bad rows before it parses.
+    """
     starts, ends = _line_bounds(data)
-    rows = np.flatnonzero(_nonblank(data, starts, ends))
+    first = _first_bytes(data, starts, ends)
+    rows = np.flatnonzero(first)
     line_starts = np.concatenate([starts, [len(data)]]).astype(np.int64)
-    try:
-        table = _parse(data, schema)
-        if table.num_rows == len(rows):
-            return SourceBatch(path=path, lines=rows + first_line, batch=_one_batch(table, schema), raw=data,
-                               raw_first_line=first_line, raw_line_starts=line_starts, spans=np.ones(len(rows), np.int64))
-    except pa.ArrowInvalid:
-        pass
-    good, bad_rows = [], []
-    for row in rows.tolist():
-        text = data[starts[row]:ends[row]]
-        problem = _line_problem(text, schema)
-        if problem is None:
-            good.append(row)
-        else:
-            bad_rows.append(BadRow(path, row + first_line, problem, strip_line_break(text).decode("utf-8", "replace")))
-    kept = [data[starts[row]:ends[row]] for row in good]
-    table = _parse(b"\n".join(kept), schema) if kept else schema.empty_table()
+    if (first[rows] == ord("{")).all():
+        try:
+            table = _parse(data, schema)
+            if table.num_rows == len(rows):
+                return SourceBatch(path=path, lines=rows + first_line, batch=_one_batch(table, schema), raw=data,
+                                   raw_first_line=first_line, raw_line_starts=line_starts,
+                                   spans=np.ones(len(rows), np.int64))
+        except pa.ArrowInvalid:
+            pass
+    texts = {row: data[starts[row]:ends[row]] for row in rows.tolist()}
+    problems = {row: _object_problem(texts[row]) or "not a JSON object" for row in rows[first[rows] != ord("{")].tolist()}
+    problems.update(_misfits([row for row in texts if row not in problems], texts, schema))
+    good = [row for row in texts if row not in problems]
+    bad_rows = tuple(BadRow(path, row + first_line, problems[row], strip_line_break(texts[row]).decode("utf-8", "replace"))
+                     for row in sorted(problems))
+    table = _parse(b"\n".join(texts[row] for row in good), schema) if good else schema.empty_table()
     return SourceBatch(path=path, lines=np.array(good, np.int64) + first_line, batch=_one_batch(table, schema),
-                       bad_rows=tuple(bad_rows), raw=data, raw_first_line=first_line, raw_line_starts=line_starts,
+                       bad_rows=bad_rows, raw=data, raw_first_line=first_line, raw_line_starts=line_starts,
                        spans=np.ones(len(good), np.int64))
 
 
-def _line_problem(text: bytes, schema: pa.Schema) -> str | None:
-    """Why one line is not a row of the schema, or None."""
-    problem = _object_problem(text)
-    if problem is not None:
-        return problem
+def _misfits(rows: list[int], texts: dict[int, bytes], schema: pa.Schema) -> dict[int, str]:
+    """The lines that are not one row of the schema each, and why: halves are parsed until each failing line
+    stands alone, so a block with a few bad lines costs a few parses of it, not one per line."""
+    if not rows:
+        return {}
+    error: pa.ArrowInvalid | None = None
     try:
-        _parse(text, schema)
-    except pa.ArrowInvalid as error:
-        return f"does not fit the schema read from the input's first file: {_pyarrow_reason(error)}"
-    return None
+        if _parse(b"\n".join(texts[row] for row in rows), schema).num_rows == len(rows):
+            return {}
+    except pa.ArrowInvalid as raised:
+        error = raised
+    if len(rows) == 1:
+        problem = _object_problem(texts[rows[0]])
+        if problem is None:
+            problem = ("does not fit the schema read from the input's first file: "
+                       + (_pyarrow_reason(error) if error is not None else "it holds more than one row"))
+        return {rows[0]: problem}
+    middle = len(rows) // 2
+    return {**_misfits(rows[:middle], texts, schema), **_misfits(rows[middle:], texts, schema)}
 
 
 def _parse(data: bytes, schema: pa.Schema | None) -> pa.Table:
