@@ -619,3 +619,20 @@ def test_avro_without_fastavro_is_one_config_line_saying_how_to_install_it(monke
         "\n  input.format: avro needs the fastavro package, which is not installed: pip install 'tfrbeam[avro]'")
     monkeypatch.undo()
     assert parse_config(_with(input={"path": "d/*.avro"})).input.format == "avro"
+
+
+def test_an_orc_avro_or_json_lines_file_given_as_the_config_is_one_line_naming_it(tmp_path):
+    import fastavro
+    import pyarrow as pa
+    import pyarrow.orc as porc
+
+    porc.write_table(pa.table({"id": [1, 2]}), tmp_path / "rows.orc")
+    with open(tmp_path / "rows.avro", "wb") as out:
+        fastavro.writer(out, {"type": "record", "name": "R", "fields": [{"name": "id", "type": "long"}]}, [{"id": 1}])
+    (tmp_path / "rows.jsonl").write_text('{"id": 1, "name": "a"}\n{"id": 2, "name": "b"}\n')
+    for name, kind in (("rows.orc", "an ORC"), ("rows.avro", "an Avro"), ("rows.jsonl", "a JSON lines")):
+        with pytest.raises(ConfigError) as caught:
+            load_config(str(tmp_path / name))
+        message = str(caught.value)
+        assert message == (f"{tmp_path / name}: not a YAML build config but {kind} data file; write one with: "
+                           "tfrbeam infer-config DATA_FILE > build.yaml"), message

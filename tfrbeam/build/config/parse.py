@@ -103,12 +103,17 @@ MAX_CONFIG_BYTES = 16 * 2**20
 MAX_YAML_NODES = 200_000
 
 _NOT_A_CONFIG_HINT = "write one with: tfrbeam infer-config DATA_FILE > build.yaml"
+_DATA_MAGIC = ((b"PAR1", "a Parquet"), (b"ORC", "an ORC"), (b"Obj\x01", "an Avro"))
 
 
 def _config_text(data: bytes, path: str) -> str:
-    """The config file's text; a data file (Parquet, binary, non-UTF-8) is named as such in one line."""
-    if data.startswith(b"PAR1"):
-        raise ConfigError(f"{path}: not a YAML build config but a Parquet data file; {_NOT_A_CONFIG_HINT}")
+    """The config file's text; a data file (Parquet, ORC, Avro, JSON lines, binary, non-UTF-8) is named as such in one
+    line."""
+    kind = next((kind for magic, kind in _DATA_MAGIC if data.startswith(magic)), None)
+    if kind is None and format_from_path(path) == "jsonl" and not path.lower().endswith(".json"):
+        kind = "a JSON lines"  # a .json file may be a config written as JSON (YAML reads it)
+    if kind is not None:
+        raise ConfigError(f"{path}: not a YAML build config but {kind} data file; {_NOT_A_CONFIG_HINT}")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
