@@ -195,7 +195,7 @@ def _avro_batches(path: str, offset: int, blocks: int, records_before: int, read
                     yield _batch(path, pending[:_BATCH_RECORDS], record, target)
                     record += _BATCH_RECORDS
                     del pending[:_BATCH_RECORDS]
-        except (InputError, GeneratorExit):
+        except InputError:
             raise
         except Exception as error:  # fastavro raises ValueError, EOFError, SchemaResolutionError, ...
             raise InputError(f"{path}: cannot read the Avro records from record {record + len(pending)} on "

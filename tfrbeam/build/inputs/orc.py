@@ -24,7 +24,15 @@ from tfrbeam.build.inputs.parquet import joined_schema
 from tfrbeam.build.inputs.varints import read_varint
 from tfrbeam.errors import InputError
 
-__all__ = ["orc_file", "orc_file_rows", "orc_input_schema", "read_orc_file", "read_orc_stripes", "stripe_listing"]
+__all__ = [
+    "orc_file",
+    "orc_file_rows",
+    "orc_input_schema",
+    "read_orc_file",
+    "read_orc_stripes",
+    "stripe_listing",
+    "stripe_listing_and_rows",
+]
 
 _FOOTER_THREADS = 16  # footers are read in parallel: on an object store each one is a round trip
 _ORC_BATCH_ROWS = 16384  # as parquet._PARQUET_BATCH_ROWS: a stripe is handed on in slices of this many rows
@@ -57,9 +65,18 @@ def orc_file_rows(path: str) -> int:
 
 def stripe_listing(path: str) -> list[tuple[int, int, int]]:
     """(first stripe, number of stripes, rows before the first) of each element a file is read in: one per stripe."""
+    return stripe_listing_and_rows(path)[0]
+
+
+def stripe_listing_and_rows(path: str) -> tuple[list[tuple[int, int, int]], int]:
+    """stripe_listing, and the file's number of rows."""
     with open_input(path) as raw:
         orc = orc_file(path, raw)
         rows = _stripe_rows(orc)
+    return _listing(orc, rows), orc.nrows
+
+
+def _listing(orc: porc.ORCFile, rows: list[int] | None) -> list[tuple[int, int, int]]:
     if rows is None:
         return [(0, orc.nstripes, 0)] if orc.nstripes else []
     before = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64).tolist()

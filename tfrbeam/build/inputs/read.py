@@ -20,7 +20,7 @@ from tfrbeam.build.inputs.csv import read_csv_file, read_csv_range
 from tfrbeam.build.inputs.csv_text import RangeScan, csv_data_offset, csv_ranges, scan_csv_range
 from tfrbeam.build.inputs.files import InputFile, is_compressed, list_inputs, openable
 from tfrbeam.build.inputs.jsonl import count_line_breaks, jsonl_schema, read_jsonl_file, read_jsonl_range
-from tfrbeam.build.inputs.orc import orc_file_rows, read_orc_stripes, stripe_listing
+from tfrbeam.build.inputs.orc import read_orc_stripes, stripe_listing_and_rows
 from tfrbeam.build.inputs.parquet import read_parquet_row_group, row_group_listing
 from tfrbeam.build.progress import ProgressCounter, progress_dir
 
@@ -174,9 +174,8 @@ def _orc_pieces(read: ReadTabular):
 
     def pieces(item: tuple[str, int]) -> list[_TypedPiece]:
         path, size = item
-        rows = orc_file_rows(path)
-        return [_TypedPiece(path, first, count, before, size / rows if rows else 0.0)
-                for first, count, before in stripe_listing(path)]
+        listing, rows = stripe_listing_and_rows(path)
+        return [_TypedPiece(path, first, count, before, size / rows if rows else 0.0) for first, count, before in listing]
 
     return pieces, lambda piece: read_orc_stripes(piece.path, piece.first, piece.count, piece.rows_before, columns)
 
