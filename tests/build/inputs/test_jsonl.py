@@ -71,12 +71,12 @@ def test_lines_are_numbered_the_same_across_any_block_size(tmp_path, monkeypatch
 def test_the_schema_is_inferred_from_the_first_lines_and_most_lines_settle_a_conflict(tmp_path):
     path = tmp_path / "a.jsonl"
     path.write_text('{"id": 1, "v": 1.5, "when": "2024-01-02T03:04:05", "tags": ["a"], "nothing": null}\n{oops\n')
-    schema = jsonl_schema(str(path))
+    schema = jsonl_schema([str(path)])
     assert schema == pa.schema([("id", pa.int64()), ("v", pa.float64()), ("when", pa.timestamp("s")),
                                 ("tags", pa.list_(pa.string())), ("nothing", pa.null())])
     path.write_text('{"id": 1, "s": "a"}\n{"id": "x", "s": 2}\n{"id": 3, "f": 1}\n{"s": "b", "f": 2.5}\n')
-    assert jsonl_schema(str(path)) == pa.schema([("id", pa.int64()), ("s", pa.string()), ("f", pa.float64())])
-    rows, bad = rows_and_bad(path, jsonl_schema(str(path)))
+    assert jsonl_schema([str(path)]) == pa.schema([("id", pa.int64()), ("s", pa.string()), ("f", pa.float64())])
+    rows, bad = rows_and_bad(path, jsonl_schema([str(path)]))
     assert [line for line, _ in rows] == [1, 3, 4] and [line for _, line, _, _ in bad] == [2]
 
 
@@ -164,3 +164,12 @@ def test_a_line_that_is_not_an_object_is_a_bad_row_even_alone_or_first(tmp_path,
         assert [line for line, _ in rows] == [number for number, line in enumerate(lines, 1) if line != text]
         assert [(line, raw) for _, line, _, raw in bad] == [(lines.index(text) + 1, text)]
         assert "not an object" in bad[0][2]
+
+
+def test_the_schema_comes_from_the_first_file_holding_lines(tmp_path):
+    (tmp_path / "a.jsonl").write_text("\n  \n")
+    (tmp_path / "b.jsonl").write_text('{"id": 7}\n')
+    assert jsonl_schema([str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")]) == pa.schema([("id", pa.int64())])
+    assert jsonl_schema([str(tmp_path / "a.jsonl")]) == pa.schema([])
+    config = _config(tmp_path, tmp_path / "*.jsonl")
+    assert build_main([str(config), "--quiet"]) == 0

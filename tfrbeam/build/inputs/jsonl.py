@@ -7,8 +7,8 @@ it, numbered from the line breaks counted in the ranges before (count_line_break
 Every file of an input is read with one schema, inferred by pyarrow from the first file's first
 lines (jsonl_schema), so a field's type never changes between blocks, files or workers. A line
 that is not a JSON object, or whose values do not fit that schema, is a bad row naming the file
-and its line (found by parsing the lines of the failing block one by one; the other blocks are
-parsed whole). Blank lines are not rows. Lines are counted by \\n (JSON text holds no raw line
+and its line (found by parsing halves of the failing block until each bad line stands alone; the
+other blocks are parsed whole). Blank lines are not rows. Lines are counted by \\n (JSON text holds no raw line
 break inside a value). Compressed files are decompressed and checked to their end (files.open_input).
 """
 
@@ -45,21 +45,26 @@ _WHITESPACE = b" \t\r\n"
 _VOTE_LINES = 256  # lines parsed together while settling a type the first lines disagree on
 
 
-def jsonl_schema(path: str, sample_lines: int = _SCHEMA_SAMPLE_LINES) -> pa.Schema:
-    """The schema every file of a JSON lines input is read as: pyarrow's inference on the first file's first lines.
+def jsonl_schema(paths: Sequence[str], sample_lines: int = _SCHEMA_SAMPLE_LINES) -> pa.Schema:
+    """The schema every file of a JSON lines input is read as: pyarrow's inference on the first lines of the first
+    file (in path order) that holds any.
 
     Malformed lines of the sample are left out (the build reports them as bad rows); where lines
     disagree on a field's type, the type most of them give it wins (_most_common_types) and the
     others are bad rows; fields whose sampled values are all null are read as null (no feature can
     be inferred from them).
     """
-    with open_input(path) as raw:
+    data = b""
+    for path in paths:
+        with open_input(path) as raw:
+            for block, _ in _line_blocks(raw):
+                data += block
+                if data.count(b"\n") >= sample_lines:
+                    break
+        if data.strip(_WHITESPACE):
+            break
         data = b""
-        for block, _ in _line_blocks(raw):
-            data += block
-            if data.count(b"\n") >= sample_lines:
-                break
-    if not data.strip(_WHITESPACE):
+    if not data:
         return pa.schema([])
     starts, ends = _line_bounds(data)
     lines = [data[start:end] for start, end in zip(starts[:sample_lines].tolist(), ends[:sample_lines].tolist())]

@@ -122,7 +122,7 @@ class ReadTabular(beam.PTransform):
         options = self.input_config.csv
         split_bytes = self.input_config.split_bytes
         if self.input_config.format == "jsonl":
-            schema = jsonl_schema(opened[self.inputs[0].path])  # as the plan inferred it
+            schema = jsonl_schema([opened[item.path] for item in self.inputs])  # as the plan inferred it
             return _read_in_ranges(files, functools.partial(_jsonl_ranges_of, split_bytes=split_bytes),
                                    _scan_jsonl_if_split, lambda piece: _read_jsonl_piece(piece, schema, columns),
                                    given, counts, specs)

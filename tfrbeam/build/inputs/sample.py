@@ -73,7 +73,7 @@ class CsvSample:
 def inspect_input(input_config: InputConfig, sample_rows: int = SAMPLE_ROWS,
                   files: Sequence[InputFile] | None = None) -> InputSample:
     """Read the input's schema (Parquet, ORC: every footer, see parquet_input_schema; JSON lines: inferred from the
-    first file's first lines; Avro: the first file's schema; CSV: the first file's header and sample)."""
+    first lines of the first file holding any; Avro: the first file's schema; CSV: the first file's header and sample)."""
     files = list(files) if files is not None else list_inputs(input_config.path)
     fmt, first = input_config.format, files[0].path
     if fmt == "parquet":
@@ -81,7 +81,7 @@ def inspect_input(input_config: InputConfig, sample_rows: int = SAMPLE_ROWS,
     elif fmt == "orc":
         schema = orc_input_schema(files, input_config.columns)
     elif fmt == "jsonl":
-        schema = jsonl_schema(first, sample_rows)
+        schema = jsonl_schema([item.path for item in files], sample_rows)
     elif fmt == "avro":
         schema = arrow_schema(avro_schema(first), first)
     else:
