@@ -98,7 +98,7 @@ def _parser() -> argparse.ArgumentParser:
     infer = commands.add_parser("infer-config", help="write a commented build config inferred from an input "
                                 "(CSV, Parquet, JSON lines, ORC, Avro)")
     infer.add_argument("input", metavar="INPUT", help="a file or glob")
-    # tfrbeam.build.config.INPUT_FORMATS, not imported here (it loads pyarrow; tests/cli check they agree).
+    # tfrbeam.build.config.INPUT_FORMATS, not imported here (it loads pyarrow; tests/build/test_infer.py checks they agree).
     infer.add_argument("--format", choices=("csv", "parquet", "jsonl", "orc", "avro"), default=None,
                        help="the input's format (default: from the file's extension)")
     infer.add_argument("--sequence-by", default=None, metavar="COL",
