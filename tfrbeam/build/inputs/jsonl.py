@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 _BLOCK_BYTES = 4 << 20  # whole lines parsed per pyarrow call (a longer line makes a longer block)
-_SCHEMA_SAMPLE_LINES = 10_000  # the first file's lines the schema is inferred from (inputs.sample.SAMPLE_ROWS)
+_SCHEMA_SAMPLE_LINES = 10_000  # the lines the schema is inferred from (as many as inputs.sample.SAMPLE_ROWS)
 _WHITESPACE = b" \t\r\n"
 _VOTE_LINES = 256  # lines parsed together while settling a type the first lines disagree on
 

@@ -81,7 +81,7 @@ def inspect_input(input_config: InputConfig, sample_rows: int = SAMPLE_ROWS,
     elif fmt == "orc":
         schema = orc_input_schema(files, input_config.columns)
     elif fmt == "jsonl":
-        schema = jsonl_schema([item.path for item in files], sample_rows)
+        schema = jsonl_schema([item.path for item in files])  # the lines ReadTabular infers it from, too
     elif fmt == "avro":
         schema = arrow_schema(avro_schema(first), first)
     else:
