@@ -6,6 +6,7 @@ import datetime
 import decimal
 import io
 import json
+import pathlib
 
 import apache_beam as beam
 import fastavro
@@ -130,6 +131,14 @@ def test_a_union_of_two_types_is_one_line_naming_the_field(tmp_path):
         arrow_schema(avro_schema(path), path)
 
 
+def test_a_record_that_holds_itself_is_one_line_naming_the_field(tmp_path):
+    schema = {"type": "record", "name": "Node", "fields": [{"name": "v", "type": "long"},
+                                                           {"name": "next", "type": ["null", "Node"]}]}
+    path = write(tmp_path / "n.avro", [{"v": 1, "next": {"v": 2, "next": None}}], schema=schema)
+    with pytest.raises(InputError, match=r"field 'next' is of the Avro record 'Node' that holds itself"):
+        arrow_schema(avro_schema(path), path)
+
+
 def test_without_fastavro_the_reader_says_how_to_install_it(monkeypatch):
     real = avro_read.importlib.import_module
 
@@ -155,3 +164,25 @@ def test_bad_rows_name_the_file_and_the_record_number(tmp_path):
     letters = [json.loads(line) for file in (tmp_path / "out" / "_errors").rglob("*") if file.is_file()
                for line in file.read_text().splitlines()]
     assert sorted((letter["file"], letter["line"]) for letter in letters) == [(path, n + 1) for n in range(0, 30, 7)]
+
+
+def test_only_the_fields_read_are_decoded_and_named_types_survive_the_projection(tmp_path, monkeypatch):
+    schema = {"type": "record", "name": "Row", "fields": [
+        {"name": "first", "type": {"type": "enum", "name": "Kind", "symbols": ["A", "B"]}},
+        {"name": "id", "type": "long"}, {"name": "second", "type": "Kind"}]}
+    path = write(tmp_path / "k.avro", [{"first": "A", "id": 1, "second": "B"}], schema=schema)
+    reader_schema = avro_schema(path)
+    arrow = arrow_schema(reader_schema, path)
+    (offset, blocks, before), = avro_blocks(path, pathlib.Path(path).stat().st_size, 1 << 30)[0]
+    seen = []
+    real = fastavro.block_reader
+    monkeypatch.setattr(fastavro, "block_reader", lambda raw, **options: seen.append(options) or real(raw, **options))
+
+    def rows(columns):
+        return [row for source in read_avro_blocks(path, offset, blocks, before, reader_schema, arrow, columns)
+                for row in source.batch.to_pylist()]
+
+    assert rows(["id"]) == [{"id": 1}]
+    assert [field_["name"] for field_ in seen[-1]["reader_schema"]["fields"]] == ["id"]
+    assert rows(["second"]) == [{"second": "B"}]  # Kind is defined by the left-out field: read with the whole schema
+    assert len(seen[-1]["reader_schema"]["fields"]) == 3

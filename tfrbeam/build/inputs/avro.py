@@ -69,42 +69,74 @@ def arrow_schema(schema: Any, path: str) -> pa.Schema:
     """The Arrow schema of a record schema's fields: Avro types as their Arrow equal, [null, X] unions as nullable X."""
     if not isinstance(schema, dict) or schema.get("type") != "record":
         raise InputError(f"{path}: the Avro schema is not a record ({_shown(schema)}); each row must be a record")
-    return pa.schema([_arrow_field(field_["name"], field_["type"], path) for field_ in schema["fields"]])
+    named: dict[str, Any] = {}
+    _collect_named(schema, named)
+    return pa.schema([_AvroTypes(path, named).field(field_["name"], field_["type"]) for field_ in schema["fields"]])
 
 
-def _arrow_field(name: str, avro: Any, path: str) -> pa.Field:
+def _collect_named(avro: Any, named: dict[str, Any]) -> None:
+    """Every named type (record, enum, fixed) a schema defines, by the full name fastavro's parsed schema uses."""
     if isinstance(avro, list):
-        kinds = [kind for kind in avro if kind != "null"]
-        if len(kinds) != 1:
-            raise InputError(f"{path}: field {name!r} is an Avro union of {_shown(avro)}; only a union of one type "
-                             "and null can be read (a column has one type)")
-        return pa.field(name, _arrow_type(kinds[0], path, name), nullable=True)
-    return pa.field(name, _arrow_type(avro, path, name), nullable=avro == "null")
+        for kind in avro:
+            _collect_named(kind, named)
+    elif isinstance(avro, dict):
+        if avro.get("type") in ("record", "enum", "fixed") and "name" in avro:
+            named[avro["name"]] = avro
+        for field_ in avro.get("fields", ()) if avro.get("type") == "record" else ():
+            _collect_named(field_["type"], named)
+        for key in ("items", "values"):
+            if key in avro:
+                _collect_named(avro[key], named)
 
 
-def _arrow_type(avro: Any, path: str, name: str) -> pa.DataType:
-    if isinstance(avro, str):
+class _AvroTypes:
+    """Avro types to Arrow types for one file's schema, named types looked up (a type that holds itself refused)."""
+
+    def __init__(self, path: str, named: dict[str, Any]):
+        self.path, self.named = path, named
+        self.open: set[str] = set()  # the records being mapped, to refuse one that holds itself
+
+    def field(self, name: str, avro: Any) -> pa.Field:
+        if isinstance(avro, list):
+            kinds = [kind for kind in avro if kind != "null"]
+            if len(kinds) != 1:
+                raise InputError(f"{self.path}: field {name!r} is an Avro union of {_shown(avro)}; only a union of one "
+                                 "type and null can be read (a column has one type)")
+            return pa.field(name, self.type(kinds[0], name), nullable=True)
+        return pa.field(name, self.type(avro, name), nullable=avro == "null")
+
+    def type(self, avro: Any, name: str) -> pa.DataType:
+        if isinstance(avro, str):
+            return self._named(avro, name)
+        if isinstance(avro, list):
+            return self.field(name, avro).type
+        logical, kind = avro.get("logicalType"), avro.get("type")
+        if logical == "decimal" and kind in ("bytes", "fixed"):
+            return pa.decimal128(int(avro["precision"]), int(avro.get("scale", 0)))
+        if logical in _LOGICAL:
+            return _LOGICAL[logical]
+        if kind == "record":
+            self.open.add(avro.get("name"))
+            fields = [self.field(field_["name"], field_["type"]) for field_ in avro["fields"]]
+            self.open.discard(avro.get("name"))
+            return pa.struct(fields)
+        if kind == "array":
+            return pa.list_(self.field("item", avro["items"]))
+        if kind == "map":
+            return pa.map_(pa.string(), self.type(avro["values"], name))
+        if kind in ("enum", "fixed"):
+            return pa.string() if kind == "enum" else pa.binary()
+        return self.type(kind, name)
+
+    def _named(self, avro: str, name: str) -> pa.DataType:
         if avro in _PRIMITIVES:
             return _PRIMITIVES[avro]
-        raise InputError(f"{path}: field {name!r} has the Avro type {avro!r}, which cannot be read")
-    if isinstance(avro, list):
-        return _arrow_field(name, avro, path).type
-    logical, kind = avro.get("logicalType"), avro.get("type")
-    if logical == "decimal" and kind in ("bytes", "fixed"):
-        return pa.decimal128(int(avro["precision"]), int(avro.get("scale", 0)))
-    if logical in _LOGICAL:
-        return _LOGICAL[logical]
-    if kind == "record":
-        return pa.struct([_arrow_field(field_["name"], field_["type"], path) for field_ in avro["fields"]])
-    if kind == "array":
-        return pa.list_(_arrow_field("item", avro["items"], path))
-    if kind == "map":
-        return pa.map_(pa.string(), _arrow_type(avro["values"], path, name))
-    if kind == "enum":
-        return pa.string()
-    if kind == "fixed":
-        return pa.binary()
-    return _arrow_type(kind, path, name)
+        if avro in self.open:
+            raise InputError(f"{self.path}: field {name!r} is of the Avro record {avro!r} that holds itself; a "
+                             "recursive type has no Arrow column")
+        if avro in self.named:
+            return self.type(self.named[avro], name)
+        raise InputError(f"{self.path}: field {name!r} has the Avro type {avro!r}, which cannot be read")
 
 
 def _shown(value: Any) -> str:
@@ -178,6 +210,24 @@ def read_avro_blocks(path: str, offset: int, blocks: int, records_before: int, r
     return read_ahead(_avro_batches(path, offset, blocks, records_before, reader_schema, target), "tfrbeam-avro-read")
 
 
+def _projected(reader_schema: Any, names: Sequence[str]) -> Any:
+    """The reader schema with only the fields read: fastavro skips the others without building their values."""
+    if not isinstance(reader_schema, dict) or not isinstance(reader_schema.get("fields"), list):
+        return reader_schema
+    kept = [field_ for field_ in reader_schema["fields"] if field_["name"] in set(names)]
+    return reader_schema if len(kept) == len(reader_schema["fields"]) else {**reader_schema, "fields": kept}
+
+
+def _block_reader(fastavro: Any, raw: BinaryIO, reader_schema: Any, names: Sequence[str]) -> Any:
+    """fastavro's block reader with the projected reader schema, or the whole one where projecting leaves a named
+    type undefined (a kept field using a type a left-out field defines)."""
+    try:
+        return fastavro.block_reader(raw, reader_schema=_projected(reader_schema, names))
+    except Exception:  # fastavro's UnknownType, SchemaParseException, ...
+        raw.seek(0)
+        return fastavro.block_reader(raw, reader_schema=reader_schema)
+
+
 def _avro_batches(path: str, offset: int, blocks: int, records_before: int, reader_schema: Any,
                   target: pa.Schema) -> Generator[SourceBatch, None, None]:
     fastavro = fastavro_module()
@@ -185,7 +235,7 @@ def _avro_batches(path: str, offset: int, blocks: int, records_before: int, read
     pending: list[dict] = []
     with open_input(path) as raw:
         try:
-            reader = fastavro.block_reader(raw, reader_schema=reader_schema)
+            reader = _block_reader(fastavro, raw, reader_schema, target.names)
             raw.seek(offset)
             for index, block in enumerate(reader):
                 if index == blocks:
@@ -208,8 +258,9 @@ def _batch(path: str, records: list[dict], first: int, target: pa.Schema) -> Sou
     try:
         batch = pa.RecordBatch.from_pylist(records, schema=target)
     except (pa.ArrowException, TypeError, ValueError) as error:
+        shown = ", ".join(f"{field_.name}: {field_.type}" for field_ in target)
         raise InputError(f"{path}: records {first} to {first + len(records) - 1} do not fit the Arrow schema "
-                         f"{target} read from the input's first file: {_first_line(error)}") from error
+                         f"({shown}) read from the input's first file: {_first_line(error)}") from error
     return SourceBatch(path=path, lines=np.arange(first, first + len(records), dtype=np.int64), batch=batch)
 
 
