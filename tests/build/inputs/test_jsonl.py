@@ -74,6 +74,10 @@ def test_the_schema_is_inferred_from_the_first_lines_and_most_lines_settle_a_con
     schema = jsonl_schema([str(path)])
     assert schema == pa.schema([("id", pa.int64()), ("v", pa.float64()), ("when", pa.timestamp("s")),
                                 ("tags", pa.list_(pa.string())), ("nothing", pa.null())])
+    assert jsonl_schema([str(path)], sampled_nulls=True) == pa.schema([
+        pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.float64(), nullable=False),
+        pa.field("when", pa.timestamp("s"), nullable=False), pa.field("tags", pa.list_(pa.string()), nullable=False),
+        ("nothing", pa.null())])
     path.write_text('{"id": 1, "s": "a"}\n{"id": "x", "s": 2}\n{"id": 3, "f": 1}\n{"s": "b", "f": 2.5}\n')
     assert jsonl_schema([str(path)]) == pa.schema([("id", pa.int64()), ("s", pa.string()), ("f", pa.float64())])
     rows, bad = rows_and_bad(path, jsonl_schema([str(path)]))

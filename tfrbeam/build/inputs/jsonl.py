@@ -45,14 +45,16 @@ _WHITESPACE = b" \t\r\n"
 _VOTE_LINES = 256  # lines parsed together while settling a type the first lines disagree on
 
 
-def jsonl_schema(paths: Sequence[str], sample_lines: int = _SCHEMA_SAMPLE_LINES) -> pa.Schema:
+def jsonl_schema(paths: Sequence[str], sample_lines: int = _SCHEMA_SAMPLE_LINES, sampled_nulls: bool = False
+                 ) -> pa.Schema:
     """The schema every file of a JSON lines input is read as: pyarrow's inference on the first lines of the first
     file (in path order) that holds any.
 
     Malformed lines of the sample are left out (the build reports them as bad rows); where lines
     disagree on a field's type, the type most of them give it wins (_most_common_types) and the
     others are bad rows; fields whose sampled values are all null are read as null (no feature can
-    be inferred from them).
+    be inferred from them). Every field is nullable (a line may leave it out); with sampled_nulls,
+    only those null or missing in some sampled line are, as CSV's inference decides on_null.
     """
     data = b""
     for path in paths:
@@ -70,9 +72,12 @@ def jsonl_schema(paths: Sequence[str], sample_lines: int = _SCHEMA_SAMPLE_LINES)
     lines = [data[start:end] for start, end in zip(starts[:sample_lines].tolist(), ends[:sample_lines].tolist())]
     good = [line for line in lines if line.strip(_WHITESPACE) and _object_problem(line) is None]
     try:
-        return _parse(b"\n".join(good), None).schema
+        table = _parse(b"\n".join(good), None)
     except pa.ArrowInvalid:  # lines disagree on a field's type: each field takes the type most lines give it
         return _most_common_types(good)
+    if not sampled_nulls:
+        return table.schema
+    return pa.schema([field_.with_nullable(column.null_count > 0) for field_, column in zip(table.schema, table.columns)])
 
 
 def _most_common_types(lines: Sequence[bytes]) -> pa.Schema:

@@ -81,7 +81,8 @@ def inspect_input(input_config: InputConfig, sample_rows: int = SAMPLE_ROWS,
     elif fmt == "orc":
         schema = orc_input_schema(files, input_config.columns)
     elif fmt == "jsonl":
-        schema = jsonl_schema([item.path for item in files])  # the lines ReadTabular infers it from, too
+        # The lines ReadTabular infers it from, too; fields never null there infer on_null: error.
+        schema = jsonl_schema([item.path for item in files], sampled_nulls=True)
     elif fmt == "avro":
         schema = arrow_schema(avro_schema(first), first)
     else:
