@@ -1,8 +1,9 @@
-"""A JSON lines build on the multi-process DirectRunner: the same dataset as in process, and the same shards as Parquet.
+"""A JSON lines build on the multi-process DirectRunner: the same dataset as in process, and the same shards as Parquet;
+ORC and Avro builds there give those shards too (their pieces and readers cross to worker processes).
 
 The demo flights (native lists, nulls, a few null labels that become dead letters) are written as
-gzip JSON lines by the json module and as Parquet by pyarrow; one config (the format from the
-extension) builds them.
+gzip JSON lines by the json module, as Parquet and ORC by pyarrow and as Avro by fastavro; one
+config (the format from the extension) builds them.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import gzip
 import json
 import pathlib
 
+import fastavro
+import pyarrow.orc as porc
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -27,16 +30,27 @@ FEATURES = {
 }
 
 
+AVRO_SCHEMA = {"type": "record", "name": "Flight", "fields": [
+    {"name": "flight_id", "type": "long"}, {"name": "carrier", "type": "string"}, {"name": "origin", "type": "string"},
+    {"name": "origin_city", "type": "string"}, {"name": "dest", "type": "string"}, {"name": "distance", "type": "double"},
+    {"name": "dep_delay", "type": ["null", "double"]}, {"name": "tailnum", "type": ["null", "string"]},
+    {"name": "cancelled", "type": "long"}, {"name": "embedding", "type": {"type": "array", "items": "float"}},
+    {"name": "tags", "type": {"type": "array", "items": "string"}}, {"name": "label", "type": ["null", "long"]}]}
+
+
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory) -> pathlib.Path:
     directory = tmp_path_factory.mktemp("formats")
     table = demo_table(3000)
-    (directory / "jsonl").mkdir()
-    (directory / "parquet").mkdir()
+    for name in ("jsonl", "parquet", "orc", "avro"):
+        (directory / name).mkdir()
     for index, part in enumerate((table.slice(0, 1800), table.slice(1800))):
         text = "".join(json.dumps(row) + "\n" for row in part.to_pylist())
         (directory / "jsonl" / f"flights-{index}.jsonl.gz").write_bytes(gzip.compress(text.encode()))
         pq.write_table(part, directory / "parquet" / f"flights-{index}.parquet", row_group_size=500)
+        porc.write_table(part, directory / "orc" / f"flights-{index}.orc", stripe_size=16384, batch_size=256)
+        with open(directory / "avro" / f"flights-{index}.avro", "wb") as out:
+            fastavro.writer(out, AVRO_SCHEMA, part.to_pylist(), sync_interval=8192, codec="deflate")
     return directory
 
 
@@ -62,4 +76,13 @@ def test_jsonl_on_the_multi_process_direct_runner_gives_the_in_process_bytes_and
     assert any(name.startswith("_errors/") for name in files)  # the null labels, as dead letters
     parquet, _ = _dataset(_build(inputs, "parquet/*.parquet", "parquet-default"))
     shards = {name: data for name, data in files.items() if name.endswith(".tfrecord")}
+    assert len(shards) > 2 and shards == {name: data for name, data in parquet.items() if name.endswith(".tfrecord")}
+
+
+@pytest.mark.parametrize("fmt", ["orc", "avro"])
+def test_orc_and_avro_on_the_multi_process_direct_runner_give_the_parquet_shards(inputs, fmt):
+    built, _ = _dataset(_build(inputs, f"{fmt}/*.{fmt}", f"{fmt}-multi", *MULTI_PROCESSING, "--set",
+                               "input.split_bytes=32KiB"))
+    parquet, _ = _dataset(_build(inputs, "parquet/*.parquet", "parquet-reference"))
+    shards = {name: data for name, data in built.items() if name.endswith(".tfrecord")}
     assert len(shards) > 2 and shards == {name: data for name, data in parquet.items() if name.endswith(".tfrecord")}
