@@ -18,10 +18,18 @@ from apache_beam.testing.util import assert_that, equal_to
 import tfrbeam.build.inputs.avro as avro_read
 from tfrbeam.build.config.schema import InputConfig
 from tfrbeam.build.infer import infer_config
-from tfrbeam.build.inputs.avro import arrow_schema, avro_blocks, avro_schema, read_avro_blocks, read_avro_file
+from tfrbeam.build.inputs.avro import (
+    arrow_schema,
+    avro_blocks,
+    avro_input_schema,
+    avro_schema,
+    read_avro_blocks,
+    read_avro_file,
+)
+from tfrbeam.build.inputs.files import list_inputs
 from tfrbeam.build.inputs.read import ReadTabular
 from tfrbeam.cli.build import main as build_main
-from tfrbeam.errors import ConfigError, InputError
+from tfrbeam.errors import ConfigError, InputError, ParquetSchemaError
 
 SCHEMA = {"type": "record", "name": "Row", "fields": [{"name": "id", "type": "long"},
                                                       {"name": "name", "type": ["null", "string"], "default": None}]}
@@ -186,3 +194,20 @@ def test_only_the_fields_read_are_decoded_and_named_types_survive_the_projection
     assert [field_["name"] for field_ in seen[-1]["reader_schema"]["fields"]] == ["id"]
     assert rows(["second"]) == [{"second": "B"}]  # Kind is defined by the left-out field: read with the whole schema
     assert len(seen[-1]["reader_schema"]["fields"]) == 3
+
+
+def test_every_header_is_checked_at_plan_time_against_the_first_files_schema(tmp_path):
+    wide = write(tmp_path / "a.avro", records(2))
+    narrow = {"type": "record", "name": "Row", "fields": [{"name": "id", "type": "int"}]}
+    write(tmp_path / "b.avro", [{"id": 9}], schema=narrow)
+    assert avro_input_schema(list_inputs(str(tmp_path / "*.avro"))) == arrow_schema(avro_schema(wide), wide)
+    (tmp_path / "a.avro").rename(tmp_path / "c.avro")  # now the narrow file comes first
+    with pytest.raises(ParquetSchemaError) as raised:
+        avro_input_schema(list_inputs(str(tmp_path / "*.avro")))
+    message = str(raised.value)
+    assert message.startswith(f"{tmp_path / 'c.avro'}: field 'id' is int64 but {tmp_path / 'b.avro'} has it as int32")
+    assert "\n" not in message
+    text = {"type": "record", "name": "Row", "fields": [{"name": "id", "type": "string"}]}
+    write(tmp_path / "d.avro", [{"id": "x"}], schema=text)
+    with pytest.raises(ParquetSchemaError, match=r"d\.avro: column 'id' is string"):
+        avro_input_schema(list_inputs(str(tmp_path / "*.avro")), ["id"])

@@ -11,6 +11,7 @@ arrow_schema maps the Avro schema to.
 
 from __future__ import annotations
 
+import concurrent.futures
 import importlib
 from collections.abc import Generator, Iterator, Sequence
 from typing import Any, BinaryIO
@@ -21,20 +22,23 @@ import pyarrow as pa
 from tfrbeam.build.config.schema import AVRO_INSTALL_HINT
 from tfrbeam.build.inputs.ahead import read_ahead
 from tfrbeam.build.inputs.batch import SourceBatch
-from tfrbeam.build.inputs.files import is_compressed, open_input
+from tfrbeam.build.inputs.files import InputFile, is_compressed, open_input
+from tfrbeam.build.inputs.parquet import joined_schema
 from tfrbeam.build.inputs.varints import read_zigzag
-from tfrbeam.errors import ConfigError, InputError
+from tfrbeam.errors import ConfigError, InputError, ParquetSchemaError
 
 __all__ = [
     "arrow_schema",
     "avro_blocks",
     "avro_file_holds_records",
+    "avro_input_schema",
     "avro_schema",
     "fastavro_module",
     "read_avro_blocks",
     "read_avro_file",
 ]
 
+_HEADER_THREADS = 16  # headers are read in parallel at plan time: on an object store each one is a round trip
 _BATCH_RECORDS = 16384  # records handed on per batch (a block may hold more or fewer)
 _SYNC_BYTES = 16
 _HEADER_PROBE_BYTES = 20  # a block's record count and size: two zigzag varints of at most 10 bytes
@@ -46,6 +50,30 @@ def fastavro_module() -> Any:
         return importlib.import_module("fastavro")
     except ImportError as error:
         raise ConfigError(f"input.format: {AVRO_INSTALL_HINT}") from error
+
+
+def avro_input_schema(files: Sequence[InputFile], columns: Sequence[str] | None = None) -> pa.Schema:
+    """The Arrow schema an Avro input is read as: the first file's, every file's header checked against it.
+
+    Every file is read with the first file's schema as the reader schema, so a later file may hold
+    a column in a narrower type fastavro promotes (int in a file read as long) but not a wider or
+    other one: that (or a file whose schema joins the first's only lossily, see
+    parquet.joined_schema) fails here, before anything runs, naming both files and the column.
+    """
+    paths = [item.path for item in files]
+    with concurrent.futures.ThreadPoolExecutor(min(_HEADER_THREADS, len(paths)), "tfrbeam-avro-header") as pool:
+        schemas = list(pool.map(lambda path: arrow_schema(avro_schema(path), path), paths))
+    joined = joined_schema(paths, schemas, columns, kind="Avro")
+    first = schemas[0]
+    for name in columns if columns is not None else first.names:
+        if name in first.names and not joined.field(name).type.equals(first.field(name).type):
+            wider = next(path for path, schema in zip(paths, schemas)
+                         if name in schema.names and schema.field(name).type.equals(joined.field(name).type))
+            raise ParquetSchemaError(
+                f"{wider}: field {name!r} is {joined.field(name).type} but {paths[0]} has it as {first.field(name).type}; "
+                "every file of an Avro input is read with the first file's schema (in path order), which must be the "
+                "widest: rename the files so that one comes first, or write them with one schema")
+    return first
 
 
 def avro_schema(path: str) -> dict | str | list:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 import pyarrow as pa
 
 from tfrbeam.build.config.schema import CsvOptions, InputConfig
-from tfrbeam.build.inputs.avro import arrow_schema, avro_file_holds_records, avro_schema, read_avro_file
+from tfrbeam.build.inputs.avro import avro_file_holds_records, avro_input_schema, avro_schema, read_avro_file
 from tfrbeam.build.inputs.batch import SourceBatch, empty_batch
 from tfrbeam.build.inputs.csv import parse_row_texts, read_csv_file, row_texts
 from tfrbeam.build.inputs.files import InputFile, list_inputs, open_input
@@ -73,7 +73,8 @@ class CsvSample:
 def inspect_input(input_config: InputConfig, sample_rows: int = SAMPLE_ROWS,
                   files: Sequence[InputFile] | None = None) -> InputSample:
     """Read the input's schema (Parquet, ORC: every footer, see parquet_input_schema; JSON lines: inferred from the
-    first lines of the first file holding any; Avro: the first file's schema; CSV: the first file's header and sample)."""
+    first lines of the first file holding any; Avro: the first file's, every header checked against it; CSV: the first
+    file's header and sample)."""
     files = list(files) if files is not None else list_inputs(input_config.path)
     fmt, first = input_config.format, files[0].path
     if fmt == "parquet":
@@ -84,7 +85,7 @@ def inspect_input(input_config: InputConfig, sample_rows: int = SAMPLE_ROWS,
         # The lines ReadTabular infers it from, too; fields never null there infer on_null: error.
         schema = jsonl_schema([item.path for item in files], sampled_nulls=True)
     elif fmt == "avro":
-        schema = arrow_schema(avro_schema(first), first)
+        schema = avro_input_schema(files, input_config.columns)
     else:
         return read_csv_sample(input_config, sample_rows, files).inspected
     return InputSample(first, schema, None)
