@@ -7,7 +7,7 @@ it, numbered from the line breaks counted in the ranges before (count_line_break
 Every file of an input is read with one schema, inferred by pyarrow from the first file's first
 lines (jsonl_schema), so a field's type never changes between blocks, files or workers. A line
 that is not a JSON object, or whose values do not fit that schema, is a bad row naming the file
-and its line (found by parsing halves of the failing block until each bad line stands alone; the
+and its line (found by parsing parts of the failing block until each bad line stands alone; the
 other blocks are parsed whole). Blank lines are not rows. Lines are counted by \\n (JSON text holds no raw line
 break inside a value). Compressed files are decompressed and checked to their end (files.open_input).
 """
@@ -42,6 +42,7 @@ __all__ = [
 _BLOCK_BYTES = 4 << 20  # whole lines parsed per pyarrow call (a longer line makes a longer block)
 _SCHEMA_SAMPLE_LINES = 10_000  # the lines the schema is inferred from (as many as inputs.sample.SAMPLE_ROWS)
 _WHITESPACE = b" \t\r\n"
+_FANOUT = 16  # parts a run of lines holding a bad one is parsed in, until each bad line stands alone
 _VOTE_LINES = 256  # lines parsed together while settling a type the first lines disagree on
 
 
@@ -272,8 +273,9 @@ def parse_jsonl_block(path: str, data: bytes, first_line: int, schema: pa.Schema
 
 
 def _misfits(rows: list[int], texts: dict[int, bytes], schema: pa.Schema) -> dict[int, str]:
-    """The lines that are not one row of the schema each, and why: halves are parsed until each failing line
-    stands alone, so a block with a few bad lines costs a few parses of it, not one per line."""
+    """The lines that are not one row of the schema each, and why: parts (_FANOUT of them) of a failing run are
+    parsed until each failing line stands alone, so a block with a few bad lines costs about two parses of it, not
+    one per line."""
     if not rows:
         return {}
     error: pa.ArrowInvalid | None = None
@@ -288,8 +290,11 @@ def _misfits(rows: list[int], texts: dict[int, bytes], schema: pa.Schema) -> dic
             problem = ("does not fit the schema read from the input's first file: "
                        + (_pyarrow_reason(error) if error is not None else "it holds more than one row"))
         return {rows[0]: problem}
-    middle = len(rows) // 2
-    return {**_misfits(rows[:middle], texts, schema), **_misfits(rows[middle:], texts, schema)}
+    step = -(-len(rows) // _FANOUT)
+    found: dict[int, str] = {}
+    for first in range(0, len(rows), step):
+        found.update(_misfits(rows[first:first + step], texts, schema))
+    return found
 
 
 def _parse(data: bytes, schema: pa.Schema | None) -> pa.Table:
