@@ -100,7 +100,7 @@ def typed_sample(input_config: InputConfig, path: str, schema: pa.Schema, sample
     elif fmt == "orc":
         sources = read_orc_file(path)
     elif fmt == "jsonl":
-        sources = read_jsonl_file(path, schema)
+        sources = read_jsonl_file(path, pa.schema([field_.with_nullable(True) for field_ in schema]))  # as read
     else:
         sources = read_avro_file(path, schema, avro_schema(path))
     batches, count = [], 0
