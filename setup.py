@@ -48,7 +48,11 @@ setup(
             "types-PyYAML",
             # A real multi-process engine for the runner tests (Beam's DaskRunner on a LocalCluster).
             "dask[distributed]>=2024.1",
+            # input.format: avro is tested on files fastavro writes.
+            "fastavro>=1.8",
         ],
+        # Optional: input.format avro (tfrbeam/build/inputs/avro.py reads Avro files with fastavro).
+        "avro": ["fastavro>=1.8"],
         # benchmarks/random_access.py compares against ArrayRecord's ArrayRecordDataSource.
         "bench": ["array-record>=0.5"],
         # Optional: the PyTorch adapter of tfrbeam.dataset (tfrbeam.dataset.torch).

@@ -147,12 +147,12 @@ def test_parquet_comments_say_what_casts_do(tmp_path):
 
 def test_glob_input_and_format_override(tmp_path):
     (tmp_path / "part-1.data").write_text("a\n1\n")
-    with pytest.raises(ConfigError, match="pass --format csv or --format parquet"):
+    with pytest.raises(ConfigError, match=r"pass --format \(csv, parquet, jsonl, orc, avro\)"):
         infer_config(str(tmp_path / "*.data"))
     text = infer_config(str(tmp_path / "*.data"), format="csv")
     config = load(tmp_path, text)
     assert config.input.path == str(tmp_path / "*.data") and config.input.format == "csv"
-    with pytest.raises(ConfigError, match="--format: 'json' is not one of csv, parquet"):
+    with pytest.raises(ConfigError, match="--format: 'json' is not one of csv, parquet, jsonl, orc, avro"):
         infer_config(str(tmp_path / "*.data"), format="json")
 
 
@@ -385,3 +385,19 @@ def test_infer_config_on_a_glob_names_the_output_after_the_glob(tmp_path):
         (tmp_path / f"sales-{index:03d}.csv").write_text("a,b\n1,x\n")
     raw = yaml.safe_load(infer_config(str(tmp_path / "sales-*.csv")))
     assert raw["output"]["path"] == "out/sales"
+
+
+def test_the_cli_format_choices_are_the_config_formats(tmp_path, capsys):
+    """tfrbeam/cli/main.py lists the formats itself (it does not import the build at startup)."""
+    from tfrbeam.build.config import INPUT_FORMATS
+    from tfrbeam.cli.main import main
+
+    (tmp_path / "rows.data").write_text('{"id": 1}\n')
+    assert main(["infer-config", str(tmp_path / "rows.data"), "--format", "jsonl"]) == 0
+    assert "format: jsonl" in capsys.readouterr().out
+    for fmt in INPUT_FORMATS:
+        main(["infer-config", str(tmp_path / "none-*"), "--format", fmt])
+        assert "invalid choice" not in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["infer-config", str(tmp_path / "rows.data"), "--format", "xml"])
+    assert "invalid choice: 'xml'" in capsys.readouterr().err

@@ -1,6 +1,7 @@
 """`tfrbeam infer-config`: write a complete, commented build config inferred from an input file.
 
-Parquet: one feature per column from the schema (nullable columns get on_null: omit; types
+Parquet, ORC, Avro and JSON lines (the types pyarrow reads in the first file's first lines): one
+feature per column from the schema (nullable columns get on_null: omit; types
 without a direct mapping get the cast that maps them, structs one feature per scalar field, and
 columns nothing can map are left out with a comment). CSV: the delimiter is sniffed and the header
 detected from the first lines; types come from the first SAMPLE_ROWS rows with the build's own
@@ -22,20 +23,21 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from tfrbeam.build.config import (
     DEFAULT_MAX_BAD_FRACTION_WHEN_KEEPING_GOING,
     DEFAULT_MAX_BYTES_PER_SHARD,
+    INPUT_FORMATS,
     BuildConfig,
     CsvOptions,
     InputConfig,
     OutputConfig,
+    format_from_path,
 )
 from tfrbeam.build.features import FeatureSpec, infer_schema_features, infer_text_type
 from tfrbeam.build.inputs.csv_text import unnamed_column_name
 from tfrbeam.build.inputs.files import list_inputs, open_input
-from tfrbeam.build.inputs.sample import SAMPLE_ROWS, inspect_input
+from tfrbeam.build.inputs.sample import SAMPLE_ROWS, inspect_input, typed_sample
 from tfrbeam.build.resolve import float32_note, resolve_with_sample
 from tfrbeam.errors import ConfigError
 
@@ -65,15 +67,15 @@ def infer_config(input_path: str, format: str | None = None, sequence_by: str | 
         raise ConfigError("--order-by needs --sequence-by (the column whose values make one sequence each)")
     files = list_inputs(input_path)
     fmt = format or _format_of(files[0].path)
-    if fmt not in ("csv", "parquet"):
-        raise ConfigError(f"--format: {fmt!r} is not one of csv, parquet")
-    if fmt == "parquet":
-        input_config = InputConfig(format="parquet", path=input_path)
+    if fmt not in INPUT_FORMATS:
+        raise ConfigError(f"--format: {fmt!r} is not one of {', '.join(INPUT_FORMATS)}")
+    if fmt != "csv":
+        input_config = InputConfig(format=fmt, path=input_path)
         sample = inspect_input(input_config, files=files)
-        features, left_out = _parquet_features(sample.schema)
-        header = [f"# Inferred from the Parquet schema of {sample.path}."]
+        features, left_out = _typed_features(sample.schema)
+        header = [_TYPED_HEADERS[fmt].format(path=sample.path, rows=SAMPLE_ROWS)]
         csv_options = None
-        rows = _parquet_sample(sample.path) if sequence_by is not None else None
+        rows = typed_sample(input_config, sample.path, sample.schema) if sequence_by is not None else None
     else:
         csv_options, sniff_notes, unnamed = _sniff_csv(files[0].path)
         draft = BuildConfig(input=InputConfig(format="csv", path=input_path, csv=csv_options),
@@ -98,18 +100,26 @@ def infer_config(input_path: str, format: str | None = None, sequence_by: str | 
 
 
 def _format_of(path: str) -> str:
-    lower = path.lower()
-    if lower.endswith((".parquet", ".pq", ".parq")):
-        return "parquet"
-    if lower.endswith((".csv", ".tsv", ".txt", ".csv.gz")):
-        return "csv"
-    raise ConfigError(f"cannot tell the format of {path!r} from its name; pass --format csv or --format parquet")
+    fmt = format_from_path(path)
+    if fmt is None:
+        raise ConfigError(f"cannot tell the format of {path!r} from its name; pass --format "
+                          f"({', '.join(INPUT_FORMATS)})")
+    return fmt
 
 
-# ----------------------------------------------------------------------------------------- Parquet
+_TYPED_HEADERS = {
+    "parquet": "# Inferred from the Parquet schema of {path}.",
+    "orc": "# Inferred from the ORC schema of {path}.",
+    "avro": "# Inferred from the Avro schema of {path}.",
+    "jsonl": "# Inferred from the types pyarrow reads in the first {rows} lines of {path}; a later value of\n"
+             "# another type is a bad row (see errors), never a silent change of type.",
+}
 
 
-def _parquet_features(schema: pa.Schema) -> tuple[list[_Feature], list[str]]:
+# ---------------------------------------------------------------------- Parquet, ORC, Avro, JSON lines
+
+
+def _typed_features(schema: pa.Schema) -> tuple[list[_Feature], list[str]]:
     found, left_out = infer_schema_features(schema, schema.names)
     return [_Feature(spec, comment) for spec, comment in found], left_out
 
@@ -190,13 +200,6 @@ def _csv_features(specs, sample: pa.RecordBatch, null_tokens, unnamed: dict[str,
 
 
 # ------------------------------------------------------------------------------------------ sequences
-
-
-def _parquet_sample(path: str) -> pa.RecordBatch:
-    """The first SAMPLE_ROWS rows of a Parquet file (to tell context columns from steps)."""
-    with open_input(path) as raw:
-        batches = pq.ParquetFile(raw).iter_batches(batch_size=SAMPLE_ROWS)
-        return next(batches, None) or pa.RecordBatch.from_pylist([], schema=pq.ParquetFile(raw).schema_arrow)
 
 
 def _sequence_lines(features: list[_Feature], sample: pa.Table, group_by: str, order_by: str | None) -> list[str]:

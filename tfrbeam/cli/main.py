@@ -95,9 +95,12 @@ def _parser() -> argparse.ArgumentParser:
     inspect.add_argument("--json", action="store_true", help="machine-readable output")
     inspect.set_defaults(run=_run_inspect)
 
-    infer = commands.add_parser("infer-config", help="write a commented build config inferred from a CSV or Parquet input")
+    infer = commands.add_parser("infer-config", help="write a commented build config inferred from an input "
+                                "(CSV, Parquet, JSON lines, ORC, Avro)")
     infer.add_argument("input", metavar="INPUT", help="a file or glob")
-    infer.add_argument("--format", choices=("csv", "parquet"), default=None)
+    # tfrbeam.build.config.INPUT_FORMATS, not imported here (it loads pyarrow; tests/build/test_infer.py checks they agree).
+    infer.add_argument("--format", choices=("csv", "parquet", "jsonl", "orc", "avro"), default=None,
+                       help="the input's format (default: from the file's extension)")
     infer.add_argument("--sequence-by", default=None, metavar="COL",
                        help="write a SequenceExample build: one sequence per value of this feature")
     infer.add_argument("--order-by", default=None, metavar="COL", help="with --sequence-by: the steps' order")

@@ -110,8 +110,14 @@ def test_defaults_of_a_minimal_config():
 
 def test_format_from_extension_and_tsv_delimiter():
     assert parse_config(_with(input={"path": "gs://b/part-*.parquet"})).input.format == "parquet"
+    for path, expected in [("d/*.csv.gz", "csv"), ("d/x.CSV.bz2", "csv"), ("d/*.jsonl", "jsonl"),
+                           ("d/*.ndjson.gz", "jsonl"), ("d/*.json", "jsonl"), ("d/*.json.zst", "jsonl"),
+                           ("gs://b/*.orc", "orc"), ("d/part-0.avro", "avro"), ("d/*.pq", "parquet")]:
+        assert parse_config(_with(input={"path": path})).input.format == expected, path
+    assert parse_config(_with(input={"path": "d/*.json", "format": "csv"})).input.format == "csv"  # given wins
     tsv = parse_config(_with(input={"path": "x/data.tsv"}))
     assert tsv.input.format == "csv" and tsv.input.csv.delimiter == "\t"
+    assert parse_config(_with(input={"path": "x/data.tsv.gz"})).input.csv.delimiter == "\t"
 
 
 def test_round_trip_through_config_to_dict_and_yaml():
@@ -205,9 +211,18 @@ def test_load_config_reports_missing_file_and_yaml_errors(tmp_path):
         ),
         (
             _with(input={"path": "gs://b/x/*"}),
-            "input.format: is required: 'gs://b/x/*' does not end in .csv, .tsv or .parquet (allowed: csv, parquet)",
+            "input.format: is required: 'gs://b/x/*' does not end in an extension that names a format (.csv, .tsv, "
+            ".txt, .parquet, .pq, .parq, .jsonl, .ndjson, .json, .orc, .avro; each also with .gz, .bz2, .xz, .zst or "
+            ".deflate) (allowed: csv, parquet, jsonl, orc, avro)",
         ),
-        (_with(input={"path": "a", "format": "json"}), "input.format: 'json' is not one of csv, parquet"),
+        (
+            _with(input={"path": "a", "format": "json"}),
+            "input.format: 'json' is not one of csv, parquet, jsonl, orc, avro; did you mean 'jsonl'?",
+        ),
+        (
+            _with(input={"path": "a.jsonl", "parquet": {"require_checksums": True}}),
+            "input.parquet: Parquet options are only for input.format parquet, but the format is jsonl",
+        ),
         (
             _with(input={"path": "a.parquet", "csv": {"delimiter": ";"}}),
             "input.csv: CSV options are only for input.format csv, but the format is parquet",
@@ -593,3 +608,31 @@ def test_boolean_tokens_must_be_lists_of_strings_and_not_both():
     with pytest.raises(ConfigError, match=r"input.csv.false_values: 'T' is also in true_values"):
         parse_config({"input": {"path": "x.csv", "csv": {"true_values": ["T"], "false_values": ["T"]}},
                       "output": {"path": "o"}})
+
+
+def test_avro_without_fastavro_is_one_config_line_saying_how_to_install_it(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "fastavro" else real(name, *a))
+    assert _problems(_with(input={"path": "d/*.avro"})).endswith(
+        "\n  input.format: avro needs the fastavro package, which is not installed: pip install 'tfrbeam[avro]'")
+    monkeypatch.undo()
+    assert parse_config(_with(input={"path": "d/*.avro"})).input.format == "avro"
+
+
+def test_an_orc_avro_or_json_lines_file_given_as_the_config_is_one_line_naming_it(tmp_path):
+    import fastavro
+    import pyarrow as pa
+    import pyarrow.orc as porc
+
+    porc.write_table(pa.table({"id": [1, 2]}), tmp_path / "rows.orc")
+    with open(tmp_path / "rows.avro", "wb") as out:
+        fastavro.writer(out, {"type": "record", "name": "R", "fields": [{"name": "id", "type": "long"}]}, [{"id": 1}])
+    (tmp_path / "rows.jsonl").write_text('{"id": 1, "name": "a"}\n{"id": 2, "name": "b"}\n')
+    for name, kind in (("rows.orc", "an ORC"), ("rows.avro", "an Avro"), ("rows.jsonl", "a JSON lines")):
+        with pytest.raises(ConfigError) as caught:
+            load_config(str(tmp_path / name))
+        message = str(caught.value)
+        assert message == (f"{tmp_path / name}: not a YAML build config but {kind} data file; write one with: "
+                           "tfrbeam infer-config DATA_FILE > build.yaml"), message

@@ -8,9 +8,11 @@ never build.inputs, whose readers import this package.
 
 from tfrbeam.build.config.parse import (
     DEFAULT_MAX_BAD_FRACTION_WHEN_KEEPING_GOING,
+    INPUT_FORMATS,
     MAX_CONFIG_BYTES,
     apply_overrides,
     config_to_dict,
+    format_from_path,
     load_config,
     parse_config,
     parse_size,
@@ -35,6 +37,7 @@ __all__ = [
     "DEFAULT_MAX_BAD_FRACTION_WHEN_KEEPING_GOING",
     "DEFAULT_MAX_BYTES_PER_SHARD",
     "DEFAULT_MAX_GROUP_BYTES",
+    "INPUT_FORMATS",
     "MAX_CONFIG_BYTES",
     "BuildConfig",
     "ConfigError",
@@ -48,6 +51,7 @@ __all__ = [
     "ShuffleConfig",
     "apply_overrides",
     "config_to_dict",
+    "format_from_path",
     "load_config",
     "parse_config",
     "parse_size",

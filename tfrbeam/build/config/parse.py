@@ -7,6 +7,7 @@ Everything is checked before any pipeline starts. Every problem is reported as a
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import logging
 import math
 import re
@@ -18,6 +19,7 @@ import yaml
 
 from tfrbeam.build.config.encodings import encoding_problem
 from tfrbeam.build.config.schema import (
+    AVRO_INSTALL_HINT,
     DEFAULT_MAX_BYTES_PER_SHARD,
     DEFAULT_MAX_GROUP_BYTES,
     DEFAULT_MAX_ROW_BYTES,
@@ -41,10 +43,13 @@ from tfrbeam.build.features import (
 from tfrbeam.errors import ConfigError
 
 __all__ = [
+    "FORMAT_EXTENSIONS",
+    "INPUT_FORMATS",
     "Checker",
     "apply_overrides",
     "check_default",
     "config_to_dict",
+    "format_from_path",
     "load_config",
     "parse_config",
     "parse_size",
@@ -54,7 +59,12 @@ __all__ = [
 
 _LOG = logging.getLogger(__name__)
 
-INPUT_FORMATS = ("csv", "parquet")
+INPUT_FORMATS = ("csv", "parquet", "jsonl", "orc", "avro")
+# The extensions that name a format when input.format is left out; each may carry a compression suffix.
+FORMAT_EXTENSIONS = {".csv": "csv", ".tsv": "csv", ".txt": "csv", ".parquet": "parquet", ".pq": "parquet",
+                     ".parq": "parquet", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".orc": "orc",
+                     ".avro": "avro"}
+_COMPRESSION_SUFFIXES = (".gz", ".bz2", ".xz", ".lzma", ".zst", ".zstd", ".deflate")  # what Beam's AUTO detects
 COMPRESSIONS = ("none", "gzip", "zlib")
 BAD_RECORD_ACTIONS = ("fail", "skip", "dead_letter")
 # skip/dead_letter without an explicit limit still fail a build whose rows are mostly bad (a wrong
@@ -93,12 +103,17 @@ MAX_CONFIG_BYTES = 16 * 2**20
 MAX_YAML_NODES = 200_000
 
 _NOT_A_CONFIG_HINT = "write one with: tfrbeam infer-config DATA_FILE > build.yaml"
+_DATA_MAGIC = ((b"PAR1", "a Parquet"), (b"ORC", "an ORC"), (b"Obj\x01", "an Avro"))
 
 
 def _config_text(data: bytes, path: str) -> str:
-    """The config file's text; a data file (Parquet, binary, non-UTF-8) is named as such in one line."""
-    if data.startswith(b"PAR1"):
-        raise ConfigError(f"{path}: not a YAML build config but a Parquet data file; {_NOT_A_CONFIG_HINT}")
+    """The config file's text; a data file (Parquet, ORC, Avro, JSON lines, binary, non-UTF-8) is named as such in one
+    line."""
+    kind = next((kind for magic, kind in _DATA_MAGIC if data.startswith(magic)), None)
+    if kind is None and format_from_path(path) == "jsonl" and not path.lower().endswith(".json"):
+        kind = "a JSON lines"  # a .json file may be a config written as JSON (YAML reads it)
+    if kind is not None:
+        raise ConfigError(f"{path}: not a YAML build config but {kind} data file; {_NOT_A_CONFIG_HINT}")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -413,20 +428,22 @@ def parse_config(raw: Any, where: str = "<config>") -> BuildConfig:
 def _parse_input(check: Checker, raw: Any) -> InputConfig:
     section = check.mapping(raw, "input", _INPUT_KEYS, required=("path",) if raw is not None else ())
     path = check.string(section, "path", "input", "")
-    default_format = _format_from_path(path or "")
-    fmt = section.get("format") or default_format
+    fmt = section.get("format") or format_from_path(path or "")
     if fmt is None:
-        check.fail(
-            "input.format", f"is required: {path!r} does not end in .csv, .tsv or .parquet (allowed: {', '.join(INPUT_FORMATS)})"
-        )
+        known = ", ".join(FORMAT_EXTENSIONS)
+        check.fail("input.format", f"is required: {path!r} does not end in an extension that names a format ({known}; "
+                   f"each also with .gz, .bz2, .xz, .zst or .deflate) (allowed: {', '.join(INPUT_FORMATS)})")
         fmt = "csv"
     else:
         fmt = check.choice({"format": fmt}, "format", "input", INPUT_FORMATS, "csv") or "csv"
+    if fmt == "avro" and importlib.util.find_spec("fastavro") is None:
+        check.fail("input.format", AVRO_INSTALL_HINT)
     if fmt != "csv" and section.get("csv") is not None:
         check.fail("input.csv", f"CSV options are only for input.format csv, but the format is {fmt}")
     if fmt != "parquet" and section.get("parquet") is not None:
         check.fail("input.parquet", f"Parquet options are only for input.format parquet, but the format is {fmt}")
-    csv = _parse_csv(check, section.get("csv"), default_delimiter="\t" if (path or "").lower().endswith(".tsv") else ",")
+    tsv = _without_compression_suffix(path or "").endswith(".tsv")
+    csv = _parse_csv(check, section.get("csv"), default_delimiter="\t" if tsv else ",")
     parquet_section = check.mapping(section.get("parquet"), "input.parquet", _PARQUET_KEYS)
     parquet = ParquetOptions(require_checksums=check.boolean(parquet_section, "require_checksums", "input.parquet", False))
     columns = check.names(section, "columns", "input")
@@ -434,13 +451,16 @@ def _parse_input(check: Checker, raw: Any) -> InputConfig:
     return InputConfig(format=fmt, path=path or "", csv=csv, parquet=parquet, columns=columns, split_bytes=split_bytes)
 
 
-def _format_from_path(path: str) -> str | None:
+def format_from_path(path: str) -> str | None:
+    """The input format a path's (or glob's) extension names, a compression suffix (.gz, ...) left aside; or None."""
+    lower = _without_compression_suffix(path)
+    return next((fmt for extension, fmt in FORMAT_EXTENSIONS.items() if lower.endswith(extension)), None)
+
+
+def _without_compression_suffix(path: str) -> str:
     lower = path.lower()
-    if lower.endswith((".csv", ".tsv", ".csv.gz", ".txt")):
-        return "csv"
-    if lower.endswith((".parquet", ".pq", ".parq")):
-        return "parquet"
-    return None
+    suffix = next((suffix for suffix in _COMPRESSION_SUFFIXES if lower.endswith(suffix)), "")
+    return lower[:len(lower) - len(suffix)]
 
 
 def _parse_csv(check: Checker, raw: Any, default_delimiter: str) -> CsvOptions:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from tfrbeam.build.features import FeatureSpec
 
 __all__ = [
+    "AVRO_INSTALL_HINT",
     "BuildConfig",
     "CsvOptions",
     "ErrorsConfig",
@@ -18,6 +19,8 @@ __all__ = [
 ]
 
 DEFAULT_SPLIT_BYTES = 64 << 20
+# input.format avro reads with fastavro, an optional extra: the config check and the reader say this when it is missing.
+AVRO_INSTALL_HINT = "avro needs the fastavro package, which is not installed: pip install 'tfrbeam[avro]'"
 DEFAULT_MAX_ROW_BYTES = 64 << 20
 DEFAULT_MAX_BYTES_PER_SHARD = 256 << 20
 # The largest SequenceExample of a group kept whole: a larger one is an error unless max_steps cuts
@@ -54,7 +57,7 @@ class ParquetOptions:
 
 @dataclass(frozen=True)
 class InputConfig:
-    """Where the rows come from: a glob of CSV or Parquet files and how to read them."""
+    """Where the rows come from: a glob of CSV, Parquet, JSON lines, ORC or Avro files and how to read them."""
 
     format: str
     path: str

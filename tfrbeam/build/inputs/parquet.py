@@ -24,6 +24,7 @@ from tfrbeam.errors import InputError, ParquetSchemaError
 
 __all__ = [
     "parquet_columns_without_checksums",
+    "joined_schema",
     "parquet_file",
     "parquet_input_schema",
     "parquet_row_groups",
@@ -247,7 +248,13 @@ def parquet_input_schema(files: Sequence[InputFile], columns: Sequence[str] | No
     footer is read.
     """
     paths = [item.path for item in files]
-    schemas = _footer_schemas(paths, require_checksums)
+    return joined_schema(paths, _footer_schemas(paths, require_checksums), columns)
+
+
+def joined_schema(paths: Sequence[str], schemas: Sequence[pa.Schema], columns: Sequence[str] | None = None,
+                  kind: str = "Parquet") -> pa.Schema:
+    """The schema files of one typed input (``kind``: Parquet, ORC) are read as, from each file's schema; see
+    parquet_input_schema for the rules and the errors."""
     for path, schema in zip(paths, schemas):
         _refuse_repeated_names(path, schema)
     first = schemas[0]
@@ -255,7 +262,7 @@ def parquet_input_schema(files: Sequence[InputFile], columns: Sequence[str] | No
     notes: list[str] = []
     widened = first
     for name in names:
-        field_ = _widened_field(name, paths, schemas, columns is not None, notes)
+        field_ = _widened_field(name, paths, schemas, columns is not None, notes, kind)
         widened = widened.set(widened.get_field_index(name), field_)
     _log_widenings(notes)
     return widened
@@ -289,7 +296,7 @@ def _refuse_repeated_names(path: str, schema: pa.Schema) -> None:
 
 
 def _widened_field(name: str, paths: Sequence[str], schemas: Sequence[pa.Schema], listed: bool,
-                   notes: list[str]) -> pa.Field:
+                   notes: list[str], kind: str) -> pa.Field:
     """Column ``name`` widened over every file; appends a note per file read as a wider type than its own."""
     current, owner = schemas[0].field(name), paths[0]
     for path, schema in zip(paths[1:], schemas[1:]):
@@ -297,7 +304,7 @@ def _widened_field(name: str, paths: Sequence[str], schemas: Sequence[pa.Schema]
         if index < 0:
             if listed:
                 raise ParquetSchemaError(f"{path}: has no column {name!r} ({owner} has it as {current.type}); "
-                                         "every file of a Parquet input must hold the columns of input.columns")
+                                         f"every file of a {kind} input must hold the columns of input.columns")
             continue
         theirs = schema.field(index)
         type_ = widened_type(current.type, theirs.type)

@@ -3,6 +3,7 @@ as SourceBatch elements (counting progress, converting as it reads)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -13,16 +14,30 @@ from tfrbeam.build.config.encodings import splittable_encoding
 from tfrbeam.build.config.schema import CsvOptions, InputConfig
 from tfrbeam.build.features import FeatureSpec
 from tfrbeam.build.inputs.ahead import read_ahead
+from tfrbeam.build.inputs.avro import arrow_schema, avro_blocks, avro_schema, read_avro_blocks
 from tfrbeam.build.inputs.batch import SourceBatch, convert_source_batch
 from tfrbeam.build.inputs.csv import read_csv_file, read_csv_range
 from tfrbeam.build.inputs.csv_text import RangeScan, csv_data_offset, csv_ranges, scan_csv_range
 from tfrbeam.build.inputs.files import InputFile, is_compressed, list_inputs, openable
+from tfrbeam.build.inputs.jsonl import count_line_breaks, jsonl_schema, read_jsonl_file, read_jsonl_range
+from tfrbeam.build.inputs.orc import read_orc_stripes, stripe_listing_and_rows
 from tfrbeam.build.inputs.parquet import read_parquet_row_group, row_group_listing
 from tfrbeam.build.progress import ProgressCounter, progress_dir
 
 __all__ = ["ReadTabular"]
 
 _LOG = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _TypedPiece:
+    """A run of a typed file's parts (ORC stripes; Avro blocks from a byte offset)."""
+
+    path: str
+    first: int
+    count: int
+    rows_before: int
+    bytes_per_row: float
 
 
 @dataclass(frozen=True)
@@ -53,7 +68,8 @@ def _row_groups_with_row_size(item: tuple[str, int], required: bool) -> list[tup
 
 
 class ReadTabular(beam.PTransform):
-    """Read the inputs of a build as SourceBatch elements (Parquet by row group, CSV by range or whole file).
+    """Read the inputs of a build as SourceBatch elements (Parquet by row group, ORC by stripe, Avro by runs of sync
+    blocks, CSV and JSON lines by range or whole file).
 
     columns limits what is read (Parquet projection; CSV columns dropped after parsing); None
     means input_config.columns, and None there means every column. The input files are listed
@@ -86,6 +102,14 @@ class ReadTabular(beam.PTransform):
         counts = self.progress_dir
         specs = self.convert_with
         given = {where: path for path, where in opened.items() if where != path}
+        if self.input_config.format in _TYPED_PIECES:
+            pieces, read = _TYPED_PIECES[self.input_config.format](self)
+            return (files
+                    | "Pieces" >> beam.FlatMap(pieces)
+                    | "SpreadPieces" >> beam.Reshuffle()
+                    | "ReadPiece" >> beam.FlatMap(lambda piece: _converted_ahead(_counted(
+                        _as_given(read(piece), given), _counter(counts), piece.bytes_per_row), specs))
+                    .with_output_types(SourceBatch))
         if self.input_config.format == "parquet":
             required = self.input_config.parquet.require_checksums
             return (files
@@ -97,16 +121,83 @@ class ReadTabular(beam.PTransform):
                     .with_output_types(SourceBatch))
         options = self.input_config.csv
         split_bytes = self.input_config.split_bytes
-        return (files
-                | "Ranges" >> beam.FlatMap(_ranges_of, split_bytes, options)
-                | "SpreadRanges" >> beam.Reshuffle()
-                | "ScanRanges" >> beam.Map(_scan_if_split, options)
-                | "ByFile" >> beam.GroupByKey()
-                | "PlanPieces" >> beam.FlatMap(_plan_pieces)
-                | "SpreadPieces" >> beam.Reshuffle()
-                | "ReadPiece" >> beam.FlatMap(lambda piece: _converted_ahead(_counted(
-                    _as_given(_read_piece(piece, options, columns), given), _counter(counts)), specs))
-                .with_output_types(SourceBatch))
+        if self.input_config.format == "jsonl":
+            schema = jsonl_schema([opened[item.path] for item in self.inputs])  # as the plan inferred it
+            return _read_in_ranges(files, functools.partial(_jsonl_ranges_of, split_bytes=split_bytes),
+                                   _scan_jsonl_if_split, lambda piece: _read_jsonl_piece(piece, schema, columns),
+                                   given, counts, specs)
+        return _read_in_ranges(files, functools.partial(_ranges_of, split_bytes=split_bytes, options=options),
+                               functools.partial(_scan_if_split, options=options),
+                               lambda piece: _read_piece(piece, options, columns), given, counts, specs)
+
+
+def _read_in_ranges(files, ranges, scan, read, given: dict[str, str], counts: str | None,
+                    specs: Sequence[FeatureSpec] | None):
+    """Files cut in byte ranges, each scanned (line breaks counted) in parallel, then read as pieces (CSV, JSON lines)."""
+    return (files
+            | "Ranges" >> beam.FlatMap(ranges)
+            | "SpreadRanges" >> beam.Reshuffle()
+            | "ScanRanges" >> beam.Map(scan)
+            | "ByFile" >> beam.GroupByKey()
+            | "PlanPieces" >> beam.FlatMap(_plan_pieces)
+            | "SpreadPieces" >> beam.Reshuffle()
+            | "ReadPiece" >> beam.FlatMap(lambda piece: _converted_ahead(_counted(
+                _as_given(read(piece), given), _counter(counts)), specs))
+            .with_output_types(SourceBatch))
+
+
+def _jsonl_ranges_of(item: tuple[str, int], split_bytes: int) -> list[tuple[str, tuple[int, int, int, int]]]:
+    """(path, (start, end, number of ranges, 0)) for each range a JSON lines file is scanned in (compressed: whole)."""
+    path, size = item
+    if size <= split_bytes or is_compressed(path):
+        return [(path, (0, size, 1, 0))]
+    ranges = csv_ranges(size, split_bytes)
+    return [(path, (start, end, len(ranges), 0)) for start, end in ranges]
+
+
+def _scan_jsonl_if_split(item) -> tuple[str, RangeScan | None]:
+    path, (start, end, count, _) = item
+    if count == 1:
+        return path, None
+    return path, RangeScan(path, start, end, count_line_breaks(path, start, end), False)
+
+
+def _read_jsonl_piece(piece: _CsvPiece, schema, columns) -> Iterator[SourceBatch]:
+    if piece.whole:
+        return read_jsonl_file(piece.path, schema, columns)
+    return read_jsonl_range(piece.path, piece.start, piece.end, piece.line_breaks_before, schema, columns)
+
+
+def _orc_pieces(read: ReadTabular):
+    """One piece per ORC stripe (see orc.stripe_listing)."""
+    columns = read.columns
+
+    def pieces(item: tuple[str, int]) -> list[_TypedPiece]:
+        path, size = item
+        listing, rows = stripe_listing_and_rows(path)
+        return [_TypedPiece(path, first, count, before, size / rows if rows else 0.0) for first, count, before in listing]
+
+    return pieces, lambda piece: read_orc_stripes(piece.path, piece.first, piece.count, piece.rows_before, columns)
+
+
+def _avro_pieces(read: ReadTabular):
+    """Runs of Avro sync blocks of about split_bytes (see avro.avro_blocks), read with the first file's schema."""
+    first = read.opened_as[read.inputs[0].path]
+    reader_schema = avro_schema(first)
+    schema = arrow_schema(reader_schema, first)
+    columns, split_bytes = read.columns, read.input_config.split_bytes
+
+    def pieces(item: tuple[str, int]) -> list[_TypedPiece]:
+        path, size = item
+        runs, records = avro_blocks(path, size, split_bytes)
+        return [_TypedPiece(path, offset, blocks, before, size / records if records else 0.0)
+                for offset, blocks, before in runs]
+
+    return pieces, lambda piece: read_avro_blocks(piece.path, piece.first, piece.count, piece.rows_before,
+                                                  reader_schema, schema, columns)
+
+
+_TYPED_PIECES = {"orc": _orc_pieces, "avro": _avro_pieces}
 
 
 def _converted_ahead(sources: Iterator[SourceBatch], specs: Sequence[FeatureSpec] | None) -> Iterator[SourceBatch]:

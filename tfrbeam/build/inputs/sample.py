@@ -5,19 +5,30 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import pyarrow as pa
 
 from tfrbeam.build.config.schema import CsvOptions, InputConfig
+from tfrbeam.build.inputs.avro import avro_file_holds_records, avro_input_schema, avro_schema, read_avro_file
 from tfrbeam.build.inputs.batch import SourceBatch, empty_batch
 from tfrbeam.build.inputs.csv import parse_row_texts, read_csv_file, row_texts
 from tfrbeam.build.inputs.files import InputFile, list_inputs, open_input
-from tfrbeam.build.inputs.parquet import parquet_file, parquet_input_schema
+from tfrbeam.build.inputs.jsonl import jsonl_holds_lines, jsonl_schema, read_jsonl_file
+from tfrbeam.build.inputs.orc import orc_file_rows, orc_input_schema, read_orc_file
+from tfrbeam.build.inputs.parquet import parquet_file, parquet_input_schema, read_parquet_file
 from tfrbeam.errors import InputError
 
-__all__ = ["SAMPLE_ROWS", "CsvSample", "InputSample", "check_inputs_hold_rows", "inspect_input", "read_csv_sample"]
+__all__ = [
+    "SAMPLE_ROWS",
+    "CsvSample",
+    "InputSample",
+    "check_inputs_hold_rows",
+    "inspect_input",
+    "read_csv_sample",
+    "typed_sample",
+]
 
 _LOG = logging.getLogger(__name__)
 
@@ -61,12 +72,46 @@ class CsvSample:
 
 def inspect_input(input_config: InputConfig, sample_rows: int = SAMPLE_ROWS,
                   files: Sequence[InputFile] | None = None) -> InputSample:
-    """Read the first input file's schema (Parquet: every footer, see parquet_input_schema; CSV: header and sample)."""
+    """Read the input's schema (Parquet, ORC: every footer, see parquet_input_schema; JSON lines: inferred from the
+    first lines of the first file holding any; Avro: the first file's, every header checked against it; CSV: the first
+    file's header and sample)."""
     files = list(files) if files is not None else list_inputs(input_config.path)
-    if input_config.format == "parquet":
+    fmt, first = input_config.format, files[0].path
+    if fmt == "parquet":
         schema = parquet_input_schema(files, input_config.columns, input_config.parquet.require_checksums)
-        return InputSample(files[0].path, schema, None)
-    return read_csv_sample(input_config, sample_rows, files).inspected
+    elif fmt == "orc":
+        schema = orc_input_schema(files, input_config.columns)
+    elif fmt == "jsonl":
+        # The lines ReadTabular infers it from, too; fields never null there infer on_null: error.
+        schema = jsonl_schema([item.path for item in files], sampled_nulls=True)
+    elif fmt == "avro":
+        schema = avro_input_schema(files, input_config.columns)
+    else:
+        return read_csv_sample(input_config, sample_rows, files).inspected
+    return InputSample(first, schema, None)
+
+
+def typed_sample(input_config: InputConfig, path: str, schema: pa.Schema, sample_rows: int = SAMPLE_ROWS
+                 ) -> pa.RecordBatch:
+    """The first sample_rows good rows of a typed input's file (Parquet, ORC, JSON lines, Avro) as one batch."""
+    fmt = input_config.format
+    if fmt == "parquet":
+        sources: Iterator[SourceBatch] = read_parquet_file(path)
+    elif fmt == "orc":
+        sources = read_orc_file(path)
+    elif fmt == "jsonl":
+        sources = read_jsonl_file(path, pa.schema([field_.with_nullable(True) for field_ in schema]))  # as read
+    else:
+        sources = read_avro_file(path, schema, avro_schema(path))
+    batches, count = [], 0
+    with contextlib.closing(sources):  # type: ignore[type-var]  # every reader is a generator
+        for source in sources:
+            batches.append(source.batch)
+            count += source.num_rows
+            if count >= sample_rows:
+                break
+    table = pa.Table.from_batches(batches, schema=batches[0].schema if batches else schema).slice(0, sample_rows)
+    return table.combine_chunks().to_batches()[0] if table.num_rows else pa.RecordBatch.from_pylist([], schema=table.schema)
 
 
 def read_csv_sample(input_config: InputConfig, sample_rows: int = SAMPLE_ROWS,
@@ -110,5 +155,11 @@ def _holds_rows(input_config: InputConfig, path: str) -> bool:
     if input_config.format == "parquet":
         with open_input(path) as raw:
             return parquet_file(path, raw).metadata.num_rows > 0
+    if input_config.format == "orc":
+        return orc_file_rows(path) > 0
+    if input_config.format == "jsonl":
+        return jsonl_holds_lines(path)
+    if input_config.format == "avro":
+        return avro_file_holds_records(path)
     with contextlib.closing(read_csv_file(path, input_config.csv)) as sources:
         return any(source.num_rows or source.bad_rows for source in sources)
