@@ -43,6 +43,7 @@ __all__ = [
     "mkdirs",
     "open_read",
     "parent",
+    "read_at_most",
     "read_bytes",
     "rename",
     "rename_local",
@@ -123,6 +124,22 @@ def create(path: str, mime_type: str = "application/octet-stream") -> BinaryIO:
 def read_bytes(path: str) -> bytes:
     with open_read(path) as handle:
         return handle.read()
+
+
+def read_at_most(path: str, limit: int) -> tuple[bytes | None, int]:
+    """(the file's bytes, its size) when it holds at most ``limit`` bytes, else (None, its size or -1 when unknown).
+
+    Reads at most ``limit + 1`` bytes, so a huge file costs no more than the limit; its size then
+    comes from seeking to its end. Beam's and the OS's errors (a missing file, a directory) propagate.
+    """
+    with open_read(path) as handle:
+        data = handle.read(limit + 1)
+        if len(data) <= limit:
+            return data, len(data)
+        try:
+            return None, handle.seek(0, os.SEEK_END)
+        except (OSError, ValueError):  # a stream that cannot seek: only "more than limit" is known
+            return None, -1
 
 
 def write_bytes(path: str, data: bytes, mime_type: str = "application/octet-stream") -> None:
