@@ -268,3 +268,53 @@ def test_a_from_file_feature_needs_a_column_of_paths():
     assert resolve_spec(spec, pa.large_string()).is_list is False
     with pytest.raises(ArrowConversionError, match="from_file needs a column of paths"):
         resolve_spec(spec, pa.int64())
+
+
+def test_a_batch_of_many_paths_is_converted_in_slices_that_bound_the_file_bytes_held(tmp_path, monkeypatch):
+    """Slices aim at FILE_SLICE_BYTES of files; one above BATCH_FILE_BYTES is halved; rows, lines and bad rows
+    come out as one conversion of the whole batch gives them."""
+    from tfrbeam.build import file_features
+    from tfrbeam.build.features import BadRow
+    from tfrbeam.build.inputs import batch as batches
+
+    for index in range(40):
+        (tmp_path / f"{index}.bin").write_bytes(bytes([index]) * (100 + index))
+    paths = [f"{index}.bin" if index % 7 else "missing.bin" for index in range(40)]
+    table = pa.record_batch({"path": paths, "n": list(range(40))})
+    reader_bad = BadRow(str(tmp_path / "list.csv"), 1, "wrong number of fields", "x")
+    source = batches.SourceBatch(path=str(tmp_path / "list.csv"), lines=np.arange(2, 42, dtype=np.int64),
+                                 batch=table, bad_rows=(reader_bad,))
+    specs = [resolve_spec(FeatureSpec("blob", "bytes", "path", on_null="omit", file=FileOptions()), pa.string()),
+             resolve_spec(FeatureSpec("n", "int64", "n"), pa.int64())]
+    whole = batches.convert_source_batch(source, specs)
+    monkeypatch.setattr(batches, "FILE_SLICE_BYTES", 1000)  # ~8 files per slice
+    monkeypatch.setattr(file_features, "BATCH_FILE_BYTES", 700)  # the first slice of 64 rows is too large: halved
+    slices = list(batches.convert_in_slices(source, specs))
+    assert len(slices) > 4
+    assert all(piece.converted.batch.column("blob").nbytes < 2000 for piece in slices)
+    assert pa.Table.from_batches([piece.converted.batch for piece in slices]).equals(
+        pa.Table.from_batches([whole.batch]))
+    assert [row for piece in slices for row in piece.converted.bad_rows] == whole.bad_rows
+    assert whole.bad_rows[0] == reader_bad and len(whole.bad_rows) == 1 + 6
+    assert np.concatenate([piece.lines[piece.converted.kept_rows] for piece in slices]).tolist() == \
+        source.lines[whole.kept_rows].tolist()
+    assert sum(piece.num_rows + len(piece.bad_rows) for piece in slices) == 41
+
+
+def test_slices_of_a_few_files_write_the_same_shards_as_whole_batches(images, monkeypatch):
+    from tfrbeam.build.inputs import batch as batches
+
+    root, _ = images
+    assert _build(root, _config(root, "whole")) == 0
+    monkeypatch.setattr(batches, "FILE_SLICE_BYTES", 1)  # one file per slice after the first
+    monkeypatch.setattr(batches, "FIRST_SLICE_ROWS", 2)
+    sliced = []
+    real = batches.convert_source_batch
+    monkeypatch.setattr(batches, "convert_source_batch", lambda source, specs: sliced.append(source.num_rows) or real(
+        source, specs))
+    assert _build(root, _config(root, "sliced")) == 0
+    assert sliced == [2] + [1] * 10
+    shards = sorted(path.relative_to(root / "whole") for path in (root / "whole").glob("*/*.tfrecord"))
+    assert len(shards) == 4
+    for shard in shards:
+        assert (root / "whole" / shard).read_bytes() == (root / "sliced" / shard).read_bytes()
