@@ -48,7 +48,11 @@ setup(
             "types-PyYAML",
             # A real multi-process engine for the runner tests (Beam's DaskRunner on a LocalCluster).
             "dask[distributed]>=2024.1",
+            # from_file image header facts (tests/build/test_file_features.py makes its images with it).
+            "Pillow>=9.1",
         ],
+        # Optional: the image header facts of from_file features (image: true); docs/build-config.md.
+        "image": ["Pillow>=9.1"],
         # benchmarks/random_access.py compares against ArrayRecord's ArrayRecordDataSource.
         "bench": ["array-record>=0.5"],
         # Optional: the PyTorch adapter of tfrbeam.dataset (tfrbeam.dataset.torch).
