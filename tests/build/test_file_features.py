@@ -318,3 +318,55 @@ def test_slices_of_a_few_files_write_the_same_shards_as_whole_batches(images, mo
     assert len(shards) == 4
     for shard in shards:
         assert (root / "whole" / shard).read_bytes() == (root / "sliced" / shard).read_bytes()
+
+
+def test_files_on_a_remote_filesystem_are_read_relative_to_the_remote_listing(images, tmp_path):
+    """memfs:// stands in for gs://: the CSV and its images are objects; relative paths are joined onto the CSV's prefix."""
+    from tests import memfs
+
+    root, rows = images
+    bucket = memfs.upload(root / "images", "memfs://pets-bucket/data/images")
+    (tmp_path / "labels.csv").write_text((root / "labels.csv").read_text())
+    memfs.upload(tmp_path, "memfs://pets-bucket/data")
+    try:
+        config = _config(tmp_path, "out")
+        config["input"]["path"] = "memfs://pets-bucket/data/labels.csv"
+        assert _build(tmp_path, config) == 0
+        assert sorted(example["image"] for example in _read_back(tmp_path / "out")) == sorted(
+            (root / path).read_bytes() for path, _ in rows)
+    finally:
+        memfs.clear(bucket)
+        memfs.clear("memfs://pets-bucket/data")
+
+
+def test_infer_config_keeps_a_column_of_paths_as_text_and_from_file_added_resolves(images, tmp_path):
+    from tfrbeam.build.config import load_config
+    from tfrbeam.build.infer import infer_config
+    from tfrbeam.build.resolve import resolve_config
+
+    root, _ = images
+    text = infer_config(str(root / "labels.csv"))
+    assert "from_file" not in text and "  path: {type: bytes, on_null: error}" in text
+    edited = yaml.safe_load(text)
+    edited["features"]["path"]["from_file"] = True
+    edited["output"] = {"path": str(tmp_path / "out")}
+    (tmp_path / "edited.yaml").write_text(yaml.safe_dump(edited, sort_keys=False))
+    config = resolve_config(load_config(str(tmp_path / "edited.yaml")))
+    assert [(spec.name, spec.type, spec.file) for spec in config.features] == [
+        ("path", "bytes", FileOptions()), ("label", "bytes", None)]
+    assert config.features[0].file.root == os.getcwd()  # where relative inputs' directories are taken from
+    assert config.input.columns == ("path", "label")
+
+
+def test_a_row_whose_files_together_pass_what_a_record_holds_is_bad(tmp_path, monkeypatch):
+    from tfrbeam.build import features
+
+    monkeypatch.setattr(features, "_RECORD_FILE_BYTES", 100)  # stands in for TFRecord's 2 GiB - 1
+    (tmp_path / "a").write_bytes(b"a" * 60)
+    (tmp_path / "b").write_bytes(b"b" * 30)
+    batch = pa.record_batch({"x": ["a", "a"], "y": ["b", "a"]})
+    specs = [resolve_spec(FeatureSpec(name, "bytes", name, file=FileOptions()), pa.string()) for name in "xy"]
+    converted = convert_batch(batch, specs, BatchProvenance(str(tmp_path / "list.csv"), batch))
+    assert converted.batch.column("y").to_pylist() == [b"b" * 30]
+    [bad] = converted.bad_rows
+    assert bad.line == 2 and "the files of this row hold 120 bytes together, more than one record can" in bad.reason
