@@ -229,11 +229,11 @@ def delete_tree(directory: str) -> None:
         _mutating("delete", directory, lambda: FileSystems.delete(doomed))
 
 
-def in_threads(function: Callable[[_T], Any], items: Sequence[_T]) -> list[Any]:
-    """Run ``function`` over ``items`` on a few threads."""
-    if len(items) <= 1:
+def in_threads(function: Callable[[_T], Any], items: Sequence[_T], max_workers: int = _MAX_IO_THREADS) -> list[Any]:
+    """Run ``function`` over ``items`` on a few threads (at most ``max_workers``), results in order."""
+    if len(items) <= 1 or max_workers <= 1:
         return [function(item) for item in items]
-    with concurrent.futures.ThreadPoolExecutor(max_workers=min(_MAX_IO_THREADS, len(items))) as pool:
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(max_workers, len(items))) as pool:
         return list(pool.map(function, items))
 
 

@@ -42,6 +42,10 @@ IMAGE_PARTS = FILE_PARTS[1:]
 IMAGE_EXTRA = "pip install 'tfrbeam[image]'"
 # The most file bytes one converted batch may hold (an Arrow binary column holds at most 2 GiB - 1).
 BATCH_FILE_BYTES = 1 << 30
+# Threads reading one batch's files: an object store answers each read after tens of milliseconds, so many
+# reads wait at once; local files come from the page cache or a disk queue, where more threads only contend.
+_REMOTE_READERS = 32
+_LOCAL_READERS = 8
 
 
 @dataclass(frozen=True)
@@ -106,7 +110,9 @@ def read_files(paths: Sequence[str | None], base: str, max_bytes: int | None, im
     only), and its image facts when ``image``. Raises FileBatchTooLarge when the bytes kept pass BATCH_FILE_BYTES."""
     resolved = [resolve_file_path(path, base) if path is not None else None for path in paths]
     distinct = list(dict.fromkeys(path for path in resolved if path is not None))
-    reads = filesystem.in_threads(lambda path: _read_one(path, max_bytes, image), distinct)
+    remote = any(filesystem.scheme_of(path) is not None for path in distinct)
+    reads = filesystem.in_threads(lambda path: _read_one(path, max_bytes, image), distinct,
+                                  max_workers=_REMOTE_READERS if remote else _LOCAL_READERS)
     by_path = dict(zip(distinct, reads))
     kept = sum(len(read.data) for read in reads if read.data is not None)
     if kept > BATCH_FILE_BYTES and len(distinct) > 1:
