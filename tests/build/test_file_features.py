@@ -370,3 +370,15 @@ def test_a_row_whose_files_together_pass_what_a_record_holds_is_bad(tmp_path, mo
     assert converted.batch.column("y").to_pylist() == [b"b" * 30]
     [bad] = converted.bad_rows
     assert bad.line == 2 and "the files of this row hold 120 bytes together, more than one record can" in bad.reason
+
+
+def test_a_relative_input_files_directory_is_taken_from_the_launchers_directory_on_any_worker(tmp_path, monkeypatch):
+    """Batches name their input file as the config gave it (relative); a worker running elsewhere still finds the
+    files, from the directory the build was resolved in (FileOptions.root)."""
+    (tmp_path / "data" / "images").mkdir(parents=True)
+    (tmp_path / "data" / "images" / "a.bin").write_bytes(b"A")
+    batch = pa.record_batch({"path": ["images/a.bin"]})
+    spec = resolve_spec(FeatureSpec("blob", "bytes", "path", file=FileOptions(root=str(tmp_path))), pa.string())
+    monkeypatch.chdir(REPO_ROOT)  # the worker's directory
+    converted = convert_batch(batch, [spec], BatchProvenance("data/list.csv", batch))
+    assert converted.batch.column("blob").to_pylist() == [b"A"]
