@@ -235,6 +235,9 @@ def test_from_file_config_parses_expands_image_and_round_trips():
     assert [spec.name for spec in every.features] == ["p", "p/height", "p/width", "p/channels", "p/format"]
     assert every.features[0].file == FileOptions()  # 64 MiB by default
     assert every.features[0].file.max_bytes == 64 << 20
+    flow = parse_config({"input": {"path": "a.csv"}, "output": {"path": "out"},
+                         "features": yaml.safe_load("p: {from_file: true, image: {height, format}}")})
+    assert [spec.name for spec in flow.features] == ["p", "p/height", "p/format"]
 
 
 @pytest.mark.parametrize("settings, message", [

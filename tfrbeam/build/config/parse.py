@@ -536,6 +536,8 @@ def _image_features(check: Checker, spec: FeatureSpec, raw: Any, path: str) -> l
     if spec.file is None or spec.file.part != "bytes":
         check.fail(f"{path}.image", "is only used with from_file: true (it adds the image's header facts as features)")
         return []
+    if isinstance(value, dict):  # the spelling, {height, width}: a YAML mapping of names to null
+        value = [key for key, wanted in value.items() if wanted is not False] or False
     if value is True:
         parts: list[str] = list(IMAGE_PARTS)
     elif isinstance(value, list) and value and all(isinstance(item, str) for item in value):
@@ -544,7 +546,7 @@ def _image_features(check: Checker, spec: FeatureSpec, raw: Any, path: str) -> l
             if item not in IMAGE_PARTS:
                 check.fail(f"{path}.image", f"{_show(item)} is not one of {', '.join(IMAGE_PARTS)}")
     else:
-        check.fail(f"{path}.image", f"{_show(value)} is not true or a list of {', '.join(IMAGE_PARTS)}")
+        check.fail(f"{path}.image", f"{_show(value)} is not true or a list of some of {', '.join(IMAGE_PARTS)}")
         return []
     if pillow_missing():
         check.fail(f"{path}.image", f"needs Pillow: {IMAGE_EXTRA}")
