@@ -385,3 +385,27 @@ def test_a_relative_input_files_directory_is_taken_from_the_launchers_directory_
     monkeypatch.chdir(REPO_ROOT)  # the worker's directory
     converted = convert_batch(batch, [spec], BatchProvenance("data/list.csv", batch))
     assert converted.batch.column("blob").to_pylist() == [b"A"]
+
+
+def test_a_batch_over_the_file_budget_stops_reading_early(tmp_path, monkeypatch):
+    from tfrbeam.beam import filesystem
+    from tfrbeam.build import file_features
+
+    for index in range(200):
+        (tmp_path / f"{index}.bin").write_bytes(b"z" * 10)
+    monkeypatch.setattr(file_features, "BATCH_FILE_BYTES", 15)
+    calls = []
+    real = filesystem.read_at_most
+    monkeypatch.setattr(filesystem, "read_at_most", lambda path, limit: calls.append(path) or real(path, limit))
+    with pytest.raises(file_features.FileBatchTooLarge, match="more than 15 bytes"):
+        file_features.read_files([f"{index}.bin" for index in range(200)], str(tmp_path), 100, image=False)
+    assert 2 <= len(calls) < 100  # the reads after the budget ran out were skipped
+
+
+def test_a_binary_column_of_paths_that_are_not_utf8_reads_them_as_the_os_names_them(tmp_path):
+    name = b"caf\xe9.bin"  # latin-1, not UTF-8
+    (tmp_path / os.fsdecode(name)).write_bytes(b"coffee")
+    batch = pa.record_batch({"path": pa.array([name], pa.binary())})
+    spec = resolve_spec(FeatureSpec("blob", "bytes", "path", file=FileOptions()), pa.binary())
+    converted = convert_batch(batch, [spec], BatchProvenance(str(tmp_path / "list.parquet"), batch))
+    assert converted.batch.column("blob").to_pylist() == [b"coffee"]

@@ -681,10 +681,18 @@ def _read_files(specs: Sequence[FeatureSpec], sources: Sequence[pa.Array], input
     reads = {}
     for key, (source, options) in wanted.items():
         limits = [option.max_bytes for option in options if option.part == "bytes" and option.max_bytes is not None]
-        paths = _as_text(source).to_pylist()
+        paths = _path_texts(source)
         reads[key] = read_files(paths, files_base(input_path, key[1]), max(limits) if limits else None,
                                 image=any(option.part != "bytes" for option in options))
     return reads
+
+
+def _path_texts(column: pa.Array) -> list[str | None]:
+    """A column of paths as Python strings; bytes that are not UTF-8 kept as surrogate escapes (as os paths are)."""
+    if _is_binary(column.type):
+        return [None if value is None else value.decode("utf-8", "surrogateescape")
+                for value in column.cast(pa.binary()).to_pylist()]
+    return _as_text(column).to_pylist()
 
 
 def _convert_file_column(spec: FeatureSpec, column: pa.Array, reads: list[FileRead | None],

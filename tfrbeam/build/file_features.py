@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import io
 import os
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -107,17 +108,36 @@ def resolve_file_path(path: str, base: str) -> str:
 
 def read_files(paths: Sequence[str | None], base: str, max_bytes: int | None, image: bool) -> list[FileRead | None]:
     """Each listed file read concurrently (None for a null path): its bytes up to max_bytes (None: header
-    only), and its image facts when ``image``. Raises FileBatchTooLarge when the bytes kept pass BATCH_FILE_BYTES."""
+    only), and its image facts when ``image``. Raises FileBatchTooLarge as soon as the bytes read pass
+    BATCH_FILE_BYTES (the reads not yet started are skipped), for the caller to read fewer rows at a time."""
     resolved = [resolve_file_path(path, base) if path is not None else None for path in paths]
     distinct = list(dict.fromkeys(path for path in resolved if path is not None))
     remote = any(filesystem.scheme_of(path) is not None for path in distinct)
-    reads = filesystem.in_threads(lambda path: _read_one(path, max_bytes, image), distinct,
-                                  max_workers=_REMOTE_READERS if remote else _LOCAL_READERS)
+    budget = _Budget(BATCH_FILE_BYTES if len(distinct) > 1 else None)
+    reads = filesystem.in_threads(lambda path: budget.spend(_read_one(path, max_bytes, image)) if budget.left()
+                                  else None, distinct, max_workers=_REMOTE_READERS if remote else _LOCAL_READERS)
+    if not budget.left():
+        raise FileBatchTooLarge(f"the {len(distinct)} files of one batch hold more than {BATCH_FILE_BYTES} bytes")
     by_path = dict(zip(distinct, reads))
-    kept = sum(len(read.data) for read in reads if read.data is not None)
-    if kept > BATCH_FILE_BYTES and len(distinct) > 1:
-        raise FileBatchTooLarge(f"{len(distinct)} files of {kept} bytes in one batch")
     return [by_path[path] if path is not None else None for path in resolved]
+
+
+class _Budget:
+    """The bytes the reads of one batch may keep (None: no limit), spent from several threads."""
+
+    def __init__(self, limit: int | None):
+        self._limit = limit
+        self._spent = 0
+        self._lock = threading.Lock()
+
+    def left(self) -> bool:
+        return self._limit is None or self._spent <= self._limit
+
+    def spend(self, read: FileRead) -> FileRead:
+        if read.data is not None:
+            with self._lock:
+                self._spent += len(read.data)
+        return read
 
 
 def _read_one(path: str, max_bytes: int | None, image: bool) -> FileRead:

@@ -571,6 +571,9 @@ def _file_options(check: Checker, section: dict, path: str, type_name: str | Non
         check.fail(f"{path}.from_file", f"{_show(value)} is not true (the file's bytes) or one of "
                    f"{', '.join(IMAGE_PARTS)} (a fact of the image's header)")
         return None
+    for key in ("separator", "length"):
+        if section.get(key) is not None:
+            check.fail(f"{path}.{key}", "a from_file feature is one file (leave out separator and length)")
     feature_type = FileOptions(part=part).feature_type
     if type_name is not None and type_name != feature_type:
         check.fail(f"{path}.type", f"from_file: {_show(value)} gives {feature_type} values; set type: {feature_type} "
@@ -584,9 +587,6 @@ def _file_options(check: Checker, section: dict, path: str, type_name: str | Non
     max_bytes = _size(check, section, "max_file_bytes", path, DEFAULT_MAX_FILE_BYTES)
     if max_bytes > MAX_FILE_BYTES:
         check.fail(f"{path}.max_file_bytes", f"{max_bytes} is above 1GiB (a record holds at most 2 GiB - 1 bytes)")
-    for key in ("separator", "length"):
-        if section.get(key) is not None:
-            check.fail(f"{path}.{key}", "a from_file feature is one file (leave out separator and length)")
     return FileOptions(part=part, max_bytes=max_bytes)
 
 

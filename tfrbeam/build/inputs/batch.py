@@ -20,7 +20,7 @@ __all__ = ["FILE_SLICE_BYTES", "FIRST_SLICE_ROWS", "MAX_SLICE_ROWS", "SourceBatc
 
 # A batch of paths (from_file features) is converted in slices whose files hold about this many bytes.
 FILE_SLICE_BYTES = 64 << 20
-FIRST_SLICE_ROWS = 64
+FIRST_SLICE_ROWS = 16  # then at most twice the rows of the slice before
 MAX_SLICE_ROWS = 4096
 
 
