@@ -50,9 +50,13 @@ setup(
             "dask[distributed]>=2024.1",
             # input.format: avro is tested on files fastavro writes.
             "fastavro>=1.8",
+            # from_file image header facts (tests/build/test_file_features.py makes its images with it).
+            "Pillow>=9.1",
         ],
         # Optional: input.format avro (tfrbeam/build/inputs/avro.py reads Avro files with fastavro).
         "avro": ["fastavro>=1.8"],
+        # Optional: the image header facts of from_file features (image: true); docs/build-config.md.
+        "image": ["Pillow>=9.1"],
         # benchmarks/random_access.py compares against ArrayRecord's ArrayRecordDataSource.
         "bench": ["array-record>=0.5"],
         # Optional: the PyTorch adapter of tfrbeam.dataset (tfrbeam.dataset.torch).

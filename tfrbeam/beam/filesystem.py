@@ -43,6 +43,7 @@ __all__ = [
     "mkdirs",
     "open_read",
     "parent",
+    "read_at_most",
     "read_bytes",
     "rename",
     "rename_local",
@@ -123,6 +124,22 @@ def create(path: str, mime_type: str = "application/octet-stream") -> BinaryIO:
 def read_bytes(path: str) -> bytes:
     with open_read(path) as handle:
         return handle.read()
+
+
+def read_at_most(path: str, limit: int) -> tuple[bytes | None, int]:
+    """(the file's bytes, its size) when it holds at most ``limit`` bytes, else (None, its size or -1 when unknown).
+
+    Reads at most ``limit + 1`` bytes, so a huge file costs no more than the limit; its size then
+    comes from seeking to its end. Beam's and the OS's errors (a missing file, a directory) propagate.
+    """
+    with open_read(path) as handle:
+        data = handle.read(limit + 1)
+        if len(data) <= limit:
+            return data, len(data)
+        try:
+            return None, handle.seek(0, os.SEEK_END)
+        except (OSError, ValueError):  # a stream that cannot seek: only "more than limit" is known
+            return None, -1
 
 
 def write_bytes(path: str, data: bytes, mime_type: str = "application/octet-stream") -> None:
@@ -212,11 +229,11 @@ def delete_tree(directory: str) -> None:
         _mutating("delete", directory, lambda: FileSystems.delete(doomed))
 
 
-def in_threads(function: Callable[[_T], Any], items: Sequence[_T]) -> list[Any]:
-    """Run ``function`` over ``items`` on a few threads."""
-    if len(items) <= 1:
+def in_threads(function: Callable[[_T], Any], items: Sequence[_T], max_workers: int = _MAX_IO_THREADS) -> list[Any]:
+    """Run ``function`` over ``items`` on a few threads (at most ``max_workers``), results in order."""
+    if len(items) <= 1 or max_workers <= 1:
         return [function(item) for item in items]
-    with concurrent.futures.ThreadPoolExecutor(max_workers=min(_MAX_IO_THREADS, len(items))) as pool:
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(max_workers, len(items))) as pool:
         return list(pool.map(function, items))
 
 

@@ -33,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tfrbeam.build.file_features import FileOptions, FileRead, files_base, read_files
 from tfrbeam.codec.kinds import (
     ARROW_TYPES,
     FEATURE_TYPES,
@@ -44,6 +45,7 @@ from tfrbeam.codec.kinds import (
     scalar_kind as _natural_type,
 )
 from tfrbeam.errors import ArrowConversionError
+from tfrbeam.tfrecord.records import MAX_PAYLOAD_SIZE
 
 __all__ = [
     "BadRow",
@@ -110,6 +112,7 @@ class FeatureSpec:
     time_format: str | None = None  # the strptime format of timestamp text; None is ISO 8601
     source_path: tuple[str, ...] | None = None  # set when source was given as a list: the exact column/field path
     null_values: tuple[str, ...] | None = None  # CSV tokens that are null for this feature; None: input.csv.null_values
+    file: FileOptions | None = None  # set for from_file: the column holds paths, the feature the file's bytes (or facts)
 
     @property
     def source_ref(self) -> str | tuple[str, ...]:
@@ -433,6 +436,11 @@ def resolve_spec(spec: FeatureSpec, arrow_type: pa.DataType, text_sample: pa.Arr
     int64, else float, else bytes by what its values in text_sample (a sample of the file) parse as.
     Typed (Parquet) columns keep their natural type.
     """
+    if spec.file is not None:
+        if not (_is_text(arrow_type) or _is_binary(arrow_type) or pa.types.is_null(arrow_type)):
+            raise ArrowConversionError(f"from_file needs a column of paths (strings), but column {spec.source!r} has "
+                                       f"Arrow type {arrow_type}")
+        return replace(spec, type=spec.file.feature_type, is_list=False)
     if spec.time_unit is not None:
         if not (_is_text(arrow_type) or _is_binary(arrow_type) or pa.types.is_timestamp(arrow_type)
                 or pa.types.is_date(arrow_type)):
@@ -624,9 +632,14 @@ def convert_batch(batch: pa.RecordBatch, specs: Sequence[FeatureSpec], provenanc
     """
     problems = _Problems(batch.num_rows)
     booleans = (tuple(true_values), tuple(false_values))
-    columns = [_convert_column(spec, _with_null_tokens(spec, _source_column(batch, spec.source_ref, provenance.path),
-                                                       null_text, null_values), problems, booleans)
+    sources = [_with_null_tokens(spec, _source_column(batch, spec.source_ref, provenance.path), null_text, null_values)
                for spec in specs]
+    reads = _read_files(specs, sources, provenance.path)
+    columns = [_convert_column(spec, source, problems, booleans) if spec.file is None
+               else _convert_file_column(spec, source, reads[_file_key(spec)], problems)
+               for spec, source in zip(specs, sources)]
+    if reads:
+        _check_record_file_bytes(specs, columns, problems)
     bad_rows = []
     kept_rows = np.arange(batch.num_rows, dtype=np.int64)
     if problems.bad.any():
@@ -643,6 +656,93 @@ def convert_batch(batch: pa.RecordBatch, specs: Sequence[FeatureSpec], provenanc
     schema = pa.schema([pa.field(spec.name, output_type(spec)) for spec in specs])
     return ConvertedBatch(batch=pa.RecordBatch.from_arrays(columns, schema=schema), bad_rows=bad_rows,
                           kept_rows=kept_rows)
+
+
+# A record's other features and framing need room beside its files' bytes.
+_RECORD_FILE_BYTES = MAX_PAYLOAD_SIZE - (16 << 20)
+
+
+_IMAGE_FACTS = {"height": 0, "width": 1, "channels": 2, "format": 3}  # FileRead.image's fields
+
+
+def _file_key(spec: FeatureSpec) -> tuple[SourceRef, str | None]:
+    assert spec.file is not None
+    return spec.source_ref, spec.file.root
+
+
+def _read_files(specs: Sequence[FeatureSpec], sources: Sequence[pa.Array], input_path: str
+                ) -> dict[tuple[SourceRef, str | None], list[FileRead | None]]:
+    """The files the from_file features of a batch name, each source column's read once (concurrently) for all
+    the features that read it: bytes up to their largest max_bytes, the image header when a fact is asked."""
+    wanted: dict[tuple[SourceRef, str | None], tuple[pa.Array, list[FileOptions]]] = {}
+    for spec, source in zip(specs, sources):
+        if spec.file is not None:
+            wanted.setdefault(_file_key(spec), (source, []))[1].append(spec.file)
+    reads = {}
+    for key, (source, options) in wanted.items():
+        limits = [option.max_bytes for option in options if option.part == "bytes" and option.max_bytes is not None]
+        paths = _path_texts(source)
+        reads[key] = read_files(paths, files_base(input_path, key[1]), max(limits) if limits else None,
+                                image=any(option.part != "bytes" for option in options))
+    return reads
+
+
+def _path_texts(column: pa.Array) -> list[str | None]:
+    """A column of paths as Python strings; bytes that are not UTF-8 kept as surrogate escapes (as os paths are)."""
+    if _is_binary(column.type):
+        return [None if value is None else value.decode("utf-8", "surrogateescape")
+                for value in column.cast(pa.binary()).to_pylist()]
+    return _as_text(column).to_pylist()
+
+
+def _convert_file_column(spec: FeatureSpec, column: pa.Array, reads: list[FileRead | None],
+                         problems: _Problems) -> pa.Array:
+    """A from_file feature's values from its files as read; a file that cannot be read, is above max_file_bytes
+    or (for image facts) is not an image makes its row bad."""
+    options = spec.file
+    assert options is not None
+    label = f"feature {spec.name!r}" + (f" (column {spec.source!r})" if spec.source != spec.name else "")
+    values: list[Any] = []
+    rows: list[int] = []
+    reasons: list[str] = []
+    fact = _IMAGE_FACTS.get(options.part)
+    for row, read in enumerate(reads):
+        value: Any = None
+        problem: str | None = None
+        if read is None:
+            pass  # a null path: on_null decides below
+        elif read.problem is not None:
+            problem = read.problem
+        elif fact is None:
+            limit = options.max_bytes
+            if read.data is None or (limit is not None and len(read.data) > limit):
+                size = f"{read.size} bytes" if read.size >= 0 else f"more than {limit} bytes"
+                problem = (f"{read.path} is {size}, but max_file_bytes is {limit} bytes (raise "
+                           f"features.{spec.name}.max_file_bytes, up to 1GiB, to keep it)")
+            else:
+                value = read.data
+        elif read.image is None:
+            problem = read.image_problem or f"{read.path}: no image header was read"
+        else:
+            value = read.image[fact]
+        values.append(value)
+        if problem is not None:
+            rows.append(row)
+            reasons.append(f"{label}: {problem}")
+    if rows:
+        problems.add(np.asarray(rows, dtype=np.int64), reasons)
+    return _apply_on_null(spec, pa.array(values, output_type(spec)), column.is_null(), problems, label)
+
+
+def _check_record_file_bytes(specs: Sequence[FeatureSpec], columns: Sequence[pa.Array], problems: _Problems) -> None:
+    """Rows whose files together are more than one record can hold (TFRecord's 2 GiB - 1) are bad."""
+    totals = np.zeros(len(columns[0]) if columns else 0, dtype=np.int64)
+    for spec, column in zip(specs, columns):
+        if spec.file is not None and spec.file.part == "bytes":
+            totals += np.asarray(pc.fill_null(pc.binary_length(column), 0), dtype=np.int64)
+    over = np.flatnonzero(totals > _RECORD_FILE_BYTES)
+    problems.add(over, [f"the files of this row hold {int(totals[row])} bytes together, more than one record can "
+                        f"({_RECORD_FILE_BYTES} bytes); read fewer files per row" for row in over.tolist()])
 
 
 def _with_null_tokens(spec: FeatureSpec, column: pa.Array, null_text: Mapping[str, pa.Array] | None,

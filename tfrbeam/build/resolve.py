@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import os
 from collections.abc import Mapping
 from dataclasses import replace
 
@@ -112,6 +113,8 @@ def validate_against_schema(config: BuildConfig, schema: pa.Schema, sample: pa.R
             default = check_default(check, f"{path}.default", spec.default, spec_done.type, spec_done.is_list,
                                      spec_done.length)
             spec_done = replace(spec_done, default=default)
+        if spec_done.file is not None and spec_done.file.root is None:  # relative inputs' files, read on any worker
+            spec_done = replace(spec_done, file=replace(spec_done.file, root=os.getcwd()))
         resolved.append(spec_done)
         if csv and spec_done.type == "float" and not spec_done.is_list:
             _warn_float32_rounding(spec_done, text)

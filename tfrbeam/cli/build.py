@@ -239,6 +239,8 @@ def _shown_kind(spec: FeatureSpec) -> str:
     if spec.time_unit is not None:
         return f"int64 ({spec.time_unit} since 1970 from {spec.time_format or 'ISO 8601'})"
     assert spec.type is not None  # a plan's features are resolved
+    if spec.file is not None:  # from_file: the column holds paths
+        return f"{spec.type} (the file's {'bytes' if spec.file.part == 'bytes' else 'image ' + spec.file.part})"
     return spec.type
 
 

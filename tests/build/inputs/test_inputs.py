@@ -135,7 +135,7 @@ def test_batches_read_with_convert_with_are_converted_ahead_on_a_thread_in_order
         threads.append(threading.current_thread().name)
         return convert(source, given_specs)
 
-    monkeypatch.setattr(beam_read, "convert_source_batch", spied)
+    monkeypatch.setattr(source_batch, "convert_source_batch", spied)  # convert_in_slices calls it
     sources = list(beam_read._converted_ahead(read_csv_file(path, CsvOptions()), specs))
     assert len(sources) > 3 and set(threads) == {"tfrbeam-convert"}
     plain = list(read_csv_file(path, CsvOptions()))

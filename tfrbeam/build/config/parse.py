@@ -40,6 +40,14 @@ from tfrbeam.build.features import (
     TIMESTAMP,
     FeatureSpec,
 )
+from tfrbeam.build.file_features import (
+    DEFAULT_MAX_FILE_BYTES,
+    IMAGE_EXTRA,
+    IMAGE_PARTS,
+    MAX_FILE_BYTES,
+    FileOptions,
+    pillow_missing,
+)
 from tfrbeam.errors import ConfigError
 
 __all__ = [
@@ -389,7 +397,8 @@ _INPUT_KEYS = ("format", "path", "csv", "parquet", "columns", "split_bytes")
 _PARQUET_KEYS = ("require_checksums",)
 _CSV_KEYS = ("delimiter", "quote_char", "escape_char", "header", "column_names", "null_values", "true_values",
              "false_values", "skip_rows", "encoding", "max_row_bytes")
-_FEATURE_KEYS = ("type", "source", "on_null", "default", "separator", "length", "format", "unit", "null_values")
+_FEATURE_KEYS = ("type", "source", "on_null", "default", "separator", "length", "format", "unit", "null_values",
+                 "from_file", "max_file_bytes", "image")
 _SHUFFLE_KEYS = ("enabled", "seed")
 _OUTPUT_KEYS = ("path", "num_shards", "max_bytes_per_shard", "compression", "dali_index")
 _ERRORS_KEYS = ("on_bad_record", "max_bad_fraction", "allow_empty")
@@ -530,8 +539,75 @@ def _parse_features(check: Checker, raw: Any, input_config: InputConfig) -> tupl
         if not isinstance(name, str) or not name:
             check.fail(path, "a feature name must be a non-empty string")
             continue
-        specs.append(_parse_feature(check, name, settings, path, input_config))
+        spec = _parse_feature(check, name, settings, path, input_config)
+        specs.append(spec)
+        specs.extend(_image_features(check, spec, settings, path))
+    names = [spec.name for spec in specs]
+    for name in sorted({name for name in names if names.count(name) > 1}):
+        check.fail(f"features.{name}", "is also the name of an image fact another feature's image adds")
     return tuple(specs)
+
+
+def _image_features(check: Checker, spec: FeatureSpec, raw: Any, path: str) -> list[FeatureSpec]:
+    """The features ``image:`` adds to a from_file feature: <name>/height, /width, /channels, /format."""
+    value = raw.get("image") if isinstance(raw, dict) else None
+    if value is None or value is False:
+        return []
+    if spec.file is None or spec.file.part != "bytes":
+        check.fail(f"{path}.image", "is only used with from_file: true (it adds the image's header facts as features)")
+        return []
+    if isinstance(value, dict):  # the issue's spelling, {height, width}: a YAML mapping of names to null
+        value = [key for key, wanted in value.items() if wanted is not False] or False
+    if value is True:
+        parts: list[str] = list(IMAGE_PARTS)
+    elif isinstance(value, list) and value and all(isinstance(item, str) for item in value):
+        parts = [item for item in IMAGE_PARTS if item in value]
+        for item in value:
+            if item not in IMAGE_PARTS:
+                check.fail(f"{path}.image", f"{_show(item)} is not one of {', '.join(IMAGE_PARTS)}")
+    else:
+        check.fail(f"{path}.image", f"{_show(value)} is not true or a list of some of {', '.join(IMAGE_PARTS)}")
+        return []
+    if pillow_missing():
+        check.fail(f"{path}.image", f"needs Pillow: {IMAGE_EXTRA}")
+    on_null = "omit" if spec.on_null == "default" else spec.on_null
+    return [FeatureSpec(name=f"{spec.name}/{part}", type=FileOptions(part=part).feature_type, source=spec.source,
+                        on_null=on_null, source_path=spec.source_path, null_values=spec.null_values,
+                        file=FileOptions(part=part, max_bytes=None)) for part in parts]
+
+
+def _file_options(check: Checker, section: dict, path: str, type_name: str | None) -> FileOptions | None:
+    """A feature's from_file settings: the file's bytes (from_file: true) or one image header fact, and max_file_bytes."""
+    value = section.get("from_file")
+    if value is None or value is False:
+        if section.get("max_file_bytes") is not None:
+            check.fail(f"{path}.max_file_bytes", "is only used with from_file: true")
+        return None
+    if value is True:
+        part = "bytes"
+    elif isinstance(value, str) and value in IMAGE_PARTS:
+        part = value
+    else:
+        check.fail(f"{path}.from_file", f"{_show(value)} is not true (the file's bytes) or one of "
+                   f"{', '.join(IMAGE_PARTS)} (a fact of the image's header)")
+        return None
+    for key in ("separator", "length"):
+        if section.get(key) is not None:
+            check.fail(f"{path}.{key}", "a from_file feature is one file (leave out separator and length)")
+    feature_type = FileOptions(part=part).feature_type
+    if type_name is not None and type_name != feature_type:
+        check.fail(f"{path}.type", f"from_file: {_show(value)} gives {feature_type} values; set type: {feature_type} "
+                   "or leave type out")
+    if part != "bytes":
+        if section.get("max_file_bytes") is not None:
+            check.fail(f"{path}.max_file_bytes", "limits only from_file: true (a header fact reads just the header)")
+        if pillow_missing():
+            check.fail(f"{path}.from_file", f"{value} needs Pillow: {IMAGE_EXTRA}")
+        return FileOptions(part=part, max_bytes=None)
+    max_bytes = _size(check, section, "max_file_bytes", path, DEFAULT_MAX_FILE_BYTES)
+    if max_bytes > MAX_FILE_BYTES:
+        check.fail(f"{path}.max_file_bytes", f"{max_bytes} is above 1GiB (a record holds at most 2 GiB - 1 bytes)")
+    return FileOptions(part=part, max_bytes=max_bytes)
 
 
 def _parse_feature(check: Checker, name: str, raw: Any, path: str, input_config: InputConfig) -> FeatureSpec:
@@ -546,6 +622,9 @@ def _parse_feature(check: Checker, name: str, raw: Any, path: str, input_config:
         check.fail(f"{path}.type", f"{_show(type_name)} is not one of {', '.join((*FEATURE_TYPES, TIMESTAMP))}{suggestion}")
         type_name = None
     time_unit, time_format = _timestamp_settings(check, section, path, type_name == TIMESTAMP)
+    file = _file_options(check, section, path, type_name)
+    if file is not None:
+        type_name = file.feature_type
     if type_name == TIMESTAMP:
         type_name = "int64"  # the feature holds the count of time_unit since the epoch
     source, source_path = _source(check, section, path, name)
@@ -576,7 +655,7 @@ def _parse_feature(check: Checker, name: str, raw: Any, path: str, input_config:
                    "a timestamp feature is one value (leave out separator and length)")
     return FeatureSpec(name=name, type=type_name, source=source, on_null=on_null, default=default,
                        separator=separator, length=length, is_list=is_list, time_unit=time_unit, time_format=time_format,
-                       source_path=source_path, null_values=null_values)
+                       source_path=source_path, null_values=null_values, file=file)
 
 
 def _feature_null_values(check: Checker, section: dict, path: str, input_config: InputConfig) -> tuple[str, ...] | None:
@@ -891,6 +970,10 @@ def _feature_to_dict(spec: FeatureSpec) -> dict:
         result["length"] = spec.length
     if spec.null_values is not None:
         result["null_values"] = list(spec.null_values)
+    if spec.file is not None:
+        result["from_file"] = True if spec.file.part == "bytes" else spec.file.part
+        if spec.file.max_bytes is not None:
+            result["max_file_bytes"] = spec.file.max_bytes
     return result
 
 

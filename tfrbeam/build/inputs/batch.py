@@ -4,16 +4,24 @@ and its conversion to feature columns."""
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
 
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tfrbeam.build.features import BadRow, ConvertedBatch, FeatureSpec, convert_batch, rows_as_json
+from tfrbeam.build.file_features import FileBatchTooLarge
 
-__all__ = ["SourceBatch", "SourceBatchCoder", "convert_source_batch", "empty_batch", "strip_line_break"]
+__all__ = ["FILE_SLICE_BYTES", "FIRST_SLICE_ROWS", "MAX_SLICE_ROWS", "SourceBatch", "SourceBatchCoder",
+           "convert_in_slices", "convert_source_batch", "empty_batch", "strip_line_break"]
+
+# A batch of paths (from_file features) is converted in slices whose files hold about this many bytes.
+FILE_SLICE_BYTES = 64 << 20
+FIRST_SLICE_ROWS = 16  # then at most twice the rows of the slice before
+MAX_SLICE_ROWS = 4096
 
 
 @dataclass(frozen=True, eq=False)
@@ -49,6 +57,16 @@ class SourceBatch:
     @property
     def num_rows(self) -> int:
         return self.batch.num_rows
+
+    def rows(self, start: int, stop: int) -> SourceBatch:
+        """Rows start to stop of the batch (the reader's own bad rows go with the slice that starts at 0)."""
+        if start == 0 and stop >= self.num_rows:
+            return self
+        length = max(0, min(stop, self.num_rows) - start)
+        null_text = {name: text.slice(start, length) for name, text in self.null_text.items()} if self.null_text else None
+        return replace(self, lines=self.lines[start:start + length], batch=self.batch.slice(start, length),
+                       bad_rows=self.bad_rows if start == 0 else (), converted=None, null_text=null_text,
+                       spans=self.spans[start:start + length] if self.spans is not None else None)
 
     def raw_text(self, rows: Iterable[int]) -> list[str]:
         """The raw text of the given rows: the CSV lines as in the file, or the Parquet row as JSON."""
@@ -97,6 +115,29 @@ def convert_source_batch(source: SourceBatch, specs: Sequence[FeatureSpec]) -> C
         return ConvertedBatch(batch=converted.batch, bad_rows=list(source.bad_rows) + converted.bad_rows,
                               kept_rows=converted.kept_rows)
     return converted
+
+
+def convert_in_slices(source: SourceBatch, specs: Sequence[FeatureSpec]) -> Iterator[SourceBatch]:
+    """The batch with ``converted`` set; with from_file features, in slices of rows whose files hold about
+    FILE_SLICE_BYTES (sized by the files read so far; a slice above BATCH_FILE_BYTES is halved), so a batch of
+    many paths never holds all its files at once."""
+    files = [spec.name for spec in specs if spec.file is not None and spec.file.part == "bytes"]
+    if not files or source.num_rows <= 1:
+        yield replace(source, converted=convert_source_batch(source, specs))
+        return
+    start, rows = 0, FIRST_SLICE_ROWS
+    while start < source.num_rows:
+        piece = source.rows(start, start + rows)
+        try:
+            converted = convert_source_batch(piece, specs)
+        except FileBatchTooLarge:
+            rows = max(1, rows // 2)
+            continue
+        yield replace(piece, converted=converted)
+        start += piece.num_rows
+        held = sum(int(pc.sum(pc.binary_length(converted.batch.column(name))).as_py() or 0) for name in files)
+        per_row = max(held / max(converted.batch.num_rows, 1), 1.0)
+        rows = max(1, min(int(FILE_SLICE_BYTES / per_row), 2 * rows, MAX_SLICE_ROWS))
 
 
 def strip_line_break(chunk: bytes) -> bytes:

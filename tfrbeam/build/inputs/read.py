@@ -15,7 +15,7 @@ from tfrbeam.build.config.schema import CsvOptions, InputConfig
 from tfrbeam.build.features import FeatureSpec
 from tfrbeam.build.inputs.ahead import read_ahead
 from tfrbeam.build.inputs.avro import arrow_schema, avro_blocks, avro_schema, read_avro_blocks
-from tfrbeam.build.inputs.batch import SourceBatch, convert_source_batch
+from tfrbeam.build.inputs.batch import SourceBatch, convert_in_slices
 from tfrbeam.build.inputs.csv import read_csv_file, read_csv_range
 from tfrbeam.build.inputs.csv_text import RangeScan, csv_data_offset, csv_ranges, scan_csv_range
 from tfrbeam.build.inputs.files import InputFile, is_compressed, list_inputs, openable
@@ -208,7 +208,7 @@ def _converted_ahead(sources: Iterator[SourceBatch], specs: Sequence[FeatureSpec
     def convert() -> Generator[SourceBatch, None, None]:
         try:
             for source in sources:
-                yield replace(source, converted=convert_source_batch(source, specs))
+                yield from convert_in_slices(source, specs)  # from_file features: in slices of bounded file bytes
         finally:
             close = getattr(sources, "close", None)
             if close is not None:
