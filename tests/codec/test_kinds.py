@@ -100,7 +100,10 @@ PACKAGE = Path(tfrbeam.__file__).parent
 _TABLE_TYPES = {"int64", "float32", "binary"}  # pa.int64(), pa.float32(), pa.binary(): the kinds' Arrow types
 _KIND_WORDS = {"int64", "float", "bytes"}
 # Copies in files another helper of issue 25 owns (tfrbeam/build/): (file, function) -> why they stay for now.
-_KNOWN_COPIES: dict[tuple[str, str], str] = {}
+_KNOWN_COPIES: dict[tuple[str, str], str] = {
+    # Avro's primitive types ("float", "bytes", "long", ...) and their Arrow types: Avro's names, not feature kinds.
+    ("build/inputs/avro.py", "<module>"): "Avro primitive types",
+}
 
 
 def _is_table_type(node: ast.AST) -> bool:
