@@ -93,7 +93,7 @@ def _most_common_types(lines: Sequence[bytes]) -> pa.Schema:
         group = lines[first:first + _VOTE_LINES]
         try:
             schemas = [(_parse(b"\n".join(group), None).schema, len(group))]
-        except pa.ArrowInvalid:
+        except pa.ArrowInvalid:  # a bad line in the block: fall through to the bisection below, which names it
             schemas = [(schema, 1) for schema in map(_schema_or_none, group) if schema is not None]
         for schema, weight in schemas:
             for field_ in schema:
