@@ -93,7 +93,7 @@ def _most_common_types(lines: Sequence[bytes]) -> pa.Schema:
         group = lines[first:first + _VOTE_LINES]
         try:
             schemas = [(_parse(b"\n".join(group), None).schema, len(group))]
-        except pa.ArrowInvalid:  # a bad line in the block: fall through to the bisection below, which names it
+        except pa.ArrowInvalid:  # a bad line in the group: vote with the schemas of the lines that parse alone
             schemas = [(schema, 1) for schema in map(_schema_or_none, group) if schema is not None]
         for schema, weight in schemas:
             for field_ in schema:
@@ -258,7 +258,7 @@ def parse_jsonl_block(path: str, data: bytes, first_line: int, schema: pa.Schema
                 return SourceBatch(path=path, lines=rows + first_line, batch=_one_batch(table, schema), raw=data,
                                    raw_first_line=first_line, raw_line_starts=line_starts,
                                    spans=np.ones(len(rows), np.int64))
-        except pa.ArrowInvalid:
+        except pa.ArrowInvalid:  # a bad line in the block: fall through to the bisection below, which names it
             pass
     texts = {row: data[starts[row]:ends[row]] for row in rows.tolist()}
     problems = {row: _object_problem(texts[row]) or "not a JSON object" for row in rows[first[rows] != ord("{")].tolist()}
