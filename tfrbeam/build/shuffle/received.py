@@ -108,6 +108,32 @@ class Received:
             ]
             return join_frames(payloads, lengths, self.footers[positions])
 
+    def same_records(self, left: np.ndarray, right: np.ndarray) -> np.ndarray:
+        """Whether the records at ``left[i]`` and ``right[i]`` are byte-identical (equal payloads, so equal frames).
+
+        One memcmp per pair of equal length, on the payloads alone (no frame is joined). The
+        positions must fit the read windows together, as a ``read_bound`` of consecutive records does.
+        """
+        equal = self.lengths[left] == self.lengths[right]
+        pairs = np.flatnonzero(equal)
+        if not pairs.size:
+            return equal
+        left, right = left[pairs], right[pairs]
+        if self._in_windows.any():
+            both = np.union1d(left, right)
+            self._read_windows(both, self.part_of[both])
+        views = self.views
+        with gc_paused():
+            equal[pairs] = [
+                # bytes compare with memcmp; memoryviews compare item by item, 5x slower when equal
+                views[left_part][left_start:left_start + length].tobytes()
+                == views[right_part][right_start:right_start + length].tobytes()
+                for left_part, left_start, right_part, right_start, length in zip(
+                    self.part_of[left].tolist(), self.starts[left].tolist(), self.part_of[right].tolist(),
+                    self.starts[right].tolist(), self.lengths[left].tolist())
+            ]
+        return equal
+
     def _read_windows(self, positions: np.ndarray, part_of: np.ndarray) -> None:
         """Read the windows of the spilled parts that ``positions`` need; point their views, starts and footers there."""
         windowed = np.flatnonzero(self._in_windows[part_of])
