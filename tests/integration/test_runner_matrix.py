@@ -26,7 +26,7 @@ from tfrbeam.tfrecord.record_index import parse_index
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 CONFIGS = {name: REPO_ROOT / "configs" / f"{name}.yaml" for name in ("demo", "csv_example", "sequence_example")}
 # What differs between two runs of one build by design: when, which run, and how it ran.
-RUN_KEYS = ("started", "finished", "run_id", "runner", "piece_store")
+RUN_KEYS = ("started", "finished", "run_id", "runner", "piece_store", "workers")
 INPUT_GLOBS = {"demo": "csv/flights-*.csv", "csv_example": "csv/*.csv", "sequence_example": "sequences/*.csv"}
 MULTI_PROCESSING = ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]
 
@@ -111,11 +111,14 @@ def test_direct_runner_multi_threading(workdir, reference, config):
     _assert_same_as_reference(reference, output, config, "FnApiRunner", "memory")
 
 
-@pytest.mark.parametrize("piece_store", ["auto", "inline"])
+@pytest.mark.parametrize("piece_store, workers", [("auto", ["--workers=2"]), ("inline", MULTI_PROCESSING)])
 @pytest.mark.parametrize("config", list(CONFIGS))
-def test_direct_runner_multi_processing(workdir, reference, config, piece_store):
-    output = _build(workdir, config, f"multi-{piece_store}", *MULTI_PROCESSING, f"--piece_store={piece_store}")
+def test_direct_runner_multi_processing(workdir, reference, config, piece_store, workers):
+    """``tfrbeam build --workers 2`` and Beam's own direct options run the same 2 SDK worker processes."""
+    output = _build(workdir, config, f"multi-{piece_store}", *workers, f"--piece_store={piece_store}")
     _assert_same_as_reference(reference, output, config, "FnApiRunner", "spill" if piece_store == "auto" else piece_store)
+    recorded = json.loads((output / "dataset_info.json").read_text())["workers"]
+    assert (recorded["count"], recorded["mode"]) == (2, "multi_processing")
 
 
 @pytest.mark.parametrize("piece_store", ["auto", "inline"])

@@ -415,6 +415,7 @@ def build_manifest(plan: BuildPlan, shard_plan: ShardPlan, files: Sequence[Writt
         "versions": {"tfrbeam": tfrbeam.__version__, "apache_beam": beam.__version__, "python": platform.python_version()},
         "runner": plan.runner,
         "piece_store": plan.piece_store,
+        "workers": {"count": plan.workers.count, "mode": plan.workers.mode, "chosen_by": plan.workers.reason},
         "run_id": plan.run.run_id,
         "started": plan.started,
         "finished": _utc_now(),

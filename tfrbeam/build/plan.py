@@ -29,7 +29,16 @@ from tfrbeam.build.features import FeatureSpec
 from tfrbeam.build.inputs.files import InputFile, list_inputs
 from tfrbeam.build.inputs.sample import check_inputs_hold_rows
 from tfrbeam.build.resolve import resolve_config, validate_against_schema, with_features
-from tfrbeam.build.runners import choose_piece_store, held_piece_budget, runner_name
+from tfrbeam.build.runners import (
+    IN_PROCESS,
+    WorkerChoice,
+    apply_workers,
+    choose_piece_store,
+    choose_workers,
+    held_piece_budget,
+    runner_name,
+    workers_as_given,
+)
 from tfrbeam.build.shuffle import INLINE, MAX_BUCKET_BITS, MEMORY, ShardingSpec, bucket_bits_for
 from tfrbeam.errors import ConfigError, ManifestError, OutputExistsError, OutputNotWritableError
 from tfrbeam.layout.manifest import read_manifest
@@ -61,6 +70,7 @@ class BuildPlan:
     runner: str
     overwrite: bool
     piece_store: str = INLINE  # where the shuffle's pieces wait (tfrbeam.build.runners.choose_piece_store)
+    workers: WorkerChoice = IN_PROCESS  # tfrbeam.build.runners.choose_workers
     memory_store_bytes: int = 0  # a memory store holds this many bytes of pieces (and held rows), spills the rest
     sequence_buckets: int = 0  # sequence builds: the GroupByKey's buckets of group keys (tfrbeam.build.sequence)
 
@@ -111,7 +121,8 @@ def plan_build(config: BuildConfig, options: PipelineOptions | None = None, *, o
     inputs = list_inputs(config.input.path)
     resolved_input = resolve_config(config, files=inputs)
     check_inputs_hold_rows(resolved_input.input, inputs, config.errors.allow_empty)
-    return _planned(config, resolved_input, tuple(inputs), sum(item.size for item in inputs), options, overwrite, run_id)
+    return _planned(config, resolved_input, tuple(inputs), sum(item.size for item in inputs), options, overwrite, run_id,
+                    workers="choose")
 
 
 # Rows given as Arrow (no input files) of unknown size are taken to be this many bytes when shards are sized by
@@ -120,23 +131,29 @@ UNKNOWN_ROWS_BYTES = 64 << 30
 
 
 def plan_rows(config: BuildConfig, schema: pa.Schema, options: PipelineOptions | None = None, *, overwrite: bool = False,
-              run_id: str | None = None, input_bytes: int | None = None) -> BuildPlan:
+              run_id: str | None = None, input_bytes: int | None = None, own_options: bool = False) -> BuildPlan:
     """Plan a build of rows given as Arrow record batches of ``schema`` rather than read from files.
 
     ``config.input.path`` names the rows (in messages, dead letters and the manifest); the features
     are the config's, checked against ``schema``, or inferred from it as for Parquet. The plan has
     one input, the rows, of ``input_bytes`` (unknown: ``UNKNOWN_ROWS_BYTES`` sizes the buckets).
+    ``own_options``: the options are the launcher's own (write_dataset), so ``--workers N`` applies;
+    otherwise they are a user's pipeline's (WriteDataset) and are described, never changed.
     Raises what ``plan_build`` raises, before anything runs.
     """
     resolved_input = validate_against_schema(config, schema, where=config.input.path)
     rows = InputFile(config.input.path, input_bytes or 0, None)
     return _planned(config, resolved_input, (rows,), input_bytes if input_bytes is not None else UNKNOWN_ROWS_BYTES,
-                    options, overwrite, run_id)
+                    options, overwrite, run_id, workers="given in memory" if own_options else "as given")
 
 
 def _planned(config: BuildConfig, resolved_input: BuildConfig, inputs: tuple[InputFile, ...], input_bytes: int,
-             options: PipelineOptions | None, overwrite: bool, run_id: str | None) -> BuildPlan:
-    """The plan of a config whose features were resolved against its input: split key and output checked."""
+             options: PipelineOptions | None, overwrite: bool, run_id: str | None, workers: str) -> BuildPlan:
+    """The plan of a config whose features were resolved against its input: split key and output checked.
+
+    ``workers``: "choose" (tfrbeam build: ``--workers`` or auto, set on ``options``), "given in memory" (rows
+    in this process: ``--workers N`` set on ``options``, auto stays here) or "as given" (a user's pipeline).
+    """
     features = resolved_input.features
     columns = resolved_input.input.columns
     assert features is not None and columns is not None  # resolving settles both
@@ -145,12 +162,18 @@ def _planned(config: BuildConfig, resolved_input: BuildConfig, inputs: tuple[Inp
     output_root = config.output.path if fs.is_remote(config.output.path) else os.path.abspath(config.output.path)
     check_output_place(output_root, config.output.path)
     check_output_dir(output_root, normalized(config_to_dict(resolved)), overwrite, shown=config.output.path)
+    options = options if options is not None else PipelineOptions([])
+    if workers == "as given":
+        chosen = workers_as_given(options)
+    else:
+        chosen = choose_workers(options, input_bytes, auto=workers == "choose")
+        apply_workers(options, chosen)  # before the piece store is chosen: workers in other processes need files
     return BuildPlan(
         config=resolved, features=features, input_files=inputs, columns=tuple(sorted(columns)),
         sharding=sharding_spec(resolved, input_bytes),
         output_path=config.output.path, output_root=output_root,
         run=this_run(run_id or uuid.uuid4().hex[:16]), runner=runner_name(options), overwrite=overwrite,
-        piece_store=(piece_store := choose_piece_store(options)),
+        piece_store=(piece_store := choose_piece_store(options)), workers=chosen,
         memory_store_bytes=held_piece_budget(options) if piece_store == MEMORY else 0,
         sequence_buckets=sequence_buckets_for(input_bytes) if config.sequence is not None else 0,
     )

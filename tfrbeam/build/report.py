@@ -163,10 +163,19 @@ def summary_table(manifest: dict, seconds: float, run: BuildPlan) -> str:
     rate = rows_read / seconds if seconds > 0 else 0.0
     lines += [f"rows read:  {rows_read:,}", *(_groups_lines(manifest) if sequences else []), bad_line,
         f"time:       {seconds:.1f} s ({rate:,.0f} rows/s, runner {manifest['runner']}, "
-        f"piece store {manifest.get('piece_store', 'auto')})",
+        f"{_workers_text(manifest.get('workers'))}piece store {manifest.get('piece_store', 'auto')})",
         f"manifest:   {run.manifest_path}",
     ]
     return "\n".join(lines)
+
+
+def _workers_text(workers: dict | None) -> str:
+    """"2 worker processes, " / "in process, " for the summary's time line ("" in a manifest from before workers)."""
+    if not workers:
+        return ""
+    if workers["mode"] == "multi_processing":
+        return f"{workers['count']} worker processes, "
+    return "in process, " if workers["mode"] == "in_process" else "the runner's workers, "
 
 
 def _groups_lines(manifest: dict) -> list[str]:

@@ -9,6 +9,8 @@ option, ``auto`` by default) chooses where the shuffle's pieces wait (``tfrbeam.
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import os
 
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, PortableOptions, StandardOptions
@@ -18,9 +20,12 @@ from tfrbeam.build.shuffle import INLINE, MEMORY, PIECE_STORES, SPILL
 from tfrbeam.errors import ConfigError
 
 __all__ = [
-    "AUTO", "DEFAULT_RUNNER", "PieceStoreOptions", "choose_piece_store", "held_piece_budget", "runner_name",
-    "uses_local_workers", "workers_share_this_process",
+    "AUTO", "DEFAULT_RUNNER", "IN_PROCESS", "PieceStoreOptions", "WorkerChoice", "WorkerCountOptions", "apply_workers",
+    "choose_piece_store", "choose_workers", "held_piece_budget", "runner_name", "uses_local_workers",
+    "workers_as_given", "workers_share_this_process",
 ]
+
+_LOG = logging.getLogger(__name__)
 
 DEFAULT_RUNNER = "FnApiRunner"
 AUTO = "auto"
@@ -49,6 +54,174 @@ class PieceStoreOptions(PipelineOptions):
             "process before it spills the rest to files (a size like 512MiB; default 384MiB or a quarter of RAM, "
             "whichever is smaller)",
         )
+
+
+class WorkerCountOptions(PipelineOptions):
+    """``--workers N|auto``: how many worker processes a build on this machine runs (auto: ``choose_workers``)."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser) -> None:
+        parser.add_argument(
+            "--workers", dest="build_workers", default=AUTO,
+            help="worker processes for a build on this machine: N (1 runs in this process; 2 or more runs the "
+            "FnApiRunner's multi_processing mode with N SDK worker processes) or auto (the default: workers only "
+            "where the input is large enough and the machine has cores enough for them to pay, see docs/runners.md)",
+        )
+
+
+# What ``auto`` weighs, measured on the project's 2-core machine (docs/runners.md, benchmarks/build.py --workers,
+# benchmarks/profile_workers.py): out-of-process workers spend this much more CPU per row than the in-process
+# build, which itself keeps this many cores busy; each worker spends seconds importing Beam before its first row.
+OUT_OF_PROCESS_CPU_RATIO = 1.49
+IN_PROCESS_CORES = 1.14
+# ... and the launching process, which carries every element between the workers' stages, spends this share of
+# the in-process build's CPU per row itself, one core at most: it bounds the gain whatever the worker count.
+LAUNCHER_CPU_SHARE = 0.64
+# Workers must be predicted this much faster than the in-process build (the issue's target for 2 workers), and
+# the input big enough that the workers' start (about 3.5 CPU-s each) is a small part of the build.
+WORKERS_MIN_GAIN = 1.3
+WORKERS_MIN_INPUT_BYTES = 1 << 30
+# A worker of the spill-store build peaks near 0.75 GB at 3M rows; leave each at least this much of the RAM.
+WORKER_RAM_BYTES = 1 << 30
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerChoice:
+    """How many workers a build runs and where: ``mode`` is in_process, multi_processing or runner (the runner's own)."""
+
+    count: int | None  # None: the runner decides (Dataflow, Flink, a portable job server)
+    mode: str
+    reason: str
+
+    def describe(self) -> str:
+        if self.mode == "runner":
+            return f"the runner's own ({self.reason})"
+        workers = "in this process" if self.mode == "in_process" else f"{self.count} worker processes"
+        return f"{workers} ({self.reason})"
+
+
+IN_PROCESS = WorkerChoice(1, "in_process", "the default")
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _ram_bytes() -> int:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return 0
+
+
+def predicted_worker_gain(workers: int) -> float:
+    """The model's best case for ``workers`` worker processes against the in-process build, for a large input:
+    the workers' share of the CPU spread over them, or the launcher's share on its one core, whichever is slower."""
+    return min(workers / (OUT_OF_PROCESS_CPU_RATIO * IN_PROCESS_CORES), 1 / (LAUNCHER_CPU_SHARE * IN_PROCESS_CORES))
+
+
+def choose_workers(options: PipelineOptions, input_bytes: int, cores: int | None = None,
+                   ram_bytes: int | None = None, *, auto: bool = True) -> WorkerChoice:
+    """The workers of a build on ``options``' runner: ``--workers N``, Beam's own direct options, or ``auto``.
+
+    ``auto`` runs workers only on a local in-process-capable runner, for inputs of at least
+    WORKERS_MIN_INPUT_BYTES, when ``predicted_worker_gain`` of one worker per core (at most one per
+    WORKER_RAM_BYTES of RAM) reaches WORKERS_MIN_GAIN; otherwise it stays in this process. On 2 cores
+    the model's best case is 1.18x and the measured one 0.84x, so there it stays in process.
+    With ``auto=False`` (rows already in this process's memory) ``auto`` keeps what the options say.
+    Raises ConfigError for a count that is not a positive integer, ``--workers`` on a remote runner,
+    or a ``--workers`` that contradicts ``--direct_num_workers``/``--direct_running_mode``.
+    """
+    requested = str(options.view_as(WorkerCountOptions).build_workers or AUTO).strip().lower()
+    count = _requested_count(requested)
+    direct = options.view_as(DirectOptions)
+    name = runner_name(options)
+    if name not in _IN_PROCESS_RUNNERS:
+        if count is not None:
+            raise ConfigError(
+                f"--workers {requested}: sets the worker processes of a build on this machine, but the runner is "
+                f"{name}; set its own worker options instead (Dataflow: --num_workers, --max_num_workers; "
+                "Flink and Spark: --parallelism)")
+        return WorkerChoice(None, "runner", f"{name} decides")
+    given_count = options.get_all_options(retain_unknown_options=False).get("direct_num_workers")
+    given_mode = direct.direct_running_mode
+    if count is not None and _direct_options_given(options):
+        wanted = (1, "in_memory") if count == 1 else (count, "multi_processing")
+        if (given_count or 1, given_mode) != wanted:
+            raise ConfigError(
+                f"--workers {count} contradicts --direct_num_workers={given_count} --direct_running_mode={given_mode}; "
+                "give one of the two")
+    if count is None and _direct_options_given(options):
+        if given_mode == "multi_processing":
+            return WorkerChoice(given_count or _cores(), "multi_processing", "--direct_num_workers")
+        return WorkerChoice(1, "in_process", f"--direct_running_mode {given_mode}")
+    if count is not None:
+        if count == 1:
+            return WorkerChoice(1, "in_process", "--workers 1")
+        return WorkerChoice(count, "multi_processing", f"--workers {count}")
+    if not auto:
+        return WorkerChoice(1, "in_process", "rows held in this process")
+    return _auto_workers(input_bytes, _cores() if cores is None else cores, _ram_bytes() if ram_bytes is None else ram_bytes)
+
+
+def workers_as_given(options: PipelineOptions) -> WorkerChoice:
+    """The workers a pipeline of the user's own runs with (WriteDataset): its options as they are, never changed."""
+    requested = str(options.view_as(WorkerCountOptions).build_workers or AUTO).strip().lower()
+    if requested != AUTO:
+        raise ConfigError(f"--workers {requested}: sets the workers of tfrbeam build and tfrbeam.write_dataset; a "
+                          "pipeline of your own sets its runner's options (--direct_num_workers, --direct_running_mode)")
+    name = runner_name(options)
+    if name not in _IN_PROCESS_RUNNERS:
+        return WorkerChoice(None, "runner", f"{name} decides")
+    direct = options.view_as(DirectOptions)
+    if direct.direct_running_mode == "multi_processing":
+        return WorkerChoice(direct.direct_num_workers or _cores(), "multi_processing", "the pipeline's options")
+    return WorkerChoice(1, "in_process", "the pipeline's options")
+
+
+def _requested_count(requested: str) -> int | None:
+    if requested == AUTO:
+        return None
+    try:
+        count = int(requested)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise ConfigError(f"--workers: {requested!r} is not a worker count (give a positive integer, or auto)")
+    return count
+
+
+def _direct_options_given(options: PipelineOptions) -> bool:
+    """Whether the user set Beam's own ``--direct_num_workers`` or ``--direct_running_mode``."""
+    given = options.get_all_options(drop_default=True)
+    return "direct_num_workers" in given or "direct_running_mode" in given
+
+
+def _auto_workers(input_bytes: int, cores: int, ram_bytes: int) -> WorkerChoice:
+    workers = min(cores, max(1, ram_bytes // WORKER_RAM_BYTES)) if ram_bytes else cores
+    gain = predicted_worker_gain(workers)
+    if input_bytes < WORKERS_MIN_INPUT_BYTES:
+        return WorkerChoice(1, "in_process", f"auto: {input_bytes / 2**20:,.0f} MiB of input is too little for "
+                            f"workers to pay for their start (from {WORKERS_MIN_INPUT_BYTES >> 30} GiB)")
+    if gain < WORKERS_MIN_GAIN:
+        return WorkerChoice(1, "in_process", f"auto: {workers} worker(s) on {cores} core(s) would be at best "
+                            f"{gain:.2f}x the in-process build (workers from {WORKERS_MIN_GAIN}x)")
+    return WorkerChoice(workers, "multi_processing", f"auto: {cores} cores, {input_bytes / 2**30:,.1f} GiB of input, "
+                        f"predicted up to {gain:.1f}x")
+
+
+def apply_workers(options: PipelineOptions, choice: WorkerChoice) -> None:
+    """Set Beam's direct options so the FnApiRunner runs ``choice``'s workers (nothing for the runner's own)."""
+    direct = options.view_as(DirectOptions)
+    if choice.mode == "multi_processing":
+        direct.direct_num_workers = choice.count
+        direct.direct_running_mode = "multi_processing"
+    elif choice.mode == "in_process" and direct.direct_running_mode == "multi_processing":
+        direct.direct_num_workers = 1
+        direct.direct_running_mode = "in_memory"
 
 
 def runner_name(options: PipelineOptions | None) -> str:

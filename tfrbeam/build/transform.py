@@ -108,10 +108,10 @@ def schema_of_features(config: BuildConfig, where: str) -> pa.Schema:
 
 
 def plan_for(config: BuildConfig, schema: pa.Schema, options: PipelineOptions | None, overwrite: bool,
-             input_bytes: int | None = None) -> BuildPlan:
+             input_bytes: int | None = None, own_options: bool = False) -> BuildPlan:
     """``plan_rows`` with config problems on one line."""
     try:
-        return plan_rows(config, schema, options, overwrite=overwrite, input_bytes=input_bytes)
+        return plan_rows(config, schema, options, overwrite=overwrite, input_bytes=input_bytes, own_options=own_options)
     except ConfigError as error:
         raise one_line(error) from None
 
@@ -296,7 +296,7 @@ def write_dataset(data: Any, path: str | os.PathLike, *, features: Mapping[str, 
                             seed=seed, num_shards=num_shards, max_bytes_per_shard=max_bytes_per_shard,
                             compression=compression, errors=errors, stats=stats)
     options = build_options(pipeline_options)
-    plan = plan_for(config, table.schema, options, overwrite, input_bytes=table.nbytes)
+    plan = plan_for(config, table.schema, options, overwrite, input_bytes=table.nbytes, own_options=True)
     if table.num_rows == 0:
         if not config.errors.allow_empty:
             raise InputError(f"{name} holds no rows; errors.allow_empty is false, so the build fails")

@@ -60,7 +60,8 @@ def _parser() -> argparse.ArgumentParser:
         prog=_PROG, allow_abbrev=False,
         description="Build a shuffled, split, sharded TFRecord dataset from CSV, Parquet, JSON lines, ORC or Avro.",
         epilog="Other options (e.g. --runner DataflowRunner --project P --region R --temp_location gs://... "
-        "--setup_file ./setup.py, or --direct_num_workers 2 --direct_running_mode multi_processing) go to Beam.",
+        "--setup_file ./setup.py) go to Beam. --workers N|auto (default auto) sets the worker processes of a build "
+        "on this machine (docs/runners.md).",
     )
     parser.add_argument("config", metavar="CONFIG.yaml", help="the build config")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
@@ -273,7 +274,8 @@ def describe_plan(plan: BuildPlan) -> str:
               f"output:      {plan.output_path} (compression {sharding.compression or 'none'}"
               f"{', replacing what is there' if plan.overwrite else ''})",
               f"bad rows:    {plan.config.errors.on_bad_record}, at most {plan.config.errors.max_bad_fraction:g} of rows",
-              f"runner:      {plan.runner}"]
+              f"runner:      {plan.runner}",
+              f"workers:     {plan.workers.describe()}"]
     piece_store = getattr(plan, "piece_store", None)
     if piece_store == MEMORY:
         held = plan.memory_store_bytes
