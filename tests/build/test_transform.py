@@ -21,6 +21,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 import tfrbeam
 from tests.faults import injected
+from tfrbeam.build.inputs.batch import SourceBatch
 from tfrbeam.cli.build import main as build_main
 from tfrbeam.codec.example import decode_example
 from tfrbeam.errors import BadRecordError, CommitError, ConfigError, InputError, OutputExistsError, TfrbeamError
@@ -78,6 +79,34 @@ def test_write_dataset_of_a_table_gives_the_bytes_tfrbeam_build_gives(tmp_path, 
     assert read_manifest(str(tmp_path / "api"))["config"]["input"] == {
         "format": "arrow", "path": "table", "columns": None, "split_bytes": 64 << 20}
     assert verify_dataset(str(tmp_path / "api")) == []
+
+
+def test_write_dataset_keeps_its_rows_out_of_the_job_graph(tmp_path, reference, monkeypatch):
+    """Beam pickles and bz2-compresses what beam.Create holds: only (batch, first row) pairs may go there."""
+    table, expected = reference
+    created: list = []
+    original = beam.Create.__init__
+
+    def recording(self, values, *args, **kwargs):
+        created.extend(values)
+        original(self, values, *args, **kwargs)
+
+    monkeypatch.setattr(beam.Create, "__init__", recording)
+    tfrbeam.write_dataset(table, tmp_path / "api", splits=SPLITS, seed=5, num_shards=3, progress=False)
+    assert shard_bytes(tmp_path / "api") == expected
+    assert (0, 1) in created  # the first batch, starting at row 1
+    assert not [value for value in created if isinstance(value, SourceBatch)]
+    assert not (tmp_path / "api" / "write-dataset-rows.arrow").exists()
+
+
+def test_write_dataset_on_worker_processes_gives_the_same_bytes(tmp_path, reference):
+    """``--workers 2``: the workers are other processes, reading the table's batches from the run's staging files."""
+    table, expected = reference
+    result = tfrbeam.write_dataset(table, tmp_path / "api", splits=SPLITS, seed=5, num_shards=3, progress=False,
+                                   pipeline_options=["--workers=2"])
+    assert shard_bytes(tmp_path / "api") == expected
+    assert result.manifest["workers"]["count"] == 2 and result.manifest["piece_store"] == "spill"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["api"]  # no staging left beside it
 
 
 def test_without_shuffle_write_dataset_keeps_the_table_order_as_the_build_keeps_the_file_order(tmp_path):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -33,6 +34,7 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
+from tfrbeam.beam import filesystem as fs
 from tfrbeam.build.config import BuildConfig, InputConfig, parse_config
 from tfrbeam.build.features import BadRow, FeatureSpec, output_type
 from tfrbeam.build.graph import BuildDataset, start_build
@@ -47,6 +49,8 @@ __all__ = ["ROWS_FORMAT", "ROWS_PER_BATCH", "WriteDataset", "arrow_table", "data
 _LOG = logging.getLogger(__name__)
 
 ROWS_FORMAT = "arrow"  # input.format in the manifest's config of a dataset built from rows, not files
+# The table write_dataset is given goes to the workers as this file in the run's staging directory.
+TABLE_FILE_NAME = "write-dataset-rows.arrow"
 ROWS_PER_BATCH = 65536  # rows of an in-memory table per element; dicts are gathered into batches of this many
 
 
@@ -305,11 +309,16 @@ def write_dataset(data: Any, path: str | os.PathLike, *, features: Mapping[str, 
     table = table.select([column for column in table.column_names if column in set(plan.columns)])
     # Progress counts the bytes of the columns built from, against this total.
     plan = dataclasses.replace(plan, input_files=(dataclasses.replace(plan.input_files[0], size=table.nbytes),))
-    sources = list(_numbered_batches(plan.config.input.path, table))
+    rows_file = fs.join(plan.staging_dir, TABLE_FILE_NAME)
 
     def attach(pipeline: beam.Pipeline) -> None:
-        rows = pipeline | "Rows" >> beam.Create(sources, reshuffle=False).with_output_types(SourceBatch)
+        # Only each batch's number and first row go into the pipeline: Beam pickles (and bz2-compresses) what
+        # beam.Create holds, which cost seconds per 20k rows. The rows themselves go to an Arrow IPC file.
+        rows = (pipeline
+                | "Batches" >> beam.Create(_batch_starts(table), reshuffle=False)
+                | "Rows" >> beam.ParDo(_ReadTableBatch(plan.config.input.path, rows_file)).with_output_types(SourceBatch))
         build_rows(rows, plan, publish=False, schema=table.schema, what="write_dataset")
+        _write_table_file(rows_file, table)  # build_rows made the staging directory
 
     with reporting(progress):
         result = launch(plan, options, attach, started)
@@ -318,10 +327,38 @@ def write_dataset(data: Any, path: str | os.PathLike, *, features: Mapping[str, 
     return result
 
 
-def _numbered_batches(source: str, table: pa.Table) -> Iterator[SourceBatch]:
-    """The table in batches of up to ROWS_PER_BATCH rows, each row numbered by its 1-based position in the table."""
-    first = 1
-    for batch in table.to_batches(ROWS_PER_BATCH):
+def _batch_starts(table: pa.Table) -> list[tuple[int, int]]:
+    """(batch number, its first row's 1-based number) for the table cut in batches of up to ROWS_PER_BATCH rows."""
+    starts, first = [], 1
+    for index in range(math.ceil(table.num_rows / ROWS_PER_BATCH)):
+        starts.append((index, first))
+        first += min(ROWS_PER_BATCH, table.num_rows - first + 1)
+    return starts
+
+
+def _write_table_file(path: str, table: pa.Table) -> None:
+    """The table as an uncompressed Arrow IPC file of ROWS_PER_BATCH-row batches, for the pipeline's workers to read."""
+    with fs.create(path) as handle, pa.ipc.new_file(handle, table.schema) as writer:
+        for batch in table.to_batches(ROWS_PER_BATCH):
+            writer.write_batch(batch)
+
+
+class _ReadTableBatch(beam.DoFn):
+    """Batch number -> that batch of the table's IPC file, as a SourceBatch numbered by the rows' place in the table.
+
+    A local file is memory-mapped (its batches are read without a copy); a remote one is read through Beam's FileSystems.
+    """
+
+    def __init__(self, source: str, path: str):
+        self._source, self._path = source, path
+
+    def process(self, element: tuple[int, int]) -> Iterator[SourceBatch]:
+        index, first = element
+        if fs.is_local(self._path):
+            with pa.memory_map(self._path) as mapped:
+                batch = pa.ipc.open_file(mapped).get_batch(index)
+        else:
+            with fs.open_read(self._path) as handle:
+                batch = pa.ipc.open_file(pa.PythonFile(handle, mode="r")).get_batch(index)
         if batch.num_rows:
-            yield SourceBatch(source, np.arange(first, first + batch.num_rows, dtype=np.int64), batch)
-            first += batch.num_rows
+            yield SourceBatch(self._source, np.arange(first, first + batch.num_rows, dtype=np.int64), batch)
