@@ -26,7 +26,7 @@ from tfrbeam.tfrecord.record_index import parse_index
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 CONFIGS = {name: REPO_ROOT / "configs" / f"{name}.yaml" for name in ("demo", "csv_example", "sequence_example")}
 # What differs between two runs of one build by design: when, which run, and how it ran.
-RUN_KEYS = ("started", "finished", "run_id", "runner", "piece_store", "workers")
+RUN_KEYS = ("started", "finished", "run_id", "runner", "piece_store", "workers", "shuffled_bytes")
 INPUT_GLOBS = {"demo": "csv/flights-*.csv", "csv_example": "csv/*.csv", "sequence_example": "sequences/*.csv"}
 MULTI_PROCESSING = ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]
 

@@ -416,6 +416,8 @@ def build_manifest(plan: BuildPlan, shard_plan: ShardPlan, files: Sequence[Writt
         "runner": plan.runner,
         "piece_store": plan.piece_store,
         "workers": {"count": plan.workers.count, "mode": plan.workers.mode, "chosen_by": plan.workers.reason},
+        # Bytes of the pieces that reached the shard writers through the runner (frames too with the inline store).
+        "shuffled_bytes": sum(item.received_bytes for item in files),
         "run_id": plan.run.run_id,
         "started": plan.started,
         "finished": _utc_now(),

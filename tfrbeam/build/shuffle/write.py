@@ -18,6 +18,7 @@ import numpy as np
 from tfrbeam.beam import filesystem as fs
 from tfrbeam.build.progress import WRITTEN, ProgressCounter
 from tfrbeam.build.shuffle.balance import ShardingSpec, ShardPlan, SplitPlan
+from tfrbeam.build.shuffle.coders import PieceCoder
 from tfrbeam.build.shuffle.order import shard_order
 from tfrbeam.build.shuffle.pieces import Piece
 from tfrbeam.build.shuffle.received import Received
@@ -52,6 +53,7 @@ class WrittenShard:
     num_examples: int
     num_bytes: int
     sha256: str
+    received_bytes: int = 0  # what reached this writer through the runner: its pieces as PieceCoder encodes them
 
 
 class _HashingFile:
@@ -128,6 +130,8 @@ class WriteShard(beam.DoFn):
         split_index, shard = split_and_shard(shard_key)
         split_plan = plan.splits[split_index]
         parts = [part for part in parts if len(part)]
+        coder = PieceCoder()
+        received_bytes = sum(coder.estimate_size(part) for part in parts)  # the encoded size, computed
         low, high = split_plan.shard_start(shard), split_plan.shard_start(shard + 1)
         try:
             received = Received(parts, self._store)
@@ -143,7 +147,7 @@ class WriteShard(beam.DoFn):
             for part in parts:
                 self._store.written(part, shard_key)
         self._store.shard_written(shard_key, sum(split.num_shards for split in plan.splits))
-        yield written
+        yield dataclasses.replace(written, received_bytes=received_bytes)
 
     @staticmethod
     def _first_rank_received(split_plan: SplitPlan, low: int, high: int, ordered: bool) -> int:
