@@ -53,6 +53,8 @@ def test_file_patterns_per_split_need_no_input_path():
     given = parse_config({"input": {"format": "parquet"}, "splits": {"train": "d/t-*", "eval": "d/e-*"},
                           "output": {"path": "out"}})
     assert given.input.format == "parquet"
+    mixed = {"splits": {"train": "d/t-*.csv", "eval": "d/e-*.parquet"}, "output": {"path": "out"}}
+    assert "splits: the globs name different formats (train: csv, eval: parquet)" in config_problems(mixed)
 
 
 @pytest.mark.parametrize("splits, message", [

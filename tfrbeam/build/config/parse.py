@@ -442,14 +442,16 @@ def parse_config(raw: Any, where: str = "<config>") -> BuildConfig:
                        sequence=sequence)
 
 
-def _parse_input(check: Checker, raw: Any, patterns: tuple[str, ...] = ()) -> InputConfig:
+def _parse_input(check: Checker, raw: Any, patterns: tuple[tuple[str, str], ...] = ()) -> InputConfig:
     """The input section; with file-pattern splits (``patterns``) there is no input.path, and the format is the first
     pattern's."""
     section = check.mapping(raw, "input", _INPUT_KEYS, required=("path",) if raw is not None and not patterns else ())
     path = (check.string(section, "path", "input", None) or "") if patterns else check.string(section, "path", "input", "")
     if patterns and path:
         check.fail("input.path", "not used when splits are file patterns (each split's glob lists its files); drop it")
-    fmt = section.get("format") or format_from_path(path or (patterns[0] if patterns else ""))
+    fmt = section.get("format") or format_from_path(path or (patterns[0][1] if patterns else ""))
+    if patterns and not section.get("format"):
+        _check_pattern_formats(check, patterns)
     if fmt is None:
         known = ", ".join(FORMAT_EXTENSIONS)
         check.fail("input.format", f"is required: {path!r} does not end in an extension that names a format ({known}; "
@@ -470,6 +472,14 @@ def _parse_input(check: Checker, raw: Any, patterns: tuple[str, ...] = ()) -> In
     columns = check.names(section, "columns", "input")
     split_bytes = _size(check, section, "split_bytes", "input", DEFAULT_SPLIT_BYTES)
     return InputConfig(format=fmt, path=path or "", csv=csv, parquet=parquet, columns=columns, split_bytes=split_bytes)
+
+
+def _check_pattern_formats(check: Checker, patterns: tuple[tuple[str, str], ...]) -> None:
+    """File-pattern splits read one format: globs whose extensions name different ones need input.format."""
+    formats = [(name, format_from_path(pattern)) for name, pattern in patterns]
+    if len({fmt for _, fmt in formats if fmt is not None}) > 1:
+        check.fail("splits", f"the globs name different formats ({', '.join(f'{name}: {fmt}' for name, fmt in formats)}); "
+                   "one build reads one input.format")
 
 
 def format_from_path(path: str) -> str | None:
@@ -767,11 +777,11 @@ def _parse_shuffle(check: Checker, raw: Any) -> ShuffleConfig:
     return ShuffleConfig(enabled=enabled, seed=seed)
 
 
-def _split_patterns(raw: Any) -> tuple[str, ...]:
-    """The globs of file-pattern splits (a mapping of split name to string, no ``column`` key), else ()."""
+def _split_patterns(raw: Any) -> tuple[tuple[str, str], ...]:
+    """The (split, glob) pairs of file-pattern splits (a mapping of split name to string, no ``column`` key), else ()."""
     if not isinstance(raw, dict) or "column" in raw or not any(isinstance(value, str) for value in raw.values()):
         return ()
-    return tuple(value for value in raw.values() if isinstance(value, str))
+    return tuple((str(name), value) for name, value in raw.items() if isinstance(value, str))
 
 
 def _parse_splits(check: Checker, raw: Any) -> tuple[dict[str, float | None], SplitColumn | SplitFiles | None]:
