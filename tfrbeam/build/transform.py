@@ -220,7 +220,8 @@ class WriteDataset(beam.PTransform):
 
     Elements are ``pyarrow.RecordBatch`` (or ``pyarrow.Table``), or dicts, one per row. The
     options are the build config's keys (see docs/build-config.md): ``features`` (the config's
-    mapping; left out: every column of ``schema``, typed from it), ``splits``, ``split_key``,
+    mapping; left out: every column of ``schema``, typed from it), ``splits`` (fractions, or a split
+    column: ``{"column": NAME, "map": {VALUE: SPLIT}}``), ``split_key``,
     ``seed``, ``num_shards`` or ``max_bytes_per_shard``, ``compression``, ``errors``
     (``on_bad_record``, or the mapping), ``stats``; ``overwrite`` replaces another dataset.
     ``schema`` (a ``pyarrow.Schema``) is needed unless every feature has a type: a PCollection's
