@@ -17,6 +17,7 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
 import tfrbeam
+from tests.build.inputs.test_formats_same_bytes import write_all_formats
 from tfrbeam.build.config import parse_config
 from tfrbeam.build.plan import plan_build
 from tfrbeam.cli.build import main as build_main
@@ -193,3 +194,32 @@ def test_write_dataset_in_a_pipeline_with_a_split_column_on_the_fnapi_runner(tmp
 def test_write_dataset_refuses_file_pattern_splits(tmp_path):
     with pytest.raises(ConfigError, match="file patterns split input files"):
         tfrbeam.write_dataset(_table(), tmp_path / "x", splits={"train": "data/*.csv"}, progress=False)
+
+
+def test_every_input_format_splits_by_its_column_into_the_same_bytes(tmp_path):
+    """The same rows as CSV, Parquet, JSON lines (plain and gzip), ORC and Avro: one split column, one dataset."""
+    paths = write_all_formats(tmp_path)
+    group_map = {"a": "train", "b": "train", "c": "eval"}  # "d" is a bad row
+    built = {}
+    for fmt, path in paths.items():
+        config = {"input": {"path": str(path)}, "splits": {"column": "group", "map": group_map},
+                  "shuffle": {"seed": 7}, "output": {"path": str(tmp_path / fmt), "num_shards": 2},
+                  "errors": {"on_bad_record": "skip", "max_bad_fraction": 0.5}}
+        assert build(tmp_path, fmt, config) == 0, fmt
+        built[fmt] = split_bytes(tmp_path / fmt)
+    assert all(shards == built["csv"] for shards in built.values())
+    records = split_records(tmp_path / "parquet")
+    assert sorted(example["id"][0] for example in records["eval"]) == list(range(2, 300, 4))
+    assert sorted(example["id"][0] for example in records["train"]) == sorted(
+        [*range(0, 300, 4), *range(1, 300, 4)])
+    assert all("group" not in example for examples in records.values() for example in examples)
+
+
+def test_an_unshuffled_build_keeps_input_order_within_each_split(tmp_path):
+    (tmp_path / "rows.csv").write_text("id,fold\n" + "".join(f"{i},{FOLDS[i % 5]}\n" for i in range(200)))
+    config = {"input": {"path": str(tmp_path / "rows.csv")}, "splits": {"column": "fold", "map": MAP},
+              "shuffle": {"enabled": False}, "output": {"path": str(tmp_path / "out"), "num_shards": 1}}
+    assert build(tmp_path, "ordered", config) == 0
+    records = split_records(tmp_path / "out")
+    assert [example["id"][0] for example in records["train"]] == [i for i in range(200) if FOLDS[i % 5] == "TRAIN"]
+    assert [example["id"][0] for example in records["test"]] == [i for i in range(200) if FOLDS[i % 5] == "TEST"]
