@@ -797,7 +797,7 @@ def _parse_splits(check: Checker, raw: Any) -> tuple[dict[str, float | None], Sp
         return _parse_split_column(check, raw)
     if _split_patterns(raw):
         return _parse_split_files(check, raw)
-    splits: dict[str, float | None] = {}
+    splits: dict[str, float] = {}
     for name, fraction in raw.items():
         if not _split_name_ok(check, f"splits.{name}", name):
             continue
@@ -806,11 +806,10 @@ def _parse_splits(check: Checker, raw: Any) -> tuple[dict[str, float | None], Sp
             continue
         splits[name] = float(fraction)
     _check_split_case(check, list(splits), lambda name: f"splits.{name}")
-    fractions = [fraction or 0.0 for fraction in splits.values()]
-    if len(splits) == len(raw) and abs(math.fsum(fractions) - 1.0) > 1e-9:
-        check.fail("splits", f"fractions {', '.join(f'{k}: {v:g}' for k, v in splits.items() if v is not None)} sum to "
-                   f"{math.fsum(fractions):.12g}, not 1")
-    return splits, None
+    if len(splits) == len(raw) and abs(math.fsum(splits.values()) - 1.0) > 1e-9:
+        check.fail("splits", f"fractions {', '.join(f'{k}: {v:g}' for k, v in splits.items())} sum to "
+                   f"{math.fsum(splits.values()):.12g}, not 1")
+    return {**splits}, None
 
 
 def _split_name_ok(check: Checker, path: str, name: Any) -> bool:
@@ -822,9 +821,10 @@ def _split_name_ok(check: Checker, path: str, name: Any) -> bool:
 
 
 def _check_split_case(check: Checker, names: list[str], path_of: Callable[[str], str]) -> None:
+    """Distinct split names that differ only in case are refused: their directories and file names would clash."""
     lowered = [name.lower() for name in names]
-    for name in dict.fromkeys(names):
-        if lowered.count(name.lower()) > 1 and names.count(name) < lowered.count(name.lower()):
+    for name in names:
+        if lowered.count(name.lower()) > 1:
             check.fail(path_of(name), "differs from another split name only in case (file names would clash)")
 
 
