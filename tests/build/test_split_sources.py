@@ -217,9 +217,24 @@ def test_every_input_format_splits_by_its_column_into_the_same_bytes(tmp_path):
 
 def test_an_unshuffled_build_keeps_input_order_within_each_split(tmp_path):
     (tmp_path / "rows.csv").write_text("id,fold\n" + "".join(f"{i},{FOLDS[i % 5]}\n" for i in range(200)))
-    config = {"input": {"path": str(tmp_path / "rows.csv")}, "splits": {"column": "fold", "map": MAP},
-              "shuffle": {"enabled": False}, "output": {"path": str(tmp_path / "out"), "num_shards": 1}}
+    config = {"input": {"path": str(tmp_path / "rows.csv")}, "features": {"id": {"type": "int64"}},
+              "splits": {"column": "fold", "map": MAP}, "shuffle": {"enabled": False},
+              "output": {"path": str(tmp_path / "out"), "num_shards": 1}}
     assert build(tmp_path, "ordered", config) == 0
     records = split_records(tmp_path / "out")
+    assert all(set(example) == {"id"} for examples in records.values() for example in examples)  # fold only read
     assert [example["id"][0] for example in records["train"]] == [i for i in range(200) if FOLDS[i % 5] == "TRAIN"]
     assert [example["id"][0] for example in records["test"]] == [i for i in range(200) if FOLDS[i % 5] == "TEST"]
+
+
+def test_relative_globs_are_listed_from_the_working_directory_and_named_as_given(tmp_path, monkeypatch):
+    (tmp_path / "data").mkdir()
+    _write_csv(tmp_path / "data" / "train-0.csv", 0, 20)
+    _write_csv(tmp_path / "data" / "test-0.csv", 20, 5)
+    monkeypatch.chdir(tmp_path)
+    config = {"splits": {"train": "data/train-*.csv", "test": "data/test-*.csv"}, "output": {"path": "out"}}
+    assert build(tmp_path, "relative", config) == 0
+    manifest = json.loads((tmp_path / "out" / "dataset_info.json").read_text())
+    assert [(item["path"], item["split"]) for item in manifest["inputs"]] == [
+        ("data/test-0.csv", "test"), ("data/train-0.csv", "train")]
+    assert {name: split["num_examples"] for name, split in manifest["splits"].items()} == {"train": 20, "test": 5}
