@@ -55,6 +55,7 @@ from tfrbeam.build.held_rows import discard_held_rows
 from tfrbeam.build.plan import DALI_DIR_NAME, BuildPlan, check_output_dir, dataset_entries, foreign_entries, normalized
 from tfrbeam.build.sequence import SequenceCounts, SequenceStage
 from tfrbeam.build.shuffle import ShardPlan, WrittenShard, discard_pieces
+from tfrbeam.build.splits import describe_split_source
 from tfrbeam.errors import (
     CommitError,
     ManifestError,
@@ -409,9 +410,10 @@ def build_manifest(plan: BuildPlan, shard_plan: ShardPlan, files: Sequence[Writt
             if config.shuffle.enabled else "input order: input files sorted by path, then row order"
             + (" of each SequenceExample's earliest row" if sequences is not None else "")
         ),
-        "split_assignment": "XXH3-128 hash of " + (
-            f"split_key {list(config.split_key)}" if config.split_key else "the whole example"
-        ) + (" (of each group)" if sequences is not None else "") + " against cumulative fractions; independent of the seed",
+        "split_assignment": describe_split_source(config, plan.input_splits) if config.split_by is not None else (
+            "XXH3-128 hash of " + (f"split_key {list(config.split_key)}" if config.split_key else "the whole example")
+            + (" (of each group)" if sequences is not None else "") + " against cumulative fractions; independent of the seed"
+        ),
         "versions": {"tfrbeam": tfrbeam.__version__, "apache_beam": beam.__version__, "python": platform.python_version()},
         "runner": plan.runner,
         "piece_store": plan.piece_store,

@@ -26,7 +26,7 @@ from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.publish import StagingDir
 from tfrbeam.beam.runner_support import TAGGED_SIDE_INPUT_LOSERS, refuse_lossy_runner
 from tfrbeam.build.commit import CommitDataset, DeadLetterFile
-from tfrbeam.build.config import BuildConfig
+from tfrbeam.build.config import BuildConfig, SplitColumn
 from tfrbeam.build.inputs.batch import convert_source_batch
 from tfrbeam.build.inputs.read import ReadTabular
 from tfrbeam.build.plan import BuildPlan, plan_build
@@ -49,6 +49,7 @@ from tfrbeam.build.shuffle import (
     seeded_sort_keys,
     split_indices,
 )
+from tfrbeam.build.splits import ColumnSplits
 from tfrbeam.codec.encode import encode_record_batch
 from tfrbeam.errors import BadRecordError
 from tfrbeam.layout.manifest import ERRORS_DIR_NAME
@@ -169,7 +170,12 @@ class _ConvertAndKey(beam.DoFn):
     def __init__(self, run: BuildPlan, spec: ShardingSpec, input_paths: list[str]):
         self._features = run.features
         self._split_key = run.config.split_key
-        self._fractions = list(run.config.splits.values())
+        self._num_splits = len(run.config.splits)
+        self._fractions = run.config.fractions if run.config.split_by is None else ()
+        split_by = run.config.split_by
+        self._split_column = ColumnSplits(split_by, tuple(run.config.splits)) if isinstance(split_by, SplitColumn) else None
+        # File-pattern splits: each input file's split (the plan listed every glob once).
+        self._file_split = {item.path: split for item, split in zip(run.input_files, run.input_splits)}
         self._seed = run.config.shuffle.seed if run.config.shuffle.enabled else None
         self._action = run.config.errors.on_bad_record
         self._input_index = {path: index for index, path in enumerate(sorted(input_paths))}
@@ -185,9 +191,12 @@ class _ConvertAndKey(beam.DoFn):
         converted = source.converted if source.converted is not None else convert_source_batch(source, self._features)
         if self._keyer is not None:
             converted = self._keyer.without_null_keys(source, converted)
+        split = None
+        if self._split_column is not None:  # rows whose split value is null or unknown become bad rows here
+            converted, split = self._split_column.assign(source, source.batch, converted)
         bad_rows = converted.bad_rows
         rows_read = source.batch.num_rows + len(source.bad_rows)  # the reader's rejects are not in the batch
-        self._absent = np.zeros((len(self._fractions), len(self._features)), dtype=np.int64)
+        self._absent = np.zeros((self._num_splits, len(self._features)), dtype=np.int64)
         if bad_rows:
             beam.metrics.Metrics.counter("tfrbeam", "bad_rows").inc(len(bad_rows))
             if self._action == "fail":
@@ -202,31 +211,36 @@ class _ConvertAndKey(beam.DoFn):
             lines = np.asarray(source.lines, dtype=np.int64)[converted.kept_rows]
             yield from self._keyer.rows_by_bucket(batch, self._input_index[source.path], lines)
         elif batch.num_rows:
-            yield from self._pieces(source, batch, converted.kept_rows)
+            yield from self._pieces(source, batch, converted.kept_rows, split)
         # (rows read, bad rows, per split and feature the examples that lack it): the commit checks
         # the first two against the shards and records presence from the data, not from the schema.
         yield beam.pvalue.TaggedOutput(_STATS, (rows_read, len(bad_rows), tuple(map(tuple, self._absent.tolist()))))
         self._progress(rows_read)
 
-    def _pieces(self, source, batch, kept_rows: np.ndarray) -> Iterator[KeyedRecords]:
+    def _pieces(self, source, batch, kept_rows: np.ndarray, split: np.ndarray | None) -> Iterator[KeyedRecords]:
         encoded = encode_record_batch(batch)
         data, offsets = encoded.data, encoded.offsets
         digests, crcs = record_checksums(data, offsets)
-        if self._split_key:
-            key_encoded = encode_record_batch(batch.select(list(self._split_key)))
-            split_hashes = content_digests(key_encoded.data, key_encoded.offsets)[:, 0]
-        else:
-            split_hashes = digests[:, 0]
-        split = split_indices(split_hashes, self._fractions)
+        if split is None and source.path in self._file_split:
+            split = np.full(batch.num_rows, self._file_split[source.path], dtype=np.uint16)
+        elif split is None:
+            split = split_indices(self._split_hashes(batch, digests), self._fractions)
         for column, spec in enumerate(self._features):
             if batch.column(spec.name).null_count:
                 missing = np.asarray(batch.column(spec.name).is_null(), dtype=bool)
-                self._absent[:, column] += np.bincount(split[missing], minlength=len(self._fractions))
+                self._absent[:, column] += np.bincount(split[missing], minlength=self._num_splits)
         if self._seed is not None:
             keys = seeded_sort_keys(digests[:, 1], self._seed)
         else:
             keys = input_order_keys(self._input_index[source.path], np.asarray(source.lines, dtype=np.int64)[kept_rows])
         yield from keyed_pieces(split, keys, offsets, data, crcs, self.piece_bytes)
+
+    def _split_hashes(self, batch, digests: np.ndarray) -> np.ndarray:
+        """What fraction splits hash: the split_key features' encoding, or the whole example's digest."""
+        if not self._split_key:
+            return digests[:, 0]
+        key_encoded = encode_record_batch(batch.select(list(self._split_key)))
+        return content_digests(key_encoded.data, key_encoded.offsets)[:, 0]
 
     def _progress(self, rows: int) -> None:
         self._rows += rows

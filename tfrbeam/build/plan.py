@@ -24,7 +24,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.filesystem import BEAM_FILES
 from tfrbeam.beam.publish import RunIdentity, staging_path, this_run
-from tfrbeam.build.config import BuildConfig, config_to_dict
+from tfrbeam.build.config import BuildConfig, SplitFiles, config_to_dict
 from tfrbeam.build.features import FeatureSpec
 from tfrbeam.build.inputs.files import InputFile, list_inputs
 from tfrbeam.build.inputs.sample import check_inputs_hold_rows
@@ -40,6 +40,7 @@ from tfrbeam.build.runners import (
     workers_as_given,
 )
 from tfrbeam.build.shuffle import INLINE, MAX_BUCKET_BITS, MEMORY, ShardingSpec, bucket_bits_for
+from tfrbeam.build.splits import list_split_inputs
 from tfrbeam.errors import ConfigError, ManifestError, OutputExistsError, OutputNotWritableError
 from tfrbeam.layout.manifest import read_manifest
 from tfrbeam.layout.names import DALI_DIR_NAME, ERRORS_DIR_NAME, MANIFEST_NAME, STATS_HTML, STATS_JSON
@@ -73,6 +74,7 @@ class BuildPlan:
     workers: WorkerChoice = IN_PROCESS  # tfrbeam.build.runners.choose_workers
     memory_store_bytes: int = 0  # a memory store holds this many bytes of pieces (and held rows), spills the rest
     sequence_buckets: int = 0  # sequence builds: the GroupByKey's buckets of group keys (tfrbeam.build.sequence)
+    input_splits: tuple[int, ...] = ()  # file-pattern splits: the split index of each input file
 
     @property
     def started(self) -> str:
@@ -89,7 +91,10 @@ class BuildPlan:
 
     @property
     def inputs(self) -> tuple[dict[str, Any], ...]:
-        return tuple({"path": item.path, "size": item.size, "mtime": item.mtime} for item in self.input_files)
+        names = list(self.config.splits)
+        splits = [{"split": names[index]} for index in self.input_splits] or [{}] * len(self.input_files)
+        return tuple({"path": item.path, "size": item.size, "mtime": item.mtime, **split}
+                     for item, split in zip(self.input_files, splits))
 
     @property
     def manifest_path(self) -> str:
@@ -118,11 +123,15 @@ def plan_build(config: BuildConfig, options: PipelineOptions | None = None, *, o
     OutputExistsError (the output holds another dataset and ``overwrite`` is false) and
     OutputNotWritableError (the output is a file, cannot be created or written, or its disk is full).
     """
-    inputs = list_inputs(config.input.path)
+    if isinstance(config.split_by, SplitFiles):
+        inputs, input_splits = list_split_inputs(config.split_by)
+    else:
+        inputs, input_splits = list_inputs(config.input.path), ()
     resolved_input = resolve_config(config, files=inputs)
     check_inputs_hold_rows(resolved_input.input, inputs, config.errors.allow_empty)
-    return _planned(config, resolved_input, tuple(inputs), sum(item.size for item in inputs), options, overwrite, run_id,
+    plan = _planned(config, resolved_input, tuple(inputs), sum(item.size for item in inputs), options, overwrite, run_id,
                     workers="choose")
+    return dataclasses.replace(plan, input_splits=input_splits)
 
 
 # Rows given as Arrow (no input files) of unknown size are taken to be this many bytes when shards are sized by
@@ -141,6 +150,9 @@ def plan_rows(config: BuildConfig, schema: pa.Schema, options: PipelineOptions |
     otherwise they are a user's pipeline's (WriteDataset) and are described, never changed.
     Raises what ``plan_build`` raises, before anything runs.
     """
+    if isinstance(config.split_by, SplitFiles):
+        raise ConfigError("splits: file patterns split input files, but these rows come from no files; split them by "
+                          "fractions or by a split column")
     resolved_input = validate_against_schema(config, schema, where=config.input.path)
     rows = InputFile(config.input.path, input_bytes or 0, None)
     return _planned(config, resolved_input, (rows,), input_bytes if input_bytes is not None else UNKNOWN_ROWS_BYTES,

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tfrbeam.build.config.parse import Checker, check_default, with_feature_null_values
-from tfrbeam.build.config.schema import BuildConfig, CsvOptions, InputConfig, SequenceConfig
+from tfrbeam.build.config.schema import BuildConfig, CsvOptions, InputConfig, SequenceConfig, SplitColumn
 from tfrbeam.build.features import (
     FeatureSpec,
     ambiguous_source,
@@ -28,6 +28,7 @@ from tfrbeam.build.features import (
 )
 from tfrbeam.build.inputs.files import InputFile
 from tfrbeam.build.inputs.sample import CsvSample, InputSample, inspect_input, read_csv_sample
+from tfrbeam.build.splits import split_column_problem
 from tfrbeam.errors import ArrowConversionError, ConfigError
 
 __all__ = [
@@ -72,8 +73,15 @@ def validate_against_schema(config: BuildConfig, schema: pa.Schema, sample: pa.R
             check.fail("input.columns", f"{column!r} is not a column of {where} (columns: {_names(names)})")
     specs = config.features
     inferred = specs is None
-    if specs is None:
-        columns = [name for name in names if config.input.columns is None or name in config.input.columns]
+    split_by = config.split_by if isinstance(config.split_by, SplitColumn) else None
+    split_column = split_by.column if split_by is not None else None
+    if split_by is not None:
+        problem = split_column_problem(split_by, schema, config.input.columns, where)
+        if problem is not None:
+            check.fail("splits.column", problem)
+    if specs is None:  # the split column is not a feature unless listed (as TFRecorder drops it)
+        columns = [name for name in names if (config.input.columns is None or name in config.input.columns)
+                   and name != split_column]
         if csv and sample is not None:  # the sample-based inference infer-config writes, too
             booleans = (config.input.csv.true_values or (), config.input.csv.false_values or ())
             nulls = column_nulls or {}
@@ -135,6 +143,7 @@ def validate_against_schema(config: BuildConfig, schema: pa.Schema, sample: pa.R
     input_config = with_feature_null_values(config.input, tuple(resolved))
     if input_config.columns is None:
         columns = [source_column(schema, spec.source_ref) for spec in resolved]
+        columns += [split_column] if split_column else []
         input_config = replace(input_config, columns=tuple(dict.fromkeys(columns)))
     return replace(config, input=input_config, features=tuple(resolved))
 

@@ -55,7 +55,7 @@ ROWS_PER_BATCH = 65536  # rows of an in-memory table per element; dicts are gath
 
 
 def dataset_config(path: str | os.PathLike, source: str, *, features: Mapping[str, Any] | Sequence[FeatureSpec] | None = None,
-                   splits: Mapping[str, float] | None = None, split_key: str | Sequence[str] | None = None,
+                   splits: Mapping[str, Any] | None = None, split_key: str | Sequence[str] | None = None,
                    shuffle: bool = True, seed: int = 0, num_shards: int | Mapping[str, int] | None = None,
                    max_bytes_per_shard: int | str | None = None, compression: str | None = None,
                    errors: str | Mapping[str, Any] | None = None, stats: bool = False, dali_index: bool = False,
@@ -78,6 +78,9 @@ def dataset_config(path: str | os.PathLike, source: str, *, features: Mapping[st
                            "shuffle": {"enabled": shuffle, "seed": seed}, "stats": stats}
     if splits is not None:
         raw["splits"] = dict(splits)
+        if "column" not in raw["splits"] and any(isinstance(value, str) for value in raw["splits"].values()):
+            raise ConfigError(f"{where}: splits: file patterns split input files, but these rows come from no files; "
+                              "split them by fractions or by a split column ({'column': NAME, 'map': {...}})")
     if split_key is not None:
         raw["split_key"] = split_key if isinstance(split_key, str) else list(split_key)
     if errors is not None:
@@ -221,7 +224,8 @@ class WriteDataset(beam.PTransform):
 
     Elements are ``pyarrow.RecordBatch`` (or ``pyarrow.Table``), or dicts, one per row. The
     options are the build config's keys (see docs/build-config.md): ``features`` (the config's
-    mapping; left out: every column of ``schema``, typed from it), ``splits``, ``split_key``,
+    mapping; left out: every column of ``schema``, typed from it), ``splits`` (fractions, or a split
+    column: ``{"column": NAME, "map": {VALUE: SPLIT}}``), ``split_key``,
     ``seed``, ``num_shards`` or ``max_bytes_per_shard``, ``compression``, ``errors``
     (``on_bad_record``, or the mapping), ``stats``; ``overwrite`` replaces another dataset.
     ``schema`` (a ``pyarrow.Schema``) is needed unless every feature has a type: a PCollection's
@@ -236,7 +240,7 @@ class WriteDataset(beam.PTransform):
     """
 
     def __init__(self, path: str | os.PathLike, *, features: Mapping[str, Any] | Sequence[FeatureSpec] | None = None,
-                 schema: pa.Schema | None = None, splits: Mapping[str, float] | None = None,
+                 schema: pa.Schema | None = None, splits: Mapping[str, Any] | None = None,
                  split_key: str | Sequence[str] | None = None, shuffle: bool = True, seed: int = 0,
                  num_shards: int | Mapping[str, int] | None = None, max_bytes_per_shard: int | str | None = None,
                  compression: str | None = None, errors: str | Mapping[str, Any] | None = None, stats: bool = False,
@@ -278,7 +282,7 @@ def arrow_table(data: Any) -> pa.Table:
 
 
 def write_dataset(data: Any, path: str | os.PathLike, *, features: Mapping[str, Any] | Sequence[FeatureSpec] | None = None,
-                  splits: Mapping[str, float] | None = None, split_key: str | Sequence[str] | None = None,
+                  splits: Mapping[str, Any] | None = None, split_key: str | Sequence[str] | None = None,
                   shuffle: bool = True, seed: int = 0, num_shards: int | Mapping[str, int] | None = None,
                   max_bytes_per_shard: int | str | None = None, compression: str | None = None,
                   errors: str | Mapping[str, Any] | None = None, stats: bool = False, overwrite: bool = False,

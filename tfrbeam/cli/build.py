@@ -42,6 +42,7 @@ from tfrbeam.build.features import FeatureSpec
 from tfrbeam.build.graph import build_pipeline
 from tfrbeam.build.plan import BuildPlan, plan_build
 from tfrbeam.build.shuffle import MEMORY
+from tfrbeam.build.splits import describe_split_source
 from tfrbeam.errors import (
     BuildFailedError,
     ConfigError,
@@ -260,8 +261,12 @@ def describe_plan(plan: BuildPlan) -> str:
     for spec, kind in zip(plan.features, kinds):
         source = f"  from {spec.source}" if spec.source != spec.name else ""
         lines.append(f"  {spec.name:<{width}}  {kind:<{kind_width}}  {_shape_text(spec.shape):<7}  {_null_text(spec)}{source}")
-    lines.append("splits:      " + ", ".join(f"{name} {fraction:g}" for name, fraction in plan.config.splits.items())
-                 + (f" (by {', '.join(plan.config.split_key)})" if plan.config.split_key else ""))
+    if plan.config.split_by is not None:
+        lines.append(f"splits:      {', '.join(plan.config.splits)} by {describe_split_source(plan.config, plan.input_splits)}")
+    else:
+        lines.append("splits:      " + ", ".join(f"{name} {fraction:g}" for name, fraction in zip(plan.config.splits,
+                                                                                               plan.config.fractions))
+                     + (f" (by {', '.join(plan.config.split_key)})" if plan.config.split_key else ""))
     sharding = plan.sharding
     if sharding.max_bytes_per_shard is not None:
         lines.append(f"shards:      as many per split as keep each under {sharding.max_bytes_per_shard:,} bytes")

@@ -29,6 +29,8 @@ from tfrbeam.build.config.schema import (
     ParquetOptions,
     SequenceConfig,
     ShuffleConfig,
+    SplitColumn,
+    SplitFiles,
 )
 from tfrbeam.build.features import FeatureSpec
 from tfrbeam.errors import ConfigError
@@ -49,6 +51,8 @@ __all__ = [
     "ParquetOptions",
     "SequenceConfig",
     "ShuffleConfig",
+    "SplitColumn",
+    "SplitFiles",
     "apply_overrides",
     "config_to_dict",
     "format_from_path",

@@ -32,6 +32,8 @@ from tfrbeam.build.config.schema import (
     ParquetOptions,
     SequenceConfig,
     ShuffleConfig,
+    SplitColumn,
+    SplitFiles,
 )
 from tfrbeam.build.features import (
     FEATURE_TYPES,
@@ -408,13 +410,16 @@ _SEQUENCE_KEYS = ("group_by", "order_by", "context", "max_steps", "overflow", "m
 def parse_config(raw: Any, where: str = "<config>") -> BuildConfig:
     """Validate a raw (YAML-loaded) config and build the BuildConfig; all problems raise one ConfigError."""
     check = Checker()
-    top = check.mapping(raw, "", _TOP_KEYS, required=("input", "output"))
-    input_config = _parse_input(check, top.get("input"))
+    patterns = _split_patterns(raw.get("splits") if isinstance(raw, dict) else None)
+    top = check.mapping(raw, "", _TOP_KEYS, required=("output",) if patterns else ("input", "output"))
+    input_config = _parse_input(check, top.get("input"), patterns)
     features = _parse_features(check, top.get("features"), input_config)
     input_config = with_feature_null_values(input_config, features)
     shuffle = _parse_shuffle(check, top.get("shuffle"))
-    splits = _parse_splits(check, top.get("splits"))
+    splits, split_by = _parse_splits(check, top.get("splits"))
     split_key = check.names(top, "split_key", "split_key", allow_single=True)
+    if split_by is not None and split_key is not None:
+        check.fail("split_key", "only fraction splits are hashed; splits from a column or file patterns take no split_key")
     output = _parse_output(check, top.get("output"), splits)
     errors = _parse_errors(check, top.get("errors"))
     stats = top.get("stats", False)
@@ -422,7 +427,9 @@ def parse_config(raw: Any, where: str = "<config>") -> BuildConfig:
         check.fail("stats", f"{_show(stats)} is not a boolean (true writes stats.json and stats.html with the dataset)")
         stats = False
     sequence = _parse_sequence(check, top.get("sequence")) if top.get("sequence") is not None else None
-    if sequence is not None:
+    if sequence is not None and split_by is not None:
+        check.fail("sequence", "a SequenceExample build splits by its group key's hash; give splits as fractions")
+    elif sequence is not None:
         split_key = _sequence_split_key(check, sequence, split_key)
         if stats:
             check.fail("stats", "statistics of SequenceExample datasets are not computed yet (set stats: false)")
@@ -431,13 +438,20 @@ def parse_config(raw: Any, where: str = "<config>") -> BuildConfig:
         heading = f"{where}: {count} problem{'s' if count > 1 else ''} in the build config:\n  "
         raise ConfigError(heading + "\n  ".join(check.problems))
     return BuildConfig(input=input_config, output=output, features=features, shuffle=shuffle,
-                       splits=splits, split_key=split_key, errors=errors, stats=stats, sequence=sequence)
+                       splits=splits, split_by=split_by, split_key=split_key, errors=errors, stats=stats,
+                       sequence=sequence)
 
 
-def _parse_input(check: Checker, raw: Any) -> InputConfig:
-    section = check.mapping(raw, "input", _INPUT_KEYS, required=("path",) if raw is not None else ())
-    path = check.string(section, "path", "input", "")
-    fmt = section.get("format") or format_from_path(path or "")
+def _parse_input(check: Checker, raw: Any, patterns: tuple[tuple[str, str], ...] = ()) -> InputConfig:
+    """The input section; with file-pattern splits (``patterns``) there is no input.path, and the format is the first
+    pattern's."""
+    section = check.mapping(raw, "input", _INPUT_KEYS, required=("path",) if raw is not None and not patterns else ())
+    path = (check.string(section, "path", "input", None) or "") if patterns else check.string(section, "path", "input", "")
+    if patterns and path:
+        check.fail("input.path", "not used when splits are file patterns (each split's glob lists its files); drop it")
+    fmt = section.get("format") or format_from_path(path or (patterns[0][1] if patterns else ""))
+    if patterns and not section.get("format"):
+        _check_pattern_formats(check, patterns)
     if fmt is None:
         known = ", ".join(FORMAT_EXTENSIONS)
         check.fail("input.format", f"is required: {path!r} does not end in an extension that names a format ({known}; "
@@ -458,6 +472,14 @@ def _parse_input(check: Checker, raw: Any) -> InputConfig:
     columns = check.names(section, "columns", "input")
     split_bytes = _size(check, section, "split_bytes", "input", DEFAULT_SPLIT_BYTES)
     return InputConfig(format=fmt, path=path or "", csv=csv, parquet=parquet, columns=columns, split_bytes=split_bytes)
+
+
+def _check_pattern_formats(check: Checker, patterns: tuple[tuple[str, str], ...]) -> None:
+    """File-pattern splits read one format: globs whose extensions name different ones need input.format."""
+    formats = [(name, format_from_path(pattern)) for name, pattern in patterns]
+    if len({fmt for _, fmt in formats if fmt is not None}) > 1:
+        check.fail("splits", f"the globs name different formats ({', '.join(f'{name}: {fmt}' for name, fmt in formats)}); "
+                   "one build reads one input.format")
 
 
 def format_from_path(path: str) -> str | None:
@@ -755,34 +777,134 @@ def _parse_shuffle(check: Checker, raw: Any) -> ShuffleConfig:
     return ShuffleConfig(enabled=enabled, seed=seed)
 
 
-def _parse_splits(check: Checker, raw: Any) -> dict[str, float]:
+def _split_patterns(raw: Any) -> tuple[tuple[str, str], ...]:
+    """The (split, glob) pairs of file-pattern splits (a mapping of split name to string, no ``column`` key), else ()."""
+    if not isinstance(raw, dict) or "column" in raw or not any(isinstance(value, str) for value in raw.values()):
+        return ()
+    return tuple((str(name), value) for name, value in raw.items() if isinstance(value, str))
+
+
+def _parse_splits(check: Checker, raw: Any) -> tuple[dict[str, float | None], SplitColumn | SplitFiles | None]:
+    """The split names in order and what assigns rows to them: fractions of the hash, a split column or file patterns."""
     if raw is None:
-        return {"train": 1.0}
+        return {"train": 1.0}, None
     if not isinstance(raw, dict) or not raw:
-        check.fail("splits", f"expected a mapping of split name to fraction, e.g. {{train: 0.8, eval: 0.2}}, got {_show(raw)}")
-        return {"train": 1.0}
+        check.fail("splits", "expected a mapping of split name to fraction (e.g. {train: 0.8, eval: 0.2}), a split column "
+                   "({column: NAME, map: {VALUE: SPLIT}}) or file patterns ({train: data/train-*.csv}), got "
+                   + _show(raw))
+        return {"train": 1.0}, None
+    if "column" in raw:
+        return _parse_split_column(check, raw)
+    if _split_patterns(raw):
+        return _parse_split_files(check, raw)
     splits: dict[str, float] = {}
     for name, fraction in raw.items():
-        path = f"splits.{name}"
-        if not isinstance(name, str) or not SPLIT_NAME.match(name):
-            check.fail(path, f"{_show(name)} is not a valid split name (a letter, then letters, digits, _ or -; "
-                       "it becomes part of file names)")
+        if not _split_name_ok(check, f"splits.{name}", name):
             continue
         if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
-            check.fail(path, f"{_show(fraction)} is not a fraction greater than 0 and at most 1")
+            check.fail(f"splits.{name}", f"{_show(fraction)} is not a fraction greater than 0 and at most 1")
             continue
         splits[name] = float(fraction)
-    lowered = [name.lower() for name in splits]
-    for name in splits:
-        if lowered.count(name.lower()) > 1:
-            check.fail(f"splits.{name}", "differs from another split name only in case (file names would clash)")
+    _check_split_case(check, list(splits), lambda name: f"splits.{name}")
     if len(splits) == len(raw) and abs(math.fsum(splits.values()) - 1.0) > 1e-9:
         check.fail("splits", f"fractions {', '.join(f'{k}: {v:g}' for k, v in splits.items())} sum to "
                    f"{math.fsum(splits.values()):.12g}, not 1")
-    return splits
+    return {**splits}, None
 
 
-def _parse_output(check: Checker, raw: Any, splits: dict[str, float]) -> OutputConfig:
+def _split_name_ok(check: Checker, path: str, name: Any) -> bool:
+    if isinstance(name, str) and SPLIT_NAME.match(name):
+        return True
+    check.fail(path, f"{_show(name)} is not a valid split name (a letter, then letters, digits, _ or -; it becomes part "
+               "of file names)")
+    return False
+
+
+def _check_split_case(check: Checker, names: list[str], path_of: Callable[[str], str]) -> None:
+    """Distinct split names that differ only in case are refused: their directories and file names would clash."""
+    lowered = [name.lower() for name in names]
+    for name in names:
+        if lowered.count(name.lower()) > 1:
+            check.fail(path_of(name), "differs from another split name only in case (file names would clash)")
+
+
+def _parse_split_column(check: Checker, raw: dict) -> tuple[dict[str, float | None], SplitColumn | None]:
+    """splits: {column: NAME, map: {VALUE: SPLIT, ...}, names: [SPLIT, ...]}; names is required without a map."""
+    section = check.mapping(raw, "splits", ("column", "map", "names"))
+    column = check.string(section, "column", "splits", "")
+    raw_map = section.get("map")
+    values: list[tuple[str, str]] = []
+    if raw_map is not None and (not isinstance(raw_map, dict) or not raw_map):
+        check.fail("splits.map", f"{_show(raw_map)} is not a non-empty mapping of column value to split name")
+    elif raw_map is not None:
+        values = _split_map(check, raw_map)
+    names = _split_names(check, section.get("names"), values, raw_map is not None)
+    _check_split_case(check, names, lambda name: "splits.map" if raw_map is not None else "splits.names")
+    if not column or not names:
+        return {"train": None}, None
+    return dict.fromkeys(names), SplitColumn(column, tuple(values))
+
+
+def _split_map(check: Checker, raw_map: dict) -> list[tuple[str, str]]:
+    """The map's (value as the column's text, split) pairs: integer keys as digits, booleans as true/false."""
+    values: list[tuple[str, str]] = []
+    for key, split in raw_map.items():
+        if isinstance(key, bool):
+            text = "true" if key else "false"
+        elif isinstance(key, (str, int)):
+            text = str(key)
+        else:
+            check.fail(f"splits.map.{key}", f"a map key is a string, integer or boolean (the column's value), not {_show(key)}")
+            continue
+        if any(text == seen for seen, _ in values):
+            check.fail("splits.map", f"the value {text!r} is given twice")
+        elif _split_name_ok(check, f"splits.map.{key}", split):
+            values.append((text, split))
+    return values
+
+
+def _split_names(check: Checker, raw_names: Any, values: list[tuple[str, str]], mapped: bool) -> list[str]:
+    """The split names of a split column in order: names if given (checked against the map), else the map's values."""
+    from_map = list(dict.fromkeys(split for _, split in values))
+    if raw_names is None:
+        if not mapped:
+            check.fail("splits.names", "is required without splits.map (the split names the column's values are, "
+                       "e.g. names: [train, eval])")
+        return from_map
+    if not isinstance(raw_names, list) or not raw_names:
+        check.fail("splits.names", f"{_show(raw_names)} is not a non-empty list of split names")
+        return from_map
+    names = [name for name in raw_names if _split_name_ok(check, "splits.names", name)]
+    if len(set(names)) < len(names):
+        check.fail("splits.names", f"{_show(raw_names)} names a split more than once")
+    if mapped and values and set(names) != set(from_map):
+        check.fail("splits.names", f"{_show(raw_names)} differs from the split names of splits.map ({', '.join(from_map)})")
+    return list(dict.fromkeys(names))
+
+
+def _parse_split_files(check: Checker, raw: dict) -> tuple[dict[str, float | None], SplitFiles | None]:
+    """splits: {SPLIT: GLOB, ...}: every row of a file a split's glob matches goes to that split."""
+    if not all(isinstance(value, str) for value in raw.values()):
+        for name, value in raw.items():
+            if isinstance(value, str):
+                check.fail(f"splits.{name}", f"{_show(value)} is not a fraction greater than 0 and at most 1 (splits "
+                           "mixes fractions and file patterns: give every split a fraction, or every split a glob)")
+        return {"train": None}, None
+    patterns: list[tuple[str, str]] = []
+    for name, pattern in raw.items():
+        if not _split_name_ok(check, f"splits.{name}", name):
+            continue
+        if not pattern:
+            check.fail(f"splits.{name}", f"{_show(pattern)} is not a non-empty glob")
+            continue
+        patterns.append((name, pattern))
+    _check_split_case(check, [name for name, _ in patterns], lambda name: f"splits.{name}")
+    if len(patterns) < len(raw):
+        return {"train": None}, None
+    return dict.fromkeys(name for name, _ in patterns), SplitFiles(tuple(patterns))
+
+
+def _parse_output(check: Checker, raw: Any, splits: dict[str, float | None]) -> OutputConfig:
     section = check.mapping(raw, "output", _OUTPUT_KEYS, required=("path",) if raw is not None else ())
     path = check.string(section, "path", "output", "") or ""
     raw_shards = section.get("num_shards")
@@ -906,7 +1028,9 @@ def _show(value: Any) -> str:
 def config_to_dict(config: BuildConfig) -> dict:
     """The full resolved config as plain YAML/JSON data; parse_config(config_to_dict(c)) == c."""
     csv = config.input.csv
-    input_section: dict[str, Any] = {"format": config.input.format, "path": config.input.path}
+    input_section: dict[str, Any] = {"format": config.input.format}
+    if config.input.path:  # file-pattern splits have no input.path
+        input_section["path"] = config.input.path
     if config.input.format == "csv":
         input_section["csv"] = {
             "delimiter": csv.delimiter, "quote_char": csv.quote_char, "escape_char": csv.escape_char,
@@ -927,7 +1051,7 @@ def config_to_dict(config: BuildConfig) -> dict:
         "input": input_section,
         "features": features,
         "shuffle": {"enabled": config.shuffle.enabled, "seed": config.shuffle.seed},
-        "splits": dict(config.splits),
+        "splits": _splits_to_dict(config),
         "split_key": _list_or_none(config.split_key),
         "output": {
             "path": output.path,
@@ -941,6 +1065,16 @@ def config_to_dict(config: BuildConfig) -> dict:
         "stats": config.stats,
         "sequence": _sequence_to_dict(config.sequence),
     }
+
+
+def _splits_to_dict(config: BuildConfig) -> dict:
+    split_by = config.split_by
+    if isinstance(split_by, SplitColumn):
+        return {"column": split_by.column, "map": dict(split_by.values) if split_by.values else None,
+                "names": list(config.splits)}
+    if isinstance(split_by, SplitFiles):
+        return dict(split_by.patterns)
+    return dict(config.splits)
 
 
 def _sequence_to_dict(sequence: SequenceConfig | None) -> dict | None:

@@ -16,6 +16,8 @@ __all__ = [
     "ParquetOptions",
     "SequenceConfig",
     "ShuffleConfig",
+    "SplitColumn",
+    "SplitFiles",
 ]
 
 DEFAULT_SPLIT_BYTES = 64 << 20
@@ -136,20 +138,52 @@ class SequenceConfig:
 
 
 @dataclass(frozen=True)
+class SplitColumn:
+    """Splits named by an input column, as in AutoML Tables and TFRecorder: a row goes to the split its value maps to.
+
+    values: (the column's value as text, split name) pairs; empty: the values are the split names
+    themselves. A null or unmapped value makes a bad row. The column is read even when it is not a
+    feature, and written into the Examples only when it is one.
+    """
+
+    column: str
+    values: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class SplitFiles:
+    """Splits by input file, as TFX's input splits: every row of a file a split's glob matches goes to that split."""
+
+    patterns: tuple[tuple[str, str], ...]  # (split name, glob) in config order
+
+
+@dataclass(frozen=True)
 class BuildConfig:
-    """A whole dataset build. features None means: every input column, types inferred."""
+    """A whole dataset build. features None means: every input column, types inferred.
+
+    splits maps each split name, in order, to its fraction of the content hash; with split_by (a
+    split column or file patterns) the fractions are None and split_by assigns the rows.
+    """
 
     input: InputConfig
     output: OutputConfig
     features: tuple[FeatureSpec, ...] | None = None
     shuffle: ShuffleConfig = field(default_factory=ShuffleConfig)
-    splits: dict[str, float] = field(default_factory=lambda: {"train": 1.0})
+    splits: dict[str, float | None] = field(default_factory=lambda: {"train": 1.0})
+    split_by: SplitColumn | SplitFiles | None = None
     split_key: tuple[str, ...] | None = None
     errors: ErrorsConfig = field(default_factory=ErrorsConfig)
     # Write stats.json and stats.html with the dataset. Off by default: on the 1M-row benchmark table
     # the statistics take ~2.4 s (two processes) against ~5 s for the build itself.
     stats: bool = False
     sequence: SequenceConfig | None = None  # set: one tf.train.SequenceExample per group instead of an Example per row
+
+    @property
+    def fractions(self) -> tuple[float, ...]:
+        """The hash splits' fractions, in split order (a config with split_by has none)."""
+        if self.split_by is not None:
+            raise ValueError(f"splits come from {type(self.split_by).__name__}, not from fractions")
+        return tuple(fraction or 0.0 for fraction in self.splits.values())
 
     def feature(self, name: str) -> FeatureSpec:
         for spec in self.features or ():

@@ -24,16 +24,16 @@ class InputFile:
     mtime: float | None
 
 
-def list_inputs(pattern: str) -> list[InputFile]:
-    """The files matching a glob (any Beam filesystem), sorted by path, with size and mtime."""
+def list_inputs(pattern: str, key: str = "input.path") -> list[InputFile]:
+    """The files matching a glob (any Beam filesystem), sorted by path, with size and mtime; errors name ``key``."""
     try:
         matches = filesystem.match_pattern(pattern)
     except Exception as error:  # Beam raises BeamIOError and friends, with the cause inside
-        raise ConfigError(f"input.path: cannot list {pattern!r}: {error}") from error
+        raise ConfigError(f"{key}: cannot list {pattern!r}: {error}") from error
     files = sorted((InputFile(m.path, int(m.size_in_bytes), getattr(m, "last_updated_in_seconds", None))
                     for m in matches), key=lambda f: f.path)
     if not files:
-        raise ConfigError(f"input.path: {pattern!r} matches no files")
+        raise ConfigError(f"{key}: {pattern!r} matches no files")
     return files
 
 
