@@ -286,18 +286,32 @@ def test_a_record_that_is_not_an_example_is_a_bad_row_naming_file_and_record(tmp
     payloads = [example_bytes(row) for row in rows]
     payloads[6] = b"\xff\xff not a protobuf"
     payloads[11] = example_bytes({**rows[11], "label": [1.5]})  # the wrong kind
+    payloads[15] = example_bytes({"id": 15})  # no label (on_null: error), no score (on_null: omit)
     (directory / "a.tfrecord").write_bytes(framed(payloads))
     status, output = build(tmp_path, "bad", {"input": {"path": str(directory / "*.tfrecord")},
-                                             "features": {"id": {"type": "int64"}, "label": {"type": "int64"}},
+                                             "features": {"id": {"type": "int64"}, "label": {"type": "int64"},
+                                                          "score": {"type": "float", "on_null": "omit"}},
                                              "output": {"path": str(tmp_path / "bad-out"), "num_shards": 1},
                                              "errors": {"on_bad_record": "dead_letter", "max_bad_fraction": 0.5}})
     assert status == 0
     letters = [json.loads(line) for path in (output / "_errors").rglob("*") if path.is_file()
                for line in path.read_text().splitlines()]
-    assert sorted((letter["file"], letter["line"]) for letter in letters) == [(str(directory / "a.tfrecord"), 7),
-                                                                              (str(directory / "a.tfrecord"), 12)]
-    assert base64.b64decode(letters[0]["raw"].removeprefix("base64:")) in (payloads[6], payloads[11])
-    assert json.loads((output / "dataset_info.json").read_text())["splits"]["train"]["num_examples"] == 18
+    assert sorted(letter["line"] for letter in letters) == [7, 12, 16]
+    assert {letter["file"] for letter in letters} == {str(directory / "a.tfrecord")}
+    raw = {letter["line"]: letter["raw"] for letter in letters}
+    assert base64.b64decode(raw[7].removeprefix("base64:")) == payloads[6]
+    assert json.loads((output / "dataset_info.json").read_text())["splits"]["train"]["num_examples"] == 17
+
+
+def test_two_values_of_a_scalar_feature_are_a_bad_row_and_a_missing_one_a_null(tmp_path):
+    path = tmp_path / "a.tfrecord"
+    path.write_bytes(framed([example_bytes({"id": 1}), example_bytes({"id": [2, 3]}), example_bytes({"x": 4})]))
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False)])
+    sources = list(read_tfrecord_piece(str(path), 0, None, 0, schema, None))
+    assert [(source.lines.tolist(), source.batch.column("id").to_pylist()) for source in sources] == [([1, 3], [1, None])]
+    assert [(row.line, row.reason) for row in sources[0].bad_rows] == [
+        (2, "not a tf.train.Example of the input's features: " + sources[0].bad_rows[0].reason.split(": ", 1)[1])]
+    assert "'id'" in sources[0].bad_rows[0].reason
 
 
 # ------------------------------------------------------------------------------ hostile manifests
@@ -435,3 +449,27 @@ def test_the_config_names_tfrecord_by_extension_and_keeps_its_keys_through_a_rou
         parse_config({"input": {"path": "d/*.csv", "splits": ["a"]}, "output": {"path": "o"}})
     with pytest.raises(ConfigError, match=r"input\.compression"):
         parse_config({"input": {"path": "d/*.tfrecord", "compression": "bz2"}, "output": {"path": "o"}})
+
+
+def test_a_shard_whose_size_or_record_count_differs_from_its_manifest_fails_naming_it(tmp_path, capsys):
+    source = parquet_dataset(tmp_path)
+    manifest_path = source / "dataset_info.json"
+    manifest = json.loads(manifest_path.read_text())
+    shard = manifest["splits"]["eval"]["shards"][1]
+    shard["num_examples"] += 1
+    manifest["splits"]["eval"]["num_examples"] += 1  # the manifest agrees with itself, not with the shard
+    manifest_path.write_text(json.dumps(manifest))
+    status, output = build(tmp_path, "count", {"input": {"format": "tfrecord", "path": str(source)},
+                                               "output": {"path": str(tmp_path / "count-out"), "num_shards": 1}})
+    err = capsys.readouterr().err
+    assert status != 0 and not (output / "dataset_info.json").exists()
+    assert shard["path"] in err and "manifest counts" in err, err
+    shard["num_examples"] -= 1
+    manifest["splits"]["eval"]["num_examples"] -= 1
+    shard["num_bytes"] += 3
+    manifest["splits"]["eval"]["num_bytes"] += 3
+    manifest_path.write_text(json.dumps(manifest))
+    status, _ = build(tmp_path, "size", {"input": {"format": "tfrecord", "path": str(source)},
+                                         "output": {"path": str(tmp_path / "size-out"), "num_shards": 1}})
+    err = capsys.readouterr().err
+    assert status != 0 and "splits.eval.shards[1].num_bytes" in err, err

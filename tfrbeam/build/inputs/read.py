@@ -23,7 +23,13 @@ from tfrbeam.build.inputs.jsonl import count_line_breaks, jsonl_schema, read_jso
 from tfrbeam.build.inputs.orc import read_orc_stripes, stripe_listing_and_rows
 from tfrbeam.build.inputs.parquet import read_parquet_row_group, row_group_listing
 from tfrbeam.build.inputs.sample import input_files
-from tfrbeam.build.inputs.tfrecord import file_compression, read_tfrecord_piece, tfrecord_pieces, tfrecord_schema
+from tfrbeam.build.inputs.tfrecord import (
+    file_compression,
+    read_tfrecord_piece,
+    shard_records,
+    tfrecord_pieces,
+    tfrecord_schema,
+)
 from tfrbeam.build.progress import ProgressCounter, progress_dir
 
 __all__ = ["ReadTabular"]
@@ -209,6 +215,7 @@ def _read_tfrecord(read: ReadTabular, files, given: dict[str, str], specs: Seque
     features, or those the first records show), projected to the columns read; progress counts each block."""
     input_config, columns, counts = read.input_config, read.columns, read.progress_dir
     schema = tfrecord_schema(input_config, read.inputs)
+    expected = {read.opened_as.get(path, path): count for path, count in shard_records(input_config).items()}
 
     def pieces(item: tuple[str, int]) -> list[tuple[str, str | None, tuple[int, int | None, int]]]:
         path, size = item
@@ -219,7 +226,8 @@ def _read_tfrecord(read: ReadTabular, files, given: dict[str, str], specs: Seque
         path, compression, (start, stop, before) = item
         counter = _counter(counts)
         return read_tfrecord_piece(path, start, stop, before, schema, compression, columns,
-                                   on_block=counter.add if counter is not None else None)
+                                   on_block=counter.add if counter is not None else None,
+                                   expected_records=expected.get(path))
 
     return (files
             | "Pieces" >> beam.FlatMap(pieces)

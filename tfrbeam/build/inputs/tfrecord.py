@@ -56,6 +56,7 @@ __all__ = [
     "file_compression",
     "read_tfrecord_file",
     "read_tfrecord_piece",
+    "shard_records",
     "tfrecord_holds_records",
     "tfrecord_inputs",
     "tfrecord_pieces",
@@ -117,14 +118,23 @@ def tfrecord_inputs(input_config: InputConfig) -> list[InputFile]:
         raise ConfigError(f"input.splits: {', '.join(map(repr, unknown))} is not a split of {manifest_file} "
                           f"(splits: {', '.join(splits)})")
     _check_compression(manifest_file, manifest)
-    files = []
-    for split in wanted:
-        for number, shard in enumerate(splits[split]["shards"]):
-            key = f"{manifest_file}: splits.{split}.shards[{number}].path"
-            files.append(_shard_file(input_config.path, shard["path"], key))
+    files = [_shard_file(input_config.path, shard, f"{manifest_file}: splits.{split}.shards[{number}]")
+             for split in wanted for number, shard in enumerate(splits[split]["shards"])]
     if not files:
         raise ConfigError(f"input.path: {manifest_file} lists no shards in splits {', '.join(wanted)}")
     return files
+
+
+def shard_records(input_config: InputConfig) -> dict[str, int]:
+    """Each shard of a dataset input (by path, as tfrecord_inputs gives it) and the records its manifest counts;
+    {} for a glob. The reader checks a shard it reads to its end against it."""
+    found = dataset_manifest(input_config.path)
+    if found is None:
+        return {}
+    root, splits = input_config.path, found[1]["splits"]
+    return {confined_path(root, shard["path"], "path", filesystem.join): int(shard["num_examples"])
+            for split in input_config.tfrecord.splits or tuple(splits) if split in splits
+            for shard in splits[split]["shards"]}
 
 
 def _check_compression(manifest_file: str, manifest: dict[str, Any]) -> None:
@@ -134,18 +144,23 @@ def _check_compression(manifest_file: str, manifest: dict[str, Any]) -> None:
         raise ConfigError(f"input.path: {manifest_file}: compression: {error}") from error
 
 
-def _shard_file(root: str, relative: Any, key: str) -> InputFile:
-    """A shard the manifest names, proven inside the dataset directory (no .., absolute path or symlink out)."""
+def _shard_file(root: str, shard: dict[str, Any], key: str) -> InputFile:
+    """A shard the manifest names, proven inside the dataset directory (no .., absolute path or symlink out), that
+    exists and has the size the manifest gives it."""
+    relative = shard["path"]
     try:
-        path = confined_path(root, relative, key, filesystem.join)
+        path = confined_path(root, relative, f"{key}.path", filesystem.join)
     except ManifestError as error:
         raise ConfigError(f"input.path: {error}") from error
     matches = [meta for meta in filesystem.match(path).values() if meta.path == path]
     if not matches:
-        raise ConfigError(f"input.path: {key}: {relative!r} does not exist; the dataset is incomplete "
+        raise ConfigError(f"input.path: {key}.path: {relative!r} does not exist; the dataset is incomplete "
                           "(tfrbeam verify checks it)")
-    meta = matches[0]
-    return InputFile(path, int(meta.size_in_bytes), getattr(meta, "last_updated_in_seconds", None))
+    size = int(matches[0].size_in_bytes)
+    if shard.get("num_bytes") is not None and shard["num_bytes"] != size:
+        raise ConfigError(f"input.path: {key}.num_bytes: {relative!r} has {size} bytes, the manifest says "
+                          f"{shard['num_bytes']}; the shard was changed after the build (tfrbeam verify checks it)")
+    return InputFile(path, size, getattr(matches[0], "last_updated_in_seconds", None))
 
 
 # ------------------------------------------------------------------------------------- the schema
@@ -259,18 +274,23 @@ def tfrecord_pieces(path: str, size: int, split_bytes: int, compression: str | N
 
 def read_tfrecord_piece(path: str, start: int, stop: int | None, records_before: int, schema: pa.Schema | None,
                         compression: str | None, columns: Sequence[str] | None = None, *, limit: int | None = None,
-                        on_block: Callable[[int, int], None] | None = None) -> Iterator[SourceBatch]:
+                        on_block: Callable[[int, int], None] | None = None, expected_records: int | None = None
+                        ) -> Iterator[SourceBatch]:
     """The records from byte start (a record start) to stop (None: the end) as batches of ``schema`` projected to
     ``columns`` (None schema: inferred list columns); lines are 1-based record numbers in the file, counted from
-    records_before. on_block(records, bytes) is told of every block read (the progress counter)."""
+    records_before. on_block(records, bytes) is told of every block read (the progress counter). A file read to
+    its end that holds other than expected_records records (its manifest's count) is an InputError."""
     if schema is not None and columns is not None:
         missing = [name for name in columns if name not in schema.names]
         if missing:
             raise InputError(f"{path}: has no feature {', '.join(map(repr, missing))} (features: "
                              f"{', '.join(schema.names)})")
         schema = pa.schema([schema.field(name) for name in dict.fromkeys(columns)])
-    return read_ahead(_batches(path, start, stop, records_before, schema, compression, limit, on_block),
-                      "tfrbeam-tfrecord-read")
+    if schema is not None:  # a record lacking a feature is a null: its on_null decides (a bad row only for error)
+        schema = pa.schema([field_.with_nullable(True) for field_ in schema])
+    read = _batches(path, start, stop, records_before, schema, compression, limit, on_block,
+                    expected_records if stop is None and limit is None else None)
+    return read_ahead(read, "tfrbeam-tfrecord-read")
 
 
 def read_tfrecord_file(path: str, schema: pa.Schema | None, compression: str | None,
@@ -286,8 +306,8 @@ def tfrecord_holds_records(path: str, compression: str | None) -> bool:
 
 
 def _batches(path: str, start: int, stop: int | None, records_before: int, schema: pa.Schema | None,
-             compression: str | None, limit: int | None, on_block: Callable[[int, int], None] | None
-             ) -> Generator[SourceBatch, None, None]:
+             compression: str | None, limit: int | None, on_block: Callable[[int, int], None] | None,
+             expected_records: int | None) -> Generator[SourceBatch, None, None]:
     number = records_before + 1
     with _opened(path) as source:
         blocks = record_blocks(source, compression, start, _BLOCK_RECORDS, limit, stop_offset=stop, name=path)
@@ -298,11 +318,14 @@ def _batches(path: str, start: int, stop: int | None, records_before: int, schem
                 raise InputError(f"{error} The file is damaged or cut short: restore or rebuild it, or leave it out "
                                  "of input.path.") from error
             if block is None:
-                return
+                break
             if on_block is not None:
                 on_block(block.num_records, block.end_offset - int(block.offsets[0]))
             yield _decoded(path, block, number, schema)
             number += block.num_records
+    if expected_records is not None and number - 1 != expected_records:
+        raise InputError(f"{path}: holds {number - 1} records, but the dataset's manifest counts {expected_records}; "
+                         "the shard was changed after the build (tfrbeam verify checks it)")
 
 
 def _opened(path: str):
