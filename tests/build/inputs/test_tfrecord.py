@@ -473,3 +473,17 @@ def test_a_shard_whose_size_or_record_count_differs_from_its_manifest_fails_nami
                                          "output": {"path": str(tmp_path / "size-out"), "num_shards": 1}})
     err = capsys.readouterr().err
     assert status != 0 and "splits.eval.shards[1].num_bytes" in err, err
+
+
+def test_bad_records_anywhere_in_blocks_are_named_exactly_and_the_rest_kept(tmp_path):
+    bad = {0, 1, 2047, 4095, 4096, 4999}
+    payloads = [b"\x08" if index in bad else example_bytes({"id": index}) for index in range(5000)]
+    path = tmp_path / "many.tfrecord"
+    path.write_bytes(framed(payloads))
+    lines, ids, named = [], [], []
+    for source in read_tfrecord_piece(str(path), 0, None, 0, pa.schema([("id", pa.int64())]), None):
+        lines += source.lines.tolist()
+        ids += source.batch.column("id").to_pylist()
+        named += [row.line for row in source.bad_rows]
+    assert named == sorted(index + 1 for index in bad)
+    assert lines == [index + 1 for index in range(5000) if index not in bad] and ids == [line - 1 for line in lines]

@@ -70,6 +70,7 @@ _SAMPLE_RECORDS = 10_000  # records decoded to infer a glob's schema (as many as
 _BAD_RAW_BYTES = 64 << 10  # a bad record's first bytes kept (base64) as its raw text in the dead letters
 _ARROW_TYPES = {INT64: pa.int64(), FLOAT: pa.float32(), BYTES: pa.binary()}
 _DECODE_ERRORS = (ExampleDecodeError, ArrowConversionError, RecordLimitError)
+_FANOUT = 16  # parts a block holding a bad record is decoded in, until each bad record stands alone
 
 Piece = tuple[int, "int | None", int]  # (start offset, stop offset or None: the end, records before the start)
 
@@ -273,7 +274,7 @@ def tfrecord_pieces(path: str, size: int, split_bytes: int, compression: str | N
 
 
 def read_tfrecord_piece(path: str, start: int, stop: int | None, records_before: int, schema: pa.Schema | None,
-                        compression: str | None, columns: Sequence[str] | None = None, *, limit: int | None = None,
+                        compression: str | None, columns: Sequence[str] | None = None, *,
                         on_block: Callable[[int, int], None] | None = None, expected_records: int | None = None
                         ) -> Iterator[SourceBatch]:
     """The records from byte start (a record start) to stop (None: the end) as batches of ``schema`` projected to
@@ -288,8 +289,8 @@ def read_tfrecord_piece(path: str, start: int, stop: int | None, records_before:
         schema = pa.schema([schema.field(name) for name in dict.fromkeys(columns)])
     if schema is not None:  # a record lacking a feature is a null: its on_null decides (a bad row only for error)
         schema = pa.schema([field_.with_nullable(True) for field_ in schema])
-    read = _batches(path, start, stop, records_before, schema, compression, limit, on_block,
-                    expected_records if stop is None and limit is None else None)
+    read = _batches(path, start, stop, records_before, schema, compression, on_block,
+                    expected_records if stop is None else None)
     return read_ahead(read, "tfrbeam-tfrecord-read")
 
 
@@ -306,11 +307,11 @@ def tfrecord_holds_records(path: str, compression: str | None) -> bool:
 
 
 def _batches(path: str, start: int, stop: int | None, records_before: int, schema: pa.Schema | None,
-             compression: str | None, limit: int | None, on_block: Callable[[int, int], None] | None,
+             compression: str | None, on_block: Callable[[int, int], None] | None,
              expected_records: int | None) -> Generator[SourceBatch, None, None]:
     number = records_before + 1
     with _opened(path) as source:
-        blocks = record_blocks(source, compression, start, _BLOCK_RECORDS, limit, stop_offset=stop, name=path)
+        blocks = record_blocks(source, compression, start, _BLOCK_RECORDS, stop_offset=stop, name=path)
         while True:
             try:
                 block = next(blocks, None)
@@ -336,25 +337,38 @@ def _opened(path: str):
 
 
 def _decoded(path: str, block, first: int, schema: pa.Schema | None) -> SourceBatch:
-    """A block's records decoded at once; when that fails, record by record, the ones that fail as bad rows."""
+    """A block's records decoded at once; when that fails, parts of it are decoded until each bad record stands
+    alone (_bad_records), and those are bad rows naming their number."""
     lines = np.arange(first, first + block.num_records, dtype=np.int64)
     try:
         batch = _decode((block.data, block.starts, block.ends), schema=schema)
         return SourceBatch(path=path, lines=lines, batch=batch)
     except _DECODE_ERRORS:
-        pass  # a bad record in the block: found below, one record at a time
-    good, bad = [], []
-    for index in range(block.num_records):
-        payload = block.payload(index)
-        try:
-            _decode([payload], schema=schema)
-            good.append(index)
-        except _DECODE_ERRORS as error:
-            bad.append(BadRow(path, int(lines[index]), _reason(error), _raw(payload)))
-    payloads = [block.payload(index) for index in good]
-    batch = _decode(payloads, schema=schema) if schema is not None or payloads else \
+        pass  # a bad record in the block: found below
+    payloads = [block.payload(index) for index in range(block.num_records)]
+    problems = _bad_records(payloads, list(range(len(payloads))), schema)
+    bad = tuple(BadRow(path, int(lines[index]), _reason(error), _raw(payloads[index]))
+                for index, error in sorted(problems.items()))
+    good = [index for index in range(len(payloads)) if index not in problems]
+    batch = _decode([payloads[index] for index in good], schema=schema) if schema is not None or good else \
         pa.RecordBatch.from_pylist([])
-    return SourceBatch(path=path, lines=lines[good], batch=batch, bad_rows=tuple(bad))
+    return SourceBatch(path=path, lines=lines[good], batch=batch, bad_rows=bad)
+
+
+def _bad_records(payloads: list[bytes], indices: list[int], schema: pa.Schema | None) -> dict[int, Exception]:
+    """The records among indices that do not decode, with why: a failing run is decoded in _FANOUT parts until each
+    bad record stands alone, so a block with a few bad records costs a few decodes of it, not one per record."""
+    try:
+        _decode([payloads[index] for index in indices], schema=schema)
+        return {}
+    except _DECODE_ERRORS as error:
+        if len(indices) == 1:
+            return {indices[0]: error}
+    step = -(-len(indices) // _FANOUT)
+    found: dict[int, Exception] = {}
+    for start in range(0, len(indices), step):
+        found.update(_bad_records(payloads, indices[start:start + step], schema))
+    return found
 
 
 def _decode(records: Any, schema: pa.Schema | None = None) -> pa.RecordBatch:
