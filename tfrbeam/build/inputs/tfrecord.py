@@ -43,6 +43,7 @@ from tfrbeam.errors import (
     ManifestError,
     RecordError,
     RecordLimitError,
+    ShardMismatchError,
     UnsupportedCompressionError,
 )
 from tfrbeam.layout.manifest import EXAMPLE, MANIFEST_NAME, load_manifest, record_type_of
@@ -159,8 +160,7 @@ def _shard_file(root: str, shard: dict[str, Any], key: str) -> InputFile:
                           "(tfrbeam verify checks it)")
     size = int(matches[0].size_in_bytes)
     if shard.get("num_bytes") is not None and shard["num_bytes"] != size:
-        raise ConfigError(f"input.path: {key}.num_bytes: {relative!r} has {size} bytes, the manifest says "
-                          f"{shard['num_bytes']}; the shard was changed after the build (tfrbeam verify checks it)")
+        raise ConfigError(f"input.path: {key}.num_bytes: {ShardMismatchError(path, 'bytes', shard['num_bytes'], size)}")
     return InputFile(path, size, getattr(matches[0], "last_updated_in_seconds", None))
 
 
@@ -280,7 +280,7 @@ def read_tfrecord_piece(path: str, start: int, stop: int | None, records_before:
     """The records from byte start (a record start) to stop (None: the end) as batches of ``schema`` projected to
     ``columns`` (None schema: inferred list columns); lines are 1-based record numbers in the file, counted from
     records_before. on_block(records, bytes) is told of every block read (the progress counter). A file read to
-    its end that holds other than expected_records records (its manifest's count) is an InputError."""
+    its end that holds other than expected_records records (its manifest's count) is a ShardMismatchError."""
     if schema is not None and columns is not None:
         missing = [name for name in columns if name not in schema.names]
         if missing:
@@ -325,8 +325,7 @@ def _batches(path: str, start: int, stop: int | None, records_before: int, schem
             yield _decoded(path, block, number, schema)
             number += block.num_records
     if expected_records is not None and number - 1 != expected_records:
-        raise InputError(f"{path}: holds {number - 1} records, but the dataset's manifest counts {expected_records}; "
-                         "the shard was changed after the build (tfrbeam verify checks it)")
+        raise ShardMismatchError(path, "records", expected_records, number - 1)
 
 
 def _opened(path: str):
