@@ -319,7 +319,8 @@ def test_two_values_of_a_scalar_feature_are_a_bad_row_and_a_missing_one_a_null(t
 
 @pytest.mark.parametrize("hostile", ["../outside.tfrecord", "/etc/passwd", "symlink"])
 def test_a_manifest_naming_a_file_outside_the_dataset_is_refused_before_the_pipeline(tmp_path, hostile, capsys):
-    source = parquet_dataset(tmp_path / "data" if (tmp_path / "data").mkdir() is None else tmp_path)
+    (tmp_path / "data").mkdir()
+    source = parquet_dataset(tmp_path / "data")  # the dataset and, beside it, the file the manifest points at
     (tmp_path / "data" / "outside.tfrecord").write_bytes(framed([example_bytes({"id": [1]})]))
     manifest_path = source / "dataset_info.json"
     manifest = json.loads(manifest_path.read_text())
