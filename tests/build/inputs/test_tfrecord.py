@@ -488,3 +488,26 @@ def test_bad_records_anywhere_in_blocks_are_named_exactly_and_the_rest_kept(tmp_
         named += [row.line for row in source.bad_rows]
     assert named == sorted(index + 1 for index in bad)
     assert lines == [index + 1 for index in range(5000) if index not in bad] and ids == [line - 1 for line in lines]
+
+
+def test_a_dataset_on_another_filesystem_is_read_through_beam_and_confined_by_prefix(tmp_path, capsys):
+    """memfs:// stands in for gs://: the shards are objects read through Beam's FileSystems, paths checked by prefix."""
+    from tests import memfs
+
+    source = parquet_dataset(tmp_path)
+    bucket = memfs.upload(source, "memfs://tfr-bucket/ds")
+    try:
+        remote = built(tmp_path, "remote", {"input": {"format": "tfrecord", "path": "memfs://tfr-bucket/ds"},
+                                            "output": {"path": str(tmp_path / "remote"), "num_shards": 3},
+                                            "splits": {"train": 0.8, "eval": 0.2}, "shuffle": {"seed": 7}})
+        assert shard_bytes(remote) == shard_bytes(source)
+        manifest = json.loads((source / "dataset_info.json").read_text())
+        manifest["splits"]["train"]["shards"][0]["path"] = "../other/x.tfrecord"
+        (tmp_path / "hostile").mkdir()
+        (tmp_path / "hostile" / "dataset_info.json").write_text(json.dumps(manifest))
+        memfs.upload(tmp_path / "hostile", "memfs://tfr-bucket/ds")
+        status, _ = build(tmp_path, "remote-hostile", {"input": {"format": "tfrecord", "path": "memfs://tfr-bucket/ds"},
+                                                       "output": {"path": str(tmp_path / "rh"), "num_shards": 1}})
+        assert status != 0 and "splits.train.shards[0].path" in capsys.readouterr().err
+    finally:
+        memfs.clear(bucket)
