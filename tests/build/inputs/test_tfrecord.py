@@ -511,3 +511,14 @@ def test_a_dataset_on_another_filesystem_is_read_through_beam_and_confined_by_pr
         assert status != 0 and "splits.train.shards[0].path" in capsys.readouterr().err
     finally:
         memfs.clear(bucket)
+
+
+def test_a_read_index_whose_cut_entry_is_not_a_record_start_leaves_the_file_whole(tmp_path):
+    path = _indexed_file(tmp_path / "indexed", 1024)
+    good = tfrecord_pieces(str(path), path.stat().st_size, 4096, None)
+    builder = IndexBuilder(1024)
+    builder.add(0, 0)
+    builder.add(good[1][0] + 5, good[1][2])  # inside a record, where its header is not
+    index = pathlib.Path(index_path_for(str(path)))
+    index.write_bytes(builder.to_bytes(path.stat().st_size, path.stat().st_mtime, ROWS))
+    assert tfrecord_pieces(str(path), path.stat().st_size, 4096, None) == [(0, None, 0)]

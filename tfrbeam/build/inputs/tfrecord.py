@@ -262,15 +262,23 @@ def tfrecord_pieces(path: str, size: int, split_bytes: int, compression: str | N
     whole: list[Piece] = [(0, None, 0)]
     if compression is not None or size <= split_bytes or filesystem.scheme_of(path) is not None:
         return whole
-    index = trusted_index(path, None, lambda index: range(len(index.offsets)))
+    index = trusted_index(path, None, lambda index: _cuts(index.offsets, split_bytes))
     if index is None or not index.offsets:
         return whole
-    cuts = [(0, 0)]
-    for offset, record in zip(index.offsets, index.record_numbers):
-        if offset >= cuts[-1][0] + split_bytes:
-            cuts.append((offset, record))
-    stops: list[int | None] = [offset for offset, _ in cuts[1:]]
-    return [(start, stop, before) for (start, before), stop in zip(cuts, [*stops, None])]
+    cuts = _cuts(index.offsets, split_bytes)
+    starts = [index.offsets[position] for position in cuts]
+    return [(start, stop, index.record_numbers[position])
+            for position, start, stop in zip(cuts, starts, [*starts[1:], None])]
+
+
+def _cuts(offsets: Sequence[int], split_bytes: int) -> list[int]:
+    """The index entries a file is cut at: the first, then each first at least split_bytes past the cut before (only
+    these are checked against the data, see record_index.trusted_index)."""
+    cuts = [0]
+    for position, offset in enumerate(offsets):
+        if offset >= offsets[cuts[-1]] + split_bytes:
+            cuts.append(position)
+    return cuts
 
 
 def read_tfrecord_piece(path: str, start: int, stop: int | None, records_before: int, schema: pa.Schema | None,
