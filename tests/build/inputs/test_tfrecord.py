@@ -522,3 +522,17 @@ def test_a_read_index_whose_cut_entry_is_not_a_record_start_leaves_the_file_whol
     index = pathlib.Path(index_path_for(str(path)))
     index.write_bytes(builder.to_bytes(path.stat().st_size, path.stat().st_mtime, ROWS))
     assert tfrecord_pieces(str(path), path.stat().st_size, 4096, None) == [(0, None, 0)]
+
+
+def test_a_declared_feature_the_sampled_records_never_hold_is_read_from_later_records(tmp_path):
+    directory = tmp_path / "glob"
+    directory.mkdir()
+    payloads = [example_bytes({"id": index}) for index in range(10_020)]
+    payloads += [example_bytes({"id": 10_020 + index, "rare": [index, index + 1]}) for index in range(30)]
+    (directory / "a.tfrecord").write_bytes(framed(payloads))
+    output = built(tmp_path, "rare", {"input": {"path": str(directory / "*.tfrecord")},
+                                      "features": {"id": {"type": "int64"}, "rare": {"type": "int64", "on_null": "omit"}},
+                                      "output": {"path": str(tmp_path / "rare-out"), "num_shards": 1}})
+    rows = [json.loads(text) for text in decoded_rows(output).elements()]
+    assert len(rows) == 10_050
+    assert sorted(row["rare"] for row in rows if row.get("rare") is not None) == [[index, index + 1] for index in range(30)]

@@ -214,7 +214,7 @@ def _read_tfrecord(read: ReadTabular, files, given: dict[str, str], specs: Seque
     """TFRecord files in record ranges (see tfrecord.tfrecord_pieces), decoded as the plan's schema (the manifest's
     features, or those the first records show), projected to the columns read; progress counts each block."""
     input_config, columns, counts = read.input_config, read.columns, read.progress_dir
-    schema = tfrecord_schema(input_config, read.inputs)
+    schema = tfrecord_schema(input_config, read.inputs, declared=read.convert_with)
     expected = {read.opened_as.get(path, path): count for path, count in shard_records(input_config).items()}
 
     def pieces(item: tuple[str, int]) -> list[tuple[str, str | None, tuple[int, int | None, int]]]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 import pyarrow as pa
 
 from tfrbeam.build.config.schema import CsvOptions, InputConfig
+from tfrbeam.build.features import FeatureSpec
 from tfrbeam.build.inputs.avro import avro_file_holds_records, avro_input_schema, avro_schema, read_avro_file
 from tfrbeam.build.inputs.batch import SourceBatch, empty_batch
 from tfrbeam.build.inputs.csv import parse_row_texts, read_csv_file, row_texts
@@ -86,7 +87,8 @@ class CsvSample:
 
 
 def inspect_input(input_config: InputConfig, sample_rows: int = SAMPLE_ROWS,
-                  files: Sequence[InputFile] | None = None) -> InputSample:
+                  files: Sequence[InputFile] | None = None, declared: Sequence[FeatureSpec] | None = None
+                  ) -> InputSample:
     """Read the input's schema (Parquet, ORC: every footer, see parquet_input_schema; JSON lines: inferred from the
     first lines of the first file holding any; Avro: the first file's, every header checked against it; CSV: the first
     file's header and sample)."""
@@ -102,7 +104,7 @@ def inspect_input(input_config: InputConfig, sample_rows: int = SAMPLE_ROWS,
     elif fmt == "avro":
         schema = avro_input_schema(files, input_config.columns)
     elif fmt == "tfrecord":
-        schema = tfrecord_schema(input_config, files, sample_rows)
+        schema = tfrecord_schema(input_config, files, sample_rows, declared)  # declared: features the config gives
     else:
         return read_csv_sample(input_config, sample_rows, files).inspected
     return InputSample(first, schema, None)

@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from tfrbeam.beam import filesystem
 from tfrbeam.build.config.schema import InputConfig
-from tfrbeam.build.features import BadRow
+from tfrbeam.build.features import TIMESTAMP, BadRow, FeatureSpec
 from tfrbeam.build.inputs.ahead import read_ahead
 from tfrbeam.build.inputs.batch import SourceBatch
 from tfrbeam.build.inputs.files import InputFile, list_inputs
@@ -70,6 +70,7 @@ _BLOCK_RECORDS = 4096  # records decoded per examples_to_record_batch call (one 
 _SAMPLE_RECORDS = 10_000  # records decoded to infer a glob's schema (as many as inputs.sample.SAMPLE_ROWS)
 _BAD_RAW_BYTES = 64 << 10  # a bad record's first bytes kept (base64) as its raw text in the dead letters
 _ARROW_TYPES = {INT64: pa.int64(), FLOAT: pa.float32(), BYTES: pa.binary()}
+_DECLARED_KINDS = {**_ARROW_TYPES, TIMESTAMP: pa.int64()}  # a declared type's kind in the records
 _DECODE_ERRORS = (ExampleDecodeError, ArrowConversionError, RecordLimitError)
 _FANOUT = 16  # parts a block holding a bad record is decoded in, until each bad record stands alone
 
@@ -167,14 +168,22 @@ def _shard_file(root: str, shard: dict[str, Any], key: str) -> InputFile:
 # ------------------------------------------------------------------------------------- the schema
 
 
-def tfrecord_schema(input_config: InputConfig, files: Sequence[InputFile],
-                    sample_records: int = _SAMPLE_RECORDS) -> pa.Schema:
+def tfrecord_schema(input_config: InputConfig, files: Sequence[InputFile], sample_records: int = _SAMPLE_RECORDS,
+                    declared: Sequence[FeatureSpec] | None = None) -> pa.Schema:
     """The schema the records are decoded as: a dataset's manifest features, or a glob's inferred from its first
-    records (sample_records of them, in path order)."""
+    records (sample_records of them, in path order) with the declared features none of them holds added as lists
+    of their type's kind (read from the records that hold them)."""
     found = dataset_manifest(input_config.path)
     if found is not None:
         return manifest_schema(found[1]["features"])
-    return _sampled_schema(input_config, files, sample_records)
+    schema = _sampled_schema(input_config, files, sample_records)
+    for spec in declared or ():
+        kind = _DECLARED_KINDS.get(spec.type or "")
+        if spec.source not in schema.names and spec.source_path is None and kind is not None:
+            _LOG.info("%s: no sampled record holds feature %r; it is read as a list of %s", input_config.path,
+                      spec.source, kind)
+            schema = schema.append(pa.field(spec.source, pa.list_(kind)))
+    return schema
 
 
 def manifest_schema(features: dict[str, dict[str, Any]]) -> pa.Schema:
