@@ -536,3 +536,13 @@ def test_a_declared_feature_the_sampled_records_never_hold_is_read_from_later_re
     rows = [json.loads(text) for text in decoded_rows(output).elements()]
     assert len(rows) == 10_050
     assert sorted(row["rare"] for row in rows if row.get("rare") is not None) == [[index, index + 1] for index in range(30)]
+
+
+def test_a_gzip_dataset_reads_its_shards_by_their_extension(tmp_path):
+    plain = parquet_dataset(tmp_path)
+    gz = parquet_dataset(tmp_path, name="gz", output={"path": str(tmp_path / "gz"), "num_shards": 3, "compression": "gzip"})
+    assert json.loads((gz / "dataset_info.json").read_text())["compression"] == "gzip"
+    again = built(tmp_path, "from-gz", {"input": {"path": str(gz)},
+                                        "output": {"path": str(tmp_path / "from-gz"), "num_shards": 3},
+                                        "splits": {"train": 0.8, "eval": 0.2}, "shuffle": {"seed": 7}})
+    assert shard_bytes(again) == shard_bytes(plain)
