@@ -122,8 +122,8 @@ class BuildFailedError(TfrbeamError):
 
 
 class InputError(TfrbeamError, ValueError):
-    """An input file (CSV, Parquet, JSON lines, ORC, Avro) cannot be read at all: names the file, what is wrong and, where
-    known, where."""
+    """An input file (CSV, Parquet, JSON lines, ORC, Avro, TFRecord) cannot be read at all: names the file, what is
+    wrong and, where known, where."""
 
 
 class ManifestError(TfrbeamError, ValueError):

@@ -147,12 +147,12 @@ def test_parquet_comments_say_what_casts_do(tmp_path):
 
 def test_glob_input_and_format_override(tmp_path):
     (tmp_path / "part-1.data").write_text("a\n1\n")
-    with pytest.raises(ConfigError, match=r"pass --format \(csv, parquet, jsonl, orc, avro\)"):
+    with pytest.raises(ConfigError, match=r"pass --format \(csv, parquet, jsonl, orc, avro, tfrecord\)"):
         infer_config(str(tmp_path / "*.data"))
     text = infer_config(str(tmp_path / "*.data"), format="csv")
     config = load(tmp_path, text)
     assert config.input.path == str(tmp_path / "*.data") and config.input.format == "csv"
-    with pytest.raises(ConfigError, match="--format: 'json' is not one of csv, parquet, jsonl, orc, avro"):
+    with pytest.raises(ConfigError, match="--format: 'json' is not one of csv, parquet, jsonl, orc, avro, tfrecord"):
         infer_config(str(tmp_path / "*.data"), format="json")
 
 

@@ -1,5 +1,6 @@
 """A JSON lines build on the multi-process DirectRunner: the same dataset as in process, and the same shards as Parquet;
-ORC and Avro builds there give those shards too (their pieces and readers cross to worker processes).
+ORC and Avro builds there give those shards too (their pieces and readers cross to worker processes), and so does
+the Parquet build's own dataset read back as input.format tfrecord.
 
 The demo flights (native lists, nulls, a few null labels that become dead letters) are written as
 gzip JSON lines by the json module, as Parquet and ORC by pyarrow and as Avro by fastavro; one
@@ -86,3 +87,15 @@ def test_orc_and_avro_on_the_multi_process_direct_runner_give_the_parquet_shards
     parquet, _ = _dataset(_build(inputs, "parquet/*.parquet", "parquet-reference"))
     shards = {name: data for name, data in built.items() if name.endswith(".tfrecord")}
     assert len(shards) > 2 and shards == {name: data for name, data in parquet.items() if name.endswith(".tfrecord")}
+
+
+def test_a_tfrecord_dataset_rebuilt_on_the_multi_process_direct_runner_gives_its_own_shards(inputs):
+    """The Parquet build's dataset read back (input.format tfrecord, every split) with the same config gives its
+    shards again: the shards cross to worker processes as pieces, the records are decoded there."""
+    reference = _build(inputs, "parquet/*.parquet", "parquet-for-tfrecord")
+    parquet, _ = _dataset(reference)
+    built, _ = _dataset(_build(inputs, "out/parquet-for-tfrecord", "tfrecord-multi", *MULTI_PROCESSING, "--set",
+                               "input.format=tfrecord"))
+    shards = {name: data for name, data in built.items() if name.endswith(".tfrecord")}
+    assert len(shards) > 2 and shards == {name: data for name, data in parquet.items() if name.endswith(".tfrecord")}
+    assert not any(name.startswith("_errors/") for name in built)  # the bad rows stayed behind in the first build

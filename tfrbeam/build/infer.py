@@ -37,7 +37,8 @@ from tfrbeam.build.config import (
 from tfrbeam.build.features import FeatureSpec, infer_schema_features, infer_text_type
 from tfrbeam.build.inputs.csv_text import unnamed_column_name
 from tfrbeam.build.inputs.files import list_inputs, open_input
-from tfrbeam.build.inputs.sample import SAMPLE_ROWS, inspect_input, typed_sample
+from tfrbeam.build.inputs.sample import SAMPLE_ROWS, input_files, inspect_input, typed_sample
+from tfrbeam.build.inputs.tfrecord import dataset_manifest
 from tfrbeam.build.resolve import float32_note, resolve_with_sample
 from tfrbeam.errors import ConfigError
 
@@ -65,7 +66,12 @@ def infer_config(input_path: str, format: str | None = None, sequence_by: str | 
     """
     if order_by is not None and sequence_by is None:
         raise ConfigError("--order-by needs --sequence-by (the column whose values make one sequence each)")
-    files = list_inputs(input_path)
+    dataset = (format or "tfrecord") == "tfrecord" and dataset_manifest(input_path) is not None
+    if dataset:
+        format = "tfrecord"  # a tfrbeam dataset directory: its shards and the manifest's features
+        files = input_files(InputConfig(format="tfrecord", path=input_path))
+    else:
+        files = list_inputs(input_path)
     fmt = format or _format_of(files[0].path)
     if fmt not in INPUT_FORMATS:
         raise ConfigError(f"--format: {fmt!r} is not one of {', '.join(INPUT_FORMATS)}")
@@ -73,7 +79,8 @@ def infer_config(input_path: str, format: str | None = None, sequence_by: str | 
         input_config = InputConfig(format=fmt, path=input_path)
         sample = inspect_input(input_config, files=files)
         features, left_out = _typed_features(sample.schema)
-        header = [_TYPED_HEADERS[fmt].format(path=sample.path, rows=SAMPLE_ROWS)]
+        header = [_TYPED_HEADERS["dataset" if dataset else fmt].format(path=input_path if dataset else sample.path,
+                                                                       rows=SAMPLE_ROWS)]
         csv_options = None
         rows = typed_sample(input_config, sample.path, sample.schema) if sequence_by is not None else None
     else:
@@ -111,6 +118,10 @@ _TYPED_HEADERS = {
     "parquet": "# Inferred from the Parquet schema of {path}.",
     "orc": "# Inferred from the ORC schema of {path}.",
     "avro": "# Inferred from the Avro schema of {path}.",
+    "tfrecord": "# Inferred from the first {rows} tf.train.Example records, from {path} on: a feature with one value\n"
+                "# wherever present is a scalar; a later record that does not fit is a bad row (see errors).",
+    "dataset": "# Inferred from the features in the manifest of the dataset {path}; input.splits: [train, ...]\n"
+               "# picks the splits read (default: all of them).",
     "jsonl": "# Inferred from the types pyarrow reads in the first {rows} lines of {path}; a later value of\n"
              "# another type is a bad row (see errors), never a silent change of type.",
 }

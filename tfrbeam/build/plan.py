@@ -26,8 +26,8 @@ from tfrbeam.beam.filesystem import BEAM_FILES
 from tfrbeam.beam.publish import RunIdentity, staging_path, this_run
 from tfrbeam.build.config import BuildConfig, SplitFiles, config_to_dict
 from tfrbeam.build.features import FeatureSpec
-from tfrbeam.build.inputs.files import InputFile, list_inputs
-from tfrbeam.build.inputs.sample import check_inputs_hold_rows
+from tfrbeam.build.inputs.files import InputFile
+from tfrbeam.build.inputs.sample import check_inputs_hold_rows, input_files
 from tfrbeam.build.resolve import resolve_config, validate_against_schema, with_features
 from tfrbeam.build.runners import (
     IN_PROCESS,
@@ -126,7 +126,7 @@ def plan_build(config: BuildConfig, options: PipelineOptions | None = None, *, o
     if isinstance(config.split_by, SplitFiles):
         inputs, input_splits = list_split_inputs(config.split_by)
     else:
-        inputs, input_splits = list_inputs(config.input.path), ()
+        inputs, input_splits = input_files(config.input), ()
     resolved_input = resolve_config(config, files=inputs)
     check_inputs_hold_rows(resolved_input.input, inputs, config.errors.allow_empty)
     plan = _planned(config, resolved_input, tuple(inputs), sum(item.size for item in inputs), options, overwrite, run_id,

@@ -225,7 +225,7 @@ def resolve_with_sample(config: BuildConfig, files: list[InputFile] | None = Non
                 false_values=csv.false_values or ()))
             sample = inspect_input(input_config, files=files)
     else:
-        sample = inspect_input(input_config, files=files)
+        sample = inspect_input(input_config, files=files, declared=config.features)
     config = replace(config, input=input_config)
     return validate_against_schema(config, sample.schema, sample.sample, where=sample.path,
                                    column_nulls=column_nulls), sample

@@ -59,7 +59,7 @@ _PROG = "tfrbeam build"
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=_PROG, allow_abbrev=False,
-        description="Build a shuffled, split, sharded TFRecord dataset from CSV, Parquet, JSON lines, ORC or Avro.",
+        description="Build a shuffled, split, sharded TFRecord dataset from CSV, Parquet, JSON lines, ORC, Avro or TFRecord.",
         epilog="Other options (e.g. --runner DataflowRunner --project P --region R --temp_location gs://... "
         "--setup_file ./setup.py) go to Beam. --workers N|auto (default auto) sets the worker processes of a build "
         "on this machine (docs/runners.md).",

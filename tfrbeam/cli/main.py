@@ -99,7 +99,7 @@ def _parser() -> argparse.ArgumentParser:
                                 "(CSV, Parquet, JSON lines, ORC, Avro)")
     infer.add_argument("input", metavar="INPUT", help="a file or glob")
     # tfrbeam.build.config.INPUT_FORMATS, not imported here (it loads pyarrow; tests/build/test_infer.py checks they agree).
-    infer.add_argument("--format", choices=("csv", "parquet", "jsonl", "orc", "avro"), default=None,
+    infer.add_argument("--format", choices=("csv", "parquet", "jsonl", "orc", "avro", "tfrecord"), default=None,
                        help="the input's format (default: from the file's extension)")
     infer.add_argument("--sequence-by", default=None, metavar="COL",
                        help="write a SequenceExample build: one sequence per value of this feature")

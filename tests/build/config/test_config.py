@@ -212,12 +212,12 @@ def test_load_config_reports_missing_file_and_yaml_errors(tmp_path):
         (
             _with(input={"path": "gs://b/x/*"}),
             "input.format: is required: 'gs://b/x/*' does not end in an extension that names a format (.csv, .tsv, "
-            ".txt, .parquet, .pq, .parq, .jsonl, .ndjson, .json, .orc, .avro; each also with .gz, .bz2, .xz, .zst or "
-            ".deflate) (allowed: csv, parquet, jsonl, orc, avro)",
+            ".txt, .parquet, .pq, .parq, .jsonl, .ndjson, .json, .orc, .avro, .tfrecord; each also with .gz, .bz2, .xz, "
+            ".zst or .deflate), nor is it a tfrbeam dataset directory (allowed: csv, parquet, jsonl, orc, avro, tfrecord)",
         ),
         (
             _with(input={"path": "a", "format": "json"}),
-            "input.format: 'json' is not one of csv, parquet, jsonl, orc, avro; did you mean 'jsonl'?",
+            "input.format: 'json' is not one of csv, parquet, jsonl, orc, avro, tfrecord; did you mean 'jsonl'?",
         ),
         (
             _with(input={"path": "a.jsonl", "parquet": {"require_checksums": True}}),

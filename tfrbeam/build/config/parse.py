@@ -10,6 +10,7 @@ import difflib
 import importlib.util
 import logging
 import math
+import os
 import re
 from collections.abc import Callable
 from dataclasses import replace
@@ -34,6 +35,7 @@ from tfrbeam.build.config.schema import (
     ShuffleConfig,
     SplitColumn,
     SplitFiles,
+    TfrecordOptions,
 )
 from tfrbeam.build.features import (
     FEATURE_TYPES,
@@ -51,6 +53,7 @@ from tfrbeam.build.file_features import (
     pillow_missing,
 )
 from tfrbeam.errors import ConfigError
+from tfrbeam.layout.names import MANIFEST_NAME
 
 __all__ = [
     "FORMAT_EXTENSIONS",
@@ -69,11 +72,11 @@ __all__ = [
 
 _LOG = logging.getLogger(__name__)
 
-INPUT_FORMATS = ("csv", "parquet", "jsonl", "orc", "avro")
+INPUT_FORMATS = ("csv", "parquet", "jsonl", "orc", "avro", "tfrecord")
 # The extensions that name a format when input.format is left out; each may carry a compression suffix.
 FORMAT_EXTENSIONS = {".csv": "csv", ".tsv": "csv", ".txt": "csv", ".parquet": "parquet", ".pq": "parquet",
                      ".parq": "parquet", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".orc": "orc",
-                     ".avro": "avro"}
+                     ".avro": "avro", ".tfrecord": "tfrecord"}
 _COMPRESSION_SUFFIXES = (".gz", ".bz2", ".xz", ".lzma", ".zst", ".zstd", ".deflate")  # what Beam's AUTO detects
 COMPRESSIONS = ("none", "gzip", "zlib")
 BAD_RECORD_ACTIONS = ("fail", "skip", "dead_letter")
@@ -395,7 +398,7 @@ class Checker:
 
 
 _TOP_KEYS = ("input", "features", "shuffle", "splits", "split_key", "output", "errors", "stats", "sequence")
-_INPUT_KEYS = ("format", "path", "csv", "parquet", "columns", "split_bytes")
+_INPUT_KEYS = ("format", "path", "csv", "parquet", "columns", "split_bytes", "splits", "compression")
 _PARQUET_KEYS = ("require_checksums",)
 _CSV_KEYS = ("delimiter", "quote_char", "escape_char", "header", "column_names", "null_values", "true_values",
              "false_values", "skip_rows", "encoding", "max_row_bytes")
@@ -449,13 +452,15 @@ def _parse_input(check: Checker, raw: Any, patterns: tuple[tuple[str, str], ...]
     path = (check.string(section, "path", "input", None) or "") if patterns else check.string(section, "path", "input", "")
     if patterns and path:
         check.fail("input.path", "not used when splits are file patterns (each split's glob lists its files); drop it")
-    fmt = section.get("format") or format_from_path(path or (patterns[0][1] if patterns else ""))
+    fmt = (section.get("format") or format_from_path(path or (patterns[0][1] if patterns else ""))
+           or _dataset_format(path or ""))
     if patterns and not section.get("format"):
         _check_pattern_formats(check, patterns)
     if fmt is None:
         known = ", ".join(FORMAT_EXTENSIONS)
         check.fail("input.format", f"is required: {path!r} does not end in an extension that names a format ({known}; "
-                   f"each also with .gz, .bz2, .xz, .zst or .deflate) (allowed: {', '.join(INPUT_FORMATS)})")
+                   f"each also with .gz, .bz2, .xz, .zst or .deflate), nor is it a tfrbeam dataset directory "
+                   f"(allowed: {', '.join(INPUT_FORMATS)})")
         fmt = "csv"
     else:
         fmt = check.choice({"format": fmt}, "format", "input", INPUT_FORMATS, "csv") or "csv"
@@ -471,7 +476,24 @@ def _parse_input(check: Checker, raw: Any, patterns: tuple[tuple[str, str], ...]
     parquet = ParquetOptions(require_checksums=check.boolean(parquet_section, "require_checksums", "input.parquet", False))
     columns = check.names(section, "columns", "input")
     split_bytes = _size(check, section, "split_bytes", "input", DEFAULT_SPLIT_BYTES)
-    return InputConfig(format=fmt, path=path or "", csv=csv, parquet=parquet, columns=columns, split_bytes=split_bytes)
+    tfrecord = _parse_tfrecord(check, section, fmt)
+    return InputConfig(format=fmt, path=path or "", csv=csv, parquet=parquet, tfrecord=tfrecord, columns=columns,
+                       split_bytes=split_bytes)
+
+
+def _parse_tfrecord(check: Checker, section: dict, fmt: str) -> TfrecordOptions:
+    """input.splits (which splits of a dataset to read) and input.compression, keys of input.format tfrecord only."""
+    for key in ("splits", "compression"):
+        if fmt != "tfrecord" and section.get(key) is not None:
+            check.fail(f"input.{key}", f"only for input.format tfrecord, but the format is {fmt}")
+    splits = check.names(section, "splits", "input", allow_single=True)
+    compression = check.choice(section, "compression", "input", ("auto", *COMPRESSIONS), "auto") or "auto"
+    return TfrecordOptions(splits=splits, compression=None if compression == "none" else compression)
+
+
+def _dataset_format(path: str) -> str | None:
+    """tfrecord for a local directory holding a dataset manifest (a tfrbeam dataset to re-split or re-shard)."""
+    return "tfrecord" if path and os.path.isfile(os.path.join(path, MANIFEST_NAME)) else None
 
 
 def _check_pattern_formats(check: Checker, patterns: tuple[tuple[str, str], ...]) -> None:
@@ -484,7 +506,7 @@ def _check_pattern_formats(check: Checker, patterns: tuple[tuple[str, str], ...]
 
 def format_from_path(path: str) -> str | None:
     """The input format a path's (or glob's) extension names, a compression suffix (.gz, ...) left aside; or None."""
-    lower = _without_compression_suffix(path)
+    lower = _without_compression_suffix(path).removesuffix(".zlib")  # TFRecord's own ZLIB files
     return next((fmt for extension, fmt in FORMAT_EXTENSIONS.items() if lower.endswith(extension)), None)
 
 
@@ -1041,6 +1063,9 @@ def config_to_dict(config: BuildConfig) -> dict:
         }
     if config.input.format == "parquet":
         input_section["parquet"] = {"require_checksums": config.input.parquet.require_checksums}
+    if config.input.format == "tfrecord":
+        input_section["splits"] = _list_or_none(config.input.tfrecord.splits)
+        input_section["compression"] = config.input.tfrecord.compression or "none"
     input_section["columns"] = _list_or_none(config.input.columns)
     input_section["split_bytes"] = config.input.split_bytes
     features = None

@@ -18,6 +18,7 @@ __all__ = [
     "ShuffleConfig",
     "SplitColumn",
     "SplitFiles",
+    "TfrecordOptions",
 ]
 
 DEFAULT_SPLIT_BYTES = 64 << 20
@@ -58,13 +59,24 @@ class ParquetOptions:
 
 
 @dataclass(frozen=True)
+class TfrecordOptions:
+    """input.format tfrecord: the splits of a dataset to read (None: all) and the files' compression ("auto": from
+    each file's extension, or a dataset's manifest; None: uncompressed; "gzip", "zlib")."""
+
+    splits: tuple[str, ...] | None = None
+    compression: str | None = "auto"
+
+
+@dataclass(frozen=True)
 class InputConfig:
-    """Where the rows come from: a glob of CSV, Parquet, JSON lines, ORC or Avro files and how to read them."""
+    """Where the rows come from: a glob of CSV, Parquet, JSON lines, ORC, Avro or TFRecord files (or a tfrbeam
+    dataset) and how to read them."""
 
     format: str
     path: str
     csv: CsvOptions = field(default_factory=CsvOptions)
     parquet: ParquetOptions = field(default_factory=ParquetOptions)
+    tfrecord: TfrecordOptions = field(default_factory=TfrecordOptions)
     columns: tuple[str, ...] | None = None
     split_bytes: int = DEFAULT_SPLIT_BYTES
 

@@ -18,10 +18,18 @@ from tfrbeam.build.inputs.avro import arrow_schema, avro_blocks, avro_schema, re
 from tfrbeam.build.inputs.batch import SourceBatch, convert_in_slices
 from tfrbeam.build.inputs.csv import read_csv_file, read_csv_range
 from tfrbeam.build.inputs.csv_text import RangeScan, csv_data_offset, csv_ranges, scan_csv_range
-from tfrbeam.build.inputs.files import InputFile, is_compressed, list_inputs, openable
+from tfrbeam.build.inputs.files import InputFile, is_compressed, openable
 from tfrbeam.build.inputs.jsonl import count_line_breaks, jsonl_schema, read_jsonl_file, read_jsonl_range
 from tfrbeam.build.inputs.orc import read_orc_stripes, stripe_listing_and_rows
 from tfrbeam.build.inputs.parquet import read_parquet_row_group, row_group_listing
+from tfrbeam.build.inputs.sample import input_files
+from tfrbeam.build.inputs.tfrecord import (
+    file_compression,
+    read_tfrecord_piece,
+    shard_records,
+    tfrecord_pieces,
+    tfrecord_schema,
+)
 from tfrbeam.build.progress import ProgressCounter, progress_dir
 
 __all__ = ["ReadTabular"]
@@ -69,7 +77,7 @@ def _row_groups_with_row_size(item: tuple[str, int], required: bool) -> list[tup
 
 class ReadTabular(beam.PTransform):
     """Read the inputs of a build as SourceBatch elements (Parquet by row group, ORC by stripe, Avro by runs of sync
-    blocks, CSV and JSON lines by range or whole file).
+    blocks, CSV and JSON lines by range or whole file, TFRecord by record range or whole file).
 
     columns limits what is read (Parquet projection; CSV columns dropped after parsing); None
     means input_config.columns, and None there means every column. The input files are listed
@@ -91,7 +99,7 @@ class ReadTabular(beam.PTransform):
         self.convert_with = tuple(convert_with) if convert_with is not None else None
         self.input_config = input_config
         self.columns = tuple(columns) if columns is not None else input_config.columns
-        self.inputs = list(inputs) if inputs is not None else list_inputs(input_config.path)
+        self.inputs = list(inputs) if inputs is not None else input_files(input_config)
         self.progress_dir = progress_dir(progress_under) if progress_under is not None else None
         self.opened_as = {item.path: openable(item.path) for item in self.inputs}
 
@@ -110,6 +118,8 @@ class ReadTabular(beam.PTransform):
                     | "ReadPiece" >> beam.FlatMap(lambda piece: _converted_ahead(_counted(
                         _as_given(read(piece), given), _counter(counts), piece.bytes_per_row), specs))
                     .with_output_types(SourceBatch))
+        if self.input_config.format == "tfrecord":
+            return _read_tfrecord(self, files, given, specs)
         if self.input_config.format == "parquet":
             required = self.input_config.parquet.require_checksums
             return (files
@@ -198,6 +208,32 @@ def _avro_pieces(read: ReadTabular):
 
 
 _TYPED_PIECES = {"orc": _orc_pieces, "avro": _avro_pieces}
+
+
+def _read_tfrecord(read: ReadTabular, files, given: dict[str, str], specs: Sequence[FeatureSpec] | None):
+    """TFRecord files in record ranges (see tfrecord.tfrecord_pieces), decoded as the plan's schema (the manifest's
+    features, or those the first records show), projected to the columns read; progress counts each block."""
+    input_config, columns, counts = read.input_config, read.columns, read.progress_dir
+    schema = tfrecord_schema(input_config, read.inputs, declared=read.convert_with)
+    expected = {read.opened_as.get(path, path): count for path, count in shard_records(input_config).items()}
+
+    def pieces(item: tuple[str, int]) -> list[tuple[str, str | None, tuple[int, int | None, int]]]:
+        path, size = item
+        compression = file_compression(input_config, path)
+        return [(path, compression, piece) for piece in tfrecord_pieces(path, size, input_config.split_bytes, compression)]
+
+    def read_piece(item) -> Iterator[SourceBatch]:
+        path, compression, (start, stop, before) = item
+        counter = _counter(counts)
+        return read_tfrecord_piece(path, start, stop, before, schema, compression, columns,
+                                   on_block=counter.add if counter is not None else None,
+                                   expected_records=expected.get(path))
+
+    return (files
+            | "Pieces" >> beam.FlatMap(pieces)
+            | "SpreadPieces" >> beam.Reshuffle()
+            | "ReadPiece" >> beam.FlatMap(lambda item: _converted_ahead(_as_given(read_piece(item), given), specs))
+            .with_output_types(SourceBatch))
 
 
 def _converted_ahead(sources: Iterator[SourceBatch], specs: Sequence[FeatureSpec] | None) -> Iterator[SourceBatch]:

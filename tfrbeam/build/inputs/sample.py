@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 import pyarrow as pa
 
 from tfrbeam.build.config.schema import CsvOptions, InputConfig
+from tfrbeam.build.features import FeatureSpec
 from tfrbeam.build.inputs.avro import avro_file_holds_records, avro_input_schema, avro_schema, read_avro_file
 from tfrbeam.build.inputs.batch import SourceBatch, empty_batch
 from tfrbeam.build.inputs.csv import parse_row_texts, read_csv_file, row_texts
@@ -18,6 +19,13 @@ from tfrbeam.build.inputs.files import InputFile, list_inputs, open_input
 from tfrbeam.build.inputs.jsonl import jsonl_holds_lines, jsonl_schema, read_jsonl_file
 from tfrbeam.build.inputs.orc import orc_file_rows, orc_input_schema, read_orc_file
 from tfrbeam.build.inputs.parquet import parquet_file, parquet_input_schema, read_parquet_file
+from tfrbeam.build.inputs.tfrecord import (
+    file_compression,
+    read_tfrecord_file,
+    tfrecord_holds_records,
+    tfrecord_inputs,
+    tfrecord_schema,
+)
 from tfrbeam.errors import InputError
 
 __all__ = [
@@ -25,6 +33,7 @@ __all__ = [
     "CsvSample",
     "InputSample",
     "check_inputs_hold_rows",
+    "input_files",
     "inspect_input",
     "read_csv_sample",
     "typed_sample",
@@ -33,6 +42,13 @@ __all__ = [
 _LOG = logging.getLogger(__name__)
 
 SAMPLE_ROWS = 10_000
+
+
+def input_files(input_config: InputConfig) -> list[InputFile]:
+    """The files an input reads: those its glob matches, or a TFRecord dataset's shards (see tfrecord_inputs)."""
+    if input_config.format == "tfrecord":
+        return tfrecord_inputs(input_config)
+    return list_inputs(input_config.path)
 
 
 @dataclass(frozen=True, eq=False)
@@ -71,11 +87,12 @@ class CsvSample:
 
 
 def inspect_input(input_config: InputConfig, sample_rows: int = SAMPLE_ROWS,
-                  files: Sequence[InputFile] | None = None) -> InputSample:
+                  files: Sequence[InputFile] | None = None, declared: Sequence[FeatureSpec] | None = None
+                  ) -> InputSample:
     """Read the input's schema (Parquet, ORC: every footer, see parquet_input_schema; JSON lines: inferred from the
     first lines of the first file holding any; Avro: the first file's, every header checked against it; CSV: the first
     file's header and sample)."""
-    files = list(files) if files is not None else list_inputs(input_config.path)
+    files = list(files) if files is not None else input_files(input_config)
     fmt, first = input_config.format, files[0].path
     if fmt == "parquet":
         schema = parquet_input_schema(files, input_config.columns, input_config.parquet.require_checksums)
@@ -86,6 +103,8 @@ def inspect_input(input_config: InputConfig, sample_rows: int = SAMPLE_ROWS,
         schema = jsonl_schema([item.path for item in files], sampled_nulls=True)
     elif fmt == "avro":
         schema = avro_input_schema(files, input_config.columns)
+    elif fmt == "tfrecord":
+        schema = tfrecord_schema(input_config, files, sample_rows, declared)  # declared: features the config gives
     else:
         return read_csv_sample(input_config, sample_rows, files).inspected
     return InputSample(first, schema, None)
@@ -93,7 +112,7 @@ def inspect_input(input_config: InputConfig, sample_rows: int = SAMPLE_ROWS,
 
 def typed_sample(input_config: InputConfig, path: str, schema: pa.Schema, sample_rows: int = SAMPLE_ROWS
                  ) -> pa.RecordBatch:
-    """The first sample_rows good rows of a typed input's file (Parquet, ORC, JSON lines, Avro) as one batch."""
+    """The first sample_rows good rows of a typed input's file (Parquet, ORC, JSON lines, Avro, TFRecord) as one batch."""
     fmt = input_config.format
     if fmt == "parquet":
         sources: Iterator[SourceBatch] = read_parquet_file(path)
@@ -101,6 +120,8 @@ def typed_sample(input_config: InputConfig, path: str, schema: pa.Schema, sample
         sources = read_orc_file(path)
     elif fmt == "jsonl":
         sources = read_jsonl_file(path, pa.schema([field_.with_nullable(True) for field_ in schema]))  # as read
+    elif fmt == "tfrecord":
+        sources = read_tfrecord_file(path, schema, file_compression(input_config, path))
     else:
         sources = read_avro_file(path, schema, avro_schema(path))
     batches, count = [], 0
@@ -161,5 +182,7 @@ def _holds_rows(input_config: InputConfig, path: str) -> bool:
         return jsonl_holds_lines(path)
     if input_config.format == "avro":
         return avro_file_holds_records(path)
+    if input_config.format == "tfrecord":
+        return tfrecord_holds_records(path, file_compression(input_config, path))
     with contextlib.closing(read_csv_file(path, input_config.csv)) as sources:
         return any(source.num_rows or source.bad_rows for source in sources)
