@@ -186,13 +186,16 @@ def _csv_row(line: str, names: list[str]) -> dict:
     return dict(zip(names, next(csv.reader([line]))))
 
 
-def baseline_job(fmt: str, input_path: str, output_prefix: str) -> None:
-    """The typical Beam job: read rows, build each Example with protobuf classes, Reshuffle, WriteToTFRecord."""
+def baseline_job(fmt: str, input_path: str, output_prefix: str, runner_args: list[str] | None = None) -> None:
+    """The typical Beam job: read rows, build each Example with protobuf classes, Reshuffle, WriteToTFRecord.
+
+    ``runner_args``: Beam options of the runner to run it on (default: the FnApiRunner, as ours).
+    """
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
     # The runner ours uses by default (the DirectRunner would first spend seconds trying Prism offline).
-    with beam.Pipeline(options=PipelineOptions(["--runner=FnApiRunner"])) as pipeline:
+    with beam.Pipeline(options=PipelineOptions(runner_args or ["--runner=FnApiRunner"])) as pipeline:
         if fmt == "parquet":
             rows = pipeline | beam.io.ReadFromParquet(input_path)
         else:

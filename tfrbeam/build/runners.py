@@ -69,14 +69,16 @@ class WorkerCountOptions(PipelineOptions):
         )
 
 
-# What ``auto`` weighs, measured on the project's 2-core machine (docs/runners.md, benchmarks/build.py --workers,
-# benchmarks/profile_workers.py): out-of-process workers spend this much more CPU per row than the in-process
-# build, which itself keeps this many cores busy; each worker spends seconds importing Beam before its first row.
-OUT_OF_PROCESS_CPU_RATIO = 1.49
+# What ``auto`` weighs, measured on the project's 2-core machine (2026-12-03, docs/runners.md; `python -m
+# benchmarks.build --rows 3000000 --formats parquet --ours-only --workers 2`, `python -m benchmarks.profile_workers`):
+# out-of-process workers spend this much more CPU per row than the in-process build, which itself keeps this many
+# cores busy; the launching process carries every element between the workers' stages and spends this share of
+# the in-process build's per-row CPU itself, on one core; and 2 workers reached this share of what the first two
+# figures promise (each worker first spends ~2 CPU-seconds importing Beam, and busy cores run each other slower).
+OUT_OF_PROCESS_CPU_RATIO = 1.56
 IN_PROCESS_CORES = 1.14
-# ... and the launching process, which carries every element between the workers' stages, spends this share of
-# the in-process build's CPU per row itself, one core at most: it bounds the gain whatever the worker count.
-LAUNCHER_CPU_SHARE = 0.64
+LAUNCHER_CPU_SHARE = 0.35
+WORKER_EFFICIENCY = 0.73
 # Workers must be predicted this much faster than the in-process build (the issue's target for 2 workers), and
 # the input big enough that the workers' start (about 3.5 CPU-s each) is a small part of the build.
 WORKERS_MIN_GAIN = 1.3
@@ -118,9 +120,11 @@ def _ram_bytes() -> int:
 
 
 def predicted_worker_gain(workers: int) -> float:
-    """The model's best case for ``workers`` worker processes against the in-process build, for a large input:
-    the workers' share of the CPU spread over them, or the launcher's share on its one core, whichever is slower."""
-    return min(workers / (OUT_OF_PROCESS_CPU_RATIO * IN_PROCESS_CORES), 1 / (LAUNCHER_CPU_SHARE * IN_PROCESS_CORES))
+    """The model's figure for ``workers`` worker processes against the in-process build, for a large input: the
+    workers' CPU spread over them at the measured efficiency, or the launcher's share on its one core, whichever
+    is slower."""
+    spread = workers / (OUT_OF_PROCESS_CPU_RATIO * IN_PROCESS_CORES) * WORKER_EFFICIENCY
+    return min(spread, 1 / (LAUNCHER_CPU_SHARE * IN_PROCESS_CORES))
 
 
 def choose_workers(options: PipelineOptions, input_bytes: int, cores: int | None = None,
@@ -129,8 +133,8 @@ def choose_workers(options: PipelineOptions, input_bytes: int, cores: int | None
 
     ``auto`` runs workers only on a local in-process-capable runner, for inputs of at least
     WORKERS_MIN_INPUT_BYTES, when ``predicted_worker_gain`` of one worker per core (at most one per
-    WORKER_RAM_BYTES of RAM) reaches WORKERS_MIN_GAIN; otherwise it stays in this process. On 2 cores
-    the model's best case is 1.18x and the measured one 0.84x, so there it stays in process.
+    WORKER_RAM_BYTES of RAM) reaches WORKERS_MIN_GAIN; otherwise it stays in this process: on 2 and 3
+    cores (2 workers measured 0.82x the in-process build at 3M rows), workers from 4 cores.
     With ``auto=False`` (rows already in this process's memory) ``auto`` keeps what the options say.
     Raises ConfigError for a count that is not a positive integer, ``--workers`` on a remote runner,
     or a ``--workers`` that contradicts ``--direct_num_workers``/``--direct_running_mode``.
@@ -207,7 +211,7 @@ def _auto_workers(input_bytes: int, cores: int, ram_bytes: int) -> WorkerChoice:
         return WorkerChoice(1, "in_process", f"auto: {input_bytes / 2**20:,.0f} MiB of input is too little for "
                             f"workers to pay for their start (from {WORKERS_MIN_INPUT_BYTES >> 30} GiB)")
     if gain < WORKERS_MIN_GAIN:
-        return WorkerChoice(1, "in_process", f"auto: {workers} worker(s) on {cores} core(s) would be at best "
+        return WorkerChoice(1, "in_process", f"auto: {workers} worker(s) on {cores} core(s) would be about "
                             f"{gain:.2f}x the in-process build (workers from {WORKERS_MIN_GAIN}x)")
     return WorkerChoice(workers, "multi_processing", f"auto: {cores} cores, {input_bytes / 2**30:,.1f} GiB of input, "
                         f"predicted up to {gain:.1f}x")

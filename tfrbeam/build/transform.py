@@ -17,13 +17,14 @@ one, never neither and never a mix.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import math
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from typing import Any
 
 import apache_beam as beam
@@ -39,6 +40,7 @@ from tfrbeam.build.config import BuildConfig, InputConfig, parse_config
 from tfrbeam.build.features import BadRow, FeatureSpec, output_type
 from tfrbeam.build.graph import BuildDataset, start_build
 from tfrbeam.build.inputs.batch import SourceBatch
+from tfrbeam.build.inputs.read import converted_ahead
 from tfrbeam.build.launch import BuildResult, build_options, launch, one_line, reporting
 from tfrbeam.build.plan import BuildPlan, plan_rows
 from tfrbeam.build.progress import ProgressCounter, progress_dir
@@ -51,6 +53,7 @@ _LOG = logging.getLogger(__name__)
 ROWS_FORMAT = "arrow"  # input.format in the manifest's config of a dataset built from rows, not files
 # The table write_dataset is given goes to the workers as this file in the run's staging directory.
 TABLE_FILE_NAME = "write-dataset-rows.arrow"
+BATCHES_PER_ELEMENT = 4
 ROWS_PER_BATCH = 65536  # rows of an in-memory table per element; dicts are gathered into batches of this many
 
 
@@ -319,8 +322,9 @@ def write_dataset(data: Any, path: str | os.PathLike, *, features: Mapping[str, 
         # Only each batch's number and first row go into the pipeline: Beam pickles (and bz2-compresses) what
         # beam.Create holds, which cost seconds per 20k rows. The rows themselves go to an Arrow IPC file.
         rows = (pipeline
-                | "Batches" >> beam.Create(_batch_starts(table), reshuffle=False)
-                | "Rows" >> beam.ParDo(_ReadTableBatch(plan.config.input.path, rows_file)).with_output_types(SourceBatch))
+                | "Batches" >> beam.Create(_batch_chunks(table), reshuffle=False)
+                | "Rows" >> beam.ParDo(_ReadTableBatches(plan.config.input.path, rows_file, plan.features))
+                .with_output_types(SourceBatch))
         build_rows(rows, plan, publish=False, schema=table.schema, what="write_dataset")
         _write_table_file(rows_file, table)  # build_rows made the staging directory
 
@@ -331,13 +335,15 @@ def write_dataset(data: Any, path: str | os.PathLike, *, features: Mapping[str, 
     return result
 
 
-def _batch_starts(table: pa.Table) -> list[tuple[int, int]]:
-    """(batch number, its first row's 1-based number) for the table cut in batches of up to ROWS_PER_BATCH rows."""
+def _batch_chunks(table: pa.Table) -> list[tuple[tuple[int, int], ...]]:
+    """The table cut in batches of up to ROWS_PER_BATCH rows, as elements of up to BATCHES_PER_ELEMENT
+    (batch number, its first row's 1-based number) pairs: a few batches an element, so one is converted
+    ahead while the last is keyed, as tfrbeam build's readers do."""
     starts, first = [], 1
     for index in range(math.ceil(table.num_rows / ROWS_PER_BATCH)):
         starts.append((index, first))
         first += min(ROWS_PER_BATCH, table.num_rows - first + 1)
-    return starts
+    return [tuple(starts[at:at + BATCHES_PER_ELEMENT]) for at in range(0, len(starts), BATCHES_PER_ELEMENT)]
 
 
 def _write_table_file(path: str, table: pa.Table) -> None:
@@ -347,22 +353,26 @@ def _write_table_file(path: str, table: pa.Table) -> None:
             writer.write_batch(batch)
 
 
-class _ReadTableBatch(beam.DoFn):
-    """Batch number -> that batch of the table's IPC file, as a SourceBatch numbered by the rows' place in the table.
+class _ReadTableBatches(beam.DoFn):
+    """Batch numbers -> those batches of the table's IPC file, as SourceBatches numbered by the rows' place in the
+    table, their features converted a batch ahead (``converted_ahead``).
 
     A local file is memory-mapped (its batches are read without a copy); a remote one is read through Beam's FileSystems.
     """
 
-    def __init__(self, source: str, path: str):
-        self._source, self._path = source, path
+    def __init__(self, source: str, path: str, specs: Sequence[FeatureSpec]):
+        self._source, self._path, self._specs = source, path, specs
 
-    def process(self, element: tuple[int, int]) -> Iterator[SourceBatch]:
-        index, first = element
-        if fs.is_local(self._path):
-            with pa.memory_map(self._path) as mapped:
-                batch = pa.ipc.open_file(mapped).get_batch(index)
-        else:
-            with fs.open_read(self._path) as handle:
-                batch = pa.ipc.open_file(pa.PythonFile(handle, mode="r")).get_batch(index)
-        if batch.num_rows:
-            yield SourceBatch(self._source, np.arange(first, first + batch.num_rows, dtype=np.int64), batch)
+    def process(self, element: tuple[tuple[int, int], ...]) -> Iterator[SourceBatch]:
+        yield from converted_ahead(self._batches(element), self._specs)
+
+    def _batches(self, element: tuple[tuple[int, int], ...]) -> Generator[SourceBatch, None, None]:
+        with contextlib.ExitStack() as stack:
+            if fs.is_local(self._path):
+                reader = pa.ipc.open_file(stack.enter_context(pa.memory_map(self._path)))
+            else:
+                reader = pa.ipc.open_file(pa.PythonFile(stack.enter_context(fs.open_read(self._path)), mode="r"))
+            for index, first in element:
+                batch = reader.get_batch(index)
+                if batch.num_rows:
+                    yield SourceBatch(self._source, np.arange(first, first + batch.num_rows, dtype=np.int64), batch)

@@ -32,7 +32,7 @@ from tfrbeam.build.inputs.tfrecord import (
 )
 from tfrbeam.build.progress import ProgressCounter, progress_dir
 
-__all__ = ["ReadTabular"]
+__all__ = ["ReadTabular", "converted_ahead"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ class ReadTabular(beam.PTransform):
             return (files
                     | "Pieces" >> beam.FlatMap(pieces)
                     | "SpreadPieces" >> beam.Reshuffle()
-                    | "ReadPiece" >> beam.FlatMap(lambda piece: _converted_ahead(_counted(
+                    | "ReadPiece" >> beam.FlatMap(lambda piece: converted_ahead(_counted(
                         _as_given(read(piece), given), _counter(counts), piece.bytes_per_row), specs))
                     .with_output_types(SourceBatch))
         if self.input_config.format == "tfrecord":
@@ -125,7 +125,7 @@ class ReadTabular(beam.PTransform):
             return (files
                     | "RowGroups" >> beam.FlatMap(_row_groups_with_row_size, required)
                     | "SpreadRowGroups" >> beam.Reshuffle()
-                    | "ReadRowGroup" >> beam.FlatMap(lambda item: _converted_ahead(_counted(
+                    | "ReadRowGroup" >> beam.FlatMap(lambda item: converted_ahead(_counted(
                         _as_given(read_parquet_row_group(item[0], item[1], item[2], columns=columns), given),
                         _counter(counts), item[3]), specs))
                     .with_output_types(SourceBatch))
@@ -151,7 +151,7 @@ def _read_in_ranges(files, ranges, scan, read, given: dict[str, str], counts: st
             | "ByFile" >> beam.GroupByKey()
             | "PlanPieces" >> beam.FlatMap(_plan_pieces)
             | "SpreadPieces" >> beam.Reshuffle()
-            | "ReadPiece" >> beam.FlatMap(lambda piece: _converted_ahead(_counted(
+            | "ReadPiece" >> beam.FlatMap(lambda piece: converted_ahead(_counted(
                 _as_given(read(piece), given), _counter(counts)), specs))
             .with_output_types(SourceBatch))
 
@@ -232,11 +232,11 @@ def _read_tfrecord(read: ReadTabular, files, given: dict[str, str], specs: Seque
     return (files
             | "Pieces" >> beam.FlatMap(pieces)
             | "SpreadPieces" >> beam.Reshuffle()
-            | "ReadPiece" >> beam.FlatMap(lambda item: _converted_ahead(_as_given(read_piece(item), given), specs))
+            | "ReadPiece" >> beam.FlatMap(lambda item: converted_ahead(_as_given(read_piece(item), given), specs))
             .with_output_types(SourceBatch))
 
 
-def _converted_ahead(sources: Iterator[SourceBatch], specs: Sequence[FeatureSpec] | None) -> Iterator[SourceBatch]:
+def converted_ahead(sources: Iterator[SourceBatch], specs: Sequence[FeatureSpec] | None) -> Iterator[SourceBatch]:
     """The batches, each with its feature columns (``converted``) when specs are given, converted by a thread ahead."""
     if specs is None:
         return sources
