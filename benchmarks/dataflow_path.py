@@ -2,12 +2,14 @@
 
 Run by hand from the repository root (nothing else running: the workers' CPU is read from /proc):
 
-    python -m benchmarks.dataflow_path [--rows 3000000] [--workers 2] [--repeats 1] [--ours-only]
-                                       [--piece-store inline]
+    python -m benchmarks.dataflow_path [--rows 3000000] [--repeats 1] [--ours-only] [--piece-store inline]
 
 Each run starts Beam's ``worker_pool_main`` (an EXTERNAL environment: every SDK worker a separate
 ``python`` process, as on Dataflow's VMs), runs one job on ``--runner PortableRunner --job_endpoint
-embed --environment_type EXTERNAL --direct_num_workers N`` and stops the pool. Ours is
+embed --environment_type EXTERNAL --direct_num_workers N`` and stops the pool. Beam 2.77's embedded
+job server asks the pool for one SDK worker process whatever N (``--direct_num_workers``,
+``--sdk_worker_parallelism`` and ``--direct_running_mode`` tried); "workers started" in the report
+counts them from the pool's log, so the figures are per SDK worker process, as on one Dataflow core. Ours is
 ``python -m tfrbeam.build`` on the benchmark table (benchmarks/table.py) as one Parquet file
 (shuffled, one split, 8 shards) with the inline piece store, the one ``auto`` picks on Dataflow:
 the frames travel through the runner's GroupByKey. The baseline, unless --ours-only, is the
@@ -16,7 +18,7 @@ WriteToTFRecord) on the same runner, pool and rows.
 
 Reported per job, median (range) over --repeats runs:
 - CPU-seconds per million rows: the launching process (its rusage; it hosts the job server, which
-  carries every element between stages) plus every SDK worker the pool started (utime + stime from
+  carries every element between stages) plus the pool and every SDK worker it started (utime + stime from
   /proc, sampled every 0.1 s: a worker's last 0.1 s before it exits can be missed);
 - peak RSS of the launcher and of the largest SDK worker (VmHWM from /proc);
 - ours' bytes shuffled per row: the manifest's ``shuffled_bytes`` (what reached the shard writers
@@ -32,61 +34,27 @@ import json
 import os
 import pathlib
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from benchmarks.build import REPO_ROOT, baseline_job, build_config, compile_bytecode
+from tests.worker_pool import external_worker_pool
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("localhost", 0))
-        return probe.getsockname()[1]
-
-
-@contextlib.contextmanager
-def worker_pool(log: pathlib.Path) -> Iterator[tuple[str, subprocess.Popen]]:
-    """Beam's worker_pool_main in its own process (its SDK workers run this interpreter); its address and process."""
-    port = _free_port()
-    env = dict(os.environ, PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
-    with open(log, "wb") as output:
-        pool = subprocess.Popen([sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main",
-                                 f"--service_port={port}"], stdout=output, stderr=subprocess.STDOUT, env=env)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            with socket.socket() as probe:
-                if probe.connect_ex(("localhost", port)) == 0:
-                    break
-            if pool.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the worker pool did not start:\n{log.read_text()[-2000:]}")
-            time.sleep(0.2)
-        yield f"localhost:{port}", pool
-    finally:
-        pool.send_signal(signal.SIGINT)
-        try:
-            pool.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            pool.kill()
-            pool.wait()
-
-
 class _Sampler:
-    """Samples the CPU seconds and peak RSS of every descendant of a process, every 0.1 s, in a thread."""
+    """Samples the CPU seconds and peak RSS of every descendant of a process but one, every 0.1 s, in a thread."""
 
     def __init__(self, root: int):
         self._root = root
+        self.skip: set[int] = set()
         self.cpu: dict[int, float] = {}
         self.peak: dict[int, int] = {}
         self._stop = threading.Event()
@@ -103,7 +71,8 @@ class _Sampler:
     def _run(self) -> None:
         while not self._stop.is_set():
             for pid in self._descendants():
-                self._sample(pid)
+                if pid not in self.skip:
+                    self._sample(pid)
             self._stop.wait(0.1)
 
     def _descendants(self) -> list[int]:
@@ -137,12 +106,16 @@ def _portable_args(address: str, workers: int) -> list[str]:
 
 def run_job(command: list[str], work: pathlib.Path, name: str) -> dict:
     """One job on a fresh pool: wall s, launcher CPU s and peak, workers' CPU s and the largest worker's peak."""
-    with worker_pool(work / f"pool-{name}.log") as (address, pool):
+    with external_worker_pool(work / f"pool-{name}.log") as (address, _log):
         started = time.perf_counter()
-        with _Sampler(pool.pid) as sampler:
+        # The pool and its SDK workers are this process's descendants; the launcher's CPU comes from its rusage.
+        with _Sampler(os.getpid()) as sampler:
             process = subprocess.Popen([*command, *_portable_args(address, _WORKERS[0])], cwd=REPO_ROOT,
                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            sampler.skip.add(process.pid)
             _, status, usage = os.wait4(process.pid, 0)
+        for samples in (sampler.cpu, sampler.peak):
+            samples.pop(process.pid, None)  # sampled before it was skipped; its rusage counts it
         seconds = time.perf_counter() - started
     stderr = process.stderr.read().decode("utf-8", "replace") if process.stderr else ""
     if os.waitstatus_to_exitcode(status) != 0:

@@ -1,4 +1,5 @@
-"""An EXTERNAL Beam SDK worker pool in a separate process, for tests of the PortableRunner with out-of-process workers."""
+"""An EXTERNAL Beam SDK worker pool in a separate process, for tests (and benchmarks/dataflow_path.py) of the
+PortableRunner with out-of-process workers."""
 
 from __future__ import annotations
 
@@ -11,8 +12,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-
-import pytest
 
 
 def _free_port() -> int:
@@ -43,7 +42,7 @@ def external_worker_pool(log: pathlib.Path) -> Iterator[tuple[str, pathlib.Path]
                 if probe.connect_ex(("localhost", port)) == 0:
                     break
             if pool.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"the worker pool did not start:\n{log.read_text()[-2000:]}")
+                raise RuntimeError(f"the worker pool did not start:\n{log.read_text()[-2000:]}")
             time.sleep(0.2)
         yield f"localhost:{port}", log
     finally:

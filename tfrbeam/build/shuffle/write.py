@@ -140,7 +140,8 @@ class WriteShard(beam.DoFn):
             if len(order) < high - first_rank or (plan.spec.ordered and len(order) != high - low):
                 raise RuntimeError(
                     f"split {split_plan.name} shard {shard}: received {len(order)} records for ranks {low}..{high} "
-                    f"(first received rank {first_rank}); the input changed during the run"
+                    f"(first received rank {first_rank}): the input changed during the run, or the runner lost elements "
+                    "on their way to this writer (see docs/runners.md); nothing is published"
                 )
             written = self._write(split_plan, shard, plan.spec, received, order[low - first_rank:high - first_rank])
         finally:
