@@ -48,6 +48,8 @@ setup(
             "types-PyYAML",
             # A real multi-process engine for the runner tests (Beam's DaskRunner on a LocalCluster).
             "dask[distributed]>=2024.1",
+            # write_dataset is tested on a real pandas DataFrame, and JSON lines on a file pandas writes.
+            "pandas>=2.2",
             # input.format: avro is tested on files fastavro writes.
             "fastavro>=1.8",
             # from_file image header facts (tests/build/test_file_features.py makes its images with it).

@@ -81,6 +81,16 @@ def test_write_dataset_of_a_table_gives_the_bytes_tfrbeam_build_gives(tmp_path, 
     assert verify_dataset(str(tmp_path / "api")) == []
 
 
+def test_write_dataset_of_a_pandas_dataframe_gives_the_bytes_tfrbeam_build_gives(tmp_path, reference):
+    """A real pandas DataFrame, taken through the Arrow PyCapsule stream (pandas is not a dependency of tfrbeam)."""
+    import pandas
+    table, expected = reference
+    frame = table.to_pandas()
+    assert isinstance(frame, pandas.DataFrame) and hasattr(frame, "__arrow_c_stream__")
+    tfrbeam.write_dataset(frame, tmp_path / "pandas", splits=SPLITS, seed=5, num_shards=3, progress=False)
+    assert shard_bytes(tmp_path / "pandas") == expected
+
+
 def test_write_dataset_keeps_its_rows_out_of_the_job_graph(tmp_path, reference, monkeypatch):
     """Beam pickles and bz2-compresses what beam.Create holds: only (batch, first row) pairs may go there."""
     table, expected = reference

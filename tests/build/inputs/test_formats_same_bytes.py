@@ -1,7 +1,7 @@
 """One table written as CSV, Parquet, JSON lines, ORC and Avro by other tools builds byte-identical datasets.
 
-CSV by Python's csv module, Parquet and ORC by pyarrow, JSON lines by the json module, Avro by
-fastavro; each built by ``tfrbeam build`` with its format inferred from the extension and its
+CSV by Python's csv module, Parquet and ORC by pyarrow, JSON lines by the json module and by pandas,
+Avro by fastavro; each built by ``tfrbeam build`` with its format inferred from the extension and its
 features inferred from the file (no features: given), so both the readers and the inference agree.
 """
 
@@ -13,6 +13,7 @@ import json
 import pathlib
 
 import fastavro
+import pandas as pd
 import pyarrow as pa
 import pyarrow.orc as porc
 import pyarrow.parquet as pq
@@ -51,6 +52,8 @@ def write_all_formats(directory: pathlib.Path) -> dict[str, pathlib.Path]:
     pq.write_table(table, paths["parquet"], row_group_size=70)
     paths["jsonl"] = directory / "rows.jsonl"
     paths["jsonl"].write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    paths["jsonl-pandas"] = directory / "rows-pandas.jsonl"
+    pd.DataFrame(rows).to_json(paths["jsonl-pandas"], orient="records", lines=True)
     paths["jsonl.gz"] = directory / "rows.ndjson.gz"
     paths["jsonl.gz"].write_bytes(gzip.compress(paths["jsonl"].read_bytes()))
     paths["orc"] = directory / "rows.orc"
@@ -77,7 +80,7 @@ def shard_bytes(output: pathlib.Path) -> dict[str, bytes]:
 
 def test_every_format_builds_the_same_bytes_as_csv(tmp_path):
     paths = write_all_formats(tmp_path)
-    assert sorted(paths) == ["avro", "csv", "jsonl", "jsonl.gz", "orc", "parquet"]
+    assert sorted(paths) == ["avro", "csv", "jsonl", "jsonl-pandas", "jsonl.gz", "orc", "parquet"]
     assert porc.ORCFile(str(paths["orc"])).nstripes > 1  # read as several stripes
     with open(paths["avro"], "rb") as raw:
         assert sum(1 for _ in fastavro.block_reader(raw)) > 1  # and several blocks

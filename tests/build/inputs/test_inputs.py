@@ -136,7 +136,7 @@ def test_batches_read_with_convert_with_are_converted_ahead_on_a_thread_in_order
         return convert(source, given_specs)
 
     monkeypatch.setattr(source_batch, "convert_source_batch", spied)  # convert_in_slices calls it
-    sources = list(beam_read._converted_ahead(read_csv_file(path, CsvOptions()), specs))
+    sources = list(beam_read.converted_ahead(read_csv_file(path, CsvOptions()), specs))
     assert len(sources) > 3 and set(threads) == {"tfrbeam-convert"}
     plain = list(read_csv_file(path, CsvOptions()))
     assert [s.first_line for s in sources] == [s.first_line for s in plain]
@@ -144,8 +144,8 @@ def test_batches_read_with_convert_with_are_converted_ahead_on_a_thread_in_order
         expected = convert(reference, specs)
         assert source.converted is not None and source.converted.batch.equals(expected.batch)
         assert [(b.line, b.raw) for b in source.converted.bad_rows] == [(b.line, b.raw) for b in expected.bad_rows]
-    assert beam_read._converted_ahead(iter(plain), None).__next__() is plain[0]  # no specs: read as before
-    early = beam_read._converted_ahead(read_csv_file(path, CsvOptions()), specs)
+    assert beam_read.converted_ahead(iter(plain), None).__next__() is plain[0]  # no specs: read as before
+    early = beam_read.converted_ahead(read_csv_file(path, CsvOptions()), specs)
     next(early)
     early.close()
     assert not [t for t in threading.enumerate() if t.name in ("tfrbeam-convert", "tfrbeam-csv-read")]

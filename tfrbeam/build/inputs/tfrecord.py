@@ -34,7 +34,7 @@ from tfrbeam.build.features import TIMESTAMP, BadRow, FeatureSpec
 from tfrbeam.build.inputs.ahead import read_ahead
 from tfrbeam.build.inputs.batch import SourceBatch
 from tfrbeam.build.inputs.files import InputFile, list_inputs
-from tfrbeam.codec.kinds import BYTES, FLOAT, INT64
+from tfrbeam.codec.kinds import ARROW_TYPES
 from tfrbeam.errors import (
     ArrowConversionError,
     ConfigError,
@@ -69,8 +69,7 @@ _LOG = logging.getLogger(__name__)
 _BLOCK_RECORDS = 4096  # records decoded per examples_to_record_batch call (one SourceBatch)
 _SAMPLE_RECORDS = 10_000  # records decoded to infer a glob's schema (as many as inputs.sample.SAMPLE_ROWS)
 _BAD_RAW_BYTES = 64 << 10  # a bad record's first bytes kept (base64) as its raw text in the dead letters
-_ARROW_TYPES = {INT64: pa.int64(), FLOAT: pa.float32(), BYTES: pa.binary()}
-_DECLARED_KINDS = {**_ARROW_TYPES, TIMESTAMP: pa.int64()}  # a declared type's kind in the records
+_DECLARED_KINDS = {**ARROW_TYPES, TIMESTAMP: pa.int64()}  # a declared type's kind in the records
 _DECODE_ERRORS = (ExampleDecodeError, ArrowConversionError, RecordLimitError)
 _FANOUT = 16  # parts a block holding a bad record is decoded in, until each bad record stands alone
 
@@ -191,7 +190,7 @@ def manifest_schema(features: dict[str, dict[str, Any]]) -> pa.Schema:
     always present."""
     fields = []
     for name, entry in features.items():
-        value_type = _ARROW_TYPES[entry["type"]]
+        value_type = ARROW_TYPES[entry["type"]]
         shape = entry.get("shape")
         if shape == []:
             arrow_type = value_type
