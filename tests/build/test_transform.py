@@ -109,6 +109,30 @@ def test_write_dataset_keeps_its_rows_out_of_the_job_graph(tmp_path, reference, 
     assert not (tmp_path / "api" / "write-dataset-rows.arrow").exists()
 
 
+def test_a_full_disk_while_the_rows_are_staged_is_one_line_and_leaves_nothing(tmp_path, reference, monkeypatch):
+    """ENOSPC writing the table's IPC file: OutputNotWritableError, no dataset, nothing left beside the output."""
+    import errno
+
+    from tfrbeam.beam import filesystem as fs
+
+    table, _ = reference
+    create = fs.create
+
+    def full_disk(path, *args, **kwargs):
+        if path.endswith("write-dataset-rows.arrow"):
+            raise OSError(errno.ENOSPC, "No space left on device", path)
+        return create(path, *args, **kwargs)
+
+    monkeypatch.setattr(fs, "create", full_disk)
+    before = sorted(tmp_path.iterdir())
+    with pytest.raises(tfrbeam.errors.OutputNotWritableError, match="No space left on device") as raised:
+        tfrbeam.write_dataset(table, tmp_path / "api", num_shards=3, progress=False)
+    assert "\n" not in str(raised.value)
+    assert sorted(tmp_path.iterdir()) == before or [p.name for p in tmp_path.iterdir()] == ["api"]
+    assert not (tmp_path / "api" / "dataset_info.json").exists()
+    assert not [p for p in tmp_path.rglob("*") if p.name.startswith(".tfrbeam")]
+
+
 def test_write_dataset_on_worker_processes_gives_the_same_bytes(tmp_path, reference):
     """``--workers 2``: the workers are other processes, reading the table's batches from the run's staging files."""
     table, expected = reference

@@ -145,7 +145,11 @@ def launch(plan: BuildPlan, options: PipelineOptions, attach: Callable[[beam.Pip
     started = time.monotonic() if started is None else started
     lock = OutputLock(plan.output_root, plan.run).acquire()
     try:
-        pipeline = prepare(plan, options, attach)
+        try:
+            pipeline = prepare(plan, options, attach)
+        except TfrbeamError:
+            discard_staging(plan)  # what attaching staged (write_dataset's rows), as a failed run's
+            raise
         execute(plan, pipeline)
         if options.view_as(TestOptions).dry_run:
             discard_staging(plan)

@@ -44,7 +44,7 @@ from tfrbeam.build.inputs.read import converted_ahead
 from tfrbeam.build.launch import BuildResult, build_options, launch, one_line, reporting
 from tfrbeam.build.plan import BuildPlan, plan_rows
 from tfrbeam.build.progress import ProgressCounter, progress_dir
-from tfrbeam.errors import ConfigError, InputError
+from tfrbeam.errors import ConfigError, InputError, OutputNotWritableError
 
 __all__ = ["ROWS_FORMAT", "ROWS_PER_BATCH", "WriteDataset", "arrow_table", "dataset_config", "write_dataset"]
 
@@ -347,10 +347,18 @@ def _batch_chunks(table: pa.Table) -> list[tuple[tuple[int, int], ...]]:
 
 
 def _write_table_file(path: str, table: pa.Table) -> None:
-    """The table as an uncompressed Arrow IPC file of ROWS_PER_BATCH-row batches, for the pipeline's workers to read."""
-    with fs.create(path) as handle, pa.ipc.new_file(handle, table.schema) as writer:
-        for batch in table.to_batches(ROWS_PER_BATCH):
-            writer.write_batch(batch)
+    """The table as an uncompressed Arrow IPC file of ROWS_PER_BATCH-row batches, for the pipeline's workers to read.
+
+    A full disk or the like is OutputNotWritableError naming the file: nothing has run, and the staging
+    directory (with the partial file) goes with the run.
+    """
+    try:
+        with fs.create(path) as handle, pa.ipc.new_file(handle, table.schema) as writer:
+            for batch in table.to_batches(ROWS_PER_BATCH):
+                writer.write_batch(batch)
+    except OSError as error:
+        raise OutputNotWritableError(f"{path}: cannot write the rows for the pipeline's workers "
+                                     f"({error.strerror or error}); free space or choose another output") from error
 
 
 class _ReadTableBatches(beam.DoFn):
