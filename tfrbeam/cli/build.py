@@ -374,9 +374,11 @@ class _Interrupts:
         try:
             yield self
         finally:
-            if self._watchdog is not None:
+            if self._watchdog is not None and not _threads_outlive(self._watchdog):
                 self._watchdog.cancel()  # unwound in time
-                self._watchdog = None
+            # else a runner thread outlived the interruption and the process could not exit while it runs:
+            # the (daemon) watchdog ends the process when its grace is up.
+            self._watchdog = None
             for number, handler in previous.items():
                 signal.signal(number, handler)
 
@@ -420,6 +422,24 @@ class _Interrupts:
 
 
 _UNWIND_SECONDS = 5.0
+
+
+def _threads_outlive(watchdog: threading.Timer) -> bool:
+    """Whether a non-daemon thread (e.g. a Beam worker thread) is still running after the build unwound.
+
+    Such a thread would keep the interpreter from exiting; each gets a moment to end on its own first.
+    """
+    deadline = time.monotonic() + _THREAD_END_SECONDS
+    for thread in threading.enumerate():
+        if thread is threading.current_thread() or thread is watchdog or thread.daemon:
+            continue
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            return True
+    return False
+
+
+_THREAD_END_SECONDS = 1.0
 
 
 def child_processes(pid: int) -> list[int]:
