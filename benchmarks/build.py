@@ -5,6 +5,7 @@ Run by hand from the repository root (the machine may be shared; the median and 
 
     python -m benchmarks.build [--rows 1000000] [--repeats 3] [--formats parquet,csv]
                                [--piece-store auto,memory,spill,inline] [--baseline-rows N] [--ours-only]
+                               [--workers 2] [--external-pool]
 
 Ours: `python -m tfrbeam.build` on the benchmark table (benchmarks/table.py) written as
 Parquet and as CSV: shuffled (seed 0), one split, 8 shards, the default runner, the whole
@@ -14,6 +15,13 @@ per piece store asked for. Baseline, in the same run and on the same rows: `beam
 classes -> `beam.Reshuffle()` -> `beam.io.WriteToTFRecord(num_shards=8)`, on the same runner as ours. --baseline-rows runs the
 baseline on fewer rows for a quick look: its fixed start-up is then spread over fewer rows, so the
 ratio comes out higher than it is. --ours-only skips the baseline (peak RSS at 5M rows, say).
+
+--workers N also runs ours on N worker processes of the local runner (Beam's multi_processing
+mode), and --external-pool runs ours (the inline piece store, what `auto` picks on Dataflow) and
+the baseline on the path Dataflow runs: `--runner PortableRunner --job_endpoint embed
+--environment_type EXTERNAL` with a `worker_pool_main` pool of SDK worker processes
+(benchmarks/dataflow_path.py measures their CPU from /proc). Each of ours' lines beyond the first
+says its rows/s and CPU per row against ours in process, in the same repeat.
 
 The bound: each repeat also builds a one-row file of the same table (the build's fixed cost:
 interpreter and Beam start-up, planning, starting the runner, the commit). Its wall time plus
@@ -230,13 +238,18 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1,
                         help="also run ours with --direct_num_workers=N --direct_running_mode=multi_processing (CPU and RSS of "
                         "the main process and its workers together)")
+    parser.add_argument("--external-pool", action="store_true",
+                        help="also run ours (inline piece store) and the baseline on the PortableRunner with an EXTERNAL "
+                        "pool of --workers SDK worker processes, as Dataflow runs them")
     parser.add_argument("--work-dir", default=None, help="keep inputs and outputs here (default: a temp dir)")
     parser.add_argument("--baseline-job", nargs=3, metavar=("FORMAT", "INPUT", "OUTPUT_PREFIX"), help=argparse.SUPPRESS)
     parser.add_argument("--write-inputs", nargs=2, metavar=("ROWS", "DIR"), help=argparse.SUPPRESS)
     parser.add_argument("--head", nargs=4, metavar=("FORMAT", "INPUT", "TARGET", "ROWS"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args, runner_args = parser.parse_known_args()
+    if runner_args and not args.baseline_job:
+        parser.error(f"unrecognized arguments: {' '.join(runner_args)}")
     if args.baseline_job:
-        baseline_job(*args.baseline_job)
+        baseline_job(*args.baseline_job, runner_args)
         return
     if args.write_inputs:
         write_inputs(int(args.write_inputs[0]), pathlib.Path(args.write_inputs[1]))
@@ -265,21 +278,31 @@ def main() -> None:
         fixed: list = []
         ours: dict[tuple[str, int], list] = {(store, workers): [] for store in stores
                                              for workers in sorted({1, args.workers})}
-        for _ in range(args.repeats):
+        pool: dict[str, list] = {"ours": [], "baseline": []}
+        for repeat in range(args.repeats):
             if not args.ours_only:
                 base.append(run_baseline(fmt, inputs[fmt], work, baseline_rows))
             for store, workers in ours:
                 ours[store, workers].append(run_ours(fmt, inputs[fmt], work, workers, store))
             fixed.append(run_fixed_cost(fmt, inputs[fmt], work))
+            if args.external_pool:
+                pool["ours"].append(run_ours_on_pool(fmt, inputs[fmt], work, args.workers, repeat))
+                if not args.ours_only:
+                    pool["baseline"].append(run_baseline_on_pool(fmt, inputs[fmt], work, args.workers, repeat))
         base_wall = base_cpu = None
         if base:
             base_wall = [baseline_rows / run[0] for run in base]
             base_cpu = [baseline_rows / run[2] for run in base]
             print(f"{fmt:<8} baseline ({baseline_rows:,} rows): wall {_spread(base_wall)}  cpu {_spread(base_cpu)}  "
                   f"peak RSS {statistics.median(run[1] for run in base) / 2**20:,.0f} MB", flush=True)
+        in_process = ours[stores[0], 1]
         for (store, workers), runs in ours.items():
             label = f"ours, {store}" + (f", {workers} workers" if workers > 1 else "")
             _report(fmt, label, args.rows, runs, base_wall, base_cpu)
+            if (store, workers) != (stores[0], 1):
+                print(f"{fmt:<8}   {label} / ours in process: {_against(runs, in_process)}", flush=True)
+        if args.external_pool:
+            _report_pool(fmt, args.rows, args.workers, pool, in_process)
         print(f"{fmt:<8} {describe_bound(ours[stores[0], 1], fixed, [run[0] * args.rows / baseline_rows for run in base])}",
               flush=True)
     if not args.work_dir:
@@ -298,6 +321,55 @@ def _report(fmt: str, label: str, rows: int, runs: list, base_wall: list[float] 
         line += (f"  ratio of medians: wall {statistics.median(wall) / statistics.median(base_wall):.1f}x, "
                  f"cpu {statistics.median(cpu) / statistics.median(base_cpu):.1f}x")
     print(line, flush=True)
+
+
+def _against(runs: list, in_process: list) -> str:
+    """Rows/s and CPU per row of ``runs`` over ours' in process, repeat by repeat (median and range)."""
+    speed = [one[0] / run[0] for run, one in zip(runs, in_process)]
+    cpu = [run[2] / one[2] for run, one in zip(runs, in_process)]
+    return (f"rows/s {statistics.median(speed):.2f}x ({min(speed):.2f}-{max(speed):.2f}), "
+            f"CPU per row {statistics.median(cpu):.2f}x ({min(cpu):.2f}-{max(cpu):.2f})")
+
+
+def run_ours_on_pool(fmt: str, input_path: pathlib.Path, work: pathlib.Path, workers: int, repeat: int) -> dict:
+    """Ours with the inline piece store on the PortableRunner and an EXTERNAL pool (benchmarks/dataflow_path.py)."""
+    from benchmarks.dataflow_path import run_job
+
+    output = work / f"pool-ours-{fmt}"
+    shutil.rmtree(output, ignore_errors=True)
+    config_path = work / f"pool-ours-{fmt}.json"
+    config_path.write_text(json.dumps(build_config(fmt, input_path, output)))
+    run = run_job([sys.executable, "-m", "tfrbeam.build", str(config_path), "--quiet", "--piece_store=inline"],
+                  work, f"ours-{fmt}-{repeat}", workers)
+    manifest = json.loads((output / "dataset_info.json").read_text())
+    run["shuffled_per_row"] = manifest["shuffled_bytes"] / manifest["rows_read"]
+    return run
+
+
+def run_baseline_on_pool(fmt: str, input_path: pathlib.Path, work: pathlib.Path, workers: int, repeat: int) -> dict:
+    """The baseline job on the same PortableRunner and pool as ``run_ours_on_pool``, on the same rows."""
+    from benchmarks.dataflow_path import run_job
+
+    output = work / f"pool-baseline-{fmt}"
+    shutil.rmtree(output, ignore_errors=True)
+    return run_job([sys.executable, __file__, "--baseline-job", fmt, str(input_path), str(output / "part")],
+                   work, f"baseline-{fmt}-{repeat}", workers)
+
+
+def _report_pool(fmt: str, rows: int, workers: int, pool: dict[str, list], in_process: list) -> None:
+    """The pool runs' lines, ours' CPU per row against the baseline's on the pool and against ours in process."""
+    from benchmarks.dataflow_path import report_pool_runs
+
+    print(f"{fmt:<8} PortableRunner, EXTERNAL pool ({workers} SDK workers asked for), ours with the inline piece store:",
+          flush=True)
+    ours = report_pool_runs(f"{fmt:<8}   ours", pool["ours"], rows)
+    per_row = [(run["launcher_cpu"] + run["workers_cpu"]) / one[2] for run, one in zip(pool["ours"], in_process)]
+    print(f"{fmt:<8}   ours on the pool / ours in process: CPU per row {statistics.median(per_row):.2f}x "
+          f"({min(per_row):.2f}-{max(per_row):.2f})", flush=True)
+    if pool["baseline"]:
+        base = report_pool_runs(f"{fmt:<8}   baseline", pool["baseline"], rows)
+        print(f"{fmt:<8}   ours / baseline on the pool, CPU per row: {ours['cpu_per_million'] / base['cpu_per_million']:.2f}x",
+              flush=True)
 
 
 def describe_bound(runs: list, fixed: list, base_seconds: list[float]) -> str:

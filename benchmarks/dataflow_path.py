@@ -104,13 +104,13 @@ def _portable_args(address: str, workers: int) -> list[str]:
             f"--environment_config={address}", f"--direct_num_workers={workers}"]
 
 
-def run_job(command: list[str], work: pathlib.Path, name: str) -> dict:
+def run_job(command: list[str], work: pathlib.Path, name: str, workers: int = 2) -> dict:
     """One job on a fresh pool: wall s, launcher CPU s and peak, workers' CPU s and the largest worker's peak."""
     with external_worker_pool(work / f"pool-{name}.log") as (address, _log):
         started = time.perf_counter()
         # The pool and its SDK workers are this process's descendants; the launcher's CPU comes from its rusage.
         with _Sampler(os.getpid()) as sampler:
-            process = subprocess.Popen([*command, *_portable_args(address, _WORKERS[0])], cwd=REPO_ROOT,
+            process = subprocess.Popen([*command, *_portable_args(address, workers)], cwd=REPO_ROOT,
                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             sampler.skip.add(process.pid)
             _, status, usage = os.wait4(process.pid, 0)
@@ -126,14 +126,12 @@ def run_job(command: list[str], work: pathlib.Path, name: str) -> dict:
             "workers_started": log.count("Starting worker with command")}
 
 
-_WORKERS = [2]  # set from --workers before any job runs
-
-
 def _spread(values: list[float], fmt: str = ",.2f") -> str:
     return f"{statistics.median(values):{fmt}} ({min(values):{fmt}}-{max(values):{fmt}})"
 
 
-def _report(label: str, runs: list[dict], rows: int) -> dict:
+def report_pool_runs(label: str, runs: list[dict], rows: int) -> dict:
+    """Prints one job's runs on the pool (median and range); returns its median CPU-s per million rows and B/row shuffled."""
     per_million = [(run["launcher_cpu"] + run["workers_cpu"]) / rows * 1e6 for run in runs]
     launcher = _spread([run["launcher_cpu"] / rows * 1e6 for run in runs])
     workers = _spread([run["workers_cpu"] / rows * 1e6 for run in runs])
@@ -170,7 +168,6 @@ def main() -> None:
     if args.baseline_job:
         baseline_job("parquet", args.baseline_job[0], args.baseline_job[1], rest)
         return
-    _WORKERS[0] = args.workers
     work = pathlib.Path(args.work_dir or tempfile.mkdtemp(prefix="tfrbeam-bench-dataflow-path-"))
     work.mkdir(parents=True, exist_ok=True)
     table = work / "table.parquet"
@@ -183,19 +180,19 @@ def main() -> None:
     for repeat in range(args.repeats):
         shutil.rmtree(output, ignore_errors=True)
         run = run_job([sys.executable, "-m", "tfrbeam.build", str(config), "--quiet",
-                       f"--piece_store={args.piece_store}"], work, f"ours-{repeat}")
+                       f"--piece_store={args.piece_store}"], work, f"ours-{repeat}", args.workers)
         manifest = json.loads((output / "dataset_info.json").read_text())
         run["shuffled_per_row"] = manifest["shuffled_bytes"] / manifest["rows_read"]
         ours.append(run)
         if not args.ours_only:
             shutil.rmtree(work / "baseline", ignore_errors=True)
             baseline.append(run_job([sys.executable, __file__, "--baseline-job", str(table), str(work / "baseline" / "part")],
-                                    work, f"baseline-{repeat}"))
+                                    work, f"baseline-{repeat}", args.workers))
     print(f"{args.rows:,} rows of Parquet; PortableRunner, EXTERNAL pool, {args.workers} SDK workers; ours with the "
           f"{args.piece_store} piece store; median (range) of {args.repeats} run(s)")
-    figures = _report("ours", ours, args.rows)
+    figures = report_pool_runs("ours", ours, args.rows)
     if baseline:
-        base = _report("baseline", baseline, args.rows)
+        base = report_pool_runs("baseline", baseline, args.rows)
         print(f"ours / baseline, CPU per row: {figures['cpu_per_million'] / base['cpu_per_million']:.2f}x")
     print(f"projected from these figures (not measured at that size): per billion rows "
           f"{figures['cpu_per_million'] * 1000 / 3600:,.1f} CPU-hours and {figures['shuffled_per_row']:,.0f} GB shuffled")
