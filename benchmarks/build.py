@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import os
 import pathlib
@@ -303,6 +304,9 @@ def main() -> None:
                 print(f"{fmt:<8}   {label} / ours in process: {_against(runs, in_process)}", flush=True)
         if args.external_pool:
             _report_pool(fmt, args.rows, args.workers, pool, in_process)
+        if args.workers > 1:
+            for line in describe_scaling(args.rows, in_process, fixed, ours[stores[0], args.workers], args.workers):
+                print(f"{fmt:<8} {line}", flush=True)
         print(f"{fmt:<8} {describe_bound(ours[stores[0], 1], fixed, [run[0] * args.rows / baseline_rows for run in base])}",
               flush=True)
     if not args.work_dir:
@@ -370,6 +374,40 @@ def _report_pool(fmt: str, rows: int, workers: int, pool: dict[str, list], in_pr
         base = report_pool_runs(f"{fmt:<8}   baseline", pool["baseline"], rows)
         print(f"{fmt:<8}   ours / baseline on the pool, CPU per row: {ours['cpu_per_million'] / base['cpu_per_million']:.2f}x",
               flush=True)
+
+
+SCALING_CORES = (4, 8, 16, 32)
+
+
+def describe_scaling(rows: int, in_process: list, fixed: list, with_workers: list, workers: int) -> list[str]:
+    """The scaling model (tfrbeam/build/runners.py ScalingModel) fitted to this run, and its predictions.
+
+    From this run: the fixed cost (a one-row build's wall), the in-process per-row CPU, the workers'
+    CPU over the in-process build's, and the efficiency that makes the model give the measured
+    ``workers`` wall time; the launcher's share of the per-row CPU is the profiled constant
+    (benchmarks/profile_workers.py). Medians over the repeats.
+    """
+    from tfrbeam.build.runners import LAUNCHER_CPU_SHARE, ScalingModel
+
+    fixed_seconds = statistics.median(one[0] for one in fixed)
+    per_row = statistics.median((run[2] - one[2]) / rows for run, one in zip(in_process, fixed))
+    ratio = statistics.median(run[2] / one[2] for run, one in zip(with_workers, in_process))
+    spread = rows * per_row * ratio / workers
+    efficiency = spread / max(statistics.median(run[0] for run in with_workers) - fixed_seconds, 1e-9)
+    model = ScalingModel(fixed_seconds, per_row, ratio, LAUNCHER_CPU_SHARE, efficiency)
+    lines = [f"scaling model from this run: fixed {fixed_seconds:.2f} s, {per_row * 1e6:.2f} CPU-us per row in process, "
+             f"{ratio:.2f}x that on workers, {workers} workers at efficiency {efficiency:.2f}, launcher "
+             f"{LAUNCHER_CPU_SHARE:.2f}x the per-row CPU on one core (profiled); predicted, not measured:"]
+    # A runner whose workers pass elements to each other (Dataflow's shuffle) has no launcher to cap it.
+    distributed = dataclasses.replace(model, launcher_cpu_share=0.0)
+    for label, count in ((f"{rows:,} rows", rows), ("1,000,000,000 rows", 1_000_000_000)):
+        for runner, fitted in (("local workers", model), ("without a launcher", distributed)):
+            cells = []
+            for cores in SCALING_CORES:
+                prediction = fitted.predict(count, cores, NUM_SHARDS)
+                cells.append(f"{cores} cores {prediction.rows_per_second:,.0f} rows/s (cap: {prediction.cap.split(' (')[0]})")
+            lines.append(f"  {label}, {NUM_SHARDS} shards, {runner}: " + "; ".join(cells))
+    return lines
 
 
 def describe_bound(runs: list, fixed: list, base_seconds: list[float]) -> str:

@@ -10,6 +10,7 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
 
 from tfrbeam.build.runners import (
     WORKERS_MIN_INPUT_BYTES,
+    ScalingModel,
     WorkerChoice,
     apply_workers,
     choose_workers,
@@ -50,6 +51,25 @@ def test_auto_stays_in_process_where_workers_cannot_pay():
     assert _choice(cores=3).mode == "in_process" and _choice(cores=4).mode == "multi_processing"
     assert predicted_worker_gain(2) < predicted_worker_gain(3) < 1.3 <= predicted_worker_gain(4)
     assert predicted_worker_gain(64) == predicted_worker_gain(32)  # the launcher's one core caps the gain
+
+
+def test_the_scaling_model_names_the_stage_that_caps_it():
+    """Workers' CPU paces small core counts; the launcher's one core caps the rest; shards cap the writers."""
+    model = ScalingModel(fixed_seconds=4.0, in_process_cpu_per_row=7e-6)
+    rows = 100_000_000
+    speeds = [model.predict(rows, cores, shards=64).rows_per_second for cores in (2, 4, 8, 16, 32)]
+    assert speeds[0] < speeds[1] < speeds[2] and speeds[2] == speeds[3] == speeds[4]
+    assert "spread over the workers" in model.predict(rows, 4, shards=64).cap
+    assert "launching process" in model.predict(rows, 32, shards=64).cap
+    no_launcher = ScalingModel(fixed_seconds=4.0, in_process_cpu_per_row=7e-6, launcher_cpu_share=0.0, write_stage_share=0.5)
+    assert "shard writers" in no_launcher.predict(rows, 32, shards=2).cap
+    assert no_launcher.predict(rows, 32, shards=2).seconds > no_launcher.predict(rows, 32, shards=32).seconds
+    # The fixed cost is paid once: a one-row build takes it, a large one spreads it.
+    assert model.predict(1, 8, shards=8).seconds == pytest.approx(4.0, abs=1e-3)
+    two = model.predict(3_000_000, 2, shards=8)
+    assert two.seconds == pytest.approx(4.0 + 3_000_000 * 7e-6 * 1.56 / 0.73 / 2)
+    assert model.in_process_seconds(rows) / model.predict(rows, 2, shards=2).seconds == pytest.approx(
+        predicted_worker_gain(2), rel=1e-2)
 
 
 def test_auto_uses_the_cores_for_a_large_input_and_at_most_a_worker_per_gib_of_ram():

@@ -20,8 +20,9 @@ from tfrbeam.build.shuffle import INLINE, MEMORY, PIECE_STORES, SPILL
 from tfrbeam.errors import ConfigError
 
 __all__ = [
-    "AUTO", "DEFAULT_RUNNER", "IN_PROCESS", "PieceStoreOptions", "WorkerChoice", "WorkerCountOptions", "apply_workers",
-    "choose_piece_store", "choose_workers", "held_piece_budget", "runner_name", "uses_local_workers",
+    "AUTO", "DEFAULT_RUNNER", "IN_PROCESS", "PieceStoreOptions", "Prediction", "ScalingModel", "WorkerChoice",
+    "WorkerCountOptions", "apply_workers",
+    "choose_piece_store", "choose_workers", "held_piece_budget", "predicted_worker_gain", "runner_name", "uses_local_workers",
     "workers_as_given", "workers_share_this_process",
 ]
 
@@ -119,12 +120,66 @@ def _ram_bytes() -> int:
         return 0
 
 
+# The shard writers' share of a worker's per-row CPU (write shards, plan and route: 1.78 of the 8.68 CPU-seconds
+# per million rows beyond start-up, docs/performance.md): that stage runs on at most one worker per shard.
+WRITE_STAGE_SHARE = 0.2
+
+
+@dataclasses.dataclass(frozen=True)
+class Prediction:
+    """A build's predicted wall seconds and rows/s on some cores, and the stage that sets the pace."""
+
+    seconds: float
+    rows_per_second: float
+    cap: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ScalingModel:
+    """A build's wall time on N worker processes, from a measured fixed cost, per-row CPU and serial stage.
+
+    The workers spread the out-of-process per-row CPU over the cores (the shard writers' part over at
+    most one core per shard) at the measured efficiency, while the launching process carries every
+    element between stages on its one core: the slower of the two sets the pace. The efficiency
+    (fitted to the measured 2-worker build) also absorbs the workers' start.
+    """
+
+    fixed_seconds: float  # wall seconds of a one-row build: start-up, planning, runner, commit
+    in_process_cpu_per_row: float  # CPU seconds per row of the in-process build beyond its fixed cost
+    out_of_process_cpu_ratio: float = OUT_OF_PROCESS_CPU_RATIO
+    launcher_cpu_share: float = LAUNCHER_CPU_SHARE
+    worker_efficiency: float = WORKER_EFFICIENCY
+    write_stage_share: float = WRITE_STAGE_SHARE
+
+    def stage_seconds(self, rows: int, cores: int, shards: int) -> dict[str, float]:
+        """Wall seconds of the workers' reading side, their shard writers, and the launcher, beyond the fixed cost."""
+        worker_cpu = rows * self.in_process_cpu_per_row * self.out_of_process_cpu_ratio / self.worker_efficiency
+        return {
+            "reading, converting and keying (spread over the workers)": worker_cpu * (1 - self.write_stage_share) / cores,
+            "the shard writers (at most one core per shard)": worker_cpu * self.write_stage_share / min(cores, shards),
+            "the launching process (one core carries every element between stages)":
+                rows * self.in_process_cpu_per_row * self.launcher_cpu_share,
+        }
+
+    def predict(self, rows: int, cores: int, shards: int) -> Prediction:
+        """The build of ``rows`` rows into ``shards`` shards on ``cores`` worker processes."""
+        reading, writing, launcher = self.stage_seconds(rows, cores, shards).items()
+        workers = (reading[0] if reading[1] >= writing[1] else writing[0], reading[1] + writing[1])
+        cap, busy = max((workers, launcher), key=lambda stage: stage[1])
+        seconds = self.fixed_seconds + busy
+        return Prediction(seconds, rows / seconds, cap)
+
+    def in_process_seconds(self, rows: int) -> float:
+        """The in-process build's wall seconds: its per-row CPU over the cores it keeps busy."""
+        return self.fixed_seconds + rows * self.in_process_cpu_per_row / IN_PROCESS_CORES
+
+
 def predicted_worker_gain(workers: int) -> float:
     """The model's figure for ``workers`` worker processes against the in-process build, for a large input: the
     workers' CPU spread over them at the measured efficiency, or the launcher's share on its one core, whichever
-    is slower."""
-    spread = workers / (OUT_OF_PROCESS_CPU_RATIO * IN_PROCESS_CORES) * WORKER_EFFICIENCY
-    return min(spread, 1 / (LAUNCHER_CPU_SHARE * IN_PROCESS_CORES))
+    is slower (each shard a writer of its own)."""
+    model, rows = ScalingModel(fixed_seconds=0.0, in_process_cpu_per_row=1.0), 1_000_000
+    return model.in_process_seconds(rows) / model.predict(rows, workers, shards=workers).seconds
 
 
 def choose_workers(options: PipelineOptions, input_bytes: int, cores: int | None = None,
