@@ -35,6 +35,7 @@ from tfrbeam.build.shuffle import (
     input_order_keys,
     make_piece_store,
     make_plan,
+    received as received_module,
     record_checksums,
     runs_holding_pieces,
     seeded_sort_keys,
@@ -283,6 +284,51 @@ def test_output_bytes_do_not_depend_on_batching_or_piece_order_and_change_with_s
         assert collections.Counter(r for s in _read_split(tmp_path / "a", split) for r in s) == collections.Counter(
             r for s in _read_split(tmp_path / "c", split) for r in s
         )
+
+
+def test_every_record_ten_times_gives_the_shards_of_sorting_every_run_by_frame_bytes(tmp_path):
+    """A table where every record appears 10 times, some runs of equal keys also holding different records
+    (collisions): each store writes exactly the bytes of sorting (split, key, frame bytes) and cutting by rank."""
+    rng = random.Random(27)
+    distinct = [rng.randbytes(rng.randint(0, 30)) for _ in range(150)]
+    # Records 3i, 3i+1, 3i+2 share a key: a run of 30 records, 3 different ones, 10 copies each.
+    key_of = {payload: int(seeded_sort_keys(np.array([index // 3], np.uint64), 5)[0]) for index, payload in enumerate(distinct)}
+    payloads = [payload for payload in distinct for _ in range(10)]
+    rng.shuffle(payloads)
+    pieces = []
+    for start, end in ((0, 400), (400, 401), (401, 1100), (1100, 1500)):
+        chunk = payloads[start:end]
+        data = np.frombuffer(b"".join(chunk), dtype=np.uint8)
+        offsets = np.cumsum([0] + [len(item) for item in chunk]).astype(np.int64)
+        digests, crcs = record_checksums(data, offsets)
+        keys = np.array([key_of[item] for item in chunk], dtype=np.uint64)
+        pieces.append(KeyedRecords(split_indices(digests[:, 0], [0.7, 0.3]), keys, offsets, data, crcs=crcs))
+    spec = _spec(num_shards=(4, 3))
+    for index, split in enumerate(spec.splits):
+        ordered = sorted(
+            (int(key), frame_records([payload]))
+            for piece in pieces
+            for payload, key, which in zip(_payloads(piece), piece.key, piece.split)
+            if which == index
+        )
+        assert len({key for key, _ in ordered}) < len({frame for _, frame in ordered})  # some runs mix records
+        count, shards = len(ordered), spec.num_shards[index]
+        bounds = [-(-shard * count // shards) for shard in range(shards + 1)]
+        expected = [b"".join(frame for _, frame in ordered[low:high]) for low, high in zip(bounds, bounds[1:])]
+        for store, read_bytes in ((INLINE, None), (MEMORY, None), (SPILL, None), (SPILL, 1024)):
+            # 1024: spilled parts read in small windows, so ties are checked in many small chunks.
+            directory = tmp_path / f"{store}-{read_bytes}"
+            with pytest.MonkeyPatch.context() as patch:
+                if read_bytes:
+                    patch.setattr(received_module, "SHARD_READ_BYTES", read_bytes)
+                _run(pieces, spec, directory, store, budget=1 << 30)
+            written = _file_bytes(directory)
+            assert [written[f"{split}/{shard_file_name(split, shard, shards, None)}"] for shard in range(shards)] == expected
+
+
+def _payloads(records: KeyedRecords) -> list[bytes]:
+    data = records.data.tobytes()
+    return [data[start:end] for start, end in zip(records.offsets[:-1].tolist(), records.offsets[1:].tolist())]
 
 
 def test_ordered_mode_keeps_input_order_and_balance(tmp_path):

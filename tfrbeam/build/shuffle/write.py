@@ -19,7 +19,7 @@ from tfrbeam.beam import filesystem as fs
 from tfrbeam.build.progress import WRITTEN, ProgressCounter
 from tfrbeam.build.shuffle.balance import ShardingSpec, ShardPlan, SplitPlan
 from tfrbeam.build.shuffle.coders import PieceCoder
-from tfrbeam.build.shuffle.order import shard_order
+from tfrbeam.build.shuffle.order import KeptOrder, TieCheck, TiedRecordsDiffer, kept_order, shard_order
 from tfrbeam.build.shuffle.pieces import Piece
 from tfrbeam.build.shuffle.received import Received
 from tfrbeam.build.shuffle.route import route_piece, split_and_shard
@@ -135,15 +135,21 @@ class WriteShard(beam.DoFn):
         low, high = split_plan.shard_start(shard), split_plan.shard_start(shard + 1)
         try:
             received = Received(parts, self._store)
-            order = shard_order(received)
+            count = len(received.keys)
             first_rank = self._first_rank_received(split_plan, low, high, plan.spec.ordered)
-            if len(order) < high - first_rank or (plan.spec.ordered and len(order) != high - low):
+            if count < high - first_rank or (plan.spec.ordered and count != high - low):
                 raise RuntimeError(
-                    f"split {split_plan.name} shard {shard}: received {len(order)} records for ranks {low}..{high} "
+                    f"split {split_plan.name} shard {shard}: received {count} records for ranks {low}..{high} "
                     f"(first received rank {first_rank}): the input changed during the run, or the runner lost elements "
                     "on their way to this writer (see docs/runners.md); nothing is published"
                 )
-            written = self._write(split_plan, shard, plan.spec, received, order[low - first_rank:high - first_rank])
+            start, end = low - first_rank, high - first_rank
+            try:
+                written = self._write(split_plan, shard, plan.spec, received, kept_order(received, start, end))
+            except TiedRecordsDiffer as error:
+                _LOG.info("split %s shard %d: %s (a digest collision); writing it again, equal keys ordered by bytes",
+                          split_plan.name, shard, error)
+                written = self._write(split_plan, shard, plan.spec, received, KeptOrder(shard_order(received)[start:end]))
         finally:
             for part in parts:
                 self._store.written(part, shard_key)
@@ -158,7 +164,7 @@ class WriteShard(beam.DoFn):
         bucket = int(np.searchsorted(split_plan.bucket_starts, low, side="right")) - 1
         return int(split_plan.bucket_starts[bucket])
 
-    def _write(self, split_plan: SplitPlan, shard: int, spec: ShardingSpec, received: Received, kept: np.ndarray) -> WrittenShard:
+    def _write(self, split_plan: SplitPlan, shard: int, spec: ShardingSpec, received: Received, kept: KeptOrder) -> WrittenShard:
         started = time.monotonic()
         name = shard_file_name(split_plan.name, shard, split_plan.num_shards, spec.compression)
         relative_path = f"{split_plan.name}/{name}"
@@ -168,8 +174,9 @@ class WriteShard(beam.DoFn):
         except OSError as error:  # a full disk and the like: name the file (the OSError of a write names none)
             raise OSError(error.errno, f"{error.strerror or error} (writing shard {temp_path})", temp_path) from error
 
-    def _write_file(self, split_plan: SplitPlan, shard: int, spec: ShardingSpec, received: Received, kept: np.ndarray,
+    def _write_file(self, split_plan: SplitPlan, shard: int, spec: ShardingSpec, received: Received, order: KeptOrder,
                     temp_path: str, relative_path: str, started: float) -> WrittenShard:
+        kept, ties = order.positions, TieCheck(order)
         index = IndexBuilder() if spec.write_index and spec.compression is None else None
         offsets = OffsetIndexBuilder() if index is not None else None
         handle = _HashingFile(fs.create(temp_path))
@@ -182,7 +189,9 @@ class WriteShard(beam.DoFn):
                     lengths = kept_lengths[start:end]
                     index.add_batch(writer.bytes_written, writer.records_written, lengths)
                     offsets.add_batch(writer.bytes_written, writer.records_written, lengths)
-                writer.write_framed(received.frames(positions), len(positions))
+                frames = received.frames(positions)
+                ties.block(frames, kept_lengths[start:end] + RECORD_OVERHEAD, start)  # raises TiedRecordsDiffer
+                writer.write_framed(frames, len(positions))
             writer.close()
         finally:
             handle.close()
