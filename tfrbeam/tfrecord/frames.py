@@ -11,6 +11,7 @@ import struct
 
 import crc32c
 import numpy as np
+import pyarrow as pa
 
 from tfrbeam.base.byte_views import windows
 from tfrbeam.base.gc_pause import gc_paused
@@ -23,7 +24,7 @@ from tfrbeam.tfrecord.records import (
     masked_crc32c,
 )
 
-__all__ = ["frame_gathered", "frame_ordered", "join_frames"]
+__all__ = ["frame_gathered", "frame_ordered", "join_frames", "join_frames_in_buffers"]
 
 # frame_ordered copies payloads per group of equal length; beyond this many groups (or 1 per 32
 # records) the per-record join of frame_gathered is cheaper.
@@ -117,3 +118,71 @@ def frame_ordered(data: np.ndarray, offsets: np.ndarray, order: np.ndarray, crcs
     windows(out, 4)[framed_offsets[:-1] + 8] = length_crcs[which].view("V4")
     windows(out, 4)[payload_starts + lengths] = mask_crcs(np.asarray(crcs)[order]).view("V4")
     return out, framed_offsets
+
+
+def join_frames_in_buffers(buffers: list, buffer_of: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
+                           masked_crcs: np.ndarray) -> bytes | memoryview:
+    """The TFRecord frames of the payloads ``buffers[buffer_of[i]][starts[i]:starts[i] + lengths[i]]`` as one buffer.
+
+    The payloads' masked CRCs are given. Where pyarrow can (19 and later), Arrow copies every
+    header, payload and footer in one cast of a binary-view array, three views a record (the
+    header and footer inline, the payload pointing into its buffer): no Python work per record.
+    Otherwise a slice per record and ``join_frames``.
+    """
+    if len(lengths) and _BINARY_VIEW_FRAMES and max(len(buffer) for buffer in buffers if buffer is not None) < 2**31:
+        return _join_through_binary_views(buffers, buffer_of, starts, lengths, masked_crcs)
+    with gc_paused():
+        payloads = [buffers[part][start:start + length]
+                    for part, start, length in zip(buffer_of.tolist(), starts.tolist(), lengths.tolist())]
+        return join_frames(payloads, lengths, masked_crcs)
+
+
+_INLINE_BYTES = 12  # a binary view of at most this many bytes holds them itself
+
+
+def _join_through_binary_views(buffers: list, buffer_of: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
+                               masked_crcs: np.ndarray) -> memoryview:
+    count = len(lengths)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    views = np.zeros((count, 3, 16), dtype=np.uint8)  # per record: header, payload, footer
+    unique_lengths, which = np.unique(lengths, return_inverse=True)
+    length_crcs = np.array([masked_crc32c(_pack_length(length)) for length in unique_lengths.tolist()], dtype="<u4")
+    views[:, 0, 0:4] = np.frombuffer(np.int32(HEADER_SIZE).tobytes(), np.uint8)
+    views[:, 0, 4:12] = lengths.astype("<u8").view(np.uint8).reshape(count, 8)
+    views[:, 0, 12:16] = length_crcs[which.ravel()].view(np.uint8).reshape(count, 4)
+    views[:, 2, 0:4] = np.frombuffer(np.int32(RECORD_OVERHEAD - HEADER_SIZE).tobytes(), np.uint8)
+    views[:, 2, 4:8] = np.asarray(masked_crcs).astype("<u4").view(np.uint8).reshape(count, 4)
+    payload = views[:, 1, :]
+    payload[:, 0:4] = lengths.astype("<i4").view(np.uint8).reshape(count, 4)
+    payload[:, 8:12] = np.asarray(buffer_of).astype("<i4").view(np.uint8).reshape(count, 4)
+    payload[:, 12:16] = np.asarray(starts).astype("<i4").view(np.uint8).reshape(count, 4)
+    arrays = [np.frombuffer(buffer, dtype=np.uint8) if buffer is not None else np.zeros(0, np.uint8)
+              for buffer in buffers]
+    long = lengths > _INLINE_BYTES
+    for part in np.unique(buffer_of[long]).tolist():  # the prefix: a long payload's first 4 bytes
+        members = np.flatnonzero(long & (buffer_of == part))
+        payload[members, 4:8] = windows(arrays[part], 4)[starts[members]].view(np.uint8).reshape(len(members), 4)
+    for index in np.flatnonzero(~long).tolist():  # short payloads are held in the view itself
+        start, length = int(starts[index]), int(lengths[index])
+        payload[index, 4:12] = 0
+        payload[index, 4:4 + length] = arrays[int(buffer_of[index])][start:start + length]
+    framed = pa.Array.from_buffers(pa.binary_view(), 3 * count, [None, pa.py_buffer(views),
+                                                                  *(pa.py_buffer(array) for array in arrays)])
+    joined = framed.cast(pa.large_binary())
+    # unsigned bytes, as bytes are: Arrow's buffers show as signed chars, which compare differently
+    return memoryview(joined.buffers()[2]).cast("B")[:int(lengths.sum()) + RECORD_OVERHEAD * count]
+
+
+def _binary_view_frames_work() -> bool:
+    """Whether this pyarrow builds a binary-view array over several buffers and casts it to large_binary (19+)."""
+    try:
+        data = np.frombuffer(b"0123456789abcdefXY", dtype=np.uint8)
+        framed = _join_through_binary_views([data, data], np.array([1, 0]), np.array([2, 16]), np.array([14, 2]),
+                                            np.array([7, 9], dtype="<u4"))
+        return bytes(framed) == join_frames([data[2:16].tobytes(), data[16:18].tobytes()], np.array([14, 2]),
+                                            np.array([7, 9], dtype="<u4"))
+    except (AttributeError, TypeError, ValueError, NotImplementedError, pa.ArrowException):
+        return False
+
+
+_BINARY_VIEW_FRAMES = _binary_view_frames_work()

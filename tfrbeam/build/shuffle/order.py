@@ -80,7 +80,7 @@ class TieCheck:
         self._unchecked = kept.unchecked
         self._last = b""  # the previous block's last frame
 
-    def block(self, frames: bytes, framed_lengths: np.ndarray, start: int) -> None:
+    def block(self, frames: bytes | memoryview, framed_lengths: np.ndarray, start: int) -> None:
         """Check the frames of kept records ``start:start + len(framed_lengths)``, ``frames`` their bytes in order."""
         if self._unchecked is None or not len(framed_lengths):
             return
@@ -96,7 +96,7 @@ class TieCheck:
             if not same[tied].all():
                 raise TiedRecordsDiffer(f"kept record {start + int(np.flatnonzero(tied & ~same)[0])} has the key of the "
                                         "record before it and other bytes")
-        self._last = frames[len(frames) - int(framed_lengths[-1]):]
+        self._last = bytes(frames[len(frames) - int(framed_lengths[-1]):])  # a copy: the block buffer can go
 
 
 def _key_order(received: Received) -> tuple[np.ndarray, np.ndarray]:

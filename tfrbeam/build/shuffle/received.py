@@ -8,10 +8,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tfrbeam.base.gc_pause import gc_paused
 from tfrbeam.build.shuffle.pieces import Piece, StoredRecords
 from tfrbeam.build.shuffle.stores import PieceStore
-from tfrbeam.tfrecord.frames import join_frames
+from tfrbeam.tfrecord.frames import join_frames_in_buffers
 from tfrbeam.tfrecord.records import RECORD_OVERHEAD
 
 __all__ = ["SHARD_READ_BYTES", "Received", "adjacent_equal"]
@@ -90,25 +89,19 @@ class Received:
 
     def frame(self, position: int) -> bytes:
         """One record's whole frame (to order records with equal keys by their bytes)."""
-        return self.frames(np.array([position], dtype=np.int64))
+        return bytes(self.frames(np.array([position], dtype=np.int64)))
 
     def payload_lengths(self, positions: np.ndarray) -> np.ndarray:
         return self.lengths[positions]
 
-    def frames(self, positions: np.ndarray) -> bytes:
+    def frames(self, positions: np.ndarray) -> bytes | memoryview:
         """The frames of the records at ``positions``, in that order, as one buffer."""
         part_of = self.part_of[positions]
         if self._in_windows.any():
             self._read_windows(positions, part_of)
-        views = self.views
-        starts = self.starts[positions]
-        lengths = self.lengths[positions]
-        with gc_paused():
-            payloads = [
-                views[part][start:end]  # every part's view is set (whole, or by _read_windows)
-                for part, start, end in zip(part_of.tolist(), starts.tolist(), (starts + lengths).tolist())
-            ]
-            return join_frames(payloads, lengths, self.footers[positions])
+        # every part's view these positions touch is set (whole, or by _read_windows)
+        return join_frames_in_buffers(self.views, part_of, self.starts[positions], self.lengths[positions],
+                                      self.footers[positions])
 
     def same_as_previous(self, positions: np.ndarray) -> np.ndarray:
         """For each ``i``, whether the record at ``positions[i]`` is byte-identical to the one at ``positions[i - 1]``.
