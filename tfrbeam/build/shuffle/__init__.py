@@ -45,7 +45,9 @@ once when the build is planned:
   to both neighbouring shards (about 1/64 of a shard each).
 - ``spill``: framed the same way, the frames go to files under the temp dir; only keys and
   offsets cross Beam, and writers read their slices back. Same graph as inline
-  (``WriteShardsThroughGroupByKey``).
+  (``WriteShardsThroughGroupByKey``): the pieces reach the routing stage through a GroupByKey
+  too (``GroupPieces``) and no Flatten takes them or their slices, since Beam's FnApiRunner drops
+  chunks of any other large stage input it sends to a worker process (docs/runners.md).
 - ``memory``: the payloads stay in this process's memory where the encoder put them (only when
   every worker runs in it), up to a byte budget per run, beyond which pieces are spilled. Such a
   piece is ordered by moving its keys only (no copy); the writers frame its records from there.

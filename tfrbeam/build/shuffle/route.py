@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import apache_beam as beam
 import numpy as np
@@ -11,10 +11,16 @@ from tfrbeam.build.shuffle.balance import ORDERED_BLOCK_ROWS, ShardPlan, record_
 from tfrbeam.build.shuffle.pieces import KeyedRecords, Piece
 from tfrbeam.build.shuffle.stores import PieceStore
 
-__all__ = ["SHARD_KEY_BITS", "PreparePieces", "RouteToShards", "empty_shards", "every_shard_key", "route_piece",
-           "shard_key_of", "split_and_shard"]
+__all__ = ["PIECE_GROUPS", "SHARD_KEY_BITS", "GroupPieces", "PreparePieces", "RouteGroupedPieces", "empty_shards",
+           "empty_shards_if_no_records", "every_shard_key", "route_piece", "shard_key_of",
+           "split_and_shard"]
 
 SHARD_KEY_BITS = 32
+
+# The pieces reach the routing stage in this many groups at most (keyed by their first sort key):
+# enough for a distributed runner to route in parallel, few enough that the empty slices each group
+# sends to every shard (so every shard is written) stay negligible.
+PIECE_GROUPS = 1024
 
 
 
@@ -81,14 +87,45 @@ def route_piece(piece: Piece, plan: ShardPlan, store: PieceStore) -> list[tuple[
     return routed
 
 
-class RouteToShards(beam.DoFn):
-    """Sends each sorted piece's records to the shard(s) they belong to, one slice per shard (see route_piece)."""
+class GroupPieces(beam.PTransform):
+    """PCollection[Piece] -> PCollection[(group, Iterable[Piece])]: the pieces through a GroupByKey, in PIECE_GROUPS groups.
+
+    Why a GroupByKey and not the plain fusion break the routing stage's side input makes anyway:
+    Beam's FnApiRunner (the DirectRunner's engine and the embedded portable job server) sends a
+    materialised stage input to an SDK worker process chunk by chunk into a data stream that a
+    timer thread flushes every second (``worker_handlers.DATA_BUFFER_TIME_LIMIT_MS``); a chunk
+    written between that flush's ``get()`` and ``_clear()`` is dropped (``data_plane.py``,
+    ``SizeBasedBufferingClosableOutputStream.flush``). An input that takes over a second to write
+    (about 1 GB of pieces, 3M rows) lost records. A grouped input is written in one piece, which
+    that race cannot split; on distributed runners the fusion break was a shuffle already.
+    """
+
+    def expand(self, pieces):
+        return (
+            pieces
+            | "KeyByGroup" >> beam.Map(lambda piece: (int(piece.key[0]) % PIECE_GROUPS, piece))
+            .with_output_types(tuple[int, Piece])
+            | "Group" >> beam.GroupByKey()
+        )
+
+
+class RouteGroupedPieces(beam.DoFn):
+    """Routes each grouped piece (see route_piece) and sends every shard an empty slice, so every shard is written."""
 
     def __init__(self, store: PieceStore):
         self._store = store
 
-    def process(self, piece: Piece, plan: ShardPlan) -> Iterator[tuple[int, Piece]]:
-        yield from route_piece(piece, plan, self._store)
+    def process(self, group: tuple[int, Iterable[Piece]], plan: ShardPlan) -> Iterator[tuple[int, Piece]]:
+        for piece in group[1]:
+            yield from route_piece(piece, plan, self._store)
+        yield from empty_shards(plan)
+
+
+def empty_shards_if_no_records(plan: ShardPlan) -> Iterator[tuple[int, list[Piece]]]:
+    """Every shard's key with no slices when the plan has no records (no group reaches the routing stage then)."""
+    if not any(split.num_examples for split in plan.splits):
+        for key in every_shard_key(plan):
+            yield key, []
 
 
 def every_shard_key(plan: ShardPlan) -> Iterator[int]:

@@ -7,7 +7,13 @@ import apache_beam as beam
 from tfrbeam.build.progress import progress_dir
 from tfrbeam.build.shuffle.balance import PlanShards, ShardingSpec
 from tfrbeam.build.shuffle.pieces import Piece
-from tfrbeam.build.shuffle.route import PreparePieces, RouteToShards, empty_shards, every_shard_key
+from tfrbeam.build.shuffle.route import (
+    GroupPieces,
+    PreparePieces,
+    RouteGroupedPieces,
+    empty_shards_if_no_records,
+    every_shard_key,
+)
 from tfrbeam.build.shuffle.stores import InlineStore, PieceStore
 from tfrbeam.build.shuffle.write import WriteShard, WriteShardOfPieces
 
@@ -42,23 +48,31 @@ class WriteShardsThroughGroupByKey(WriteShardsOfPlan):
     """Pieces routed to their shards, one slice per (piece, shard), grouped by shard through the runner's GroupByKey.
 
     For every runner: the slices carry their frames (``InlineStore``) or only keys and offsets
-    (``SpillStore``, writers read the frames back); no worker holds more than one shard.
+    (``SpillStore``, writers read the frames back); no worker holds more than one shard. The
+    pieces reach the routing stage through a GroupByKey too, and no Flatten is on their way: a
+    stage input the runner materialises in any other way (a fusion break, a Flatten) is what
+    Beam's FnApiRunner loses chunks of when it is large (see ``GroupPieces``).
     """
 
     def expand(self, pieces):
         plan_side = beam.pvalue.AsSingleton(self._plan)
-        routed = (
+        shard_groups = (
             pieces
-            | "RouteToShards" >> beam.ParDo(RouteToShards(self._store), plan_side)
+            | "GroupPieces" >> GroupPieces()
+            | "RouteToShards" >> beam.ParDo(RouteGroupedPieces(self._store), plan_side)
             .with_output_types(tuple[int, Piece])
-        )
-        every_shard = self._plan | "EveryShard" >> beam.FlatMap(empty_shards).with_output_types(tuple[int, Piece])
-        return (
-            (routed, every_shard)
-            | "WithEmptyShards" >> beam.Flatten()
             | "GroupByShard" >> beam.GroupByKey()
-            | "WriteShards" >> beam.ParDo(WriteShard(self._temp_dir, self._store, self._progress), plan_side)
         )
+        writer = WriteShard(self._temp_dir, self._store, self._progress)
+        written = shard_groups | "WriteShards" >> beam.ParDo(writer, plan_side)
+        # No piece at all (no records): no group reaches the routing stage, so the plan writes the empty shards.
+        nothing = (
+            self._plan
+            | "EveryShardIfNoRecords" >> beam.FlatMap(empty_shards_if_no_records)
+            .with_output_types(tuple[int, list[Piece]])
+            | "WriteEmptyShards" >> beam.ParDo(writer, plan_side)
+        )
+        return (written, nothing) | "AllShards" >> beam.Flatten()
 
 
 class WriteShuffledShards(beam.PTransform):
