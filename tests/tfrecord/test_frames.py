@@ -67,3 +67,27 @@ def test_frames_of_payloads_in_several_buffers_equal_frame_records(monkeypatch, 
     framed = join_frames_in_buffers(buffers, buffer_of, starts, lengths, masked)
     assert bytes(framed) == frame_records([pick[2] for pick in picks])
 
+
+
+def test_an_older_pyarrow_is_detected_and_frames_by_joining(monkeypatch):
+    """pyarrow 14-15 lack binary_view; 16-18 refuse a view array over several buffers: the probe says no."""
+    import pyarrow as pa
+
+    assert frames_module._binary_view_frames_work()
+    monkeypatch.delattr(pa, "binary_view")
+    assert not frames_module._binary_view_frames_work()
+    monkeypatch.undo()
+
+    class OneBufferArray:
+        @staticmethod
+        def from_buffers(*args, **kwargs):
+            raise ValueError("Type's expected number of buffers (2) did not match the passed number (3)")
+
+    class Pyarrow18:  # pyarrow as 16-18 behave: binary views over one data buffer only
+        Array = OneBufferArray
+
+        def __getattr__(self, name):
+            return getattr(pa, name)
+
+    monkeypatch.setattr(frames_module, "pa", Pyarrow18())
+    assert not frames_module._binary_view_frames_work()

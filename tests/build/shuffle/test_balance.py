@@ -88,3 +88,28 @@ def test_written_shards_are_balanced_with_a_remainder_above_one(tmp_path: pathli
     assert collections.Counter(record for shard in shards for record in shard) == collections.Counter(payloads)
     if ordered:
         assert [record for shard in shards for record in shard] == payloads
+
+
+def test_a_routing_group_sends_empty_slices_only_to_the_shards_it_sends_nothing():
+    """Every shard hears from every group (so every shard is written), with an empty slice only where no records go."""
+    from tfrbeam.build.shuffle.balance import PlanShards
+    from tfrbeam.build.shuffle.route import RouteGroupedPieces, shard_key_of
+    from tfrbeam.build.shuffle.stores import InlineStore
+
+    payloads = [f"record-{index}".encode() for index in range(200)]
+    spec = ShardingSpec(splits=("train",), num_shards=(40,), max_bytes_per_shard=None, ordered=False)
+    store = InlineStore()
+    pieces = [store.add(records) for records in _pieces(payloads, 50, 5)]
+    combine = PlanShards(spec)
+    accumulator = combine.create_accumulator()
+    for piece in pieces:
+        accumulator = combine.add_input(accumulator, piece)
+    plan = combine.extract_output(accumulator)
+    routed = list(RouteGroupedPieces(store).process((0, pieces[:1]), plan))  # 50 records over 40 shards
+    every_key = {shard_key_of(0, shard) for shard in range(40)}
+    assert {key for key, _ in routed} == every_key
+    with_records = [key for key, part in routed if len(part)]
+    empties = [key for key, part in routed if not len(part)]
+    assert with_records and empties and not set(with_records) & set(empties)
+    assert len(empties) == len(every_key - set(with_records)) and len(set(empties)) == len(empties)
+    assert sum(len(part) for _, part in routed) == 50

@@ -110,15 +110,21 @@ class GroupPieces(beam.PTransform):
 
 
 class RouteGroupedPieces(beam.DoFn):
-    """Routes each grouped piece (see route_piece) and sends every shard an empty slice, so every shard is written."""
+    """Routes each grouped piece (see route_piece) and sends an empty slice to every shard the group sent none,
+    so every shard is written."""
 
     def __init__(self, store: PieceStore):
         self._store = store
 
     def process(self, group: tuple[int, Iterable[Piece]], plan: ShardPlan) -> Iterator[tuple[int, Piece]]:
+        reached: set[int] = set()
         for piece in group[1]:
-            yield from route_piece(piece, plan, self._store)
-        yield from empty_shards(plan)
+            for shard_key, part in route_piece(piece, plan, self._store):
+                reached.add(shard_key)
+                yield shard_key, part
+        for shard_key, empty in empty_shards(plan):
+            if shard_key not in reached:
+                yield shard_key, empty
 
 
 def empty_shards_if_no_records(plan: ShardPlan) -> Iterator[tuple[int, list[Piece]]]:
