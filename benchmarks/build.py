@@ -21,7 +21,11 @@ mode), and --external-pool runs ours (the inline piece store, what `auto` picks 
 the baseline on the path Dataflow runs: `--runner PortableRunner --job_endpoint embed
 --environment_type EXTERNAL` with a `worker_pool_main` pool of SDK worker processes
 (benchmarks/dataflow_path.py measures their CPU from /proc). Each of ours' lines beyond the first
-says its rows/s and CPU per row against ours in process, in the same repeat.
+says its rows/s and CPU per row against ours in process, in the same repeat. With --workers N each
+repeat also starts N in-process builds of the same rows at once, independent processes passing
+nothing between them: their rows/s together, over one build's alone, is the most N busy cores of
+this machine give for today's per-row work (cores slow each other down: shared caches, memory
+bandwidth, the host), so the ceiling for N workers, printed beside what they reached.
 
 The bound: each repeat also builds a one-row file of the same table (the build's fixed cost:
 interpreter and Beam start-up, planning, starting the runner, the commit). Its wall time plus
@@ -115,19 +119,48 @@ def compile_bytecode() -> None:
         compileall.compile_dir(str(REPO_ROOT / package), quiet=1)
 
 
-def run_ours(fmt: str, input_path: pathlib.Path, work: pathlib.Path, workers: int = 1,
-             piece_store: str = "auto") -> tuple[float, int, float, int]:
-    output = work / f"ours-{fmt}"
+def _ours_command(fmt: str, input_path: pathlib.Path, work: pathlib.Path, name: str, workers: int = 1,
+                  piece_store: str = "auto") -> tuple[list[str], pathlib.Path]:
+    """The command of one of ours' builds into ``work/name`` (emptied first), and that output directory."""
+    output = work / name
     shutil.rmtree(output, ignore_errors=True)
-    config_path = work / f"ours-{fmt}.json"  # JSON is YAML
+    config_path = work / f"{name}.json"  # JSON is YAML
     config_path.write_text(json.dumps(build_config(fmt, input_path, output)))
     command = [sys.executable, "-m", "tfrbeam.build", str(config_path), "--quiet", f"--piece_store={piece_store}"]
     if workers > 1:
         command += [f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"]
+    return command, output
+
+
+def run_ours(fmt: str, input_path: pathlib.Path, work: pathlib.Path, workers: int = 1,
+             piece_store: str = "auto") -> tuple[float, int, float, int]:
+    command, output = _ours_command(fmt, input_path, work, f"ours-{fmt}", workers, piece_store)
     seconds, rss, cpu = run_measured(command)
     manifest = json.loads((output / "dataset_info.json").read_text())
     size = sum(split["num_bytes"] for split in manifest["splits"].values())
     return seconds, rss, cpu, size
+
+
+def run_side_by_side(fmt: str, input_path: pathlib.Path, work: pathlib.Path, copies: int) -> tuple[float, int, float, int]:
+    """``copies`` in-process builds of the same rows started at once: wall until the last ends, largest peak, CPU of all.
+
+    Independent processes with nothing passed between them: what ``copies`` busy cores of this machine do
+    for today's per-row work. No scheme of ``copies`` workers over the same rows can beat their rows/s.
+    """
+    commands = [_ours_command(fmt, input_path, work, f"side-{fmt}-{copy}")[0] for copy in range(copies)]
+    started = time.perf_counter()
+    logs = [work / f"side-{fmt}-{copy}.log" for copy in range(copies)]
+    processes = []
+    for command, log in zip(commands, logs):
+        with log.open("wb") as stderr:  # a file, not a pipe: no build waits on a full pipe while another is awaited
+            processes.append(subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=stderr))
+    peak, cpu = 0, 0.0
+    for process, log in zip(processes, logs):
+        _, status, usage = os.wait4(process.pid, 0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise RuntimeError(f"a side-by-side build failed:\n{log.read_text(errors='replace')[-3000:]}")
+        peak, cpu = max(peak, usage.ru_maxrss * 1024), cpu + usage.ru_utime + usage.ru_stime
+    return time.perf_counter() - started, peak, cpu, copies
 
 
 def run_baseline(fmt: str, input_path: pathlib.Path, work: pathlib.Path, rows: int) -> tuple[float, int, float]:
@@ -277,6 +310,7 @@ def main() -> None:
         # the run then moves both sides alike instead of the ratio.
         base: list = []
         fixed: list = []
+        side_by_side: list = []
         ours: dict[tuple[str, int], list] = {(store, workers): [] for store in stores
                                              for workers in sorted({1, args.workers})}
         pool: dict[str, list] = {"ours": [], "baseline": []}
@@ -286,6 +320,8 @@ def main() -> None:
             for store, workers in ours:
                 ours[store, workers].append(run_ours(fmt, inputs[fmt], work, workers, store))
             fixed.append(run_fixed_cost(fmt, inputs[fmt], work))
+            if args.workers > 1:
+                side_by_side.append(run_side_by_side(fmt, inputs[fmt], work, args.workers))
             if args.external_pool:
                 pool["ours"].append(run_ours_on_pool(fmt, inputs[fmt], work, args.workers, repeat))
                 if not args.ours_only:
@@ -305,6 +341,8 @@ def main() -> None:
         if args.external_pool:
             _report_pool(fmt, args.rows, args.workers, pool, in_process)
         if args.workers > 1:
+            print(f"{fmt:<8} {describe_side_by_side(side_by_side, in_process, ours[stores[0], args.workers])}",
+                  flush=True)
             for line in describe_scaling(args.rows, in_process, fixed, ours[stores[0], args.workers], args.workers):
                 print(f"{fmt:<8} {line}", flush=True)
         print(f"{fmt:<8} {describe_bound(ours[stores[0], 1], fixed, [run[0] * args.rows / baseline_rows for run in base])}",
@@ -374,6 +412,23 @@ def _report_pool(fmt: str, rows: int, workers: int, pool: dict[str, list], in_pr
         base = report_pool_runs(f"{fmt:<8}   baseline", pool["baseline"], rows)
         print(f"{fmt:<8}   ours / baseline on the pool, CPU per row: {ours['cpu_per_million'] / base['cpu_per_million']:.2f}x",
               flush=True)
+
+
+def describe_side_by_side(side_by_side: list, in_process: list, with_workers: list) -> str:
+    """The ceiling that ``copies`` independent builds at once set, against ours in process and ours on workers.
+
+    Per repeat: the copies' rows/s together (each built all ``rows``) over the in-process build's, and the
+    workers' rows/s over the same in-process build's; medians and ranges.
+    """
+    copies = side_by_side[0][3]
+    ceiling = [copies * one[0] / run[0] for run, one in zip(side_by_side, in_process)]
+    reached = [one[0] / run[0] for run, one in zip(with_workers, in_process)]
+    cpu = [run[2] / (copies * one[2]) for run, one in zip(side_by_side, in_process)]
+    return (f"{copies} in-process builds at once (the most {copies} busy cores give for today's per-row work): "
+            f"{statistics.median(ceiling):.2f}x ({min(ceiling):.2f}-{max(ceiling):.2f}) the rows/s of one alone, each at "
+            f"{statistics.median(cpu):.2f}x its CPU per row; {copies} workers reached {statistics.median(reached):.2f}x "
+            f"({min(reached):.2f}-{max(reached):.2f}) = {statistics.median(reached) / statistics.median(ceiling):.0%} "
+            "of that ceiling")
 
 
 SCALING_CORES = (4, 8, 16, 32)
