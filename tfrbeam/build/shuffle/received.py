@@ -33,14 +33,14 @@ class _PartWindows:
         self._first = self._end = 0
         self._records: StoredRecords | None = None
 
-    def records(self, first: int, end: int) -> StoredRecords:
-        """The part's records ``first:end`` (``starts`` index the returned ``buffer``)."""
-        if self._records is None or not (self._first <= first and end <= self._end):
-            self._read(first, end)
+    def window(self, first: int, end: int) -> tuple[int, StoredRecords] | None:
+        """Make the part's records ``first:end`` readable: the new window (its first record, its records) if one had
+        to be read, None if the current one holds them (``starts`` index the window's ``buffer``)."""
+        if self._records is not None and self._first <= first and end <= self._end:
+            return None
+        self._read(first, end)
         assert self._records is not None  # _read set it
-        low, high = first - self._first, end - self._first
-        held = self._records
-        return StoredRecords(held.buffer, held.starts[low:high], held.lengths[low:high], held.footers[low:high])
+        return self._first, self._records
 
     def _read(self, first: int, end: int) -> None:
         part = self._part
@@ -149,20 +149,28 @@ class Received:
         return pa.concat_arrays(taken).take(pa.array(where))
 
     def _read_windows(self, positions: np.ndarray, part_of: np.ndarray) -> None:
-        """Read the windows of the spilled parts that ``positions`` need; point their views, starts and footers there."""
+        """Read the windows of the spilled parts that ``positions`` need; point their views, starts and footers there.
+
+        A window's starts and footers are set for all its records when it is read, so a block whose records
+        the current windows hold costs one comparison per part, not an index per record.
+        """
         windowed = np.flatnonzero(self._in_windows[part_of])
         if not windowed.size:
             return
         by_part = windowed[np.argsort(part_of[windowed], kind="stable")]
-        for group in np.split(by_part, np.flatnonzero(np.diff(part_of[by_part])) + 1):
-            part = int(part_of[group[0]])
-            wanted = positions[group]
-            local = wanted - self._part_first[part]
-            first = int(local.min())
-            stored = self._windows[part].records(first, int(local.max()) + 1)
-            self.starts[wanted] = stored.starts[local - first]
-            self.footers[wanted] = stored.footers[local - first]
-            self.views[part] = memoryview(np.ascontiguousarray(stored.buffer, dtype=np.uint8))  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
+        parts = part_of[by_part]
+        local = positions[by_part] - self._part_first[parts]
+        group_starts = np.flatnonzero(np.r_[True, parts[1:] != parts[:-1]])
+        lowest = np.minimum.reduceat(local, group_starts).tolist()
+        highest = np.maximum.reduceat(local, group_starts).tolist()
+        for part, first, last in zip(parts[group_starts].tolist(), lowest, highest):
+            read = self._windows[part].window(first, last + 1)
+            if read is not None:
+                window_first, stored = read
+                base = int(self._part_first[part]) + window_first
+                self.starts[base:base + len(stored.starts)] = stored.starts
+                self.footers[base:base + len(stored.footers)] = stored.footers
+                self.views[part] = memoryview(np.ascontiguousarray(stored.buffer, dtype=np.uint8))  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
 
 
 def adjacent_equal(values: pa.Array) -> np.ndarray:
