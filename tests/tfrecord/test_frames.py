@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tfrbeam.tfrecord import frames as frames_module
-from tfrbeam.tfrecord.frames import frame_gathered, frame_ordered, join_frames_in_buffers
+from tfrbeam.tfrecord.frames import frame_gathered, frame_ordered, join_frames_in_buffers, payload_prefixes
 from tfrbeam.tfrecord.records import RECORD_OVERHEAD, frame_records
 
 
@@ -46,9 +46,11 @@ def test_this_pyarrow_frames_through_binary_views():
 
 @pytest.mark.parametrize("binary_views", [True, False])
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.lists(st.binary(max_size=40), max_size=12), min_size=1, max_size=4), st.randoms(use_true_random=False))
-def test_frames_of_payloads_in_several_buffers_equal_frame_records(monkeypatch, binary_views, parts, rng):
-    """Payloads of 0-12 bytes (held in their views) and longer ones, from several buffers (some unused), in any order."""
+@given(st.lists(st.lists(st.binary(max_size=40), max_size=12), min_size=1, max_size=4), st.randoms(use_true_random=False),
+       st.booleans())
+def test_frames_of_payloads_in_several_buffers_equal_frame_records(monkeypatch, binary_views, parts, rng, given_prefixes):
+    """Payloads of 0-12 bytes (held in their views) and longer ones, from several buffers (some unused), in any order;
+    their prefixes read by the join or given (``payload_prefixes``, as a shard writer reads them once per window)."""
     monkeypatch.setattr(frames_module, "_BINARY_VIEW_FRAMES", binary_views)  # the same for every example
     buffers, picks = [], []
     for index, payloads in enumerate(parts):
@@ -64,7 +66,14 @@ def test_frames_of_payloads_in_several_buffers_equal_frame_records(monkeypatch, 
     starts = np.array([pick[1] for pick in picks], dtype=np.int64)
     lengths = np.array([len(pick[2]) for pick in picks], dtype=np.int64)
     masked = frames_module.mask_crcs(np.array([crc32c.crc32c(pick[2]) for pick in picks], dtype=np.uint64))
-    framed = join_frames_in_buffers(buffers, buffer_of, starts, lengths, masked)
+    prefixes = None
+    if given_prefixes:
+        prefixes = np.zeros(len(picks), dtype="<u4")
+        for index, buffer in enumerate(buffers):
+            mine = np.flatnonzero(buffer_of == index)
+            if mine.size:
+                prefixes[mine] = payload_prefixes(np.frombuffer(buffer, np.uint8), starts[mine], lengths[mine])
+    framed = join_frames_in_buffers(buffers, buffer_of, starts, lengths, masked, prefixes)
     assert bytes(framed) == frame_records([pick[2] for pick in picks])
 
 
@@ -91,3 +100,10 @@ def test_an_older_pyarrow_is_detected_and_frames_by_joining(monkeypatch):
 
     monkeypatch.setattr(frames_module, "pa", Pyarrow18())
     assert not frames_module._binary_view_frames_work()
+
+
+def test_payload_prefixes_are_the_first_four_bytes_of_long_payloads_only():
+    buffer = np.frombuffer(b"ab" + b"0123456789abcdef" + b"xyz" + bytes(range(13)), dtype=np.uint8)
+    starts, lengths = np.array([2, 18, 21, 2]), np.array([16, 3, 13, 12])
+    prefixes = payload_prefixes(buffer, starts, lengths)
+    assert prefixes.tolist() == [int.from_bytes(b"0123", "little"), 0, int.from_bytes(bytes(range(4)), "little"), 0]

@@ -24,7 +24,7 @@ from tfrbeam.tfrecord.records import (
     masked_crc32c,
 )
 
-__all__ = ["frame_gathered", "frame_ordered", "join_frames", "join_frames_in_buffers"]
+__all__ = ["frame_gathered", "frame_ordered", "join_frames", "join_frames_in_buffers", "payload_prefixes"]
 
 # frame_ordered copies payloads per group of equal length; beyond this many groups (or 1 per 32
 # records) the per-record join of frame_gathered is cheaper.
@@ -121,16 +121,17 @@ def frame_ordered(data: np.ndarray, offsets: np.ndarray, order: np.ndarray, crcs
 
 
 def join_frames_in_buffers(buffers: list, buffer_of: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
-                           masked_crcs: np.ndarray) -> bytes | memoryview:
+                           masked_crcs: np.ndarray, prefixes: np.ndarray | None = None) -> bytes | memoryview:
     """The TFRecord frames of the payloads ``buffers[buffer_of[i]][starts[i]:starts[i] + lengths[i]]`` as one buffer.
 
     The payloads' masked CRCs are given. Where pyarrow can (19 and later), Arrow copies every
     header, payload and footer in one cast of a binary-view array, three views a record (the
     header and footer inline, the payload pointing into its buffer): no Python work per record.
-    Otherwise a slice per record and ``join_frames``.
+    Otherwise a slice per record and ``join_frames``. ``prefixes`` (``payload_prefixes`` of the
+    records, computed once where the same records are framed block by block) saves reading them here.
     """
     if len(lengths) and _BINARY_VIEW_FRAMES and max((len(b) for b in buffers if b is not None), default=0) < 2**31:
-        return _join_through_binary_views(buffers, buffer_of, starts, lengths, masked_crcs)
+        return _join_through_binary_views(buffers, buffer_of, starts, lengths, masked_crcs, prefixes)
     with gc_paused():
         payloads = [buffers[part][start:start + length]
                     for part, start, length in zip(buffer_of.tolist(), starts.tolist(), lengths.tolist())]
@@ -140,8 +141,18 @@ def join_frames_in_buffers(buffers: list, buffer_of: np.ndarray, starts: np.ndar
 _INLINE_BYTES = 12  # a binary view of at most this many bytes holds them itself
 
 
+def payload_prefixes(buffer: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Each payload's first 4 bytes (as a little-endian uint32) where it is longer than a binary view holds
+    inline, 0 elsewhere: what ``join_frames_in_buffers`` puts in a long payload's view."""
+    prefixes = np.zeros(len(starts), dtype="<u4")
+    long = np.flatnonzero(np.asarray(lengths) > _INLINE_BYTES)
+    if long.size:
+        prefixes[long] = le_integers(np.asarray(buffer, dtype=np.uint8), 4)[np.asarray(starts)[long]]
+    return prefixes
+
+
 def _join_through_binary_views(buffers: list, buffer_of: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
-                               masked_crcs: np.ndarray) -> memoryview:
+                               masked_crcs: np.ndarray, prefixes: np.ndarray | None = None) -> memoryview:
     count = len(lengths)
     lengths = np.asarray(lengths, dtype=np.int64)
     views = np.zeros((count, 3, 16), dtype=np.uint8)  # per record: header, payload, footer
@@ -159,7 +170,10 @@ def _join_through_binary_views(buffers: list, buffer_of: np.ndarray, starts: np.
     arrays = [np.frombuffer(buffer, dtype=np.uint8) if buffer is not None else np.zeros(0, np.uint8)
               for buffer in buffers]
     long = lengths > _INLINE_BYTES
-    _fill_prefixes(payload, arrays, np.flatnonzero(long), np.asarray(buffer_of), np.asarray(starts))
+    if prefixes is None:
+        _fill_prefixes(payload, arrays, np.flatnonzero(long), np.asarray(buffer_of), np.asarray(starts))
+    else:
+        payload[:, 4:8] = np.asarray(prefixes).astype("<u4", copy=False).view(np.uint8).reshape(count, 4)
     for index in np.flatnonzero(~long).tolist():  # short payloads are held in the view itself
         start, length = int(starts[index]), int(lengths[index])
         payload[index, 4:12] = 0

@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 
 from tfrbeam.build.shuffle.pieces import Piece, StoredRecords
 from tfrbeam.build.shuffle.stores import PieceStore
-from tfrbeam.tfrecord.frames import join_frames_in_buffers
+from tfrbeam.tfrecord.frames import join_frames_in_buffers, payload_prefixes
 from tfrbeam.tfrecord.records import RECORD_OVERHEAD
 
 __all__ = ["SHARD_READ_BYTES", "Received", "adjacent_equal"]
@@ -78,6 +78,7 @@ class Received:
         self.lengths = np.zeros(total, np.int64)
         self.starts = np.zeros(total, np.int64)  # of whole parts; of windowed ones, set block by block
         self.footers = np.zeros(total, "<u4")
+        self.prefixes = np.zeros(total, "<u4")  # payload_prefixes, read once per part or window, not per block
         for index, part in enumerate(parts):
             first, end = int(self._part_first[index]), int(self._part_first[index + 1])
             self.lengths[first:end] = part.framed_lengths - RECORD_OVERHEAD
@@ -86,6 +87,7 @@ class Received:
                 self.views[index] = memoryview(np.ascontiguousarray(stored.buffer, dtype=np.uint8))  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
                 self.starts[first:end] = stored.starts
                 self.footers[first:end] = stored.footers
+                self.prefixes[first:end] = payload_prefixes(stored.buffer, stored.starts, stored.lengths)
 
     def frame(self, position: int) -> bytes:
         """One record's whole frame (to order records with equal keys by their bytes)."""
@@ -101,7 +103,7 @@ class Received:
             self._read_windows(positions, part_of)
         # every part's view these positions touch is set (whole, or by _read_windows)
         return join_frames_in_buffers(self.views, part_of, self.starts[positions], self.lengths[positions],
-                                      self.footers[positions])
+                                      self.footers[positions], self.prefixes[positions])
 
     def same_as_previous(self, positions: np.ndarray) -> np.ndarray:
         """For each ``i``, whether the record at ``positions[i]`` is byte-identical to the one at ``positions[i - 1]``.
@@ -170,6 +172,7 @@ class Received:
                 base = int(self._part_first[part]) + window_first
                 self.starts[base:base + len(stored.starts)] = stored.starts
                 self.footers[base:base + len(stored.footers)] = stored.footers
+                self.prefixes[base:base + len(stored.starts)] = payload_prefixes(stored.buffer, stored.starts, stored.lengths)
                 self.views[part] = memoryview(np.ascontiguousarray(stored.buffer, dtype=np.uint8))  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
 
 
