@@ -218,8 +218,13 @@ def _process_group_alive(group: int) -> list[int]:
     return alive
 
 
-def test_a_killed_multi_processing_launcher_leaves_no_worker_that_publishes(workdir):
-    """kill -9 of the launcher while a worker is at the commit step: nothing publishes afterwards, the rerun works."""
+@pytest.mark.parametrize("workers", [["--direct_running_mode=multi_processing", "--direct_num_workers=2"], ["--workers=2"]],
+                         ids=["beam-workers", "forked-workers"])
+def test_a_killed_multi_processing_launcher_leaves_no_worker_that_publishes(workdir, workers):
+    """kill -9 of the launcher while a worker is at the commit step: nothing publishes afterwards, the rerun works.
+
+    With Beam's own direct options Beam starts the workers; with ``--workers 2`` they are forked by the build's
+    fork server, which leaves with its launcher too (and takes its socket with it)."""
     import signal
     import subprocess
     import sys
@@ -239,7 +244,7 @@ def test_a_killed_multi_processing_launcher_leaves_no_worker_that_publishes(work
                TFRBEAM_TEST_COMMIT_PAUSE=str(pause))
     launcher = subprocess.Popen(
         [sys.executable, "-m", "tfrbeam.build", "cfg.yaml", "--quiet", "--overwrite", "--set", "shuffle.seed=7",
-         "--direct_running_mode=multi_processing", "--direct_num_workers=2"],
+         *workers],
         cwd=workdir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 120

@@ -26,6 +26,7 @@ from tfrbeam.beam.publish import OutputLock, abandon
 from tfrbeam.build import commit as build_commit
 from tfrbeam.build.commit import discard_staging, recover_output
 from tfrbeam.build.config import BuildConfig, apply_overrides, load_config, parse_config
+from tfrbeam.build.forked_workers import ForkedWorkersRunner, WorkerForkServer, worker_fork_server
 from tfrbeam.build.graph import build_pipeline
 from tfrbeam.build.plan import BuildPlan, check_output_dir, plan_build
 from tfrbeam.build.report import build_progress, summary_table
@@ -145,12 +146,14 @@ def launch(plan: BuildPlan, options: PipelineOptions, attach: Callable[[beam.Pip
     started = time.monotonic() if started is None else started
     lock = OutputLock(plan.output_root, plan.run).acquire()
     try:
-        try:
-            pipeline = prepare(plan, options, attach)
-        except TfrbeamError:
-            discard_staging(plan)  # what attaching staged (write_dataset's rows), as a failed run's
-            raise
-        execute(plan, pipeline)
+        # Started first: the workers' fork server imports Beam while this process builds the job graph.
+        with worker_fork_server(options, plan.workers) as server:
+            try:
+                pipeline = prepare(plan, options, attach, server)
+            except TfrbeamError:
+                discard_staging(plan)  # what attaching staged (write_dataset's rows), as a failed run's
+                raise
+            execute(plan, pipeline)
         if options.view_as(TestOptions).dry_run:
             discard_staging(plan)
             return None
@@ -160,13 +163,18 @@ def launch(plan: BuildPlan, options: PipelineOptions, attach: Callable[[beam.Pip
         lock.release()
 
 
-def prepare(plan: BuildPlan, options: PipelineOptions, attach: Callable[[beam.Pipeline], Any]) -> beam.Pipeline:
-    """Holding the lock: recover what dead runs left, check the output again, and make the build's pipeline."""
+def prepare(plan: BuildPlan, options: PipelineOptions, attach: Callable[[beam.Pipeline], Any],
+            fork_server: WorkerForkServer | None = None) -> beam.Pipeline:
+    """Holding the lock: recover what dead runs left, check the output again, and make the build's pipeline
+    (on a ``ForkedWorkersRunner`` when ``fork_server`` is given)."""
     removed = recover_output(plan.output_root)
     if removed:
         _LOG.info("removed what %d earlier, interrupted run(s) left", len(removed))
     check_output_dir(plan.output_root, plan.resolved_config, plan.overwrite, shown=plan.output_path)
-    pipeline = beam.Pipeline(options=options)
+    if fork_server is not None:
+        pipeline = beam.Pipeline(runner=ForkedWorkersRunner(fork_server), options=options)
+    else:
+        pipeline = beam.Pipeline(options=options)
     attach(pipeline)
     return pipeline
 

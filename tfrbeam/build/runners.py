@@ -88,6 +88,10 @@ WORKERS_MIN_INPUT_BYTES = 1 << 30
 WORKER_RAM_BYTES = 1 << 30
 
 
+# The reason of a WorkerChoice that Beam's own direct options made (Beam starts those workers its own way).
+BEAM_DIRECT_OPTIONS = "--direct_num_workers"
+
+
 @dataclasses.dataclass(frozen=True)
 class WorkerChoice:
     """How many workers a build runs and where: ``mode`` is in_process, multi_processing or runner (the runner's own)."""
@@ -95,6 +99,11 @@ class WorkerChoice:
     count: int | None  # None: the runner decides (Dataflow, Flink, a portable job server)
     mode: str
     reason: str
+
+    @property
+    def set_by_beam_options(self) -> bool:
+        """Whether Beam's own ``--direct_num_workers``/``--direct_running_mode`` chose these workers (not ``--workers``)."""
+        return self.reason == BEAM_DIRECT_OPTIONS
 
     def describe(self) -> str:
         if self.mode == "runner":
@@ -215,7 +224,7 @@ def choose_workers(options: PipelineOptions, input_bytes: int, cores: int | None
                 "give one of the two")
     if count is None and _direct_options_given(options):
         if given_mode == "multi_processing":
-            return WorkerChoice(given_count or _cores(), "multi_processing", "--direct_num_workers")
+            return WorkerChoice(given_count or _cores(), "multi_processing", BEAM_DIRECT_OPTIONS)
         return WorkerChoice(1, "in_process", f"--direct_running_mode {given_mode}")
     if count is not None:
         if count == 1:

@@ -39,6 +39,7 @@ from tfrbeam.build import launch as launcher
 from tfrbeam.build.commit import discard_staging
 from tfrbeam.build.config import load_config
 from tfrbeam.build.features import FeatureSpec
+from tfrbeam.build.forked_workers import worker_fork_server
 from tfrbeam.build.graph import build_pipeline
 from tfrbeam.build.plan import BuildPlan, plan_build
 from tfrbeam.build.shuffle import MEMORY
@@ -123,17 +124,20 @@ def _build(argv: list[str] | None) -> int:
 
 def _run_locked(plan: BuildPlan, options: PipelineOptions, started: float) -> int:
     """Holding the output's lock: the launcher's steps (tfrbeam.build.launch), each failure one line with its exit status."""
-    try:
-        pipeline = launcher.prepare(plan, options, lambda pipeline: build_pipeline(pipeline, plan, publish=False))
-    except (ConfigError, OutputExistsError, OutputNotWritableError) as error:
-        return _fail(str(error), EXIT_USAGE)
-    except TfrbeamError as error:
-        return _fail(str(error), EXIT_FAILED)
-    try:
-        launcher.execute(plan, pipeline)
-    except TfrbeamError as error:
-        shown = str(error) if isinstance(error, BuildFailedError) else f"{type(error).__name__}: {error}"
-        return _fail(shown, EXIT_FAILED)
+    # Started first: the workers' fork server imports Beam while this process builds the job graph.
+    with worker_fork_server(options, plan.workers) as fork_server:
+        try:
+            pipeline = launcher.prepare(plan, options, lambda pipeline: build_pipeline(pipeline, plan, publish=False),
+                                        fork_server)
+        except (ConfigError, OutputExistsError, OutputNotWritableError) as error:
+            return _fail(str(error), EXIT_USAGE)
+        except TfrbeamError as error:
+            return _fail(str(error), EXIT_FAILED)
+        try:
+            launcher.execute(plan, pipeline)
+        except TfrbeamError as error:
+            shown = str(error) if isinstance(error, BuildFailedError) else f"{type(error).__name__}: {error}"
+            return _fail(shown, EXIT_FAILED)
     if options.view_as(TestOptions).dry_run:
         discard_staging(plan)
         print(f"dry run: the job graph for {plan.output_path} was built; nothing ran")

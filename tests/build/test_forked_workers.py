@@ -1,0 +1,116 @@
+"""``--workers N`` builds fork their SDK workers from one process that imported Beam once (tfrbeam/build/forked_workers.py)."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import runpy
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from tfrbeam.build import forked_workers
+from tfrbeam.build.forked_workers import CLIENT_SCRIPT, WorkerForkServer, forks_workers
+from tfrbeam.build.runners import choose_workers
+from tfrbeam.cli.build import main as build_main
+from tfrbeam.cli.demo_data import write_demo_data
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+DEMO_CONFIG = REPO_ROOT / "configs" / "demo.yaml"
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forked workers are Linux only")
+
+
+def _choice(*args: str):
+    options = PipelineOptions(list(args))
+    return options, choose_workers(options, 1 << 40, cores=2, ram_bytes=64 << 30)
+
+
+def test_only_workers_of_the_workers_option_on_the_fnapirunner_are_forked():
+    assert forks_workers(*_choice("--workers=2", "--runner=FnApiRunner"))  # tfrbeam build's default runner
+    assert not forks_workers(*_choice("--direct_num_workers=2", "--direct_running_mode=multi_processing",
+                                      "--runner=FnApiRunner"))  # Beam's own options: Beam's own workers
+    assert not forks_workers(*_choice("--workers=1", "--runner=FnApiRunner"))
+    assert not forks_workers(*_choice("--workers=2", "--runner=DirectRunner"))  # Beam picks the DirectRunner's engine
+
+
+def _shard_bytes(output: pathlib.Path) -> dict[str, bytes]:
+    return {str(path.relative_to(output)): path.read_bytes() for path in sorted(output.rglob("*.tfrecord"))}
+
+
+def test_a_workers_2_build_forks_both_workers_and_writes_the_in_process_bytes(tmp_path, monkeypatch):
+    """Each of the 2 SDK workers Beam asks for comes through the fork client (it leaves a line), none is started as
+    ``sdk_worker_main``, and the shards are the in-process build's."""
+    monkeypatch.chdir(tmp_path)
+    write_demo_data(tmp_path / "demo_data")
+    calls = tmp_path / "client-calls.txt"
+    wrapper = tmp_path / "client.py"
+    wrapper.write_text(
+        "import os, sys\n"
+        f"with open({str(calls)!r}, 'a') as log: log.write('worker\\n')\n"
+        f"os.execv(sys.executable, [sys.executable, '-S', {CLIENT_SCRIPT!r}, *sys.argv[1:]])\n")
+    monkeypatch.setattr(forked_workers, "CLIENT_SCRIPT", str(wrapper))
+    common = [str(DEMO_CONFIG), "--quiet", "--set", "shuffle.seed=3"]
+    assert build_main([*common, "--set", "output.path=out/one"]) == 0
+    assert build_main([*common, "--set", "output.path=out/two", "--workers=2"]) == 0
+    assert calls.read_text().splitlines() == ["worker", "worker"]
+    one, two = _shard_bytes(tmp_path / "out" / "one"), _shard_bytes(tmp_path / "out" / "two")
+    assert one and one == two
+
+
+def _load_client():
+    """The client script's functions, loaded without running it."""
+    return runpy.run_path(CLIENT_SCRIPT)
+
+
+def test_the_client_fails_in_one_line_when_no_fork_server_answers(tmp_path, capsys):
+    client = _load_client()
+    client["request_worker"].__globals__["CONNECT_SECONDS"] = 0.2
+    assert client["request_worker"](["client", str(tmp_path / "no-server.sock")]) == 1
+    assert "did not answer" in capsys.readouterr().err
+
+
+def test_a_forked_worker_that_fails_gives_its_exit_status_to_the_client(tmp_path, capfd):
+    """A worker with no control endpoint to reach fails; Beam's command (the client) exits with that failure."""
+    with WorkerForkServer() as server:
+        environment = {key: value for key, value in os.environ.items()
+                       if key not in ("CONTROL_API_SERVICE_DESCRIPTOR", "LOGGING_API_SERVICE_DESCRIPTOR")}
+        done = subprocess.run(server.worker_command(), shell=True, env=environment, capture_output=True, timeout=120)
+        assert done.returncode != 0
+    # The worker's own traceback says what it missed, on the launcher's stderr (as Beam's own workers write theirs).
+    assert "KeyError: 'CONTROL_API_SERVICE_DESCRIPTOR'" in capfd.readouterr().err
+
+
+_ORPHANING_LAUNCHER = """
+import sys, time
+from tfrbeam.build.forked_workers import WorkerForkServer
+server = WorkerForkServer()
+print(server._process.pid, server.socket_path, flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_fork_server_leaves_with_its_launcher_and_removes_its_socket():
+    """kill -9 of the process that started it: the server is sent SIGTERM by the kernel, exits, removes its socket dir."""
+    launcher = subprocess.Popen([sys.executable, "-c", _ORPHANING_LAUNCHER], cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                                text=True)
+    try:
+        assert launcher.stdout is not None
+        server_pid, socket_path = launcher.stdout.readline().split()
+        deadline = time.monotonic() + 60
+        while not os.path.exists(socket_path) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert os.path.exists(socket_path), "the fork server never listened"
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait()
+        deadline = time.monotonic() + 10
+        while os.path.exists(f"/proc/{server_pid}") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not os.path.exists(f"/proc/{server_pid}"), "the fork server outlived its launcher"
+        assert not os.path.exists(os.path.dirname(socket_path))
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()

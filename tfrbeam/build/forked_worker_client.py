@@ -1,0 +1,61 @@
+"""The command Beam runs for each SDK worker of a ``--workers N`` build: asks the fork server to fork one, waits for it.
+
+Run as a script (``python -S path/to/forked_worker_client.py SOCKET``), so it imports nothing but the
+standard library: it starts in milliseconds where ``python -m apache_beam.runners.worker.sdk_worker_main``
+spends about 2 CPU-seconds importing Beam. It sends this process's environment (Beam passes the
+worker's control and logging endpoints and the pipeline options in it) and exits with the worker's
+exit status; the worker itself is forked by ``tfrbeam.build.forked_workers.serve``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+
+# The fork server imports Beam and tfrbeam before it listens: a client started before that waits.
+CONNECT_SECONDS = 120.0
+
+
+def _connect(path: str) -> socket.socket:
+    deadline = time.monotonic() + CONNECT_SECONDS
+    while True:
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            client.connect(path)
+            return client
+        except (FileNotFoundError, ConnectionRefusedError):
+            client.close()
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
+def request_worker(argv: list[str]) -> int:
+    """Connect to the fork server at argv[1], send this environment, wait for the forked worker; its exit status."""
+    path = argv[1]
+    try:
+        client = _connect(path)
+    except OSError as error:
+        print(f"tfrbeam: the SDK worker fork server at {path} did not answer ({error}); the build's worker processes "
+              "could not start (run with --workers 1 to build in one process)", file=sys.stderr)
+        return 1
+    with client:
+        client.sendall(json.dumps(dict(os.environ)).encode("utf-8") + b"\n")
+        reply = b""
+        while True:
+            chunk = client.recv(64)
+            if not chunk:
+                break
+            reply += chunk
+    try:
+        return int(reply.decode("ascii").strip())
+    except ValueError:
+        print("tfrbeam: the SDK worker fork server stopped before its worker ended", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(request_worker(sys.argv))
