@@ -16,10 +16,11 @@ classes -> `beam.Reshuffle()` -> `beam.io.WriteToTFRecord(num_shards=8)`, on the
 baseline on fewer rows for a quick look: its fixed start-up is then spread over fewer rows, so the
 ratio comes out higher than it is. --ours-only skips the baseline (peak RSS at 5M rows, say).
 
---workers N also runs ours on N worker processes of the local runner (Beam's multi_processing
-mode), and --external-pool runs ours (the inline piece store, what `auto` picks on Dataflow) and
-the baseline on the path Dataflow runs: `--runner PortableRunner --job_endpoint embed
---environment_type EXTERNAL` with a `worker_pool_main` pool of SDK worker processes
+--workers N also runs ours with `--workers N` (N SDK worker processes of the FnApiRunner, forked
+from one that imported Beam once; docs/runners.md), and --external-pool runs ours (the inline
+piece store, what `auto` picks on Dataflow) and the baseline on the path Dataflow runs:
+`--runner PortableRunner --job_endpoint embed --environment_type EXTERNAL` with a
+`worker_pool_main` pool of SDK worker processes
 (benchmarks/dataflow_path.py measures their CPU from /proc). Each of ours' lines beyond the first
 says its rows/s and CPU per row against ours in process, in the same repeat. With --workers N each
 repeat also starts N in-process builds of the same rows at once, independent processes passing
@@ -128,7 +129,7 @@ def _ours_command(fmt: str, input_path: pathlib.Path, work: pathlib.Path, name: 
     config_path.write_text(json.dumps(build_config(fmt, input_path, output)))
     command = [sys.executable, "-m", "tfrbeam.build", str(config_path), "--quiet", f"--piece_store={piece_store}"]
     if workers > 1:
-        command += [f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"]
+        command.append(f"--workers={workers}")  # tfrbeam's option: forked workers (Beam's own options start Beam's)
     return command, output
 
 
@@ -270,8 +271,8 @@ def main() -> None:
     parser.add_argument("--piece-store", default="auto", help="comma-separated piece stores to run ours with")
     parser.add_argument("--ours-only", action="store_true", help="skip the baseline (e.g. peak RSS of a 5M-row build)")
     parser.add_argument("--workers", type=int, default=1,
-                        help="also run ours with --direct_num_workers=N --direct_running_mode=multi_processing (CPU and RSS of "
-                        "the main process and its workers together)")
+                        help="also run ours with --workers N (N SDK worker processes of the FnApiRunner, forked; CPU and RSS "
+                        "of the main process and its workers together)")
     parser.add_argument("--external-pool", action="store_true",
                         help="also run ours (inline piece store) and the baseline on the PortableRunner with an EXTERNAL "
                         "pool of --workers SDK worker processes, as Dataflow runs them")

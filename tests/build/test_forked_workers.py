@@ -69,8 +69,19 @@ def _load_client():
 def test_the_client_fails_in_one_line_when_no_fork_server_answers(tmp_path, capsys):
     client = _load_client()
     client["request_worker"].__globals__["CONNECT_SECONDS"] = 0.2
-    assert client["request_worker"](["client", str(tmp_path / "no-server.sock")]) == 1
+    assert client["request_worker"](["client", str(tmp_path / "no-server.sock"), str(os.getpid())]) == 1
     assert "did not answer" in capsys.readouterr().err
+
+
+def test_the_client_fails_at_once_when_the_fork_server_has_ended(tmp_path, capsys):
+    """A server that died while importing: the client does not wait out its connect timeout."""
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    client = _load_client()
+    started = time.monotonic()
+    assert client["request_worker"](["client", str(tmp_path / "no-server.sock"), str(ended.pid)]) == 1
+    assert time.monotonic() - started < 5
+    assert "has ended" in capsys.readouterr().err
 
 
 def test_a_forked_worker_that_fails_gives_its_exit_status_to_the_client(tmp_path, capfd):

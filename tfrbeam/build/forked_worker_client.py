@@ -1,6 +1,6 @@
 """The command Beam runs for each SDK worker of a ``--workers N`` build: asks the fork server to fork one, waits for it.
 
-Run as a script (``python -S path/to/forked_worker_client.py SOCKET``), so it imports nothing but the
+Run as a script (``python -S path/to/forked_worker_client.py SOCKET SERVER_PID``), so it imports nothing but the
 standard library: it starts in milliseconds where ``python -m apache_beam.runners.worker.sdk_worker_main``
 spends about 2 CPU-seconds importing Beam. It sends this process's environment (Beam passes the
 worker's control and logging endpoints and the pipeline options in it) and exits with the worker's
@@ -19,7 +19,26 @@ import time
 CONNECT_SECONDS = 120.0
 
 
-def _connect(path: str) -> socket.socket:
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _connect(path: str, server: int) -> socket.socket:
+    """Connect to the server, waiting while it imports; fails at once if the server process has ended."""
     deadline = time.monotonic() + CONNECT_SECONDS
     while True:
         client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -30,14 +49,17 @@ def _connect(path: str) -> socket.socket:
             client.close()
             if time.monotonic() > deadline:
                 raise
+            if not _alive(server):
+                raise ConnectionError(f"the fork server (process {server}) has ended") from None
             time.sleep(0.02)
 
 
 def request_worker(argv: list[str]) -> int:
-    """Connect to the fork server at argv[1], send this environment, wait for the forked worker; its exit status."""
-    path = argv[1]
+    """Connect to the fork server at argv[1] (process argv[2]), send this environment, wait for the forked worker;
+    its exit status."""
+    path, server = argv[1], int(argv[2])
     try:
-        client = _connect(path)
+        client = _connect(path, server)
     except OSError as error:
         print(f"tfrbeam: the SDK worker fork server at {path} did not answer ({error}); the build's worker processes "
               "could not start (run with --workers 1 to build in one process)", file=sys.stderr)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import importlib
 import json
 import os
@@ -99,10 +100,15 @@ def serve(path: str, parent: int) -> None:
     Removes its socket and, if that leaves it empty, the socket's directory (the launcher made it) on the way out.
     """
     signal.signal(signal.SIGTERM, _leave)
+    # Ctrl-C reaches the whole process group: the launcher reports it and stops this server with SIGTERM.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         _exit_with_parent(parent)
         for module in PRELOADED:
             importlib.import_module(module)
+        # The imported objects live as long as every worker: out of the collector's sight, a worker's collections
+        # do not walk them, and do not touch (copy) the pages it shares with this process.
+        gc.freeze()
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(path)
         listener.listen(64)
@@ -127,7 +133,8 @@ def _accept_until_orphaned(listener: socket.socket, parent: int) -> None:
                 continue
             pid = os.fork()
             if pid == 0:
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a worker ends on SIGTERM as Beam's own do
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a worker takes signals as Beam's own workers do
+                signal.signal(signal.SIGINT, signal.default_int_handler)
                 listener.close()
                 for other in waiting.values():
                     other.close()

@@ -55,7 +55,8 @@ class WorkerForkServer:
 
     def worker_command(self) -> str:
         """The shell command Beam runs for each SDK worker."""
-        return shlex.join([sys.executable, "-S", CLIENT_SCRIPT, self.socket_path])
+        assert self._process is not None  # a closed server gives no more workers
+        return shlex.join([sys.executable, "-S", CLIENT_SCRIPT, self.socket_path, str(self._process.pid)])
 
     def close(self) -> None:
         """Stop the server (the workers it forked ended with the pipeline) and remove its socket."""
