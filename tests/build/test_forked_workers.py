@@ -8,6 +8,7 @@ import runpy
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -54,9 +55,11 @@ def test_a_workers_2_build_forks_both_workers_and_writes_the_in_process_bytes(tm
         f"os.execv(sys.executable, [sys.executable, '-S', {CLIENT_SCRIPT!r}, *sys.argv[1:]])\n")
     monkeypatch.setattr(forked_workers, "CLIENT_SCRIPT", str(wrapper))
     common = [str(DEMO_CONFIG), "--quiet", "--set", "shuffle.seed=3"]
+    servers_before = set(pathlib.Path(tempfile.gettempdir()).glob("tfrbeam-workers-*"))
     assert build_main([*common, "--set", "output.path=out/one"]) == 0
     assert build_main([*common, "--set", "output.path=out/two", "--workers=2"]) == 0
     assert calls.read_text().splitlines() == ["worker", "worker"]
+    assert set(pathlib.Path(tempfile.gettempdir()).glob("tfrbeam-workers-*")) == servers_before  # its socket dir went
     one, two = _shard_bytes(tmp_path / "out" / "one"), _shard_bytes(tmp_path / "out" / "two")
     assert one and one == two
 

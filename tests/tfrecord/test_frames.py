@@ -79,7 +79,8 @@ def test_frames_of_payloads_in_several_buffers_equal_frame_records(monkeypatch, 
 
 
 def test_an_older_pyarrow_is_detected_and_frames_by_joining(monkeypatch):
-    """pyarrow 14-15 lack binary_view; 16-18 refuse a view array over several buffers: the probe says no."""
+    """pyarrow 14-15 lack binary_view; 16-18 refuse a view array over several buffers; a cast Arrow does not
+    implement raises ArrowNotImplementedError: the probe says no to each."""
     import pyarrow as pa
 
     assert frames_module._binary_view_frames_work()
@@ -99,6 +100,20 @@ def test_an_older_pyarrow_is_detected_and_frames_by_joining(monkeypatch):
             return getattr(pa, name)
 
     monkeypatch.setattr(frames_module, "pa", Pyarrow18())
+    assert not frames_module._binary_view_frames_work()
+
+    class ViewsWithoutCast:  # a build whose binary views cannot be cast to large_binary (none released is seen so)
+        @staticmethod
+        def from_buffers(*args, **kwargs):
+            class Uncastable:
+                def cast(self, target):
+                    raise pa.ArrowNotImplementedError("Unsupported cast from binary_view to large_binary")
+            return Uncastable()
+
+    class PyarrowWithoutCast(Pyarrow18):
+        Array = ViewsWithoutCast
+
+    monkeypatch.setattr(frames_module, "pa", PyarrowWithoutCast())
     assert not frames_module._binary_view_frames_work()
 
 

@@ -76,7 +76,7 @@ class Received:
         self.keys = np.concatenate([part.key for part in parts]) if parts else np.zeros(0, np.uint64)
         self.part_of = np.repeat(np.arange(len(parts)), counts) if parts else np.zeros(0, np.int64)
         self.lengths = np.zeros(total, np.int64)
-        self.starts = np.zeros(total, np.int64)  # of whole parts; of windowed ones, set block by block
+        self.starts = np.zeros(total, np.int64)  # of whole parts; of windowed ones, set window by window
         self.footers = np.zeros(total, "<u4")
         self.prefixes = np.zeros(total, "<u4")  # payload_prefixes, read once per part or window, not per block
         for index, part in enumerate(parts):
