@@ -17,8 +17,9 @@ baseline on fewer rows for a quick look: its fixed start-up is then spread over 
 ratio comes out higher than it is. --ours-only skips the baseline (peak RSS at 5M rows, say).
 
 --workers N also runs ours with `--workers N` (N SDK worker processes of the FnApiRunner, forked
-from one that imported Beam once; docs/runners.md), and --external-pool runs ours (the inline
-piece store, what `auto` picks on Dataflow) and the baseline on the path Dataflow runs:
+from one that imported Beam once; docs/runners.md), and --external-pool runs ours (with the inline
+piece store, what `auto` picks on Dataflow, and with the spill store, what it picks on this runner)
+and the baseline on the path Dataflow runs:
 `--runner PortableRunner --job_endpoint embed --environment_type EXTERNAL` with a
 `worker_pool_main` pool of SDK worker processes
 (benchmarks/dataflow_path.py measures their CPU from /proc). Each of ours' lines beyond the first
@@ -55,6 +56,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 NUM_SHARDS = 8
+# --external-pool runs ours with each: inline is what `auto` picks on Dataflow, spill what it picks on this runner.
+POOL_STORES = ("inline", "spill")
 
 
 def write_inputs(rows: int, directory: pathlib.Path) -> dict[str, pathlib.Path]:
@@ -274,8 +277,8 @@ def main() -> None:
                         help="also run ours with --workers N (N SDK worker processes of the FnApiRunner, forked; CPU and RSS "
                         "of the main process and its workers together)")
     parser.add_argument("--external-pool", action="store_true",
-                        help="also run ours (inline piece store) and the baseline on the PortableRunner with an EXTERNAL "
-                        "pool of --workers SDK worker processes, as Dataflow runs them")
+                        help="also run ours (inline and spill piece stores) and the baseline on the PortableRunner with an "
+                        "EXTERNAL pool of --workers SDK worker processes, as Dataflow runs them")
     parser.add_argument("--work-dir", default=None, help="keep inputs and outputs here (default: a temp dir)")
     parser.add_argument("--baseline-job", nargs=3, metavar=("FORMAT", "INPUT", "OUTPUT_PREFIX"), help=argparse.SUPPRESS)
     parser.add_argument("--write-inputs", nargs=2, metavar=("ROWS", "DIR"), help=argparse.SUPPRESS)
@@ -314,7 +317,7 @@ def main() -> None:
         side_by_side: list = []
         ours: dict[tuple[str, int], list] = {(store, workers): [] for store in stores
                                              for workers in sorted({1, args.workers})}
-        pool: dict[str, list] = {"ours": [], "baseline": []}
+        pool: dict[str, list] = {**{f"ours {store}": [] for store in POOL_STORES}, "baseline": []}
         for repeat in range(args.repeats):
             if not args.ours_only:
                 base.append(run_baseline(fmt, inputs[fmt], work, baseline_rows))
@@ -324,7 +327,8 @@ def main() -> None:
             if args.workers > 1:
                 side_by_side.append(run_side_by_side(fmt, inputs[fmt], work, args.workers))
             if args.external_pool:
-                pool["ours"].append(run_ours_on_pool(fmt, inputs[fmt], work, args.workers, repeat))
+                for store in POOL_STORES:
+                    pool[f"ours {store}"].append(run_ours_on_pool(fmt, inputs[fmt], work, args.workers, repeat, store))
                 if not args.ours_only:
                     pool["baseline"].append(run_baseline_on_pool(fmt, inputs[fmt], work, args.workers, repeat))
         base_wall = base_cpu = None
@@ -374,16 +378,17 @@ def _against(runs: list, in_process: list) -> str:
             f"CPU per row {statistics.median(cpu):.2f}x ({min(cpu):.2f}-{max(cpu):.2f})")
 
 
-def run_ours_on_pool(fmt: str, input_path: pathlib.Path, work: pathlib.Path, workers: int, repeat: int) -> dict:
-    """Ours with the inline piece store on the PortableRunner and an EXTERNAL pool (benchmarks/dataflow_path.py)."""
+def run_ours_on_pool(fmt: str, input_path: pathlib.Path, work: pathlib.Path, workers: int, repeat: int,
+                     store: str) -> dict:
+    """Ours with piece store ``store`` on the PortableRunner and an EXTERNAL pool (benchmarks/dataflow_path.py)."""
     from benchmarks.dataflow_path import run_job
 
     output = work / f"pool-ours-{fmt}"
     shutil.rmtree(output, ignore_errors=True)
     config_path = work / f"pool-ours-{fmt}.json"
     config_path.write_text(json.dumps(build_config(fmt, input_path, output)))
-    run = run_job([sys.executable, "-m", "tfrbeam.build", str(config_path), "--quiet", "--piece_store=inline"],
-                  work, f"ours-{fmt}-{repeat}", workers)
+    run = run_job([sys.executable, "-m", "tfrbeam.build", str(config_path), "--quiet", f"--piece_store={store}"],
+                  work, f"ours-{store}-{fmt}-{repeat}", workers)
     manifest = json.loads((output / "dataset_info.json").read_text())
     run["shuffled_per_row"] = manifest["shuffled_bytes"] / manifest["rows_read"]
     return run
@@ -403,16 +408,21 @@ def _report_pool(fmt: str, rows: int, workers: int, pool: dict[str, list], in_pr
     """The pool runs' lines, ours' CPU per row against the baseline's on the pool and against ours in process."""
     from benchmarks.dataflow_path import report_pool_runs
 
-    print(f"{fmt:<8} PortableRunner, EXTERNAL pool ({workers} SDK workers asked for), ours with the inline piece store:",
-          flush=True)
-    ours = report_pool_runs(f"{fmt:<8}   ours", pool["ours"], rows)
-    per_row = [(run["launcher_cpu"] + run["workers_cpu"]) / one[2] for run, one in zip(pool["ours"], in_process)]
-    print(f"{fmt:<8}   ours on the pool / ours in process: CPU per row {statistics.median(per_row):.2f}x "
-          f"({min(per_row):.2f}-{max(per_row):.2f})", flush=True)
+    print(f"{fmt:<8} PortableRunner, EXTERNAL pool ({workers} SDK workers asked for):", flush=True)
+    figures = {}
+    for store in POOL_STORES:
+        runs = pool[f"ours {store}"]
+        figures[store] = report_pool_runs(f"{fmt:<8}   ours {store}", runs, rows)
+        per_row = [(run["launcher_cpu"] + run["workers_cpu"]) / one[2] for run, one in zip(runs, in_process)]
+        speed = [one[0] / run["wall"] for run, one in zip(runs, in_process)]
+        print(f"{fmt:<8}   ours {store} on the pool / ours in process: CPU per row {statistics.median(per_row):.2f}x "
+              f"({min(per_row):.2f}-{max(per_row):.2f}), rows/s {statistics.median(speed):.2f}x "
+              f"({min(speed):.2f}-{max(speed):.2f})", flush=True)
     if pool["baseline"]:
         base = report_pool_runs(f"{fmt:<8}   baseline", pool["baseline"], rows)
-        print(f"{fmt:<8}   ours / baseline on the pool, CPU per row: {ours['cpu_per_million'] / base['cpu_per_million']:.2f}x",
-              flush=True)
+        for store, figure in figures.items():
+            print(f"{fmt:<8}   ours {store} / baseline on the pool, CPU per row: "
+                  f"{figure['cpu_per_million'] / base['cpu_per_million']:.2f}x", flush=True)
 
 
 def describe_side_by_side(side_by_side: list, in_process: list, with_workers: list) -> str:

@@ -2,7 +2,7 @@
 
 Run by hand from the repository root (nothing else running: the workers' CPU is read from /proc):
 
-    python -m benchmarks.dataflow_path [--rows 3000000] [--repeats 1] [--ours-only] [--piece-store inline]
+    python -m benchmarks.dataflow_path [--rows 3000000] [--repeats 1] [--ours-only] [--piece-store inline,spill]
 
 Each run starts Beam's ``worker_pool_main`` (an EXTERNAL environment: every SDK worker a separate
 ``python`` process, as on Dataflow's VMs), runs one job on ``--runner PortableRunner --job_endpoint
@@ -11,8 +11,10 @@ job server asks the pool for one SDK worker process whatever N (``--direct_num_w
 ``--sdk_worker_parallelism`` and ``--direct_running_mode`` tried); "workers started" in the report
 counts them from the pool's log, so the figures are per SDK worker process, as on one Dataflow core. Ours is
 ``python -m tfrbeam.build`` on the benchmark table (benchmarks/table.py) as one Parquet file
-(shuffled, one split, 8 shards) with the inline piece store, the one ``auto`` picks on Dataflow:
-the frames travel through the runner's GroupByKey. The baseline, unless --ours-only, is the
+(shuffled, one split, 8 shards) with each piece store of --piece-store in turn, on the same pool and
+rows: inline (the one ``auto`` picks on Dataflow: the frames travel through the runner's GroupByKey)
+and spill (the one ``auto`` picks on this runner: the frames wait in files under the staging
+directory, 18 bytes a record cross the runner). The baseline, unless --ours-only, is the
 typical Beam job of ``benchmarks.build`` (ReadFromParquet -> protobuf per row -> Reshuffle ->
 WriteToTFRecord) on the same runner, pool and rows.
 
@@ -23,7 +25,7 @@ Reported per job, median (range) over --repeats runs:
 - peak RSS of the launcher and of the largest SDK worker (VmHWM from /proc);
 - ours' bytes shuffled per row: the manifest's ``shuffled_bytes`` (what reached the shard writers
   through the GroupByKey; each piece crossed the runner once before, into the routing stage);
-- and, projected from those figures (labelled as such), CPU-hours and shuffle GB per billion rows.
+- and, projected from the inline store's figures (labelled as such), CPU-hours and shuffle GB per billion rows.
 """
 
 from __future__ import annotations
@@ -138,7 +140,7 @@ def report_pool_runs(label: str, runs: list[dict], rows: int) -> dict:
     rate = _spread([rows / run["wall"] for run in runs], ",.0f")
     launcher_peak = statistics.median(run["launcher_peak"] for run in runs) / 2**20
     worker_peak = statistics.median(run["worker_peak"] for run in runs) / 2**20
-    line = (f"{label:<10} wall {_spread([run['wall'] for run in runs])} s  rows/s {rate}  CPU-s per million rows "
+    line = (f"{label:<12} wall {_spread([run['wall'] for run in runs])} s  rows/s {rate}  CPU-s per million rows "
             f"{_spread(per_million)} (launcher {launcher}, workers {workers})  peak RSS: launcher "
             f"{launcher_peak:,.0f} MB, largest worker {worker_peak:,.0f} MB  workers started "
             f"{sorted({run['workers_started'] for run in runs})}")
@@ -154,7 +156,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=3_000_000)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--piece-store", default="inline")
+    parser.add_argument("--piece-store", default="inline,spill", help="piece stores to run ours with, comma-separated")
     parser.add_argument("--ours-only", action="store_true")
     parser.add_argument("--work-dir", default=None)
     parser.add_argument("--table", nargs=2, metavar=("ROWS", "PATH"), help=argparse.SUPPRESS)
@@ -176,26 +178,32 @@ def main() -> None:
     compile_bytecode()
     output, config = work / "ours", work / "ours.json"
     config.write_text(json.dumps(build_config("parquet", table, output)))
-    ours, baseline = [], []
+    stores = args.piece_store.split(",")
+    ours: dict[str, list[dict]] = {store: [] for store in stores}
+    baseline: list[dict] = []
     for repeat in range(args.repeats):
-        shutil.rmtree(output, ignore_errors=True)
-        run = run_job([sys.executable, "-m", "tfrbeam.build", str(config), "--quiet",
-                       f"--piece_store={args.piece_store}"], work, f"ours-{repeat}", args.workers)
-        manifest = json.loads((output / "dataset_info.json").read_text())
-        run["shuffled_per_row"] = manifest["shuffled_bytes"] / manifest["rows_read"]
-        ours.append(run)
+        for store in stores:  # interleaved, so the machine's drift falls on every store alike
+            shutil.rmtree(output, ignore_errors=True)
+            run = run_job([sys.executable, "-m", "tfrbeam.build", str(config), "--quiet", f"--piece_store={store}"],
+                          work, f"ours-{store}-{repeat}", args.workers)
+            manifest = json.loads((output / "dataset_info.json").read_text())
+            run["shuffled_per_row"] = manifest["shuffled_bytes"] / manifest["rows_read"]
+            ours[store].append(run)
         if not args.ours_only:
             shutil.rmtree(work / "baseline", ignore_errors=True)
             baseline.append(run_job([sys.executable, __file__, "--baseline-job", str(table), str(work / "baseline" / "part")],
                                     work, f"baseline-{repeat}", args.workers))
-    print(f"{args.rows:,} rows of Parquet; PortableRunner, EXTERNAL pool, {args.workers} SDK workers; ours with the "
-          f"{args.piece_store} piece store; median (range) of {args.repeats} run(s)")
-    figures = report_pool_runs("ours", ours, args.rows)
+    print(f"{args.rows:,} rows of Parquet; PortableRunner, EXTERNAL pool, {args.workers} SDK workers; median (range) of "
+          f"{args.repeats} run(s)")
+    figures = {store: report_pool_runs(f"ours {store}", runs, args.rows) for store, runs in ours.items()}
     if baseline:
         base = report_pool_runs("baseline", baseline, args.rows)
-        print(f"ours / baseline, CPU per row: {figures['cpu_per_million'] / base['cpu_per_million']:.2f}x")
-    print(f"projected from these figures (not measured at that size): per billion rows "
-          f"{figures['cpu_per_million'] * 1000 / 3600:,.1f} CPU-hours and {figures['shuffled_per_row']:,.0f} GB shuffled")
+        for store, figure in figures.items():
+            print(f"ours {store} / baseline, CPU per row: {figure['cpu_per_million'] / base['cpu_per_million']:.2f}x")
+    if "inline" in figures:
+        inline = figures["inline"]
+        print(f"projected from the inline store's figures (not measured at that size): per billion rows "
+              f"{inline['cpu_per_million'] * 1000 / 3600:,.1f} CPU-hours and {inline['shuffled_per_row']:,.0f} GB shuffled")
     if not args.work_dir:
         shutil.rmtree(work, ignore_errors=True)
 
