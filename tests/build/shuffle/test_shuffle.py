@@ -472,7 +472,7 @@ def test_write_blocks_cover_every_record_once_within_both_bounds(lengths, max_re
 
 def test_memory_store_pieces_cross_the_runner_as_their_names(tmp_path):
     """Memory bound: a memory store's pieces (held, or spilled past its budget) keep their keys in this
-    process, so the runner's buffers and side inputs hold a name per piece, not 18 bytes a record;
+    process, so the runner's buffers and side inputs hold a name per piece, not 12 bytes a record;
     decoding finds the very same piece, and after the run it is refused, not silently empty."""
     store = MemoryStore(str(tmp_path), 40_000, str(tmp_path / "spill"))
     coder = PieceCoder()
@@ -491,3 +491,24 @@ def test_memory_store_pieces_cross_the_runner_as_their_names(tmp_path):
     discard_pieces(str(tmp_path))
     with pytest.raises(RuntimeError, match="is not held in this process"):
         coder.decode(encoded)
+
+
+def test_a_piece_crosses_the_runner_in_12_bytes_a_record_and_decodes_to_the_same_arrays():
+    """What crosses the runner per record is its sort key and a 4-byte frame offset; the splits go as runs (a piece is
+    sorted by split). Wider offsets (a piece past 4 GiB) and unsorted splits still decode exactly."""
+    coder = PieceCoder()
+    count = 10_000
+    key = np.arange(count, dtype=np.uint64) * 7919
+    offsets = np.arange(count + 1, dtype=np.int64) * 300
+    split = np.repeat(np.array([0, 1, 2], dtype=np.uint16), [5000, 3000, 2000])
+    piece = Piece(split, key, offsets, PieceRef(SPILL, location="spill/a.bin", offset=11))
+    encoded = coder.encode(piece)
+    assert len(encoded) < 12 * count + 100 and coder.estimate_size(piece) == len(encoded)
+    wide = Piece(split[:3], key[:3], np.array([0, 1 << 31, 5 << 31, 6 << 31], dtype=np.int64), piece.ref)
+    shuffled = Piece(np.array([1, 0, 1, 1, 2], dtype=np.uint16), key[:5], offsets[:6], piece.ref)
+    empty = Piece.empty()
+    for value in (piece, piece.slice(4000, 9000), wide, shuffled, empty):
+        decoded = coder.decode(coder.encode(value))
+        for field in ("split", "key", "offsets"):
+            assert getattr(decoded, field).tolist() == getattr(value, field).tolist()
+        assert decoded.offsets.dtype == np.int64 and coder.estimate_size(value) == len(coder.encode(value))

@@ -13,7 +13,7 @@ from tfrbeam.build.shuffle.stores import is_registered, registered_piece
 __all__ = ["KeyedRecordsCoder", "PieceCoder"]
 
 _KEYED_HEADER = struct.Struct("<QQ?")
-_PIECE_HEADER = struct.Struct("<QQQI?")
+_PIECE_HEADER = struct.Struct("<QQQI??I")  # records, data bytes, offset, location bytes, has data, wide offsets, split runs
 _WHOLE, _REGISTERED = b"\x00", b"\x01"
 _NAME_SIZES = struct.Struct("<II")
 _STORE_CODES = {name: code for code, name in enumerate(PIECE_STORES)}
@@ -79,17 +79,22 @@ class PieceCoder(beam.coders.Coder):
             return b"".join((_REGISTERED, _NAME_SIZES.pack(len(run), len(location)), run, location))
         count, location = len(value.key), ref.location.encode("utf-8")
         data = _raw(ref.data, "u1") if ref.data is not None else np.zeros(0, np.uint8)
-        header = _PIECE_HEADER.pack(count, len(data), ref.offset, len(location), ref.data is not None)
+        wide = _wide_offsets(value.offsets)
+        split_values, split_counts = _split_runs(value.split)
+        header = _PIECE_HEADER.pack(count, len(data), ref.offset, len(location), ref.data is not None, wide,
+                                    len(split_values))
         return b"".join((  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
-            _WHOLE, header, bytes([_STORE_CODES[ref.store]]), location, _raw(value.split, "<u2"),
-            _raw(value.key, "<u8"), _raw(value.offsets, "<i8"), data,
+            _WHOLE, header, bytes([_STORE_CODES[ref.store]]), location, _raw(split_values, "<u2"),
+            _raw(split_counts, "<u4"), _raw(value.key, "<u8"), _raw(value.offsets, "<i8" if wide else "<u4"), data,
         ))
 
     def estimate_size(self, value: Piece) -> int:
         if value.ref.run and is_registered(value):
             return 1 + _NAME_SIZES.size + len(value.ref.run) + len(value.ref.location)
         data = 0 if value.ref.data is None else np.asarray(value.ref.data).nbytes
-        return 1 + _PIECE_HEADER.size + 1 + len(value.ref.location.encode("utf-8")) + 18 * len(value.key) + 8 + data
+        offsets = (len(value.key) + 1) * (8 if _wide_offsets(value.offsets) else 4)
+        return (1 + _PIECE_HEADER.size + 1 + len(value.ref.location.encode("utf-8")) + 6 * _count_runs(value.split)
+                + 8 * len(value.key) + offsets + data)
 
     def decode(self, encoded: bytes) -> Piece:
         if encoded[:1] == _REGISTERED:
@@ -98,12 +103,14 @@ class PieceCoder(beam.coders.Coder):
             run = bytes(encoded[position:position + run_size]).decode("utf-8")
             location = bytes(encoded[position + run_size:position + run_size + location_size]).decode("utf-8")
             return registered_piece(run, location)
-        count, size, offset, location_size, has_data = _PIECE_HEADER.unpack_from(encoded, 1)
+        count, size, offset, location_size, has_data, wide, runs = _PIECE_HEADER.unpack_from(encoded, 1)
         position = 1 + _PIECE_HEADER.size
         store = PIECE_STORES[encoded[position]]
         location = bytes(encoded[position + 1:position + 1 + location_size]).decode("utf-8")
         reader = _ArrayReader(encoded, position + 1 + location_size)
-        split, key, offsets = reader.take("<u2", count), reader.take("<u8", count), reader.take("<i8", count + 1)
+        split = np.repeat(reader.take("<u2", runs), reader.take("<u4", runs))
+        key = reader.take("<u8", count)
+        offsets = reader.take("<i8", count + 1) if wide else reader.take("<u4", count + 1).astype(np.int64)
         data = reader.take("u1", size) if has_data else None
         return Piece(split, key, offsets, PieceRef(store, data, location, offset))
 
@@ -112,6 +119,21 @@ class PieceCoder(beam.coders.Coder):
 
     def to_type_hint(self):
         return Piece
+
+
+def _wide_offsets(offsets: np.ndarray) -> bool:
+    """Whether a piece's frame offsets need 8 bytes (a piece past 4 GiB; pieces are cut at 32 MiB, so hardly ever)."""
+    return bool(len(offsets)) and int(offsets[-1]) > 0xFFFFFFFF
+
+
+def _count_runs(split: np.ndarray) -> int:
+    return int(np.count_nonzero(split[1:] != split[:-1])) + 1 if len(split) else 0
+
+
+def _split_runs(split: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A piece's split indices as runs (value, count): a piece is sorted by split, so 6 bytes a split, not 2 a record."""
+    starts = np.flatnonzero(np.r_[True, split[1:] != split[:-1]]) if len(split) else np.zeros(0, np.int64)
+    return np.asarray(split)[starts], np.diff(np.r_[starts, len(split)])
 
 
 beam.coders.registry.register_coder(KeyedRecords, KeyedRecordsCoder)
