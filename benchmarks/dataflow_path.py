@@ -14,7 +14,7 @@ counts them from the pool's log, so the figures are per SDK worker process, as o
 (shuffled, one split, 8 shards) with each piece store of --piece-store in turn, on the same pool and
 rows: inline (the one ``auto`` picks on Dataflow: the frames travel through the runner's GroupByKey)
 and spill (the one ``auto`` picks on this runner: the frames wait in files under the staging
-directory, 18 bytes a record cross the runner). The baseline, unless --ours-only, is the
+directory, 12 bytes a record cross the runner). The baseline, unless --ours-only, is the
 typical Beam job of ``benchmarks.build`` (ReadFromParquet -> protobuf per row -> Reshuffle ->
 WriteToTFRecord) on the same runner, pool and rows.
 

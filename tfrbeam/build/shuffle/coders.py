@@ -127,6 +127,7 @@ def _wide_offsets(offsets: np.ndarray) -> bool:
 
 
 def _count_runs(split: np.ndarray) -> int:
+    """How many runs ``_split_runs`` gives, counted without building them (``estimate_size`` is called per element)."""
     return int(np.count_nonzero(split[1:] != split[:-1])) + 1 if len(split) else 0
 
 
