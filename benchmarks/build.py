@@ -29,6 +29,14 @@ nothing between them: their rows/s together, over one build's alone, is the most
 this machine give for today's per-row work (cores slow each other down: shared caches, memory
 bandwidth, the host), so the ceiling for N workers, printed beside what they reached.
 
+CPU beyond the fixed cost: with --workers N and --external-pool each repeat also builds the one-row file on
+that path, and each path's line says its CPU per row beyond its own one-row build over ours in process beyond
+its one-row build, in all and split into user and system (kernel) CPU: what the rows cost apart from what a
+second process costs once (an interpreter, Beam's import). The run starts by measuring this machine's kernel:
+the system CPU of writing 512 MB to a new file into pages freed a moment before, and into pages freed 20 s
+before. On a virtual machine whose host takes back the guest's free memory, the second costs several times the
+first, and every build pays that on the bytes it writes and the memory it first touches (docs/performance.md).
+
 The bound: each repeat also builds a one-row file of the same table (the build's fixed cost:
 interpreter and Beam start-up, planning, starting the runner, the commit). Its wall time plus
 ours' CPU seconds beyond its own, spread perfectly over the machine's cores with no overhead,
@@ -96,8 +104,9 @@ def build_config(fmt: str, input_path: pathlib.Path, output_path: pathlib.Path) 
     return config
 
 
-def run_measured(command: list[str]) -> tuple[float, int, float]:
-    """Run a command; its wall time, peak RSS in bytes and CPU seconds (user + system, from wait4's rusage)."""
+def run_measured(command: list[str]) -> tuple[float, int, float, float]:
+    """Run a command; its wall time, peak RSS in bytes, CPU seconds (user + system) and system CPU seconds alone
+    (from wait4's rusage)."""
     started = time.perf_counter()
     process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(process.pid, 0)
@@ -106,7 +115,7 @@ def run_measured(command: list[str]) -> tuple[float, int, float]:
     process.stderr.close()
     if os.waitstatus_to_exitcode(status) != 0:
         raise RuntimeError(f"{' '.join(command)} failed:\n{stderr[-3000:]}")
-    return seconds, usage.ru_maxrss * 1024, usage.ru_utime + usage.ru_stime
+    return seconds, usage.ru_maxrss * 1024, usage.ru_utime + usage.ru_stime, usage.ru_stime
 
 
 def compile_bytecode() -> None:
@@ -137,12 +146,13 @@ def _ours_command(fmt: str, input_path: pathlib.Path, work: pathlib.Path, name: 
 
 
 def run_ours(fmt: str, input_path: pathlib.Path, work: pathlib.Path, workers: int = 1,
-             piece_store: str = "auto") -> tuple[float, int, float, int]:
+             piece_store: str = "auto") -> tuple[float, int, float, int, float]:
+    """Ours on ``input_path``: wall s, peak RSS, CPU s, output bytes and system CPU s."""
     command, output = _ours_command(fmt, input_path, work, f"ours-{fmt}", workers, piece_store)
-    seconds, rss, cpu = run_measured(command)
+    seconds, rss, cpu, system = run_measured(command)
     manifest = json.loads((output / "dataset_info.json").read_text())
     size = sum(split["num_bytes"] for split in manifest["splits"].values())
-    return seconds, rss, cpu, size
+    return seconds, rss, cpu, size, system
 
 
 def run_side_by_side(fmt: str, input_path: pathlib.Path, work: pathlib.Path, copies: int) -> tuple[float, int, float, int]:
@@ -167,7 +177,7 @@ def run_side_by_side(fmt: str, input_path: pathlib.Path, work: pathlib.Path, cop
     return time.perf_counter() - started, peak, cpu, copies
 
 
-def run_baseline(fmt: str, input_path: pathlib.Path, work: pathlib.Path, rows: int) -> tuple[float, int, float]:
+def run_baseline(fmt: str, input_path: pathlib.Path, work: pathlib.Path, rows: int) -> tuple[float, int, float, float]:
     output = work / f"baseline-{fmt}"
     shutil.rmtree(output, ignore_errors=True)
     source = work / f"baseline-input-{rows}.{ 'parquet' if fmt == 'parquet' else 'csv'}"
@@ -176,12 +186,18 @@ def run_baseline(fmt: str, input_path: pathlib.Path, work: pathlib.Path, rows: i
     return run_measured([sys.executable, __file__, "--baseline-job", fmt, str(source), str(output / "part")])
 
 
-def run_fixed_cost(fmt: str, input_path: pathlib.Path, work: pathlib.Path) -> tuple[float, int, float, int]:
-    """Ours on the first row only: the build's fixed cost (start-up, planning, runner, commit), whole process."""
+def one_row_input(fmt: str, input_path: pathlib.Path, work: pathlib.Path) -> pathlib.Path:
+    """The first row of the table alone, as a file of ``fmt`` (written once)."""
     one_row = work / f"one-row.{'parquet' if fmt == 'parquet' else 'csv'}"
     if not one_row.exists():
         _head_in_child(fmt, input_path, one_row, 1)
-    return run_ours(fmt, one_row, work)
+    return one_row
+
+
+def run_fixed_cost(fmt: str, input_path: pathlib.Path, work: pathlib.Path, workers: int = 1,
+                   piece_store: str = "auto") -> tuple[float, int, float, int, float]:
+    """Ours on the first row only: the build's fixed cost (start-up, planning, runner, commit), whole process."""
+    return run_ours(fmt, one_row_input(fmt, input_path, work), work, workers, piece_store)
 
 
 def _head_in_child(fmt: str, input_path: pathlib.Path, target: pathlib.Path, rows: int) -> None:
@@ -283,6 +299,7 @@ def main() -> None:
     parser.add_argument("--baseline-job", nargs=3, metavar=("FORMAT", "INPUT", "OUTPUT_PREFIX"), help=argparse.SUPPRESS)
     parser.add_argument("--write-inputs", nargs=2, metavar=("ROWS", "DIR"), help=argparse.SUPPRESS)
     parser.add_argument("--head", nargs=4, metavar=("FORMAT", "INPUT", "TARGET", "ROWS"), help=argparse.SUPPRESS)
+    parser.add_argument("--page-probe", metavar="DIR", help=argparse.SUPPRESS)
     args, runner_args = parser.parse_known_args()
     if runner_args and not args.baseline_job:
         parser.error(f"unrecognized arguments: {' '.join(runner_args)}")
@@ -295,6 +312,9 @@ def main() -> None:
     if args.head:
         _head(args.head[0], pathlib.Path(args.head[1]), pathlib.Path(args.head[2]), int(args.head[3]))
         return
+    if args.page_probe:
+        print(page_probe(pathlib.Path(args.page_probe)))
+        return
     baseline_rows = args.rows if args.baseline_rows is None else min(args.baseline_rows, args.rows)
     work = pathlib.Path(args.work_dir or tempfile.mkdtemp(prefix="tfrbeam-bench-build-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -304,6 +324,8 @@ def main() -> None:
     inputs = {"parquet": work / "table.parquet", "csv": work / "table.csv"}
     compile_bytecode()
     print(f"{args.rows:,} rows; median (range) of {args.repeats} runs each; shared 2-core machine")
+    probe = subprocess.run([sys.executable, __file__, "--page-probe", str(work)], check=True, capture_output=True, text=True)
+    print(probe.stdout.strip())
     if not args.ours_only and baseline_rows < args.rows:
         print(f"NOTE: the baseline runs on the first {baseline_rows:,} rows only: its fixed start-up is spread over "
               "fewer rows, which INFLATES the ratio; leave out --baseline-rows for the real figure")
@@ -314,10 +336,12 @@ def main() -> None:
         # the run then moves both sides alike instead of the ratio.
         base: list = []
         fixed: list = []
+        fixed_workers: list = []
         side_by_side: list = []
         ours: dict[tuple[str, int], list] = {(store, workers): [] for store in stores
                                              for workers in sorted({1, args.workers})}
         pool: dict[str, list] = {**{f"ours {store}": [] for store in POOL_STORES}, "baseline": []}
+        pool_fixed: dict[str, list] = {store: [] for store in POOL_STORES}
         for repeat in range(args.repeats):
             if not args.ours_only:
                 base.append(run_baseline(fmt, inputs[fmt], work, baseline_rows))
@@ -325,10 +349,13 @@ def main() -> None:
                 ours[store, workers].append(run_ours(fmt, inputs[fmt], work, workers, store))
             fixed.append(run_fixed_cost(fmt, inputs[fmt], work))
             if args.workers > 1:
+                fixed_workers.append(run_fixed_cost(fmt, inputs[fmt], work, args.workers, stores[0]))
                 side_by_side.append(run_side_by_side(fmt, inputs[fmt], work, args.workers))
             if args.external_pool:
+                one_row = one_row_input(fmt, inputs[fmt], work)
                 for store in POOL_STORES:
                     pool[f"ours {store}"].append(run_ours_on_pool(fmt, inputs[fmt], work, args.workers, repeat, store))
+                    pool_fixed[store].append(run_ours_on_pool(fmt, one_row, work, args.workers, repeat, store, "one-row"))
                 if not args.ours_only:
                     pool["baseline"].append(run_baseline_on_pool(fmt, inputs[fmt], work, args.workers, repeat))
         base_wall = base_cpu = None
@@ -343,8 +370,11 @@ def main() -> None:
             _report(fmt, label, args.rows, runs, base_wall, base_cpu)
             if (store, workers) != (stores[0], 1):
                 print(f"{fmt:<8}   {label} / ours in process: {_against(runs, in_process)}", flush=True)
+            if (store, workers) == (stores[0], args.workers) and workers > 1:
+                print(f"{fmt:<8}   {label} / ours in process, {beyond_fixed(runs, fixed_workers, in_process, fixed)}",
+                      flush=True)
         if args.external_pool:
-            _report_pool(fmt, args.rows, args.workers, pool, in_process)
+            _report_pool(fmt, args.rows, args.workers, pool, in_process, pool_fixed, fixed)
         if args.workers > 1:
             print(f"{fmt:<8} {describe_side_by_side(side_by_side, in_process, ours[stores[0], args.workers])}",
                   flush=True)
@@ -370,6 +400,61 @@ def _report(fmt: str, label: str, rows: int, runs: list, base_wall: list[float] 
     print(line, flush=True)
 
 
+def _cpu_and_system(run: tuple | dict) -> tuple[float, float]:
+    """A run's CPU seconds (user + system) and system CPU seconds: a local run's tuple or a pool job's dict."""
+    if isinstance(run, dict):
+        return run["launcher_cpu"] + run["workers_cpu"], run["system_cpu"]
+    return run[2], run[4]
+
+
+def beyond_fixed(runs: list, fixed: list, in_process: list, fixed_in_process: list) -> str:
+    """CPU per row beyond each path's own one-row build, over ours in process beyond its one-row build, repeat by repeat.
+
+    What the rows cost, without what a second process costs once (its interpreter, Beam's import), split into
+    user and system (kernel) CPU: this machine's kernel charges for memory it first touches (see page_probe).
+    """
+    shares: dict[str, list[float]] = {"all": [], "user": [], "system": []}
+    for run, one, reference, reference_one in zip(runs, fixed, in_process, fixed_in_process):
+        cpu, system = (a - b for a, b in zip(_cpu_and_system(run), _cpu_and_system(one)))
+        reference_cpu, reference_system = (a - b for a, b in zip(_cpu_and_system(reference), _cpu_and_system(reference_one)))
+        shares["all"].append(cpu / reference_cpu)
+        shares["user"].append((cpu - system) / (reference_cpu - reference_system))
+        shares["system"].append(system / reference_system)
+    cells = [f"{name} {statistics.median(values):.2f}x ({min(values):.2f}-{max(values):.2f})"
+             for name, values in shares.items()]
+    return "CPU per row beyond each one's one-row build: " + ", ".join(cells)
+
+
+def page_probe(directory: pathlib.Path, megabytes: int = 512, idle_seconds: float = 20.0) -> str:
+    """The kernel CPU this machine spends writing ``megabytes`` to a new file into pages freed a moment before, and
+    into pages freed ``idle_seconds`` before.
+
+    A virtual machine whose host takes back the guest's free memory (a balloon device's free page reporting)
+    charges the second far more than the first, and every build pays that on the bytes it writes (shards,
+    spill files) and on the memory it first touches.
+    """
+    import resource
+
+    block = os.urandom(4 << 20)
+    path = directory / "page-probe.bin"
+
+    def write_new_file() -> float:
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_stime
+        with open(path, "wb") as out:
+            for _ in range(megabytes // 4):
+                out.write(block)
+        seconds = resource.getrusage(resource.RUSAGE_SELF).ru_stime - before
+        path.unlink()
+        return seconds
+
+    write_new_file()  # frees its pages a moment before the next write
+    warm = write_new_file()
+    time.sleep(idle_seconds)
+    cold = write_new_file()
+    return (f"this machine's kernel: writing {megabytes} MB to a new file took {warm:.2f} s of system CPU into pages "
+            f"freed a moment before, {cold:.2f} s into pages freed {idle_seconds:.0f} s before")
+
+
 def _against(runs: list, in_process: list) -> str:
     """Rows/s and CPU per row of ``runs`` over ours' in process, repeat by repeat (median and range)."""
     speed = [one[0] / run[0] for run, one in zip(runs, in_process)]
@@ -379,7 +464,7 @@ def _against(runs: list, in_process: list) -> str:
 
 
 def run_ours_on_pool(fmt: str, input_path: pathlib.Path, work: pathlib.Path, workers: int, repeat: int,
-                     store: str) -> dict:
+                     store: str, label: str = "") -> dict:
     """Ours with piece store ``store`` on the PortableRunner and an EXTERNAL pool (benchmarks/dataflow_path.py)."""
     from benchmarks.dataflow_path import run_job
 
@@ -388,7 +473,7 @@ def run_ours_on_pool(fmt: str, input_path: pathlib.Path, work: pathlib.Path, wor
     config_path = work / f"pool-ours-{fmt}.json"
     config_path.write_text(json.dumps(build_config(fmt, input_path, output)))
     run = run_job([sys.executable, "-m", "tfrbeam.build", str(config_path), "--quiet", f"--piece_store={store}"],
-                  work, f"ours-{store}-{fmt}-{repeat}", workers)
+                  work, f"ours-{store}-{fmt}-{repeat}{'-' + label if label else ''}", workers)
     manifest = json.loads((output / "dataset_info.json").read_text())
     run["shuffled_per_row"] = manifest["shuffled_bytes"] / manifest["rows_read"]
     return run
@@ -404,8 +489,10 @@ def run_baseline_on_pool(fmt: str, input_path: pathlib.Path, work: pathlib.Path,
                    work, f"baseline-{fmt}-{repeat}", workers)
 
 
-def _report_pool(fmt: str, rows: int, workers: int, pool: dict[str, list], in_process: list) -> None:
-    """The pool runs' lines, ours' CPU per row against the baseline's on the pool and against ours in process."""
+def _report_pool(fmt: str, rows: int, workers: int, pool: dict[str, list], in_process: list,
+                 pool_fixed: dict[str, list], fixed: list) -> None:
+    """The pool runs' lines, ours' CPU per row against the baseline's on the pool and against ours in process
+    (also beyond each path's one-row build)."""
     from benchmarks.dataflow_path import report_pool_runs
 
     print(f"{fmt:<8} PortableRunner, EXTERNAL pool ({workers} SDK workers asked for):", flush=True)
@@ -418,6 +505,8 @@ def _report_pool(fmt: str, rows: int, workers: int, pool: dict[str, list], in_pr
         print(f"{fmt:<8}   ours {store} on the pool / ours in process: CPU per row {statistics.median(per_row):.2f}x "
               f"({min(per_row):.2f}-{max(per_row):.2f}), rows/s {statistics.median(speed):.2f}x "
               f"({min(speed):.2f}-{max(speed):.2f})", flush=True)
+        print(f"{fmt:<8}   ours {store} on the pool / ours in process, "
+              f"{beyond_fixed(runs, pool_fixed[store], in_process, fixed)}", flush=True)
     if pool["baseline"]:
         base = report_pool_runs(f"{fmt:<8}   baseline", pool["baseline"], rows)
         for store, figure in figures.items():

@@ -52,12 +52,14 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 
 
 class _Sampler:
-    """Samples the CPU seconds and peak RSS of every descendant of a process but one, every 0.1 s, in a thread."""
+    """Samples the CPU seconds (all, and system alone) and peak RSS of every descendant of a process but one, every
+    0.1 s, in a thread."""
 
     def __init__(self, root: int):
         self._root = root
         self.skip: set[int] = set()
         self.cpu: dict[int, float] = {}
+        self.system: dict[int, float] = {}
         self.peak: dict[int, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -96,6 +98,7 @@ class _Sampler:
         with contextlib.suppress(OSError, IndexError, ValueError):
             fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             self.cpu[pid] = (int(fields[11]) + int(fields[12])) / _TICKS
+            self.system[pid] = int(fields[12]) / _TICKS
             for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
                 if line.startswith("VmHWM:"):
                     self.peak[pid] = max(self.peak.get(pid, 0), int(line.split()[1]) * 1024)
@@ -116,7 +119,7 @@ def run_job(command: list[str], work: pathlib.Path, name: str, workers: int = 2)
                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             sampler.skip.add(process.pid)
             _, status, usage = os.wait4(process.pid, 0)
-        for samples in (sampler.cpu, sampler.peak):
+        for samples in (sampler.cpu, sampler.system, sampler.peak):
             samples.pop(process.pid, None)  # sampled before it was skipped; its rusage counts it
         seconds = time.perf_counter() - started
     stderr = process.stderr.read().decode("utf-8", "replace") if process.stderr else ""
@@ -125,6 +128,7 @@ def run_job(command: list[str], work: pathlib.Path, name: str, workers: int = 2)
     log = (work / f"pool-{name}.log").read_text(errors="replace")
     return {"wall": seconds, "launcher_cpu": usage.ru_utime + usage.ru_stime, "launcher_peak": usage.ru_maxrss * 1024,
             "workers_cpu": sum(sampler.cpu.values()), "worker_peak": max(sampler.peak.values(), default=0),
+            "system_cpu": usage.ru_stime + sum(sampler.system.values()),
             "workers_started": log.count("Starting worker with command")}
 
 

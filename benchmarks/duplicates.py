@@ -64,7 +64,7 @@ def build(fmt: str, input_path: pathlib.Path, work: pathlib.Path) -> tuple[float
     shutil.rmtree(output, ignore_errors=True)
     config_path = work / f"{input_path.stem}.json"  # JSON is YAML
     config_path.write_text(json.dumps(build_config(fmt, input_path, output)))
-    seconds, rss, cpu = run_measured([sys.executable, "-m", "tfrbeam.build", str(config_path), "--quiet"])
+    seconds, rss, cpu, _ = run_measured([sys.executable, "-m", "tfrbeam.build", str(config_path), "--quiet"])
     manifest = json.loads((output / "dataset_info.json").read_text())
     return seconds, rss, cpu, sum(split["num_examples"] for split in manifest["splits"].values())
 

@@ -3,17 +3,20 @@
 Run by hand from the repository root, with py-spy installed (``pip install py-spy``; not a dependency):
 
     python -m benchmarks.profile_workers [--rows 1000000] [--format parquet] [--workers 2]
-                                         [--runs inprocess,multi_processing]
+                                         [--runs inprocess,inprocess_spill,workers,multi_processing]
 
 Each run is one whole `python -m tfrbeam.build` process of the benchmark table (benchmarks/table.py,
 config as in `benchmarks.build`) under ``py-spy record --subprocesses`` at 100 samples a second, on-CPU
 Python threads only (a thread waiting on a lock or a socket is not sampled). ``inprocess`` is the
-default runner (every worker in this process, memory store); ``multi_processing`` is the DirectRunner
-with --workers worker processes (spill store), the path whose workers, like Dataflow's, are other
-processes. Every sample goes to the first stage that claims a frame of its stack, read from the leaf
-up (so a numpy call made by the hashing code counts as hashing), and the table prints CPU seconds per
-million rows for each stage, split between the launching process and its workers. Samples are
-counted per thread: two threads busy at once give two samples.
+default runner (every worker in this process, memory store); ``inprocess_spill`` the same with the spill
+store; ``workers`` is ``tfrbeam build --workers N`` (forked SDK workers, spill store); ``multi_processing``
+is the DirectRunner with --workers worker processes Beam starts itself (spill store): the paths whose
+workers, like Dataflow's, are other processes. Every sample goes to the first stage that claims a
+frame of its stack, read from the leaf up (so a numpy call made by the hashing code counts as
+hashing), and the table prints CPU seconds per million rows for each stage, split between the
+launching process and its workers. Samples are counted per thread: two threads busy at once give
+two samples. Kernel time (system CPU) is not in these samples: see benchmarks.build's user and
+system split.
 """
 
 from __future__ import annotations
@@ -93,6 +96,8 @@ def main() -> None:
     compile_bytecode()
     runs = {
         "inprocess": [],
+        "inprocess_spill": ["--piece_store", "spill"],
+        "workers": ["--workers", str(args.workers)],
         "multi_processing": [f"--direct_num_workers={args.workers}", "--direct_running_mode=multi_processing"],
     }
     results = {}

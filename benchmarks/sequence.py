@@ -73,11 +73,11 @@ def run_ours(input_path: pathlib.Path, work: pathlib.Path) -> tuple[float, int, 
     shutil.rmtree(output, ignore_errors=True)
     config_path = work / "ours.json"  # JSON is YAML
     config_path.write_text(json.dumps(build_config(input_path, output)))
-    seconds, rss, cpu = run_measured([sys.executable, "-m", "tfrbeam.build", str(config_path), "--quiet"])
+    seconds, rss, cpu, _ = run_measured([sys.executable, "-m", "tfrbeam.build", str(config_path), "--quiet"])
     return seconds, rss, cpu, json.loads((output / "dataset_info.json").read_text())
 
 
-def run_baseline(input_path: pathlib.Path, work: pathlib.Path) -> tuple[float, int, float]:
+def run_baseline(input_path: pathlib.Path, work: pathlib.Path) -> tuple[float, int, float, float]:
     output = work / "baseline"
     shutil.rmtree(output, ignore_errors=True)
     return run_measured([sys.executable, __file__, "--baseline-job", str(input_path), str(output / "part")])
