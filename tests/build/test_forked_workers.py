@@ -14,8 +14,14 @@ import time
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from tfrbeam.build import forked_workers
-from tfrbeam.build.forked_workers import CLIENT_SCRIPT, WorkerForkServer, forks_workers
+from tfrbeam.build import fork_server_process
+from tfrbeam.build.fork_server_process import (
+    CLIENT_SCRIPT,
+    WorkerForkServer,
+    command_line_forks_workers,
+    start_early_server,
+)
+from tfrbeam.build.forked_workers import forks_workers
 from tfrbeam.build.runners import choose_workers
 from tfrbeam.cli.build import main as build_main
 from tfrbeam.cli.demo_data import write_demo_data
@@ -53,7 +59,7 @@ def test_a_workers_2_build_forks_both_workers_and_writes_the_in_process_bytes(tm
         "import os, sys\n"
         f"with open({str(calls)!r}, 'a') as log: log.write('worker\\n')\n"
         f"os.execv(sys.executable, [sys.executable, '-S', {CLIENT_SCRIPT!r}, *sys.argv[1:]])\n")
-    monkeypatch.setattr(forked_workers, "CLIENT_SCRIPT", str(wrapper))
+    monkeypatch.setattr(fork_server_process, "CLIENT_SCRIPT", str(wrapper))
     common = [str(DEMO_CONFIG), "--quiet", "--set", "shuffle.seed=3"]
     servers_before = set(pathlib.Path(tempfile.gettempdir()).glob("tfrbeam-workers-*"))
     assert build_main([*common, "--set", "output.path=out/one"]) == 0
@@ -62,6 +68,107 @@ def test_a_workers_2_build_forks_both_workers_and_writes_the_in_process_bytes(tm
     assert set(pathlib.Path(tempfile.gettempdir()).glob("tfrbeam-workers-*")) == servers_before  # its socket dir went
     one, two = _shard_bytes(tmp_path / "out" / "one"), _shard_bytes(tmp_path / "out" / "two")
     assert one and one == two
+
+
+def test_the_command_line_alone_says_when_the_fork_server_can_start_before_beam_is_imported():
+    assert command_line_forks_workers(["c.yaml", "--workers", "2"])
+    assert command_line_forks_workers(["c.yaml", "--workers=4", "--runner=FnApiRunner", "--set", "shuffle.seed=1"])
+    assert command_line_forks_workers(["c.yaml", "--workers", "1", "--workers", "2"])  # the last one counts
+    assert not command_line_forks_workers(["c.yaml"])  # auto: the plan decides from the input's size
+    assert not command_line_forks_workers(["c.yaml", "--workers", "auto"])
+    assert not command_line_forks_workers(["c.yaml", "--workers", "1"])
+    assert not command_line_forks_workers(["c.yaml", "--workers", "two"])
+    assert not command_line_forks_workers(["c.yaml", "--workers"])
+    assert not command_line_forks_workers(["c.yaml", "--workers", "2", "--runner", "DirectRunner"])
+    assert not command_line_forks_workers(["c.yaml", "--workers", "2", "--direct_running_mode=multi_processing"])
+    assert not command_line_forks_workers(["c.yaml", "--workers", "2", "--dry-run"])
+    assert not command_line_forks_workers(["c.yaml", "--workers", "2", "--dry_run=True"])
+    assert not command_line_forks_workers(["--help", "--workers", "2"])
+
+
+def _fork_servers_of_this_process() -> list[int]:
+    """The pids of this process's children that run the fork server."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = pathlib.Path(f"/proc/{entry}/stat").read_text()
+                command = pathlib.Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and b"forked_worker_server" in command:
+                found.append(int(entry))
+    return found
+
+
+def test_the_fork_server_started_before_beam_serves_the_build_it_was_started_for(tmp_path, monkeypatch):
+    """``tfrbeam build --workers 2``: both workers come from the server started for the command line, which ends
+    with the build (no process, no socket dir left)."""
+    monkeypatch.chdir(tmp_path)
+    write_demo_data(tmp_path / "demo_data")
+    sockets = tmp_path / "client-sockets.txt"
+    wrapper = tmp_path / "client.py"
+    wrapper.write_text(
+        "import os, sys\n"
+        f"with open({str(sockets)!r}, 'a') as log: log.write(sys.argv[1] + '\\n')\n"
+        f"os.execv(sys.executable, [sys.executable, '-S', {CLIENT_SCRIPT!r}, *sys.argv[1:]])\n")
+    monkeypatch.setattr(fork_server_process, "CLIENT_SCRIPT", str(wrapper))
+    servers_before = set(pathlib.Path(tempfile.gettempdir()).glob("tfrbeam-workers-*"))
+    argv = [str(DEMO_CONFIG), "--quiet", "--set", "output.path=out", "--workers", "2"]
+    start_early_server(argv)
+    early = fork_server_process._early
+    assert early is not None and early.running
+    assert build_main(argv) == 0
+    assert sockets.read_text().splitlines() == [early.socket_path] * 2
+    assert fork_server_process._early is None and not early.running
+    assert set(pathlib.Path(tempfile.gettempdir()).glob("tfrbeam-workers-*")) == servers_before
+    assert _fork_servers_of_this_process() == []
+
+
+@pytest.mark.parametrize("failure", ["config", "locked"])
+def test_a_build_that_fails_before_its_pipeline_stops_the_fork_server_started_for_it(tmp_path, monkeypatch, failure):
+    """A config error (exit 2) or an output another build holds (exit 1): the early server is stopped at once."""
+    from tfrbeam.beam.publish import OutputLock
+    from tfrbeam.build.config import load_config
+    from tfrbeam.build.plan import plan_build
+    from tfrbeam.cli.main import main as tfrbeam_main
+
+    monkeypatch.chdir(tmp_path)
+    write_demo_data(tmp_path / "demo_data")
+    servers_before = set(pathlib.Path(tempfile.gettempdir()).glob("tfrbeam-workers-*"))
+    if failure == "config":
+        argv, expected = ["build", str(tmp_path / "missing.yaml"), "--quiet", "--workers", "2"], 2
+        held = None
+    else:
+        argv, expected = ["build", str(DEMO_CONFIG), "--quiet", "--set", "output.path=out", "--workers", "2"], 1
+        other = plan_build(load_config(str(DEMO_CONFIG), ["output.path=out"]), PipelineOptions([]))
+        held = OutputLock(other.output_root, other.run).acquire()
+    try:
+        assert tfrbeam_main(argv) == expected
+    finally:
+        if held is not None:
+            held.release()
+    assert fork_server_process._early is None
+    assert _fork_servers_of_this_process() == []
+    assert set(pathlib.Path(tempfile.gettempdir()).glob("tfrbeam-workers-*")) == servers_before
+
+
+def test_the_command_line_starts_the_fork_server_before_it_imports_beam():
+    """What ``tfrbeam build`` and ``python -m tfrbeam.build`` run first imports no Beam, so the server's imports
+    overlap with the launcher's."""
+    code = (
+        "import sys\n"
+        "import tfrbeam.cli.main\n"
+        "from tfrbeam.build import fork_server_process as m\n"
+        "m.start_early_server(['c.yaml', '--workers', '2'])\n"
+        "assert 'apache_beam' not in sys.modules, 'Beam was imported first'\n"
+        "assert m._early is not None and m._early.running\n"
+        "m.close_early_server()\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
 
 
 def _load_client():
@@ -100,7 +207,7 @@ def test_a_forked_worker_that_fails_gives_its_exit_status_to_the_client(tmp_path
 
 _ORPHANING_LAUNCHER = """
 import sys, time
-from tfrbeam.build.forked_workers import WorkerForkServer
+from tfrbeam.build.fork_server_process import WorkerForkServer
 server = WorkerForkServer()
 print(server._process.pid, server.socket_path, flush=True)
 time.sleep(600)

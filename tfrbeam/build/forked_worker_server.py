@@ -1,7 +1,7 @@
 """The fork server of a ``--workers N`` build: imports Beam's SDK harness and tfrbeam once, then forks each SDK worker.
 
 ``python -m tfrbeam.build.forked_worker_server SOCKET PARENT_PID``, started by the launching process
-(``tfrbeam.build.forked_workers.WorkerForkServer``) while it plans and builds the job graph, so the
+(``tfrbeam.build.fork_server_process.WorkerForkServer``) while it plans and builds the job graph, so the
 imports (about 2 CPU-seconds) overlap with that work and are paid once, not once per worker. Each
 client (``forked_worker_client.py``, the command Beam runs per worker) sends its environment; the
 server forks, the child takes that environment and runs Beam's ``sdk_worker_main``, and the

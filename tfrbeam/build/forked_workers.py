@@ -3,12 +3,13 @@
 Beam's ``multi_processing`` mode starts every SDK worker as ``python -m
 apache_beam.runners.worker.sdk_worker_main``: about 2 CPU-seconds of imports each, before its first
 element, paid again by every worker of every build (a one-row build took 5.2-5.6 s with 2 workers
-against 1.9 s in process). Here the launching process starts a fork server
-(``forked_worker_server``) as soon as it holds the output's lock; the server imports Beam's SDK
-harness and tfrbeam while this process builds the job graph, on another core, and forks each worker
-from there. Beam still runs a command per worker (``forked_worker_client.py``, standard library
-only), so the FnApiRunner manages the workers' lifetime as before. Linux only (fork and
-``PR_SET_PDEATHSIG``); elsewhere Beam starts its own workers.
+against 1.9 s in process). Here a fork server (``forked_worker_server``) imports Beam's SDK harness
+and tfrbeam on another core and forks each worker from there. ``tfrbeam build --workers N`` starts it
+before the command imports Beam itself (``fork_server_process.start_early_server``); otherwise
+(``--workers auto`` choosing workers, ``tfrbeam.build.run``) the launching process starts it as soon as
+it holds the output's lock, while it builds the job graph. Beam still runs a command per worker
+(``forked_worker_client.py``, standard library only), so the FnApiRunner manages the workers'
+lifetime as before. Linux only (fork and ``PR_SET_PDEATHSIG``); elsewhere Beam starts its own workers.
 """
 
 from __future__ import annotations
@@ -16,23 +17,18 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shlex
-import shutil
-import subprocess
 import sys
-import tempfile
 
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
 from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
 from apache_beam.transforms.environments import SubprocessSDKEnvironment
 
+from tfrbeam.build.fork_server_process import WorkerForkServer, take_early_server
 from tfrbeam.build.runners import DEFAULT_RUNNER, WorkerChoice, runner_name
 
-__all__ = ["ForkedWorkersRunner", "WorkerForkServer", "forks_workers", "worker_fork_server"]
+__all__ = ["ForkedWorkersRunner", "forks_workers", "worker_fork_server"]
 
 _LOG = logging.getLogger(__name__)
-CLIENT_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "forked_worker_client.py")
-SERVER_MODULE = "tfrbeam.build.forked_worker_server"
 # Beam warns that direct_num_workers > 1 wants multi_processing: this runner runs them so, by its own environment.
 _MODE_WARNING = "If direct_num_workers is not equal to 1"
 
@@ -42,39 +38,6 @@ def forks_workers(options: PipelineOptions, workers: WorkerChoice) -> bool:
     multi_processing on the FnApiRunner, on Linux. Beam's own direct options keep Beam's own worker processes."""
     return (workers.mode == "multi_processing" and not workers.set_by_beam_options
             and runner_name(options) == DEFAULT_RUNNER and sys.platform.startswith("linux") and hasattr(os, "fork"))
-
-
-class WorkerForkServer:
-    """The fork server process (started at once) and the command that gets a worker from it."""
-
-    def __init__(self) -> None:
-        self._directory = tempfile.mkdtemp(prefix="tfrbeam-workers-")  # short: a socket path has ~100 bytes
-        self.socket_path = os.path.join(self._directory, "fork.sock")
-        self._process: subprocess.Popen | None = subprocess.Popen(
-            [sys.executable, "-m", SERVER_MODULE, self.socket_path, str(os.getpid())], stdin=subprocess.DEVNULL)
-
-    def worker_command(self) -> str:
-        """The shell command Beam runs for each SDK worker."""
-        assert self._process is not None  # a closed server gives no more workers
-        return shlex.join([sys.executable, "-S", CLIENT_SCRIPT, self.socket_path, str(self._process.pid)])
-
-    def close(self) -> None:
-        """Stop the server (the workers it forked ended with the pipeline) and remove its socket."""
-        process, self._process = self._process, None
-        if process is not None:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        shutil.rmtree(self._directory, ignore_errors=True)
-
-    def __enter__(self) -> WorkerForkServer:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 class _WithoutModeWarning(logging.Filter):
@@ -109,10 +72,18 @@ class ForkedWorkersRunner(FnApiRunner):
 
 @contextlib.contextmanager
 def worker_fork_server(options: PipelineOptions, workers: WorkerChoice):
-    """A started ``WorkerForkServer`` if this build forks its workers (``forks_workers``), else None; stopped after."""
+    """A started ``WorkerForkServer`` if this build forks its workers (``forks_workers``), else None; stopped after.
+
+    The server the command line started before Beam was imported (``start_early_server``) is taken
+    if there is one, and stopped here too when the plan forks no workers after all.
+    """
+    early = take_early_server()
     if not forks_workers(options, workers):
+        if early is not None:
+            early.close()
         yield None
         return
-    with WorkerForkServer() as server:
-        _LOG.info("forking %s SDK workers from %s", workers.count, server.socket_path)
+    with early or WorkerForkServer() as server:
+        _LOG.info("forking %s SDK workers from %s%s", workers.count, server.socket_path,
+                  " (started before Beam was imported)" if early is not None else "")
         yield server

@@ -26,7 +26,8 @@ from tfrbeam.beam.publish import OutputLock, abandon
 from tfrbeam.build import commit as build_commit
 from tfrbeam.build.commit import discard_staging, recover_output
 from tfrbeam.build.config import BuildConfig, apply_overrides, load_config, parse_config
-from tfrbeam.build.forked_workers import ForkedWorkersRunner, WorkerForkServer, worker_fork_server
+from tfrbeam.build.fork_server_process import WorkerForkServer
+from tfrbeam.build.forked_workers import ForkedWorkersRunner, worker_fork_server
 from tfrbeam.build.graph import build_pipeline
 from tfrbeam.build.plan import BuildPlan, check_output_dir, plan_build
 from tfrbeam.build.report import build_progress, summary_table

@@ -39,6 +39,7 @@ from tfrbeam.build import launch as launcher
 from tfrbeam.build.commit import discard_staging
 from tfrbeam.build.config import load_config
 from tfrbeam.build.features import FeatureSpec
+from tfrbeam.build.fork_server_process import close_early_server
 from tfrbeam.build.forked_workers import worker_fork_server
 from tfrbeam.build.graph import build_pipeline
 from tfrbeam.build.plan import BuildPlan, plan_build
@@ -88,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt:
             _INTERRUPTS.signal = _INTERRUPTS.signal or signal.SIGINT
             return _INTERRUPTS.report()
+        finally:
+            close_early_server()  # started for this command line, not taken: a config error, a locked output
 
 
 def _build(argv: list[str] | None) -> int:

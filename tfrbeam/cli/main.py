@@ -25,6 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``tfrbeam`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "build":
+        from tfrbeam.build.fork_server_process import start_early_server
+
+        start_early_server(argv[1:])  # before Beam is imported: the server imports it meanwhile
         with imports_without_gc():
             from tfrbeam.cli.build import main as build_main
 
