@@ -48,23 +48,30 @@ def _shard_bytes(output: pathlib.Path) -> dict[str, bytes]:
     return {str(path.relative_to(output)): path.read_bytes() for path in sorted(output.rglob("*.tfrecord"))}
 
 
-def test_a_workers_2_build_forks_both_workers_and_writes_the_in_process_bytes(tmp_path, monkeypatch):
-    """Each of the 2 SDK workers Beam asks for comes through the fork client (it leaves a line), none is started as
-    ``sdk_worker_main``, and the shards are the in-process build's."""
+def _demo_with_a_client_that_logs(tmp_path: pathlib.Path, monkeypatch) -> pathlib.Path:
+    """The demo data in ``tmp_path`` (the cwd now), and a fork client that first logs the socket it asks, one line a
+    worker, to the file returned."""
     monkeypatch.chdir(tmp_path)
     write_demo_data(tmp_path / "demo_data")
     calls = tmp_path / "client-calls.txt"
     wrapper = tmp_path / "client.py"
     wrapper.write_text(
         "import os, sys\n"
-        f"with open({str(calls)!r}, 'a') as log: log.write('worker\\n')\n"
+        f"with open({str(calls)!r}, 'a') as log: log.write(sys.argv[1] + '\\n')\n"
         f"os.execv(sys.executable, [sys.executable, '-S', {CLIENT_SCRIPT!r}, *sys.argv[1:]])\n")
     monkeypatch.setattr(fork_server_process, "CLIENT_SCRIPT", str(wrapper))
+    return calls
+
+
+def test_a_workers_2_build_forks_both_workers_and_writes_the_in_process_bytes(tmp_path, monkeypatch):
+    """Each of the 2 SDK workers Beam asks for comes through the fork client (it leaves a line), none is started as
+    ``sdk_worker_main``, and the shards are the in-process build's."""
+    calls = _demo_with_a_client_that_logs(tmp_path, monkeypatch)
     common = [str(DEMO_CONFIG), "--quiet", "--set", "shuffle.seed=3"]
     servers_before = set(pathlib.Path(tempfile.gettempdir()).glob("tfrbeam-workers-*"))
     assert build_main([*common, "--set", "output.path=out/one"]) == 0
     assert build_main([*common, "--set", "output.path=out/two", "--workers=2"]) == 0
-    assert calls.read_text().splitlines() == ["worker", "worker"]
+    assert len(calls.read_text().splitlines()) == 2
     assert set(pathlib.Path(tempfile.gettempdir()).glob("tfrbeam-workers-*")) == servers_before  # its socket dir went
     one, two = _shard_bytes(tmp_path / "out" / "one"), _shard_bytes(tmp_path / "out" / "two")
     assert one and one == two
@@ -104,15 +111,7 @@ def _fork_servers_of_this_process() -> list[int]:
 def test_the_fork_server_started_before_beam_serves_the_build_it_was_started_for(tmp_path, monkeypatch):
     """``tfrbeam build --workers 2``: both workers come from the server started for the command line, which ends
     with the build (no process, no socket dir left)."""
-    monkeypatch.chdir(tmp_path)
-    write_demo_data(tmp_path / "demo_data")
-    sockets = tmp_path / "client-sockets.txt"
-    wrapper = tmp_path / "client.py"
-    wrapper.write_text(
-        "import os, sys\n"
-        f"with open({str(sockets)!r}, 'a') as log: log.write(sys.argv[1] + '\\n')\n"
-        f"os.execv(sys.executable, [sys.executable, '-S', {CLIENT_SCRIPT!r}, *sys.argv[1:]])\n")
-    monkeypatch.setattr(fork_server_process, "CLIENT_SCRIPT", str(wrapper))
+    sockets = _demo_with_a_client_that_logs(tmp_path, monkeypatch)
     servers_before = set(pathlib.Path(tempfile.gettempdir()).glob("tfrbeam-workers-*"))
     argv = [str(DEMO_CONFIG), "--quiet", "--set", "output.path=out", "--workers", "2"]
     start_early_server(argv)
