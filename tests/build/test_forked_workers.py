@@ -85,6 +85,8 @@ def test_the_command_line_alone_says_when_the_fork_server_can_start_before_beam_
     assert not command_line_forks_workers(["c.yaml", "--workers", "auto"])
     assert not command_line_forks_workers(["c.yaml", "--workers", "1"])
     assert not command_line_forks_workers(["c.yaml", "--workers", "two"])
+    assert not command_line_forks_workers(["c.yaml", "--workers", "\u00b2"])  # a digit to str.isdigit, not to int
+    assert not command_line_forks_workers(["c.yaml", "--workers", "-3"])
     assert not command_line_forks_workers(["c.yaml", "--workers"])
     assert not command_line_forks_workers(["c.yaml", "--workers", "2", "--runner", "DirectRunner"])
     assert not command_line_forks_workers(["c.yaml", "--workers", "2", "--direct_running_mode=multi_processing"])

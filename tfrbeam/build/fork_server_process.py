@@ -87,7 +87,11 @@ def command_line_forks_workers(argv: Sequence[str]) -> bool:
                 workers = value
             else:
                 runner = value
-    return workers.strip().isdigit() and int(workers) >= 2 and runner in _DEFAULT_RUNNERS
+    try:
+        count = int(workers)
+    except ValueError:
+        return False  # auto, or not a count: the plan decides, or says what is wrong
+    return count >= 2 and runner in _DEFAULT_RUNNERS
 
 
 _early: WorkerForkServer | None = None
