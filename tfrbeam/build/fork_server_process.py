@@ -72,6 +72,8 @@ def command_line_forks_workers(argv: Sequence[str]) -> bool:
     at least 2, its runner (if any) the FnApiRunner, no Beam worker option or dry run, on Linux.
 
     Anything else (``--workers auto`` included) leaves the choice to the plan, which starts a server if it needs one.
+    A guess made before Beam can be imported: ``forked_workers.forks_workers`` decides, and a server it does not
+    need is stopped.
     """
     if not (sys.platform.startswith("linux") and hasattr(os, "fork")):
         return False
