@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import struct
+import typing
 
 import apache_beam as beam
 import numpy as np
 
+from tfrbeam.build.shuffle.packed import PackedFrames
 from tfrbeam.build.shuffle.pieces import PIECE_STORES, KeyedRecords, Piece, PieceRef
 from tfrbeam.build.shuffle.stores import is_registered, registered_piece
 
 __all__ = ["KeyedRecordsCoder", "PieceCoder"]
 
 _KEYED_HEADER = struct.Struct("<QQ?")
-_PIECE_HEADER = struct.Struct("<QQQI??I")  # records, data bytes, offset, location bytes, has data, wide offsets, split runs
+# records, frame bytes, offset, location bytes, frames kind, wide offsets, split runs
+_PIECE_HEADER = struct.Struct("<QQQIB?I")
+_NO_FRAMES, _RAW, _PACKED = 0, 1, 2  # the frames an element carries: none, as they are, compressed in blocks
+_PACKED_HEADER = struct.Struct("<IQQ")  # blocks, skip, size
 _WHOLE, _REGISTERED = b"\x00", b"\x01"
 _NAME_SIZES = struct.Struct("<II")
 _STORE_CODES = {name: code for code, name in enumerate(PIECE_STORES)}
@@ -78,23 +83,29 @@ class PieceCoder(beam.coders.Coder):
             run, location = ref.run.encode("utf-8"), ref.location.encode("utf-8")
             return b"".join((_REGISTERED, _NAME_SIZES.pack(len(run), len(location)), run, location))
         count, location = len(value.key), ref.location.encode("utf-8")
-        data = _raw(ref.data, "u1") if ref.data is not None else np.zeros(0, np.uint8)
+        frames, tables = _frames_and_tables(ref)
         wide = _wide_offsets(value.offsets)
         split_values, split_counts = _split_runs(value.split)
-        header = _PIECE_HEADER.pack(count, len(data), ref.offset, len(location), ref.data is not None, wide,
+        header = _PIECE_HEADER.pack(count, len(frames), ref.offset, len(location), _frames_kind(ref), wide,
                                     len(split_values))
-        return b"".join((  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
+        parts: list[typing.Any] = [  # bytes and ndarrays: an ndarray is a buffer, numpy types it so only for 3.12+
             _WHOLE, header, bytes([_STORE_CODES[ref.store]]), location, _raw(split_values, "<u2"),
-            _raw(split_counts, "<u4"), _raw(value.key, "<u8"), _raw(value.offsets, "<i8" if wide else "<u4"), data,
-        ))
+            _raw(split_counts, "<u4"), _raw(value.key, "<u8"), _raw(value.offsets, "<i8" if wide else "<u4"),
+            *tables, frames,
+        ]
+        return b"".join(parts)
 
     def estimate_size(self, value: Piece) -> int:
-        if value.ref.run and is_registered(value):
-            return 1 + _NAME_SIZES.size + len(value.ref.run) + len(value.ref.location)
-        data = 0 if value.ref.data is None else np.asarray(value.ref.data).nbytes
+        ref = value.ref
+        if ref.run and is_registered(value):
+            return 1 + _NAME_SIZES.size + len(ref.run) + len(ref.location)
+        if ref.packed is not None:
+            frames = _PACKED_HEADER.size + 8 * len(ref.packed.raw_sizes) + ref.packed.nbytes
+        else:
+            frames = 0 if ref.data is None else np.asarray(ref.data).nbytes
         offsets = (len(value.key) + 1) * (8 if _wide_offsets(value.offsets) else 4)
-        return (1 + _PIECE_HEADER.size + 1 + len(value.ref.location.encode("utf-8")) + 6 * _count_runs(value.split)
-                + 8 * len(value.key) + offsets + data)
+        return (1 + _PIECE_HEADER.size + 1 + len(ref.location.encode("utf-8")) + 6 * _count_runs(value.split)
+                + 8 * len(value.key) + offsets + frames)
 
     def decode(self, encoded: bytes) -> Piece:
         if encoded[:1] == _REGISTERED:
@@ -103,7 +114,7 @@ class PieceCoder(beam.coders.Coder):
             run = bytes(encoded[position:position + run_size]).decode("utf-8")
             location = bytes(encoded[position + run_size:position + run_size + location_size]).decode("utf-8")
             return registered_piece(run, location)
-        count, size, offset, location_size, has_data, wide, runs = _PIECE_HEADER.unpack_from(encoded, 1)
+        count, size, offset, location_size, kind, wide, runs = _PIECE_HEADER.unpack_from(encoded, 1)
         position = 1 + _PIECE_HEADER.size
         store = PIECE_STORES[encoded[position]]
         location = bytes(encoded[position + 1:position + 1 + location_size]).decode("utf-8")
@@ -111,7 +122,13 @@ class PieceCoder(beam.coders.Coder):
         split = np.repeat(reader.take("<u2", runs), reader.take("<u4", runs))
         key = reader.take("<u8", count)
         offsets = reader.take("<i8", count + 1) if wide else reader.take("<u4", count + 1).astype(np.int64)
-        data = reader.take("u1", size) if has_data else None
+        if kind == _PACKED:
+            blocks, skip, packed_size = _PACKED_HEADER.unpack_from(encoded, reader.position)
+            reader.position += _PACKED_HEADER.size
+            raw_sizes, stored_sizes = reader.take("<u4", blocks), reader.take("<u4", blocks)
+            packed = PackedFrames(reader.take("u1", size), stored_sizes, raw_sizes, skip, packed_size)
+            return Piece(split, key, offsets, PieceRef(store, None, location, offset, packed=packed))
+        data = reader.take("u1", size) if kind == _RAW else None
         return Piece(split, key, offsets, PieceRef(store, data, location, offset))
 
     def is_deterministic(self) -> bool:
@@ -119,6 +136,19 @@ class PieceCoder(beam.coders.Coder):
 
     def to_type_hint(self):
         return Piece
+
+
+def _frames_kind(ref: PieceRef) -> int:
+    return _PACKED if ref.packed is not None else _RAW if ref.data is not None else _NO_FRAMES
+
+
+def _frames_and_tables(ref: PieceRef) -> tuple[np.ndarray | bytes, tuple[bytes | np.ndarray, ...]]:
+    """The frame bytes an element carries, and what comes before them (a packed piece's block tables)."""
+    if ref.packed is not None:
+        packed = ref.packed
+        header = _PACKED_HEADER.pack(len(packed.raw_sizes), packed.skip, packed.size)
+        return _raw(packed.stored, "u1"), (header, _raw(packed.raw_sizes, "<u4"), _raw(packed.stored_sizes, "<u4"))
+    return (_raw(ref.data, "u1") if ref.data is not None else b""), ()
 
 
 def _wide_offsets(offsets: np.ndarray) -> bool:

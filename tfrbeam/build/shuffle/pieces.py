@@ -12,6 +12,7 @@ import numpy as np
 
 from tfrbeam.base.byte_views import windows
 from tfrbeam.build.shuffle.keys import payload_crcs
+from tfrbeam.build.shuffle.packed import PackedFrames
 from tfrbeam.tfrecord.frames import frame_ordered
 from tfrbeam.tfrecord.records import FOOTER_SIZE, HEADER_SIZE, RECORD_OVERHEAD
 
@@ -89,7 +90,7 @@ class PieceRef:
     ``location`` is a spill file of frames, ``offset`` the byte where the piece's first frame
     starts (store "spill"), or the name of a piece held in this process's memory, ``offset`` the
     index of the piece's first record there (store "memory"). An inline piece carries its frames
-    through the runner's GroupByKey.
+    through the runner's GroupByKey, compressed in blocks (``packed``; ``data`` for frames as they are).
     """
 
     store: str
@@ -97,9 +98,24 @@ class PieceRef:
     location: str = ""
     offset: int = 0
     run: str = ""  # a memory store's piece (held or spilled): its run, which holds the piece's keys in this process
+    packed: PackedFrames | None = None
+
+    @property
+    def carries_frames(self) -> bool:
+        return self.data is not None or self.packed is not None
+
+    def frames(self) -> np.ndarray:
+        """The frames the element carries (an inline piece), decompressed if they were packed."""
+        if self.packed is not None:
+            return self.packed.unpacked()
+        if self.data is None:
+            raise ValueError(f"a piece of the {self.store} store carries no frames (they are at {self.location!r})")
+        return self.data
 
     def narrowed(self, first_record: int, first_byte: int, end_byte: int) -> PieceRef:
         """The reference to a piece's records from ``first_record`` on (frames ``first_byte:end_byte``)."""
+        if self.packed is not None:
+            return dataclasses.replace(self, packed=self.packed.narrowed(first_byte, end_byte))
         if self.data is not None:
             return dataclasses.replace(self, data=self.data[first_byte:end_byte])
         if self.store == MEMORY:
