@@ -113,3 +113,24 @@ def test_a_routing_group_sends_empty_slices_only_to_the_shards_it_sends_nothing(
     assert with_records and empties and not set(with_records) & set(empties)
     assert len(empties) == len(every_key - set(with_records)) and len(set(empties)) == len(empties)
     assert sum(len(part) for _, part in routed) == 50
+
+
+def test_the_plan_counts_what_every_piece_takes_crossing_the_runner():
+    """The manifest's shuffled_bytes counts the pieces' crossing into the routing stage from the plan's combine."""
+    from tfrbeam.build.shuffle import PieceCoder
+    from tfrbeam.build.shuffle.balance import PlanShards
+    from tfrbeam.build.shuffle.stores import InlineStore
+
+    payloads = [f"record-{index}".encode() * (index % 7 + 1) for index in range(300)]
+    spec = ShardingSpec(splits=("train",), num_shards=(4,), max_bytes_per_shard=None, ordered=False)
+    pieces = [InlineStore().add(records) for records in _pieces(payloads, 40, 5)]
+    combine = PlanShards(spec)
+    halves = []
+    for part in (pieces[:3], pieces[3:]):  # two workers' accumulators, merged as a runner would
+        accumulator = combine.create_accumulator()
+        for piece in part:
+            accumulator = combine.add_input(accumulator, piece)
+        halves.append(accumulator)
+    plan = combine.extract_output(combine.merge_accumulators(halves))
+    assert plan.piece_bytes == sum(len(PieceCoder().encode(piece)) for piece in pieces) > 0
+    assert sum(split.num_examples for split in plan.splits) == 300

@@ -11,6 +11,7 @@ import math
 import apache_beam as beam
 import numpy as np
 
+from tfrbeam.build.shuffle.coders import PieceCoder
 from tfrbeam.build.shuffle.keys import MIN_BUCKET_BITS
 from tfrbeam.build.shuffle.pieces import Piece
 
@@ -78,6 +79,7 @@ class ShardPlan:
 
     spec: ShardingSpec
     splits: tuple[SplitPlan, ...]
+    piece_bytes: int = 0  # the prepared pieces as they cross the runner (PieceCoder's size), all pieces together
 
 
 def record_buckets(records: Piece, spec: ShardingSpec) -> np.ndarray:
@@ -141,10 +143,27 @@ class BucketCounts(beam.CombineFn):
 
 
 class PlanShards(BucketCounts):
-    """The bucket counts, then the plan made from them, in one combine (a Map after it would be one more stage)."""
+    """The bucket counts, then the plan made from them, in one combine (a Map after it would be one more stage).
+
+    It also sums what the pieces take as they leave the stage that prepares them (``PieceCoder``'s size):
+    the first of the shuffle's two crossings of the runner, for the manifest's ``shuffled_bytes``.
+    """
+
+    def create_accumulator(self):
+        return super().create_accumulator(), 0
+
+    def add_input(self, accumulator, records: Piece):
+        counts, piece_bytes = accumulator
+        return super().add_input(counts, records), piece_bytes + PieceCoder().estimate_size(records)
+
+    def merge_accumulators(self, accumulators):
+        accumulators = list(accumulators)
+        return (super().merge_accumulators([counts for counts, _ in accumulators]),
+                sum(piece_bytes for _, piece_bytes in accumulators))
 
     def extract_output(self, accumulator) -> ShardPlan:
-        return make_plan(super().extract_output(accumulator), self._spec)
+        counts, piece_bytes = accumulator
+        return dataclasses.replace(make_plan(super().extract_output(counts), self._spec), piece_bytes=piece_bytes)
 
 
 def make_plan(histogram: tuple[np.ndarray, ...], spec: ShardingSpec) -> ShardPlan:
