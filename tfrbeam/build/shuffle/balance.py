@@ -146,7 +146,8 @@ class PlanShards(BucketCounts):
     """The bucket counts, then the plan made from them, in one combine (a Map after it would be one more stage).
 
     It also sums what the pieces take as they leave the stage that prepares them (``PieceCoder``'s size):
-    the first of the shuffle's two crossings of the runner, for the manifest's ``shuffled_bytes``.
+    the first of the shuffle's two crossings of the runner (inline and spill stores), for the manifest's
+    ``shuffled_bytes``.
     """
 
     def create_accumulator(self):
@@ -154,7 +155,10 @@ class PlanShards(BucketCounts):
 
     def add_input(self, accumulator, records: Piece):
         counts, piece_bytes = accumulator
-        return super().add_input(counts, records), piece_bytes + PieceCoder().estimate_size(records)
+        # A memory store's piece stays in this process (it would cross as its run's path and name): not counted,
+        # so the figure does not depend on where the run stages.
+        crossing = 0 if records.ref.run else PieceCoder().estimate_size(records)
+        return super().add_input(counts, records), piece_bytes + crossing
 
     def merge_accumulators(self, accumulators):
         accumulators = list(accumulators)
