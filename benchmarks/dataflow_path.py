@@ -23,8 +23,8 @@ Reported per job, median (range) over --repeats runs:
   carries every element between stages) plus the pool and every SDK worker it started (utime + stime from
   /proc, sampled every 0.1 s: a worker's last 0.1 s before it exits can be missed);
 - peak RSS of the launcher and of the largest SDK worker (VmHWM from /proc);
-- ours' bytes shuffled per row: the manifest's ``shuffled_bytes`` (what reached the shard writers
-  through the GroupByKey; each piece crossed the runner once before, into the routing stage);
+- ours' bytes shuffled per row: the manifest's ``shuffled_bytes`` (both crossings of the runner: the pieces
+  into the routing stage and the slices to the shard writers; the inline store's frames compressed);
 - and, projected from the inline store's figures (labelled as such), CPU-hours and shuffle GB per billion rows.
 """
 
