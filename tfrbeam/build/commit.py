@@ -419,7 +419,7 @@ def build_manifest(plan: BuildPlan, shard_plan: ShardPlan, files: Sequence[Writt
         "piece_store": plan.piece_store,
         "workers": {"count": plan.workers.count, "mode": plan.workers.mode, "chosen_by": plan.workers.reason},
         # What the shuffle's elements took as the runner moved them (frames too with the inline store, compressed):
-        # the prepared pieces into the routing stage (or the writers' side input), then the shards' slices.
+        # the prepared pieces into the routing stage (a memory store's stay in this process), then the shards' slices.
         "shuffled_bytes": shard_plan.piece_bytes + sum(item.received_bytes for item in files),
         "run_id": plan.run.run_id,
         "started": plan.started,
