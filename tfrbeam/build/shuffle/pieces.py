@@ -100,10 +100,6 @@ class PieceRef:
     run: str = ""  # a memory store's piece (held or spilled): its run, which holds the piece's keys in this process
     packed: PackedFrames | None = None
 
-    @property
-    def carries_frames(self) -> bool:
-        return self.data is not None or self.packed is not None
-
     def frames(self) -> np.ndarray:
         """The frames the element carries (an inline piece), decompressed if they were packed."""
         if self.packed is not None:
