@@ -183,6 +183,11 @@ class RecordLimitError(TfrbeamError, ValueError):
         return (type(self), (str(self), self.record, self.limit))
 
 
+class ShuffledDataError(TfrbeamError):
+    """Bytes a shard writer received through the runner's shuffle fail their checksum or do not decompress: the
+    runner (or its storage) damaged them on the way. Names the split, shard and block; nothing is published."""
+
+
 class UnsupportedRunnerError(TfrbeamError):
     """The pipeline's runner is known to lose elements tfrbeam's transforms depend on; refused before anything runs."""
 

@@ -6,6 +6,7 @@ import collections
 import json
 import os
 import pathlib
+import re
 import shutil
 
 import numpy as np
@@ -434,3 +435,36 @@ def test_the_memory_store_budget_is_fixed_not_a_share_of_ram(monkeypatch):
     assert runners.held_piece_budget(PipelineOptions(["--memory_store_bytes", "3000000"])) == 3_000_000
     with pytest.raises(ConfigError, match="--memory_store_bytes: 'lots' is not a size"):
         runners.held_piece_budget(PipelineOptions(["--memory_store_bytes=lots"]))
+
+
+def test_a_shuffled_block_damaged_in_the_runner_fails_the_build_naming_it_and_the_old_dataset_stays(
+        demo_dir, capsys, monkeypatch):
+    from tests.integration.sandbox import snapshot
+    from tfrbeam.build.shuffle import PieceCoder
+
+    assert build(demo_dir, "demo.yaml", "--set", "output.path=out/damaged", "--piece_store=inline") == 0
+    capsys.readouterr()
+    before = snapshot(demo_dir / "out")
+    decode, damaged = PieceCoder.decode, []
+
+    def damaging_decode(self, encoded):  # the runner hands the first slice it delivers with one byte flipped
+        piece = decode(self, encoded)
+        packed = piece.ref.packed
+        if packed is not None and packed.nbytes and not damaged:
+            damaged.append(piece)
+            stored = packed.stored.copy()
+            stored[len(stored) // 2] ^= 0x10
+            object.__setattr__(packed, "stored", stored)
+        return piece
+
+    monkeypatch.setattr(PieceCoder, "decode", damaging_decode)
+    assert build(demo_dir, "demo.yaml", "--set", "output.path=out/damaged", "--piece_store=inline",
+                 "--set", "output.num_shards=2", "--overwrite") == 1
+    error = capsys.readouterr().err.strip()
+    assert damaged and "\n" not in error
+    assert error.startswith("tfrbeam build: error: ShuffledDataError: ")
+    assert re.search(r"split \w+ shard \d+: block \d+ of \d+ of a shuffled piece's frames", error)
+    assert "the runner delivered damaged bytes" in error
+    after = snapshot(demo_dir / "out")
+    assert {name: value for name, value in after.items() if not name.startswith(".damaged.tfrbeam-")} == before
+    assert verify_dataset(str(demo_dir / "out" / "damaged")) == []

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import numpy as np
+import pytest
 from hypothesis import given, strategies as st
 
 from tfrbeam.build.shuffle import INLINE, KeyedRecords, Piece, PieceCoder, PieceRef, make_piece_store
 from tfrbeam.build.shuffle.packed import BLOCK_BYTES, PackedFrames, pack_frames
+from tfrbeam.errors import ShuffledDataError
 from tfrbeam.tfrecord.records import frame_records
 
 
@@ -99,3 +102,40 @@ def test_an_empty_piece_and_raw_frames_still_cross_as_they_are():
     raw = Piece(np.zeros(2, np.uint16), np.arange(2, dtype=np.uint64), np.array([0, 17, 35]), PieceRef(INLINE, frames))
     assert coder.decode(coder.encode(raw)).ref.frames().tobytes() == frames.tobytes()
     assert isinstance(pack_frames(frames), PackedFrames)
+
+
+def _damaged(packed: PackedFrames, block: int, at: int = 10) -> PackedFrames:
+    """``packed`` with one byte of its stored block ``block`` flipped, as a runner that damaged the element would."""
+    stored = packed.stored.copy()
+    start = int(packed.stored_sizes[:block].sum())
+    stored[start + min(at, int(packed.stored_sizes[block]) - 1)] ^= 0x40
+    return dataclasses.replace(packed, stored=stored)
+
+
+def test_a_damaged_compressed_block_is_refused_naming_the_block():
+    packed = pack_frames(_compressible(4 * BLOCK_BYTES))
+    assert (packed.stored_sizes < packed.raw_sizes).all()
+    for at in (5, int(packed.stored_sizes[2]) // 2, int(packed.stored_sizes[2]) - 1):
+        with pytest.raises(ShuffledDataError, match=r"block 2 of 4") as caught:
+            _damaged(packed, 2, at).unpacked()
+        assert "the runner delivered" in str(caught.value)
+
+
+def test_a_damaged_block_kept_raw_is_refused_too():
+    packed = pack_frames(np.frombuffer(os.urandom(3 * BLOCK_BYTES), np.uint8))
+    assert (packed.stored_sizes == packed.raw_sizes).all()
+    with pytest.raises(ShuffledDataError, match=r"block 1 of 3 .*checksum"):
+        _damaged(packed, 1).unpacked()
+    # A narrowed slice keeps its blocks' checksums, so it is checked as well.
+    with pytest.raises(ShuffledDataError, match=r"block 0 of 1"):
+        _damaged(packed.narrowed(BLOCK_BYTES + 5, BLOCK_BYTES + 90), 0).unpacked()
+
+
+def test_a_piece_damaged_on_its_way_through_the_runner_is_refused_after_decoding():
+    payloads = [b"carrier=AA origin=JFK dest=LAX delay=%d" % (index % 50) for index in range(20_000)]
+    coder = PieceCoder()
+    encoded = bytearray(coder.encode(_inline_piece(payloads)))
+    encoded[-100] ^= 0x01  # inside the last block's stored bytes
+    damaged = coder.decode(bytes(encoded))
+    with pytest.raises(ShuffledDataError, match=r"block \d+ of \d+"):
+        make_piece_store(INLINE, "/nonexistent").records(damaged)

@@ -100,7 +100,7 @@ class PieceCoder(beam.coders.Coder):
         if ref.run and is_registered(value):
             return 1 + _NAME_SIZES.size + len(ref.run) + len(ref.location)
         if ref.packed is not None:
-            frames = _PACKED_HEADER.size + 8 * len(ref.packed.raw_sizes) + ref.packed.nbytes
+            frames = _PACKED_HEADER.size + 12 * len(ref.packed.raw_sizes) + ref.packed.nbytes
         else:
             frames = 0 if ref.data is None else np.asarray(ref.data).nbytes
         offsets = (len(value.key) + 1) * (8 if _wide_offsets(value.offsets) else 4)
@@ -125,8 +125,8 @@ class PieceCoder(beam.coders.Coder):
         if kind == _PACKED:
             blocks, skip, packed_size = _PACKED_HEADER.unpack_from(encoded, reader.position)
             reader.position += _PACKED_HEADER.size
-            raw_sizes, stored_sizes = reader.take("<u4", blocks), reader.take("<u4", blocks)
-            packed = PackedFrames(reader.take("u1", size), stored_sizes, raw_sizes, skip, packed_size)
+            raw_sizes, stored_sizes, raw_crcs = (reader.take("<u4", blocks) for _ in range(3))
+            packed = PackedFrames(reader.take("u1", size), stored_sizes, raw_sizes, raw_crcs, skip, packed_size)
             return Piece(split, key, offsets, PieceRef(store, None, location, offset, packed=packed))
         data = reader.take("u1", size) if kind == _RAW else None
         return Piece(split, key, offsets, PieceRef(store, data, location, offset))
@@ -147,7 +147,8 @@ def _frames_and_tables(ref: PieceRef) -> tuple[np.ndarray | bytes, tuple[bytes |
     if ref.packed is not None:
         packed = ref.packed
         header = _PACKED_HEADER.pack(len(packed.raw_sizes), packed.skip, packed.size)
-        return _raw(packed.stored, "u1"), (header, _raw(packed.raw_sizes, "<u4"), _raw(packed.stored_sizes, "<u4"))
+        tables = (header, _raw(packed.raw_sizes, "<u4"), _raw(packed.stored_sizes, "<u4"), _raw(packed.raw_crcs, "<u4"))
+        return _raw(packed.stored, "u1"), tables
     return (_raw(ref.data, "u1") if ref.data is not None else b""), ()
 
 

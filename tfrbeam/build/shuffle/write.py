@@ -24,6 +24,7 @@ from tfrbeam.build.shuffle.pieces import Piece
 from tfrbeam.build.shuffle.received import Received
 from tfrbeam.build.shuffle.route import route_piece, split_and_shard
 from tfrbeam.build.shuffle.stores import PieceStore
+from tfrbeam.errors import ShuffledDataError
 from tfrbeam.layout.names import shard_file_name
 from tfrbeam.tfrecord.offset_index import OffsetIndexBuilder, offset_index_path_for
 from tfrbeam.tfrecord.record_index import IndexBuilder, index_path_for
@@ -150,6 +151,8 @@ class WriteShard(beam.DoFn):
                 _LOG.info("split %s shard %d: %s (a digest collision); writing it again, equal keys ordered by bytes",
                           split_plan.name, shard, error)
                 written = self._write(split_plan, shard, plan.spec, received, KeptOrder(shard_order(received)[start:end]))
+        except ShuffledDataError as error:
+            raise ShuffledDataError(f"split {split_plan.name} shard {shard}: {error}") from error
         finally:
             for part in parts:
                 self._store.written(part, shard_key)
