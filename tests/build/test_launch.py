@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import pathlib
+import tempfile
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -18,7 +19,8 @@ import tfrbeam
 import tfrbeam.build
 from tests.build.test_transform import _one_line, rows_table, shard_bytes
 from tfrbeam.build.config import load_config
-from tfrbeam.build.launch import BuildResult, pipeline_error
+from tfrbeam.build.launch import BuildResult, build_options, launch, pipeline_error
+from tfrbeam.build.plan import plan_build
 from tfrbeam.cli.build import main as build_main
 from tfrbeam.errors import BadRecordError, BuildFailedError, ConfigError, OutputLockedError, TooManyBadRecordsError
 
@@ -93,3 +95,24 @@ def test_a_runner_failure_that_is_not_ours_is_a_build_failed_error():
     ours = RuntimeError("... raise tfrbeam.errors.OutputLockedError: out/ds is locked by run 1 [while running 'Commit']")
     found = pipeline_error(ours)
     assert type(found) is OutputLockedError and str(found) == "out/ds is locked by run 1"
+
+
+@pytest.mark.parametrize("failure", [ConfigError("attach: refused"), TypeError("a graph Beam cannot build")])
+def test_a_build_whose_graph_fails_to_attach_leaves_no_beam_temp_dir_behind(config_file, tmp_path, monkeypatch, failure):
+    system_temp = tmp_path / "system-temp"
+    system_temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(system_temp))  # where Beam's Pipeline makes its beam-pipeline-temp dir
+    options = build_options(["--runner=FnApiRunner"])
+    plan = plan_build(load_config(str(config_file), ["output.path=out/attach"]), options)
+
+    def attach(pipeline):
+        assert pathlib.Path(pipeline.local_tempdir).parent == system_temp
+        raise failure
+
+    with pytest.raises(type(failure)):
+        launch(plan, options, attach)
+    assert list(system_temp.iterdir()) == []
+    assert not pathlib.Path("out/attach").exists() or list(pathlib.Path("out/attach").iterdir()) == []
+    # And a build that runs leaves none either (Beam removes it when the pipeline runs).
+    assert tfrbeam.build.run(config_file, overrides=["output.path=out/ran"], progress=False) is not None
+    assert list(system_temp.iterdir()) == []

@@ -14,6 +14,7 @@ import dataclasses
 import logging
 import os
 import re
+import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -176,7 +177,12 @@ def prepare(plan: BuildPlan, options: PipelineOptions, attach: Callable[[beam.Pi
         pipeline = beam.Pipeline(runner=ForkedWorkersRunner(fork_server), options=options)
     else:
         pipeline = beam.Pipeline(options=options)
-    attach(pipeline)
+    try:
+        attach(pipeline)
+    except BaseException:
+        # Beam removes the pipeline's local temp dir only when it runs; one that never runs would leave it in /tmp.
+        shutil.rmtree(pipeline.local_tempdir, ignore_errors=True)
+        raise
     return pipeline
 
 
