@@ -120,7 +120,7 @@ def test_two_concurrent_writes_leave_exactly_one_complete_set(tmp_path):
     ]
     results = [(run.wait(timeout=120), run.stderr.read()) for run in runs]
     assert any(code == 0 for code, _ in results)
-    for code, error in results:  # a run that lost the race says who holds the prefix
-        assert code == 0 or "is in use by run" in error
+    for code, error in results:  # a run that lost the race says the prefix is held (and by whom, once the holder wrote it)
+        assert code == 0 or "is in use by" in error
     assert _complete(tmp_path, 3000, 3) or _complete(tmp_path, 2000, 2)
     assert _leftovers(tmp_path) == []

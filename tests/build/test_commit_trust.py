@@ -510,3 +510,25 @@ def test_on_an_object_store_a_dead_runs_staging_prefix_owned_by_this_output_is_r
     assert removed == [planted]
     assert after == {name: data for name, data in before.items() if not name.startswith("out/.ds.tfrbeam-zz/")}
     memfs.clear(bucket)
+
+
+def test_a_lock_held_by_a_run_that_has_not_said_who_it_is_is_refused_saying_so(tmp_path, monkeypatch):
+    """A holder takes the lock, then writes its identity: a run refused in between waits for it, then says it could
+    not learn who holds the output, never that the lock file is damaged."""
+    import fcntl
+
+    import pytest
+
+    from tfrbeam.beam import publish
+    from tfrbeam.errors import OutputLockedError
+
+    target = str(tmp_path / "ds")
+    monkeypatch.setattr(publish, "_HOLDER_WAITS", 3)
+    fd = os.open(publish.lock_path(target), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held (flock is per open file), nothing written yet
+        with pytest.raises(OutputLockedError, match=r"is in use by another run \(its lock file does not say which"):
+            publish.OutputLock(target, publish.this_run("second")).acquire()
+    finally:
+        os.close(fd)
+    assert os.listdir(tmp_path) == [os.path.basename(publish.lock_path(target))]

@@ -52,7 +52,8 @@ __all__ = [
 ]
 
 _LOG = logging.getLogger(__name__)
-_HOLDER_WAITS, _HOLDER_WAIT_SECONDS = 20, 0.05  # up to 1 s for a lock holder to write its identity
+# Up to 5 s for a lock holder to write its identity (1 s was too little for a process on a loaded machine).
+_HOLDER_WAITS, _HOLDER_WAIT_SECONDS = 100, 0.05
 
 OWNER_NAME = "owner.json"
 ABANDONED_NAME = "abandoned.json"  # owner.json renamed: the run is over, its staging directory is garbage
@@ -166,7 +167,7 @@ class OutputLock:
                 break
             time.sleep(_HOLDER_WAIT_SECONDS)
             holder = self.holder()
-        who = holder.describe() if holder else "another run (its lock file is unreadable)"
+        who = holder.describe() if holder else "another run (its lock file does not say which: not written yet, or unreadable)"
         return OutputLockedError(
             f"{self.target} is in use by {who}; wait for it to finish or choose another output "
             f"(lock file {self.path})"
