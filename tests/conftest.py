@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
@@ -54,6 +58,43 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             function._hypothesis_internal_use_settings = settings(  # type: ignore[union-attr]
                 pinned, max_examples=pinned.max_examples * EXPLORE_FACTOR, derandomize=False
             )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _temp_dir_of_this_session(tmp_path_factory) -> Iterator[None]:
+    """This session's temp directory, for this process and every process a test starts (TMPDIR), inside pytest's
+    own base temp: a child killed on purpose (kill -9, an injected crash) leaves its temp files there, not in /tmp."""
+    directory = tmp_path_factory.getbasetemp() / "system-temp"
+    directory.mkdir(exist_ok=True)
+    saved_env, saved_module = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"], tempfile.tempdir = str(directory), str(directory)
+    yield
+    tempfile.tempdir = saved_module
+    if saved_env is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = saved_env
+
+
+@pytest.fixture(autouse=True)
+def _no_beam_temp_dir_left(monkeypatch) -> Iterator[None]:
+    """Removes the beam-pipeline-temp dirs of the test's Pipelines: Beam makes one in /tmp per Pipeline and removes
+    it only when the pipeline runs, so every test that builds a graph without running it would leave one."""
+    module = sys.modules.get("apache_beam.pipeline")  # only where the test's module imported Beam
+    if module is None:
+        yield
+        return
+    made: list[str] = []
+    init = module.Pipeline.__init__
+
+    def recording_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        made.append(self.local_tempdir)
+
+    monkeypatch.setattr(module.Pipeline, "__init__", recording_init)
+    yield
+    for directory in made:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _testdata_dir(name: str) -> pathlib.Path:
