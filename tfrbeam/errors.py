@@ -184,8 +184,9 @@ class RecordLimitError(TfrbeamError, ValueError):
 
 
 class ShuffledDataError(TfrbeamError):
-    """Bytes a shard writer received through the runner's shuffle fail their checksum or do not decompress: the
-    runner (or its storage) damaged them on the way. Names the split, shard and block; nothing is published."""
+    """Bytes a build reads back fail their checksum: a block that came through the runner's shuffle (or does not
+    decompress), a record of one of the run's spill files or a sequence build's spilled rows changed on disk. Names
+    the split, shard and block, or the file (and record); nothing is published."""
 
 
 class UnsupportedRunnerError(TfrbeamError):

@@ -458,13 +458,45 @@ def test_a_shuffled_block_damaged_in_the_runner_fails_the_build_naming_it_and_th
         return piece
 
     monkeypatch.setattr(PieceCoder, "decode", damaging_decode)
-    assert build(demo_dir, "demo.yaml", "--set", "output.path=out/damaged", "--piece_store=inline",
+    error = _refused_keeping_the_old_dataset(demo_dir, capsys, "damaged", "inline", before)
+    assert damaged and re.search(r"split \w+ shard \d+: block \d+ of \d+ of a shuffled piece's frames", error)
+    assert "the runner delivered damaged bytes" in error
+
+
+def _refused_keeping_the_old_dataset(demo_dir: pathlib.Path, capsys, name: str, store: str, before: dict) -> str:
+    """Rebuilds out/NAME with another shard count: the build must fail in one ShuffledDataError line and leave
+    everything under out/ as it was, but its own staging directory. Returns the error line."""
+    from tests.integration.sandbox import snapshot
+
+    assert build(demo_dir, "demo.yaml", "--set", f"output.path=out/{name}", f"--piece_store={store}",
                  "--set", "output.num_shards=2", "--overwrite") == 1
     error = capsys.readouterr().err.strip()
-    assert damaged and "\n" not in error
-    assert error.startswith("tfrbeam build: error: ShuffledDataError: ")
-    assert re.search(r"split \w+ shard \d+: block \d+ of \d+ of a shuffled piece's frames", error)
-    assert "the runner delivered damaged bytes" in error
+    assert error.startswith("tfrbeam build: error: ShuffledDataError: split ") and "\n" not in error
     after = snapshot(demo_dir / "out")
-    assert {name: value for name, value in after.items() if not name.startswith(".damaged.tfrbeam-")} == before
-    assert verify_dataset(str(demo_dir / "out" / "damaged")) == []
+    assert {path: value for path, value in after.items() if not path.startswith(f".{name}.tfrbeam-")} == before
+    assert verify_dataset(str(demo_dir / "out" / name)) == []
+    return error
+
+
+def test_a_spill_file_damaged_on_disk_fails_the_build_naming_it_and_the_old_dataset_stays(demo_dir, capsys, monkeypatch):
+    from tests.integration.sandbox import snapshot
+    from tfrbeam.build.shuffle import stores
+
+    assert build(demo_dir, "demo.yaml", "--set", "output.path=out/spill-damaged", "--piece_store=spill") == 0
+    capsys.readouterr()
+    before = snapshot(demo_dir / "out")
+    write_file, damaged = stores._write_file, []
+
+    def damaging_write(path, data):  # the first spill file's bytes change on disk once written
+        write_file(path, data)
+        if not damaged and len(data) > 100:
+            damaged.append(path)
+            with open(path, "r+b") as handle:
+                handle.seek(len(data) // 2)
+                byte = handle.read(1)
+                handle.seek(len(data) // 2)
+                handle.write(bytes([byte[0] ^ 0x08]))
+
+    monkeypatch.setattr(stores, "_write_file", damaging_write)
+    error = _refused_keeping_the_old_dataset(demo_dir, capsys, "spill-damaged", "spill", before)
+    assert damaged and f"{os.path.basename(damaged[0])}: record " in error and "changed or damaged on disk" in error

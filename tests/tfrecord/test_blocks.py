@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import tfrbeam.tfrecord.blocks as record_blocks_module
 from tests.helpers import record_offsets as record_starts
 from tfrbeam.errors import RecordError
-from tfrbeam.tfrecord.blocks import RecordBlock, offset_of_record, record_blocks
+from tfrbeam.tfrecord.blocks import RecordBlock, first_damaged_record, offset_of_record, record_blocks
 from tfrbeam.tfrecord.records import RECORD_OVERHEAD, RecordReader, frame_records
 
 CHUNKS = st.sampled_from([16, 31, 64, 257, 4096, 1 << 20])
@@ -300,3 +300,32 @@ def test_importing_record_blocks_imports_no_beam():
     code = "import sys, tfrbeam.tfrecord.blocks; print('apache_beam' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+
+
+def _framed(payloads: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    frames = np.frombuffer(frame_records(payloads), np.uint8)
+    offsets = np.zeros(len(payloads) + 1, np.int64)
+    np.cumsum([len(payload) + RECORD_OVERHEAD for payload in payloads], out=offsets[1:])
+    return frames, offsets
+
+
+def test_framed_records_read_back_show_no_damage_until_any_byte_of_them_changes():
+    payloads = [b"", b"a", b"carrier=AA origin=JFK", bytes(range(256)) * 3, b"z" * 17]
+    frames, offsets = _framed(payloads)
+    assert first_damaged_record(frames, offsets) is None
+    assert first_damaged_record(frames[:0], offsets[:1]) is None
+    for position in range(len(frames)):  # every byte of every header, payload and footer
+        damaged = frames.copy()
+        damaged[position] ^= 0x04
+        found = first_damaged_record(damaged, offsets)
+        record = int(np.searchsorted(offsets, position, side="right")) - 1
+        assert found is not None and found[0] == record, position
+        assert found[1] in ("length", "length_crc", "data_crc")
+    assert frames.tobytes() == frame_records(payloads)  # the check works on a copy
+
+
+def test_framed_records_must_have_the_lengths_the_offsets_say():
+    frames, offsets = _framed([b"abc", b"defgh"])
+    assert first_damaged_record(frames, np.array([0, 20, 40])) == (0, "length")  # a byte more than framed
+    with pytest.raises(ValueError, match="offsets"):
+        first_damaged_record(frames[:30], offsets)

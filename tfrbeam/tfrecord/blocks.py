@@ -405,6 +405,43 @@ def _block_crcs_match(data: np.ndarray, heads: np.ndarray, lengths: np.ndarray, 
     return _crc(memoryview(data)[:size], 0xFFFFFFFF) == 0xFFFFFFFF  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
 
 
+def first_damaged_record(frames: np.ndarray, offsets: np.ndarray) -> tuple[int, str] | None:
+    """The first record of ``frames`` (framed TFRecords at ``offsets``, n + 1 of them from 0) whose length field is not
+    the one ``offsets`` gives or whose length or data CRC fails, as (index, "length" / "length_crc" / "data_crc");
+    None when every record is whole.
+
+    For frames read back from a file (a spill file the run wrote): two CRC calls over a copy when all is well
+    (``_block_crcs_match``), a look at each record only when something is not.
+    """
+    offsets = np.asarray(offsets, dtype=np.int64)
+    size = int(offsets[-1])
+    if size > len(frames):
+        raise ValueError(f"offsets reach byte {size}, past the {len(frames)} bytes of frames")
+    if len(offsets) < 2:
+        return None
+    heads, lengths = offsets[:-1], np.diff(offsets) - RECORD_OVERHEAD
+    data = np.array(frames[:size], dtype=np.uint8)  # a copy: the check rewrites the framing in place
+    if (np.array_equal(le_integers(data, 8)[heads].astype(np.int64), lengths)
+            and _block_crcs_match(data, heads, lengths, heads + HEADER_SIZE + lengths, size)):
+        return None
+    return _locate_damage(np.asarray(frames, dtype=np.uint8), heads, lengths)
+
+
+def _locate_damage(frames: np.ndarray, heads: np.ndarray, lengths: np.ndarray) -> tuple[int, str]:
+    """The first bad record of frames the block check failed, looked at one by one."""
+    view = memoryview(frames)  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
+    for index, (head, length) in enumerate(zip(heads.tolist(), lengths.tolist())):
+        header = view[head:head + HEADER_SIZE]
+        if _unpack_length(header)[0] != length:
+            return index, "length"
+        if masked_crc32c(header[:8]) != struct.unpack_from("<I", header, 8)[0]:
+            return index, "length_crc"
+        payload_end = head + HEADER_SIZE + length
+        if masked_crc32c(view[head + HEADER_SIZE:payload_end]) != struct.unpack_from("<I", view, payload_end)[0]:
+            return index, "data_crc"
+    raise AssertionError("the block check failed, yet every record is whole")  # cannot happen: the checks agree
+
+
 def length_crcs_match(lengths: np.ndarray, masked_crcs: np.ndarray) -> bool:
     """Does every record's masked length CRC match its 8-byte length field? One CRC call for all (see above)."""
     count = len(lengths)

@@ -512,3 +512,28 @@ def test_a_piece_crosses_the_runner_in_12_bytes_a_record_and_decodes_to_the_same
         for field in ("split", "key", "offsets"):
             assert getattr(decoded, field).tolist() == getattr(value, field).tolist()
         assert decoded.offsets.dtype == np.int64 and coder.estimate_size(value) == len(coder.encode(value))
+
+
+def test_a_spill_file_changed_on_disk_is_refused_naming_it_and_the_record(tmp_path):
+    """A spill file is read back by the run that wrote it; if its bytes changed meanwhile (a bad disk, another
+    process), the writer refuses them instead of framing a damaged payload into a shard."""
+    from tfrbeam.build.shuffle import SpillStore
+    from tfrbeam.errors import ShuffledDataError
+
+    payloads = [b"record %d " % index * (index % 7 + 1) for index in range(400)]
+    store = SpillStore(str(tmp_path / "spill"))
+    piece = store.add(_pieces(payloads, [400], [1.0], seed=3)[0])
+    store.flush()
+    whole = store.records(piece)
+    assert len(whole.lengths) == 400
+    path = pathlib.Path(piece.ref.location)
+    data = bytearray(path.read_bytes())
+    record = 123
+    at = int(piece.offsets[record]) + 14  # inside record 123's payload (after its 12-byte header)
+    data[at] ^= 0x20
+    path.write_bytes(bytes(data))
+    with pytest.raises(ShuffledDataError, match=rf"{path}: record 23 of the 100 read from byte "
+                                                rf"{int(piece.offsets[100])} .*data CRC") as caught:
+        store.records(piece.slice(100, 200))
+    assert "changed or damaged on disk" in str(caught.value)
+    assert len(store.records(piece.slice(200, 400)).lengths) == 200  # the rest of the file is whole

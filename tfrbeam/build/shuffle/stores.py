@@ -26,6 +26,8 @@ from tfrbeam.build.shuffle.pieces import (
     StoredRecords,
     split_key_order,
 )
+from tfrbeam.errors import ShuffledDataError
+from tfrbeam.tfrecord.blocks import first_damaged_record
 from tfrbeam.tfrecord.records import RECORD_OVERHEAD, mask_crcs
 
 __all__ = [
@@ -34,6 +36,7 @@ __all__ = [
 ]
 
 SPILL_DIR_NAME = "spill"
+_CHECK_NAMES = {"length": "length (not the one its piece recorded)", "length_crc": "length CRC", "data_crc": "data CRC"}
 
 
 
@@ -159,6 +162,19 @@ class SpillStore(PieceStore):
 
     def read_in_windows(self, piece: Piece) -> bool:
         return True
+
+    def records(self, piece: Piece) -> StoredRecords:
+        """The records of ``piece``, read back from its spill file and checked (every length and CRC) before use."""
+        frames = self._frames(piece)
+        damage = first_damaged_record(frames, piece.offsets)
+        if damage is not None:
+            record, check = damage
+            raise ShuffledDataError(
+                f"{piece.ref.location}: record {record} of the {len(piece)} read from byte {piece.ref.offset} "
+                f"fails its {_CHECK_NAMES[check]}: the spill file was changed or damaged on disk while the run used it. "
+                "Nothing is published; run the build again, and if it recurs, check the disk under the staging directory"
+            )
+        return StoredRecords.of_frames(piece, frames)
 
     def _frames(self, piece: Piece) -> np.ndarray:
         ref, size = piece.ref, piece.num_bytes
