@@ -117,3 +117,22 @@ def test_a_spilled_batch_that_is_gone_is_a_clear_error_and_releasing_it_only_war
         release_rows([ref])
     assert "could not delete spilled held rows" in caplog.text
     assert runs_holding_rows() == []
+
+
+@pytest.mark.parametrize("where", ["values", "end"])
+def test_a_spilled_batch_changed_on_disk_is_refused_naming_its_file(tmp_path, where):
+    """A flipped byte in an Arrow value buffer still decodes (to another value): the file's CRC32C refuses it."""
+    from tfrbeam.build.held_rows import HELD_ROWS_DIR
+    from tfrbeam.errors import ShuffledDataError
+
+    batch = pa.record_batch({"v": list(range(1000, 2000))})
+    ref = hold_rows(str(tmp_path), batch, 0)
+    (spilled,) = (tmp_path / HELD_ROWS_DIR).iterdir()
+    data = bytearray(spilled.read_bytes())
+    at = data.find((1500).to_bytes(8, "little")) if where == "values" else len(data) - 1
+    data[at] ^= 0x01
+    spilled.write_bytes(bytes(data))
+    with pytest.raises(ShuffledDataError, match=rf"{spilled}: held rows spilled there .*changed or damaged on disk"):
+        held_batches([ref])
+    release_rows([ref])
+    assert runs_holding_rows() == []

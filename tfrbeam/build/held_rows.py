@@ -28,12 +28,13 @@ import struct
 import threading
 from collections.abc import Iterable
 
+import crc32c
 import pyarrow as pa
 from apache_beam import coders
 
 from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.arrow_coder import RecordBatchCoder
-from tfrbeam.errors import HeldDataMissingError
+from tfrbeam.errors import HeldDataMissingError, ShuffledDataError
 
 __all__ = [
     "HELD_ROWS_DIR", "HeldRows", "HeldRowsCoder", "discard_held_rows", "held_batches", "held_bytes", "hold_rows",
@@ -54,11 +55,19 @@ class HeldRows:
     rows: int
 
 
+@dataclasses.dataclass(frozen=True)
+class _Spilled:
+    """A batch written to a file, with the CRC32C of its bytes: read back, they must be the ones written."""
+
+    path: str
+    crc: int
+
+
 @dataclasses.dataclass
 class _Run:
-    """One run's held batches: in memory (a RecordBatch) or spilled (its file's path), by number."""
+    """One run's held batches: in memory (a RecordBatch) or spilled (its file), by number."""
 
-    batches: dict[int, pa.RecordBatch | str] = dataclasses.field(default_factory=dict)
+    batches: dict[int, pa.RecordBatch | _Spilled] = dataclasses.field(default_factory=dict)
     in_memory: int = 0  # bytes of the batches held in memory
 
 
@@ -84,16 +93,15 @@ def hold_rows(run_key: str, batch: pa.RecordBatch, budget: int | None = None) ->
             run.in_memory += size
             run.batches[number] = batch
     if not fits:
-        path = fs.join(run_key, HELD_ROWS_DIR, f"{number}.arrows")
-        _write_batch(path, batch)
+        spilled = _write_batch(fs.join(run_key, HELD_ROWS_DIR, f"{number}.arrows"), batch)
         with _LOCK:
-            _RUNS.setdefault(run_key, _Run()).batches[number] = path
+            _RUNS.setdefault(run_key, _Run()).batches[number] = spilled
     return HeldRows(run_key, number, batch.num_rows)
 
 
 def held_batches(refs: Iterable[HeldRows]) -> list[pa.RecordBatch]:
     """The batches ``refs`` point to (still held until ``release_rows``), or HeldDataMissingError naming the run."""
-    found: list[pa.RecordBatch | str] = []
+    found: list[pa.RecordBatch | _Spilled] = []
     with _LOCK:
         for ref in refs:
             run = _RUNS.get(ref.run_key)
@@ -104,7 +112,7 @@ def held_batches(refs: Iterable[HeldRows]) -> list[pa.RecordBatch]:
                     "run ended or failed, the bucket was already encoded (a retried bundle), or a worker in another "
                     "process held them (use --piece_store spill or inline with such runners)")
             found.append(batch)
-    return [_read_batch(batch) if isinstance(batch, str) else batch for batch in found]
+    return [_read_batch(batch) if isinstance(batch, _Spilled) else batch for batch in found]
 
 
 def release_rows(refs: Iterable[HeldRows]) -> None:
@@ -116,8 +124,8 @@ def release_rows(refs: Iterable[HeldRows]) -> None:
             if run is None:
                 continue
             batch = run.batches.pop(ref.number, None)
-            if isinstance(batch, str):
-                spilled.append(batch)
+            if isinstance(batch, _Spilled):
+                spilled.append(batch.path)
             elif batch is not None:
                 run.in_memory -= batch.get_total_buffer_size()
             if not run.batches:
@@ -147,23 +155,34 @@ def held_bytes(run_key: str) -> tuple[int, int]:
         run = _RUNS.get(run_key)
         if run is None:
             return 0, 0
-        return sum(not isinstance(batch, str) for batch in run.batches.values()), run.in_memory
+        return sum(not isinstance(batch, _Spilled) for batch in run.batches.values()), run.in_memory
 
 
-def _write_batch(path: str, batch: pa.RecordBatch) -> None:
+def _write_batch(path: str, batch: pa.RecordBatch) -> _Spilled:
     """The batch as the runner would carry it (``RecordBatchCoder``'s Arrow IPC stream), in its own file."""
+    data = _BATCH_CODER.encode(batch)
     with fs.create(path) as handle:
-        handle.write(_BATCH_CODER.encode(batch))
+        handle.write(data)
+    return _Spilled(path, crc32c.crc32c(data))
 
 
-def _read_batch(path: str) -> pa.RecordBatch:
+def _read_batch(spilled: _Spilled) -> pa.RecordBatch:
+    """The batch read back, if its bytes are the ones written (Arrow IPC has no checksum: a changed value decodes)."""
     try:
-        data = fs.read_bytes(path)
-        return _BATCH_CODER.decode(data)
-    except (OSError, pa.ArrowInvalid) as error:
+        data = fs.read_bytes(spilled.path)
+    except OSError as error:
         raise HeldDataMissingError(
-            f"{path}: held rows spilled there cannot be read back ({error}); was the run's staging directory "
+            f"{spilled.path}: held rows spilled there cannot be read back ({error}); was the run's staging directory "
             "removed or changed while the build ran?") from error
+    if crc32c.crc32c(data) != spilled.crc:
+        raise ShuffledDataError(
+            f"{spilled.path}: held rows spilled there fail their CRC32C ({len(data)} bytes read back): the file was "
+            "changed or damaged on disk while the run used it. Nothing is published; run the build again, and if it "
+            "recurs, check the disk under the staging directory")
+    try:
+        return _BATCH_CODER.decode(data)
+    except pa.ArrowInvalid as error:  # bytes as written that Arrow cannot read: a bug of ours, said as such
+        raise HeldDataMissingError(f"{spilled.path}: held rows spilled there cannot be decoded ({error})") from error
 
 
 def runs_holding_rows() -> list[str]:
