@@ -335,11 +335,11 @@ def _held_row_operations(monkeypatch, fail_at: int | None = None) -> list[str]:
     def write(path, batch):
         step("write", path)
         written.add(path)
-        real_write(path, batch)
+        return real_write(path, batch)
 
-    def read(path):
-        step("read", path)
-        return real_read(path)
+    def read(spilled):
+        step("read", spilled.path)
+        return real_read(spilled)
 
     def delete(paths):
         paths = list(paths)
@@ -387,9 +387,10 @@ import pathlib, sys, time
 from tfrbeam.build import held_rows
 real = held_rows._write_batch
 def write(path, batch):
-    real(path, batch)
+    spilled = real(path, batch)
     pathlib.Path(sys.argv[1]).touch()
     time.sleep(120)
+    return spilled
 held_rows._write_batch = write
 from tfrbeam.cli.build import main
 sys.exit(main(sys.argv[2:]))

@@ -359,7 +359,7 @@ def test_held_rows_stay_within_the_memory_store_budget_and_the_rest_is_spilled(s
 
     def write(path, batch):
         spilled.append(path)
-        real_write(path, batch)
+        return real_write(path, batch)
 
     monkeypatch.setattr(sequence_stage, "hold_rows", hold)
     monkeypatch.setattr(held_rows, "_write_batch", write)
