@@ -16,6 +16,7 @@ errors (type, check, offset) and skips are those of ``RecordReader``. Compressed
 from __future__ import annotations
 
 import contextlib
+import io
 import itertools
 import os
 import struct
@@ -28,6 +29,7 @@ import crc32c
 import numpy as np
 
 from tfrbeam.base.byte_views import byte_rows, le_integers
+from tfrbeam.errors import RecordError
 from tfrbeam.tfrecord.records import (
     HEADER_SIZE,
     MAX_PAYLOAD_SIZE,
@@ -421,25 +423,22 @@ def first_damaged_record(frames: np.ndarray, offsets: np.ndarray) -> tuple[int, 
         return None
     heads, lengths = offsets[:-1], np.diff(offsets) - RECORD_OVERHEAD
     data = np.array(frames[:size], dtype=np.uint8)  # a copy: the check rewrites the framing in place
-    if (np.array_equal(le_integers(data, 8)[heads].astype(np.int64), lengths)
-            and _block_crcs_match(data, heads, lengths, heads + HEADER_SIZE + lengths, size)):
+    stored_lengths = le_integers(data, 8)[heads].astype(np.int64)
+    if np.array_equal(stored_lengths, lengths) and _block_crcs_match(data, heads, lengths, heads + HEADER_SIZE + lengths, size):
         return None
-    return _locate_damage(np.asarray(frames, dtype=np.uint8), heads, lengths)
-
-
-def _locate_damage(frames: np.ndarray, heads: np.ndarray, lengths: np.ndarray) -> tuple[int, str]:
-    """The first bad record of frames the block check failed, looked at one by one."""
-    view = memoryview(frames)  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
-    for index, (head, length) in enumerate(zip(heads.tolist(), lengths.tolist())):
-        header = view[head:head + HEADER_SIZE]
-        if _unpack_length(header)[0] != length:
-            return index, "length"
-        if masked_crc32c(header[:8]) != struct.unpack_from("<I", header, 8)[0]:
-            return index, "length_crc"
-        payload_end = head + HEADER_SIZE + length
-        if masked_crc32c(view[head + HEADER_SIZE:payload_end]) != struct.unpack_from("<I", view, payload_end)[0]:
-            return index, "data_crc"
-    raise AssertionError("the block check failed, yet every record is whole")  # cannot happen: the checks agree
+    # Which record: the first whose length is not the piece's, or the first RecordReader refuses, whichever is earlier.
+    wrong_length = np.flatnonzero(stored_lengths != lengths)
+    found = (int(wrong_length[0]), "length") if wrong_length.size else None
+    try:
+        for _ in RecordReader(io.BytesIO(memoryview(np.ascontiguousarray(frames[:size]))), None):  # type: ignore[arg-type]  # an ndarray is a buffer
+            pass
+    except RecordError as error:
+        refused = int(np.searchsorted(heads, error.offset, side="right")) - 1
+        if found is None or refused < found[0]:
+            found = refused, error.check
+    if found is None:
+        raise AssertionError("the block check failed, yet RecordReader reads every record")  # the checks agree
+    return found
 
 
 def length_crcs_match(lengths: np.ndarray, masked_crcs: np.ndarray) -> bool:

@@ -171,8 +171,9 @@ class SpillStore(PieceStore):
             record, check = damage
             raise ShuffledDataError(
                 f"{piece.ref.location}: record {record} of the {len(piece)} read from byte {piece.ref.offset} "
-                f"fails its {_CHECK_NAMES[check]}: the spill file was changed or damaged on disk while the run used it. "
-                "Nothing is published; run the build again, and if it recurs, check the disk under the staging directory"
+                f"fails its {_CHECK_NAMES.get(check, check)}: the spill file was changed or damaged on disk while the run "
+                "used it. Nothing is published; run the build again, and if it recurs, check the disk under the staging "
+                "directory"
             )
         return StoredRecords.of_frames(piece, frames)
 
