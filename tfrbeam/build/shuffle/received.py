@@ -51,26 +51,26 @@ class _PartWindows:
         wanted = int(part.offsets[first]) + self._window_bytes
         end = max(end, min(len(part), int(np.searchsorted(part.offsets, wanted, side="right")) - 1))
         kept = self._kept_from(first)
-        self._records = None  # the old window goes before the new one is read
+        self._records = None  # the old window goes before the new one is read (but for what ``kept`` views of it)
         fresh = self._store.records(part.slice(first + (len(kept.starts) if kept is not None else 0), end))
         self._records = fresh if kept is None else _joined(kept, fresh)
         self._first, self._end = first, end
 
     def _kept_from(self, first: int) -> StoredRecords | None:
-        """The current window's records from ``first`` on, copied out of it (None when it holds none of them)."""
+        """The current window's records from ``first`` on, a view of it (None when it holds none of them)."""
         records = self._records
         if records is None or not self._first <= first < self._end:
             return None
         skip = first - self._first
         low = int(records.starts[skip])  # the first kept payload's start: what comes after it stays whole
-        return StoredRecords(records.buffer[low:].copy(), records.starts[skip:] - low, records.lengths[skip:],
-                             records.footers[skip:])
+        return StoredRecords(np.asarray(records.buffer, dtype=np.uint8)[low:], records.starts[skip:] - low,
+                             records.lengths[skip:], records.footers[skip:])
 
 
 def _joined(kept: StoredRecords, fresh: StoredRecords) -> StoredRecords:
     """One window of the records of ``kept`` then those of ``fresh`` (payloads and footers as they were)."""
     offset = len(kept.buffer)
-    return StoredRecords(np.concatenate([kept.buffer, np.asarray(fresh.buffer, dtype=np.uint8)]),
+    return StoredRecords(np.concatenate([kept.buffer, np.asarray(fresh.buffer, dtype=np.uint8)]),  # one copy of each
                          np.concatenate([kept.starts, fresh.starts + offset]),
                          np.concatenate([kept.lengths, fresh.lengths]), np.concatenate([kept.footers, fresh.footers]))
 
