@@ -397,6 +397,39 @@ def test_a_full_disk_while_spilling_held_rows_fails_the_rebuild_and_keeps_the_ol
     assert not [path for path in (directory / "out").iterdir() if "tfrbeam-" in path.name]  # no staging left
 
 
+def test_a_held_rows_file_changed_on_disk_fails_the_rebuild_in_one_line_and_nothing_else_changes(
+        small, monkeypatch, capsys):
+    """A spilled held batch whose file changes after it is written (one flipped value byte still decodes): the
+    build fails in one line naming the file, the old dataset and everything else under out/ stay as they were."""
+    from tests.integration.sandbox import snapshot
+    from tfrbeam.build import held_rows
+
+    directory, reference = small
+    config = generated_config(directory, "changed-held")
+    assert _build(directory, config) == 0
+    before = snapshot(directory / "out")
+    real_write, damaged = held_rows._write_batch, []
+
+    def damaging_write(path, batch):
+        spilled = real_write(path, batch)
+        if not damaged:
+            damaged.append(path)
+            data = bytearray(pathlib.Path(path).read_bytes())
+            data[len(data) // 2] ^= 0x01
+            pathlib.Path(path).write_bytes(bytes(data))
+        return spilled
+
+    monkeypatch.setattr(held_rows, "_write_batch", damaging_write)
+    capsys.readouterr()
+    assert _build(directory, config, "--overwrite", "--memory_store_bytes=0") == 1
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("tfrbeam build: error: ShuffledDataError: ") and "\n" not in error
+    assert damaged and f"{damaged[0]}: held rows spilled there fail their CRC32C" in error
+    assert snapshot(directory / "out") == before  # the failed run's staging directory is gone too
+    assert _shard_bytes(directory / "out" / "changed-held") == reference
+    assert held_rows.runs_holding_rows() == []
+
+
 def test_a_failed_build_holds_no_rows_afterwards(tmp_path, monkeypatch, capsys):
     """A bucket that fails leaves the other buckets' held rows; the failed build's cleanup frees them."""
     from tfrbeam.build import commit
