@@ -58,6 +58,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
@@ -107,15 +108,47 @@ def build_config(fmt: str, input_path: pathlib.Path, output_path: pathlib.Path) 
 def run_measured(command: list[str]) -> tuple[float, int, float, float]:
     """Run a command; its wall time, peak RSS in bytes, CPU seconds (user + system) and system CPU seconds alone
     (from wait4's rusage)."""
+    return run_measured_with_own_cpu(command)[:4]
+
+
+def run_measured_with_own_cpu(command: list[str]) -> tuple[float, int, float, float, float]:
+    """``run_measured``, and the CPU seconds the command's process spent itself, its children apart (a build's
+    launcher without its workers): its last reading in /proc, taken every 20 ms until it exits."""
     started = time.perf_counter()
     process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    own = _OwnCpu(process.pid)
+    own.start()
     _, status, usage = os.wait4(process.pid, 0)
     seconds = time.perf_counter() - started
+    own.join()
     stderr = process.stderr.read().decode("utf-8", "replace")
     process.stderr.close()
     if os.waitstatus_to_exitcode(status) != 0:
         raise RuntimeError(f"{' '.join(command)} failed:\n{stderr[-3000:]}")
-    return seconds, usage.ru_maxrss * 1024, usage.ru_utime + usage.ru_stime, usage.ru_stime
+    return seconds, usage.ru_maxrss * 1024, usage.ru_utime + usage.ru_stime, usage.ru_stime, own.seconds
+
+
+class _OwnCpu(threading.Thread):
+    """Reads one process's own user + system CPU seconds (fields 14 and 15 of /proc/PID/stat) until it is gone.
+
+    Those fields count its own threads only (what its reaped children spent is in fields 16 and 17): so this is
+    a build's launcher without its fork server and workers, to the last 20 ms.
+    """
+
+    def __init__(self, pid: int):
+        super().__init__(daemon=True)
+        self._path, self.seconds = f"/proc/{pid}/stat", 0.0
+
+    def run(self) -> None:
+        ticks = os.sysconf("SC_CLK_TCK")
+        while True:
+            try:
+                with open(self._path, encoding="ascii") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except OSError:
+                return
+            self.seconds = (int(fields[11]) + int(fields[12])) / ticks
+            time.sleep(0.02)
 
 
 def compile_bytecode() -> None:
@@ -146,13 +179,13 @@ def _ours_command(fmt: str, input_path: pathlib.Path, work: pathlib.Path, name: 
 
 
 def run_ours(fmt: str, input_path: pathlib.Path, work: pathlib.Path, workers: int = 1,
-             piece_store: str = "auto") -> tuple[float, int, float, int, float]:
-    """Ours on ``input_path``: wall s, peak RSS, CPU s, output bytes and system CPU s."""
+             piece_store: str = "auto") -> tuple[float, int, float, int, float, float]:
+    """Ours on ``input_path``: wall s, peak RSS, CPU s, output bytes, system CPU s and the launching process's own CPU s."""
     command, output = _ours_command(fmt, input_path, work, f"ours-{fmt}", workers, piece_store)
-    seconds, rss, cpu, system = run_measured(command)
+    seconds, rss, cpu, system, launcher = run_measured_with_own_cpu(command)
     manifest = json.loads((output / "dataset_info.json").read_text())
     size = sum(split["num_bytes"] for split in manifest["splits"].values())
-    return seconds, rss, cpu, size, system
+    return seconds, rss, cpu, size, system, launcher
 
 
 def run_side_by_side(fmt: str, input_path: pathlib.Path, work: pathlib.Path, copies: int) -> tuple[float, int, float, int]:
@@ -195,7 +228,7 @@ def one_row_input(fmt: str, input_path: pathlib.Path, work: pathlib.Path) -> pat
 
 
 def run_fixed_cost(fmt: str, input_path: pathlib.Path, work: pathlib.Path, workers: int = 1,
-                   piece_store: str = "auto") -> tuple[float, int, float, int, float]:
+                   piece_store: str = "auto") -> tuple[float, int, float, int, float, float]:
     """Ours on the first row only: the build's fixed cost (start-up, planning, runner, commit), whole process."""
     return run_ours(fmt, one_row_input(fmt, input_path, work), work, workers, piece_store)
 
@@ -378,7 +411,8 @@ def main() -> None:
         if args.workers > 1:
             print(f"{fmt:<8} {describe_side_by_side(side_by_side, in_process, ours[stores[0], args.workers])}",
                   flush=True)
-            for line in describe_scaling(args.rows, in_process, fixed, ours[stores[0], args.workers], args.workers):
+            for line in describe_scaling(args.rows, in_process, fixed, ours[stores[0], args.workers], fixed_workers,
+                                         args.workers):
                 print(f"{fmt:<8} {line}", flush=True)
         print(f"{fmt:<8} {describe_bound(ours[stores[0], 1], fixed, [run[0] * args.rows / baseline_rows for run in base])}",
               flush=True)
@@ -534,33 +568,48 @@ def describe_side_by_side(side_by_side: list, in_process: list, with_workers: li
 SCALING_CORES = (4, 8, 16, 32)
 
 
-def describe_scaling(rows: int, in_process: list, fixed: list, with_workers: list, workers: int) -> list[str]:
+def describe_scaling(rows: int, in_process: list, fixed: list, with_workers: list, fixed_workers: list,
+                     workers: int) -> list[str]:
     """The scaling model (tfrbeam/build/runners.py ScalingModel) fitted to this run, and its predictions.
 
-    From this run: the fixed cost (a one-row build's wall), the in-process per-row CPU, the workers'
-    CPU over the in-process build's, and the efficiency that makes the model give the measured
-    ``workers`` wall time; the launcher's share of the per-row CPU is the profiled constant
-    (benchmarks/profile_workers.py). Medians over the repeats.
+    Every figure from this run, each the median over the repeats: the fixed cost (the workers' one-row build, wall),
+    the in-process build's CPU per row beyond its one-row build and the cores it keeps busy doing it, the workers'
+    CPU per row over that (beyond their own one-row build), the launching process's own CPU per row over that (its
+    work beyond the one-row build: it carries the elements between the workers' stages), and the efficiency that
+    makes the model give the measured ``workers`` wall time. Also printed as the constants ``auto`` weighs.
     """
-    from tfrbeam.build.runners import LAUNCHER_CPU_SHARE, ScalingModel
+    from tfrbeam.build.runners import ScalingModel
 
-    fixed_seconds = statistics.median(one[0] for one in fixed)
-    per_row = statistics.median((run[2] - one[2]) / rows for run, one in zip(in_process, fixed))
-    ratio = statistics.median(run[2] / one[2] for run, one in zip(with_workers, in_process))
-    spread = rows * per_row * ratio / workers
-    efficiency = spread / max(statistics.median(run[0] for run in with_workers) - fixed_seconds, 1e-9)
-    model = ScalingModel(fixed_seconds, per_row, ratio, LAUNCHER_CPU_SHARE, efficiency)
-    lines = [f"scaling model from this run: fixed {fixed_seconds:.2f} s, {per_row * 1e6:.2f} CPU-us per row in process, "
-             f"{ratio:.2f}x that on workers, {workers} workers at efficiency {efficiency:.2f}, launcher "
-             f"{LAUNCHER_CPU_SHARE:.2f}x the per-row CPU on one core (profiled); predicted, not measured:"]
+    def beyond(run: tuple, one: tuple, field: int) -> float:
+        return run[field] - one[field]
+
+    per_row = statistics.median(beyond(run, one, 2) / rows for run, one in zip(in_process, fixed))
+    cores = statistics.median(beyond(run, one, 2) / beyond(run, one, 0) for run, one in zip(in_process, fixed))
+    ratio = statistics.median(beyond(run, one, 2) / beyond(reference, reference_one, 2)
+                              for run, one, reference, reference_one in zip(with_workers, fixed_workers, in_process, fixed))
+    launcher = statistics.median(beyond(run, one, 5) / beyond(reference, reference_one, 2)
+                                 for run, one, reference, reference_one in zip(with_workers, fixed_workers, in_process, fixed))
+    fixed_seconds = statistics.median(one[0] for one in fixed_workers)
+    model = ScalingModel(fixed_seconds, per_row, ratio, launcher, 1.0, in_process_cores=cores)
+    busy = model.predict(rows, workers, NUM_SHARDS).seconds - fixed_seconds  # at efficiency 1
+    efficiency = busy / max(statistics.median(run[0] for run in with_workers) - fixed_seconds, 1e-9)
+    model = dataclasses.replace(model, worker_efficiency=efficiency)
+    lines = [f"scaling model from this run: fixed {fixed_seconds:.2f} s (the workers' one-row build), in process "
+             f"{per_row * 1e6:.2f} CPU-us per row on {cores:.2f} cores, workers {ratio:.2f}x that per row, {workers} "
+             f"workers at efficiency {efficiency:.2f}, the launcher {launcher:.3f}x it on one core; predicted, not measured:",
+             f"  as auto's constants (tfrbeam/build/runners.py): OUT_OF_PROCESS_CPU_RATIO = {ratio:.2f}, "
+             f"IN_PROCESS_CORES = {cores:.2f}, LAUNCHER_CPU_SHARE = {launcher:.3f}, WORKER_EFFICIENCY = {efficiency:.2f}"]
     # A runner whose workers pass elements to each other (Dataflow's shuffle) has no launcher to cap it.
     distributed = dataclasses.replace(model, launcher_cpu_share=0.0)
     for label, count in ((f"{rows:,} rows", rows), ("1,000,000,000 rows", 1_000_000_000)):
+        alone = dataclasses.replace(model, fixed_seconds=statistics.median(one[0] for one in fixed))
+        lines.append(f"  {label}, in process: {count / alone.in_process_seconds(count):,.0f} rows/s")
         for runner, fitted in (("local workers", model), ("without a launcher", distributed)):
             cells = []
-            for cores in SCALING_CORES:
-                prediction = fitted.predict(count, cores, NUM_SHARDS)
-                cells.append(f"{cores} cores {prediction.rows_per_second:,.0f} rows/s (cap: {prediction.cap.split(' (')[0]})")
+            for cores_count in SCALING_CORES:
+                prediction = fitted.predict(count, cores_count, NUM_SHARDS)
+                cells.append(f"{cores_count} cores {prediction.rows_per_second:,.0f} rows/s "
+                             f"(cap: {prediction.cap.split(' (')[0]})")
             lines.append(f"  {label}, {NUM_SHARDS} shards, {runner}: " + "; ".join(cells))
     return lines
 
