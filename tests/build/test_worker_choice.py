@@ -9,6 +9,8 @@ import pytest
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
 
 from tfrbeam.build.runners import (
+    OUT_OF_PROCESS_CPU_RATIO,
+    WORKER_EFFICIENCY,
     WORKERS_MIN_INPUT_BYTES,
     ScalingModel,
     WorkerChoice,
@@ -43,22 +45,29 @@ def test_a_count_that_is_not_positive_is_refused(given):
 
 
 def test_auto_stays_in_process_where_workers_cannot_pay():
-    """On 2 and 3 cores the model is below the 1.3x workers must reach (2 workers measured 0.82x), whatever the input."""
+    """On 2 cores the model is below the 1.3x workers must reach, whatever the input; from 3 cores it is above."""
     small = _choice(input_bytes=WORKERS_MIN_INPUT_BYTES - 1, cores=64)
     assert small.mode == "in_process" and "too little" in small.reason
     two_cores = _choice(cores=2)
-    assert two_cores.mode == "in_process" and "0.82x" in two_cores.reason
-    assert _choice(cores=3).mode == "in_process" and _choice(cores=4).mode == "multi_processing"
-    assert predicted_worker_gain(2) < predicted_worker_gain(3) < 1.3 <= predicted_worker_gain(4)
+    assert two_cores.mode == "in_process" and f"{predicted_worker_gain(2):.2f}x" in two_cores.reason
+    assert _choice(cores=3).mode == "multi_processing" and _choice(cores=4).mode == "multi_processing"
+    assert predicted_worker_gain(2) < 1.3 <= predicted_worker_gain(3) < predicted_worker_gain(4)
     assert predicted_worker_gain(64) == predicted_worker_gain(32)  # the launcher's one core caps the gain
+
+
+def test_the_model_gives_what_two_workers_measured():
+    """`python -m benchmarks.build --rows 3000000 --workers 2 --repeats 3` (2026-12-05, 20:10 UTC): 2 workers gave
+    0.93x (CSV) and 1.12x (Parquet) the in-process rows/s with their start paid; the model, fitted to that run, is
+    between the two (it was 0.82x with the constants of 2026-12-03, before forked workers and 12-byte pieces)."""
+    assert 0.93 <= predicted_worker_gain(2) <= 1.12
 
 
 def test_the_scaling_model_names_the_stage_that_caps_it():
     """Workers' CPU paces small core counts; the launcher's one core caps the rest; shards cap the writers."""
     model = ScalingModel(fixed_seconds=4.0, in_process_cpu_per_row=7e-6)
     rows = 100_000_000
-    speeds = [model.predict(rows, cores, shards=64).rows_per_second for cores in (2, 4, 8, 16, 32)]
-    assert speeds[0] < speeds[1] < speeds[2] and speeds[2] == speeds[3] == speeds[4]
+    speeds = [model.predict(rows, cores, shards=64).rows_per_second for cores in (2, 4, 8, 16, 32, 64)]
+    assert speeds[0] < speeds[1] < speeds[2] < speeds[3] < speeds[4] == speeds[5]
     assert "spread over the workers" in model.predict(rows, 4, shards=64).cap
     assert "launching process" in model.predict(rows, 32, shards=64).cap
     no_launcher = ScalingModel(fixed_seconds=4.0, in_process_cpu_per_row=7e-6, launcher_cpu_share=0.0, write_stage_share=0.5)
@@ -67,7 +76,7 @@ def test_the_scaling_model_names_the_stage_that_caps_it():
     # The fixed cost is paid once: a one-row build takes it, a large one spreads it.
     assert model.predict(1, 8, shards=8).seconds == pytest.approx(4.0, abs=1e-3)
     two = model.predict(3_000_000, 2, shards=8)
-    assert two.seconds == pytest.approx(4.0 + 3_000_000 * 7e-6 * 1.56 / 0.73 / 2)
+    assert two.seconds == pytest.approx(4.0 + 3_000_000 * 7e-6 * OUT_OF_PROCESS_CPU_RATIO / WORKER_EFFICIENCY / 2)
     assert model.in_process_seconds(rows) / model.predict(rows, 2, shards=2).seconds == pytest.approx(
         predicted_worker_gain(2), rel=1e-2)
 

@@ -70,16 +70,18 @@ class WorkerCountOptions(PipelineOptions):
         )
 
 
-# What ``auto`` weighs, measured on the project's 2-core machine (2026-12-03, docs/runners.md; `python -m
-# benchmarks.build --rows 3000000 --formats parquet --ours-only --workers 2`, `python -m benchmarks.profile_workers`):
-# out-of-process workers spend this much more CPU per row than the in-process build, which itself keeps this many
-# cores busy; the launching process carries every element between the workers' stages and spends this share of
-# the in-process build's per-row CPU itself, on one core; and 2 workers reached this share of what the first two
-# figures promise (each worker first spends ~2 CPU-seconds importing Beam, and busy cores run each other slower).
-OUT_OF_PROCESS_CPU_RATIO = 1.56
-IN_PROCESS_CORES = 1.14
-LAUNCHER_CPU_SHARE = 0.35
-WORKER_EFFICIENCY = 0.73
+# What ``auto`` weighs, measured on the project's 2-core machine (2026-12-05, 20:10 UTC, docs/runners.md; `python -m
+# benchmarks.build --rows 3000000 --formats parquet,csv --ours-only --workers 2 --repeats 3`, which fits them to its
+# own run): out-of-process workers spend this much more CPU per row than the in-process build (beyond each one's
+# one-row build), which itself keeps this many cores busy; the launching process carries every element between the
+# workers' stages and spends this share of the in-process build's per-row CPU itself, on one core; and 2 workers
+# reached this share of what those figures promise (busy cores run each other slower). Of each figure, the one of
+# the two formats that promises workers less: CSV's ratio (Parquet 1.14), cores (Parquet 1.25) and efficiency
+# (Parquet 0.88), Parquet's launcher share (CSV 0.055).
+OUT_OF_PROCESS_CPU_RATIO = 1.16
+IN_PROCESS_CORES = 1.43
+LAUNCHER_CPU_SHARE = 0.075
+WORKER_EFFICIENCY = 0.80
 # Workers must be predicted this much faster than the in-process build (the issue's target for 2 workers), and
 # the input big enough that the workers' start (about 3.5 CPU-s each) is a small part of the build.
 WORKERS_MIN_GAIN = 1.3
@@ -129,9 +131,10 @@ def _ram_bytes() -> int:
         return 0
 
 
-# The shard writers' share of a worker's per-row CPU (write shards, plan and route: 1.78 of the 8.68 CPU-seconds
-# per million rows beyond start-up, docs/performance.md): that stage runs on at most one worker per shard.
-WRITE_STAGE_SHARE = 0.2
+# The shard writers' share of the workers' busy time (`python -m benchmarks.stage_times --rows 3000000 --repeats 3`,
+# 2026-12-05 20:21 UTC: 0.46 from Parquet, 0.29 from CSV; the larger kept): that stage runs on at most one worker
+# per shard, so with fewer shards than cores it is what stops more cores from helping.
+WRITE_STAGE_SHARE = 0.46
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,6 +162,7 @@ class ScalingModel:
     launcher_cpu_share: float = LAUNCHER_CPU_SHARE
     worker_efficiency: float = WORKER_EFFICIENCY
     write_stage_share: float = WRITE_STAGE_SHARE
+    in_process_cores: float = IN_PROCESS_CORES  # cores the in-process build keeps busy with its per-row work
 
     def stage_seconds(self, rows: int, cores: int, shards: int) -> dict[str, float]:
         """Wall seconds of the workers' reading side, their shard writers, and the launcher, beyond the fixed cost."""
@@ -180,7 +184,7 @@ class ScalingModel:
 
     def in_process_seconds(self, rows: int) -> float:
         """The in-process build's wall seconds: its per-row CPU over the cores it keeps busy."""
-        return self.fixed_seconds + rows * self.in_process_cpu_per_row / IN_PROCESS_CORES
+        return self.fixed_seconds + rows * self.in_process_cpu_per_row / self.in_process_cores
 
 
 def predicted_worker_gain(workers: int) -> float:
@@ -197,8 +201,8 @@ def choose_workers(options: PipelineOptions, input_bytes: int, cores: int | None
 
     ``auto`` runs workers only on a local in-process-capable runner, for inputs of at least
     WORKERS_MIN_INPUT_BYTES, when ``predicted_worker_gain`` of one worker per core (at most one per
-    WORKER_RAM_BYTES of RAM) reaches WORKERS_MIN_GAIN; otherwise it stays in this process: on 2 and 3
-    cores (2 workers measured 0.82x the in-process build at 3M rows), workers from 4 cores.
+    WORKER_RAM_BYTES of RAM) reaches WORKERS_MIN_GAIN; otherwise it stays in this process: on 2 cores
+    (2 workers measured 0.93x-1.12x the in-process build at 3M rows), workers from 3 cores.
     With ``auto=False`` (rows already in this process's memory) ``auto`` keeps what the options say.
     Raises ConfigError for a count that is not a positive integer, ``--workers`` on a remote runner,
     or a ``--workers`` that contradicts ``--direct_num_workers``/``--direct_running_mode``.
