@@ -37,6 +37,12 @@ the system CPU of writing 512 MB to a new file into pages freed a moment before,
 before. On a virtual machine whose host takes back the guest's free memory, the second costs several times the
 first, and every build pays that on the bytes it writes and the memory it first touches (docs/performance.md).
 
+The scaling model: with --workers N the run also fits tfrbeam/build/runners.py ScalingModel to itself (the workers'
+one-row build as the fixed cost, the in-process CPU per row and the cores it keeps busy, the workers' CPU per row
+beyond their one-row build, the launching process's own CPU read from /proc while it runs, its workers apart, and
+the efficiency that gives the measured wall time), prints its predictions for 4 to 32 cores and prints those
+figures as the constants `--workers auto` weighs (the shard writers' share comes from benchmarks/stage_times.py).
+
 The bound: each repeat also builds a one-row file of the same table (the build's fixed cost:
 interpreter and Beam start-up, planning, starting the runner, the commit). Its wall time plus
 ours' CPU seconds beyond its own, spread perfectly over the machine's cores with no overhead,
