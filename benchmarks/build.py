@@ -69,6 +69,8 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
+from benchmarks.timing import process_cpu
+
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 NUM_SHARDS = 8
 # --external-pool runs ours with each: inline is what `auto` picks on Dataflow, spill what it picks on this runner.
@@ -135,25 +137,19 @@ def run_measured_with_own_cpu(command: list[str]) -> tuple[float, int, float, fl
 
 
 class _OwnCpu(threading.Thread):
-    """Reads one process's own user + system CPU seconds (fields 14 and 15 of /proc/PID/stat) until it is gone.
-
-    Those fields count its own threads only (what its reaped children spent is in fields 16 and 17): so this is
-    a build's launcher without its fork server and workers, to the last 20 ms.
-    """
+    """Reads one process's own CPU seconds (``process_cpu``: its threads, not its children) until it is gone: a
+    build's launcher without its fork server and workers, to the last 20 ms."""
 
     def __init__(self, pid: int):
         super().__init__(daemon=True)
-        self._path, self.seconds = f"/proc/{pid}/stat", 0.0
+        self._pid, self.seconds = pid, 0.0
 
     def run(self) -> None:
-        ticks = os.sysconf("SC_CLK_TCK")
         while True:
             try:
-                with open(self._path, encoding="ascii") as stat:
-                    fields = stat.read().rsplit(")", 1)[1].split()
-            except OSError:
+                self.seconds = process_cpu(self._pid)[0]
+            except (OSError, IndexError, ValueError):
                 return
-            self.seconds = (int(fields[11]) + int(fields[12])) / ticks
             time.sleep(0.02)
 
 

@@ -46,9 +46,8 @@ import time
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from benchmarks.build import REPO_ROOT, baseline_job, build_config, compile_bytecode
+from benchmarks.timing import process_cpu
 from tests.worker_pool import external_worker_pool
-
-_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 class _Sampler:
@@ -96,9 +95,7 @@ class _Sampler:
 
     def _sample(self, pid: int) -> None:
         with contextlib.suppress(OSError, IndexError, ValueError):
-            fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            self.cpu[pid] = (int(fields[11]) + int(fields[12])) / _TICKS
-            self.system[pid] = int(fields[12]) / _TICKS
+            self.cpu[pid], self.system[pid] = process_cpu(pid)
             for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
                 if line.startswith("VmHWM:"):
                     self.peak[pid] = max(self.peak.get(pid, 0), int(line.split()[1]) * 1024)

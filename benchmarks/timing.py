@@ -7,6 +7,7 @@ with older figures, which were best-of-N.
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -69,3 +70,15 @@ def ratio(ours: Runs, baseline: Runs) -> str:
 
 def runs_of(values: Sequence[float]) -> Runs:
     return Runs(tuple(values))
+
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu(pid: int) -> tuple[float, float]:
+    """A process's own CPU seconds (user + system) and its system CPU seconds alone, from /proc/PID/stat (fields 14
+    and 15: its own threads; what its reaped children spent is in fields 16 and 17). OSError once it is gone."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    user, system = int(fields[11]) / _TICKS, int(fields[12]) / _TICKS
+    return user + system, system
