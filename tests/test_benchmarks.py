@@ -54,8 +54,9 @@ def test_the_scaling_model_is_fitted_to_the_run_and_printed_as_autos_constants()
 _SPIN = """
 import sys, time
 end = time.process_time() + float(sys.argv[1])
-while time.process_time() < end:
-    pass
+spins = 0
+while time.process_time() < end:  # burns CPU until the process has spent the seconds asked for
+    spins += 1
 """
 # Spins 0.3 CPU-s itself, then waits for a child that spins 0.8.
 _SPINS_THEN_WAITS_FOR_A_SPINNING_CHILD = f"""

@@ -15,6 +15,7 @@ errors (type, check, offset) and skips are those of ``RecordReader``. Compressed
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import io
 import itertools
@@ -429,9 +430,8 @@ def first_damaged_record(frames: np.ndarray, offsets: np.ndarray) -> tuple[int, 
     # Which record: the first whose length is not the piece's, or the first RecordReader refuses, whichever is earlier.
     wrong_length = np.flatnonzero(stored_lengths != lengths)
     found = (int(wrong_length[0]), "length") if wrong_length.size else None
-    try:
-        for _ in RecordReader(io.BytesIO(memoryview(np.ascontiguousarray(frames[:size]))), None):  # type: ignore[arg-type]  # an ndarray is a buffer
-            pass
+    try:  # read every record, keeping none: RecordReader raises at the first one it refuses
+        collections.deque(RecordReader(io.BytesIO(memoryview(np.ascontiguousarray(frames[:size]))), None), maxlen=0)  # type: ignore[arg-type]  # an ndarray is a buffer
     except RecordError as error:
         refused = int(np.searchsorted(heads, error.offset, side="right")) - 1
         if found is None or refused < found[0]:
