@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import os
 import pathlib
 import runpy
@@ -9,6 +11,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import pytest
@@ -154,22 +157,158 @@ def test_a_build_that_fails_before_its_pipeline_stops_the_fork_server_started_fo
     assert set(pathlib.Path(tempfile.gettempdir()).glob("tfrbeam-workers-*")) == servers_before
 
 
-def test_the_command_line_starts_the_fork_server_before_it_imports_beam():
-    """What ``tfrbeam build`` and ``python -m tfrbeam.build`` run first imports no Beam, so the server's imports
-    overlap with the launcher's."""
-    code = (
-        "import sys\n"
-        "import tfrbeam.cli.main\n"
-        "from tfrbeam.build import fork_server_process as m\n"
-        "m.start_early_server(['c.yaml', '--workers', '2'])\n"
-        "assert 'apache_beam' not in sys.modules, 'Beam was imported first'\n"
-        "assert m._early is not None and m._early.running\n"
-        "m.close_early_server()\n"
-        "print('ok')\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+_LOGGING_CLIENT = """
+import os, sys
+server = sys.argv[2]
+with open(os.environ["CLIENT_LOG"], "a") as log:
+    command = open(f"/proc/{server}/cmdline", "rb").read().decode().replace("\\0", " ").strip()
+    parent = open(f"/proc/{server}/stat").read().rsplit(")", 1)[1].split()[1]
+    log.write(f"{server}|{parent}|{command}\\n")
+os.execv(sys.executable, [sys.executable, "-S", os.environ["REAL_CLIENT"], *sys.argv[1:]])
+"""
+
+_BUILD_WITH_LOGGING_CLIENT = """
+import os, runpy, sys
+from tfrbeam.build import fork_server_process, forked_worker_server
+fork_server_process.CLIENT_SCRIPT = os.environ["LOGGING_CLIENT"]
+if os.environ.get("BREAK_SERVER"):  # the server fails before it listens: forked (as it imports) or started anew
+    forked_worker_server.PRELOADED = ("tfrbeam_no_such_module",)
+    fork_server_process.SERVER_MODULE = "tfrbeam_no_such_module"
+print(os.getpid(), flush=True)
+sys.argv = ["tfrbeam.build", *sys.argv[1:]]
+runpy.run_module("tfrbeam.build", run_name="__main__")
+"""
+
+
+def _run_build_process(tmp_path: pathlib.Path, *arguments: str, temp_dir: pathlib.Path | None = None,
+                       timeout: float = 300, **environ: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """``python -m tfrbeam.build`` (through a driver that only points Beam's worker command at a client that first
+    logs the fork server's pid, parent pid and command line) in ``tmp_path``, with a temp dir of its own."""
+    temp_dir = temp_dir or tmp_path / "tmp"
+    temp_dir.mkdir(exist_ok=True)
+    client, driver = tmp_path / "logging_client.py", tmp_path / "driver.py"
+    client.write_text(_LOGGING_CLIENT)
+    driver.write_text(_BUILD_WITH_LOGGING_CLIENT)
+    environment = {**os.environ, "TMPDIR": str(temp_dir), "CLIENT_LOG": str(tmp_path / "client.log"),
+                   "REAL_CLIENT": CLIENT_SCRIPT, "LOGGING_CLIENT": str(client), **environ}
+    done = subprocess.run([sys.executable, str(driver), *arguments], cwd=tmp_path,
+                          env=environment, capture_output=True, text=True, timeout=timeout)
+    log = tmp_path / "client.log"
+    return done, log.read_text().splitlines() if log.exists() else []
+
+
+def test_the_command_forks_its_fork_server_from_itself_once_beam_is_imported(tmp_path):
+    """``python -m tfrbeam.build --workers 2``: the server both workers come from is the launching process forked
+    (its child, with its command line: no new interpreter imports Beam again), and the shards are the in-process
+    build's; nothing of the server is left after it."""
+    write_demo_data(tmp_path / "demo_data")
+    common = [str(DEMO_CONFIG), "--quiet", "--set", "shuffle.seed=3"]
+    done, calls = _run_build_process(tmp_path, *common, "--set", "output.path=out/two", "--workers", "2")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "ok"
+    launcher = done.stdout.split()[0]
+    assert len(calls) == 2 and len(set(calls)) == 1, calls
+    server, parent, command = calls[0].split("|")
+    assert parent == launcher
+    assert "forked_worker_server" not in command and command.startswith(f"{sys.executable} {tmp_path / 'driver.py'} ")
+    assert list((tmp_path / "tmp").iterdir()) == []  # its socket dir went
+    assert not os.path.exists(f"/proc/{server}")
+    in_process, _ = _run_build_process(tmp_path, *common, "--set", "output.path=out/one")
+    assert in_process.returncode == 0, in_process.stderr
+    one, two = _shard_bytes(tmp_path / "out" / "one"), _shard_bytes(tmp_path / "out" / "two")
+    assert one and one == two
+
+
+def test_a_command_that_fails_before_its_pipeline_stops_the_server_it_forked(tmp_path):
+    """A config error of ``python -m tfrbeam.build --workers 2`` (exit 2): no server process and no socket dir left."""
+    done, calls = _run_build_process(tmp_path, str(tmp_path / "missing.yaml"), "--quiet", "--workers", "2")
+    assert done.returncode == 2 and "missing.yaml" in done.stderr
+    assert calls == [] and list((tmp_path / "tmp").iterdir()) == []
+    launcher = done.stdout.split()[0]
+    assert _children_of(int(launcher)) == []
+
+
+def test_a_temp_dir_deeper_than_a_socket_address_holds_still_gets_its_workers(tmp_path):
+    """TMPDIR whose fork socket path is over the ~107 bytes of an AF_UNIX address (as pytest's own temp dirs can be):
+    the server and its clients reach the socket through its directory; the build ran its 2 workers (it hung)."""
+    write_demo_data(tmp_path / "demo_data")
+    deep = tmp_path / ("deep-" * 20)
+    assert len(str(deep / "tfrbeam-workers-xxxxxxxx" / "fork.sock")) > 108
+    done, calls = _run_build_process(tmp_path, str(DEMO_CONFIG), "--quiet", "--set", "output.path=out", "--workers", "2",
+                                     temp_dir=deep, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert len(calls) == 2
+    assert list(deep.iterdir()) == []
+
+
+def test_a_fork_server_that_cannot_start_fails_the_build_in_one_line(tmp_path):
+    """The server fails while it imports: the build stops with exit 1 and a line that names the server and says what
+    to run instead (Beam's runner waited for ever for the workers), and leaves no process or socket dir."""
+    write_demo_data(tmp_path / "demo_data")
+    done, calls = _run_build_process(tmp_path, str(DEMO_CONFIG), "--quiet", "--set", "output.path=out", "--workers", "2",
+                                     timeout=120, BREAK_SERVER="1")
+    assert done.returncode == 1, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("tfrbeam build: ") or last.startswith("tfrbeam: "), last
+    assert "fork server ended with exit status 1" in last and "--workers 1" in last, last
+    assert "No module named 'tfrbeam_no_such_module'" in done.stderr  # the server's own error, above
+    assert calls == [] and list((tmp_path / "tmp").iterdir()) == [] and not (tmp_path / "out").exists()
+    assert _children_of(int(done.stdout.split()[0])) == []
+
+
+def _children_of(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                if int(pathlib.Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry))
+    return found
+
+
+_FORKING_LAUNCHER = """
+import os, sys, time
+from tfrbeam.build.fork_server_process import WorkerForkServer
+held = open(sys.argv[1], "w")  # as the output's lock is, in a build
+server = WorkerForkServer(fork_this_process=True)
+deadline = time.monotonic() + 60
+while not os.path.exists(server.socket_path) and time.monotonic() < deadline:
+    time.sleep(0.02)
+print(server.forked, sorted(os.readlink(f"/proc/{server._process.pid}/fd/{fd}")
+                            for fd in os.listdir(f"/proc/{server._process.pid}/fd")), flush=True)
+server.close()
+print(server.running, os.path.exists(os.path.dirname(server.socket_path)), flush=True)
+"""
+
+
+def test_a_forked_server_keeps_none_of_the_launchers_files_and_stops_when_closed(tmp_path):
+    """Forked from a process that holds a file open (the output's lock, in a build): the server has only its stdin,
+    stdout, stderr and its sockets; ``close`` ends it and removes its socket dir."""
+    held = tmp_path / "held"
+    done = subprocess.run([sys.executable, "-c", _FORKING_LAUNCHER, str(held)], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    first, second = done.stdout.splitlines()
+    forked, files = first.split(" ", 1)
+    assert forked == "True"
+    targets = ast.literal_eval(files)  # what each of the server's file descriptors is open on
+    assert str(held) not in targets
+    assert all(target == "/dev/null" or target.startswith(("pipe:", "socket:")) for target in targets), targets
+    assert second == "False False"
+
+
+def test_a_process_with_another_thread_starts_the_server_as_a_new_interpreter():
+    """Forking a process whose other threads may hold locks is not safe: the server is then started anew."""
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        with WorkerForkServer(fork_this_process=True) as server:
+            assert not server.forked and server.running
+            command = pathlib.Path(f"/proc/{server._process.pid}/cmdline").read_bytes()
+            assert b"forked_worker_server" in command
+    finally:
+        stop.set()
+        other.join()
 
 
 def _load_client():
@@ -209,16 +348,17 @@ def test_a_forked_worker_that_fails_gives_its_exit_status_to_the_client(tmp_path
 _ORPHANING_LAUNCHER = """
 import sys, time
 from tfrbeam.build.fork_server_process import WorkerForkServer
-server = WorkerForkServer()
+server = WorkerForkServer(fork_this_process=sys.argv[1] == "forked")
 print(server._process.pid, server.socket_path, flush=True)
 time.sleep(600)
 """
 
 
-def test_the_fork_server_leaves_with_its_launcher_and_removes_its_socket():
+@pytest.mark.parametrize("started", ["forked", "new interpreter"])
+def test_the_fork_server_leaves_with_its_launcher_and_removes_its_socket(started):
     """kill -9 of the process that started it: the server is sent SIGTERM by the kernel, exits, removes its socket dir."""
-    launcher = subprocess.Popen([sys.executable, "-c", _ORPHANING_LAUNCHER], cwd=REPO_ROOT, stdout=subprocess.PIPE,
-                                text=True)
+    launcher = subprocess.Popen([sys.executable, "-c", _ORPHANING_LAUNCHER, started], cwd=REPO_ROOT,
+                                stdout=subprocess.PIPE, text=True)
     try:
         assert launcher.stdout is not None
         server_pid, socket_path = launcher.stdout.readline().split()

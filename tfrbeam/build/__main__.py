@@ -6,8 +6,9 @@ import sys
 from tfrbeam.base.startup import imports_without_gc
 from tfrbeam.build.fork_server_process import start_early_server
 
-start_early_server(sys.argv[1:])  # before Beam is imported: the server imports it meanwhile
 with imports_without_gc():
     from tfrbeam.cli.build import main
 
+# Beam is imported and this is still the only thread: the workers' fork server is this process forked.
+start_early_server(sys.argv[1:], fork_this_process=True)
 sys.exit(main())

@@ -38,12 +38,24 @@ def _zombie(pid: int) -> bool:
 
 
 def _connect(path: str, server: int) -> socket.socket:
-    """Connect to the server, waiting while it imports; fails at once if the server process has ended."""
+    """Connect to the server, waiting while it imports; fails at once if the server process has ended.
+
+    Connects through the socket's directory's descriptor, as the server bound it: an AF_UNIX address holds about
+    107 bytes, a deep TMPDIR more.
+    """
+    directory = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        return _connect_by(f"/proc/self/fd/{directory}/{os.path.basename(path)}", server)
+    finally:
+        os.close(directory)
+
+
+def _connect_by(address: str, server: int) -> socket.socket:
     deadline = time.monotonic() + CONNECT_SECONDS
     while True:
         client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            client.connect(path)
+            client.connect(address)
             return client
         except (FileNotFoundError, ConnectionRefusedError):
             client.close()

@@ -1,8 +1,8 @@
 """The fork server of a ``--workers N`` build: imports Beam's SDK harness and tfrbeam once, then forks each SDK worker.
 
-``python -m tfrbeam.build.forked_worker_server SOCKET PARENT_PID``, started by the launching process
-(``tfrbeam.build.fork_server_process.WorkerForkServer``) while it plans and builds the job graph, so the
-imports (about 2 CPU-seconds) overlap with that work and are paid once, not once per worker. Each
+``serve`` runs in the command's own process forked once it imported Beam, or as ``python -m
+tfrbeam.build.forked_worker_server SOCKET PARENT_PID`` (``tfrbeam.build.fork_server_process.WorkerForkServer``
+decides), while the launcher plans and builds the job graph, so the imports are paid once, not once per worker. Each
 client (``forked_worker_client.py``, the command Beam runs per worker) sends its environment; the
 server forks, the child takes that environment and runs Beam's ``sdk_worker_main``, and the
 child's exit status goes back to the client. It serves on one thread (no lock can be held by another
@@ -110,7 +110,7 @@ def serve(path: str, parent: int) -> None:
         # do not walk them, and do not touch (copy) the pages it shares with this process.
         gc.freeze()
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(path)
+        _bind_from_directory(listener, path)
         listener.listen(64)
         _accept_until_orphaned(listener, parent)
     finally:
@@ -118,6 +118,16 @@ def serve(path: str, parent: int) -> None:
             os.unlink(path)
         with contextlib.suppress(OSError):
             os.rmdir(os.path.dirname(path))
+
+
+def _bind_from_directory(listener: socket.socket, path: str) -> None:
+    """Bind to ``path`` through its directory's descriptor (``/proc/self/fd/N/NAME``): an AF_UNIX address holds about
+    107 bytes, a deep TMPDIR more."""
+    directory = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        listener.bind(f"/proc/self/fd/{directory}/{os.path.basename(path)}")
+    finally:
+        os.close(directory)
 
 
 def _accept_until_orphaned(listener: socket.socket, parent: int) -> None:

@@ -4,10 +4,10 @@ Beam's ``multi_processing`` mode starts every SDK worker as ``python -m
 apache_beam.runners.worker.sdk_worker_main``: about 2 CPU-seconds of imports each, before its first
 element, paid again by every worker of every build (a one-row build took 5.2-5.6 s with 2 workers
 against 1.9 s in process). Here a fork server (``forked_worker_server``) imports Beam's SDK harness
-and tfrbeam on another core and forks each worker from there. ``tfrbeam build --workers N`` starts it
-before the command imports Beam itself (``fork_server_process.start_early_server``); otherwise
-(``--workers auto`` choosing workers, ``tfrbeam.build.run``) the launching process starts it as soon as
-it holds the output's lock, while it builds the job graph. Beam still runs a command per worker
+and tfrbeam once and forks each worker from there. ``tfrbeam build --workers N`` forks it from the
+command itself once Beam is imported (``fork_server_process.start_early_server``); otherwise
+(``--workers auto`` choosing workers, ``tfrbeam.build.run``) the launching process starts it as a new
+interpreter as soon as it holds the output's lock, while it builds the job graph. Beam still runs a command per worker
 (``forked_worker_client.py``, standard library only), so the FnApiRunner manages the workers'
 lifetime as before. Linux only (fork and ``PR_SET_PDEATHSIG``); elsewhere Beam starts its own workers.
 """
@@ -55,8 +55,10 @@ class ForkedWorkersRunner(FnApiRunner):
 
     def __init__(self, server: WorkerForkServer):
         super().__init__(default_environment=SubprocessSDKEnvironment.from_command_string(server.worker_command()))
+        self._server = server
 
     def run_pipeline(self, pipeline, options):
+        self._server.wait_until_listening()  # a server that cannot serve fails the build here, instead of hanging it
         direct = options.view_as(DirectOptions)
         mode = direct.direct_running_mode
         direct.direct_running_mode = "in_memory"
@@ -74,7 +76,7 @@ class ForkedWorkersRunner(FnApiRunner):
 def worker_fork_server(options: PipelineOptions, workers: WorkerChoice):
     """A started ``WorkerForkServer`` if this build forks its workers (``forks_workers``), else None; stopped after.
 
-    The server the command line started before Beam was imported (``start_early_server``) is taken
+    The server the command line started before planning (``start_early_server``) is taken
     if there is one, and stopped here too when the plan forks no workers after all.
     """
     early = take_early_server()
@@ -85,5 +87,5 @@ def worker_fork_server(options: PipelineOptions, workers: WorkerChoice):
         return
     with early or WorkerForkServer() as server:
         _LOG.info("forking %s SDK workers from %s%s", workers.count, server.socket_path,
-                  " (started before Beam was imported)" if early is not None else "")
+                  "" if early is None else " (forked from this command)" if early.forked else " (started for this command line)")
         yield server

@@ -23,14 +23,16 @@ _PROGRESS_MIN_BYTES = 4 << 20
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``tfrbeam`` console script."""
+    program_start = argv is None  # the console script: nothing ran before, no thread but this one
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "build":
         from tfrbeam.build.fork_server_process import start_early_server
 
-        start_early_server(argv[1:])  # before Beam is imported: the server imports it meanwhile
         with imports_without_gc():
             from tfrbeam.cli.build import main as build_main
 
+        # With Beam imported: a command's own process forks the workers' fork server from itself.
+        start_early_server(argv[1:], fork_this_process=program_start)
         return build_main(argv[1:])
     parser = _parser()
     args, extras = parser.parse_known_args(argv)
