@@ -248,7 +248,7 @@ def test_a_fork_server_that_cannot_start_fails_the_build_in_one_line(tmp_path):
                                      timeout=120, BREAK_SERVER="1")
     assert done.returncode == 1, done.stderr
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("tfrbeam build: ") or last.startswith("tfrbeam: "), last
+    assert last.startswith(("tfrbeam build: ", "tfrbeam: ")), last
     assert "fork server ended with exit status 1" in last and "--workers 1" in last, last
     assert "No module named 'tfrbeam_no_such_module'" in done.stderr  # the server's own error, above
     assert calls == [] and list((tmp_path / "tmp").iterdir()) == [] and not (tmp_path / "out").exists()
