@@ -303,7 +303,8 @@ def test_a_process_with_another_thread_starts_the_server_as_a_new_interpreter():
     other.start()
     try:
         with WorkerForkServer(fork_this_process=True) as server:
-            assert not server.forked and server.running
+            assert not server.forked
+            server.wait_until_listening()  # (a process just exec'd can show an empty cmdline for a moment)
             command = pathlib.Path(f"/proc/{server._process.pid}/cmdline").read_bytes()
             assert b"forked_worker_server" in command
     finally:
