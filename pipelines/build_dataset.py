@@ -11,5 +11,7 @@ from tfrbeam.base.startup import imports_without_gc
 if __name__ == "__main__":
     with imports_without_gc():
         from tfrbeam.cli.build import main
+    from tfrbeam.build.fork_server_process import start_early_server
 
+    start_early_server(sys.argv[1:], fork_this_process=True)  # as tfrbeam build: --workers N forks its server now
     sys.exit(main())

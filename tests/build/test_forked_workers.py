@@ -176,7 +176,7 @@ if os.environ.get("BREAK_SERVER"):  # the server fails before it listens: forked
     fork_server_process.SERVER_MODULE = "tfrbeam_no_such_module"
 print(os.getpid(), flush=True)
 sys.argv = ["tfrbeam.build", *sys.argv[1:]]
-runpy.run_module("tfrbeam.build", run_name="__main__")
+runpy.run_module(os.environ.get("BUILD_MODULE", "tfrbeam.build"), run_name="__main__")
 """
 
 
@@ -189,7 +189,8 @@ def _run_build_process(tmp_path: pathlib.Path, *arguments: str, temp_dir: pathli
     client, driver = tmp_path / "logging_client.py", tmp_path / "driver.py"
     client.write_text(_LOGGING_CLIENT)
     driver.write_text(_BUILD_WITH_LOGGING_CLIENT)
-    environment = {**os.environ, "TMPDIR": str(temp_dir), "CLIENT_LOG": str(tmp_path / "client.log"),
+    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "TMPDIR": str(temp_dir),
+                   "CLIENT_LOG": str(tmp_path / "client.log"),
                    "REAL_CLIENT": CLIENT_SCRIPT, "LOGGING_CLIENT": str(client), **environ}
     done = subprocess.run([sys.executable, str(driver), *arguments], cwd=tmp_path,
                           env=environment, capture_output=True, text=True, timeout=timeout)
@@ -197,13 +198,15 @@ def _run_build_process(tmp_path: pathlib.Path, *arguments: str, temp_dir: pathli
     return done, log.read_text().splitlines() if log.exists() else []
 
 
-def test_the_command_forks_its_fork_server_from_itself_once_beam_is_imported(tmp_path):
-    """``python -m tfrbeam.build --workers 2``: the server both workers come from is the launching process forked
-    (its child, with its command line: no new interpreter imports Beam again), and the shards are the in-process
-    build's; nothing of the server is left after it."""
+@pytest.mark.parametrize("module", ["tfrbeam.build", "pipelines.build_dataset"])
+def test_the_command_forks_its_fork_server_from_itself_once_beam_is_imported(tmp_path, module):
+    """``python -m tfrbeam.build --workers 2`` (and the pipelines launcher): the server both workers come from is the
+    launching process forked (its child, with its command line: no new interpreter imports Beam again), and the
+    shards are the in-process build's; nothing of the server is left after it."""
     write_demo_data(tmp_path / "demo_data")
     common = [str(DEMO_CONFIG), "--quiet", "--set", "shuffle.seed=3"]
-    done, calls = _run_build_process(tmp_path, *common, "--set", "output.path=out/two", "--workers", "2")
+    done, calls = _run_build_process(tmp_path, *common, "--set", "output.path=out/two", "--workers", "2",
+                                     BUILD_MODULE=module)
     assert done.returncode == 0, done.stderr
     launcher = done.stdout.split()[0]
     assert len(calls) == 2 and len(set(calls)) == 1, calls

@@ -118,7 +118,7 @@ class WorkerForkServer:
     """
 
     def __init__(self, *, fork_this_process: bool = False) -> None:
-        self._directory = tempfile.mkdtemp(prefix="tfrbeam-workers-")  # short: a socket path has ~100 bytes
+        self._directory = tempfile.mkdtemp(prefix="tfrbeam-workers-")  # 0700: only this user reaches the socket
         self.socket_path = os.path.join(self._directory, "fork.sock")
         self.forked = fork_this_process and threading.active_count() == 1
         self._process: subprocess.Popen | _ForkedServer | None = (
