@@ -98,18 +98,24 @@ def test_the_command_line_alone_says_when_the_fork_server_can_start_before_beam_
     assert not command_line_forks_workers(["--help", "--workers", "2"])
 
 
-def _fork_servers_of_this_process() -> list[int]:
-    """The pids of this process's children that run the fork server."""
+def _children_of(pid: int) -> list[int]:
+    """The pids of the live (or not yet reaped) children of process ``pid``."""
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
-            try:
-                stat = pathlib.Path(f"/proc/{entry}/stat").read_text()
-                command = pathlib.Path(f"/proc/{entry}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and b"forked_worker_server" in command:
-                found.append(int(entry))
+            with contextlib.suppress(OSError):
+                if int(pathlib.Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry))
+    return found
+
+
+def _fork_servers_of_this_process() -> list[int]:
+    """The pids of this process's children that run the fork server."""
+    found = []
+    for child in _children_of(os.getpid()):
+        with contextlib.suppress(OSError):
+            if b"forked_worker_server" in pathlib.Path(f"/proc/{child}/cmdline").read_bytes():
+                found.append(child)
     return found
 
 
@@ -256,16 +262,6 @@ def test_a_fork_server_that_cannot_start_fails_the_build_in_one_line(tmp_path):
     assert "No module named 'tfrbeam_no_such_module'" in done.stderr  # the server's own error, above
     assert calls == [] and list((tmp_path / "tmp").iterdir()) == [] and not (tmp_path / "out").exists()
     assert _children_of(int(done.stdout.split()[0])) == []
-
-
-def _children_of(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError):
-                if int(pathlib.Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                    found.append(int(entry))
-    return found
 
 
 _FORKING_LAUNCHER = """

@@ -133,12 +133,12 @@ class WorkerForkServer:
     def wait_until_listening(self, timeout: float = LISTEN_SECONDS) -> None:
         """Return once the server listens. BuildFailedError if it ended first or did not listen in ``timeout`` s:
         Beam's runner would wait for ever for workers that cannot start."""
+        assert self._process is not None  # a closed server serves no build
         deadline = time.monotonic() + timeout
         while not os.path.exists(self.socket_path):
-            status = None if self._process is None else self._process.poll()
-            if status is not None or self._process is None or time.monotonic() > deadline:
-                ended = "was stopped" if self._process is None else (
-                    f"ended with exit status {status}" if status is not None else f"did not listen in {timeout:.0f} s")
+            status = self._process.poll()
+            if status is not None or time.monotonic() > deadline:
+                ended = f"did not listen in {timeout:.0f} s" if status is None else f"ended with exit status {status}"
                 raise BuildFailedError(
                     f"the SDK worker fork server {ended} before the build's workers could start (its error, if any, is "
                     f"on stderr above); run with --workers 1 to build in one process")
