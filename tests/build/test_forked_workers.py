@@ -109,6 +109,11 @@ def _children_of(pid: int) -> list[int]:
     return found
 
 
+def _snapshot(root: pathlib.Path) -> dict[str, bytes | str]:
+    """Every path under ``root``: a file's bytes, "dir" for a directory."""
+    return {str(path.relative_to(root)): "dir" if path.is_dir() else path.read_bytes() for path in root.rglob("*")}
+
+
 def _fork_servers_of_this_process() -> list[int]:
     """The pids of this process's children that run the fork server."""
     found = []
@@ -251,10 +256,14 @@ def test_a_temp_dir_deeper_than_a_socket_address_holds_still_gets_its_workers(tm
 
 def test_a_fork_server_that_cannot_start_fails_the_build_in_one_line(tmp_path):
     """The server fails while it imports: the build stops with exit 1 and a line that names the server and says what
-    to run instead (Beam's runner waited for ever for the workers), and leaves no process or socket dir."""
+    to run instead (Beam's runner waited for ever for the workers), and leaves no process or socket dir: the directory
+    it ran in holds what it held (its inputs unchanged), and only the test harness's own files besides."""
     write_demo_data(tmp_path / "demo_data")
+    before = _snapshot(tmp_path)
     done, calls = _run_build_process(tmp_path, str(DEMO_CONFIG), "--quiet", "--set", "output.path=out", "--workers", "2",
                                      timeout=120, BREAK_SERVER="1")
+    harness = {name: _snapshot(tmp_path)[name] for name in ("driver.py", "logging_client.py", "tmp")}
+    assert _snapshot(tmp_path) == {**before, **harness} and harness["tmp"] == "dir"
     assert done.returncode == 1, done.stderr
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith(("tfrbeam build: ", "tfrbeam: ")), last
