@@ -3,9 +3,12 @@
 Every mutating call passes ``mutating(op, path, action)``, the single point a fault harness wraps
 (tests/faults.py numbers the operations and crashes or fails one), so "a fault at every file
 operation" covers the framing writers, the read indexes, stats, export and the commit alike.
-``write_atomically`` is the one write-then-rename: a temp from ``mkstemp`` beside the target (never
-a guessable or planted name, never a symlink followed), fsynced, then renamed over the target; a
-failure at any step leaves the target as it was and no temp behind. Beam's file systems
+``write_atomically`` is the one write-then-rename: a new temp beside the target (a random name
+created exclusively, never a guessable or planted name, never a symlink followed), fsynced, then
+renamed over the target; a failure at any step leaves the target as it was and no temp behind.
+Every file is created with mode 0666 and the process's umask applied, as ``open()`` creates one: a
+published file is readable by whoever the user's umask lets read it (``mkstemp``'s 0600 made the
+indexes, statistics and exports unreadable to every other user). Beam's file systems
 (``tfrbeam.beam.filesystem``) route their changes through the same ``mutating``.
 """
 
@@ -14,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
-import tempfile
+import secrets
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, BinaryIO, TypeVar, cast
 
@@ -22,6 +25,8 @@ __all__ = ["PARTIAL_INFIX", "atomic_file", "beside", "create", "makedirs", "muta
            "split_target", "write_atomically"]
 
 PARTIAL_INFIX = ".tfrbeam-partial-"  # a file being written, hidden beside its final name
+FILE_MODE = 0o666  # new files: the umask takes away what the user does not give others (0644 under umask 022)
+_TEMP_ATTEMPTS = 100  # random temp names tried before giving up (as mkstemp does)
 
 _T = TypeVar("_T")
 
@@ -72,8 +77,21 @@ def remove(path: str, missing_ok: bool = False) -> None:
 
 def create(path: str, flags: int = os.O_WRONLY | os.O_CREAT | os.O_TRUNC) -> BinaryIO:
     """Open ``path`` for writing (binary), never through a symlink at ``path``."""
-    descriptor = _mutate("create", path, lambda: os.open(path, flags | os.O_NOFOLLOW, 0o644))
+    descriptor = _mutate("create", path, lambda: os.open(path, flags | os.O_NOFOLLOW, FILE_MODE))
     return cast(BinaryIO, os.fdopen(descriptor, "wb"))
+
+
+def _new_temp(path: str) -> tuple[int, str]:
+    """A new file ``.{name}.XXXXXXXX.tmp`` beside ``path``, created exclusively (never a planted file or symlink),
+    with the umask's mode (``mkstemp`` would make it 0600 whatever the umask)."""
+    directory, name = os.path.dirname(path) or ".", os.path.basename(path)
+    for _ in range(_TEMP_ATTEMPTS):
+        temp = os.path.join(directory, f".{name}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE), temp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{directory}: no free temp name for {name} after {_TEMP_ATTEMPTS} tries")
 
 
 @contextlib.contextmanager
@@ -81,8 +99,7 @@ def atomic_file(path: str, fsync: bool = False) -> Iterator[BinaryIO]:
     """A new temp file beside ``path`` to write into; renamed over ``path`` when the block ends, removed on error."""
     directory = os.path.dirname(path) or "."
     makedirs(directory)
-    descriptor, temp = _mutate("create", path, lambda: tempfile.mkstemp(
-        prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory))
+    descriptor, temp = _mutate("create", path, lambda: _new_temp(path))
     try:
         with os.fdopen(descriptor, "wb") as handle:
             try:
@@ -95,7 +112,7 @@ def atomic_file(path: str, fsync: bool = False) -> Iterator[BinaryIO]:
         replace(temp, path)
     except BaseException:
         with contextlib.suppress(OSError):
-            os.remove(temp)  # our own mkstemp name: cleaning it up is not an operation on the user's data
+            os.remove(temp)  # our own exclusive temp name: cleaning it up is not an operation on the user's data
         raise
 
 
