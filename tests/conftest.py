@@ -18,6 +18,9 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
+from tests.storage_servers import FakeGcsServer, GcsEmulator, MotoS3, StoreBucket
+from tfrbeam.base.object_store import forget_object_store_clients
+
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 TESTDATA = pathlib.Path(__file__).resolve().parent / "data"
 
@@ -122,3 +125,56 @@ def parquet_testing() -> pathlib.Path:
 def csv_spectrum() -> pathlib.Path:
     """CSV quoting edge cases with the JSON each should parse to."""
     return _testdata_dir("csv-spectrum")
+
+
+# --- object stores: real servers on 127.0.0.1 (tests/storage_servers.py), one per kind and test process ---
+
+
+@pytest.fixture(scope="session")
+def gcs_server() -> Iterator[GcsEmulator]:
+    with GcsEmulator() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def gcs_precondition_server() -> Iterator[FakeGcsServer]:
+    with FakeGcsServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[MotoS3]:
+    with MotoS3() as server:
+        yield server
+
+
+def _bucket_of(server, monkeypatch) -> StoreBucket:
+    """A new bucket, with the clients' environment pointing at its server for this test (and its child processes)."""
+    for name, value in server.env.items():
+        monkeypatch.setenv(name, value)
+    forget_object_store_clients()
+    return StoreBucket(server)
+
+
+@pytest.fixture
+def gcs_bucket(gcs_server, monkeypatch) -> Iterator[StoreBucket]:
+    yield _bucket_of(gcs_server, monkeypatch)
+    forget_object_store_clients()
+
+
+@pytest.fixture
+def gcs_strict_bucket(gcs_precondition_server, monkeypatch) -> Iterator[StoreBucket]:
+    yield _bucket_of(gcs_precondition_server, monkeypatch)
+    forget_object_store_clients()
+
+
+@pytest.fixture
+def s3_bucket(s3_server, monkeypatch) -> Iterator[StoreBucket]:
+    yield _bucket_of(s3_server, monkeypatch)
+    forget_object_store_clients()
+
+
+@pytest.fixture(params=["gs", "s3"])
+def bucket(request) -> StoreBucket:
+    """A bucket on each kind of object store, in turn."""
+    return request.getfixturevalue("gcs_bucket" if request.param == "gs" else "s3_bucket")

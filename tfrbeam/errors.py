@@ -146,6 +146,11 @@ class ShortWriteError(TfrbeamError):
     """Fewer records reached the output than the pipeline produced: the runner lost data; nothing was published."""
 
 
+class RowCountError(ShortWriteError):
+    """An input's reader gave other than the rows the input announced (a footer, block counts, an index, the table's
+    num_rows), or than its parser found: names the input and both counts; nothing was published."""
+
+
 class ShardMismatchError(TfrbeamError):
     """A shard of a built dataset does not match its manifest entry (record count or byte size).
 
@@ -244,3 +249,29 @@ class MissingShardError(TfrbeamError):
 
     def __reduce__(self):  # exact across processes
         return (type(self), (self.path,))
+
+
+# --- object stores ---
+
+class StorageError(TfrbeamError, OSError):
+    """An object store (GCS, S3) refused or failed a request: names the object, the request and what to do.
+
+    Every storage client's own exceptions become one of these at one boundary
+    (``tfrbeam.base.object_store.storage_error``), never deeper in tfrbeam.
+    """
+
+
+class ObjectNotFoundError(StorageError, FileNotFoundError):
+    """The object (or bucket) does not exist."""
+
+
+class PreconditionFailedError(StorageError, FileExistsError):
+    """A conditional request lost: the object exists (create-if-absent) or changed (replace-if-match)."""
+
+
+class StoragePermissionError(StorageError, PermissionError):
+    """The credentials in use may not do that to that object or bucket."""
+
+
+class StorageUnavailableError(StorageError, ConnectionError):
+    """The store did not answer (connection refused, timed out): nothing is known about the request's effect."""

@@ -50,7 +50,12 @@ LOCAL_FILES = LocalFiles()
 
 
 def files_for(path: str) -> FileAccess:
-    """Local access for local paths; remote paths need the Beam layer's access (imported only then)."""
+    """Local access for local paths, ``pyarrow.fs`` for ``gs://`` and ``s3://``; other schemes need the Beam layer's."""
     if not is_remote(path):
         return LOCAL_FILES
-    raise ValueError(f"{path} is not a local path: pass tfrbeam.beam.filesystem.BEAM_FILES to read it")
+    from tfrbeam.base.object_store import OBJECT_STORE_FILES, is_object_store
+
+    if is_object_store(path):
+        return OBJECT_STORE_FILES
+    raise ValueError(f"{path}: only local, gs:// and s3:// paths are read without Beam; pass "
+                     "tfrbeam.beam.filesystem.BEAM_FILES to read another Beam filesystem")

@@ -18,12 +18,14 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, BinaryIO, TypeVar
 
-from apache_beam.io.filesystem import CompressionTypes, FileMetadata
+from apache_beam.io.filesystem import BeamIOError, CompressionTypes, FileMetadata
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.localfilesystem import LocalFileSystem
+from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, S3Options
 
-from tfrbeam.base import fileops
+from tfrbeam.base import fileops, object_store
 from tfrbeam.base.file_access import is_remote
+from tfrbeam.errors import TfrbeamError
 
 __all__ = [
     "BEAM_FILES",
@@ -50,6 +52,8 @@ __all__ = [
     "report_source_lineage",
     "same_content",
     "split",
+    "storage_settings",
+    "use_pipeline_options",
     "write_bytes",
 ]
 
@@ -60,7 +64,67 @@ _T = TypeVar("_T")
 
 def _mutating(kind: str, path: str, action: Callable[[], _T]) -> _T:
     """Every operation that changes a file goes through layout.fileops.mutating, the one function a fault harness wraps."""
-    return fileops.mutating(kind, path, action)
+    return fileops.mutating(kind, path, lambda: _storage(path, kind, action))
+
+
+def _client_errors(error: BaseException, object_store_path: bool) -> list[BaseException]:
+    """The storage clients' own exceptions inside ``error`` (Beam wraps them in BeamIOError, once or twice).
+
+    On ``gs://`` and ``s3://`` every error is the client's (Beam's S3 IO turns a 404 into an OSError);
+    on other filesystems an OSError is already what callers handle.
+    """
+    details = getattr(error, "exception_details", None)
+    if isinstance(error, BeamIOError) and isinstance(details, dict) and details:
+        return [inner for value in details.values() for inner in _client_errors(value, object_store_path)]
+    if isinstance(error, OSError) and error.args and isinstance(error.args[0], BaseException):
+        return _client_errors(error.args[0], object_store_path)
+    if isinstance(error, TfrbeamError) or (isinstance(error, OSError) and not object_store_path):
+        return []
+    return [error]
+
+
+def _storage(path: str, request: str, action: Callable[[], _T]) -> _T:
+    """Run one request on Beam's FileSystems: a storage client's exception (GCS, S3) becomes our StorageError here.
+
+    Local errors, and OSErrors of filesystems other than object stores, pass through as they are.
+    """
+    try:
+        return action()
+    except Exception as error:
+        inner = _client_errors(error, object_store.is_object_store(path)) if is_remote(path) else []
+        if not inner:
+            raise
+        translated = [object_store.storage_error(each, path, request) for each in inner]
+        chosen = next((each for each in translated if not isinstance(each, FileNotFoundError)), translated[0])
+        raise chosen from error
+
+
+def storage_settings(options: PipelineOptions | None) -> object_store.S3Settings:
+    """Beam's S3 options (``--s3_endpoint_url`` and the rest) as the object-store clients take them."""
+    if options is None:
+        return object_store.S3Settings()
+    s3 = options.view_as(S3Options)
+    verify: bool | str | None = s3.s3_verify
+    if s3.s3_disable_ssl:
+        verify = False
+    return object_store.S3Settings(endpoint_url=s3.s3_endpoint_url, access_key_id=s3.s3_access_key_id,
+                                   secret_access_key=s3.s3_secret_access_key, session_token=s3.s3_session_token,
+                                   region_name=s3.s3_region_name, verify=verify)
+
+
+def use_pipeline_options(options: PipelineOptions | None) -> None:
+    """Let every file operation of this process (Beam's FileSystems and our own requests) use the pipeline's options.
+
+    Beam hands a pipeline's options to its FileSystems only when the pipeline is made; the checks
+    before it (inputs listed, the output probed, the lock taken) need them first, or ``s3://`` has
+    no endpoint or credentials. Under ``STORAGE_EMULATOR_HOST`` Beam's GCS IO gets anonymous
+    credentials (``--no_auth``), as google-cloud-storage gives itself, instead of minutes of retries.
+    """
+    options = options if options is not None else PipelineOptions([])
+    if os.environ.get("STORAGE_EMULATOR_HOST"):
+        options.view_as(GoogleCloudOptions).no_auth = True
+    FileSystems.set_options(options)
+    object_store.configure_s3(storage_settings(options))
 
 
 def join(base: str, *parts: str) -> str:
@@ -84,7 +148,7 @@ def is_local(path: str) -> bool:
 def match(pattern: str) -> dict[str, FileMetadata]:
     """Files matching a glob, by path; {} when nothing matches (or the directory does not exist)."""
     try:
-        results = FileSystems.match([pattern])
+        results = _storage(pattern, "list", lambda: FileSystems.match([pattern]))
     except (OSError, ValueError):
         return {}
     return {meta.path: meta for result in results for meta in result.metadata_list}
@@ -92,7 +156,8 @@ def match(pattern: str) -> dict[str, FileMetadata]:
 
 def match_metadata(pattern: str, limit: int | None = None) -> list[FileMetadata]:
     """The metadata of the files matching one glob (at most ``limit``), in Beam's order; Beam's errors propagate."""
-    return FileSystems.match([pattern], limits=None if limit is None else [limit])[0].metadata_list
+    limits = None if limit is None else [limit]
+    return _storage(pattern, "list", lambda: FileSystems.match([pattern], limits=limits))[0].metadata_list
 
 
 def report_source_lineage(path: str) -> None:
@@ -101,7 +166,7 @@ def report_source_lineage(path: str) -> None:
 
 
 def exists(path: str) -> bool:
-    return FileSystems.exists(path)
+    return _storage(path, "look up", lambda: FileSystems.exists(path))
 
 
 def list_names(directory: str) -> list[str]:
@@ -113,7 +178,7 @@ def list_names(directory: str) -> list[str]:
 
 
 def open_read(path: str) -> BinaryIO:
-    return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    return _storage(path, "open", lambda: FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED))
 
 
 def create(path: str, mime_type: str = "application/octet-stream") -> BinaryIO:
@@ -123,7 +188,7 @@ def create(path: str, mime_type: str = "application/octet-stream") -> BinaryIO:
 
 def read_bytes(path: str) -> bytes:
     with open_read(path) as handle:
-        return handle.read()
+        return _storage(path, "read", handle.read)
 
 
 def read_at_most(path: str, limit: int) -> tuple[bytes | None, int]:
@@ -261,7 +326,7 @@ BEAM_FILES = BeamFiles()
 
 def match_pattern(pattern: str) -> list[FileMetadata]:
     """The files matching one glob; Beam's errors propagate, so the caller can name the config key that gave it."""
-    return FileSystems.match([pattern])[0].metadata_list
+    return _storage(pattern, "list", lambda: FileSystems.match([pattern]))[0].metadata_list
 
 
 def scheme_of(path: str) -> str | None:

@@ -35,13 +35,15 @@ import os
 import posixpath
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from tfrbeam.base import object_store
 from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.filesystem import BEAM_FILES
-from tfrbeam.errors import CommitError, ManifestError, OutputLockedError, OutputNotWritableError
+from tfrbeam.errors import CommitError, ManifestError, OutputLockedError, OutputNotWritableError, PreconditionFailedError
 from tfrbeam.layout.manifest import read_manifest
 from tfrbeam.layout.names import is_staging_name, lock_path, staging_path, staging_prefix
 
@@ -132,15 +134,17 @@ class OutputLock:
     """An exclusive lock on one output; ``acquire`` fails naming the run that holds it.
 
     Locally the lock file is held with ``flock`` while this object is acquired; a file left by a
-    killed run is not locked by anyone and is taken over. On object stores the file's existence is
-    the lock (advisory: an object store offers no create-if-absent through Beam's FileSystems).
+    killed run is not locked by anyone and is taken over. On ``gs://`` and ``s3://`` the lock is an
+    object created only if absent, with a lease the holder renews (``LockLease``).
     """
 
-    def __init__(self, target: str, owner: RunIdentity):
+    def __init__(self, target: str, owner: RunIdentity, lease_seconds: float | None = None):
         self.target = target
         self.owner = owner
+        self.lease_seconds = lease_seconds
         self.path = lock_path(target)
         self._fd: int | None = None
+        self._lease: LockLease | None = None
 
     def holder(self) -> RunIdentity | None:
         """The run that the lock file names (None: no lock file, or an unreadable one)."""
@@ -215,6 +219,11 @@ class OutputLock:
         raise self._busy(self.holder())
 
     def _acquire_remote(self) -> None:
+        if object_store.is_object_store(self.path):
+            self._lease = LockLease.take(self, self.lease_seconds)
+            _HELD[self.path] = self
+            return
+        # Other Beam filesystems offer no create-if-absent: the lock is advisory (create, then read back).
         holder = self.holder()
         if holder is not None and holder.run_id != self.owner.run_id:
             raise self._busy(holder)
@@ -223,10 +232,19 @@ class OutputLock:
             raise self._busy(self.holder())
         _HELD[self.path] = self
 
+    def check_held(self) -> None:
+        """Raise CommitError when this run's lease on an object-store lock was lost (it could not renew it in time)."""
+        if self._lease is not None:
+            self._lease.check()
+
     def release(self) -> None:
         """Remove the lock file if it still names this run, then let go of it."""
         if _HELD.get(self.path) is self:
             del _HELD[self.path]
+        if self._lease is not None:
+            lease, self._lease = self._lease, None
+            lease.release()
+            return
         try:
             if self.names_owner():
                 fs.delete_files([self.path])
@@ -243,6 +261,94 @@ class OutputLock:
 
 
 _HELD: dict[str, OutputLock] = {}  # lock file → the lock this process holds on it
+
+LEASE_SECONDS = 120.0  # an object-store lock whose holder has not renewed it for this long is a dead run's
+
+
+def _lease_record(owner: RunIdentity, seconds: float) -> bytes:
+    record = dataclasses.asdict(owner)
+    record["lease_expires"] = time.time() + seconds
+    record["lease_seconds"] = seconds
+    return json.dumps(record, indent=1).encode("utf-8")
+
+
+def _lease_expired(data: bytes) -> bool:
+    """Whether a lock object's lease has run out (an unreadable one counts as expired only once its run is dead)."""
+    try:
+        expires = json.loads(data.decode("utf-8"))["lease_expires"]
+        return isinstance(expires, (int, float)) and time.time() > expires
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return False
+
+
+class LockLease:
+    """An object-store lock: created only if absent, renewed by a thread of the holder, released by version.
+
+    The object names the run and when its lease ends. A run finding it takes it over only when the
+    lease has run out or the holder is a dead process on this host, and only by a conditional
+    replace of the version it read, so two runs never both win. Renewal is conditional too: a
+    holder that lost its lock (it could not renew in time) learns so at ``check`` before it commits.
+    """
+
+    def __init__(self, lock: OutputLock, token: str, seconds: float):
+        self.lock, self.token, self.seconds = lock, token, seconds
+        self._stop = threading.Event()
+        self._lost: str | None = None
+        self._guard = threading.Lock()
+        self._thread = threading.Thread(target=self._renew_until_stopped, name="tfrbeam-lock-lease", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def take(cls, lock: OutputLock, seconds: float | None = None) -> LockLease:
+        seconds = LEASE_SECONDS if seconds is None else seconds
+        record = _lease_record(lock.owner, seconds)
+        try:
+            return cls(lock, object_store.create_if_absent(lock.path, record), seconds)
+        except PreconditionFailedError:
+            pass
+        found = object_store.read_versioned(lock.path)
+        if found is None:  # released between our two requests: try once more
+            try:
+                return cls(lock, object_store.create_if_absent(lock.path, record), seconds)
+            except PreconditionFailedError:
+                raise lock._busy(lock.holder()) from None
+        data, token = found
+        holder = RunIdentity.from_json(data)
+        dead = holder is not None and holder.run_id != lock.owner.run_id and holder.is_alive() is False
+        if not (dead or _lease_expired(data)):
+            raise lock._busy(holder)
+        try:
+            token = object_store.replace_if_match(lock.path, record, token)
+        except PreconditionFailedError:
+            raise lock._busy(lock.holder()) from None
+        _LOG.warning("taking over the lock of %s, %s", holder.describe() if holder else "an unreadable holder",
+                     "which no longer runs" if dead else "whose lease ran out")
+        return cls(lock, token, seconds)
+
+    def _renew_until_stopped(self) -> None:
+        while not self._stop.wait(self.seconds / 4):
+            with self._guard:
+                if self._stop.is_set():
+                    return
+                try:
+                    self.token = object_store.replace_if_match(
+                        self.lock.path, _lease_record(self.lock.owner, self.seconds), self.token)
+                except PreconditionFailedError as error:
+                    self._lost = f"another run replaced it ({error})"
+                    return
+                except Exception as error:  # an unreachable store: try again at the next beat
+                    _LOG.warning("could not renew the lock %s (%s); trying again", self.lock.path, error)
+
+    def check(self) -> None:
+        if self._lost is not None:
+            raise CommitError(f"{self.lock.target}: this run lost its lock {self.lock.path}: {self._lost}; nothing "
+                              "was published by this run")
+
+    def release(self) -> None:
+        self._stop.set()
+        with self._guard:
+            object_store.delete_if_match(self.lock.path, self.token)
+        self._thread.join(5)
 
 
 @contextlib.contextmanager

@@ -48,6 +48,7 @@ from apache_beam.pvalue import AsList, AsSingleton
 from apache_beam.transforms import window
 from apache_beam.utils.windowed_value import WindowedValue
 
+from tfrbeam.base.object_store import S3Settings, configure_s3
 from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.publish import (
     ABANDONED_NAME,
@@ -155,6 +156,8 @@ class SinkSpec:
     max_bytes_per_shard: int | None
     overwrite: bool
     run_id: str
+    # The pipeline's S3 options, for the lock's own requests on a worker.
+    storage: S3Settings = dataclasses.field(default_factory=S3Settings)
 
     def naming(self) -> ShardNaming:
         return ShardNaming(_resolve(self.file_path_prefix), _resolve(self.file_name_suffix), self.shard_name_template)
@@ -653,6 +656,7 @@ def _size_of(path: str) -> int | None:
 
 
 def _finalize(_: Any, spec: SinkSpec, temp_shards: list[TempShard], expected_records: int) -> list[str]:
+    configure_s3(spec.storage)
     return Finalizer(spec).run(temp_shards, expected_records)
 
 
@@ -676,7 +680,8 @@ class WriteFramedBatches(beam.PTransform):
         self._spec = spec
 
     def expand(self, batches: beam.PCollection) -> beam.PCollection:
-        spec = self._spec
+        fs.use_pipeline_options(batches.pipeline.options)
+        spec = dataclasses.replace(self._spec, storage=fs.storage_settings(batches.pipeline.options))
         refuse_lossy_runner(batches.pipeline, "tfrbeam's TFRecord sink")
         if not batches.is_bounded:
             raise ValueError(

@@ -123,6 +123,7 @@ def plan_build(config: BuildConfig, options: PipelineOptions | None = None, *, o
     OutputExistsError (the output holds another dataset and ``overwrite`` is false) and
     OutputNotWritableError (the output is a file, cannot be created or written, or its disk is full).
     """
+    fs.use_pipeline_options(options)
     if isinstance(config.split_by, SplitFiles):
         inputs, input_splits = list_split_inputs(config.split_by)
     else:
@@ -153,6 +154,7 @@ def plan_rows(config: BuildConfig, schema: pa.Schema, options: PipelineOptions |
     if isinstance(config.split_by, SplitFiles):
         raise ConfigError("splits: file patterns split input files, but these rows come from no files; split them by "
                           "fractions or by a split column")
+    fs.use_pipeline_options(options)
     resolved_input = validate_against_schema(config, schema, where=config.input.path)
     rows = InputFile(config.input.path, input_bytes or 0, None)
     return _planned(config, resolved_input, (rows,), input_bytes if input_bytes is not None else UNKNOWN_ROWS_BYTES,

@@ -1,0 +1,351 @@
+"""Object stores (``gs://``, ``s3://``) without Beam: clients, conditional writes, range reads and their errors.
+
+Two kinds of access live here, each with the client a user already has:
+
+- *Conditional single-object requests* (the output lock, the switch of a commit): the storage
+  clients of Beam's ``gcp`` and ``aws`` extras (``google-cloud-storage``, ``boto3``), which expose
+  GCS preconditions (``ifGenerationMatch``) and S3 conditional writes (``If-None-Match: *``, ``If-Match``).
+- *Reads* by the tools and the training reader: ``pyarrow.fs`` (``GcsFileSystem``, ``S3FileSystem``),
+  a dependency already, with random-access range reads and no Beam import.
+
+Endpoints and credentials come the way the clients take them: ``STORAGE_EMULATOR_HOST`` for GCS,
+``AWS_ENDPOINT_URL`` and the ``AWS_*`` credentials for S3, or Beam's ``--s3_endpoint_url`` family,
+which the Beam layer hands to ``configure_s3``. ``storage_error`` is the one place where a client's
+own exception becomes ours.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from tfrbeam.errors import (
+    ObjectNotFoundError,
+    PreconditionFailedError,
+    StorageError,
+    StoragePermissionError,
+    StorageUnavailableError,
+)
+
+__all__ = [
+    "OBJECT_STORE_FILES", "ObjectPath", "ObjectStoreFiles", "S3Settings", "configure_s3", "create_if_absent",
+    "delete_if_match", "forget_object_store_clients", "is_object_store", "pyarrow_filesystem", "read_versioned",
+    "replace_if_match", "storage_error", "translated",
+]
+
+_T = TypeVar("_T")
+_SCHEMES = ("gs", "s3")
+_RETRY_SECONDS = 20
+
+
+def is_object_store(path: str) -> bool:
+    return path.split("://", 1)[0] in _SCHEMES and "://" in path
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectPath:
+    """``scheme://bucket/key`` split into its parts."""
+
+    scheme: str
+    bucket: str
+    key: str
+
+    @classmethod
+    def parse(cls, path: str) -> ObjectPath:
+        scheme, _, rest = path.partition("://")
+        bucket, _, key = rest.partition("/")
+        if scheme not in _SCHEMES or not bucket:
+            raise ValueError(f"{path} is not a gs:// or s3:// path with a bucket")
+        return cls(scheme, bucket, key)
+
+    def __str__(self) -> str:
+        return f"{self.scheme}://{self.bucket}/{self.key}"
+
+
+@dataclasses.dataclass(frozen=True)
+class S3Settings:
+    """What Beam's S3 options say (``--s3_endpoint_url`` ...); None: what boto3 finds in the environment."""
+
+    endpoint_url: str | None = None
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+    session_token: str | None = None
+    region_name: str | None = None
+    verify: bool | str | None = None
+
+
+_S3 = S3Settings()
+_CLIENTS: dict[str, Any] = {}
+_LOCK = threading.Lock()
+
+
+def configure_s3(settings: S3Settings) -> None:
+    """Use Beam's S3 options (the pipeline's) for every S3 request of this process, as Beam's own S3 IO does."""
+    global _S3
+    if settings != _S3:
+        _S3 = settings
+        forget_object_store_clients()
+
+
+def forget_object_store_clients() -> None:
+    """Drop the cached clients, so the next request reads the environment and settings again (tests move servers)."""
+    with _LOCK:
+        _CLIENTS.clear()
+
+
+def _cached(name: str, make: Callable[[], _T]) -> _T:
+    with _LOCK:
+        if name not in _CLIENTS:
+            _CLIENTS[name] = make()
+        return _CLIENTS[name]
+
+
+def _s3_endpoint() -> str | None:
+    return _S3.endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+
+
+def _gcs_client() -> Any:
+    def make() -> Any:
+        from google.cloud import storage
+
+        if os.environ.get("STORAGE_EMULATOR_HOST"):
+            from google.auth.credentials import AnonymousCredentials
+
+            return storage.Client(project=os.environ.get("GOOGLE_CLOUD_PROJECT", "emulator"),
+                                  credentials=AnonymousCredentials())
+        return storage.Client()
+
+    return _cached("gcs", make)
+
+
+def _s3_client() -> Any:
+    def make() -> Any:
+        import boto3
+
+        return boto3.session.Session().client(
+            "s3", endpoint_url=_s3_endpoint(), aws_access_key_id=_S3.access_key_id,
+            aws_secret_access_key=_S3.secret_access_key, aws_session_token=_S3.session_token,
+            region_name=_S3.region_name, verify=_S3.verify)
+
+    return _cached("s3", make)
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+def _status_of(error: BaseException) -> tuple[int | None, str]:
+    """(HTTP status, the store's error code) of a client exception, where it carries them."""
+    code = getattr(error, "code", None)  # google.api_core exceptions carry the HTTP status
+    if isinstance(code, int):
+        return code, type(error).__name__
+    response = getattr(error, "response", None)  # botocore.exceptions.ClientError
+    if isinstance(response, dict):
+        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        return (status if isinstance(status, int) else None), str(response.get("Error", {}).get("Code", ""))
+    return None, type(error).__name__
+
+
+def _unreachable(error: BaseException) -> bool:
+    names = {cls.__name__ for cls in type(error).__mro__}
+    connection_errors = {"ConnectionError", "EndpointConnectionError", "ConnectTimeoutError", "RetryError",
+                         "ServiceUnavailable", "NewConnectionError", "MaxRetryError", "ReadTimeoutError"}
+    return bool(names & connection_errors) or isinstance(error, (ConnectionError, TimeoutError))
+
+
+def storage_error(error: BaseException, path: str, request: str) -> StorageError:
+    """The one translation of a storage client's exception (google, botocore, pyarrow) into our own error."""
+    if isinstance(error, StorageError):
+        return error
+    status, code = _status_of(error)
+    detail = f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else code}"
+    where = f"{path}: {request}"
+    if status == 404 or code in ("NoSuchKey", "NoSuchBucket", "NotFound") or isinstance(error, FileNotFoundError):
+        return ObjectNotFoundError(f"{where}: no such object or bucket ({detail})")
+    if status in (409, 412) or code in ("PreconditionFailed", "ConditionalRequestConflict"):
+        return PreconditionFailedError(f"{where}: the object changed or already exists ({detail})")
+    if status in (401, 403) or code in ("AccessDenied", "Forbidden", "Unauthorized") or isinstance(error, PermissionError):
+        return StoragePermissionError(
+            f"{where}: permission denied ({detail}); check the credentials in use (GOOGLE_APPLICATION_CREDENTIALS or "
+            "`gcloud auth application-default login` for gs://; AWS_PROFILE or AWS_ACCESS_KEY_ID for s3://)")
+    if _unreachable(error) or (status is not None and status >= 500):
+        return StorageUnavailableError(f"{where}: the object store did not answer ({detail}); try again")
+    return StorageError(f"{where}: the request failed ({detail})")
+
+
+def translated(path: str, request: str, action: Callable[[], _T]) -> _T:
+    """Run one storage request; any client exception comes out as our ``StorageError``, chained."""
+    try:
+        return action()
+    except StorageError:
+        raise
+    except Exception as error:
+        raise storage_error(error, path, request) from error
+
+
+# --------------------------------------------------------------------- conditional writes
+
+
+def read_versioned(path: str) -> tuple[bytes, str] | None:
+    """An object's bytes and its version token (GCS generation, S3 ETag); None when it does not exist."""
+    where = ObjectPath.parse(path)
+
+    def read() -> tuple[bytes, str]:
+        if where.scheme == "gs":
+            blob = _gcs_client().bucket(where.bucket).blob(where.key)
+            data = blob.download_as_bytes()
+            return data, str(blob.generation)
+        response = _s3_client().get_object(Bucket=where.bucket, Key=where.key)
+        return response["Body"].read(), response["ETag"]
+
+    try:
+        return translated(path, "read", read)
+    except ObjectNotFoundError:
+        return None
+
+
+def create_if_absent(path: str, data: bytes) -> str:
+    """Create the object only if no object has that name (GCS ``ifGenerationMatch=0``, S3 ``If-None-Match: *``).
+
+    Returns its version token; raises PreconditionFailedError when another writer's object is there.
+    """
+    where = ObjectPath.parse(path)
+
+    def create() -> str:
+        if where.scheme == "gs":
+            blob = _gcs_client().bucket(where.bucket).blob(where.key)
+            blob.upload_from_string(data, content_type="application/json", if_generation_match=0)
+            return str(blob.generation)
+        return _s3_client().put_object(Bucket=where.bucket, Key=where.key, Body=data, IfNoneMatch="*")["ETag"]
+
+    return translated(path, "create if absent", create)
+
+
+def replace_if_match(path: str, data: bytes, token: str) -> str:
+    """Overwrite the object only if it is still the version ``token`` names; returns the new token."""
+    where = ObjectPath.parse(path)
+
+    def replace() -> str:
+        if where.scheme == "gs":
+            blob = _gcs_client().bucket(where.bucket).blob(where.key)
+            blob.upload_from_string(data, content_type="application/json", if_generation_match=int(token))
+            return str(blob.generation)
+        return _s3_client().put_object(Bucket=where.bucket, Key=where.key, Body=data, IfMatch=token)["ETag"]
+
+    return translated(path, "replace if unchanged", replace)
+
+
+def delete_if_match(path: str, token: str) -> None:
+    """Delete the object only if it is still the version ``token`` names (gone already is fine)."""
+    where = ObjectPath.parse(path)
+
+    def delete() -> None:
+        if where.scheme == "gs":
+            _gcs_client().bucket(where.bucket).blob(where.key).delete(if_generation_match=int(token))
+            return
+        _s3_client().delete_object(Bucket=where.bucket, Key=where.key, IfMatch=token)
+
+    try:
+        translated(path, "delete if unchanged", delete)
+    except ObjectNotFoundError:
+        pass
+
+
+# ----------------------------------------------------------------------------- reads
+
+
+def pyarrow_filesystem(path: str) -> Any:
+    """The ``pyarrow.fs`` file system serving ``path``'s store, set up from the same environment as the clients."""
+    scheme = ObjectPath.parse(path).scheme
+    return _cached(f"pyarrow-{scheme}", _make_gcs_filesystem if scheme == "gs" else _make_s3_filesystem)
+
+
+def _make_gcs_filesystem() -> Any:
+    from pyarrow import fs as pafs
+
+    retry = datetime.timedelta(seconds=_RETRY_SECONDS)
+    emulator = os.environ.get("STORAGE_EMULATOR_HOST")
+    if emulator:
+        scheme, _, host = emulator.rpartition("://")
+        return pafs.GcsFileSystem(anonymous=True, scheme=scheme or "http", endpoint_override=host.rstrip("/"),
+                                  retry_time_limit=retry)
+    return pafs.GcsFileSystem(retry_time_limit=retry)
+
+
+def _make_s3_filesystem() -> Any:
+    from pyarrow import fs as pafs
+
+    options: dict[str, Any] = {}
+    endpoint = _s3_endpoint()
+    if endpoint:
+        scheme, _, host = endpoint.rpartition("://")
+        options.update(endpoint_override=host.rstrip("/"), scheme=scheme or "https")
+    if _S3.access_key_id and _S3.secret_access_key:
+        options.update(access_key=_S3.access_key_id, secret_key=_S3.secret_access_key, session_token=_S3.session_token)
+    region = _S3.region_name or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if region:
+        options["region"] = region
+    return pafs.S3FileSystem(**options)
+
+
+class ObjectStoreFiles:
+    """``tfrbeam.base.file_access.FileAccess`` for ``gs://`` and ``s3://`` over ``pyarrow.fs`` (no Beam import).
+
+    Opened objects are random-access files (``seek``/``read_at`` are ranged GETs), so a reader can
+    read a shard's parts in parallel; every error comes out as our ``StorageError``.
+    """
+
+    def exists(self, path: str) -> bool:
+        from pyarrow import fs as pafs
+
+        info = translated(path, "look up", lambda: pyarrow_filesystem(path).get_file_info(_key(path)))
+        return info.type != pafs.FileType.NotFound
+
+    def is_file(self, path: str) -> bool:
+        from pyarrow import fs as pafs
+
+        info = translated(path, "look up", lambda: pyarrow_filesystem(path).get_file_info(_key(path)))
+        return info.type == pafs.FileType.File
+
+    def size(self, path: str) -> int:
+        from pyarrow import fs as pafs
+
+        info = translated(path, "look up", lambda: pyarrow_filesystem(path).get_file_info(_key(path)))
+        if info.type != pafs.FileType.File:
+            raise ObjectNotFoundError(f"{path}: look up: no such object")
+        return int(info.size)
+
+    def open_read(self, path: str) -> Any:
+        return translated(path, "open", lambda: pyarrow_filesystem(path).open_input_file(_key(path)))
+
+    def list_names(self, directory: str) -> list[str]:
+        from pyarrow import fs as pafs
+
+        prefix = _key(directory).rstrip("/")
+        selector = pafs.FileSelector(prefix, allow_not_found=True, recursive=False)
+        infos = translated(directory, "list", lambda: pyarrow_filesystem(directory).get_file_info(selector))
+        return sorted({info.path[len(prefix) + 1:].split("/")[0] for info in infos if info.path.startswith(prefix + "/")})
+
+    def list_files(self, directory: str) -> dict[str, int]:
+        """Every object under ``directory/`` (recursively), by full path, with its size."""
+        from pyarrow import fs as pafs
+
+        scheme = ObjectPath.parse(directory).scheme
+        selector = pafs.FileSelector(_key(directory).rstrip("/"), allow_not_found=True, recursive=True)
+        infos = translated(directory, "list", lambda: pyarrow_filesystem(directory).get_file_info(selector))
+        return {f"{scheme}://{info.path}": int(info.size) for info in infos if info.type == pafs.FileType.File}
+
+    def join(self, base: str, *parts: str) -> str:
+        return "/".join([base.rstrip("/"), *(part.strip("/") for part in parts)])
+
+
+def _key(path: str) -> str:
+    """``bucket/key``: how pyarrow.fs names an object."""
+    where = ObjectPath.parse(path)
+    return f"{where.bucket}/{where.key}".rstrip("/")
+
+
+OBJECT_STORE_FILES = ObjectStoreFiles()
