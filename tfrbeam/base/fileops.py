@@ -21,8 +21,8 @@ import secrets
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, BinaryIO, TypeVar, cast
 
-__all__ = ["PARTIAL_INFIX", "atomic_file", "beside", "create", "makedirs", "mutating", "partial_path", "remove", "replace",
-           "split_target", "write_atomically"]
+__all__ = ["FILE_MODE", "PARTIAL_INFIX", "atomic_file", "beside", "create", "makedirs", "mutating", "partial_path", "remove",
+           "remove_temp", "replace", "split_target", "staged_file", "write_atomically"]
 
 PARTIAL_INFIX = ".tfrbeam-partial-"  # a file being written, hidden beside its final name
 FILE_MODE = 0o666  # new files: the umask takes away what the user does not give others (0644 under umask 022)
@@ -97,23 +97,42 @@ def _new_temp(path: str) -> tuple[int, str]:
 @contextlib.contextmanager
 def atomic_file(path: str, fsync: bool = False) -> Iterator[BinaryIO]:
     """A new temp file beside ``path`` to write into; renamed over ``path`` when the block ends, removed on error."""
+    with staged_file(path, fsync) as (handle, temp):
+        yield handle
+    try:
+        replace(temp, path)
+    except BaseException:
+        remove_temp(temp)
+        raise
+
+
+@contextlib.contextmanager
+def staged_file(path: str, fsync: bool = False) -> Iterator[tuple[BinaryIO, str]]:
+    """A new temp file beside ``path`` and its name, to write into and rename later (``replace``); removed on error.
+
+    For outputs of many files published together: each is staged, and renamed only once all are whole.
+    """
     directory = os.path.dirname(path) or "."
     makedirs(directory)
     descriptor, temp = _mutate("create", path, lambda: _new_temp(path))
     try:
         with os.fdopen(descriptor, "wb") as handle:
             try:
-                yield cast(BinaryIO, handle)
+                yield cast(BinaryIO, handle), temp
                 handle.flush()
             except OSError as error:
                 raise _naming(error, path) from error
             if fsync:
                 _mutate("fsync", temp, lambda: os.fsync(handle.fileno()))
-        replace(temp, path)
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(temp)  # our own exclusive temp name: cleaning it up is not an operation on the user's data
+        remove_temp(temp)
         raise
+
+
+def remove_temp(temp: str) -> None:
+    """Remove a temp file this process created (``staged_file``); one already gone, or that cannot go, is left."""
+    with contextlib.suppress(OSError):
+        os.remove(temp)  # our own exclusive temp name: cleaning it up is not an operation on the user's data
 
 
 def write_atomically(path: str, data: bytes | bytearray | str = b"", chunks: Iterable[bytes] = (),

@@ -4,10 +4,12 @@
 TFRecord files: ``output_dir/<file>.parquet``), the files and rows of the local export, with the
 export schema of ``tfrbeam.stats.export`` (scalars, fixed_size_lists, lists, nulls for absent
 features) and page checksums on. Each shard is one element: a worker reads it through Beam's
-FileSystems (the manifest too, when the pipeline is built, so ``gs://`` datasets work), writes a
-temp file beside the target and renames it, so a file under its final name is complete, and
-checks its row count against the manifest's. Parquet files already in the target directories
-are refused unless ``overwrite=True``, which deletes them before any shard is written.
+FileSystems (the manifest too, when the pipeline is built, so ``gs://`` datasets work) with its
+own compression, writes a temp file beside the target and checks its row count against the
+manifest's. Only when every shard's temp file is whole does one last step rename them all to their
+final names, so a failed export publishes no file (its hidden ``.<name>.<id>.tmp`` temps may stay
+behind: the runner, not the pipeline, sees the failure). Parquet files already in the target
+directories are refused unless ``overwrite=True``, which deletes export's own in that last step.
 
 ``WriteToParquetWithChecksums`` is Beam's file sink writing Tables with page checksums, for
 pipelines that make their own Tables.
@@ -92,13 +94,13 @@ class ExportToParquet(beam.PTransform):
 
     def expand(self, pbegin):
         plan = self._plan
-        cleared = (pbegin | "StaleFiles" >> beam.Create([self._stale])
-                   | "DeleteStale" >> beam.Map(_delete_files))
+        items = [(record, parquet, expected, plan.compressions[record]) for record, parquet, expected, _ in plan.files]
         return (pbegin
-                | "Shards" >> beam.Create(list(plan.files), reshuffle=False)
+                | "Shards" >> beam.Create(items, reshuffle=False)
                 | "SpreadShards" >> beam.Reshuffle()
-                | "ExportShard" >> beam.ParDo(_ExportShard(plan.schema, plan.compression, self._batch_size),
-                                              beam.pvalue.AsSingleton(cleared)))
+                | "ExportShard" >> beam.ParDo(_ExportShard(plan.schema, self._batch_size))
+                | "AllShards" >> beam.combiners.ToList()
+                | "Publish" >> beam.FlatMap(_publish, self._stale))
 
 
 def _existing_parquet(plan: ExportPlan) -> list[str]:
@@ -112,35 +114,41 @@ def _existing_parquet(plan: ExportPlan) -> list[str]:
     return sorted(found)
 
 
-def _delete_files(paths: Sequence[str]) -> int:
-    if paths:
-        fs.delete_files(list(paths))
-    return len(paths)
+def _publish(staged: Sequence[tuple[str, str]], stale: Sequence[str]) -> Iterator[str]:
+    """Every shard's temp file is whole: delete the stale files (not those the renames replace), then rename each
+    temp to its final name, in file order; gives the final names."""
+    staged = sorted(staged, key=lambda pair: pair[1])
+    finals = {final for _, final in staged}
+    doomed = [path for path in stale if path not in finals]
+    if doomed:
+        fs.delete_files(doomed)
+    for temp, final in staged:
+        fs.rename([(temp, final)])
+        yield final
 
 
 class _ExportShard(beam.DoFn):
-    """One TFRecord file -> its Parquet file: read and written through Beam's FileSystems, temp name then rename."""
+    """One TFRecord file -> a temp Parquet file beside its final name, read (with the file's own compression) and
+    written through Beam's FileSystems; gives (temp, final) for the last step to rename."""
 
-    def __init__(self, schema: pa.Schema, compression: str | None, block_length: int):
+    def __init__(self, schema: pa.Schema, block_length: int):
         super().__init__()
         self._schema = schema
-        self._compression = compression
         self._block_length = block_length
 
-    def process(self, item: tuple[str, str, int | None, str | None], _cleared: int) -> Iterator[str]:
-        record_path, parquet_path, expected, _ = item
+    def process(self, item: tuple[str, str, int | None, str | None]) -> Iterator[tuple[str, str]]:
+        record_path, parquet_path, expected, compression = item
         directory, name = fs.split(parquet_path)
         temp = fs.join(directory, f".{name}.{uuid.uuid4().hex[:12]}.tmp")  # a retried bundle writes its own
         try:
             with fs.open_read(record_path) as records, \
                     fs.create(temp, mime_type="application/x-parquet") as target:
-                rows = write_parquet(records, record_path, target, self._schema, self._compression,
+                rows = write_parquet(records, record_path, target, self._schema, compression,
                                      block_length=self._block_length)
             if expected is not None and rows != expected:
                 raise ManifestError(f"{record_path}: holds {rows} records, but the manifest says {expected}; "
                                     "the shard does not match its dataset (run tfrbeam verify)")
-            fs.rename([(temp, parquet_path)])
         except BaseException:
             fs.delete_files([temp])
             raise
-        yield parquet_path
+        yield temp, parquet_path

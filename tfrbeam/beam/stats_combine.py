@@ -41,17 +41,20 @@ def files_pattern(files: Sequence[str]) -> str | None:
     return pattern if {os.path.normpath(path) for path in matched} == {os.path.normpath(path) for path in files} else None
 
 
-def read_batches(pbegin, label: str, files: Sequence[str], schema: pa.Schema, compression: str | None, batch_size: int):
-    """``ReadExamples`` record batches of ``files``: one read of a glob when one matches exactly those files, else one per
-    file."""
-    pattern = files_pattern(files)
-    patterns = [pattern] if pattern is not None else list(files)
-    reads = [
-        pbegin | f"Read {label} {index}" >> ReadExamples(
-            item, output="record_batches", schema=schema, batch_size=batch_size, compression=compression,
-        )
-        for index, item in enumerate(patterns)
-    ]
+def read_batches(pbegin, label: str, files: Sequence[str], schema: pa.Schema, compressions: Mapping[str, str | None],
+                 batch_size: int):
+    """``ReadExamples`` record batches of ``files``, each read with its own compression (``compressions``): per
+    codec, one read of a glob when one matches exactly that codec's files, else one per file."""
+    by_codec: dict[str | None, list[str]] = {}
+    for path in files:
+        by_codec.setdefault(compressions[path], []).append(path)
+    reads: list[beam.PCollection] = []
+    for codec, paths in by_codec.items():
+        pattern = files_pattern(paths)
+        for item in [pattern] if pattern is not None else paths:
+            reads.append(pbegin | f"Read {label} {len(reads)}" >> ReadExamples(
+                item, output="record_batches", schema=schema, batch_size=batch_size, compression=codec,
+            ))
     return reads[0] if len(reads) == 1 else reads | f"Flatten {label}" >> beam.Flatten()
 
 
@@ -130,7 +133,7 @@ class ComputeDatasetStats(beam.PTransform):
         schema = stats_schema(source.feature_types)
         keyed = []
         for split, files in source.splits.items():
-            batches = read_batches(pbegin, split, files, schema, source.compression, self._batch_size)
+            batches = read_batches(pbegin, split, files, schema, source.compressions, self._batch_size)
             keyed.append(batches | f"Key {split}" >> beam.Map(lambda batch, name=split: (name, batch)))
         per_split = (
             keyed | "FlattenSplits" >> beam.Flatten()

@@ -44,12 +44,16 @@ FILES_SPLIT = "files"  # the split name of plain TFRecord files (no build, no ma
 
 @dataclasses.dataclass(frozen=True)
 class StatsInput:
-    """What statistics read: each split's files, the feature types and shapes, and the files' compression."""
+    """What statistics read: each split's files, the feature types and shapes, and each file's compression.
+
+    The compression is per file, as the readers resolve it: one folder may hold TensorFlow's GZIP,
+    ZLIB and uncompressed files side by side (``cat``, ``verify`` and ``open_dataset`` read them so).
+    """
 
     splits: dict[str, tuple[str, ...]]
     feature_types: dict[str, str]
     shapes: dict[str, Any]
-    compression: str | None
+    compressions: Mapping[str, str | None]  # every file's path: its codec (None, "gzip" or "zlib")
     source: str
     manifest: dict | None = None
     segments: Mapping[str, Segment] = dataclasses.field(default_factory=dict)  # a shard's path: its manifest figures
@@ -87,13 +91,12 @@ def input_from_manifest(directory: str, manifest: Mapping[str, Any], wanted: Seq
                                         files.join)
                           for number, shard in enumerate(manifest["splits"][name]["shards"]))
               for name in names}
-    first = next((path for paths in splits.values() for path in paths), None)
     features = manifest.get("features") or {}
     return StatsInput(
         splits=splits,
         feature_types={name: entry["type"] for name, entry in features.items()},
         shapes={name: entry.get("shape") for name, entry in features.items()},
-        compression=compression_from_name(first) if first is not None else None,
+        compressions={path: compression_from_name(path) for paths in splits.values() for path in paths},
         source=directory,
         manifest=dict(manifest),
     )
@@ -112,8 +115,8 @@ def resolve_input(path: str, splits: Sequence[str] | None = None) -> StatsInput:
     types = {name: feature.dtype for name, feature in dataset.features.items()}
     shapes = {name: list(feature.shape) if hasattr(feature, "shape") else None for name, feature in dataset.features.items()}
     files = tuple(shard.path for shard in dataset.source.files)
-    compression = dataset.source.files[0].compression if dataset.source.files else None
-    return StatsInput({FILES_SPLIT: files}, types, shapes, compression, path)
+    compressions = {shard.path: shard.compression for shard in dataset.source.files}  # open_dataset's, per file
+    return StatsInput({FILES_SPLIT: files}, types, shapes, compressions, path)
 
 
 def _from_build(directory: str, wanted: Sequence[str] | None) -> StatsInput:
@@ -138,7 +141,7 @@ def _from_build(directory: str, wanted: Sequence[str] | None) -> StatsInput:
         splits={name: tuple(shard.path for shard in source.files) for name, source in sources.items()},
         feature_types={name: entry["type"] for name, entry in features.items()},
         shapes={name: entry.get("shape") for name, entry in features.items()},
-        compression=first.files[0].compression if first.files else None,
+        compressions={shard.path: shard.compression for source in sources.values() for shard in source.files},
         source=directory,
         manifest=first.manifest,
         segments={shard.path: _segment(shard, first.generation) for source in sources.values() for shard in source.files},
@@ -237,12 +240,12 @@ def accumulate_splits(source: StatsInput, workers: int | None = None) -> dict[st
     segments = source.segments
     if workers <= 1 or len(tasks) <= 1:
         for split, path in tasks:
-            results[split].merge(accumulate_file(path, source.feature_types, source.compression,
+            results[split].merge(accumulate_file(path, source.feature_types, source.compressions[path],
                                                  segment=segments.get(path)))
         return results
     context = multiprocessing.get_context("spawn")  # no fork of a process that may run threads
     with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        futures = [(split, pool.submit(accumulate_file, path, source.feature_types, source.compression, None, None,
+        futures = [(split, pool.submit(accumulate_file, path, source.feature_types, source.compressions[path], None, None,
                                        segments.get(path)))
                    for split, path in tasks]
         for split, future in futures:  # merged in file order, so sums round the same way on every run

@@ -3,8 +3,10 @@
 Schema: a scalar feature (shape ``[]``) is a scalar column, a fixed-length one (``[n]``) a
 ``fixed_size_list``, a variable-length one a ``list``; a feature some examples lack is nullable
 and null there. Types: int64, float32 (what an Example holds) and binary. Parquet page checksums
-are written (``write_page_checksum``); each file is written to a temp name and renamed, so a file
-under its final name is always complete.
+are written (``write_page_checksum``). Each input file is read with its own compression (a folder
+may mix GZIP, ZLIB and uncompressed files). The export is published as a whole: every file is
+written to a temp name beside its target, and only when all are whole are they renamed to their
+final names; a failure leaves none of them (nor a temp) behind.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ def export_field(name: str, kind: str, shape: Sequence[int] | None, always_prese
 
 def export_schema(features: Mapping[str, Mapping[str, Any]], columns: Sequence[str] | None = None) -> pa.Schema:
     """The export schema of manifest-style features ``{name: {type, shape, always_present}}``, columns in that order."""
-    names = list(columns) if columns else sorted(features)
+    names = list(columns) if columns else list(features)  # a manifest's order: the source's columns
     unknown = [name for name in names if name not in features]
     if unknown:
         raise ConfigError(f"--columns {unknown} are not features of this dataset; it has {sorted(features)}")
@@ -72,7 +74,7 @@ class ExportPlan:
     """Which TFRecord file becomes which Parquet file, with what schema."""
 
     schema: pa.Schema
-    compression: str | None
+    compressions: Mapping[str, str | None]  # each TFRecord path: its codec, as the readers resolve it
     files: tuple[tuple[str, str, int | None, str | None], ...]  # (TFRecord path, Parquet path, records, split)
     segments: Mapping[str, Segment] = dataclasses.field(default_factory=dict)  # a dataset's shards, as checked
 
@@ -130,7 +132,7 @@ def plan_export(
         raise ConfigError(
             "two input files would be exported to the same Parquet file name; export them into separate directories"
         )
-    return ExportPlan(export_schema(features, columns), source.compression, files, source.segments)
+    return ExportPlan(export_schema(features, columns), source.compressions, files, source.segments)
 
 
 def output_path(output_dir: str, parts: Sequence[str], join: Callable[..., str] = os.path.join) -> str:
@@ -193,23 +195,24 @@ def write_parquet(records: str | BinaryIO, name: str, target: str | BinaryIO, sc
     return rows
 
 
-def export_file(record_path: str, parquet_path: str, schema: pa.Schema, compression: str | None = "auto",
-                progress: Callable[[int], None] | None = None, segment: Segment | None = None) -> int:
-    """Write one TFRecord file's Examples as one Parquet file (temp name, then rename); returns the row count.
+def stage_file(record_path: str, parquet_path: str, schema: pa.Schema, compression: str | None = "auto",
+               progress: Callable[[int], None] | None = None, segment: Segment | None = None) -> tuple[str, int]:
+    """Write one TFRecord file's Examples as Parquet to a temp file beside ``parquet_path``; returns (temp, rows).
 
     A dataset's shard comes with its ``segment``: unless its size and record count are the manifest's, no file is left.
     """
-    with fileops.atomic_file(parquet_path) as target:
+    with fileops.staged_file(parquet_path) as (target, temp):
         with checked_shard(segment) if segment is not None else contextlib.nullcontext(record_path) as records:
             rows = write_parquet(records, record_path, target, schema, compression, progress)
         check_shard_records(segment, rows)
-    return rows
+    return temp, rows
 
 
-def _clear_the_way(plan: ExportPlan, overwrite: bool) -> None:
-    """Refuse (or, with ``overwrite``, delete export's own) Parquet files already in the directories the export writes to.
+def _in_the_way(plan: ExportPlan, overwrite: bool) -> list[str]:
+    """The Parquet files already in the directories the export writes to: refused unless ``overwrite``, else
+    those to delete (export's own, see ``files_to_replace``) once the new files are whole.
 
-    Without this, a re-export with fewer shards would leave the old extra files beside the new ones.
+    Without deleting them, a re-export with fewer shards would leave the old extra files beside the new ones.
     """
     directories = sorted({os.path.dirname(target) for _, target, _, _ in plan.files})
     found = sorted(
@@ -218,8 +221,7 @@ def _clear_the_way(plan: ExportPlan, overwrite: bool) -> None:
     )
     if found and not overwrite:
         raise existing_files_error(found)
-    for stale in files_to_replace(plan, found):
-        fileops.remove(stale, missing_ok=True)
+    return files_to_replace(plan, found)
 
 
 def existing_files_error(found: Sequence[str]) -> OutputExistsError:
@@ -230,6 +232,31 @@ def existing_files_error(found: Sequence[str]) -> OutputExistsError:
     )
 
 
+def publish_staged(staged: Sequence[tuple[str, str]], stale: Sequence[str]) -> None:
+    """Delete ``stale`` files, then rename each staged (temp, final) pair; on a failure the files already renamed are
+    removed again and every temp left is removed, so a failed export leaves no file of its own."""
+    published: list[str] = []
+    finals = {final for _, final in staged}
+    try:
+        for path in stale:
+            if path not in finals:  # a file of the new export's name is replaced by its rename, in one step
+                fileops.remove(path, missing_ok=True)
+        for temp, final in staged:
+            fileops.replace(temp, final)
+            published.append(final)
+    except BaseException:
+        _discard(staged, published)
+        raise
+
+
+def _discard(staged: Sequence[tuple[str, str]], published: Sequence[str]) -> None:
+    for temp, _ in staged:
+        fileops.remove_temp(temp)
+    for final in published:
+        with contextlib.suppress(OSError):
+            fileops.remove(final, missing_ok=True)
+
+
 def export_to_parquet(
     path: str, output_dir: str, splits: Sequence[str] | None = None, columns: Sequence[str] | None = None,
     progress: Callable[[int, int | None], None] | None = None, overwrite: bool = False,
@@ -237,14 +264,15 @@ def export_to_parquet(
     """Export a build directory or TFRecord files to Parquet (see ``plan_export``); returns the Parquet paths.
 
     Parquet files already in the target directories are refused unless ``overwrite`` (then export's
-    own are deleted first, see ``files_to_replace``). Shards of a dataset are checked against the
-    manifest: every size before anything is deleted or written, each record count as it is read
-    (a shard that fails leaves no file under its name; the shards before it stay exported).
+    own are deleted, see ``files_to_replace``, once the new files are whole). Shards of a dataset are
+    checked against the manifest: every size before anything is written, each record count as it
+    is read. Every file is staged under a temp name and all are renamed at the end: a failure
+    anywhere leaves no Parquet file of this export (an existing export stays as it was until then).
     ``progress(records_done, records_total_or_None)`` is called after every block.
     """
     plan = plan_export(path, output_dir, splits, columns)
     check_shard_sizes(plan.segments)  # a truncated or replaced shard is refused before anything is deleted or written
-    _clear_the_way(plan, overwrite)
+    stale = _in_the_way(plan, overwrite)
     done = 0
     total = plan.num_records
 
@@ -254,6 +282,14 @@ def export_to_parquet(
         if progress is not None:
             progress(done, total)
 
-    for record_path, parquet_path, _, _ in plan.files:
-        export_file(record_path, parquet_path, plan.schema, plan.compression, advance, plan.segments.get(record_path))
+    staged: list[tuple[str, str]] = []
+    try:
+        for record_path, parquet_path, _, _ in plan.files:
+            temp, _ = stage_file(record_path, parquet_path, plan.schema, plan.compressions[record_path], advance,
+                                 plan.segments.get(record_path))
+            staged.append((temp, parquet_path))
+    except BaseException:
+        _discard(staged, [])
+        raise
+    publish_staged(staged, stale)
     return [parquet_path for _, parquet_path, _, _ in plan.files]
