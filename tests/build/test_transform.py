@@ -104,7 +104,7 @@ def test_write_dataset_keeps_its_rows_out_of_the_job_graph(tmp_path, reference, 
     monkeypatch.setattr(beam.Create, "__init__", recording)
     tfrbeam.write_dataset(table, tmp_path / "api", splits=SPLITS, seed=5, num_shards=3, progress=False)
     assert shard_bytes(tmp_path / "api") == expected
-    assert ((0, 1),) in created  # the one batch, starting at row 1
+    assert ((0, 1, 2000),) in created  # the one batch, starting at row 1, of 2000 rows
     assert not [value for value in created if isinstance(value, SourceBatch)]
     assert not (tmp_path / "api" / "write-dataset-rows.arrow").exists()
 

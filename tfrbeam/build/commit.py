@@ -60,6 +60,7 @@ from tfrbeam.errors import (
     CommitError,
     ManifestError,
     OutputExistsError,
+    RowCountError,
     ShortWriteError,
     TooManyBadRecordsError,
 )
@@ -110,7 +111,7 @@ def _utc_now() -> str:
 
 
 def sum_counts(counts: Sequence[tuple]) -> tuple[int, int]:
-    """Rows read and bad rows over every converted batch's (rows read, bad rows, absent counts)."""
+    """Rows read and bad rows over every converted batch's (rows read, bad rows, absent counts, input, its rows)."""
     rows, bad = 0, 0
     for read, failed, *_ in counts:
         rows += read
@@ -121,9 +122,38 @@ def sum_counts(counts: Sequence[tuple]) -> tuple[int, int]:
 def absent_counts(counts: Sequence[tuple], num_splits: int, num_features: int) -> np.ndarray:
     """Per split and feature, the examples that lack the feature (a null with on_null: omit), summed."""
     total = np.zeros((num_splits, num_features), dtype=np.int64)
-    for _, _, absent in counts:
+    for _, _, absent, *_ in counts:
         total += np.asarray(absent, dtype=np.int64).reshape(num_splits, num_features)
     return total
+
+
+def rows_read_per_input(counts: Sequence[tuple]) -> dict[str, int]:
+    """Each input's rows read (rows and bad rows), over every converted batch's counts."""
+    read: dict[str, int] = {}
+    for rows, _, _, path, _ in counts:
+        read[path] = read.get(path, 0) + rows
+    return read
+
+
+def check_rows_announced(counts: Sequence[tuple], output: str) -> dict[str, int]:
+    """Rows announced = rows read for every input that announced its rows (a footer, block counts, an index, a table's
+    num_rows): the whole file's, where the readers checked each piece. Returns each input's rows read."""
+    read = rows_read_per_input(counts)
+    announced = {path: file_rows for _, _, _, path, file_rows in counts if file_rows is not None}
+    for path, rows in sorted(announced.items()):
+        if read[path] != rows:
+            raise RowCountError(f"{path}: the input announces {rows} rows, but {read[path]} were read (rows and bad "
+                                f"rows); the runner lost or duplicated elements, so nothing was published to {output}")
+    return read
+
+
+def check_dead_letters(dead_letters: Sequence[DeadLetterFile], bad: int, output: str) -> None:
+    """Examples written + dead letters = rows read: every bad row is in a dead-letter file (errors.on_bad_record:
+    dead_letter)."""
+    lettered = sum(item.count for item in dead_letters)
+    if lettered != bad:
+        raise ShortWriteError(f"{output}: {bad} rows were bad, but the dead-letter files hold {lettered}; the runner "
+                              "lost or duplicated elements, so nothing was published (see docs/runners.md)")
 
 
 def too_many_bad(bad: int, rows_read: int, limit: float) -> bool:
@@ -172,6 +202,7 @@ def checked_manifest(plan: BuildPlan, shard_plan: ShardPlan, files: list[Written
                      dead_letters: list[DeadLetterFile], sequence_counts: list[SequenceCounts] | None) -> dict[str, Any]:
     """The bad-row limit and records in = records out hold, or this raises; then the manifest of the staged dataset."""
     rows_read, bad = sum_counts(counts)
+    read_per_input = check_rows_announced(counts, plan.output_path)
     sequences = None
     if plan.config.sequence is not None:
         sequences = SequenceStage.of(plan).zero_counts()
@@ -189,12 +220,15 @@ def checked_manifest(plan: BuildPlan, shard_plan: ShardPlan, files: list[Written
             f"{total_bad} of {rows_read} input rows ({total_bad / max(rows_read, 1):.2%}) were bad{in_groups}, more "
             f"than errors.max_bad_fraction={limit:g} allows; nothing was written to {plan.output_path}{kept}"
         )
+    if plan.dead_letter_path is not None:
+        check_dead_letters(dead_letters, bad + bad_groups_rows, plan.output_path)
     if sequences is None:
         check_every_record_arrived(files, rows_read - bad, plan.output_path)
         absent = absent_counts(counts, len(plan.config.splits), len(plan.features))
-        return build_manifest(plan, shard_plan, files, rows_read, bad, dead_letters, absent)
+        return build_manifest(plan, shard_plan, files, rows_read, bad, dead_letters, absent, read_per_input=read_per_input)
     check_every_sequence_arrived(files, sequences, rows_read - bad, plan.output_path)
-    return build_manifest(plan, shard_plan, files, rows_read, bad + bad_groups_rows, dead_letters, sequences=sequences)
+    return build_manifest(plan, shard_plan, files, rows_read, bad + bad_groups_rows, dead_letters, sequences=sequences,
+                          read_per_input=read_per_input)
 
 
 COMMIT_RECORD = "commit-ready.json"  # in the staging directory: what the launcher publishes after the pipeline
@@ -374,8 +408,9 @@ def check_every_sequence_arrived(files: Sequence[WrittenShard], sequences: Seque
 
 def build_manifest(plan: BuildPlan, shard_plan: ShardPlan, files: Sequence[WrittenShard], rows_read: int, bad: int,
                    dead_letters: Sequence[DeadLetterFile], absent: np.ndarray | None = None,
-                   sequences: SequenceCounts | None = None) -> dict[str, Any]:
-    """The manifest of a finished build; ``sequences`` (the summed counts of a sequence build) makes it a SequenceExample one."""
+                   sequences: SequenceCounts | None = None, read_per_input: dict[str, int] | None = None) -> dict[str, Any]:
+    """The manifest of a finished build; ``sequences`` (the summed counts of a sequence build) makes it a SequenceExample one.
+    ``read_per_input``: each input's rows read, recorded in its ``inputs`` entry (``rows_read``)."""
     config = plan.config
     shards_of = {split_plan.name: sorted((item for item in files if item.split == split_plan.name),
                                          key=lambda item: item.shard) for split_plan in shard_plan.splits}
@@ -402,7 +437,7 @@ def build_manifest(plan: BuildPlan, shard_plan: ShardPlan, files: Sequence[Writt
         "splits": splits,
         "compression": config.output.compression,
         **schema,
-        "inputs": list(plan.inputs),
+        "inputs": [{**entry, "rows_read": (read_per_input or {}).get(entry["path"], 0)} for entry in plan.inputs],
         "config": normalized(config_to_dict(config)),
         "seed": config.shuffle.seed if config.shuffle.enabled else None,
         "order": (

@@ -212,9 +212,10 @@ class _ConvertAndKey(beam.DoFn):
             yield from self._keyer.rows_by_bucket(batch, self._input_index[source.path], lines)
         elif batch.num_rows:
             yield from self._pieces(source, batch, converted.kept_rows, split)
-        # (rows read, bad rows, per split and feature the examples that lack it): the commit checks
-        # the first two against the shards and records presence from the data, not from the schema.
-        yield beam.pvalue.TaggedOutput(_STATS, (rows_read, len(bad_rows), tuple(map(tuple, self._absent.tolist()))))
+        # (rows read, bad rows, per split and feature the examples that lack it, input, its announced rows): the commit
+        # checks the counts against the shards and each input's announcement, and records presence from the data.
+        yield beam.pvalue.TaggedOutput(_STATS, (rows_read, len(bad_rows), tuple(map(tuple, self._absent.tolist())),
+                                                source.path, source.file_rows))
         self._progress(rows_read)
 
     def _pieces(self, source, batch, kept_rows: np.ndarray, split: np.ndarray | None) -> Iterator[KeyedRecords]:

@@ -21,7 +21,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import math
 import os
 import time
 from collections.abc import Generator, Iterator, Mapping, Sequence
@@ -30,6 +29,7 @@ from typing import Any
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
@@ -44,7 +44,7 @@ from tfrbeam.build.inputs.read import converted_ahead
 from tfrbeam.build.launch import BuildResult, build_options, launch, one_line, reporting
 from tfrbeam.build.plan import BuildPlan, plan_rows
 from tfrbeam.build.progress import ProgressCounter, progress_dir
-from tfrbeam.errors import ConfigError, InputError, OutputNotWritableError
+from tfrbeam.errors import ConfigError, InputError, OutputNotWritableError, RowCountError
 
 __all__ = ["ROWS_FORMAT", "ROWS_PER_BATCH", "WriteDataset", "arrow_table", "dataset_config", "write_dataset"]
 
@@ -142,12 +142,15 @@ class _AsSourceBatches(beam.DoFn):
 
     A row's number (its "line" in bad-row messages and dead letters) is its 1-based position in
     its batch. Batches are projected to the plan's columns and cast to the plan's schema where
-    their types differ; a dict that does not fit the schema is a bad row.
+    their types differ. A dict that does not fit the schema is a bad row, never cast
+    (``dict_rows_batch``): a value its column's type cannot hold exactly (5.7 in an int64), a key
+    the schema does not declare; a key it lacks is a null, which the feature's ``on_null`` decides.
     """
 
     def __init__(self, plan: BuildPlan, schema: pa.Schema):
         self._source = plan.config.input.path
         self._schema = pa.schema([schema.field(name) for name in schema.names if name in set(plan.columns)])
+        self._declared = frozenset(schema.names)
         self._progress = progress_dir(plan.staging_dir)
 
     def setup(self) -> None:
@@ -204,22 +207,89 @@ class _AsSourceBatches(beam.DoFn):
         """The gathered dicts as one batch of the schema; rows that do not fit it are bad rows (1-based positions)."""
         rows, self._rows = self._rows, []
         try:
-            batch = pa.RecordBatch.from_pylist(rows, schema=self._schema)
-            return SourceBatch(self._source, np.arange(1, len(rows) + 1, dtype=np.int64), batch)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
+            batch = dict_rows_batch(rows, self._schema, self._declared)
+            return SourceBatch(self._source, np.arange(1, len(rows) + 1, dtype=np.int64), batch, records=len(rows))
+        except _ROW_MISFITS:
             pass  # some row does not fit: find which, row by row
         kept, lines, bad = [], [], []
         for number, row in enumerate(rows, start=1):
             try:
-                pa.RecordBatch.from_pylist([row], schema=self._schema)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError) as error:
+                dict_rows_batch([row], self._schema, self._declared)
+            except _ROW_MISFITS as error:
                 reason = f"does not fit the schema: {error}"
                 bad.append(BadRow(self._source, number, reason, json.dumps(row, default=str, ensure_ascii=False)))
                 continue
             kept.append(row)
             lines.append(number)
-        batch = pa.RecordBatch.from_pylist(kept, schema=self._schema)
-        return SourceBatch(self._source, np.asarray(lines, dtype=np.int64), batch, bad_rows=tuple(bad))
+        batch = dict_rows_batch(kept, self._schema, self._declared)
+        return SourceBatch(self._source, np.asarray(lines, dtype=np.int64), batch, bad_rows=tuple(bad),
+                           records=len(rows))
+
+
+_ROW_MISFITS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError, TypeError, ValueError)
+
+
+def dict_rows_batch(rows: Sequence[Mapping[str, Any]], schema: pa.Schema, declared: frozenset[str]) -> pa.RecordBatch:
+    """Dicts (one per row) as a batch of ``schema``, every value exactly as given, or ValueError naming the key.
+
+    pyarrow's ``from_pylist`` casts what its column's type cannot hold (5.7 into int64 gives 5, a
+    sub-second time into seconds drops it, 1e300 into float32 gives inf): here each column is also
+    built from its values alone and must cast to its type safely and back unchanged, as a table's
+    column is (``batch.cast`` is safe). A key not in ``declared`` (the schema's names) is refused;
+    a missing key is a null.
+    """
+    for row in rows:
+        extra = [key for key in row if key not in declared]
+        if extra:
+            raise ValueError(f"key(s) {', '.join(map(repr, extra))} not in the schema ({', '.join(sorted(declared))}); "
+                             "declare them in schema= or leave them out of the rows")
+    batch = pa.RecordBatch.from_pylist(list(rows), schema=schema)
+    for field_ in schema:
+        _check_exact(field_, [row.get(field_.name) for row in rows], batch.column(field_.name))
+    return batch
+
+
+def _check_exact(field_: pa.Field, values: list[Any], typed: pa.Array) -> None:
+    """``typed`` (``values`` converted to the field's type) holds every value exactly, or ValueError naming one."""
+    try:
+        inferred = pa.array(values, from_pandas=False)
+    except _ROW_MISFITS:
+        return  # values of several Python types: from_pylist took each as the type asks, which refuses a mismatch
+    if inferred.type.equals(field_.type) or pa.types.is_null(inferred.type):
+        return
+    try:
+        safe = pc.cast(inferred, field_.type, safe=True)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+        raise ValueError(f"{field_.name!r}: {_shown_values(values)} does not fit {field_.type} without a change "
+                         f"({error})") from error
+    if _is_floating(field_.type):  # rounding to float32 is the Example's float; an infinity made of a number is not
+        overflow = pc.and_(pc.is_inf(_flat(safe)), pc.invert(pc.is_inf(pc.cast(_flat(inferred), pa.float64()))))
+        if pc.any(overflow).as_py():
+            raise ValueError(f"{field_.name!r}: {_shown_values(values)} is beyond the range of {field_.type}")
+        return
+    try:
+        back = pc.cast(typed, inferred.type)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return  # no way back to compare (the safe cast above already refused every truncation it knows)
+    if not back.equals(inferred):
+        raise ValueError(f"{field_.name!r}: {_shown_values(values)} does not fit {field_.type} without a change")
+
+
+def _is_floating(type_: pa.DataType) -> bool:
+    while pa.types.is_list(type_) or pa.types.is_large_list(type_) or pa.types.is_fixed_size_list(type_):
+        type_ = type_.value_type
+    return pa.types.is_floating(type_)
+
+
+def _flat(array: pa.Array) -> pa.Array:
+    while pa.types.is_list(array.type) or pa.types.is_large_list(array.type) or pa.types.is_fixed_size_list(array.type):
+        array = array.flatten()
+    return array
+
+
+def _shown_values(values: list[Any]) -> str:
+    shown = repr(values[0]) if len(values) == 1 else f"one of {len(values)} values"
+    return shown if len(shown) <= 80 else shown[:77] + "..."
 
 
 class WriteDataset(beam.PTransform):
@@ -264,9 +334,34 @@ class WriteDataset(beam.PTransform):
         return build_rows(rows, self.plan, publish=True, schema=self.schema, what="WriteDataset")
 
 
-def arrow_table(data: Any) -> pa.Table:
+def arrow_table(data: Any, keep_index: bool = False) -> pa.Table:
     """Arrow data in memory as one table: a Table, RecordBatch or RecordBatchReader, anything with ``__arrow_c_stream__``
-    (pandas >= 2.2, Polars, DuckDB relations), a dict of columns, or a list of dicts (one per row; types inferred)."""
+    (pandas >= 2.2, Polars, DuckDB relations), a dict of columns, or a list of dicts (one per row; types inferred).
+
+    A pandas index that pandas exported as columns (``__index_level_0__`` of a filtered frame, or a
+    named index; its schema's pandas metadata names them) is left out unless ``keep_index``: it is
+    the frame's row labels, not its data.
+    """
+    table = _any_table(data)
+    return table if keep_index else without_pandas_index(table)
+
+
+def without_pandas_index(table: pa.Table) -> pa.Table:
+    """The table without the columns its pandas metadata names as the frame's index (a RangeIndex is no column)."""
+    metadata = (table.schema.metadata or {}).get(b"pandas")
+    if metadata is None:
+        return table
+    try:
+        index = json.loads(metadata).get("index_columns") or []
+    except (ValueError, AttributeError):
+        return table  # not pandas' own metadata: nothing to go by
+    names = [name for name in index if isinstance(name, str) and name in table.column_names]
+    if names:
+        _LOG.info("left out the pandas index column(s) %s (keep_index=True keeps them)", ", ".join(names))
+    return table.drop_columns(names) if names else table
+
+
+def _any_table(data: Any) -> pa.Table:
     if isinstance(data, pa.Table):
         return data
     if isinstance(data, pa.RecordBatch):
@@ -290,7 +385,7 @@ def write_dataset(data: Any, path: str | os.PathLike, *, features: Mapping[str, 
                   max_bytes_per_shard: int | str | None = None, compression: str | None = None,
                   errors: str | Mapping[str, Any] | None = None, stats: bool = False, overwrite: bool = False,
                   pipeline_options: PipelineOptions | Sequence[str] | Mapping[str, Any] | None = None,
-                  progress: bool = True, name: str = "table") -> BuildResult | None:
+                  progress: bool = True, name: str = "table", keep_index: bool = False) -> BuildResult | None:
     """Build a tfrbeam dataset at ``path`` from Arrow data in memory, like ``tfrbeam build`` on a Parquet file of it.
 
     ``data``: anything ``arrow_table`` takes (pandas, Polars, DuckDB through ``__arrow_c_stream__``;
@@ -299,10 +394,11 @@ def write_dataset(data: Any, path: str | os.PathLike, *, features: Mapping[str, 
     pipeline runs (``pipeline_options``: Beam's, the FnApiRunner by default) and publishes after
     it. Returns the manifest and summary (None only under Beam's ``--dry_run``); raises our
     one-line TfrbeamErrors (a row's number in messages and dead letters is its 1-based position
-    in the table; ``name`` names the table there).
+    in the table; ``name`` names the table there). A pandas index is left out unless ``keep_index``
+    (see ``arrow_table``).
     """
     started = time.monotonic()
-    table = arrow_table(data)
+    table = arrow_table(data, keep_index)
     config = dataset_config(path, name, features=features, splits=splits, split_key=split_key, shuffle=shuffle,
                             seed=seed, num_shards=num_shards, max_bytes_per_shard=max_bytes_per_shard,
                             compression=compression, errors=errors, stats=stats)
@@ -317,16 +413,17 @@ def write_dataset(data: Any, path: str | os.PathLike, *, features: Mapping[str, 
     # Progress counts the bytes of the columns built from, against this total.
     plan = dataclasses.replace(plan, input_files=(dataclasses.replace(plan.input_files[0], size=table.nbytes),))
     rows_file = fs.join(plan.staging_dir, TABLE_FILE_NAME)
+    batches = table.to_batches(ROWS_PER_BATCH)
 
     def attach(pipeline: beam.Pipeline) -> None:
-        # Only each batch's number and first row go into the pipeline: Beam pickles (and bz2-compresses) what
-        # beam.Create holds, which cost seconds per 20k rows. The rows themselves go to an Arrow IPC file.
+        # Only each batch's number, first row and row count go into the pipeline: Beam pickles (and bz2-compresses)
+        # what beam.Create holds, which cost seconds per 20k rows. The rows themselves go to an Arrow IPC file.
         rows = (pipeline
-                | "Batches" >> beam.Create(_batch_chunks(table), reshuffle=False)
-                | "Rows" >> beam.ParDo(_ReadTableBatches(plan.config.input.path, rows_file, plan.features))
+                | "Batches" >> beam.Create(_batch_chunks(batches), reshuffle=False)
+                | "Rows" >> beam.ParDo(_ReadTableBatches(plan.config.input.path, rows_file, plan.features, table.num_rows))
                 .with_output_types(SourceBatch))
         build_rows(rows, plan, publish=False, schema=table.schema, what="write_dataset")
-        _write_table_file(rows_file, table)  # build_rows made the staging directory
+        _write_table_file(rows_file, table.schema, batches)  # build_rows made the staging directory
 
     with reporting(progress):
         result = launch(plan, options, attach, started)
@@ -335,26 +432,27 @@ def write_dataset(data: Any, path: str | os.PathLike, *, features: Mapping[str, 
     return result
 
 
-def _batch_chunks(table: pa.Table) -> list[tuple[tuple[int, int], ...]]:
-    """The table cut in batches of up to ROWS_PER_BATCH rows, as elements of up to BATCHES_PER_ELEMENT
-    (batch number, its first row's 1-based number) pairs: a few batches an element, so one is converted
-    ahead while the last is keyed, as tfrbeam build's readers do."""
+def _batch_chunks(batches: Sequence[pa.RecordBatch]) -> list[tuple[tuple[int, int, int], ...]]:
+    """The table's batches as elements of up to BATCHES_PER_ELEMENT (batch number, its first row's 1-based number, its
+    rows) triples: a few batches an element, so one is converted ahead while the last is keyed, as tfrbeam build's
+    readers do. Numbered from the batches themselves: a chunked table's batches keep its chunk boundaries, so they
+    are not all ROWS_PER_BATCH rows."""
     starts, first = [], 1
-    for index in range(math.ceil(table.num_rows / ROWS_PER_BATCH)):
-        starts.append((index, first))
-        first += min(ROWS_PER_BATCH, table.num_rows - first + 1)
+    for index, batch in enumerate(batches):
+        starts.append((index, first, batch.num_rows))
+        first += batch.num_rows
     return [tuple(starts[at:at + BATCHES_PER_ELEMENT]) for at in range(0, len(starts), BATCHES_PER_ELEMENT)]
 
 
-def _write_table_file(path: str, table: pa.Table) -> None:
-    """The table as an uncompressed Arrow IPC file of ROWS_PER_BATCH-row batches, for the pipeline's workers to read.
+def _write_table_file(path: str, schema: pa.Schema, batches: Sequence[pa.RecordBatch]) -> None:
+    """The table's batches as an uncompressed Arrow IPC file, for the pipeline's workers to read.
 
     A full disk or the like is OutputNotWritableError naming the file: nothing has run, and the staging
     directory (with the partial file) goes with the run.
     """
     try:
-        with fs.create(path) as handle, pa.ipc.new_file(handle, table.schema) as writer:
-            for batch in table.to_batches(ROWS_PER_BATCH):
+        with fs.create(path) as handle, pa.ipc.new_file(handle, schema) as writer:
+            for batch in batches:
                 writer.write_batch(batch)
     except OSError as error:
         raise OutputNotWritableError(f"{path}: cannot write the rows for the pipeline's workers "
@@ -368,19 +466,23 @@ class _ReadTableBatches(beam.DoFn):
     A local file is memory-mapped (its batches are read without a copy); a remote one is read through Beam's FileSystems.
     """
 
-    def __init__(self, source: str, path: str, specs: Sequence[FeatureSpec]):
-        self._source, self._path, self._specs = source, path, specs
+    def __init__(self, source: str, path: str, specs: Sequence[FeatureSpec], table_rows: int):
+        self._source, self._path, self._specs, self._table_rows = source, path, specs, table_rows
 
-    def process(self, element: tuple[tuple[int, int], ...]) -> Iterator[SourceBatch]:
+    def process(self, element: tuple[tuple[int, int, int], ...]) -> Iterator[SourceBatch]:
         yield from converted_ahead(self._batches(element), self._specs)
 
-    def _batches(self, element: tuple[tuple[int, int], ...]) -> Generator[SourceBatch, None, None]:
+    def _batches(self, element: tuple[tuple[int, int, int], ...]) -> Generator[SourceBatch, None, None]:
         with contextlib.ExitStack() as stack:
             if fs.is_local(self._path):
                 reader = pa.ipc.open_file(stack.enter_context(pa.memory_map(self._path)))
             else:
                 reader = pa.ipc.open_file(pa.PythonFile(stack.enter_context(fs.open_read(self._path)), mode="r"))
-            for index, first in element:
+            for index, first, rows in element:
                 batch = reader.get_batch(index)
-                if batch.num_rows:
-                    yield SourceBatch(self._source, np.arange(first, first + batch.num_rows, dtype=np.int64), batch)
+                if batch.num_rows != rows:  # the staged file is not what was planned: never build from part of it
+                    raise RowCountError(f"{self._source}: batch {index} of the staged rows holds {batch.num_rows} rows, "
+                                     f"the table's batch {rows} (rows {first} on); nothing was published")
+                if batch.num_rows:  # every batch carries the table's num_rows: the commit checks the rows read against it
+                    yield SourceBatch(self._source, np.arange(first, first + batch.num_rows, dtype=np.int64), batch,
+                                      file_rows=self._table_rows)

@@ -98,6 +98,23 @@ def validate_manifest(manifest: Any, where: str, verifiable: bool = False) -> No
             _check_feature(check, entry, f"{key}.{feature}")
     if record_type == SEQUENCE_EXAMPLE and verifiable:
         check.required(manifest, "sequence", "", _is_dict, "an object")
+    _check_inputs(check, manifest)
+
+
+def _check_inputs(check: _Checker, manifest: dict) -> None:
+    """The inputs' rows read, where recorded (manifests before rows_read have none), and at most the rows read in all."""
+    inputs = check.optional(manifest, "inputs", "", lambda value: isinstance(value, list), "a list of inputs")
+    total = 0
+    for number, entry in enumerate(inputs or ()):
+        where = f"inputs[{number}]"
+        if not isinstance(entry, dict):
+            check.fail(where, f"expected an object, got {_show(entry)}")
+        total += check.optional(entry, "rows_read", where, _count, "a non-negative integer") or 0
+    rows_read = check.optional(manifest, "rows_read", "", _count, "a non-negative integer")
+    if rows_read is not None and any(isinstance(entry, dict) and "rows_read" in entry for entry in inputs or ()) \
+            and total != rows_read:
+        check.fail("rows_read", f"{rows_read}, but its inputs list {total} rows read; the manifest is damaged or was "
+                   "edited: rebuild the dataset or restore its manifest")
 
 
 def _check_split(check: _Checker, split: Any, key: str, verifiable: bool) -> None:

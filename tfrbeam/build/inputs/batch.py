@@ -34,6 +34,7 @@ class SourceBatch:
     raw_line_starts the offset of each of those lines in raw (plus the end), and spans the number
     of physical lines of each row; raw_text() slices a row's exact text from them. converted holds
     the batch's feature columns when ReadTabular converted it as it read (``convert_with``).
+    records and file_rows are what the reader's counts are checked against (see ``inputs.read.rows_checked``).
     """
 
     path: str
@@ -49,6 +50,11 @@ class SourceBatch:
     converted: ConvertedBatch | None = None
     null_text: dict[str, pa.Array] | None = None  # per column with nulls: each null cell's token (per-feature nulls)
     null_values: tuple[str, ...] = ()  # the file-wide null tokens, when null_text is set
+    # Rows in = rows out (docs/build-config.md#rows-in-rows-out): the records a text parser found behind this batch
+    # (CSV: pyarrow's records, JSON lines: non-blank lines), which its rows and bad rows must add up to; and the rows
+    # the whole file announces (a footer, block counts, an index, a table's num_rows), for the commit's check.
+    records: int | None = None
+    file_rows: int | None = None
 
     @property
     def first_line(self) -> int:

@@ -454,7 +454,7 @@ def _assemble(path: str, tracker: LineTracker, batch: pa.RecordBatch, record: in
                                f"has {actual} field{'s' if actual != 1 else ''}, expected {expected}", text))
     return SourceBatch(path=path, lines=(stream_lines[~is_invalid] + first_file_line).astype(np.int64), batch=batch,
                        bad_rows=tuple(bad_rows), raw=raw, raw_first_line=first + first_file_line,
-                       raw_line_starts=starts, spans=lines[~is_invalid])
+                       raw_line_starts=starts, spans=lines[~is_invalid], records=last - record + 1)
 
 
 def read_csv_file(path: str, options: CsvOptions, columns: Sequence[str] | None = None,

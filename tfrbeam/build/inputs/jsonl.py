@@ -257,7 +257,7 @@ def parse_jsonl_block(path: str, data: bytes, first_line: int, schema: pa.Schema
             if table.num_rows == len(rows):
                 return SourceBatch(path=path, lines=rows + first_line, batch=_one_batch(table, schema), raw=data,
                                    raw_first_line=first_line, raw_line_starts=line_starts,
-                                   spans=np.ones(len(rows), np.int64))
+                                   spans=np.ones(len(rows), np.int64), records=len(rows))
         except pa.ArrowInvalid:  # a bad line in the block: fall through to the bisection below, which names it
             pass
     texts = {row: data[starts[row]:ends[row]] for row in rows.tolist()}
@@ -269,7 +269,7 @@ def parse_jsonl_block(path: str, data: bytes, first_line: int, schema: pa.Schema
     table = _parse(b"\n".join(texts[row] for row in good), schema) if good else schema.empty_table()
     return SourceBatch(path=path, lines=np.array(good, np.int64) + first_line, batch=_one_batch(table, schema),
                        bad_rows=bad_rows, raw=data, raw_first_line=first_line, raw_line_starts=line_starts,
-                       spans=np.ones(len(good), np.int64))
+                       spans=np.ones(len(good), np.int64), records=len(rows))
 
 
 def _misfits(rows: list[int], texts: dict[int, bytes], schema: pa.Schema) -> dict[int, str]:

@@ -27,25 +27,36 @@ from tfrbeam.build.inputs.tfrecord import (
     file_compression,
     read_tfrecord_piece,
     shard_records,
-    tfrecord_pieces,
+    tfrecord_pieces_and_records,
     tfrecord_schema,
 )
 from tfrbeam.build.progress import ProgressCounter, progress_dir
+from tfrbeam.errors import RowCountError
 
-__all__ = ["ReadTabular", "converted_ahead"]
+__all__ = ["ReadTabular", "converted_ahead", "rows_checked"]
 
 _LOG = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class _TypedPiece:
-    """A run of a typed file's parts (ORC stripes; Avro blocks from a byte offset)."""
+    """A run of a typed file's parts (ORC stripes; Avro blocks from a byte offset), and the rows its footer or block
+    headers announce for it and for the whole file."""
 
     path: str
     first: int
     count: int
     rows_before: int
     bytes_per_row: float
+    rows: int
+    file_rows: int
+    kind: str  # "stripe" (ORC: first is a stripe's number) or "block" (Avro: first is a block's byte offset)
+
+    @property
+    def described(self) -> str:
+        if self.kind == "stripe":
+            return f"stripes {self.first} to {self.first + self.count - 1} (the footer)"
+        return f"{self.count} block(s) from byte {self.first} (their headers)"
 
 
 @dataclass(frozen=True)
@@ -55,6 +66,34 @@ class _CsvPiece:
     end: int
     line_breaks_before: int
     whole: bool
+
+
+def rows_checked(sources: Iterable[SourceBatch], path: str, piece: str, rows: int | None = None,
+                 file_rows: int | None = None) -> Iterator[SourceBatch]:
+    """The batches a reader gives for one piece of an input, checked at the boundary: rows in = rows out.
+
+    Each batch's rows and bad rows add up to the records its parser found (``SourceBatch.records``:
+    CSV, JSON lines), and the piece's add up to the rows its format ``rows`` announces (a Parquet
+    row group's footer entry, ORC stripes, Avro block counts, a TFRecord index or manifest); else a
+    RowCountError naming the input, which fails the build before anything is published. Every batch
+    carries ``file_rows`` (the whole file's announced rows) to the commit, which checks the file.
+    """
+    given = 0
+    for source in sources:
+        rows_out = source.num_rows + len(source.bad_rows)
+        if source.records is not None and rows_out != source.records:
+            raise RowCountError(f"{source.path}: the parser found {source.records} rows from line {source.first_line} "
+                                f"on, but its reader gave {rows_out} (rows and bad rows); nothing was published")
+        given += rows_out
+        yield replace(source, file_rows=file_rows) if file_rows is not None else source
+    if rows is not None and given != rows:
+        raise RowCountError(f"{path}: {piece} announces {rows} rows, but its reader gave {given} (rows and bad rows); "
+                            "nothing was published")
+
+
+def _rows_of_pieces(rows_before: Sequence[int], file_rows: int) -> list[int]:
+    """Each piece's rows, from the rows before each piece (in file order) and the file's."""
+    return [after - before for before, after in zip(rows_before, [*rows_before[1:], file_rows])]
 
 
 def _counted(sources: Iterable[SourceBatch], counter: ProgressCounter | None,
@@ -67,12 +106,14 @@ def _counted(sources: Iterable[SourceBatch], counter: ProgressCounter | None,
         yield source
 
 
-def _row_groups_with_row_size(item: tuple[str, int], required: bool) -> list[tuple[str, int, int, float]]:
-    """(path, row group, rows before it, file bytes per row) for each row group of a listed Parquet file."""
+def _row_groups_with_row_size(item: tuple[str, int], required: bool) -> list[tuple[str, int, int, float, int, int]]:
+    """(path, row group, rows before it, file bytes per row, its rows, the file's rows) for each row group of a listed
+    Parquet file, the rows as its footer announces them."""
     path, size = item
     groups, rows = row_group_listing(path, required)
     per_row = size / rows if rows else 0.0
-    return [(path, group, before, per_row) for group, before in groups]
+    group_rows = _rows_of_pieces([before for _, before in groups], rows)
+    return [(path, group, before, per_row, own, rows) for (group, before), own in zip(groups, group_rows)]
 
 
 class ReadTabular(beam.PTransform):
@@ -115,8 +156,9 @@ class ReadTabular(beam.PTransform):
             return (files
                     | "Pieces" >> beam.FlatMap(pieces)
                     | "SpreadPieces" >> beam.Reshuffle()
-                    | "ReadPiece" >> beam.FlatMap(lambda piece: converted_ahead(_counted(
-                        _as_given(read(piece), given), _counter(counts), piece.bytes_per_row), specs))
+                    | "ReadPiece" >> beam.FlatMap(lambda piece: converted_ahead(_counted(rows_checked(
+                        _as_given(read(piece), given), given.get(piece.path, piece.path), piece.described, piece.rows,
+                        piece.file_rows), _counter(counts), piece.bytes_per_row), specs))
                     .with_output_types(SourceBatch))
         if self.input_config.format == "tfrecord":
             return _read_tfrecord(self, files, given, specs)
@@ -125,8 +167,9 @@ class ReadTabular(beam.PTransform):
             return (files
                     | "RowGroups" >> beam.FlatMap(_row_groups_with_row_size, required)
                     | "SpreadRowGroups" >> beam.Reshuffle()
-                    | "ReadRowGroup" >> beam.FlatMap(lambda item: converted_ahead(_counted(
+                    | "ReadRowGroup" >> beam.FlatMap(lambda item: converted_ahead(_counted(rows_checked(
                         _as_given(read_parquet_row_group(item[0], item[1], item[2], columns=columns), given),
+                        given.get(item[0], item[0]), f"row group {item[1]} (its footer entry)", item[4], item[5]),
                         _counter(counts), item[3]), specs))
                     .with_output_types(SourceBatch))
         options = self.input_config.csv
@@ -151,8 +194,8 @@ def _read_in_ranges(files, ranges, scan, read, given: dict[str, str], counts: st
             | "ByFile" >> beam.GroupByKey()
             | "PlanPieces" >> beam.FlatMap(_plan_pieces)
             | "SpreadPieces" >> beam.Reshuffle()
-            | "ReadPiece" >> beam.FlatMap(lambda piece: converted_ahead(_counted(
-                _as_given(read(piece), given), _counter(counts)), specs))
+            | "ReadPiece" >> beam.FlatMap(lambda piece: converted_ahead(_counted(rows_checked(
+                _as_given(read(piece), given), given.get(piece.path, piece.path), "the text"), _counter(counts)), specs))
             .with_output_types(SourceBatch))
 
 
@@ -185,7 +228,9 @@ def _orc_pieces(read: ReadTabular):
     def pieces(item: tuple[str, int]) -> list[_TypedPiece]:
         path, size = item
         listing, rows = stripe_listing_and_rows(path)
-        return [_TypedPiece(path, first, count, before, size / rows if rows else 0.0) for first, count, before in listing]
+        own = _rows_of_pieces([before for _, _, before in listing], rows)
+        return [_TypedPiece(path, first, count, before, size / rows if rows else 0.0, stripe_rows, rows, "stripe")
+                for (first, count, before), stripe_rows in zip(listing, own)]
 
     return pieces, lambda piece: read_orc_stripes(piece.path, piece.first, piece.count, piece.rows_before, columns)
 
@@ -200,8 +245,10 @@ def _avro_pieces(read: ReadTabular):
     def pieces(item: tuple[str, int]) -> list[_TypedPiece]:
         path, size = item
         runs, records = avro_blocks(path, size, split_bytes)
-        return [_TypedPiece(path, offset, blocks, before, size / records if records else 0.0)
-                for offset, blocks, before in runs]
+        own = _rows_of_pieces([before for _, _, before in runs], records)
+        return [_TypedPiece(path, offset, blocks, before, size / records if records else 0.0, run_records, records,
+                            "block")
+                for (offset, blocks, before), run_records in zip(runs, own)]
 
     return pieces, lambda piece: read_avro_blocks(piece.path, piece.first, piece.count, piece.rows_before,
                                                   reader_schema, schema, columns)
@@ -217,22 +264,30 @@ def _read_tfrecord(read: ReadTabular, files, given: dict[str, str], specs: Seque
     schema = tfrecord_schema(input_config, read.inputs, declared=read.convert_with)
     expected = {read.opened_as.get(path, path): count for path, count in shard_records(input_config).items()}
 
-    def pieces(item: tuple[str, int]) -> list[tuple[str, str | None, tuple[int, int | None, int]]]:
+    def pieces(item: tuple[str, int]) -> list[tuple[str, str | None, tuple[int, int | None, int], int | None, int | None]]:
+        """(path, compression, record range, its records, the file's records) per piece, the records as the file's read
+        index (a split file) or its dataset's manifest (a shard read whole) announces them, where either does."""
         path, size = item
         compression = file_compression(input_config, path)
-        return [(path, compression, piece) for piece in tfrecord_pieces(path, size, input_config.split_bytes, compression)]
+        ranges, records = tfrecord_pieces_and_records(path, size, input_config.split_bytes, compression)
+        records = records if records is not None else expected.get(path)
+        if records is None:
+            return [(path, compression, piece, None, None) for piece in ranges]
+        own = _rows_of_pieces([before for _, _, before in ranges], records)
+        return [(path, compression, piece, rows, records) for piece, rows in zip(ranges, own)]
 
     def read_piece(item) -> Iterator[SourceBatch]:
-        path, compression, (start, stop, before) = item
+        path, compression, (start, stop, before), rows, records = item
         counter = _counter(counts)
-        return read_tfrecord_piece(path, start, stop, before, schema, compression, columns,
+        read = read_tfrecord_piece(path, start, stop, before, schema, compression, columns,
                                    on_block=counter.add if counter is not None else None,
                                    expected_records=expected.get(path))
+        return rows_checked(_as_given(read, given), given.get(path, path), f"records {before + 1} on", rows, records)
 
     return (files
             | "Pieces" >> beam.FlatMap(pieces)
             | "SpreadPieces" >> beam.Reshuffle()
-            | "ReadPiece" >> beam.FlatMap(lambda item: converted_ahead(_as_given(read_piece(item), given), specs))
+            | "ReadPiece" >> beam.FlatMap(lambda item: converted_ahead(read_piece(item), specs))
             .with_output_types(SourceBatch))
 
 

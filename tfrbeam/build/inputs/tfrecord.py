@@ -61,6 +61,7 @@ __all__ = [
     "tfrecord_holds_records",
     "tfrecord_inputs",
     "tfrecord_pieces",
+    "tfrecord_pieces_and_records",
     "tfrecord_schema",
 ]
 
@@ -267,16 +268,22 @@ def file_compression(input_config: InputConfig, path: str) -> str | None:
 def tfrecord_pieces(path: str, size: int, split_bytes: int, compression: str | None) -> list[Piece]:
     """The record ranges a file is read in: a local uncompressed file over split_bytes with a current read index
     (see tfrecord.record_index.trusted_index) in ranges of about split_bytes cut at its entries; any other whole."""
+    return tfrecord_pieces_and_records(path, size, split_bytes, compression)[0]
+
+
+def tfrecord_pieces_and_records(path: str, size: int, split_bytes: int,
+                                compression: str | None) -> tuple[list[Piece], int | None]:
+    """tfrecord_pieces, and the records the file's read index counts (None: a file read whole, which has none)."""
     whole: list[Piece] = [(0, None, 0)]
     if compression is not None or size <= split_bytes or filesystem.scheme_of(path) is not None:
-        return whole
+        return whole, None
     index = trusted_index(path, None, lambda index: _cuts(index.offsets, split_bytes))
     if index is None or not index.offsets:
-        return whole
+        return whole, None
     cuts = _cuts(index.offsets, split_bytes)
     starts = [index.offsets[position] for position in cuts]
     return [(start, stop, index.record_numbers[position])
-            for position, start, stop in zip(cuts, starts, [*starts[1:], None])]
+            for position, start, stop in zip(cuts, starts, [*starts[1:], None])], index.num_records
 
 
 def _cuts(offsets: Sequence[int], split_bytes: int) -> list[int]:
