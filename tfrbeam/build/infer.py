@@ -293,7 +293,8 @@ def output_stem(input_path: str, first_file: str) -> str:
     "data/flights-*.csv" -> "flights", "demo_data/parquet/*.parquet" -> "parquet": never the first matched file's.
     """
     if not _GLOB_CHARACTERS.search(input_path):
-        return posixpath.basename(first_file.rstrip("/")).split(".")[0] or "dataset"
+        named = input_path if first_file.rstrip("/") != input_path.rstrip("/") else first_file  # a directory: its name
+        return posixpath.basename(named.rstrip("/")).split(".")[0] or "dataset"
     directory, pattern = posixpath.split(input_path.rstrip("/"))
     fixed = _GLOB_CHARACTERS.split(pattern.split(".")[0])[0].strip("-_. ")
     if fixed:

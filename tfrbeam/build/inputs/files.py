@@ -25,7 +25,13 @@ class InputFile:
 
 
 def list_inputs(pattern: str, key: str = "input.path") -> list[InputFile]:
-    """The files matching a glob (any Beam filesystem), sorted by path, with size and mtime; errors name ``key``."""
+    """The files matching a glob (any Beam filesystem), sorted by path, with size and mtime; errors name ``key``.
+
+    A local directory means the files under it, with or without a trailing "/" (Beam matches "dir" as the
+    directory itself, which no reader can open).
+    """
+    if not pattern.endswith("/") and filesystem.scheme_of(pattern) is None and os.path.isdir(pattern):
+        pattern += "/"
     try:
         matches = filesystem.match_pattern(pattern)
     except Exception as error:  # Beam raises BeamIOError and friends, with the cause inside
