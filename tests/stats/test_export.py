@@ -42,10 +42,17 @@ def _float_key(value: float) -> bytes:
 
 
 def canonical_example(example: dict) -> tuple:
-    """An Example as sorted (name, values) pairs; floats by their float32 bits."""
+    """An Example as sorted (name, values) pairs; floats by their float32 bits, text (a string column) by its UTF-8
+    bytes (what the Example holds)."""
     return tuple(sorted(
-        (name, tuple(_float_key(v) if isinstance(v, float) else v for v in values)) for name, values in example.items()
+        (name, tuple(_canonical_value(v) for v in values)) for name, values in example.items()
     ))
+
+
+def _canonical_value(value):
+    if isinstance(value, float):
+        return _float_key(value)
+    return value.encode("utf-8") if isinstance(value, str) else value
 
 
 def canonical_row(row: dict) -> tuple:

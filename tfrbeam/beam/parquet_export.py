@@ -3,7 +3,8 @@
 ``ExportToParquet(dataset, output_dir)`` writes ``output_dir/<split>/<shard name>.parquet`` (plain
 TFRecord files: ``output_dir/<file>.parquet``), the files and rows of the local export, with the
 export schema of ``tfrbeam.stats.export`` (scalars, fixed_size_lists, lists, nulls for absent
-features) and page checksums on. Each shard is one element: a worker reads it through Beam's
+features; bytes features as text when every value is UTF-8, found by a first read of those features
+alone) and page checksums on. Each shard is one element: a worker reads it through Beam's
 FileSystems (the manifest too, when the pipeline is built, so ``gs://`` datasets work) with its
 own compression, writes a temp file beside the target and checks its row count against the
 manifest's. Only when every shard's temp file is whole does one last step rename them all to their
@@ -18,7 +19,7 @@ pipelines that make their own Tables.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import apache_beam as beam
@@ -30,7 +31,17 @@ from apache_beam.io.filesystem import CompressionTypes
 from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.stats_combine import resolve_beam_input
 from tfrbeam.errors import ManifestError
-from tfrbeam.stats.export import ExportPlan, existing_files_error, files_to_replace, parquet_writer, plan_export, write_parquet
+from tfrbeam.stats.export import (
+    ExportPlan,
+    existing_files_error,
+    files_to_replace,
+    non_text_features,
+    parquet_writer,
+    plan_export,
+    text_columns,
+    with_binary,
+    write_parquet,
+)
 
 
 class _ChecksummedParquetSink(FileBasedSink):
@@ -95,10 +106,16 @@ class ExportToParquet(beam.PTransform):
     def expand(self, pbegin):
         plan = self._plan
         items = [(record, parquet, expected, plan.compressions[record]) for record, parquet, expected, _ in plan.files]
-        return (pbegin
-                | "Shards" >> beam.Create(items, reshuffle=False)
-                | "SpreadShards" >> beam.Reshuffle()
-                | "ExportShard" >> beam.ParDo(_ExportShard(plan.schema, self._batch_size))
+        shards = (pbegin
+                  | "Shards" >> beam.Create(items, reshuffle=False)
+                  | "SpreadShards" >> beam.Reshuffle())
+        # Which bytes features are text (every value UTF-8, in every shard) is known only once all are read:
+        # a first read of those features alone, so every shard is written with the one schema.
+        binary = (shards
+                  | "NonTextFeatures" >> beam.Map(_non_text_features, plan.schema, self._batch_size)
+                  | "AllNonText" >> beam.CombineGlobally(_union))
+        return (shards
+                | "ExportShard" >> beam.ParDo(_ExportShard(plan.schema, self._batch_size), beam.pvalue.AsSingleton(binary))
                 | "AllShards" >> beam.combiners.ToList()
                 | "Publish" >> beam.FlatMap(_publish, self._stale))
 
@@ -112,6 +129,19 @@ def _existing_parquet(plan: ExportPlan) -> list[str]:
         found += [metadata.path for metadata in fs.match_metadata(pattern)
                   if fs.split(metadata.path)[0].rstrip("/") == directory.rstrip("/")]
     return sorted(found)
+
+
+def _non_text_features(item: tuple[str, str, int | None, str | None], schema: pa.Schema,
+                       block_length: int) -> frozenset[str]:
+    record_path, _, _, compression = item
+    if not text_columns(schema):
+        return frozenset()
+    with fs.open_read(record_path) as records:
+        return non_text_features(records, record_path, schema, compression, block_length)
+
+
+def _union(found: Iterable[frozenset[str]]) -> frozenset[str]:
+    return frozenset().union(*found)
 
 
 def _publish(staged: Sequence[tuple[str, str]], stale: Sequence[str]) -> Iterator[str]:
@@ -129,21 +159,23 @@ def _publish(staged: Sequence[tuple[str, str]], stale: Sequence[str]) -> Iterato
 
 class _ExportShard(beam.DoFn):
     """One TFRecord file -> a temp Parquet file beside its final name, read (with the file's own compression) and
-    written through Beam's FileSystems; gives (temp, final) for the last step to rename."""
+    written through Beam's FileSystems, the bytes features in ``binary`` as binary, the others as text; gives
+    (temp, final) for the last step to rename."""
 
     def __init__(self, schema: pa.Schema, block_length: int):
         super().__init__()
         self._schema = schema
         self._block_length = block_length
 
-    def process(self, item: tuple[str, str, int | None, str | None]) -> Iterator[tuple[str, str]]:
+    def process(self, item: tuple[str, str, int | None, str | None], binary: frozenset[str]) -> Iterator[tuple[str, str]]:
         record_path, parquet_path, expected, compression = item
+        schema = with_binary(self._schema, binary)
         directory, name = fs.split(parquet_path)
         temp = fs.join(directory, f".{name}.{uuid.uuid4().hex[:12]}.tmp")  # a retried bundle writes its own
         try:
             with fs.open_read(record_path) as records, \
                     fs.create(temp, mime_type="application/x-parquet") as target:
-                rows = write_parquet(records, record_path, target, self._schema, compression,
+                rows = write_parquet(records, record_path, target, schema, compression,
                                      block_length=self._block_length)
             if expected is not None and rows != expected:
                 raise ManifestError(f"{record_path}: holds {rows} records, but the manifest says {expected}; "

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import difflib
+import json
 import logging
 import os
 from collections.abc import Mapping
@@ -267,41 +268,80 @@ _QUOTING_PROBE_VALUES = 200
 
 def _text_columns_keep_tokens(input_config: InputConfig, read: CsvSample, raw: pa.RecordBatch,
                               nulled: InputSample) -> tuple[InputSample, dict[str, tuple[str, ...]]]:
-    """The sample with word tokens (NA, NULL, ...) given back as values in text columns, and those columns' own
-    null_values.
+    """The sample with word tokens (NA, NULL, ...) given back as values in the text columns of codes where one is
+    a code, those columns' own null_values, and (InputSample.token_notes) why each text column holding a token
+    nulls it or keeps it.
 
-    A text column (bytes after the file-wide null values) holding a word token keeps it as a value
-    ("NA" is Namibia among country codes) unless the file quotes that column's strings and not the
-    token (R's write.csv writes a missing string as a bare NA): then the file tells them apart and
-    the token stays null. "" stays null where the file-wide list says so.
+    A file that writes a missing number as NA writes a missing string so too (R does): the token is
+    null in text columns as well, unless every other value of the column has the token's shape (two
+    capitals: "NA" is Namibia among "US", "DE"), as codes do. Even then the token is null where the file
+    quotes that column's strings and leaves the token bare (R's write.csv writes a missing string as a
+    bare NA): the file tells them apart. A quoted token is always a value. "" stays null where the
+    file-wide list says so.
     """
     sample = nulled.sample
     assert sample is not None  # a CSV input is always sampled
     csv = input_config.csv
     words = [token for token in csv.null_values or () if token != ""]
-    held: dict[str, pa.Array] = {}
+    if not words:
+        return nulled, {}
+    notes: dict[str, str] = {}
+    codes: dict[str, tuple[pa.Array, tuple[str, ...]]] = {}
     for name in sample.schema.names:
         values, text = sample.column(name), raw.column(name)
         hit = pc.and_(values.is_null(), pc.fill_null(pc.is_in(text, value_set=pa.array(words, text.type)), False))
-        if not words or not pc.any(hit).as_py() or values.null_count == len(values):
+        if not pc.any(hit).as_py() or values.null_count == len(values):
             continue
         spec = infer_text_feature(name, values, None, csv.true_values or (), csv.false_values or ())
-        if spec.type == "bytes" and not spec.is_list and spec.time_unit is None:
-            held[name] = hit
-    if not held:
-        return nulled, {}
-    quoted = _quoted_text_columns(read, sample, list(held))
+        if spec.type != "bytes" or spec.is_list or spec.time_unit is not None:
+            continue
+        held = sorted({_as_str(token) for token in pc.unique(text.filter(hit)).to_pylist()})
+        others = [_as_str(value) for value in pc.unique(values.drop_null()).to_pylist()]
+        kept = tuple(token for token in held if _fits_codes(token, others))
+        shown = ", ".join(json.dumps(token) for token in held)
+        if not kept:
+            notes[name] = f"{shown} is missing here too, as in the number columns (the file's convention)"
+            continue
+        kept_hit = pc.and_(hit, pc.fill_null(pc.is_in(text, value_set=pa.array(kept, text.type)), False))
+        codes[name] = (kept_hit, kept)
+    quoted = _quoted_text_columns(read, sample, list(codes)) if codes else set()
     columns = dict(zip(sample.schema.names, sample.columns))
     overrides = {}
-    for name, hit in held.items():
+    for name, (hit, kept) in codes.items():
+        shown = ", ".join(json.dumps(token) for token in kept)
         if name in quoted:
+            notes[name] = f"{shown} is missing here: the file quotes this column's strings and leaves {shown} bare"
             continue
-        present = set(pc.unique(raw.column(name).filter(hit)).to_pylist())
-        overrides[name] = tuple(token for token in csv.null_values or () if token.encode() not in present
-                                and token not in present)
+        examples = ", ".join(json.dumps(value) for value in _examples(sample.column(name)))
+        notes[name] = (f"{shown} is a value here: every other value has its shape, as codes do ({examples}), so it "
+                       "reads as one of them, as \"NA\" (Namibia) does among country codes")
+        overrides[name] = tuple(token for token in csv.null_values or () if token not in kept)
         columns[name] = pc.if_else(hit, raw.column(name), sample.column(name))
     batch = pa.RecordBatch.from_arrays(list(columns.values()), names=list(columns))
-    return replace(nulled, sample=batch), overrides
+    return replace(nulled, sample=batch, token_notes=notes), overrides
+
+
+def _as_str(value: str | bytes) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+# A code column has at least this many distinct values besides the token, all of the token's shape.
+_MIN_CODES = 2
+
+
+def _shape(text: str) -> str:
+    """A value's shape: each capital letter A, small letter a, digit 9, anything else itself ("NA" -> "AA")."""
+    return "".join("A" if char.isupper() else "a" if char.islower() else "9" if char.isdigit() else char
+                   for char in text)
+
+
+def _fits_codes(token: str, others: list[str]) -> bool:
+    """Whether every other value of a column has the token's shape, as codes do (NA among US, DE, FR)."""
+    return len(others) >= _MIN_CODES and all(_shape(value) == _shape(token) for value in others)
+
+
+def _examples(values: pa.Array, count: int = 3) -> list[str]:
+    return [_as_str(value) for value in pc.unique(values.drop_null()).slice(0, count).to_pylist()]
 
 
 def _quoted_text_columns(read: CsvSample, sample: pa.RecordBatch, names: list[str]) -> set[str]:

@@ -109,6 +109,9 @@ def _parser() -> argparse.ArgumentParser:
     infer.add_argument("--sequence-by", default=None, metavar="COL",
                        help="write a SequenceExample build: one sequence per value of this feature")
     infer.add_argument("--order-by", default=None, metavar="COL", help="with --sequence-by: the steps' order")
+    infer.add_argument("--header", action=argparse.BooleanOptionalAction, default=None,
+                       help="CSV: the first line is (--header) or is not (--no-header) the header (default: decided "
+                       "from the first lines, with the reason in a comment)")
     infer.set_defaults(run=_run_infer_config)
 
     index = commands.add_parser(
@@ -408,7 +411,8 @@ def _records_progress(label: str) -> Callable[[int, int | None], None]:
 def _run_infer_config(args: argparse.Namespace) -> int:
     from tfrbeam.build.infer import infer_config
 
-    sys.stdout.write(infer_config(args.input, format=args.format, sequence_by=args.sequence_by, order_by=args.order_by))
+    sys.stdout.write(infer_config(args.input, format=args.format, sequence_by=args.sequence_by, order_by=args.order_by,
+                                  header=args.header))
     return EXIT_OK
 
 

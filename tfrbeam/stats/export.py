@@ -2,7 +2,12 @@
 
 Schema: a scalar feature (shape ``[]``) is a scalar column, a fixed-length one (``[n]``) a
 ``fixed_size_list``, a variable-length one a ``list``; a feature some examples lack is nullable
-and null there. Types: int64, float32 (what an Example holds) and binary. Parquet page checksums
+and null there. Types: int64, float32 (what an Example holds), and for bytes ``string`` when every
+value of the feature in every exported file is UTF-8 (the rule ``cat`` shows text by), else
+``binary``: no value is changed. An Example does not say which bytes are text, so the export finds
+out: locally it writes every bytes feature as text and starts again with a feature as ``binary``
+when a value is not UTF-8 (a binary column shows itself in its first block); the Beam export reads
+the bytes features once before it writes. Parquet page checksums
 are written (``write_page_checksum``). Each input file is read with its own compression (a folder
 may mix GZIP, ZLIB and uncompressed files). The export is published as a whole: every file is
 written to a temp name beside its target, and only when all are whole are they renamed to their
@@ -15,7 +20,7 @@ import contextlib
 import dataclasses
 import math
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 import pyarrow as pa
@@ -45,9 +50,20 @@ PARQUET_COMPRESSION = "snappy"
 _RECORD_SUFFIXES = RECORD_SUFFIXES
 
 
-def export_field(name: str, kind: str, shape: Sequence[int] | None, always_present: bool) -> pa.Field:
-    """The Parquet column of one feature: scalar, fixed_size_list or list; nullable unless every example has it."""
-    value_type = FEATURE_TYPES[kind]
+class NotText(Exception):
+    """Bytes features exported as text hold a value that is not UTF-8: the export must write them as binary."""
+
+    def __init__(self, names: frozenset[str], where: str):
+        super().__init__(f"{where}: bytes features {sorted(names)} hold values that are not UTF-8")
+        self.names = names
+
+
+def export_field(name: str, kind: str, shape: Sequence[int] | None, always_present: bool, text: bool = False) -> pa.Field:
+    """The Parquet column of one feature: scalar, fixed_size_list or list; nullable unless every example has it.
+
+    A bytes feature is ``string`` with ``text``, else ``binary``.
+    """
+    value_type = pa.string() if text and kind == "bytes" else FEATURE_TYPES[kind]
     size = None if shape is None else math.prod(shape)
     if shape is None or (len(shape) and size == 0):
         # A fixed length of 0 (a feature inferred from records that all hold no values) is a list:
@@ -57,16 +73,71 @@ def export_field(name: str, kind: str, shape: Sequence[int] | None, always_prese
     return pa.field(name, arrow_type, nullable=not always_present)
 
 
-def export_schema(features: Mapping[str, Mapping[str, Any]], columns: Sequence[str] | None = None) -> pa.Schema:
-    """The export schema of manifest-style features ``{name: {type, shape, always_present}}``, columns in that order."""
+def export_schema(features: Mapping[str, Mapping[str, Any]], columns: Sequence[str] | None = None,
+                  binary: Collection[str] = ()) -> pa.Schema:
+    """The export schema of manifest-style features ``{name: {type, shape, always_present}}``, columns in that order;
+    bytes features are text (``string``) but those named in ``binary``."""
     names = list(columns) if columns else list(features)  # a manifest's order: the source's columns
     unknown = [name for name in names if name not in features]
     if unknown:
         raise ConfigError(f"--columns {unknown} are not features of this dataset; it has {sorted(features)}")
     return pa.schema([
-        export_field(name, features[name]["type"], features[name].get("shape"), bool(features[name].get("always_present", True)))
+        export_field(name, features[name]["type"], features[name].get("shape"), bool(features[name].get("always_present", True)),
+                     text=name not in binary)
         for name in names
     ])
+
+
+def with_binary(schema: pa.Schema, binary: Collection[str]) -> pa.Schema:
+    """``schema`` with the text columns named in ``binary`` made binary again (the bytes an Example holds)."""
+    return pa.schema([field.with_type(_as_binary(field.type)) if field.name in binary else field for field in schema])
+
+
+def _as_binary(arrow_type: pa.DataType) -> pa.DataType:
+    if pa.types.is_string(arrow_type):
+        return pa.binary()
+    if pa.types.is_fixed_size_list(arrow_type):
+        return pa.list_(_as_binary(arrow_type.value_type), arrow_type.list_size)
+    if pa.types.is_list(arrow_type):
+        return pa.list_(_as_binary(arrow_type.value_type))
+    return arrow_type
+
+
+def text_columns(schema: pa.Schema) -> list[str]:
+    """The columns of an export schema that hold text."""
+    return [field.name for field in schema if _as_binary(field.type) != field.type]
+
+
+def as_text(batch: pa.RecordBatch, schema: pa.Schema, where: str) -> pa.RecordBatch:
+    """A batch decoded with ``with_binary(schema, text_columns(schema))`` cast to ``schema`` (UTF-8 checked).
+
+    Raises ``NotText`` naming every text column of the batch with a value that is not UTF-8.
+    """
+    columns, not_text = [], set()
+    for field, column in zip(schema, batch.columns):
+        try:
+            columns.append(column.cast(field.type) if column.type != field.type else column)
+        except pa.ArrowInvalid:
+            not_text.add(field.name)
+    if not_text:
+        raise NotText(frozenset(not_text), where)
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def non_text_features(records: str | BinaryIO, name: str, schema: pa.Schema, compression: str | None,
+                      block_length: int = BLOCK_RECORDS) -> frozenset[str]:
+    """The text columns of ``schema`` holding a value that is not UTF-8 in one TFRecord file (only they are decoded)."""
+    text = pa.schema([field for field in schema if field.name in set(text_columns(schema))])
+    raw = with_binary(text, text.names)
+    found: set[str] = set()
+    for block in record_blocks(records, compression, block_length=block_length, name=name):
+        try:
+            as_text(decode_block(name, block, raw), text, name)
+        except NotText as error:
+            found |= error.names
+            if found == set(text.names):
+                break
+    return frozenset(found)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,11 +252,15 @@ def write_parquet(records: str | BinaryIO, name: str, target: str | BinaryIO, sc
                   compression: str | None = "auto", progress: Callable[[int], None] | None = None,
                   block_length: int = BLOCK_RECORDS) -> int:
     """Write the Examples of one TFRecord file (a path or an open binary file, named ``name``) as Parquet into
-    ``target`` (a path or a binary file object); returns the row count."""
+    ``target`` (a path or a binary file object); returns the row count.
+
+    Raises ``NotText`` when a text column of ``schema`` meets a value that is not UTF-8.
+    """
     rows = 0
+    raw = with_binary(schema, text_columns(schema))
     with parquet_writer(target, schema) as writer:
         for block in record_blocks(records, compression, block_length=block_length, name=name):
-            batch = decode_block(name, block, schema)
+            batch = as_text(decode_block(name, block, raw), schema, name)
             writer.write_batch(batch)
             rows += batch.num_rows
             if progress is not None:
@@ -257,6 +332,21 @@ def _discard(staged: Sequence[tuple[str, str]], published: Sequence[str]) -> Non
             fileops.remove(final, missing_ok=True)
 
 
+def _stage_all(plan: ExportPlan, schema: pa.Schema, progress: Callable[[int], None]) -> list[tuple[str, str]]:
+    """Every file of ``plan`` written with ``schema`` to a temp beside its target: the (temp, final) pairs; on a
+    failure (``NotText`` too) no temp is left."""
+    staged: list[tuple[str, str]] = []
+    try:
+        for record_path, parquet_path, _, _ in plan.files:
+            temp, _ = stage_file(record_path, parquet_path, schema, plan.compressions[record_path], progress,
+                                 plan.segments.get(record_path))
+            staged.append((temp, parquet_path))
+    except BaseException:
+        _discard(staged, [])
+        raise
+    return staged
+
+
 def export_to_parquet(
     path: str, output_dir: str, splits: Sequence[str] | None = None, columns: Sequence[str] | None = None,
     progress: Callable[[int, int | None], None] | None = None, overwrite: bool = False,
@@ -268,6 +358,8 @@ def export_to_parquet(
     checked against the manifest: every size before anything is written, each record count as it
     is read. Every file is staged under a temp name and all are renamed at the end: a failure
     anywhere leaves no Parquet file of this export (an existing export stays as it was until then).
+    Bytes features are written as text until one holds a value that is not UTF-8; then every file is
+    written again with that feature binary (``progress`` starts again from 0).
     ``progress(records_done, records_total_or_None)`` is called after every block.
     """
     plan = plan_export(path, output_dir, splits, columns)
@@ -282,14 +374,13 @@ def export_to_parquet(
         if progress is not None:
             progress(done, total)
 
-    staged: list[tuple[str, str]] = []
-    try:
-        for record_path, parquet_path, _, _ in plan.files:
-            temp, _ = stage_file(record_path, parquet_path, plan.schema, plan.compressions[record_path], advance,
-                                 plan.segments.get(record_path))
-            staged.append((temp, parquet_path))
-    except BaseException:
-        _discard(staged, [])
-        raise
+    binary: set[str] = set()
+    while True:
+        try:
+            staged = _stage_all(plan, with_binary(plan.schema, binary), advance)
+            break
+        except NotText as error:  # a bytes feature that is not text: write every file again with it binary
+            binary |= error.names
+            done = 0
     publish_staged(staged, stale)
     return [parquet_path for _, parquet_path, _, _ in plan.files]

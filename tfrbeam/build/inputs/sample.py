@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
@@ -53,11 +53,16 @@ def input_files(input_config: InputConfig) -> list[InputFile]:
 
 @dataclass(frozen=True, eq=False)
 class InputSample:
-    """The schema of the first input file, and for CSV a sample of its rows (all binary) to infer types from."""
+    """The schema of the first input file, and for CSV a sample of its rows (all binary) to infer types from.
+
+    token_notes: for CSV text columns holding an inferred null token, why the token is null or a value
+    there (resolve.infer_csv_tokens decides; infer-config comments on it).
+    """
 
     path: str
     schema: pa.Schema
     sample: pa.RecordBatch | None
+    token_notes: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, eq=False)
