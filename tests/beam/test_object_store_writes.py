@@ -45,7 +45,7 @@ def test_the_sink_writes_and_reads_back_every_record_where_beams_own_sink_does(b
     assert {key: value for key, value in after.items() if not key.startswith("sink/")} == before
     shards = sorted(key for key in after if key.startswith("sink/part-"))
     assert shards == ["sink/part-00000-of-00002", "sink/part-00001-of-00002"]
-    assert not [key for key in after if "tfrbeam-lock" in key or ".tfrbeam-" in key.split("/")[-1]]
+    assert not [key for key in after if ".part.tfrbeam-" in key], "staging objects or the lock were left behind"
 
 
 def test_a_missing_object_is_our_not_found_error_naming_it(bucket):

@@ -76,7 +76,7 @@ from tfrbeam.layout.manifest import (
     parse_sequence_example_spec_of,
     read_manifest,
 )
-from tfrbeam.layout.names import SHARD_NAME
+from tfrbeam.layout.names import SHARD_NAME, STATS_HTML, STATS_JSON
 from tfrbeam.tfrecord.offset_index import (
     dali_index_text,
     offset_index_path_for,
@@ -672,12 +672,7 @@ def publish_by_journal(plan: BuildPlan, files: Sequence[WrittenShard], dead_lett
     root = plan.output_root
     staged_manifest = fs.join(plan.staging_dir, MANIFEST_NAME)
     fs.write_bytes(staged_manifest, manifest_bytes(manifest), "application/json")
-    old = _old_manifest(root)
-    doomed = [fs.join(root, MANIFEST_NAME)]
-    names = dataset_entries(old, tuple(plan.config.splits)) - {MANIFEST_NAME}
-    for name in sorted(names):
-        doomed += list(fs.match(fs.join(root, name, "**")))
-        doomed += [path for path in (fs.join(root, name),) if fs.exists(path)]
+    doomed = [fs.join(root, MANIFEST_NAME), *_old_dataset_objects(root, tuple(plan.config.splits))]
     moves = _staged_moves(plan, files, dead_letters, root)
     if plan.config.output.dali_index:  # written from the staged shards, moved in with them
         for item in files:
@@ -692,6 +687,26 @@ def publish_by_journal(plan: BuildPlan, files: Sequence[WrittenShard], dead_lett
     if plan.config.stats:
         _LOG.warning("stats: true computes statistics of local outputs only; run tfrbeam stats where %s is readable",
                      plan.output_path)
+
+
+def _old_dataset_objects(root: str, new_splits: tuple[str, ...]) -> list[str]:
+    """Objects of the dataset at ``root`` that a replace removes: what its manifest lists, never a user's object.
+
+    Without a readable manifest only shard files, their indexes and DALI indexes count as the
+    dataset's, as ``carry_over`` decides locally; a ``train/NOTES.md`` stays.
+    """
+    old = _old_manifest(root)
+    own = _dataset_files(old)
+    prefix = root.rstrip("/") + "/"
+    doomed = []
+    for name in sorted(dataset_entries(old, new_splits) - {MANIFEST_NAME}):
+        for path in fs.match(fs.join(root, name, "**")):
+            relative = path[len(prefix):] if path.startswith(prefix) else None
+            if relative is not None and (relative in own or (old is None and _looks_like_the_datasets(relative))):
+                doomed.append(path)
+    if old is not None:  # the old dataset's statistics describe it, not the new one
+        doomed += [path for path in (fs.join(root, STATS_JSON), fs.join(root, STATS_HTML)) if fs.exists(path)]
+    return doomed
 
 
 def recover_output(output_root: str, keep: str | None = None) -> list[str]:
