@@ -17,8 +17,10 @@ How a record finds its place (the same on every runner, worker count, input orde
   in a split; its second 64 bits, passed through a bijective 64-bit mixer
   keyed by the seed (four rounds of xor-with-a-seed-derived-key then the splitmix64 finaliser), are
   the sort key. The output order is sorted by (sort key, record bytes): a uniformly random
-  permutation for each seed. Identical records get identical keys, so duplicates are kept and sit
-  next to each other (and always fall in the same split: no train/eval leakage).
+  permutation of the distinct records for each seed. Identical records get identical keys, so
+  duplicates are kept and always fall in the same split (no train/eval leakage), but they also sit
+  next to each other, which a uniform permutation of all records would not do: issue 42 item 6,
+  open (``tests/build/shuffle/test_duplicates_spread.py`` measures it and is marked xfail).
 - Splits: the split hash (of ``split_key``'s values, or of the whole record) is compared with the
   cumulative fractions scaled to 2**64. It does not depend on the seed: changing the seed
   reorders examples within splits but never moves one between splits.
