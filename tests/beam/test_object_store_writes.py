@@ -157,3 +157,22 @@ def test_the_cli_builds_into_a_bucket_with_only_the_clients_environment(bucket, 
     assert {key: value for key, value in after.items() if not key.startswith("demo/")} == before
     assert "demo/dataset_info.json" in after
     assert any(key.startswith("demo/train/") and key.endswith(".tfrecord") for key in after)
+
+
+def test_a_holder_whose_lease_was_taken_over_publishes_nothing(strict_bucket):
+    """A run that could not renew its lease in time (another run took the lock) learns so before it commits."""
+    from tfrbeam.errors import CommitError
+
+    target = strict_bucket.url("out/lost")
+    remote = dataclasses.replace(this_run("slow-run"), host="another-host")
+    slow = OutputLock(target, remote, lease_seconds=0.8).acquire()
+    slow._lease._stop.set()  # stalled: it renews no more
+    time.sleep(1.0)
+    taker = OutputLock(target, this_run("taker")).acquire()
+    slow._lease._stop.clear()
+    assert slow._lease.renew() is False
+    try:
+        with pytest.raises(CommitError, match="lost its lock"):
+            slow.check_held()  # what held_or_taken asks before every commit of the run
+    finally:
+        taker.release()

@@ -326,18 +326,23 @@ class LockLease:
         return cls(lock, token, seconds)
 
     def _renew_until_stopped(self) -> None:
-        while not self._stop.wait(self.seconds / 4):
-            with self._guard:
-                if self._stop.is_set():
-                    return
-                try:
-                    self.token = object_store.replace_if_match(
-                        self.lock.path, _lease_record(self.lock.owner, self.seconds), self.token)
-                except PreconditionFailedError as error:
-                    self._lost = f"another run replaced it ({error})"
-                    return
-                except Exception as error:  # an unreachable store: try again at the next beat
-                    _LOG.warning("could not renew the lock %s (%s); trying again", self.lock.path, error)
+        while not self._stop.wait(self.seconds / 4) and self.renew():
+            pass
+
+    def renew(self) -> bool:
+        """Extend the lease by a conditional replace; False once the lock is lost (another run replaced it)."""
+        with self._guard:
+            if self._stop.is_set() or self._lost is not None:
+                return False
+            try:
+                self.token = object_store.replace_if_match(
+                    self.lock.path, _lease_record(self.lock.owner, self.seconds), self.token)
+            except PreconditionFailedError as error:
+                self._lost = f"another run replaced it ({error})"
+                return False
+            except Exception as error:  # an unreachable store: try again at the next beat
+                _LOG.warning("could not renew the lock %s (%s); trying again", self.lock.path, error)
+            return True
 
     def check(self) -> None:
         if self._lost is not None:
@@ -361,6 +366,7 @@ def held_or_taken(target: str, owner: RunIdentity) -> Iterator[None]:
     """
     held = _HELD.get(lock_path(target))
     if held is not None and held.owner.run_id == owner.run_id:
+        held.check_held()  # an object-store lease this run could not renew is another run's lock now
         yield
         return
     with OutputLock(target, owner):
