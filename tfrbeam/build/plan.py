@@ -128,6 +128,7 @@ def plan_build(config: BuildConfig, options: PipelineOptions | None = None, *, o
         inputs, input_splits = list_split_inputs(config.split_by)
     else:
         inputs, input_splits = input_files(config.input), ()
+    _check_workers_can_see(options, "input.path", [item.path for item in inputs])
     resolved_input = resolve_config(config, files=inputs)
     check_inputs_hold_rows(resolved_input.input, inputs, config.errors.allow_empty)
     plan = _planned(config, resolved_input, tuple(inputs), sum(item.size for item in inputs), options, overwrite, run_id,
@@ -173,6 +174,7 @@ def _planned(config: BuildConfig, resolved_input: BuildConfig, inputs: tuple[Inp
     assert features is not None and columns is not None  # resolving settles both
     _check_split_key(config, features)
     resolved = with_features(config, features, csv=resolved_input.input.csv)
+    _check_workers_can_see(options, "output.path", [config.output.path])
     output_root = config.output.path if fs.is_remote(config.output.path) else os.path.abspath(config.output.path)
     check_output_place(output_root, config.output.path)
     check_output_dir(output_root, normalized(config_to_dict(resolved)), overwrite, shown=config.output.path)
@@ -191,6 +193,18 @@ def _planned(config: BuildConfig, resolved_input: BuildConfig, inputs: tuple[Inp
         memory_store_bytes=held_piece_budget(options) if piece_store == MEMORY else 0,
         sequence_buckets=sequence_buckets_for(input_bytes) if config.sequence is not None else 0,
     )
+
+
+_REMOTE_WORKER_RUNNERS = ("DataflowRunner",)
+
+
+def _check_workers_can_see(options: PipelineOptions | None, key: str, paths: list[str]) -> None:
+    """Dataflow's workers run on other machines: a local input or output path is refused before anything runs."""
+    runner = runner_name(options)
+    local = [path for path in paths if not fs.is_remote(path)]
+    if runner in _REMOTE_WORKER_RUNNERS and local:
+        raise ConfigError(f"{key}: {local[0]} is on this machine, but {runner}'s workers run elsewhere and cannot see "
+                          "it; put it in a bucket (gs://BUCKET/...) and give that path")
 
 
 def _check_split_key(config: BuildConfig, features: tuple[FeatureSpec, ...]) -> None:
