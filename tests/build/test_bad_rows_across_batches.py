@@ -110,5 +110,5 @@ def test_a_build_exactly_at_max_bad_fraction_succeeds_and_a_limit_one_row_lower_
     capsys.readouterr()
     below = (bad_count - 1) / rows
     assert _build(root, "over-limit", on_bad_record="skip", max_bad_fraction=below) == 1
-    assert f"TooManyBadRecordsError: {bad_count} of {rows} input rows" in capsys.readouterr().err
+    assert f"error: {bad_count} of {rows} input rows" in capsys.readouterr().err
     assert not (root / "over-limit" / "dataset_info.json").exists()

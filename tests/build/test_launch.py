@@ -36,7 +36,7 @@ def config_file(tmp_path, monkeypatch) -> pathlib.Path:
 
 
 def test_run_takes_a_path_a_dict_or_a_build_config_and_gives_the_cli_bytes(config_file, capsys):
-    assert build_main([str(config_file), "--quiet"]) == 0
+    assert build_main([str(config_file)]) == 0
     expected = shard_bytes(pathlib.Path("out/cli"))
     by_path = tfrbeam.build.run(config_file, overrides=["output.path=out/path"], progress=False)
     raw = json.loads(config_file.read_text())

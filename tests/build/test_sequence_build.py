@@ -423,7 +423,7 @@ def test_a_held_rows_file_changed_on_disk_fails_the_rebuild_in_one_line_and_noth
     capsys.readouterr()
     assert _build(directory, config, "--overwrite", "--memory_store_bytes=0") == 1
     error = capsys.readouterr().err.strip()
-    assert error.startswith("tfrbeam build: error: ShuffledDataError: ") and "\n" not in error
+    assert error.startswith("tfrbeam build: error: ") and "\n" not in error
     assert damaged and f"{damaged[0]}: held rows spilled there fail their CRC32C" in error
     assert snapshot(directory / "out") == before  # the failed run's staging directory is gone too
     assert _shard_bytes(directory / "out" / "changed-held") == reference
@@ -440,7 +440,7 @@ def test_a_failed_build_holds_no_rows_afterwards(tmp_path, monkeypatch, capsys):
     table = pa.table({"k": ["big"] * 300 + keys, "t": list(range(300 + len(keys))), "text": ["x" * 100] * (300 + len(keys))})
     config = _tiny(tmp_path, table, {"group_by": ["k"], "order_by": ["t"], "max_group_bytes": "10KiB"})
     assert _build(tmp_path, config) == 1
-    assert "GroupTooLargeError: sequence group k='big'" in _error(capsys)
+    assert "tfrbeam build: error: sequence group k='big'" in _error(capsys)
     assert runs_holding_rows() == []
     monkeypatch.setattr(commit, "discard_held_rows", lambda run_key: None)  # without the cleanup, rows stay held
     assert _build(tmp_path, config) == 1
@@ -505,7 +505,7 @@ def test_a_null_group_key_fails_the_build_naming_the_row(tmp_path, capsys):
     config = _tiny(tmp_path, pa.table({"k": ["a", None, "a"], "t": [1, 2, 3]}), {"group_by": ["k"], "order_by": ["t"]})
     assert _build(tmp_path, config) == 1
     error = _error(capsys)
-    assert f"BadRecordError: {tmp_path / 'in' / 'part-0.parquet'}:2: sequence.group_by feature 'k' is null" in error
+    assert f"error: {tmp_path / 'in' / 'part-0.parquet'}:2: sequence.group_by feature 'k' is null" in error
     assert not (tmp_path / "out").exists()
 
 
@@ -513,7 +513,7 @@ def test_a_bad_group_fails_the_build_naming_the_group_and_the_feature(tmp_path, 
     config = _tiny(tmp_path, pa.table({"k": ["a", "a", "b"], "c": [1, 2, 3], "t": [1, 2, 3]}),
                    {"group_by": ["k"], "order_by": ["t"], "context": ["c"]})
     assert _build(tmp_path, config) == 1
-    assert ("BadRecordError: " + str(tmp_path / "in" / "part-0.parquet") + ":1: sequence group k='a': context feature 'c' "
+    assert ("error: " + str(tmp_path / "in" / "part-0.parquet") + ":1: sequence group k='a': context feature 'c' "
             "varies within the group (1 and 2 among its 2 rows)") in _error(capsys)
 
 
@@ -532,7 +532,7 @@ def test_a_group_over_max_group_bytes_fails_unless_max_steps_cuts_it(tmp_path, c
     config = _tiny(tmp_path, table, {"group_by": ["k"], "order_by": ["t"], "max_group_bytes": "10KiB"})
     assert _build(tmp_path, config) == 1
     error = _error(capsys)
-    assert "GroupTooLargeError: sequence group k='a': 300 rows, a SequenceExample of " in error
+    assert "error: sequence group k='a': 300 rows, a SequenceExample of " in error
     assert "more than sequence.max_group_bytes=10,240" in error and "set sequence.max_steps to cut such groups" in error
     assert _build(tmp_path, config, "--set", "sequence.max_steps=50") == 0
     assert _manifest(tmp_path / "out")["splits"]["train"]["num_examples"] == 7
@@ -569,7 +569,7 @@ def test_lost_sequence_examples_or_rows_fail_the_commit_and_nothing_is_published
 
     monkeypatch.setattr(sequence_stage, "keyed_pieces", losing_one)
     assert _build(tmp_path, config) == 1
-    assert "ShortWriteError: " in (error := _error(capsys))
+    error = _error(capsys)
     assert "the shard writers wrote 2 SequenceExamples, but 3 were made of the groups" in error
     assert not (tmp_path / "out").exists()
     monkeypatch.undo()

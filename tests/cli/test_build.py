@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pathlib
+import re
 
 import apache_beam as beam
 import pytest
@@ -62,7 +64,7 @@ def test_multi_processing_workers_write_the_same_bytes(workdir):
 
 
 def test_portable_runner_with_an_embedded_job_server(workdir, capsys):
-    assert build_main([DEMO_CONFIG, "--quiet", "--set", "output.path=out/portable",
+    assert build_main([DEMO_CONFIG, "--set", "output.path=out/portable",
                        "--runner=PortableRunner", "--job_endpoint=embed"]) == 0
     assert "runner PortableRunner" in capsys.readouterr().out
     assert build_main([DEMO_CONFIG, "--quiet", "--set", "output.path=out/direct"]) == 0
@@ -363,3 +365,75 @@ def test_the_memory_store_budget_is_an_option_checked_before_the_build(workdir, 
     assert build_main([DEMO_CONFIG, "--quiet", "--set", "output.path=out/budget0", "--memory_store_bytes=0"]) == 0
     assert build_main([DEMO_CONFIG, "--quiet", "--set", "output.path=out/budget_default"]) == 0
     assert shard_bytes(workdir / "out" / "budget0") == shard_bytes(workdir / "out" / "budget_default")
+
+
+def test_quiet_prints_nothing_on_stdout_not_even_the_summary(workdir, capsys):
+    assert build_main([DEMO_CONFIG, "--quiet", "--set", "output.path=out/quiet"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert json.loads((workdir / "out" / "quiet" / "dataset_info.json").read_text())["rows_read"] == 600
+
+
+def test_a_failed_build_is_one_plain_line_without_a_class_name(workdir, capsys):
+    argv = [DEMO_CONFIG, "--quiet", "--set", "errors.on_bad_record=fail", "--set", "output.path=out/failing"]
+    assert build_main(argv) == 1
+    line = _one_error_line(capsys)
+    assert line.startswith("tfrbeam build: error: demo_data/csv/flights-00001.csv:19: feature 'distance': 'unknown' "
+                           "is not a number"), line
+    assert "Error" not in line
+
+
+_SINGULAR_WRONG = re.compile(r"(?<![\d,.])1 (?!byte)[a-z]+s\b(?!/)|\(s\)")
+
+
+def test_counts_of_one_read_as_singulars_in_every_line_a_build_shows(workdir, capsys, caplog):
+    (workdir / "one.csv").write_text("flight_id,carrier\n1,AA\n")
+    config = _write_config(workdir / "one.yaml", "one.csv", "out/one",
+                           "features: {flight_id: {type: int64}, carrier: {type: bytes}}\n")
+    with caplog.at_level("INFO"):
+        assert build_main([config, "--dry-run"]) == 0
+        assert build_main([config]) == 0
+    shown = capsys.readouterr().out + caplog.text
+    assert "1 csv file, 23 bytes" in shown and "1 example, " in shown
+    assert _SINGULAR_WRONG.findall(shown) == [], shown
+
+
+_WITHOUT_APITOOLS = """
+import logging, sys
+
+class NoApitools:  # an install without Beam's gcp extra: apitools is not there
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "apitools":
+            raise ImportError(f"No module named {name!r}")
+
+sys.meta_path.insert(0, NoApitools())
+from tfrbeam.cli.main import main
+code = main(sys.argv[1:])
+logging.warning("a warning of the application's own")
+sys.exit(code)
+"""
+
+
+def test_a_plain_install_shows_no_apitools_warning_and_other_warnings_still_show(workdir):
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", _WITHOUT_APITOOLS, "build", DEMO_CONFIG, "--quiet",
+                             "--set", "output.path=out/no_apitools"], cwd=workdir, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "apitools" not in result.stderr
+    assert "a warning of the application's own" in result.stderr
+
+
+def test_only_the_apitools_warning_is_held_back_while_beam_is_imported(caplog):
+    from tfrbeam.cli.build import without_apitools_warning
+
+    with caplog.at_level("WARNING"), without_apitools_warning():
+        logging.warning("apitools not found, and bigquery client libraries are not available despite the import "
+                        "not raising an ImportError.")
+        logging.warning("apitools is fine, this is another warning")
+    assert [record.getMessage() for record in caplog.records] == ["apitools is fine, this is another warning"]
+    with caplog.at_level("WARNING"):
+        logging.warning("apitools not found, outside a build's import")
+    assert caplog.records[-1].getMessage() == "apitools not found, outside a build's import"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import json
+import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -209,3 +211,120 @@ def test_verify_examples_checks_sequence_examples_as_sequence_examples(capsys, t
         writer.write(encode_example({"a": [1]}) + b"\x12\x03\x0a\x05x")  # feature_lists whose entry runs past its end
     code, out, _ = _run(capsys, "verify", "--examples", str(path))
     assert code == 1 and "not a tf.train.SequenceExample" in out and "offset 0" in out
+
+
+_SOURCE_ORDER = ["zeta", "alpha", *(f"column_{number}" for number in range(12))]
+
+
+@pytest.fixture(scope="module")
+def wide_dataset(tmp_path_factory) -> pathlib.Path:
+    """A build of a CSV whose columns are neither sorted by name nor in natural order: zeta, alpha, column_0..11."""
+    from tfrbeam.cli.build import main as build_main
+
+    directory = tmp_path_factory.mktemp("wide")
+    rows = [",".join(_SOURCE_ORDER)] + [",".join(str(row * 100 + column) for column in range(len(_SOURCE_ORDER)))
+                                        for row in range(30)]
+    (directory / "wide.csv").write_text("\n".join(rows) + "\n")
+    (directory / "wide.yaml").write_text(f"input: {{path: '{directory / 'wide.csv'}'}}\nsplits: {{train: 0.7, eval: 0.3}}\n"
+                                         f"output: {{path: '{directory / 'out'}', num_shards: 1}}\n")
+    assert build_main([str(directory / "wide.yaml"), "--quiet"]) == 0
+    return directory / "out"
+
+
+def test_the_manifest_keeps_the_source_column_order(wide_dataset):
+    manifest = json.loads((wide_dataset / "dataset_info.json").read_text())
+    assert list(manifest["features"]) == _SOURCE_ORDER
+    assert list(manifest["parse_example_spec"]) == _SOURCE_ORDER
+    assert all(list(split["examples_with_feature"]) == _SOURCE_ORDER for split in manifest["splits"].values())
+
+
+def test_cat_and_inspect_show_features_in_the_source_order(capsys, wide_dataset):
+    for argv in (["cat", "--limit", "3"], ["cat", "--kinds", "--limit", "1"]):
+        code, out, _ = _run(capsys, *argv, str(wide_dataset / "train"))
+        assert code == 0 and all(list(json.loads(line)) == _SOURCE_ORDER for line in out.splitlines()), out
+    code, out, _ = _run(capsys, "inspect", "--json", str(wide_dataset / "train"))
+    report = json.loads(out)
+    assert list(report["features"]) == _SOURCE_ORDER and list(report["parse_example_spec"]) == _SOURCE_ORDER
+    code, out, _ = _run(capsys, "inspect", str(wide_dataset / "eval" / "*.tfrecord"))
+    table, spec, summary = (section.splitlines()[1:] for section in out.split("\n\n")[1:4])
+    assert [line.split()[0] for line in table] == _SOURCE_ORDER
+    assert [line.split(":")[0].strip().strip("'") for line in spec[:-1]] == _SOURCE_ORDER
+    assert [line.split()[0] for line in summary] == _SOURCE_ORDER
+
+
+def test_stats_and_export_show_features_in_the_source_order(capsys, wide_dataset, tmp_path):
+    import pyarrow.parquet as pq
+
+    code, out, _ = _run(capsys, "stats", str(wide_dataset), "--output-dir", str(tmp_path / "stats"))
+    assert code == 0
+    stats = json.loads((tmp_path / "stats" / "stats.json").read_text())
+    for split in stats["splits"].values():
+        assert list(split["features"]) == _SOURCE_ORDER
+    assert list(stats["drift"]["comparisons"]["eval"]) == _SOURCE_ORDER
+    printed = [line.split()[0] for line in out.splitlines() if line.startswith("  ") and not line.startswith("  feature")]
+    assert printed[:len(_SOURCE_ORDER)] == _SOURCE_ORDER
+    code, _, _ = _run(capsys, "export", str(wide_dataset), str(tmp_path / "parquet"))
+    assert code == 0
+    files = sorted((tmp_path / "parquet").glob("*/*.parquet"))
+    assert files and all(pq.read_schema(path).names == _SOURCE_ORDER for path in files)
+
+
+def test_inspect_prints_a_feature_spec_that_compiles_when_a_feature_has_no_kind(capsys, tmp_path):
+    path = tmp_path / "kindless.tfrecord"
+    with RecordWriter(str(path)) as writer:
+        for number in range(3):  # "empty" is a Feature with no kind set: tf.train.Feature() as TensorFlow writes it
+            writer.write(encode_example({"id": [number]}) + bytes.fromhex("0a0b0a090a05656d7074791200"))
+    code, out, _ = _run(capsys, "inspect", str(path))
+    assert code == 0
+    spec_text = out.split("\n\n")[2]
+    assert spec_text.startswith("feature_spec = {")
+    namespace = {"tf": _FakeTf()}
+    exec(compile(spec_text, "<inspect>", "exec"), namespace)  # must be Python a reader can paste
+    assert namespace["feature_spec"] == {"id": ("FixedLenFeature", [], "int64")}
+    assert "# 'empty': no kind in any record" in spec_text
+    code, out, _ = _run(capsys, "inspect", "--json", str(path))
+    assert json.loads(out)["parse_example_spec"] == {"id": "tf.io.FixedLenFeature([], tf.int64)"}
+
+
+class _FakeTf:
+    """Enough of ``tf`` for a pasted feature spec to run: ``tf.io.*Feature(...)`` and ``tf.int64`` etc."""
+
+    int64, float32, string = "int64", "float32", "string"
+
+    class io:  # named as TensorFlow names it
+        @staticmethod
+        def FixedLenFeature(shape, dtype):
+            return ("FixedLenFeature", shape, dtype)
+
+        @staticmethod
+        def VarLenFeature(dtype):
+            return ("VarLenFeature", dtype)
+
+
+def test_a_gzip_file_without_a_gz_name_is_read_by_every_tool(capsys, tf_vectors, tmp_path):
+    plain = str(tf_vectors / "examples.tfrecord")
+    unnamed = tmp_path / "examples.tfrecord"  # TensorFlow-written GZIP, named as if uncompressed
+    shutil.copy(tf_vectors / "examples.tfrecord.gz", unnamed)
+    zlib_unnamed = tmp_path / "raw.data"
+    shutil.copy(tf_vectors / "raw.tfrecord.zlib", zlib_unnamed)
+    code, out, err = _run(capsys, "verify", str(unnamed), str(zlib_unnamed))
+    assert code == 0 and out.count("OK  ") == 2 and ": 20 records, " in out and ": 10 records, " in out, out + err
+    assert _run(capsys, "cat", str(unnamed))[1] == _run(capsys, "cat", plain)[1]
+    assert json.loads(_run(capsys, "inspect", "--json", str(unnamed))[1])["records"] == 20
+    code, _, err = _run(capsys, "index", "--dali", str(tmp_path / "idx"), str(unnamed))
+    assert code == 2 and "this one is compressed" in err
+
+
+def test_counts_of_one_read_as_singulars(capsys, tmp_path):
+    path = tmp_path / "one.tfrecord"
+    with RecordWriter(str(path)) as writer:
+        writer.write(encode_example({"a": [1]}))
+    shown = ""
+    for argv in (["verify", str(path)], ["inspect", str(path)], ["index", "--dali", str(tmp_path / "idx"), str(path)],
+                 ["demo-data", str(tmp_path / "demo"), "--rows", "1"],
+                 ["stats", str(path), "--output-dir", str(tmp_path / "stats")]):
+        code, out, err = _run(capsys, *argv)
+        assert code == 0, err
+        shown += out + err
+    assert ": 1 record, " in shown and "1 file, 1 record, " in shown and "split files: 1 example" in shown
+    assert re.findall(r"(?<![\d,.])1 (?!byte)[a-z]+s\b(?!/)|\(s\)", shown) == [], shown

@@ -23,6 +23,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions, StandardOptions, TestOptions
 
 from tfrbeam import errors as tfrbeam_errors
+from tfrbeam.base.wording import counted
 from tfrbeam.beam.publish import OutputLock, abandon
 from tfrbeam.build import commit as build_commit
 from tfrbeam.build.commit import discard_staging, recover_output
@@ -191,7 +192,7 @@ def execute(plan: BuildPlan, pipeline: beam.Pipeline) -> None:
 
     A TooManyBadRecordsError keeps its dead letters in the staging directory for a look; the next run removes them.
     """
-    _LOG.info("building %s from %d input file(s) with %s", plan.output_path, len(plan.inputs), plan.runner)
+    _LOG.info("building %s from %s with %s", plan.output_path, counted(len(plan.inputs), "input file"), plan.runner)
     try:
         with build_progress(plan):
             pipeline.run().wait_until_finish()

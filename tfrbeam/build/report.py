@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 
+from tfrbeam.base.wording import counted
 from tfrbeam.build.plan import BuildPlan
 from tfrbeam.build.progress import WRITTEN, progress_dir, read_progress
 
@@ -97,7 +98,7 @@ class _ProgressBar:
         if self.writing:
             self.bar.update(min(written[0], int(self.bar.total)) - self.bar.n)
             return
-        self.bar.set_postfix_str(f"{rows:,} rows", refresh=False)
+        self.bar.set_postfix_str(counted(rows, "row", grouped=True), refresh=False)
         self.bar.update(min(size, self.total) - self.bar.n)
 
     def close(self) -> None:
@@ -123,12 +124,14 @@ class _ProgressLog:
             rate = done / seconds if seconds > 0 else 0.0
             eta = f", about {_duration((self.total - done) / rate)} left" if rate > 0 else ""
             share = 100.0 * done / self.total if self.total else 100.0
-            log.info("read %s rows, %s of %s input bytes (%.0f%%) in %s, %s rows/s%s", f"{rows:,}", f"{done:,}",
-                     f"{self.total:,}", share, _duration(seconds), f"{rows / seconds:,.0f}" if seconds > 0 else "0", eta)
+            log.info("read %s, %s of %s input bytes (%.0f%%) in %s, %s rows/s%s", counted(rows, "row", grouped=True),
+                     f"{done:,}", f"{self.total:,}", share, _duration(seconds),
+                     f"{rows / seconds:,.0f}" if seconds > 0 else "0", eta)
         elif written[0] != self._last_written:
             self._last_written = written[0]
-            log.info("shuffle and write: %s examples (%s bytes) written of %s rows read, in %s", f"{written[0]:,}",
-                     f"{written[1]:,}", f"{rows:,}", _duration(seconds))
+            log.info("shuffle and write: %s (%s bytes) written of %s read, in %s",
+                     counted(written[0], "example", grouped=True), f"{written[1]:,}", counted(rows, "row", grouped=True),
+                     _duration(seconds))
 
     def close(self) -> None:
         """Nothing to tear down: the summary table follows."""

@@ -23,17 +23,42 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import NoReturn
 
-from apache_beam.options.pipeline_options import (
-    GoogleCloudOptions,
-    PipelineOptions,
-    StandardOptions,
-    TestOptions,
-    _BeamArgumentParser,
-)
+# Beam logs "apitools not found, ..." on import when its gcp extra is not installed: noise on every build of a plain
+# install. Exactly that warning is held back while this module imports Beam (see without_apitools_warning), so the
+# imports below follow that block.
+# ruff: noqa: E402
+_APITOOLS_WARNING = "apitools not found"
 
+
+class _DropApitoolsWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (isinstance(record.msg, str) and record.msg.startswith(_APITOOLS_WARNING))
+
+
+@contextlib.contextmanager
+def without_apitools_warning() -> Iterator[None]:
+    """Drop Beam's import-time "apitools not found" warning, and no other record, from the root logger meanwhile."""
+    dropping = _DropApitoolsWarning()
+    logging.root.addFilter(dropping)
+    try:
+        yield
+    finally:
+        logging.root.removeFilter(dropping)
+
+
+with without_apitools_warning():
+    from apache_beam.options.pipeline_options import (
+        GoogleCloudOptions,
+        PipelineOptions,
+        StandardOptions,
+        TestOptions,
+        _BeamArgumentParser,
+    )
+
+from tfrbeam.base.wording import counted
 from tfrbeam.beam.publish import OutputLock, abandon, committed_run
 from tfrbeam.build import launch as launcher
 from tfrbeam.build.commit import discard_staging
@@ -46,7 +71,6 @@ from tfrbeam.build.plan import BuildPlan, plan_build
 from tfrbeam.build.shuffle import MEMORY
 from tfrbeam.build.splits import describe_split_source
 from tfrbeam.errors import (
-    BuildFailedError,
     ConfigError,
     OutputExistsError,
     OutputLockedError,
@@ -76,7 +100,8 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="check everything and print the plan (inputs, features, splits, shards, output, runner); run nothing",
     )
-    parser.add_argument("--quiet", action="store_true", help="log warnings only, and show no progress")
+    parser.add_argument("--quiet", action="store_true",
+                        help="show warnings and errors only: no progress, no log lines, no summary table")
     parser.add_argument("--verbose", action="store_true", help="also show Beam's own log (worker tracebacks included)")
     return parser
 
@@ -119,14 +144,17 @@ def _build(argv: list[str] | None) -> int:
     except (OutputLockedError, OutputNotWritableError) as error:
         return _fail(str(error), EXIT_FAILED)
     try:
-        return _run_locked(plan, options, started)
+        return _run_locked(plan, options, started, quiet=args.quiet)
     finally:
         abandon(plan.staging_dir)  # whatever this run left is the next run's to remove, even in this process
         lock.release()
 
 
-def _run_locked(plan: BuildPlan, options: PipelineOptions, started: float) -> int:
-    """Holding the output's lock: the launcher's steps (tfrbeam.build.launch), each failure one line with its exit status."""
+def _run_locked(plan: BuildPlan, options: PipelineOptions, started: float, quiet: bool) -> int:
+    """Holding the output's lock: the launcher's steps (tfrbeam.build.launch), each failure one line with its exit status.
+
+    The summary table goes to stdout unless ``quiet`` (which shows warnings and errors only).
+    """
     # Started first: the workers' fork server imports Beam while this process builds the job graph.
     with worker_fork_server(options, plan.workers) as fork_server:
         try:
@@ -139,8 +167,7 @@ def _run_locked(plan: BuildPlan, options: PipelineOptions, started: float) -> in
         try:
             launcher.execute(plan, pipeline)
         except TfrbeamError as error:
-            shown = str(error) if isinstance(error, BuildFailedError) else f"{type(error).__name__}: {error}"
-            return _fail(shown, EXIT_FAILED)
+            return _fail(str(error), EXIT_FAILED)
     if options.view_as(TestOptions).dry_run:
         discard_staging(plan)
         print(f"dry run: the job graph for {plan.output_path} was built; nothing ran")
@@ -149,7 +176,8 @@ def _run_locked(plan: BuildPlan, options: PipelineOptions, started: float) -> in
         result = launcher.publish(plan, started)
     except TfrbeamError as error:
         return _fail(str(error), EXIT_FAILED)
-    print(result.summary)
+    if not quiet:
+        print(result.summary)
     return EXIT_OK
 
 
@@ -257,7 +285,7 @@ def describe_plan(plan: BuildPlan) -> str:
     """What ``--dry-run`` prints: inputs, features, splits, shards, output, runner and piece store."""
     sizes = [item.size for item in plan.input_files]
     lines = ["dry run: nothing ran and nothing was written (the first input was sampled to settle the features)",
-             f"inputs:      {len(sizes)} {plan.config.input.format} file(s), {sum(sizes):,} bytes"]
+             f"inputs:      {counted(len(sizes), plan.config.input.format + ' file')}, {sum(sizes):,} bytes"]
     lines += [f"  {item.path}  {item.size:,} bytes" for item in plan.input_files[:_SHOWN_INPUTS]]
     if len(sizes) > _SHOWN_INPUTS:
         lines.append(f"  ... and {len(sizes) - _SHOWN_INPUTS} more")
@@ -277,8 +305,8 @@ def describe_plan(plan: BuildPlan) -> str:
     sharding = plan.sharding
     if sharding.max_bytes_per_shard is not None:
         lines.append(f"shards:      as many per split as keep each under {sharding.max_bytes_per_shard:,} bytes")
-    else:
-        lines.append("shards:      " + ", ".join(f"{name} {count} shard{'s' if count != 1 else ''}"
+    else:  # fixed counts: an int per split
+        lines.append("shards:      " + ", ".join(f"{name} {counted(int(count), 'shard')}"  # type: ignore[arg-type]
                                                for name, count in zip(sharding.splits, sharding.num_shards)))
     lines += _sequence_text(plan)
     shuffle = plan.config.shuffle

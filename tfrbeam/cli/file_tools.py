@@ -15,13 +15,12 @@ from tfrbeam.codec.example import decode_example, decode_sequence_example
 from tfrbeam.codec.json_values import value_to_json
 from tfrbeam.codec.sequence_decode import has_feature_lists
 from tfrbeam.errors import ExampleDecodeError, RecordError, TfrbeamError
-from tfrbeam.layout.manifest import MANIFEST_NAME, TF_DTYPES
+from tfrbeam.layout.manifest import MANIFEST_NAME, TF_DTYPES, read_manifest
 from tfrbeam.stats.files import STATS_HTML, STATS_JSON
+from tfrbeam.stats.report import in_source_order
 from tfrbeam.tfrecord.records import RecordReader
 
 _NOT_RECORD_FILES = (MANIFEST_NAME, STATS_JSON, STATS_HTML)  # what a dataset directory holds beside its shards
-
-
 
 
 class NoInputError(TfrbeamError, FileNotFoundError):
@@ -133,10 +132,33 @@ def iter_raw_json(paths: list[str], limit: int | None = None) -> Iterator[dict]:
                 yield {"offset": offset, "size": len(payload), "data": value_to_json("bytes", bytes(payload))}
 
 
-def features_to_json(features: dict[str, tuple[str | None, list]], with_kinds: bool = False) -> dict:
-    """Render ``decode_example(..., kinds=True)`` output as a JSON-ready dict, features sorted by name."""
+def source_order(paths: list[str]) -> list[str]:
+    """The features in the order of the source the build read, from the manifest of the dataset ``paths`` lie in.
+
+    An Example's features are a map, so a record keeps no order: files outside a dataset give [] (names sorted).
+    """
+    for path in paths:
+        here = path if os.path.isdir(path) else os.path.dirname(path)
+        for directory in (here, os.path.dirname(here.rstrip(os.sep))):
+            if directory and os.path.isfile(os.path.join(directory, MANIFEST_NAME)):
+                return _manifest_order(directory)
+    return []
+
+
+def _manifest_order(directory: str) -> list[str]:
+    try:
+        manifest = read_manifest(directory) or {}
+    except (OSError, TfrbeamError):  # verify reports a damaged manifest; here it only orders what is printed
+        return []
+    keys = ("features", "context_features", "sequence_features")
+    return [name for key in keys for name in manifest.get(key) or {}]
+
+
+def features_to_json(features: dict[str, tuple[str | None, list]], with_kinds: bool = False,
+                     order: list[str] | None = None) -> dict:
+    """Render ``decode_example(..., kinds=True)`` output as a JSON-ready dict, features in ``order`` (see in_source_order)."""
     rendered = {}
-    for name in sorted(features):
+    for name in in_source_order(features, order or []):
         kind, values = features[name]
         json_values = [value_to_json(kind, value) for value in values]
         rendered[name] = {"kind": kind, "values": json_values} if with_kinds else json_values
@@ -162,11 +184,11 @@ class FeatureStats:
         known = {kind for kind in self.kinds if kind is not None}
         return known.pop() if len(known) == 1 else (None if not known else "mixed:" + ",".join(sorted(known)))
 
-    def parse_spec(self, total: int) -> str:
-        """A ``tf.io.parse_example`` feature for this feature, ready to paste."""
+    def parse_spec(self, total: int) -> str | None:
+        """A ``tf.io.parse_example`` feature for this feature, ready to paste; None when no one kind was seen."""
         kind = self.kind()
         if kind not in TF_DTYPES:
-            return f"# cannot suggest: kinds seen {sorted(map(str, self.kinds))}"
+            return None
         dtype = TF_DTYPES[kind]
         if self.present == total and self.min_count == self.max_count:
             shape = "[]" if self.min_count == 1 else f"[{self.min_count}]"
@@ -183,14 +205,30 @@ class InspectReport:
     payload_bytes: int = 0
     file_bytes: int = 0
     features: dict[str, FeatureStats] = dataclasses.field(default_factory=dict)
+    order: list[str] = dataclasses.field(default_factory=list)  # the source's feature order (source_order)
+
+    def ordered_features(self) -> list[tuple[str, FeatureStats]]:
+        """The features in the source's order (by name for files outside a dataset)."""
+        return [(name, self.features[name]) for name in in_source_order(self.features, self.order)]
 
     def parse_example_spec(self) -> dict[str, str]:
-        return {name: stats.parse_spec(self.records) for name, stats in sorted(self.features.items())}
+        """The features ``tf.io.parse_example`` can be given; a feature of no kind or mixed kinds is left out."""
+        specs = {name: stats.parse_spec(self.records) for name, stats in self.ordered_features()}
+        return {name: spec for name, spec in specs.items() if spec is not None}
+
+    def unparseable(self) -> dict[str, str]:
+        """Features left out of the parse spec, each with why: no kind in any record, or several kinds."""
+        return {name: _why_no_spec(stats.kind()) for name, stats in self.ordered_features()
+                if stats.parse_spec(self.records) is None}
+
+
+def _why_no_spec(kind: str | None) -> str:
+    return "no kind in any record" if kind is None else f"kinds {kind.removeprefix('mixed:')} in different records"
 
 
 def inspect_files(paths: list[str], limit: int | None = None) -> InspectReport:
     """Profile the Examples in ``paths`` (all records, or the first ``limit``)."""
-    report = InspectReport(files=paths, file_bytes=sum(os.path.getsize(path) for path in paths))
+    report = InspectReport(files=paths, file_bytes=sum(os.path.getsize(path) for path in paths), order=source_order(paths))
     for path in paths:
         with RecordReader(path) as reader:
             for offset, payload in reader.records_with_offsets():

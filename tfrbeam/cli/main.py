@@ -11,11 +11,16 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from tfrbeam import __version__
 from tfrbeam.base.startup import imports_without_gc
+from tfrbeam.base.wording import counted
 from tfrbeam.errors import ConfigError, OutputExistsError, TfrbeamError
 from tfrbeam.layout.names import SHARD_NAME
+
+if TYPE_CHECKING:
+    from tfrbeam.cli.file_tools import InspectReport
 
 EXIT_OK, EXIT_BAD_DATA, EXIT_USAGE = 0, 1, 2
 _PROGRESS_MIN_BYTES = 4 << 20
@@ -165,7 +170,8 @@ def _run_verify(args: argparse.Namespace) -> int:
             _clear_progress()
             status = "OK  " if report.problem is None else "FAIL"
             print(
-                f"{status} {path}: {report.records} records, {report.payload_bytes} payload bytes, {report.file_bytes} file bytes"
+                f"{status} {path}: {counted(report.records, 'record')}, {report.payload_bytes} payload bytes, "
+                f"{report.file_bytes} file bytes"
             )
             if report.problem is not None:
                 problems += 1
@@ -236,20 +242,21 @@ def _run_cat(args: argparse.Namespace) -> int:
         for line in file_tools.iter_raw_json(paths, args.limit):
             print(json.dumps(line, ensure_ascii=False))
         return EXIT_OK
+    order = file_tools.source_order(args.paths)
     for count, (_, _, decoded) in enumerate(file_tools.iter_decoded(paths, sequence=args.sequence)):
         if args.limit is not None and count >= args.limit:
             break
         if args.sequence:
             context, feature_lists = decoded
             line = {
-                "context": file_tools.features_to_json(context, args.kinds),
+                "context": file_tools.features_to_json(context, args.kinds, order),
                 "feature_lists": {
-                    name: [file_tools.features_to_json({"": step}, args.kinds)[""] for step in steps]
-                    for name, steps in sorted(feature_lists.items())
+                    name: [file_tools.features_to_json({"": step}, args.kinds)[""] for step in feature_lists[name]]
+                    for name in file_tools.in_source_order(feature_lists, order)
                 },
             }
         else:
-            line = file_tools.features_to_json(decoded, args.kinds)
+            line = file_tools.features_to_json(decoded, args.kinds, order)
         print(json.dumps(line, ensure_ascii=False, allow_nan=False))
     return EXIT_OK
 
@@ -267,26 +274,29 @@ def _run_inspect(args: argparse.Namespace) -> int:
     if args.json:
         features = {
             name: {"kind": stats.kind(), "present": stats.present, "min_values": stats.min_count, "max_values": stats.max_count}
-            for name, stats in sorted(report.features.items())
+            for name, stats in report.ordered_features()
         }
         summary = {"files": len(paths), "records": report.records, "file_bytes": report.file_bytes,
                    "payload_bytes": report.payload_bytes, "features": features, "parse_example_spec": spec}
         print(json.dumps(summary, indent=2))
         return EXIT_OK
     print(
-        f"{len(paths)} file(s), {report.records} records, {report.file_bytes} bytes on disk, {report.payload_bytes} payload bytes"
+        f"{counted(len(paths), 'file')}, {counted(report.records, 'record')}, {report.file_bytes} bytes on disk, "
+        f"{report.payload_bytes} payload bytes"
     )
     if report.features:
         print(f"\n{'feature':<24} {'kind':<8} {'present':>9} {'values/record':>14}")
-        for name, stats in sorted(report.features.items()):
+        for name, stats in report.ordered_features():
             rate = format_fraction(stats.present, report.records)
             counts = f"{stats.min_count}..{stats.max_count}" if stats.min_count != stats.max_count else f"{stats.min_count}"
             print(f"{name or repr(name):<24} {stats.kind()!s:<8} {rate:>9} {counts:>14}")
         print("\nfeature_spec = {")
         for name, feature in spec.items():
             print(f"    {name!r}: {feature},")
+        for name, why in report.unparseable().items():  # comments: the printed spec stays Python one can paste
+            print(f"    # {name!r}: {why}: tf.io.parse_example cannot read it")
         print("}")
-        _print_inspect_summary(file_tools.inspect_statistics(report, args.limit))
+        _print_inspect_summary(file_tools.inspect_statistics(report, args.limit), report)
     return EXIT_OK
 
 
@@ -317,16 +327,19 @@ def _run_index(args: argparse.Namespace) -> int:
     for path, name in zip(paths, names):
         out = os.path.join(args.dali, name + ".idx")
         count = write_dali_index(path, out)
-        print(f"OK   {path}: {count} records -> {out}")
+        print(f"OK   {path}: {counted(count, 'record')} -> {out}")
     return EXIT_OK
 
 
-def _print_inspect_summary(stats: dict) -> None:
+def _print_inspect_summary(stats: dict, report: InspectReport) -> None:
+    """The per-feature value summary under inspect's table, features in the report's (the source's) order."""
+    from tfrbeam.stats.report import in_source_order
     from tfrbeam.stats.text import feature_summary
 
     print("\nvalues (tfrbeam stats DATASET writes the full report):")
-    for name, feature in stats["splits"]["files"]["features"].items():
-        print(f"  {name or repr(name):<24} {feature_summary(feature)}")
+    features = stats["splits"]["files"]["features"]
+    for name in in_source_order(features, report.order):
+        print(f"  {name or repr(name):<24} {feature_summary(features[name])}")
 
 
 def _add_stats_commands(commands) -> None:
@@ -390,7 +403,7 @@ def _run_export(args: argparse.Namespace) -> int:
     paths = export_to_parquet(args.dataset, args.output_dir, splits=args.split, columns=args.columns, progress=show,
                               overwrite=args.overwrite)
     _clear_progress()
-    print(f"wrote {len(paths)} Parquet file(s) under {args.output_dir}")
+    print(f"wrote {counted(len(paths), 'Parquet file')} under {args.output_dir}")
     return EXIT_OK
 
 
@@ -400,9 +413,10 @@ def _records_progress(label: str) -> Callable[[int, int | None], None]:
         if total:
             width = 30
             filled = int(width * done / total)
-            sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,} records {label}")
+            sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done:,}/{counted(total, 'record', grouped=True)} "
+                             f"{label}")
         else:
-            sys.stderr.write(f"\r{done:,} records {label}")
+            sys.stderr.write(f"\r{counted(done, 'record', grouped=True)} {label}")
         sys.stderr.flush()
 
     return show

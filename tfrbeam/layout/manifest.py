@@ -53,14 +53,17 @@ class FeatureDescription(Protocol):
 
 
 def feature_entries(features: Sequence[FeatureDescription]) -> dict[str, dict[str, Any]]:
-    """The manifest's ``features``: type, shape ([] scalar, [n] fixed length, null variable), always_present."""
+    """The manifest's ``features``: type, shape ([] scalar, [n] fixed length, null variable), always_present.
+
+    In the order given, which for a build is the source's column order (``column_2`` before ``column_10``).
+    """
     return {
         spec.name: {
             "type": spec.type,
             "shape": None if spec.shape is None else list(spec.shape),
             "always_present": spec.always_present,
         }
-        for spec in sorted(features, key=lambda spec: spec.name)
+        for spec in features
     }
 
 
@@ -89,7 +92,7 @@ def parse_sequence_example_spec_of(context: dict[str, dict[str, Any]],
 def _spec_strings(entries: dict[str, dict[str, Any]], fixed: str) -> dict[str, str]:
     """``tf.io.{fixed}(shape, dtype)`` for entries every record (or step) has with one shape, else VarLenFeature."""
     spec_strings = {}
-    for name in sorted(entries):
+    for name in entries:  # the features' order: the source's
         entry = entries[name]
         dtype = TF_DTYPES[entry["type"]]
         if entry["always_present"] and entry["shape"] is not None:

@@ -7,7 +7,7 @@ feature entry has every key, null where it does not apply (``min`` of a bytes fe
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -151,18 +151,27 @@ def _categorical_entry(feature: FeatureAccumulator) -> dict[str, Any]:
 
 
 def split_result(split: SplitAccumulator, shapes: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """One split's entry; features in the order of ``shapes`` (a manifest's: the source's column order)."""
     shapes = shapes or {}
     return {
         "num_examples": split.num_examples,
         "features": {
-            name: feature_result(feature, split.num_examples, shapes.get(name))
-            for name, feature in split.features.items()
+            name: feature_result(split.features[name], split.num_examples, shapes.get(name))
+            for name in in_source_order(split.features, shapes)
         },
     }
 
 
-def drift_result(splits: Mapping[str, SplitAccumulator], thresholds: Mapping[str, float]) -> dict[str, Any]:
-    """Each split after the first compared with the first, per feature; flagged = score above the method's threshold."""
+def in_source_order(names: Iterable[str], order: Iterable[str]) -> list[str]:
+    """``names`` in ``order`` (the source's column order, as a manifest lists features); names it lacks follow."""
+    position = {name: index for index, name in enumerate(order)}
+    return sorted(names, key=lambda name: (position.get(name, len(position)), name))
+
+
+def drift_result(splits: Mapping[str, SplitAccumulator], thresholds: Mapping[str, float],
+                 order: Iterable[str] = ()) -> dict[str, Any]:
+    """Each split after the first compared with the first, per feature (in ``order``, as split_result's);
+    flagged = score above the method's threshold."""
     names = list(splits)
     comparisons: dict[str, Any] = {}
     flagged = []
@@ -170,7 +179,8 @@ def drift_result(splits: Mapping[str, SplitAccumulator], thresholds: Mapping[str
         base = splits[names[0]]
         for split in names[1:]:
             scores: dict[str, dict[str, Any] | None] = {}
-            for feature, accumulator in splits[split].features.items():
+            for feature in in_source_order(splits[split].features, order):
+                accumulator = splits[split].features[feature]
                 found = feature_drift(accumulator.kind, base.features[feature], accumulator)
                 if found is None:
                     scores[feature] = None
@@ -207,5 +217,5 @@ def dataset_stats(
         "source": source,
         "sketches": sketch_notes(),
         "splits": {name: split_result(accumulator, shapes) for name, accumulator in splits.items()},
-        "drift": drift_result(splits, {**DEFAULT_THRESHOLDS, **(thresholds or {})}),
+        "drift": drift_result(splits, {**DEFAULT_THRESHOLDS, **(thresholds or {})}, shapes or {}),
     }

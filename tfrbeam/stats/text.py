@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from tfrbeam.base.wording import counted
+
 TOP_IN_SUMMARY = 3
 
 
@@ -61,7 +63,7 @@ def summary_lines(stats: Mapping[str, Any]) -> list[str]:
     lines: list[str] = []
     for split, entry in stats["splits"].items():
         total = entry["num_examples"]
-        lines.append(f"split {split}: {total:,} examples")
+        lines.append(f"split {split}: {counted(total, 'example', grouped=True)}")
         lines.append(f"  {'feature':<24} {'type':<6} {'present':>9}  values")
         for name, feature in entry["features"].items():
             lines.append(

@@ -181,8 +181,8 @@ def frame_buffer(data: bytes | bytearray | memoryview, offsets: Iterable[int]) -
     return frame_records(view[start:end] for start, end in zip(bounds, bounds[1:]))
 
 
-def normalize_compression(compression: str | None, name: str = "") -> str | None:
-    """Map a compression argument to None, "gzip" or "zlib"; "auto" picks by the file name's extension.
+def normalize_compression(compression: str | None, name: str = "", *, reading: bool = True) -> str | None:
+    """Map a compression argument to None, "gzip" or "zlib"; "auto" is ``compression_from_name(name, reading)``.
 
     Anything else is refused: TensorFlow's TFRecord readers understand only those three.
     """
@@ -190,7 +190,7 @@ def normalize_compression(compression: str | None, name: str = "") -> str | None
         return None
     key = str(compression).strip().lower()
     if key == "auto":
-        return compression_from_name(name)
+        return compression_from_name(name, look_inside=reading)
     if key in ("", "none", "uncompressed"):
         return None
     if key in ("gzip", "gz"):
@@ -204,12 +204,36 @@ def normalize_compression(compression: str | None, name: str = "") -> str | None
     )
 
 
-def compression_from_name(name: str) -> str | None:
-    """The compression implied by a file name: .gz is gzip, .zlib / .zz is zlib, anything else none."""
+def compression_from_name(name: str, look_inside: bool = True) -> str | None:
+    """The compression of a file to read: .gz / .gzip is gzip, .zlib / .zz zlib; any other name, by its first bytes.
+
+    TensorFlow writes GZIP files under any name (``TFRecordWriter("x.tfrecord", "GZIP")``), so a local file whose
+    name implies none is looked inside (unless ``look_inside`` is False, as for a file about to be written): gzip's
+    magic bytes 1f 8b, or a zlib header, make it compressed, unless its first 12 bytes are a valid TFRecord header.
+    """
     lower = os.fspath(name).lower()
     if lower.endswith((".gz", ".gzip")):
         return "gzip"
     if lower.endswith((".zlib", ".zz")):
+        return "zlib"
+    return _compression_of_first_bytes(os.fspath(name)) if look_inside else None
+
+
+def _compression_of_first_bytes(path: str) -> str | None:
+    """gzip or zlib when a local file starts like one and not like a TFRecord file; None otherwise (or when unreadable)."""
+    if not os.path.isfile(path):  # a remote path or a stream's label: its name decides
+        return None
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(HEADER_SIZE)
+    except OSError:
+        return None  # the reader that follows reports why it cannot read the file
+    if len(head) == HEADER_SIZE and masked_crc32c(head[:8]) == _unpack_crc(head, 8)[0]:
+        return None  # a valid length header: an uncompressed TFRecord file (a chance match is 1 in 2^32)
+    if head[:2] == b"\x1f\x8b":
+        return "gzip"
+    # RFC 1950: method 8 (deflate), a window of at most 32 KiB, and the two header bytes a multiple of 31.
+    if len(head) >= 2 and head[0] & 0x0F == 8 and head[0] >> 4 <= 7 and (head[0] << 8 | head[1]) % 31 == 0:
         return "zlib"
     return None
 
@@ -231,7 +255,7 @@ class RecordWriter:
 
     def __init__(self, target: WriteTarget, compression: str | None = None):
         self.name = _name_of(target)
-        self.compression = normalize_compression(compression, self.name)
+        self.compression = normalize_compression(compression, self.name, reading=False)
         self._owns_file = isinstance(target, (str, os.PathLike))
         # A path is written under a hidden temporary name beside it and renamed on close, so a
         # crash or a full disk never leaves a partial file at the final path.
@@ -671,9 +695,9 @@ def read_records(
 ) -> Iterator[bytes]:
     """Yield the payload of every record in a TFRecord file (a path or a binary file object).
 
-    ``compression="auto"`` picks by extension (.gz gzip, .zlib/.zz zlib, else none). Damage raises
-    ``CorruptRecordError`` / ``TruncatedRecordError`` with the path and byte offset, unless
-    ``skip_corrupt=True``, which skips bad records, logs each skipped range and calls ``on_skip``.
+    ``compression="auto"`` picks by extension (.gz gzip, .zlib/.zz zlib), else by the file's first bytes
+    (``compression_from_name``). Damage raises ``CorruptRecordError`` / ``TruncatedRecordError`` with the path and
+    byte offset, unless ``skip_corrupt=True``, which skips bad records, logs each skipped range and calls ``on_skip``.
     """
     reader = RecordReader(
         source, compression, verify=verify, tf_compatible_eof=tf_compatible_eof,

@@ -11,6 +11,7 @@ import math
 import apache_beam as beam
 import numpy as np
 
+from tfrbeam.base.wording import counted
 from tfrbeam.build.shuffle.coders import PieceCoder
 from tfrbeam.build.shuffle.keys import MIN_BUCKET_BITS
 from tfrbeam.build.shuffle.pieces import Piece
@@ -185,7 +186,7 @@ def make_plan(histogram: tuple[np.ndarray, ...], spec: ShardingSpec) -> ShardPla
         if num_shards is None:
             num_shards = _shards_for_byte_cap(name, starts, split_counts, sizes[rows], largest[rows], spec.max_bytes_per_shard)
         plans.append(SplitPlan(name, total, total_bytes, int(num_shards), ids, starts, split_counts))
-        _LOG.info("split %s: %d examples, %d bytes, %d shards", name, total, total_bytes, num_shards)
+        _LOG.info("split %s: %s, %d bytes, %s", name, counted(total, "example"), total_bytes, counted(num_shards, "shard"))
     return ShardPlan(spec, tuple(plans))
 
 

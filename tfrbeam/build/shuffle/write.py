@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator
 import apache_beam as beam
 import numpy as np
 
+from tfrbeam.base.wording import counted
 from tfrbeam.beam import filesystem as fs
 from tfrbeam.build.progress import WRITTEN, ProgressCounter
 from tfrbeam.build.shuffle.balance import ShardingSpec, ShardPlan, SplitPlan
@@ -211,7 +212,8 @@ class WriteShard(beam.DoFn):
         if self._progress is not None:
             ProgressCounter(self._progress, WRITTEN).add(len(kept), handle.size)
         _LOG.info(
-            "wrote %s: %d examples, %d bytes in %.1f s", relative_path, len(kept), handle.size, time.monotonic() - started
+            "wrote %s: %s, %d bytes in %.1f s", relative_path, counted(len(kept), "example"), handle.size,
+            time.monotonic() - started,
         )
         return WrittenShard(
             split=split_plan.name, shard=shard, num_shards=split_plan.num_shards, relative_path=relative_path,
