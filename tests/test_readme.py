@@ -15,6 +15,8 @@ Blocks that are not run, each marked by an HTML comment on the line before its f
 - ``<!-- readme-test: skip (REASON) -->``: only for a block that needs Dataflow or cloud credentials,
   e.g. ``<!-- readme-test: skip (needs Dataflow credentials) -->``.
 Any other block must run and exit 0. Blocks meant as text (synopses, output) use ```text.
+``<!-- new-user -->`` marks the README's "To use" block, which runs here too and which
+tests/test_new_user.py also runs from an empty directory in a fresh virtualenv after ``pip install .``.
 
 Every relative link of README.md and docs/*.md must name a file that exists, and a ``#anchor`` a
 heading of that file (GitHub's slugs).

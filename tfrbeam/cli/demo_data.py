@@ -6,7 +6,9 @@ for the dead-letter demo) and ``parquet/flights-0000{0,1}.parquet`` (native list
 and a few null labels that the Parquet example sends to the dead letters), and
 ``sequences/flights-by-aircraft.csv``: a log of the flights of a few aircraft in time order, for
 the SequenceExample example (one sequence per aircraft; two flights of one aircraft share a
-departure time, and one aircraft changes carrier, which makes its group a bad one).
+departure time, and one aircraft changes carrier, which makes its group a bad one). Beside them,
+``demo.yaml``: the build config of configs/demo.yaml reading this directory's CSV files, so
+``tfrbeam build DIR/demo.yaml`` works in any directory, with no clone of the repository.
 """
 
 from __future__ import annotations
@@ -120,8 +122,53 @@ def _csv_text(rows: list[dict], broken: dict) -> str:
     return out.getvalue()
 
 
+CONFIG_NAME = "demo.yaml"
+
+# configs/demo.yaml with the CSV path of the directory written (tests/cli/test_demo_data.py checks they agree).
+_DEMO_CONFIG = """\
+# The demo build: made-up flights CSV -> shuffled train/eval TFRecord shards, written by
+#   tfrbeam demo-data {data_dir}
+# beside the data it reads. Build it from the directory that command ran in:
+#   tfrbeam build {config}
+input:
+  format: csv
+  path: {csv_glob}
+  csv:
+    null_values: [""]
+features:
+  flight_id: {{type: int64}}
+  carrier: {{type: bytes}}
+  origin: {{type: bytes}}
+  dest: {{type: bytes}}
+  distance: {{type: float}}
+  dep_delay: {{type: float, on_null: default, default: 0.0}}   # empty cell -> 0.0
+  tailnum: {{type: bytes, on_null: omit}}                       # empty cell -> feature absent
+  cancelled: {{type: int64}}                                    # 0 is a value, never "missing"
+  embedding: {{type: float, separator: ";", length: 4}}
+shuffle:
+  enabled: true
+  seed: 42
+splits:
+  train: 0.9
+  eval: 0.1
+output:
+  path: out/demo
+  num_shards: {{train: 4, eval: 1}}
+  compression: none
+errors:
+  on_bad_record: dead_letter      # the demo CSV has 3 broken rows: see out/demo/_errors/
+  max_bad_fraction: 0.01
+"""
+
+
+def demo_config_text(out_dir: str) -> str:
+    """The demo build config for the data written to ``out_dir``; paths relative to where the command runs."""
+    config = os.path.join(out_dir, CONFIG_NAME)
+    return _DEMO_CONFIG.format(data_dir=out_dir, config=config, csv_glob=os.path.join(out_dir, "csv", "flights-*.csv"))
+
+
 def write_demo_data(out_dir: str, num_rows: int = DEFAULT_ROWS) -> list[str]:
-    """Write the CSV and Parquet demo files under ``out_dir``; returns their paths."""
+    """Write the CSV and Parquet demo files and the demo build config under ``out_dir``; returns their paths."""
     table = demo_table(num_rows)
     rows = table.to_pylist()
     paths = []
@@ -142,6 +189,10 @@ def write_demo_data(out_dir: str, num_rows: int = DEFAULT_ROWS) -> list[str]:
         pq.write_table(part, path, row_group_size=500, compression="snappy", write_page_checksum=True)
         paths.append(path)
     paths.append(_write_aircraft_flights(os.path.join(out_dir, "sequences")))
+    config = os.path.join(out_dir, CONFIG_NAME)
+    with open(config, "w", encoding="utf-8") as handle:
+        handle.write(demo_config_text(out_dir))
+    paths.append(config)
     return paths
 
 

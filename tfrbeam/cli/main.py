@@ -126,7 +126,8 @@ def _parser() -> argparse.ArgumentParser:
     index.add_argument("--dali", required=True, metavar="OUT_DIR", help="write <OUT_DIR>/<file name>.idx for each file")
     index.set_defaults(run=_run_index)
 
-    demo = commands.add_parser("demo-data", help="write the made-up flights data configs/demo.yaml reads (CSV, Parquet)")
+    demo = commands.add_parser("demo-data", help="write the made-up flights data (CSV, Parquet) and DIR/demo.yaml, "
+                               "the build config that reads it: tfrbeam build DIR/demo.yaml")
     demo.add_argument("out_dir", nargs="?", default="demo_data", metavar="DIR", help="directory to write (default: demo_data)")
     demo.add_argument("--rows", type=_count, default=3000, metavar="N", help="rows in total (default: 3000)")
     demo.set_defaults(run=_run_demo_data)
@@ -304,8 +305,9 @@ def _run_demo_data(args: argparse.Namespace) -> int:
     from tfrbeam.cli.demo_data import write_demo_data
 
     paths = write_demo_data(args.out_dir, args.rows)
-    print(f"wrote {len(paths)} demo files under {args.out_dir}/: the same {args.rows} rows in csv/ and in parquet/, "
-          "and a flight log per aircraft in sequences/")
+    print(f"wrote {counted(len(paths), 'demo file')} under {args.out_dir}/: the same {counted(args.rows, 'row')} in csv/ "
+          f"and in parquet/, a flight log per aircraft in sequences/, and the build config that reads the CSV files: "
+          f"tfrbeam build {paths[-1]}")
     return EXIT_OK
 
 
