@@ -45,10 +45,13 @@ from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.filesystem import BEAM_FILES
 from tfrbeam.errors import CommitError, ManifestError, OutputLockedError, OutputNotWritableError, PreconditionFailedError
 from tfrbeam.layout.manifest import read_manifest
-from tfrbeam.layout.names import is_staging_name, lock_path, staging_path, staging_prefix
+from tfrbeam.layout.names import DALI_DIR_NAME, is_staging_name, lock_path, staging_path, staging_prefix
+from tfrbeam.tfrecord.offset_index import offset_index_path_for
+from tfrbeam.tfrecord.record_index import index_path_for
 
 __all__ = [
-    "CommitJournal", "OutputLock", "RunIdentity", "StagingDir", "dead_staging_dirs", "delete_missing_ok", "is_gone", "lock_path",
+    "CommitJournal", "OutputLock", "RunIdentity", "StagingDir", "dataset_files", "dead_staging_dirs", "delete_missing_ok",
+    "is_gone", "lock_path",
     "owner_record", "recover",
     "staging_path", "swap_into_place", "this_run",
 ]
@@ -524,17 +527,29 @@ def live_staging_dirs(target: str, keep: str | None = None) -> list[str]:
 
 @dataclasses.dataclass(frozen=True)
 class CommitJournal:
-    """The file operations of one commit, written before the first one runs; applying it again is harmless."""
+    """The file operations of one commit, written before the first one runs; applying it again is harmless.
+
+    Two kinds. A *replace* journal (the sink; object-store outputs before tfrbeam 0.2) deletes first
+    and renames after. A *switch* journal (``switch=True``: a dataset in a bucket) renames the new
+    objects into names no live object has, its last move (the manifest) is the one whole-object write
+    that switches readers from the old generation to the new, and only then deletes ``deletions``
+    (the old generation's objects). ``replaces`` is the run whose dataset it switches away from.
+    """
 
     run_id: str
     target: str
     deletions: tuple[str, ...]
-    moves: tuple[tuple[str, str], ...]  # (staged, final), applied in order after the deletions
+    moves: tuple[tuple[str, str], ...]  # (staged, final), applied in order
+    switch: bool = False
+    replaces: str | None = None
 
     def write(self, staging: str) -> None:
         """Write the journal atomically: a reader finds the whole journal or none."""
-        data = json.dumps({"run_id": self.run_id, "target": self.target, "deletions": list(self.deletions),
-                           "moves": [list(pair) for pair in self.moves]}, indent=1).encode("utf-8")
+        record: dict[str, Any] = {"run_id": self.run_id, "target": self.target, "deletions": list(self.deletions),
+                                  "moves": [list(pair) for pair in self.moves]}
+        if self.switch:
+            record.update(switch=True, replaces=self.replaces)
+        data = json.dumps(record, indent=1).encode("utf-8")
         temp, final = fs.join(staging, JOURNAL_NAME + ".tmp"), fs.join(staging, JOURNAL_NAME)
         fs.write_bytes(temp, data, "application/json")
         fs.rename([(temp, final)])
@@ -546,21 +561,29 @@ class CommitJournal:
             return None
         try:
             raw = json.loads(fs.read_bytes(path).decode("utf-8"))
-            return cls(raw["run_id"], raw["target"], tuple(raw["deletions"]), tuple((a, b) for a, b in raw["moves"]))
-        except (ValueError, KeyError, TypeError) as error:
+            replaces = raw.get("replaces")
+            return cls(raw["run_id"], raw["target"], tuple(raw["deletions"]), tuple((a, b) for a, b in raw["moves"]),
+                       switch=raw.get("switch") is True, replaces=replaces if isinstance(replaces, str) else None)
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
             raise CommitError(f"{path}: an unreadable commit journal ({error}); remove {staging} by hand") from error
 
     def apply(self, missing_ok: bool = False) -> None:
-        """Delete what the commit replaces, then rename every staged file whose source still exists.
+        """Carry the commit out (a switch journal: ``_apply_switch``); a replace journal deletes, then renames.
 
         ``missing_ok`` (recovery): a file that goes away while this runs (an earlier attempt, still
         running somewhere, did that step) is a step already done, not an error.
         """
+        if self.switch:
+            self._apply_switch(missing_ok)
+            return
         if missing_ok:
             delete_missing_ok(self.deletions)
         else:
             fs.delete_files(self.deletions)
-        pending = [(source, destination) for source, destination in self.moves if fs.exists(source)]
+        self._move(self.moves, missing_ok)
+
+    def _move(self, moves: Sequence[tuple[str, str]], missing_ok: bool) -> None:
+        pending = [(source, destination) for source, destination in moves if fs.exists(source)]
         for directory in sorted({fs.parent(destination) for _, destination in pending}):
             fs.mkdirs(directory)
         if not missing_ok:
@@ -575,6 +598,49 @@ class CommitJournal:
                     raise
 
         fs.in_threads(move, pending)
+
+    def _apply_switch(self, missing_ok: bool) -> None:
+        """New objects in, the manifest (the last move) as the switch, the old generation out; from any point.
+
+        What the output's manifest names now decides: this run's (switched: only the deletions are
+        left), the replaced run's (roll forward), or a third run's (it published since: this run's
+        objects that it does not list are removed, and its dataset stays).
+        """
+        published = committed_run(self.target)
+        if published == self.run_id:
+            delete_missing_ok(self.deletions)
+            return
+        if published != self.replaces:
+            listed = _listed_paths(self.target)
+            delete_missing_ok([final for _, final in self.moves[:-1] if final not in listed])
+            return
+        self._move(self.moves[:-1], missing_ok)
+        self._move(self.moves[-1:], missing_ok)  # the switch: one whole-object write of the manifest
+        delete_missing_ok(self.deletions)
+
+
+def _listed_paths(target: str) -> set[str]:
+    """Full paths of every file the output's manifest makes part of its dataset now (none without a readable one)."""
+    try:
+        manifest = read_manifest(target, BEAM_FILES)
+    except (ManifestError, OSError):
+        return set()
+    return {fs.join(target, *relative.split("/")) for relative in dataset_files(manifest)}
+
+
+def dataset_files(manifest: dict | None) -> set[str]:
+    """Relative paths of the files a manifest makes part of its dataset: shards, their indexes, DALI and dead-letter files."""
+    own: set[str] = set()
+    splits = (manifest or {}).get("splits")
+    for name, split in (splits.items() if isinstance(splits, dict) else ()):
+        for shard in (split.get("shards") if isinstance(split, dict) else None) or ():
+            path = shard.get("path") if isinstance(shard, dict) else None
+            if isinstance(path, str):
+                own.update({path, index_path_for(path), offset_index_path_for(path),
+                            posixpath.join(DALI_DIR_NAME, str(name), posixpath.basename(path) + ".idx")})
+    files = ((manifest or {}).get("bad_records") or {}).get("files") if isinstance(manifest, dict) else None
+    own.update(path for path in files or () if isinstance(path, str))
+    return own
 
 
 def is_gone(error: BaseException) -> bool:

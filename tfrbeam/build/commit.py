@@ -31,6 +31,7 @@ import logging
 import os
 import platform
 import posixpath
+import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -46,6 +47,7 @@ from tfrbeam.beam.publish import (
     CommitJournal,
     committed_run,
     confined,
+    dataset_files,
     held_or_taken,
     recover,
     swap_into_place,
@@ -312,7 +314,7 @@ def publish_staged(plan: BuildPlan, staged: StagedCommit) -> None:
         _check_output_unchanged(plan)
         try:
             if fs.is_remote(plan.output_root):
-                publish_by_journal(plan, staged.files, staged.dead_letters, staged.manifest)
+                publish_by_switch(plan, staged.files, staged.dead_letters, staged.manifest)
             else:
                 publish_by_swap(plan, staged.files, staged.dead_letters, staged.manifest)
         except OSError as error:  # before the commit point: after it a failure is only a warning
@@ -615,7 +617,7 @@ def carry_over(old_dir: str, output_root: str) -> None:
     for name in foreign_entries(old_dir, old_manifest):
         if not os.path.lexists(fs.join(output_root, name)):
             fs.rename_local(fs.join(old_dir, name), fs.join(output_root, name))
-    own = _dataset_files(old_manifest)
+    own = dataset_files(old_manifest)
     for relative in _user_files_in_dataset_dirs(old_dir, old_manifest, own):
         destination = os.path.join(output_root, relative)
         if os.path.lexists(destination):
@@ -625,21 +627,6 @@ def carry_over(old_dir: str, output_root: str) -> None:
             continue
         fs.mkdirs(os.path.dirname(destination))
         fs.rename_local(os.path.join(old_dir, relative), destination)
-
-
-def _dataset_files(manifest: dict | None) -> set[str]:
-    """Relative paths of the files a manifest makes part of its dataset: shards, their indexes, DALI and dead-letter files."""
-    own: set[str] = set()
-    splits = (manifest or {}).get("splits")
-    for name, split in (splits.items() if isinstance(splits, dict) else ()):
-        for shard in (split.get("shards") if isinstance(split, dict) else None) or ():
-            path = shard.get("path") if isinstance(shard, dict) else None
-            if isinstance(path, str):
-                own.update({path, index_path_for(path), offset_index_path_for(path),
-                            posixpath.join(DALI_DIR_NAME, str(name), posixpath.basename(path) + ".idx")})
-    files = ((manifest or {}).get("bad_records") or {}).get("files") if isinstance(manifest, dict) else None
-    own.update(path for path in files or () if isinstance(path, str))
-    return own
 
 
 def _user_files_in_dataset_dirs(old_dir: str, manifest: dict | None, own: set[str]) -> list[str]:
@@ -666,27 +653,82 @@ def _looks_like_the_datasets(relative: str) -> bool:
             or relative.startswith(DALI_DIR_NAME + "/"))
 
 
-def publish_by_journal(plan: BuildPlan, files: Sequence[WrittenShard], dead_letters: Sequence[DeadLetterFile],
-                       manifest: dict[str, Any]) -> None:
-    """Object stores: a journal first; the old manifest goes first, the old dataset's files next, the new manifest last."""
+def publish_by_switch(plan: BuildPlan, files: Sequence[WrittenShard], dead_letters: Sequence[DeadLetterFile],
+                      manifest: dict[str, Any]) -> None:
+    """Object stores: the new objects under names no object there has, then the manifest in one write, then GC.
+
+    A rename in a bucket is a copy and a delete, so no set of renames is atomic; one whole-object
+    write is. The new generation's shards, indexes and dead letters go in beside the old ones (a
+    name already taken gets this run's tag, ``generation_name``), the manifest's one write switches
+    every reader that opens it from the old dataset to the new, and only then are the old
+    dataset's objects deleted. A switch journal in the staging prefix lets the next run finish
+    (or undo) whatever a crash interrupted (docs/cloud-storage.md).
+    """
     root = plan.output_root
+    prefix = root.rstrip("/") + "/"
+    taken = {path[len(prefix):] for path in fs.match(prefix + "**") if path.startswith(prefix)}
+    renamed = _free_names([item.relative_path for item in files] + [item.relative_path for item in dead_letters],
+                          taken, plan.run.run_id)
+    files = [dataclasses.replace(item, relative_path=renamed[item.relative_path]) for item in files]
+    dead_letters = [dataclasses.replace(item, relative_path=renamed[item.relative_path]) for item in dead_letters]
+    manifest = _with_paths(manifest, renamed)
     staged_manifest = fs.join(plan.staging_dir, MANIFEST_NAME)
     fs.write_bytes(staged_manifest, manifest_bytes(manifest), "application/json")
-    doomed = [fs.join(root, MANIFEST_NAME), *_old_dataset_objects(root, tuple(plan.config.splits))]
     moves = _staged_moves(plan, files, dead_letters, root)
     if plan.config.output.dali_index:  # written from the staged shards, moved in with them
         for item in files:
-            staged = _dali_path(plan.staging_dir, item)
+            staged = fs.join(plan.staging_dir, DALI_DIR_NAME, item.split, posixpath.basename(item.relative_path) + ".idx")
             fs.write_bytes(staged, dali_index_text(load_offsets_of(item.temp_path)).encode("ascii"), "text/plain")
             moves.append((staged, _dali_path(root, item)))
     moves.append((staged_manifest, fs.join(root, MANIFEST_NAME)))
-    journal = CommitJournal(plan.run.run_id, root, tuple(doomed), tuple(moves))
+    published = {final for _, final in moves}
+    old = _old_manifest(root)
+    doomed = [path for path in _old_dataset_objects(root, tuple(plan.config.splits)) if path not in published]
+    journal = CommitJournal(plan.run.run_id, root, tuple(doomed), tuple(moves), switch=True,
+                            replaces=old.get("run_id") if isinstance(old, dict) else None)
     journal.write(plan.staging_dir)
     journal.apply()
-    fs.delete_tree(plan.staging_dir)
+    try:
+        fs.delete_tree(plan.staging_dir)
+    except OSError as error:  # published already: what is left is the next run's to remove
+        _LOG.warning("published %s, but could not clean up %s (%s); the next build into it finishes this",
+                     plan.output_path, plan.staging_dir, error)
     if plan.config.stats:
         _LOG.warning("stats: true computes statistics of local outputs only; run tfrbeam stats where %s is readable",
                      plan.output_path)
+
+
+def generation_name(relative: str, run_id: str) -> str:
+    """``train/train-00000-of-00002.tfrecord`` as this run's: ``train/train-g<run>-00000-of-00002.tfrecord``.
+
+    The tag goes into the shard name's prefix, so the name still matches ``SHARD_NAME`` and a glob
+    such as ``train-*-of-*.tfrecord``; other files get it before their extension.
+    """
+    directory, _, name = relative.rpartition("/")
+    tag = f"g{run_id[:12]}"
+    match = re.match(r"(.*?)(-\d{5,}-of-\d{5,}\..*)", name)
+    tagged = f"{match.group(1)}-{tag}{match.group(2)}" if match else f"{tag}-{name}"
+    return f"{directory}/{tagged}" if directory else tagged
+
+
+def _free_names(relatives: Sequence[str], taken: set[str], run_id: str) -> dict[str, str]:
+    """Each new file's published name: its own where neither it nor its indexes are taken, else this run's tagged one."""
+    def clashes(relative: str) -> bool:
+        return bool({relative, index_path_for(relative), offset_index_path_for(relative)} & taken)
+
+    return {relative: generation_name(relative, run_id) if clashes(relative) else relative for relative in relatives}
+
+
+def _with_paths(manifest: dict[str, Any], renamed: dict[str, str]) -> dict[str, Any]:
+    """The manifest with its shards' and dead-letter files' paths as published."""
+    updated = json.loads(json.dumps(manifest))
+    for split in updated["splits"].values():
+        for shard in split["shards"]:
+            shard["path"] = renamed.get(shard["path"], shard["path"])
+    bad = updated.get("bad_records") or {}
+    if bad.get("files"):
+        bad["files"] = sorted(renamed.get(path, path) for path in bad["files"])
+    return updated
 
 
 def _old_dataset_objects(root: str, new_splits: tuple[str, ...]) -> list[str]:
@@ -696,7 +738,7 @@ def _old_dataset_objects(root: str, new_splits: tuple[str, ...]) -> list[str]:
     dataset's, as ``carry_over`` decides locally; a ``train/NOTES.md`` stays.
     """
     old = _old_manifest(root)
-    own = _dataset_files(old)
+    own = dataset_files(old)
     prefix = root.rstrip("/") + "/"
     doomed = []
     for name in sorted(dataset_entries(old, new_splits) - {MANIFEST_NAME}):
