@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import json
 import logging
 import os
@@ -74,11 +75,16 @@ def test_portable_runner_with_an_embedded_job_server(workdir, capsys):
 @pytest.mark.parametrize("config_path, extra_steps", [
     (DEMO_CONFIG, ()), (str(REPO_ROOT / "configs" / "sequence_example.yaml"), ("GroupRowsByBucket", "EncodeSequences")),
 ], ids=["examples", "sequences"])
-def test_dataflow_job_graph_builds_offline(workdir, config_path, extra_steps):
-    config = load_config(config_path, ["output.path=out/dataflow"])
+def test_dataflow_job_graph_builds_offline(workdir, config_path, extra_steps, gcs_bucket):
+    """The Dataflow job graph of a build whose input and output are in a bucket (the GCS emulator), built offline."""
+    config = load_config(config_path)
+    for path in glob.glob(config.input.path):
+        gcs_bucket.put(path, pathlib.Path(path).read_bytes())
+    config = load_config(config_path, [f"input.path={gcs_bucket.url(config.input.path)}",
+                                       f"output.path={gcs_bucket.url('out/dataflow')}"])
     options = PipelineOptions([
         "--runner=DataflowRunner", "--project=fake-project", "--region=us-central1",
-        "--temp_location=gs://fake-bucket/tmp", f"--setup_file={REPO_ROOT / 'setup.py'}", "--dry_run=True",
+        f"--temp_location={gcs_bucket.url('tmp')}", f"--setup_file={REPO_ROOT / 'setup.py'}", "--dry_run=True",
     ])
     pipeline = beam.Pipeline(options=options)
     run = build_pipeline(pipeline, config)
@@ -88,7 +94,8 @@ def test_dataflow_job_graph_builds_offline(workdir, config_path, extra_steps):
                  "Build/Shuffle/WriteShardsThroughGroupByKey/WriteShards", "Build/Commit",
                  *(f"Build/{step}" for step in extra_steps)):
         assert name in steps
-    assert run.runner == "DataflowRunner" and run.piece_store == "inline" and not os.path.exists(run.manifest_path)
+    assert run.runner == "DataflowRunner" and run.piece_store == "inline"
+    assert not [key for key in gcs_bucket.listing() if key.startswith("out/dataflow/")]  # nothing published
 
 
 def _one_error_line(capsys) -> str:
