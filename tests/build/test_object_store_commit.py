@@ -18,6 +18,7 @@ import pyarrow as pa
 
 import tfrbeam
 from tfrbeam.layout.names import MANIFEST_NAME
+from tfrbeam.tfrecord.offset_index import offset_index_path_for, parse_offset_index
 
 
 def _table(rows: int, offset: int = 0) -> pa.Table:
@@ -73,6 +74,15 @@ tfrbeam.write_dataset(table, sys.argv[1], num_shards=3, seed=int(sys.argv[2]), o
 """
 
 
+def _index_is_of(offsets_index: bytes, shard: bytes) -> bool:
+    """Whether a dense offset index describes these shard bytes (its record starts and end)."""
+    try:
+        parsed = parse_offset_index(offsets_index, "index")
+    except Exception:
+        return False
+    return int(parsed.offsets[-1]) == len(shard)
+
+
 def _check_complete(bucket, key: str) -> int | None:
     """The examples of the dataset a reader finds at ``key`` now (None: no manifest); every listed shard is whole."""
     try:
@@ -84,6 +94,7 @@ def _check_complete(bucket, key: str) -> int | None:
             data = bucket.get(f"{key}/{shard['path']}")
             assert len(data) == shard["num_bytes"], f"{shard['path']} is not the shard its manifest lists"
             assert hashlib.sha256(data).hexdigest() == shard["sha256"]
+            assert _index_is_of(bucket.get(f"{key}/{offset_index_path_for(shard['path'])}"), data), shard["path"]
     return sum(split["num_examples"] for split in manifest["splits"].values())
 
 
@@ -158,3 +169,39 @@ def test_a_reader_during_replaces_in_a_bucket_always_finds_the_old_or_the_new_da
     assert not errors, errors
     assert reads > 3
     assert _check_complete(bucket, "live") == 350
+
+
+_ONE_BUILD = """
+import sys, pyarrow as pa, tfrbeam
+from tfrbeam.errors import TfrbeamError
+rows = int(sys.argv[2])
+table = pa.table({"id": list(range(rows)), "text": [f"row {i}" for i in range(rows)]})
+try:
+    tfrbeam.write_dataset(table, sys.argv[1], num_shards=2, seed=1, overwrite=True, progress=False,
+                          pipeline_options=sys.argv[3:])
+except TfrbeamError as error:
+    print(f"refused: {error}", file=sys.stderr)
+    sys.exit(3)
+"""
+
+
+def test_two_concurrent_builds_into_one_gcs_output_never_interleave(gcs_strict_bucket):
+    """Two processes build into one gs:// output at once, on a GCS server that honours preconditions: the lock's
+    create-if-absent lets one in; the output holds one build's dataset, whole; nothing else in the bucket changes."""
+    bucket = gcs_strict_bucket
+    bucket.put("elsewhere/keep.txt", b"a user's object")
+    before = bucket.listing()
+    env = {**os.environ, **bucket.env}
+    runs = [subprocess.Popen([sys.executable, "-c", _ONE_BUILD, bucket.url("shared"), str(rows), *bucket.pipeline_args()],
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            for rows in (400, 700)]
+    results = [(run.wait(300), run.stderr.read() if run.stderr else "") for run in runs]
+    codes = sorted(code for code, _ in results)
+    assert codes in ([0, 0], [0, 3]), results
+    for code, stderr in results:
+        if code == 3:
+            assert "in use by run" in stderr.strip().splitlines()[-1]
+    assert _check_complete(bucket, "shared") in (400, 700)
+    after = bucket.listing()
+    assert {key: value for key, value in after.items() if not key.startswith(("shared/", ".shared.", "."))} == before
+    assert not [key for key in after if ".shared.tfrbeam-" in key], "staging objects or the lock were left behind"

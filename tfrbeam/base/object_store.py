@@ -32,9 +32,9 @@ from tfrbeam.errors import (
 )
 
 __all__ = [
-    "OBJECT_STORE_FILES", "ObjectPath", "ObjectStoreFiles", "S3Settings", "configure_s3", "create_if_absent",
-    "delete_if_match", "forget_object_store_clients", "is_object_store", "pyarrow_filesystem", "read_versioned",
-    "replace_if_match", "storage_error", "translated",
+    "OBJECT_STORE_FILES", "ObjectPath", "ObjectStoreFiles", "S3Settings", "configure_s3", "copy_object",
+    "create_if_absent", "delete_if_match", "delete_object", "forget_object_store_clients", "is_object_store",
+    "pyarrow_filesystem", "read_versioned", "replace_if_match", "storage_error", "translated",
 ]
 
 _T = TypeVar("_T")
@@ -252,6 +252,40 @@ def delete_if_match(path: str, token: str) -> None:
         translated(path, "delete if unchanged", delete)
     except ObjectNotFoundError:
         pass
+
+
+def copy_object(source: str, destination: str) -> None:
+    """A server-side copy of one object (GCS rewrite, S3 managed copy: any size); the destination is replaced."""
+    src, dst = ObjectPath.parse(source), ObjectPath.parse(destination)
+    if src.scheme != dst.scheme:
+        raise ValueError(f"cannot copy {source} to {destination}: different object stores")
+
+    def copy() -> None:
+        if src.scheme == "gs":
+            client = _gcs_client()
+            target = client.bucket(dst.bucket).blob(dst.key)
+            token, _, _ = target.rewrite(client.bucket(src.bucket).blob(src.key))
+            while token is not None:
+                token, _, _ = target.rewrite(client.bucket(src.bucket).blob(src.key), token=token)
+            return
+        _s3_client().copy({"Bucket": src.bucket, "Key": src.key}, dst.bucket, dst.key)
+
+    translated(source, f"copy to {destination}", copy)
+
+
+def delete_object(path: str) -> None:
+    """Delete one object; ObjectNotFoundError when there is none."""
+    where = ObjectPath.parse(path)
+
+    def delete() -> None:
+        if where.scheme == "gs":
+            _gcs_client().bucket(where.bucket).blob(where.key).delete()
+            return
+        client = _s3_client()
+        client.head_object(Bucket=where.bucket, Key=where.key)  # S3 answers a delete of nothing with success
+        client.delete_object(Bucket=where.bucket, Key=where.key)
+
+    translated(path, "delete", delete)
 
 
 # ----------------------------------------------------------------------------- reads

@@ -248,7 +248,25 @@ def mkdirs(directory: str) -> None:
 
 def rename(pairs: Sequence[tuple[str, str]]) -> None:
     """Rename (source, destination) pairs, a few at a time: object stores take ~50 ms per call."""
-    in_threads(lambda pair: _mutating("rename", pair[1], lambda: FileSystems.rename([pair[0]], [pair[1]])), list(pairs))
+    in_threads(lambda pair: _mutating("rename", pair[1], lambda: _rename_one(*pair)), list(pairs))
+
+
+def _rename_one(source: str, destination: str) -> None:
+    """Object stores: our client's copy and delete (no batch calls); elsewhere Beam's rename."""
+    if object_store.is_object_store(source):
+        object_store.copy_object(source, destination)
+        object_store.delete_object(source)
+        return
+    FileSystems.rename([source], [destination])
+
+
+def _delete(paths: list[str]) -> None:
+    """Object stores: one delete request per object through our client; elsewhere Beam's delete."""
+    if paths and object_store.is_object_store(paths[0]):
+        for path in paths:
+            object_store.delete_object(path)
+        return
+    FileSystems.delete(paths)
 
 
 def rename_local(source: str, destination: str) -> None:
@@ -278,20 +296,29 @@ def _renameat2(first: str, second: str, flags: int) -> None:
 def delete_files(paths: Iterable[str]) -> None:
     """Delete those of ``paths`` that exist (a retried step may have deleted some already)."""
     existing = [path for path in paths if exists(path)]
-    in_threads(lambda path: _mutating("delete", path, lambda: FileSystems.delete([path])), existing)
+    in_threads(lambda path: _mutating("delete", path, lambda: _delete([path])), existing)
 
 
 def delete_tree(directory: str) -> None:
     """Delete a directory and everything in it (on object stores: every object under ``directory/``); missing is fine."""
     if not is_remote(directory):
         if os.path.lexists(directory):
-            _mutating("delete", directory, lambda: FileSystems.delete([directory]))
+            _mutating("delete", directory, lambda: _delete([directory]))
         return
     doomed = list(match(directory.rstrip("/") + "/**"))
     if exists(directory):
         doomed.append(directory)
-    if doomed:
+    if doomed and object_store.is_object_store(directory):
+        in_threads(lambda path: _mutating("delete", path, lambda: _delete_missing_ok(path)), doomed)
+    elif doomed:
         _mutating("delete", directory, lambda: FileSystems.delete(doomed))
+
+
+def _delete_missing_ok(path: str) -> None:
+    try:
+        object_store.delete_object(path)
+    except FileNotFoundError:
+        pass
 
 
 def in_threads(function: Callable[[_T], Any], items: Sequence[_T], max_workers: int = _MAX_IO_THREADS) -> list[Any]:

@@ -528,8 +528,10 @@ def _staged_moves(plan: BuildPlan, files: Sequence[WrittenShard], dead_letters: 
     """(staged file, its path under ``root``) for every shard, read index and dead-letter file."""
     moves = [(item.temp_path, fs.join(root, *item.relative_path.split("/"))) for item in files]
     moves += [
-        (index, fs.join(root, item.split, INDEX_DIR_NAME, posixpath.basename(index)))
-        for item in files for index in (item.temp_index_path, item.temp_offsets_path) if index
+        (index, fs.join(root, *name_of(item.relative_path).split("/")))
+        for item in files
+        for index, name_of in ((item.temp_index_path, index_path_for), (item.temp_offsets_path, offset_index_path_for))
+        if index
     ]
     moves += [(item.temp_path, fs.join(root, *item.relative_path.split("/"))) for item in dead_letters]
     return moves
