@@ -20,6 +20,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -73,9 +74,12 @@ class _Server:
     def env(self) -> dict[str, str]:
         raise NotImplementedError
 
+    def process_env(self) -> dict[str, str] | None:
+        return None
+
     def start(self) -> _Server:
         self.process = subprocess.Popen(self.command(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                        stdin=subprocess.DEVNULL, start_new_session=True)
+                                        stdin=subprocess.DEVNULL, start_new_session=True, env=self.process_env())
         _wait_until_answering(self.probe_url(), self.process, self.name)
         return self
 
@@ -143,11 +147,20 @@ class _GcsServer(_Server):
 
 
 class GcsEmulator(_GcsServer):
+    """``on_disk``: a directory the server keeps its objects in, so a stopped server restarts with them."""
+
     name = "gcp-storage-emulator"
 
+    def __init__(self, on_disk: str | None = None) -> None:
+        super().__init__()
+        self.on_disk = on_disk
+
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "gcp_storage_emulator", "start", "--host=127.0.0.1", f"--port={self.port}",
-                "--in-memory"]
+        storage = [] if self.on_disk else ["--in-memory"]
+        return [sys.executable, "-m", "gcp_storage_emulator", "start", "--host=127.0.0.1", f"--port={self.port}", *storage]
+
+    def process_env(self) -> dict[str, str] | None:
+        return {**os.environ, "STORAGE_BASE": self.on_disk} if self.on_disk else None
 
     def probe_url(self) -> str:
         return self.url + "/storage/v1/b"
@@ -251,3 +264,62 @@ class StoreBucket:
     def pipeline_args(self) -> list[str]:
         """Beam's own options for this store: S3's endpoint and keys; for a GCS emulator, anonymous credentials."""
         return self.server.pipeline_args() if isinstance(self.server, MotoS3) else ["--no_auth"]
+
+
+class TcpProxy:
+    """A TCP proxy on 127.0.0.1 in front of a server: ``stop`` makes its address refuse connections (and cuts the open
+    ones), ``start`` serves it again on the same port, while the server behind it keeps its objects."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._listener: socket.socket | None = None
+        self._open: list[socket.socket] = []
+        self._guard = threading.Lock()
+
+    def start(self) -> TcpProxy:
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        with self._guard:
+            listener, self._listener = self._listener, None
+            connections, self._open = self._open, []
+        for sock in [listener, *connections]:
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            except OSError:
+                client.close()
+                continue
+            with self._guard:
+                self._open += [client, upstream]
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(1 << 16):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                sink.shutdown(socket.SHUT_WR)

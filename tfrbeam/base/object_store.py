@@ -20,6 +20,7 @@ import dataclasses
 import datetime
 import os
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -32,7 +33,8 @@ from tfrbeam.errors import (
 )
 
 __all__ = [
-    "OBJECT_STORE_FILES", "ObjectPath", "ObjectStoreFiles", "S3Settings", "configure_s3", "copy_object",
+    "OBJECT_STORE_FILES", "ObjectPath", "ObjectStoreFiles", "S3Settings", "check_reachable", "configure_s3",
+    "copy_object", "note_unreachable",
     "create_if_absent", "delete_if_match", "delete_object", "forget_object_store_clients", "is_object_store",
     "pyarrow_filesystem", "read_versioned", "replace_if_match", "storage_error", "translated",
 ]
@@ -92,9 +94,10 @@ def configure_s3(settings: S3Settings) -> None:
 
 
 def forget_object_store_clients() -> None:
-    """Drop the cached clients, so the next request reads the environment and settings again (tests move servers)."""
+    """Drop the cached clients (and what is known of unreachable stores): the next request starts afresh."""
     with _LOCK:
         _CLIENTS.clear()
+        _UNREACHABLE.clear()
 
 
 def _cached(name: str, make: Callable[[], _T]) -> _T:
@@ -176,14 +179,48 @@ def storage_error(error: BaseException, path: str, request: str) -> StorageError
     return StorageError(f"{where}: the request failed ({detail})")
 
 
+UNREACHABLE_SECONDS = 60.0  # after a store failed a request past its client's retries, fail fast for this long
+_UNREACHABLE: dict[tuple[str, str], tuple[float, str]] = {}  # (scheme, bucket) → (until, the request it failed)
+
+
+def _store_of(path: str) -> tuple[str, str] | None:
+    try:
+        where = ObjectPath.parse(path)
+    except ValueError:
+        return None
+    return where.scheme, where.bucket
+
+
+def check_reachable(path: str, request: str) -> None:
+    """StorageUnavailableError at once when ``path``'s store failed past its retries moments ago.
+
+    The client already retried for minutes (Beam's and Google's policies); the cleanup after such a
+    failure (removing staging, releasing the lock) would wait as long again per request. Failing
+    those fast leaves nothing worse: the next run finishes or undoes what this one could not.
+    """
+    store = _store_of(path)
+    marked = _UNREACHABLE.get(store) if store else None
+    if marked is not None and time.monotonic() < marked[0]:
+        raise StorageUnavailableError(f"{path}: {request}: not tried: the store did not answer {marked[1]} moments ago")
+
+
+def note_unreachable(path: str, error: StorageError) -> StorageError:
+    """Remember that ``path``'s store did not answer (for ``check_reachable``); returns the error."""
+    store = _store_of(path)
+    if store is not None and isinstance(error, StorageUnavailableError):
+        _UNREACHABLE[store] = (time.monotonic() + UNREACHABLE_SECONDS, f"a request for {path}")
+    return error
+
+
 def translated(path: str, request: str, action: Callable[[], _T]) -> _T:
     """Run one storage request; any client exception comes out as our ``StorageError``, chained."""
+    check_reachable(path, request)
     try:
         return action()
     except StorageError:
         raise
     except Exception as error:
-        raise storage_error(error, path, request) from error
+        raise note_unreachable(path, storage_error(error, path, request)) from error
 
 
 # --------------------------------------------------------------------- conditional writes

@@ -88,6 +88,8 @@ def _storage(path: str, request: str, action: Callable[[], _T]) -> _T:
 
     Local errors, and OSErrors of filesystems other than object stores, pass through as they are.
     """
+    if object_store.is_object_store(path):
+        object_store.check_reachable(path, request)
     try:
         return action()
     except Exception as error:
@@ -96,7 +98,7 @@ def _storage(path: str, request: str, action: Callable[[], _T]) -> _T:
             raise
         translated = [object_store.storage_error(each, path, request) for each in inner]
         chosen = next((each for each in translated if not isinstance(each, FileNotFoundError)), translated[0])
-        raise chosen from error
+        raise object_store.note_unreachable(path, chosen) from error
 
 
 def storage_settings(options: PipelineOptions | None) -> object_store.S3Settings:

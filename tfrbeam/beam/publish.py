@@ -43,7 +43,14 @@ from typing import Any
 from tfrbeam.base import object_store
 from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.filesystem import BEAM_FILES
-from tfrbeam.errors import CommitError, ManifestError, OutputLockedError, OutputNotWritableError, PreconditionFailedError
+from tfrbeam.errors import (
+    CommitError,
+    ManifestError,
+    OutputLockedError,
+    OutputNotWritableError,
+    PreconditionFailedError,
+    StorageError,
+)
 from tfrbeam.layout.manifest import read_manifest
 from tfrbeam.layout.names import DALI_DIR_NAME, is_staging_name, lock_path, staging_path, staging_prefix
 from tfrbeam.tfrecord.offset_index import offset_index_path_for
@@ -353,9 +360,14 @@ class LockLease:
                               "was published by this run")
 
     def release(self) -> None:
+        """Delete the lock object if it is still this run's version; a store that does not answer leaves it to expire."""
         self._stop.set()
         with self._guard:
-            object_store.delete_if_match(self.lock.path, self.token)
+            try:
+                object_store.delete_if_match(self.lock.path, self.token)
+            except (PreconditionFailedError, StorageError) as error:
+                _LOG.warning("could not remove the lock %s (%s); it expires within %.0f s, or at once for a run on "
+                             "this host", self.lock.path, error, self.seconds)
         self._thread.join(5)
 
 

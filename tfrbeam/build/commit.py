@@ -347,6 +347,14 @@ def _failure_of(error: BaseException) -> tuple[str | None, int | None, str]:
 def _output_state(plan: BuildPlan) -> str:
     """What a reader finds at the output after a failed commit."""
     try:
+        return _what_the_output_holds(plan)
+    except OSError:  # the store that failed the commit does not answer this either
+        return (f"what {plan.output_path} holds now could not be read; the old or the new dataset is there whole, "
+                f"and the next build into it finishes or undoes this commit from {plan.staging_dir}")
+
+
+def _what_the_output_holds(plan: BuildPlan) -> str:
+    try:
         manifest = read_manifest(plan.output_root, BEAM_FILES)
     except (ManifestError, OSError):
         manifest = None
@@ -773,9 +781,21 @@ def discard_unpublished(plan: BuildPlan) -> None:
 
 
 def discard_staging(plan: BuildPlan, keep_dead_letters: bool = False) -> None:
-    """Remove a failed run's staging directory (its partial shards) and free the pieces and rows it held in memory."""
+    """Remove a failed run's staging directory (its partial shards) and free the pieces and rows it held in memory.
+
+    A store that fails this too (it stopped answering) leaves the directory to the next run's recovery: the
+    run's failure is what its caller reports, not this.
+    """
     discard_pieces(plan.staging_dir)
     discard_held_rows(plan.staging_dir)
+    try:
+        _remove_staging(plan, keep_dead_letters)
+    except OSError as error:
+        _LOG.warning("could not remove %s (%s); the next build into %s removes it", plan.staging_dir, error,
+                     plan.output_path)
+
+
+def _remove_staging(plan: BuildPlan, keep_dead_letters: bool) -> None:
     if keep_dead_letters:
         for name in fs.list_names(plan.staging_dir):
             if name != ERRORS_DIR_NAME and name != OWNER_NAME:
