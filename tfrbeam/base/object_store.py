@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import fnmatch
 import os
+import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from tfrbeam.errors import (
@@ -420,3 +422,309 @@ def _key(path: str) -> str:
 
 
 OBJECT_STORE_FILES = ObjectStoreFiles()
+
+# ------------------------------------------------------------- reading objects: range reads, globs
+
+
+_RANGE_BYTES = 8 << 20  # one ranged GET of a sequential read: large enough that a request's latency is small beside it
+_COALESCE_GAP = 64 << 10  # random access reads records this close together with one request (the gap is discarded)
+_PREFETCH_THREADS = 8
+_POOL: tuple[int, Any] | None = None  # (the pid that made it, a ThreadPoolExecutor): a forked child makes its own
+_OPENED_IN: int | None = None  # the pid whose cached clients are in use
+
+
+def _range_pool() -> Any:
+    """The threads that run background and parallel range reads (one set per process)."""
+    global _POOL
+    with _LOCK:
+        if _POOL is None or _POOL[0] != os.getpid():
+            from concurrent.futures import ThreadPoolExecutor
+
+            _POOL = (os.getpid(), ThreadPoolExecutor(_PREFETCH_THREADS, thread_name_prefix="tfrbeam-range-read"))
+        return _POOL[1]
+
+
+def _filesystem_here(path: str) -> Any:
+    """``pyarrow_filesystem``, made afresh in a forked child (a parent's client connections are not its to use)."""
+    global _OPENED_IN
+    if _OPENED_IN != os.getpid():
+        forget_object_store_clients()
+        _OPENED_IN = os.getpid()
+    return pyarrow_filesystem(path)
+
+
+class _ArrowRanges:
+    """Range reads through a ``pyarrow.fs`` random-access file: S3's ``read_at`` is one bounded ranged GET."""
+
+    def __init__(self, path: str):
+        filesystem = _filesystem_here(path)
+        self._file = translated(path, "open", lambda: filesystem.open_input_file(_key(path)))
+        self.size = int(translated(path, "look up", lambda: _object_size(filesystem, self._file, path)))
+
+    def read(self, offset: int, length: int) -> bytes:
+        return self._file.read_at(length, offset)
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class _GcsRanges:
+    """Range reads of one generation of a GCS object, each one bounded GET (``google-cloud-storage``).
+
+    Not pyarrow's GCS file: its first read opens a download of the whole object and leaves it
+    unread (measured on the emulator: a GET of the whole object, then one of the range), which
+    costs a request per file and stalls a server that answers one request at a time.
+    """
+
+    def __init__(self, path: str):
+        where = ObjectPath.parse(path)
+        client = _gcs_read_client()
+        blob = translated(path, "look up", lambda: client.bucket(where.bucket).get_blob(where.key))
+        if blob is None:
+            raise ObjectNotFoundError(f"{path}: look up: no such object")
+        self.size = int(blob.size)
+        self._blob = client.bucket(where.bucket).blob(where.key, generation=blob.generation)  # a replace is not mixed in
+
+    def read(self, offset: int, length: int) -> bytes:
+        return self._blob.download_as_bytes(start=offset, end=offset + length - 1, raw_download=True, checksum=None)
+
+    def close(self) -> None:
+        pass
+
+
+def _gcs_read_client() -> Any:
+    """The GCS client, its connection pool sized for the range-reading threads (it keeps 10 connections by default)."""
+    client = _gcs_client()
+    with _LOCK:
+        session = getattr(client, "_http", None)
+        if session is not None and not getattr(session, "_tfrbeam_pool", False):
+            from requests.adapters import HTTPAdapter
+
+            for prefix in ("http://", "https://"):
+                session.mount(prefix, HTTPAdapter(pool_connections=4, pool_maxsize=4 * _PREFETCH_THREADS))
+            session._tfrbeam_pool = True
+    return client
+
+
+def _gcs_reads_available() -> bool:
+    try:
+        import google.cloud.storage  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class RangedFile:
+    """One object opened for reading: a seekable, read-only binary file whose every request is one bounded range read.
+
+    Each request is read whole, so any number of objects can be read interleaved (a stalled,
+    half-read download never holds a server up). Sequential reads take ``range_bytes`` at a
+    time, and with ``prefetch`` the next range is requested in the background while this one is
+    used. gs:// is read through ``google-cloud-storage`` (Beam's gcp extra) when it is installed,
+    else through pyarrow's GCS file; s3:// through pyarrow's S3 file. The size is the object's
+    when opened; an object that changes under a read is an error, never a short file.
+    """
+
+    def __init__(self, path: str, *, prefetch: bool = False, range_bytes: int = _RANGE_BYTES):
+        self.name = path
+        gcs = ObjectPath.parse(path).scheme == "gs" and _gcs_reads_available()
+        self._source: _GcsRanges | _ArrowRanges = _GcsRanges(path) if gcs else _ArrowRanges(path)
+        self.size = self._source.size
+        self._prefetch = prefetch
+        self._range_bytes = range_bytes
+        self._position = 0
+        self._chunk: bytes = b""
+        self._chunk_start = 0
+        self._next: tuple[int, Any] | None = None  # (offset, future) of the range requested ahead
+        self.closed = False
+
+    # -- positional reads
+
+    def read_range(self, offset: int, length: int) -> bytes:
+        """Exactly ``length`` bytes from ``offset`` (fewer only past the end of the object), with one request."""
+        length = max(0, min(length, self.size - offset))
+        if not length:
+            return b""
+        data = translated(self.name, f"read bytes {offset}..{offset + length}", lambda: self._source.read(offset, length))
+        if len(data) != length:
+            raise StorageError(f"{self.name}: read bytes {offset}..{offset + length}: {len(data)} bytes came; the object "
+                               f"was {self.size} bytes when opened, so it changed while it was read: read it again")
+        return data
+
+    def read_ranges(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        """The bytes of each ``(offset, length)``, requested in parallel when there are several."""
+        if len(ranges) <= 1:
+            return [self.read_range(offset, length) for offset, length in ranges]
+        pool = _range_pool()
+        return list(pool.map(lambda span: self.read_range(*span), ranges))
+
+    # -- a file object
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._position, os.SEEK_END: self.size}[whence]
+        if base + offset < 0:
+            raise ValueError(f"{self.name}: cannot seek to {base + offset}")
+        self._position = base + offset
+        return self._position
+
+    def read(self, size: int | None = -1) -> bytes:
+        wanted = self.size - self._position if size is None or size < 0 else size
+        parts = []
+        while wanted > 0:
+            piece = self._piece(wanted)
+            if not piece:
+                break
+            parts.append(piece)
+            wanted -= len(piece)
+        return b"".join(parts)
+
+    def readinto(self, buffer: Any) -> int:
+        target = memoryview(buffer).cast("B")
+        done = 0
+        while done < len(target):
+            piece = self._piece(len(target) - done)
+            if not piece:
+                break
+            target[done:done + len(piece)] = piece
+            done += len(piece)
+        return done
+
+    def _piece(self, wanted: int) -> memoryview:
+        """Up to ``wanted`` bytes from the position on, from the range that holds it (requested when needed)."""
+        if self._position >= self.size:
+            return memoryview(b"")
+        if not self._chunk_start <= self._position < self._chunk_start + len(self._chunk):
+            self._chunk, self._chunk_start = self._range_from(self._position), self._position
+        start = self._position - self._chunk_start
+        piece = memoryview(self._chunk)[start:start + wanted]
+        self._position += len(piece)
+        return piece
+
+    def _range_from(self, offset: int) -> bytes:
+        """The range that starts at ``offset``: the one requested ahead if it is that one; then the next is asked for."""
+        ahead, self._next = self._next, None
+        if ahead is not None and ahead[0] == offset:
+            data = ahead[1].result()
+        else:
+            if ahead is not None:
+                ahead[1].cancel()
+            data = self.read_range(offset, self._range_bytes)
+        following = offset + len(data)
+        if self._prefetch and following < self.size:
+            self._next = (following, _range_pool().submit(self.read_range, following, self._range_bytes))
+        return data
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        ahead, self._next = self._next, None
+        if ahead is not None and not ahead[1].cancel():
+            ahead[1].exception()  # wait: the file must not close under a running request (its error is of no use now)
+        self._chunk = b""
+        self._source.close()
+
+    def __enter__(self) -> RangedFile:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _object_size(filesystem: Any, source: Any, path: str) -> int:
+    """The object's size. Not the GCS file's ``size()``: that opens a download of the whole object and leaves it unread."""
+    if ObjectPath.parse(path).scheme == "s3":
+        return int(source.size())  # S3's file knows it from the HEAD request that opened it
+    from pyarrow import fs as pafs
+
+    info = filesystem.get_file_info(_key(path))
+    if info.type != pafs.FileType.File:
+        raise ObjectNotFoundError(f"{path}: look up: no such object")
+    return int(info.size)
+
+
+def open_ranged(path: str, *, prefetch: bool = False) -> RangedFile:
+    """``path`` (``gs://`` or ``s3://``) opened for range reads; ``ObjectNotFoundError`` naming it when there is none."""
+    return RangedFile(path, prefetch=prefetch)
+
+
+def open_to_read(path: str, *, prefetch: bool = False) -> Any:
+    """A file to read: a local path opened as ever (``open(path, "rb")``), an object as a ``RangedFile``."""
+    if is_object_store(path):
+        return open_ranged(path, prefetch=prefetch)
+    return open(path, "rb")
+
+
+def input_size(path: str) -> int:
+    """The size of a local file or an object (``OSError`` when there is none: ``ObjectNotFoundError`` for an object)."""
+    return OBJECT_STORE_FILES.size(path) if is_object_store(path) else os.path.getsize(path)
+
+
+def opened_size(handle: Any) -> int:
+    """The size of a file opened by ``open_to_read``."""
+    return handle.size if isinstance(handle, RangedFile) else os.fstat(handle.fileno()).st_size
+
+
+def read_input(path: str) -> bytes:
+    """The whole of a local file or an object (for small files: a manifest, an index)."""
+    with open_to_read(path) as handle:
+        return handle.read()
+
+
+def coalesced_ranges(starts: Sequence[int], ends: Sequence[int], gap: int = _COALESCE_GAP) -> list[tuple[int, int]]:
+    """Sorted byte spans ``[starts[i], ends[i])`` merged where less than ``gap`` bytes lie between: (offset, length)."""
+    merged: list[list[int]] = []
+    for start, end in zip(starts, ends):
+        if merged and start - merged[-1][1] < gap:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(start, end - start) for start, end in merged]
+
+
+def object_glob(pattern: str) -> list[str]:
+    """The objects a glob names, sorted, matched as ``glob.glob`` matches local files.
+
+    ``*``, ``?`` and ``[...]`` stay inside one ``/``-separated component and match no hidden
+    (``.``-prefixed) name unless the pattern's component starts with ``.``; ``**`` matches any
+    number of components. One listing of the prefix before the first wildcard.
+    """
+    where = ObjectPath.parse(pattern)
+    parts = where.key.split("/")
+    literal = next((number for number, part in enumerate(parts) if has_magic(part)), len(parts))
+    directory = f"{where.scheme}://{where.bucket}/" + "/".join(parts[:literal])
+    prefix = directory.rstrip("/") + "/"
+    found = []
+    for path in OBJECT_STORE_FILES.list_files(directory):
+        relative = path[len(prefix):].split("/") if path.startswith(prefix) else None
+        if relative is not None and _components_match(parts[literal:], relative):
+            found.append(path)
+    return sorted(found)
+
+
+_MAGIC = re.compile(r"[*?\[]")
+
+
+def has_magic(text: str) -> bool:
+    """Whether ``text`` holds a glob wildcard (as ``glob.has_magic``)."""
+    return _MAGIC.search(text) is not None
+
+
+def _components_match(pattern: Sequence[str], names: Sequence[str]) -> bool:
+    if not pattern:
+        return not names
+    if pattern[0] == "**":
+        return any(_components_match(pattern[1:], names[skip:]) for skip in range(len(names) + 1)
+                   if not any(name.startswith(".") for name in names[:skip]))
+    if not names or (names[0].startswith(".") and not pattern[0].startswith(".")):
+        return False
+    return fnmatch.fnmatchcase(names[0], pattern[0]) and _components_match(pattern[1:], names[1:])

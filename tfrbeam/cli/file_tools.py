@@ -11,6 +11,8 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from tfrbeam.base.file_access import files_for
+from tfrbeam.base.object_store import OBJECT_STORE_FILES, has_magic, input_size, is_object_store, object_glob
 from tfrbeam.codec.example import decode_example, decode_sequence_example
 from tfrbeam.codec.json_values import value_to_json
 from tfrbeam.codec.sequence_decode import has_feature_lists
@@ -31,7 +33,9 @@ def expand_record_paths(arguments: list[str]) -> list[str]:
     """Files named by paths, globs and directories (recursively; hidden and ``_``-prefixed entries skipped)."""
     files: list[str] = []
     for argument in arguments:
-        if os.path.isdir(argument):
+        if is_object_store(argument):
+            found = _objects_named(argument)
+        elif os.path.isdir(argument):
             found = _files_below(argument)
         elif os.path.isfile(argument):
             found = [argument]
@@ -41,6 +45,20 @@ def expand_record_paths(arguments: list[str]) -> list[str]:
             raise NoInputError(f"{argument}: no such file, directory or matching files")
         files.extend(found)
     return list(dict.fromkeys(files))
+
+
+def _objects_named(argument: str) -> list[str]:
+    """A ``gs://`` or ``s3://`` argument's objects: a glob's, the object itself, or those below a prefix (as locally)."""
+    if has_magic(argument):
+        return object_glob(argument)
+    if OBJECT_STORE_FILES.is_file(argument):
+        return [argument]
+    prefix = argument.rstrip("/") + "/"
+    below = [(path[len(prefix):].split("/"), path) for path in OBJECT_STORE_FILES.list_files(argument)]
+    kept = [(parts, path) for parts, path in below
+            if not any(part.startswith((".", "_")) for part in parts) and parts[-1] not in _NOT_RECORD_FILES]
+    # os.walk's order: a directory's files, then its subdirectories, each sorted by name
+    return [path for parts, path in sorted(kept, key=lambda item: [(1, part) for part in item[0][:-1]] + [(0, item[0][-1])])]
 
 
 def _files_below(directory: str) -> list[str]:
@@ -68,7 +86,7 @@ def verify_file(
     path: str, examples: bool = False, progress: Callable[[int, int], None] | None = None
 ) -> FileReport:
     """Read every record of ``path`` checking CRCs (and, with ``examples``, that each parses as an Example)."""
-    size = os.path.getsize(path)
+    size = input_size(path)
     reader = RecordReader(path)
     try:
         with reader:
@@ -137,17 +155,18 @@ def source_order(paths: list[str]) -> list[str]:
 
     An Example's features are a map, so a record keeps no order: files outside a dataset give [] (names sorted).
     """
+    from tfrbeam.stats.compute import dataset_holding
+
     for path in paths:
-        here = path if os.path.isdir(path) else os.path.dirname(path)
-        for directory in (here, os.path.dirname(here.rstrip(os.sep))):
-            if directory and os.path.isfile(os.path.join(directory, MANIFEST_NAME)):
-                return _manifest_order(directory)
+        directory = dataset_holding(path)
+        if directory is not None:
+            return _manifest_order(directory)
     return []
 
 
 def _manifest_order(directory: str) -> list[str]:
     try:
-        manifest = read_manifest(directory) or {}
+        manifest = read_manifest(directory, files_for(directory)) or {}
     except (OSError, TfrbeamError):  # verify reports a damaged manifest; here it only orders what is printed
         return []
     keys = ("features", "context_features", "sequence_features")
@@ -228,7 +247,7 @@ def _why_no_spec(kind: str | None) -> str:
 
 def inspect_files(paths: list[str], limit: int | None = None) -> InspectReport:
     """Profile the Examples in ``paths`` (all records, or the first ``limit``)."""
-    report = InspectReport(files=paths, file_bytes=sum(os.path.getsize(path) for path in paths), order=source_order(paths))
+    report = InspectReport(files=paths, file_bytes=sum(input_size(path) for path in paths), order=source_order(paths))
     for path in paths:
         with RecordReader(path) as reader:
             for offset, payload in reader.records_with_offsets():

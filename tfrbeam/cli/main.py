@@ -14,6 +14,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tfrbeam import __version__
+from tfrbeam.base.file_access import files_for
+from tfrbeam.base.object_store import input_size, is_object_store
 from tfrbeam.base.startup import imports_without_gc
 from tfrbeam.base.wording import counted
 from tfrbeam.errors import ConfigError, OutputExistsError, TfrbeamError
@@ -163,7 +165,7 @@ def _run_verify(args: argparse.Namespace) -> int:
 
     problems = 0
     for argument in args.paths:
-        if os.path.isdir(argument) and _is_dataset_directory(argument):
+        if (is_object_store(argument) or os.path.isdir(argument)) and _is_dataset_directory(argument):
             problems += _verify_dataset(argument)
             continue
         for path in file_tools.expand_record_paths([argument]):
@@ -185,10 +187,17 @@ def _is_dataset_directory(directory: str) -> bool:
 
     A directory of plain TFRecord files is checked file by file instead.
     """
+    from tfrbeam.base.object_store import OBJECT_STORE_FILES, has_magic
     from tfrbeam.layout.manifest import MANIFEST_NAME, write_leftovers
 
-    if os.path.exists(os.path.join(directory, MANIFEST_NAME)) or write_leftovers(directory):
+    files = files_for(directory)
+    if is_object_store(directory) and (has_magic(directory) or OBJECT_STORE_FILES.is_file(directory)):
+        return False  # a glob or an object: its files are checked one by one
+    if files.exists(files.join(directory, MANIFEST_NAME)) or write_leftovers(directory, files):
         return True
+    if is_object_store(directory):  # split "directories" of shards under the prefix
+        below = [path[len(directory.rstrip("/")) + 1:].split("/") for path in OBJECT_STORE_FILES.list_files(directory)]
+        return any(len(parts) == 2 and _SHARD_NAME.fullmatch(parts[1]) for parts in below)
     for name in os.listdir(directory):
         split_dir = os.path.join(directory, name)
         if os.path.isdir(split_dir) and any(_SHARD_NAME.fullmatch(entry) for entry in os.listdir(split_dir)):
@@ -203,14 +212,15 @@ def _verify_dataset(directory: str) -> int:
     """A directory is checked as a dataset: no manifest, or one that disagrees with the files, fails."""
     from tfrbeam.layout.manifest import verify_dataset, write_leftovers
 
-    found = verify_dataset(directory)
+    files = files_for(directory)
+    found = verify_dataset(directory, files)
     for problem in found:
         print(f"FAIL {directory}: {problem}")
     if found and any("no manifest" in problem for problem in found):
         print(
             f"     (to check TFRecord files that are not a tfrbeam dataset, name them: tfrbeam verify '{directory}/*.tfrecord*')"
         )
-    for note in write_leftovers(directory):
+    for note in write_leftovers(directory, files):
         print(f"WARN {directory}: {note}")
     if not found:
         print(f"OK   {directory}: every shard matches dataset_info.json (counts, sha256, CRCs)")
@@ -218,7 +228,7 @@ def _verify_dataset(directory: str) -> int:
 
 
 def _progress_printer(path: str) -> Callable[[int, int], None] | None:
-    if not sys.stderr.isatty() or os.path.getsize(path) < _PROGRESS_MIN_BYTES:
+    if not sys.stderr.isatty() or input_size(path) < _PROGRESS_MIN_BYTES:
         return None
 
     def show(done: int, total: int) -> None:
@@ -386,6 +396,9 @@ def _run_stats(args: argparse.Namespace) -> int:
     thresholds = (
         None if args.drift_threshold is None else {"l_infinity": args.drift_threshold, "jensen_shannon": args.drift_threshold}
     )
+    if args.output_dir is None and is_object_store(args.dataset):
+        raise ConfigError(f"{args.dataset} is in a bucket: stats writes stats.json and stats.html beside the manifest only "
+                          "for a local dataset; pass --output-dir DIR to write them there")
     if args.output_dir is None and not os.path.isdir(args.dataset):
         raise ConfigError(
             f"{args.dataset} is not a dataset directory: pass --output-dir for the stats files of plain TFRecord files"

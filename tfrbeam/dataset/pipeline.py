@@ -23,6 +23,7 @@ import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal
 
+from tfrbeam.base.object_store import input_size
 from tfrbeam.codec.decode import DEFAULT_MAX_FEATURES
 from tfrbeam.dataset.columns import Block
 from tfrbeam.dataset.epoch import EpochRun, EpochSettings, record_range_shard
@@ -453,7 +454,7 @@ class Dataset:
 
 def _size(path: str) -> int | None:
     try:
-        return os.path.getsize(path)
+        return input_size(path)
     except OSError:
         return None
 

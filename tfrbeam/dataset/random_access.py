@@ -13,26 +13,38 @@ reopens.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import logging
 import mmap
 import os
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal, cast
 
 import crc32c
 import numpy as np
 
+from tfrbeam.base.object_store import coalesced_ranges, is_object_store, open_ranged, read_input
 from tfrbeam.dataset.columns import Ragged
 from tfrbeam.dataset.output import to_numpy
 from tfrbeam.dataset.reader import RAW_KEY, BlockDecoder
 from tfrbeam.dataset.spec import FixedLenFeature, PathSpec, ShardFile, resolve_source
-from tfrbeam.errors import ConfigError, CorruptRecordError, RandomAccessError, ShardMismatchError
+from tfrbeam.errors import (
+    ConfigError,
+    CorruptRecordError,
+    ObjectNotFoundError,
+    RandomAccessError,
+    RecordIndexError,
+    ShardMismatchError,
+)
 from tfrbeam.layout.generation import Generation
 from tfrbeam.layout.paths import escapes
-from tfrbeam.tfrecord.blocks import TRAILING_SLACK, RecordBlock
-from tfrbeam.tfrecord.offset_index import load_offsets, offset_index_path_for
-from tfrbeam.tfrecord.records import FOOTER_SIZE, HEADER_SIZE, mask_crcs
+from tfrbeam.tfrecord.blocks import TRAILING_SLACK, RecordBlock, length_crcs_match, record_blocks
+from tfrbeam.tfrecord.offset_index import load_offsets, offset_index_path_for, parse_offset_index
+from tfrbeam.tfrecord.records import FOOTER_SIZE, HEADER_SIZE, RECORD_OVERHEAD, mask_crcs
+
+_LOG = logging.getLogger(__name__)
 
 
 def open_random_access(
@@ -116,6 +128,123 @@ class _Shard:
         return np.frombuffer(b"".join(parts), dtype=np.uint8), ends - starts
 
 
+@dataclasses.dataclass(frozen=True)
+class _Misplaced:
+    """A record header that is not where a shard's record starts say (an index of another version of the shard)."""
+
+    offset: int
+    detail: str
+
+
+class _ObjectShard:
+    """One shard in a bucket: every record's start, and its records read with range requests (several in parallel).
+
+    The starts come from the shard's offset index when the bucket holds one for an object of this size (its CRC,
+    first and last offset and spacing checked up front; each record's header is checked as the record is read, and
+    a header that disagrees has the starts rebuilt from the headers), else from a walk of the headers: one
+    sequential read of the shard. Checking every header up front, as for a local file, would read the whole shard.
+    Nothing is written to the bucket.
+    """
+
+    def __init__(self, shard: ShardFile, generation: Generation | None = None):
+        self.path = shard.path
+        self._expected = shard.num_records
+        self._lock = threading.Lock()
+        self.file = open_ranged(shard.path)
+        try:
+            if shard.num_bytes is not None and self.file.size != shard.num_bytes:
+                raise ShardMismatchError(shard.path, "bytes", shard.num_bytes, self.file.size)
+            indexed = self._indexed_offsets()
+            self.walked = indexed is None
+            self.offsets = self._walked_offsets() if indexed is None else indexed
+            if generation is not None:
+                generation.check()
+            self._check_count()
+        except BaseException:
+            self.file.close()
+            raise
+
+    def _indexed_offsets(self) -> np.ndarray | None:
+        """The offsets of the shard's index in the bucket when it describes an object of this size and count; else None."""
+        index_path = offset_index_path_for(self.path)
+        try:
+            index = parse_offset_index(read_input(index_path), index_path)
+        except ObjectNotFoundError:
+            return None
+        except RecordIndexError as error:
+            _LOG.warning("ignoring %s: %s; walking the record headers of %s instead", index_path, error, self.path)
+            return None
+        offsets = index.offsets
+        spaced = offsets.size >= 1 and offsets[0] == 0 and bool(np.all(np.diff(offsets) >= RECORD_OVERHEAD))
+        counted = self._expected is None or offsets.size - 1 == self._expected
+        if index.file_size != self.file.size or not spaced or not counted:
+            _LOG.warning("ignoring %s: it describes %d records in %d bytes, %s has %s records in %d bytes; walking its "
+                         "record headers instead", index_path, offsets.size - 1, index.file_size, self.path,
+                         self._expected, self.file.size)
+            return None
+        return offsets
+
+    def _walked_offsets(self) -> np.ndarray:
+        """Every record start and the size, by one sequential read of the record headers (a damaged file raises)."""
+        with open_ranged(self.path, prefetch=True) as handle:
+            blocks = record_blocks(cast(BinaryIO, handle), None, 0, 1 << 16, None, verify=False, name=self.path)
+            pieces = [block.offsets for block in blocks]
+            size = handle.size
+        return np.concatenate(pieces + [np.array([size], dtype=np.int64)]).astype(np.int64)
+
+    def _check_count(self) -> None:
+        found = len(self.offsets) - 1
+        if self._expected is not None and found != self._expected:
+            raise ShardMismatchError(self.path, "records", self._expected, found)
+
+    def payloads(self, records: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(payload bytes back to back, each payload's length) of these (sorted) records, every CRC checked."""
+        offsets, walked = self.offsets, self.walked
+        result = self._read(offsets, records)
+        if isinstance(result, _Misplaced) and not walked:
+            with self._lock:
+                if self.offsets is offsets:
+                    _LOG.warning("the offset index of %s does not match the shard (%s); walking its record headers "
+                                 "instead", self.path, result.detail)
+                    self.offsets, self.walked = self._walked_offsets(), True
+                    self._check_count()
+            result = self._read(self.offsets, records)
+        if isinstance(result, _Misplaced):  # the headers were walked: the shard changed since
+            raise CorruptRecordError(self.path, result.offset, "length_crc", result.detail)
+        return result
+
+    def _read(self, offsets: np.ndarray, records: np.ndarray) -> tuple[np.ndarray, np.ndarray] | _Misplaced:
+        """The records' payloads, or where a record's header is not what ``offsets`` say it is."""
+        heads, tails = offsets[records], offsets[records + 1]
+        spans = coalesced_ranges(heads.tolist(), tails.tolist())
+        span_starts = np.array([start for start, _ in spans], dtype=np.int64)
+        bases = np.concatenate(([0], np.cumsum([length for _, length in spans])))
+        raw = np.frombuffer(b"".join(self.file.read_ranges(spans)), dtype=np.uint8)
+        span_of = np.searchsorted(span_starts, heads, side="right") - 1
+        at = heads - span_starts[span_of] + bases[span_of]  # each record's place in raw
+        headers = raw[at[:, None] + np.arange(HEADER_SIZE)]
+        lengths = np.ascontiguousarray(headers[:, :8]).view("<u8").ravel().astype(np.int64)
+        wrong = np.flatnonzero(lengths + RECORD_OVERHEAD != tails - heads)
+        if wrong.size:
+            head, span = int(heads[wrong[0]]), int(tails[wrong[0]] - heads[wrong[0]])
+            return _Misplaced(head, f"the record at offset {head} holds {int(lengths[wrong[0]])} payload bytes, "
+                                    f"its starts say {span - RECORD_OVERHEAD}")
+        if not length_crcs_match(lengths, np.ascontiguousarray(headers[:, 8:]).view("<u4").ravel()):
+            return _Misplaced(int(heads[0]), f"a length CRC does not match among the records at offsets "
+                                             f"{int(heads[0])}..{int(heads[-1])}")
+        starts = at + HEADER_SIZE
+        ends = starts + lengths
+        view = memoryview(raw)  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
+        parts = list(map(view.__getitem__, map(slice, starts.tolist(), ends.tolist())))
+        computed = np.fromiter(map(crc32c.crc32c, parts), dtype=np.uint32, count=len(parts))
+        stored = raw[ends[:, None] + np.arange(FOOTER_SIZE)].view("<u4").ravel()
+        bad = np.flatnonzero(mask_crcs(computed) != stored)
+        if bad.size:
+            first = int(bad[0])
+            raise CorruptRecordError(self.path, int(heads[first]), "data_crc", f"record {int(records[first])} of the shard")
+        return np.frombuffer(b"".join(parts), dtype=np.uint8), lengths
+
+
 class RandomAccessDataset:
     """Records of a dataset by number: ``len``, ``[i]``, ``__getitems__(indices)``; thread-safe and picklable."""
 
@@ -135,7 +264,7 @@ class RandomAccessDataset:
 
     def _reset(self) -> None:
         self._lock = threading.Lock()
-        self._open: dict[int, _Shard] = {}
+        self._open: dict[int, _Shard | _ObjectShard] = {}
         self._pid = os.getpid()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -148,7 +277,7 @@ class RandomAccessDataset:
         self.__dict__.update(state)
         self._reset()
 
-    def _shard(self, number: int) -> _Shard:
+    def _shard(self, number: int) -> _Shard | _ObjectShard:
         if self._pid != os.getpid():  # forked: the parent's lock may be held, its maps are its own
             self._reset()
         shard = self._open.get(number)
@@ -157,7 +286,9 @@ class RandomAccessDataset:
                 shard = self._open.get(number)
                 if shard is None:
                     root = self._generation.root if self._generation is not None else None
-                    shard = self._open[number] = _Shard(self._files[number], self._generation, root)
+                    file = self._files[number]
+                    shard = self._open[number] = (_ObjectShard(file, self._generation) if is_object_store(file.path)
+                                                  else _Shard(file, self._generation, root))
         return shard
 
     def __len__(self) -> int:

@@ -14,12 +14,13 @@ import dataclasses
 import functools
 import os
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tfrbeam.base.object_store import input_size, is_object_store, open_ranged, open_to_read, opened_size
 from tfrbeam.codec.decode import DEFAULT_MAX_FEATURES, examples_to_record_batch
 from tfrbeam.codec.sequence_decode import sequence_examples_to_record_batches
 from tfrbeam.dataset.columns import Block, Column, DenseLayout
@@ -263,23 +264,28 @@ def read_segment(
     limit = None if segment.stop is None else segment.stop - first
     if limit is not None and limit <= 0:
         return
-    if segment.expected_bytes is not None and not os.path.lexists(segment.path):
+    remote = is_object_store(segment.path)
+    if not remote and segment.expected_bytes is not None and not os.path.lexists(segment.path):
         raise MissingShardError(segment.path)
-    if segment.generation is None:
+    if segment.generation is None and not remote:
         check_shard_size(segment)
-        offset, skip = _position_of(segment, first)
+        offset, skip = _position_of(segment, first, segment.path)
         yield from _read_blocks(segment, segment.path, segment_index, block_length, decoder, skip_corrupt,
                                 first, limit, offset, skip)
         return
     # Open, then find the start (the index is read by path), then prove both belong to the pinned run.
+    # An object is read with range requests, the next one asked for while this one is decoded.
     try:
-        handle = open(segment.path, "rb")
-    except FileNotFoundError as error:  # gone between the check above and now
+        handle = open_to_read(segment.path, prefetch=True)
+    except FileNotFoundError as error:  # gone between the check above and now (an object: not there)
+        if segment.expected_bytes is None and remote:
+            raise  # a file of a glob, not a manifest's shard: the store's "no such object" names it
         raise MissingShardError(segment.path) from error
     with handle:
-        offset, skip = _position_of(segment, first)
-        segment.generation.check()
-        check_shard_size(segment, os.fstat(handle.fileno()).st_size)
+        offset, skip = _position_of(segment, first, handle if remote else segment.path)
+        if segment.generation is not None:
+            segment.generation.check()
+        check_shard_size(segment, opened_size(handle))
         yield from _read_blocks(segment, handle, segment_index, block_length, decoder, skip_corrupt,
                                 first, limit, offset, skip)
 
@@ -309,14 +315,18 @@ def _read_blocks(segment: Segment, source: Any, segment_index: int, block_length
         check_shard_count(segment, number)
 
 
-def _position_of(segment: Segment, first: int) -> tuple[int, int]:
-    """(byte offset, records still to skip from there) of record ``first``: via the read index and a header walk."""
+def _position_of(segment: Segment, first: int, source: Any) -> tuple[int, int]:
+    """(byte offset, records still to skip from there) of record ``first``: via the read index and a header walk.
+
+    ``source`` is the segment's path or its opened file (an object's: its read index is not used, the walk reads
+    the headers from its start).
+    """
     if not first:
         return 0, 0
     if segment.compression is not None:
         return 0, first  # a compressed stream cannot be entered in the middle
-    offset, number = _indexed_position(segment, first)
-    return offset_of_record(segment.path, offset, first - number), 0
+    offset, number = (0, 0) if is_object_store(segment.path) else _indexed_position(segment, first)
+    return offset_of_record(source, offset, first - number), 0
 
 
 def _indexed_position(segment: Segment, record: int) -> tuple[int, int]:
@@ -329,7 +339,7 @@ def check_shard_size(segment: Segment, size: int | None = None) -> None:
     if segment.expected_bytes is None:
         return
     try:
-        size = os.path.getsize(segment.path) if size is None else size
+        size = input_size(segment.path) if size is None else size
     except OSError:
         return  # opening it reports why
     if size != segment.expected_bytes:
@@ -352,6 +362,10 @@ def check_shard_count(segment: Segment, end: int) -> None:
 
 def count_records(path: str, compression: str | None) -> int:
     """Records in a file: from its read index when it checks out, else by walking the record headers."""
+    if is_object_store(path):
+        with open_ranged(path, prefetch=True) as handle:
+            blocks = record_blocks(cast(BinaryIO, handle), compression, 0, 1 << 16, None, verify=False, name=path)
+            return sum(block.num_records for block in blocks)
     if compression is None:
         index = trusted_index(path)
         if index is not None:

@@ -19,6 +19,8 @@ from typing import Any, TypeGuard, Union
 import numpy as np
 import pyarrow as pa
 
+from tfrbeam.base.file_access import files_for
+from tfrbeam.base.object_store import OBJECT_STORE_FILES, is_object_store, object_glob
 from tfrbeam.codec.decode import DEFAULT_MAX_FEATURES, examples_to_record_batch
 from tfrbeam.codec.kinds import ARROW_TYPES, FEATURE_TYPES
 from tfrbeam.codec.sequence_decode import has_feature_lists, sequence_examples_to_record_batches
@@ -240,8 +242,9 @@ def resolve_source(
     if manifest_path is not None:
         return _checked(_from_manifest(manifest_path, split, feature_spec, compression, record_type))
     if split is not None:
-        if isinstance(path, (str, os.PathLike)) and not os.path.exists(path) and not globmod.has_magic(os.fspath(path)):
-            raise ConfigError(f"{os.fspath(path)!r} does not exist (relative paths are from {os.getcwd()})")
+        if isinstance(path, (str, os.PathLike)) and not globmod.has_magic(os.fspath(path)) and not _exists(os.fspath(path)):
+            where = "" if is_object_store(os.fspath(path)) else f" (relative paths are from {os.getcwd()})"
+            raise ConfigError(f"{os.fspath(path)!r} does not exist{where}")
         raise ConfigError(
             f"split={split!r} needs a directory written by `tfrbeam build` (with {MANIFEST_NAME}); "
             f"{path!r} has no manifest, so pass the split's files (a glob) instead"
@@ -271,10 +274,16 @@ def is_sequence_feature(feature: Feature) -> TypeGuard[SequenceFeature]:
     return isinstance(feature, (FixedLenSequenceFeature, VarLenSequenceFeature))
 
 
+def _exists(path: str) -> bool:
+    return OBJECT_STORE_FILES.exists(path) if is_object_store(path) else os.path.exists(path)
+
+
 def _manifest_path(path: PathSpec) -> str | None:
     if not isinstance(path, (str, os.PathLike)):
         return None
     text = os.fspath(path)
+    if is_object_store(text):
+        return _object_manifest_path(text)
     if os.path.isdir(text) and os.path.isfile(os.path.join(text, MANIFEST_NAME)):
         return os.path.join(text, MANIFEST_NAME)
     if os.path.basename(text) == MANIFEST_NAME and os.path.isfile(text):
@@ -282,11 +291,34 @@ def _manifest_path(path: PathSpec) -> str | None:
     return None
 
 
+def _object_manifest_path(text: str) -> str | None:
+    """The manifest of a dataset in a bucket: ``text`` itself, or ``text/dataset_info.json``; None when neither exists."""
+    if text.rstrip("/").rsplit("/", 1)[-1] == MANIFEST_NAME:
+        return text if OBJECT_STORE_FILES.is_file(text) else None
+    candidate = OBJECT_STORE_FILES.join(text, MANIFEST_NAME)
+    return candidate if OBJECT_STORE_FILES.is_file(candidate) else None
+
+
+def _expand_objects(pattern: str) -> list[str]:
+    """An object, the objects a glob names, or the objects directly under a prefix (hidden and ``_`` names left out)."""
+    if globmod.has_magic(pattern):
+        return object_glob(pattern)
+    if OBJECT_STORE_FILES.is_file(pattern):
+        return [pattern]
+    prefix = pattern.rstrip("/") + "/"
+    return sorted(
+        path for path in OBJECT_STORE_FILES.list_files(pattern)
+        if "/" not in path[len(prefix):] and not path[len(prefix):].startswith((".", "_"))
+    )
+
+
 def _expand(path: PathSpec) -> list[str]:
     patterns = [os.fspath(path)] if isinstance(path, (str, os.PathLike)) else [os.fspath(item) for item in path]
     found: list[str] = []
     for pattern in patterns:
-        if os.path.isdir(pattern):
+        if is_object_store(pattern):
+            matches = _expand_objects(pattern)
+        elif os.path.isdir(pattern):
             matches = sorted(
                 os.path.join(pattern, name) for name in os.listdir(pattern)
                 if not name.startswith((".", "_")) and os.path.isfile(os.path.join(pattern, name))
@@ -305,7 +337,7 @@ def read_pinned_manifest(manifest_path: str) -> tuple[dict, Generation]:
     """The checked manifest at ``manifest_path`` (read and checked by ``tfrbeam.layout.manifest``) and the
     generation it pins (its bytes' digest and run id)."""
     try:
-        manifest, data = load_manifest(manifest_path)
+        manifest, data = load_manifest(manifest_path, files_for(manifest_path))
     except OSError as exc:
         raise ConfigError(f"{manifest_path}: cannot read the dataset manifest: {exc}") from exc
     return manifest, Generation.of(os.path.dirname(manifest_path) or ".", data)

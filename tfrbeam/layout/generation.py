@@ -17,7 +17,8 @@ import json
 import os
 from typing import BinaryIO
 
-from tfrbeam.errors import DatasetChangedError
+from tfrbeam.base.object_store import is_object_store, open_to_read, read_input
+from tfrbeam.errors import DatasetChangedError, ObjectNotFoundError
 from tfrbeam.layout.names import MANIFEST_NAME
 
 
@@ -36,17 +37,19 @@ class Generation:
 
     def check(self) -> None:
         """``DatasetChangedError`` (naming both run ids) when the dataset's manifest is not the pinned one any more."""
+        path = os.path.join(self.root, MANIFEST_NAME)
+        # In a bucket only "no such object" means gone: a refused or failed request is reported as what it is.
+        gone = ObjectNotFoundError if is_object_store(path) else OSError
         try:
-            with open(os.path.join(self.root, MANIFEST_NAME), "rb") as handle:
-                data = handle.read()
-        except OSError:
+            data = read_input(path)
+        except gone:
             raise DatasetChangedError(self.root, self.run_id, "none (the manifest is gone)") from None
         if hashlib.sha256(data).hexdigest() != self.digest:
             raise DatasetChangedError(self.root, self.run_id, _run_id(data))
 
     def open(self, path: str) -> BinaryIO:
         """``path`` opened for reading, proven to belong to this generation (see ``check``)."""
-        handle = open(path, "rb")
+        handle = open_to_read(path, prefetch=True)
         try:
             self.check()
         except BaseException:

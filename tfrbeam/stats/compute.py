@@ -15,13 +15,15 @@ import json
 import logging
 import multiprocessing
 import os
+import posixpath
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 import pyarrow as pa
 
 from tfrbeam.base import fileops
-from tfrbeam.base.file_access import FileAccess
+from tfrbeam.base.file_access import FileAccess, files_for
+from tfrbeam.base.object_store import OBJECT_STORE_FILES, input_size, is_object_store, open_to_read, opened_size
 from tfrbeam.codec.decode import examples_to_record_batch
 from tfrbeam.errors import ConfigError, DatasetChangedError, ExampleDecodeError
 from tfrbeam.layout.manifest import MANIFEST_NAME, read_manifest
@@ -69,11 +71,34 @@ def require_examples(manifest: Mapping[str, Any], where: str) -> None:
 def require_example_dataset(path: str) -> None:
     """Refuse ``path`` when it lies in a SequenceExample dataset: the dataset directory itself, a split directory,
     or shards (files or a glob) inside one."""
-    here = path if os.path.isdir(path) else os.path.dirname(path)
-    for directory in (here, os.path.dirname(here.rstrip(os.sep))):
-        if directory and os.path.isfile(os.path.join(directory, MANIFEST_NAME)):
-            require_examples(_manifest(directory), directory)
-            return
+    directory = dataset_holding(path)
+    if directory is not None:
+        require_examples(_manifest(directory), directory)
+
+
+def dataset_holding(path: str) -> str | None:
+    """The dataset directory (one with a manifest) that ``path`` is, or lies in as a split directory, a shard or a glob
+    of shards; None when there is none. Local or in a bucket."""
+    return next((directory for directory in _dataset_candidates(path) if directory and _has_manifest(directory)), None)
+
+
+def _dataset_candidates(path: str) -> list[str]:
+    if not is_object_store(path):
+        here = path if os.path.isdir(path) else os.path.dirname(path)
+        return [here, os.path.dirname(here.rstrip(os.sep))]
+    # A prefix or an object: telling which costs a request too, so the path and two levels up are tried.
+    text = path.rstrip("/")
+    bucket_root = "/".join(text.split("/", 3)[:3])
+    candidates = [text]
+    while len(candidates) < 3 and candidates[-1] != bucket_root:
+        candidates.append(posixpath.dirname(candidates[-1]))
+    return candidates
+
+
+def _has_manifest(directory: str) -> bool:
+    if is_object_store(directory):
+        return OBJECT_STORE_FILES.is_file(OBJECT_STORE_FILES.join(directory, MANIFEST_NAME))
+    return os.path.isfile(os.path.join(directory, MANIFEST_NAME))
 
 
 def input_from_manifest(directory: str, manifest: Mapping[str, Any], wanted: Sequence[str] | None,
@@ -104,7 +129,7 @@ def input_from_manifest(directory: str, manifest: Mapping[str, Any], wanted: Seq
 
 def resolve_input(path: str, splits: Sequence[str] | None = None) -> StatsInput:
     """A ``tfrbeam build`` directory (its manifest) or TFRecord files (a glob; features inferred as ``open_dataset`` does)."""
-    if os.path.isdir(path) and os.path.isfile(os.path.join(path, MANIFEST_NAME)):
+    if (is_object_store(path) or os.path.isdir(path)) and _has_manifest(path):
         return _from_build(path, splits)
     if splits:
         raise ConfigError(f"--split needs a directory written by `tfrbeam build` (with {MANIFEST_NAME}); {path!r} has none")
@@ -161,10 +186,10 @@ def checked_shard(segment: Segment) -> Iterator[BinaryIO]:
     """The shard opened, proven to belong to the pinned generation, its size the manifest's (as ``read_segment``)."""
     from tfrbeam.dataset.reader import check_shard_size
 
-    with open(segment.path, "rb") as handle:
+    with open_to_read(segment.path, prefetch=True) as handle:
         if segment.generation is not None:
             segment.generation.check()
-        check_shard_size(segment, os.fstat(handle.fileno()).st_size)
+        check_shard_size(segment, opened_size(handle))
         yield handle
 
 
@@ -186,7 +211,7 @@ def check_shard_records(segment: Segment | None, records: int) -> None:
 
 def _manifest(directory: str) -> dict[str, Any]:
     try:
-        manifest = read_manifest(directory)
+        manifest = read_manifest(directory, files_for(directory))
     except OSError as error:
         raise ConfigError(f"{os.path.join(directory, MANIFEST_NAME)}: cannot read the dataset manifest: {error}") from error
     if manifest is None:
@@ -234,7 +259,7 @@ def accumulate_splits(source: StatsInput, workers: int | None = None) -> dict[st
     tasks = [(split, path) for split, paths in source.splits.items() for path in paths]
     results = {split: SplitAccumulator(source.feature_types) for split in source.splits}
     check_shard_sizes(source.segments)
-    total_bytes = sum(os.path.getsize(path) for _, path in tasks)
+    total_bytes = sum(input_size(path) for _, path in tasks)
     if workers is None:
         workers = (os.cpu_count() or 1) if total_bytes >= PROCESSES_MIN_BYTES else 1
     segments = source.segments

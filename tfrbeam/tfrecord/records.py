@@ -32,6 +32,7 @@ import numpy as np
 
 from tfrbeam.base import fileops
 from tfrbeam.base.fileops import partial_path
+from tfrbeam.base.object_store import open_to_read
 from tfrbeam.errors import (
     CorruptRecordError,
     RecordError,
@@ -484,7 +485,7 @@ class RecordReader:
         self.on_skip = on_skip
         self.stats = ReadStats()
         self._owns_file = isinstance(source, (str, os.PathLike))
-        raw: ReadableFile = open(source, "rb") if isinstance(source, (str, os.PathLike)) else source
+        raw: ReadableFile = open_to_read(os.fspath(source), prefetch=True) if isinstance(source, (str, os.PathLike)) else source
         self._raw = raw
         if start_offset and self.compression is not None:
             raise ValueError(f"{self.path}: a compressed file can only be read from offset 0")

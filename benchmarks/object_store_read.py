@@ -1,0 +1,137 @@
+"""Benchmark: ``open_dataset`` over ``gs://`` against a raw read of the same bytes from the same server, same run.
+
+Run by hand from the repository root (the machine may be shared; each figure is the median of
+--repeat runs, with their range):
+
+    python benchmarks/object_store_read.py [--rows 300000] [--shards 8] [--repeat 5]
+
+Starts the GCS emulator (``gcp-storage-emulator``, as the tests do: tests/storage_servers.py) on
+127.0.0.1, builds the benchmark table (benchmarks/table.py) into a dataset of --shards shards
+(``tfrbeam.write_dataset``, cached in the temp directory), and copies it into a bucket. Then, --repeat times and
+interleaved, so the load of a shared machine hits each alike:
+
+- raw: every shard's bytes read from the server, one whole-object GET each (``pyarrow.fs``, the
+  client the reader uses): the server is the bound, no reader can go faster;
+- records: one epoch of ``open_dataset('gs://…', split='train', raw=True)``: batches of 1024,
+  8 files interleaved, shuffled files and a shuffle buffer of 10,000, every CRC checked, each
+  record's bytes handed out (the reader's defaults otherwise): the reading path alone;
+- decoded: the same epoch with every feature decoded into numpy;
+- each of the two again on the local copy, for what the reader costs without a network.
+
+Prints MB/s of shard bytes for each (median, range), and the ratios of the bucket's records
+epoch to the raw read (goal: at least 0.7x) and of each bucket epoch to the same local one,
+checking first that each bucket epoch gives the local one's records in the same order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+import numpy as np
+
+import tfrbeam
+from benchmarks.table import make_benchmark_table
+from benchmarks.timing import Runs, ratio
+from tests.storage_servers import GcsEmulator, StoreBucket, patched_env
+from tfrbeam.base.object_store import forget_object_store_clients, pyarrow_filesystem
+from tfrbeam.dataset import open_dataset
+
+GOAL = 0.7
+_READER = {"split": "train", "batch_size": 1024, "shuffle_files": True, "shuffle_buffer": 10_000, "seed": 0}
+_KINDS = ("records", "decoded")
+
+
+def local_dataset(rows: int, shards: int) -> pathlib.Path:
+    """The benchmark table built into one split of ``shards`` shards, reused when already there."""
+    root = pathlib.Path(tempfile.gettempdir()) / f"tfrbeam-bench-object-store-{rows}-{shards}"
+    if not (root / "dataset_info.json").exists():
+        tfrbeam.write_dataset(make_benchmark_table(rows), str(root), splits={"train": 1.0}, num_shards=shards,
+                              progress=False, overwrite=True)
+    return root
+
+
+def upload(bucket: StoreBucket, local: pathlib.Path) -> list[str]:
+    """Every file of the local dataset (indexes too) as an object under ``ds/``; returns the shards' keys."""
+    keys = []
+    for path in sorted(local.rglob("*")):
+        if path.is_file():
+            key = f"ds/{path.relative_to(local).as_posix()}"
+            bucket.put(key, path.read_bytes())
+            keys.append(key)
+    return [key for key in keys if key.endswith(".tfrecord")]
+
+
+def raw_read(bucket: StoreBucket, keys: list[str]) -> int:
+    """Bytes of one whole-object GET of each shard, drained."""
+    filesystem = pyarrow_filesystem(bucket.root + "/x")
+    total = 0
+    for key in keys:
+        with filesystem.open_input_stream(f"{bucket.name}/{key}") as stream:
+            total += len(stream.read())
+    return total
+
+
+def epoch(path: str, kind: str) -> tuple[int, int]:
+    """(records, a checksum of what came out, in order) of one epoch: the work is done and its result kept."""
+    records, checksum = 0, 0
+    with open_dataset(path, raw=kind == "records", **_READER) as dataset:
+        for number, batch in enumerate(dataset):
+            column = batch["record"] if kind == "records" else batch["i4"]
+            records += len(column)
+            checksum += (number + 1) * (hash(bytes(column[0])) if kind == "records" else int(np.sum(column)))
+    return records, checksum
+
+
+def timed(function, *arguments) -> tuple[float, object]:
+    started = time.perf_counter()
+    result = function(*arguments)
+    return time.perf_counter() - started, result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=300_000)
+    parser.add_argument("--shards", type=int, default=8)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    local = local_dataset(args.rows, args.shards)
+    shard_bytes = sum(path.stat().st_size for path in local.glob("train/*.tfrecord"))
+    with GcsEmulator() as server, patched_env(server.env):
+        forget_object_store_clients()
+        bucket = StoreBucket(server)
+        keys = upload(bucket, local)
+        url = bucket.url("ds")
+        for kind in _KINDS:
+            if epoch(url, kind) != epoch(str(local), kind):
+                raise SystemExit(f"the bucket's {kind} epoch differs from the local copy's")
+        seconds: dict[str, list[float]] = {"raw": [], **{f"{where} {kind}": [] for kind in _KINDS for where in ("gs", "local")}}
+        for _ in range(args.repeat):
+            took, size = timed(raw_read, bucket, keys)
+            assert size == shard_bytes
+            seconds["raw"].append(took)
+            for kind in _KINDS:
+                seconds[f"gs {kind}"].append(timed(epoch, url, kind)[0])
+                seconds[f"local {kind}"].append(timed(epoch, str(local), kind)[0])
+    rates = {name: Runs(tuple(values)).rates(shard_bytes / 1e6) for name, values in seconds.items()}
+    print(f"{args.rows:,} records in {args.shards} shards, {shard_bytes / 1e6:.1f} MB; gcp-storage-emulator on 127.0.0.1; "
+          f"{os.cpu_count()} CPUs")
+    print(f"  {'raw whole-object GETs':<30} {rates['raw'].describe('MB/s', 1)}")
+    for name in seconds:
+        if name != "raw":
+            print(f"  {'open_dataset ' + name:<30} {rates[name].describe('MB/s', 1)}")
+    share = rates["gs records"].median / rates["raw"].median
+    print(f"records epoch over gs:// / raw read: {ratio(rates['gs records'], rates['raw'])} "
+          f"(goal {GOAL}x: {'met' if share >= GOAL else 'not met'})")
+    for kind in _KINDS:
+        print(f"{kind} epoch over gs:// / the same local epoch: {ratio(rates[f'gs {kind}'], rates[f'local {kind}'])}")
+
+
+if __name__ == "__main__":
+    main()

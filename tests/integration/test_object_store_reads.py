@@ -1,0 +1,307 @@
+"""Reading datasets kept in a bucket: every tool and the training reader on gs:// and s3:// (issue 41, item 2).
+
+A dataset is built locally, copied object by object into a bucket on a real storage API on
+127.0.0.1 (tests/storage_servers.py), and read back from there; each read must give exactly what
+the same read of the local copy gives. The CLI runs as a user runs it: a subprocess with only the
+clients' own environment variables (``STORAGE_EMULATOR_HOST``, ``AWS_ENDPOINT_URL`` and ``AWS_*``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import tfrbeam
+from tfrbeam.dataset import open_dataset, open_random_access
+from tfrbeam.errors import ConfigError, CorruptRecordError, MissingShardError, ObjectNotFoundError
+
+ROWS = 6000
+
+
+@pytest.fixture(scope="module")
+def local_datasets(tmp_path_factory) -> dict[str, pathlib.Path]:
+    """Two local builds of one table: uncompressed (4 shards a split, with indexes) and gzip (3 shards a split)."""
+    where = tmp_path_factory.mktemp("object-store-reads")
+    rng = np.random.default_rng(41)
+    table = pa.table({
+        "id": np.arange(ROWS, dtype=np.int64),
+        "x": rng.random(ROWS).astype(np.float32),
+        "name": [f"row {i}" for i in range(ROWS)],
+        "tags": [list(range(i % 5)) for i in range(ROWS)],
+    })
+    built = {}
+    for name, compression, shards in (("plain", None, 4), ("gzip", "gzip", 3)):
+        built[name] = where / name
+        tfrbeam.write_dataset(table, str(built[name]), splits={"train": 0.8, "eval": 0.2}, num_shards=shards,
+                              compression=compression, progress=False)
+    return built
+
+
+def _upload(bucket, local: pathlib.Path, prefix: str) -> str:
+    """Every file of ``local`` (hidden ones too) as an object under ``prefix``; returns the dataset's URL."""
+    for path in sorted(local.rglob("*")):
+        if path.is_file():
+            bucket.put(f"{prefix}/{path.relative_to(local).as_posix()}", path.read_bytes())
+    return bucket.url(prefix)
+
+
+def _shards(local: pathlib.Path, split: str) -> list[str]:
+    return sorted(path.name for path in (local / split).iterdir() if path.is_file())
+
+
+def _cli(*arguments: str, cwd: pathlib.Path | None = None) -> subprocess.CompletedProcess:
+    """``tfrbeam ARGUMENTS`` in a new process; its environment is this one's (the fixture's server variables)."""
+    assert not [name for name in os.environ if name.startswith("TFRBEAM")], "no tfrbeam setting may be needed"
+    return subprocess.run([sys.executable, "-m", "tfrbeam.cli.main", *arguments], capture_output=True, text=True,
+                          cwd=cwd, timeout=300)
+
+
+# ----------------------------------------------------------------------------- the tools
+
+
+def test_verify_checks_a_dataset_in_a_bucket_against_its_manifest(bucket, local_datasets):
+    url = _upload(bucket, local_datasets["plain"], "ds")
+    done = _cli("verify", url)
+    assert done.returncode == 0, done.stderr
+    assert f"OK   {url}: every shard matches dataset_info.json" in done.stdout
+
+
+def test_verify_finds_a_damaged_shard_in_a_bucket(bucket, local_datasets):
+    local = local_datasets["plain"]
+    url = _upload(bucket, local, "ds")
+    shard = _shards(local, "train")[1]
+    data = bytearray((local / "train" / shard).read_bytes())
+    data[len(data) // 2] ^= 0x40
+    bucket.put(f"ds/train/{shard}", bytes(data))
+    done = _cli("verify", url)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"FAIL {url}: {url}/train/{shard}" in done.stdout
+    assert "Traceback" not in done.stderr
+
+
+def test_verify_and_cat_take_shard_objects_and_globs(bucket, local_datasets):
+    local = local_datasets["plain"]
+    url = _upload(bucket, local, "ds")
+    shards = _shards(local, "train")
+    done = _cli("verify", "--examples", f"{url}/train/*.tfrecord")
+    assert done.returncode == 0, done.stderr
+    assert [line.split(": ")[0] for line in done.stdout.splitlines()] == [f"OK   {url}/train/{name}" for name in shards]
+    remote = _cli("cat", f"{url}/train/{shards[0]}", f"{url}/eval/")
+    assert remote.returncode == 0, remote.stderr
+    here = _cli("cat", str(local / "train" / shards[0]), str(local / "eval"))
+    assert remote.stdout == here.stdout and len(remote.stdout.splitlines()) > 1000
+
+
+def test_inspect_of_a_split_in_a_bucket_is_the_local_inspect(bucket, local_datasets):
+    local = local_datasets["plain"]
+    url = _upload(bucket, local, "ds")
+    remote = _cli("inspect", "--json", f"{url}/train")
+    assert remote.returncode == 0, remote.stderr
+    assert json.loads(remote.stdout) == json.loads(_cli("inspect", "--json", str(local / "train")).stdout)
+
+
+def test_stats_of_a_dataset_in_a_bucket_into_a_local_directory(bucket, local_datasets, tmp_path):
+    local = local_datasets["plain"]
+    url = _upload(bucket, local, "ds")
+    done = _cli("stats", url, "--output-dir", str(tmp_path / "remote"))
+    assert done.returncode == 0, done.stderr
+    assert _cli("stats", str(local), "--output-dir", str(tmp_path / "local")).returncode == 0
+    remote, here = (json.loads((tmp_path / name / "stats.json").read_text()) for name in ("remote", "local"))
+    assert remote.pop("source") == url and here.pop("source") == str(local)
+    assert remote == here and remote["splits"]["train"]["num_examples"] + remote["splits"]["eval"]["num_examples"] == ROWS
+
+
+def test_stats_of_a_dataset_in_a_bucket_without_an_output_directory_says_what_to_do(bucket, local_datasets):
+    url = _upload(bucket, local_datasets["plain"], "ds")
+    done = _cli("stats", url)
+    assert done.returncode == 2
+    assert done.stderr == (f"tfrbeam: error: {url} is in a bucket: stats writes stats.json and stats.html beside the "
+                           "manifest only for a local dataset; pass --output-dir DIR to write them there\n")
+
+
+@pytest.mark.parametrize("kind", ["plain", "gzip"])
+def test_export_from_a_bucket_to_a_local_directory(bucket, local_datasets, tmp_path, kind):
+    local = local_datasets[kind]
+    url = _upload(bucket, local, "ds")
+    done = _cli("export", url, str(tmp_path / "remote"))
+    assert done.returncode == 0, done.stderr
+    assert _cli("export", str(local), str(tmp_path / "local")).returncode == 0
+    written = sorted(path.relative_to(tmp_path / "remote") for path in (tmp_path / "remote").rglob("*.parquet"))
+    assert written == sorted(path.relative_to(tmp_path / "local") for path in (tmp_path / "local").rglob("*.parquet"))
+    assert len(written) == len(_shards(local, "train")) + len(_shards(local, "eval"))
+    for name in written:
+        assert pq.read_table(tmp_path / "remote" / name).equals(pq.read_table(tmp_path / "local" / name))
+
+
+# --------------------------------------------------------------------------- the library
+
+
+@pytest.mark.parametrize("kind", ["plain", "gzip"])
+def test_read_records_of_a_shard_in_a_bucket(bucket, local_datasets, kind):
+    local = local_datasets[kind]
+    url = _upload(bucket, local, "ds")
+    for name in _shards(local, "train"):
+        expected = list(tfrbeam.read_records(str(local / "train" / name)))
+        assert list(tfrbeam.read_records(f"{url}/train/{name}")) == expected and len(expected) > 1000
+
+
+@pytest.mark.parametrize("kind", ["plain", "gzip"])
+def test_open_dataset_in_a_bucket_gives_the_local_batches_in_the_same_order(bucket, local_datasets, kind):
+    local = local_datasets[kind]
+    url = _upload(bucket, local, "ds")
+    options = {"split": "train", "batch_size": 100, "shuffle_files": True, "shuffle_buffer": 500, "seed": 7,
+               "num_parallel_reads": 3, "block_length": 256}
+    with open_dataset(url, **options) as remote, open_dataset(str(local), **options) as here:
+        assert remote.num_records == here.num_records
+        remote_batches, local_batches = list(remote), list(here)
+    assert len(remote_batches) == len(local_batches) == -(-here.num_records // 100)
+    for got, want in zip(remote_batches, local_batches):
+        assert got.keys() == want.keys()
+        np.testing.assert_array_equal(got["id"], want["id"])
+        np.testing.assert_array_equal(got["x"], want["x"])
+        np.testing.assert_array_equal(got["name"], want["name"])
+        np.testing.assert_array_equal(got["tags"].values, want["tags"].values)
+        np.testing.assert_array_equal(got["tags"].offsets, want["tags"].offsets)
+    assert sorted(np.concatenate([batch["id"] for batch in remote_batches]).tolist()) != list(range(ROWS))
+
+
+def test_open_dataset_reads_a_glob_of_objects_and_resumes_from_a_position(bucket, local_datasets):
+    local = local_datasets["plain"]
+    url = _upload(bucket, local, "ds")
+    options = {"batch_size": 64, "shuffle_buffer": 300, "seed": 3, "block_length": 128}
+    remote = open_dataset(f"{url}/train/*.tfrecord", **options)
+    here = open_dataset(str(local / "train" / "*.tfrecord"), **options)
+    want = [batch["id"].tolist() for batch in here]
+    iterator = iter(remote)
+    first = [next(iterator)["id"].tolist() for _ in range(5)]
+    state = remote.state_dict()
+    iterator.close()
+    resumed = open_dataset(f"{url}/train/*.tfrecord", **options)
+    resumed.load_state_dict(state)
+    assert first + [batch["id"].tolist() for batch in resumed] == want
+    for dataset in (remote, here, resumed):
+        dataset.close()
+
+
+def test_large_objects_are_read_interleaved_with_bounded_range_requests(bucket, tmp_path):
+    # Shards far larger than a socket's buffers, read 3 at a time: a reader that leaves a download half read (pyarrow's
+    # GCS file opens one of the whole object on its first read) stalls a server that answers one request at a time.
+    rng = np.random.default_rng(0)
+    for number in range(3):
+        path = tmp_path / f"big-{number}.tfrecord"
+        with tfrbeam.RecordWriter(str(path)) as writer:
+            writer.write_many([rng.bytes(64 << 10) for _ in range(200)])
+        bucket.put(f"big/{path.name}", path.read_bytes())
+    options = {"raw": True, "batch_size": 32, "num_parallel_reads": 3, "block_length": 8, "seed": 2}
+    remote = [bytes(value) for batch in open_dataset(bucket.url("big/*.tfrecord"), **options) for value in batch["record"]]
+    local = [bytes(value) for batch in open_dataset(str(tmp_path / "*.tfrecord"), **options) for value in batch["record"]]
+    assert remote == local and len(local) == 600
+
+
+def test_open_dataset_in_a_bucket_with_worker_processes(bucket, local_datasets):
+    local = local_datasets["plain"]
+    url = _upload(bucket, local, "ds")
+    options = {"split": "eval", "batch_size": 50, "seed": 1, "executor": "processes", "num_workers": 2}
+    with open_dataset(url, **options) as remote, open_dataset(str(local), **options) as here:
+        assert [batch["id"].tolist() for batch in remote] == [batch["id"].tolist() for batch in here]
+        assert remote.stats["executor"] == "processes"
+
+
+def test_open_dataset_record_shards_of_a_bucket_cover_every_record_once(bucket, local_datasets):
+    url = _upload(bucket, local_datasets["plain"], "ds")
+    dataset = open_dataset(url, split="eval", batch_size=97, seed=0)
+    parts = [dataset.shard(5, index, by="record") for index in range(5)]
+    ids = [int(value) for part in parts for batch in part for value in batch["id"]]
+    assert sorted(ids) == sorted(int(value) for batch in dataset for value in batch["id"])
+    assert len(ids) == len(set(ids)) == dataset.num_records
+
+
+@pytest.mark.parametrize("with_offset_indexes", [True, False])
+def test_open_random_access_reads_records_of_a_bucket_by_index(bucket, local_datasets, with_offset_indexes):
+    local = local_datasets["plain"]
+    url = _upload(bucket, local, "ds")
+    if not with_offset_indexes:  # as a build straight into a bucket leaves it: the reader walks the headers
+        for key in bucket.listing():
+            if key.endswith(".offsets"):
+                bucket.server.client().delete_object(Bucket=bucket.name, Key=key) if bucket.root.startswith("s3") \
+                    else bucket.server.client().bucket(bucket.name).blob(key).delete()
+    remote = open_random_access(url, split="train")
+    here = open_random_access(str(local), split="train")
+    assert len(remote) == len(here) > 4000
+    picks = np.random.default_rng(5).choice(len(here), 300, replace=False).tolist() + [0, len(here) - 1, 1, 2, 3]
+    for got, want in zip(remote.__getitems__(picks), here.__getitems__(picks)):
+        assert got.keys() == want.keys()
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name])
+    assert remote[17]["id"] == here[17]["id"]
+    raw = open_random_access(url, split="eval", raw=True)
+    assert raw[len(raw) - 1] == open_random_access(str(local), split="eval", raw=True)[len(raw) - 1]
+
+
+def test_open_random_access_finds_a_damaged_record_in_a_bucket(bucket, local_datasets):
+    local = local_datasets["plain"]
+    url = _upload(bucket, local, "ds")
+    shard = _shards(local, "eval")[0]
+    data = bytearray((local / "eval" / shard).read_bytes())
+    data[-10] ^= 0x01  # inside the last record's payload
+    bucket.put(f"ds/eval/{shard}", bytes(data))
+    dataset = open_random_access(url, split="eval", raw=True)
+    assert dataset[0]
+    count = open_random_access(str(local), split="eval").__len__()
+    last_of_first = sum(1 for _ in tfrbeam.read_records(str(local / "eval" / shard))) - 1
+    assert count > last_of_first
+    with pytest.raises(CorruptRecordError, match=f"{shard}"):
+        dataset[last_of_first]
+
+
+# ------------------------------------------------------------------------------ errors
+
+
+def test_a_missing_object_is_one_line_naming_it(bucket, local_datasets):
+    _upload(bucket, local_datasets["plain"], "ds")
+    missing = bucket.url("ds/train/no-such-shard.tfrecord")
+    with pytest.raises(ObjectNotFoundError, match="no-such-shard"):
+        list(tfrbeam.read_records(missing))
+    for command in (("cat", missing), ("verify", missing), ("inspect", missing), ("cat", bucket.url("nothing/here/"))):
+        done = _cli(*command)
+        assert done.returncode == 2, (command, done.stdout, done.stderr)
+        assert done.stderr.count("\n") == 1 and command[1] in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_a_missing_dataset_or_shard_in_a_bucket_is_named(bucket, local_datasets):
+    local = local_datasets["plain"]
+    url = _upload(bucket, local, "ds")
+    with pytest.raises(ConfigError, match="no-such-dataset"):
+        open_dataset(bucket.url("no-such-dataset"), split="train")
+    shard = _shards(local, "train")[2]
+    if bucket.root.startswith("s3"):
+        bucket.server.client().delete_object(Bucket=bucket.name, Key=f"ds/train/{shard}")
+    else:
+        bucket.server.client().bucket(bucket.name).blob(f"ds/train/{shard}").delete()
+    with pytest.raises(MissingShardError, match=shard):
+        list(open_dataset(url, split="train", batch_size=500))
+    done = _cli("verify", url)
+    assert done.returncode == 1 and f"{url}/train/{shard}: listed in the manifest but missing" in done.stdout
+
+
+def test_the_reader_of_a_bucket_does_not_import_beam(bucket, local_datasets):
+    url = _upload(bucket, local_datasets["plain"], "ds")
+    program = (
+        "import sys\n"
+        "from tfrbeam.dataset import open_dataset, open_random_access\n"
+        f"total = sum(len(batch['id']) for batch in open_dataset({url!r}, split='train', batch_size=256))\n"
+        f"total += len(open_random_access({url!r}, split='eval')[:5])\n"
+        "print(total, sorted(name for name in sys.modules if name.split('.')[0] == 'apache_beam'))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    count, beam_modules = done.stdout.split(" ", 1)
+    assert int(count) > 4000 + 5 and beam_modules.strip() == "[]"
