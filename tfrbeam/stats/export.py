@@ -307,7 +307,7 @@ def existing_files_error(found: Sequence[str]) -> OutputExistsError:
     )
 
 
-def publish_staged(staged: Sequence[tuple[str, str]], stale: Sequence[str]) -> None:
+def publish_export_files(staged: Sequence[tuple[str, str]], stale: Sequence[str]) -> None:
     """Delete ``stale`` files, then rename each staged (temp, final) pair; on a failure the files already renamed are
     removed again and every temp left is removed, so a failed export leaves no file of its own."""
     published: list[str] = []
@@ -382,5 +382,5 @@ def export_to_parquet(
         except NotText as error:  # a bytes feature that is not text: write every file again with it binary
             binary |= error.names
             done = 0
-    publish_staged(staged, stale)
+    publish_export_files(staged, stale)
     return [parquet_path for _, parquet_path, _, _ in plan.files]
