@@ -62,11 +62,13 @@ def test_every_arrow_output_has_null_where_a_feature_is_absent_and_the_same_byte
     assert reader.column("name").to_pylist() == [None if name is None else [name] for name in NAMES]
     for name in ("id", "tags", "name"):
         assert decoded.column(name).combine_chunks().equals(reader.column(name).combine_chunks()), name
-    # The export writes a scalar column for name (shape [] in the manifest): null where absent, too.
+    # The export writes a scalar column for name (shape [] in the manifest): null where absent, too; text whose
+    # every value is UTF-8 is exported as Arrow strings.
     assert exported.schema.field("tags").type == reader.schema.field("tags").type
     for name in ("id", "tags"):
         assert exported.column(name).combine_chunks().equals(reader.column(name).combine_chunks()), name
-    assert exported.column("name").to_pylist() == NAMES
+    assert exported.schema.field("name").type == pa.string()
+    assert exported.column("name").to_pylist() == [None if name is None else name.decode() for name in NAMES]
     assert reader.column("tags").null_count == decoded.column("tags").null_count == exported.column("tags").null_count == 3
 
 
