@@ -312,8 +312,8 @@ def copy_object(source: str, destination: str) -> None:
     translated(source, f"copy to {destination}", copy)
 
 
-def delete_object(path: str) -> None:
-    """Delete one object; ObjectNotFoundError when there is none."""
+def delete_object(path: str, missing_ok: bool = False) -> None:
+    """Delete one object; ObjectNotFoundError when there is none, unless ``missing_ok``."""
     where = ObjectPath.parse(path)
 
     def delete() -> None:
@@ -321,10 +321,15 @@ def delete_object(path: str) -> None:
             _gcs_client().bucket(where.bucket).blob(where.key).delete()
             return
         client = _s3_client()
-        client.head_object(Bucket=where.bucket, Key=where.key)  # S3 answers a delete of nothing with success
+        if not missing_ok:  # S3 answers a delete of nothing with success
+            client.head_object(Bucket=where.bucket, Key=where.key)
         client.delete_object(Bucket=where.bucket, Key=where.key)
 
-    translated(path, "delete", delete)
+    try:
+        translated(path, "delete", delete)
+    except ObjectNotFoundError:
+        if not missing_ok:
+            raise
 
 
 # ----------------------------------------------------------------------------- reads
@@ -422,6 +427,7 @@ def _key(path: str) -> str:
 
 
 OBJECT_STORE_FILES = ObjectStoreFiles()
+
 
 # ------------------------------------------------------------- reading objects: range reads, globs
 

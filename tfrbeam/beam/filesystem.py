@@ -297,6 +297,10 @@ def _renameat2(first: str, second: str, flags: int) -> None:
 
 def delete_files(paths: Iterable[str]) -> None:
     """Delete those of ``paths`` that exist (a retried step may have deleted some already)."""
+    paths = list(paths)
+    if paths and object_store.is_object_store(paths[0]):  # one request each: a missing object is not an error
+        in_threads(lambda path: _mutating("delete", path, lambda: _delete_missing_ok(path)), paths)
+        return
     existing = [path for path in paths if exists(path)]
     in_threads(lambda path: _mutating("delete", path, lambda: _delete([path])), existing)
 
@@ -317,10 +321,7 @@ def delete_tree(directory: str) -> None:
 
 
 def _delete_missing_ok(path: str) -> None:
-    try:
-        object_store.delete_object(path)
-    except FileNotFoundError:
-        pass
+    object_store.delete_object(path, missing_ok=True)
 
 
 def in_threads(function: Callable[[_T], Any], items: Sequence[_T], max_workers: int = _MAX_IO_THREADS) -> list[Any]:

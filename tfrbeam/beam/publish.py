@@ -595,7 +595,8 @@ class CommitJournal:
         self._move(self.moves, missing_ok)
 
     def _move(self, moves: Sequence[tuple[str, str]], missing_ok: bool) -> None:
-        pending = [(source, destination) for source, destination in moves if fs.exists(source)]
+        # A first apply moves what this run just staged; only a recovery asks which sources are still there.
+        pending = [(source, destination) for source, destination in moves if not missing_ok or fs.exists(source)]
         for directory in sorted({fs.parent(destination) for _, destination in pending}):
             fs.mkdirs(directory)
         if not missing_ok:
