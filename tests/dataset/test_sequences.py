@@ -132,7 +132,7 @@ def test_the_manifest_gives_the_spec_and_batches_hold_every_record_once(dataset)
     reader = open_dataset(root, "train", batch_size=7, executor="threads")
     assert reader.source.record_type == "SequenceExample"
     assert reader.features == {
-        "country": VarLenFeature("bytes"), "user": FixedLenFeature((), "int64"),
+        "country": VarLenFeature("bytes", scalar=True), "user": FixedLenFeature((), "int64"),  # some users lack it
         "clicks": FixedLenSequenceFeature((), "int64"), "tags": VarLenSequenceFeature("bytes"),
         "t": FixedLenSequenceFeature((), "float"), "xy": FixedLenSequenceFeature((2,), "int64"),
     }
@@ -168,7 +168,9 @@ def test_padded_feature_lists_with_steps_pad_value_and_mask(dataset):
         for step, values in enumerate(lists["tags"] + [[]] * (longest - count)):
             assert batch["tags"][row, step].tolist() == values + [b"-"] * (widest - len(values))
             assert batch["tags__mask"][row, step].tolist() == [True] * len(values) + [False] * (widest - len(values))
-    assert batch["country"].shape == (6, 1)  # a variable-length context feature pads as today
+    # country is a scalar some users lack (shape [] in the manifest): [B] and a [B] mask, as Example features
+    assert batch["country"].shape == batch["country__mask"].shape == (6,)
+    assert batch["country__mask"].tolist() == ["country" in expected[user][0] for user in users]
     cut = next(iter(open_dataset(root, "train", batch_size=6, executor="threads", padded={"t": 2})))
     assert cut["t"].shape == (6, 2) and cut["t__steps"].tolist() == np.minimum(steps, 2).tolist()
     assert isinstance(cut["xy"], Ragged) and "xy__steps" not in cut

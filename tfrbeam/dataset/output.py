@@ -17,6 +17,7 @@ from tfrbeam.dataset.spec import (
     FixedLenFeature,
     FixedLenSequenceFeature,
     SequenceFeature,
+    VarLenFeature,
     VarLenSequenceFeature,
 )
 
@@ -69,7 +70,9 @@ def to_numpy(block: Block, features: Mapping[str, Feature], padded: Padding, pad
             continue
         values = _bytes_objects(column.leaf, column.levels[-1]) if feature.dtype == "bytes" else _writable(column.leaf)
         lengths = column.levels[0]
-        if name in padded:
+        if name in padded and padded[name] is None and isinstance(feature, VarLenFeature) and feature.scalar:
+            out.update(_optional_scalar(name, values, lengths, (pad_values or {}).get(name), return_mask))
+        elif name in padded:
             dense = pad_rows(values, lengths, padded[name], (pad_values or {}).get(name))
             out[name] = dense
             if return_mask:
@@ -80,6 +83,14 @@ def to_numpy(block: Block, features: Mapping[str, Feature], padded: Padding, pad
 
 
 _NOT_PADDED = -1
+
+
+def _optional_scalar(name: str, values: np.ndarray, lengths: np.ndarray, pad_value: object,
+                     return_mask: bool) -> dict[str, np.ndarray]:
+    """A scalar some records omit as ``[B]``, ``pad_value`` where a record has no value (and ``{name}__mask`` ``[B]``)."""
+    present = np.asarray(lengths) == 1  # the decoder refused more than one value
+    dense = pad_rows(values, lengths, 1, pad_value).reshape(-1)
+    return {name: dense, f"{name}__mask": present} if return_mask else {name: dense}
 
 
 def _sequence_arrays(name: str, column: Column, feature: SequenceFeature, padding: int | None, pad_value: object,

@@ -82,7 +82,9 @@ def open_dataset(
       features: True, a list of names, or {name: length}) or ``pyarrow.RecordBatch`` (``"arrow"``).
       Padding fills with ``pad_value`` (one value, or {name: value}; default 0, ``b""`` for bytes),
       and ``return_mask=True`` adds ``{name}__mask``, a bool array ``[B, T]`` that is True where a
-      value was read, so a padded 0 is never mistaken for a real 0.
+      value was read, so a padded 0 is never mistaken for a real 0. A scalar some records omit
+      (``VarLenFeature(dtype, scalar=True)``, the manifest's shape [] not always present) pads to
+      ``[B]``, its mask ``[B]`` (``{name: n}`` keeps ``[B, n]``).
     - Order: ``num_parallel_reads`` files interleaved (default 8), ``block_length`` records from
       each in turn, ``shuffle_files`` and a ``shuffle_buffer`` of records, all seeded by ``seed``
       (random if None, but recorded in ``state_dict``). ``deterministic=False`` takes blocks in

@@ -143,6 +143,7 @@ class BlockDecoder:
         except (ExampleDecodeError, ArrowConversionError) as exc:
             raise self._locate_error(records, path, exc) from exc
         block = self._columns(context, lists)
+        self._check_scalars(block, records, path)
         block[ID_KEY] = Column(ids)
         return self.layout.pack(block)
 
@@ -158,6 +159,19 @@ class BlockDecoder:
                 if isinstance(feature, VarLenFeature):
                     block[present_key(name)] = Column(_present(array))
         return block
+
+    def _check_scalars(self, block: Block, records: RecordBlock, path: str) -> None:
+        """A feature the spec says is one value where present (``VarLenFeature(scalar=True)``) holds no more."""
+        for name, feature in self.features.items():
+            if isinstance(feature, VarLenFeature) and feature.scalar:
+                lengths = block[name].levels[0]
+                if len(lengths) and lengths.max() > 1:
+                    row = int(np.argmax(lengths > 1))
+                    raise ExampleDecodeError(
+                        f"{path}: the record at offset {int(records.offsets[row])} holds {int(lengths[row])} values of "
+                        f"feature {name!r}, whose spec says one value (shape [] in the manifest); pass feature_spec= "
+                        f"with VarLenFeature({feature.dtype!r}) to read every value"
+                    )
 
     def _decode_spans(self, records: Any, max_features: int | None) -> tuple[pa.RecordBatch, pa.RecordBatch | None]:
         """(context or Example batch, feature-lists batch or None for Examples) of the records."""

@@ -80,9 +80,14 @@ class FixedLenFeature:
 
 @dataclasses.dataclass(frozen=True)
 class VarLenFeature:
-    """A feature with any number of values per record (none when absent), read as ``Ragged``."""
+    """A feature with any number of values per record (none when absent), read as ``Ragged``.
+
+    ``scalar=True`` says a record holds at most one value (a manifest's shape [] that some records
+    omit): padded to the batch's longest, it reads as ``[B]`` (and its mask ``[B]``), as Keras wants.
+    """
 
     dtype: str
+    scalar: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dtype", _dtype(self.dtype, "VarLenFeature"))
@@ -131,10 +136,12 @@ def feature_from_manifest(name: str, entry: Mapping[str, Any]) -> ContextFeature
     """A manifest entry ``{"type", "shape", "always_present"}`` as a feature spec.
 
     ``shape`` [] or [n] with ``always_present`` is fixed-length; anything else (null shape, or a
-    feature some rows omit) is variable-length.
+    feature some rows omit) is variable-length, a ``scalar`` one when its shape is [].
     """
     dtype, shape = _manifest_entry(f"features.{name}", entry)
-    return VarLenFeature(dtype) if shape is None else FixedLenFeature(shape, dtype)
+    if shape is None:
+        return VarLenFeature(dtype, scalar=entry.get("shape") in ([], ()))
+    return FixedLenFeature(shape, dtype)
 
 
 def sequence_feature_from_manifest(name: str, entry: Mapping[str, Any]) -> SequenceFeature:
