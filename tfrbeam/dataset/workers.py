@@ -276,6 +276,10 @@ class ProcessWorkers:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(path for path in sys.path if path and os.path.isdir(path)))
         for number in range(num_workers):
             ours, theirs = socket.socketpair()
+            # A process-wide socket.setdefaulttimeout (Beam's GCS auth sets 60 s) makes new sockets non-blocking
+            # underneath; the worker reads its end as a plain blocking pipe.
+            ours.setblocking(True)
+            theirs.setblocking(True)
             fds = (theirs.fileno(), *self.limit.fds)
             process = subprocess.Popen(
                 [
