@@ -13,6 +13,7 @@ bucket of its own (``new_bucket``), so tests share one server per test process.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import hashlib
 import os
@@ -53,7 +54,7 @@ def _wait_until_answering(url: str, process: subprocess.Popen, name: str) -> Non
     raise RuntimeError(f"{name} did not answer at {url} within {_START_SECONDS} s")
 
 
-class _Server:
+class _Server(abc.ABC):
     """A server process on 127.0.0.1 and the environment its clients need."""
 
     scheme = ""
@@ -64,15 +65,17 @@ class _Server:
         self.url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen | None = None
 
+    @abc.abstractmethod
     def command(self) -> list[str]:
-        raise NotImplementedError
+        """The server's command line."""
 
     def probe_url(self) -> str:
         return self.url
 
     @property
+    @abc.abstractmethod
     def env(self) -> dict[str, str]:
-        raise NotImplementedError
+        """What a client needs in its environment to find this server."""
 
     def process_env(self) -> dict[str, str] | None:
         return None
@@ -102,12 +105,13 @@ class _Server:
         self.create_bucket(name)
         return name
 
+    @abc.abstractmethod
     def create_bucket(self, name: str) -> None:
-        raise NotImplementedError
+        """Create an empty bucket."""
 
+    @abc.abstractmethod
     def listing(self, bucket: str) -> dict[str, str]:
         """Every object in ``bucket`` and the sha256 of its bytes: what a test snapshots before and after."""
-        raise NotImplementedError
 
     def __enter__(self) -> _Server:
         return self.start()

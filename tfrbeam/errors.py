@@ -273,5 +273,9 @@ class StoragePermissionError(StorageError, PermissionError):
     """The credentials in use may not do that to that object or bucket."""
 
 
+class ObjectTooLargeError(StorageError):
+    """An object tfrbeam reads whole (a lock, a journal) is larger than any it writes: not one of its own."""
+
+
 class StorageUnavailableError(StorageError, ConnectionError):
     """The store did not answer (connection refused, timed out): nothing is known about the request's effect."""

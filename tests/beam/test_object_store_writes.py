@@ -70,7 +70,7 @@ def test_the_lock_is_a_create_if_absent_that_a_second_run_cannot_take(strict_buc
             OutputLock(target, dataclasses.replace(this_run("run-two"), pid=first.owner.pid)).acquire()
     finally:
         first.release()
-    assert object_store.read_versioned(first.path) is None
+    assert object_store.read_versioned(first.path, 1 << 16) is None
     second = OutputLock(target, this_run("run-two")).acquire()
     second.release()
 
@@ -95,7 +95,7 @@ def test_a_lock_left_by_a_dead_process_on_this_host_is_taken_over(strict_bucket)
     dead._lease._stop.set()  # the process "died": nothing renews or releases its lock
     taker = OutputLock(target, this_run("next-run")).acquire()
     try:
-        data, _ = object_store.read_versioned(taker.path)
+        data, _ = object_store.read_versioned(taker.path, 1 << 16)
         assert b"next-run" in data
     finally:
         taker.release()
@@ -176,3 +176,16 @@ def test_a_holder_whose_lease_was_taken_over_publishes_nothing(strict_bucket):
             slow.check_held()  # what held_or_taken asks before every commit of the run
     finally:
         taker.release()
+
+
+def test_an_oversized_object_planted_as_the_lock_is_refused_in_one_line_and_never_read_whole(strict_bucket):
+    """A 2 MiB object where the lock goes: not tfrbeam's; the run is refused naming it, and nothing in the bucket
+    changes (the lock is read with a ranged GET of at most 64 KiB + 1)."""
+    target = strict_bucket.url("out/planted")
+    lock_key = OutputLock(target, this_run("x")).path.split("/", 3)[3]
+    strict_bucket.put(lock_key, b"{" + b" " * (2 << 20) + b"}")
+    before = strict_bucket.listing()
+    with pytest.raises(OutputLockedError, match="larger than any object tfrbeam writes") as error:
+        OutputLock(target, this_run("run-one")).acquire()
+    assert "\n" not in str(error.value)
+    assert strict_bucket.listing() == before

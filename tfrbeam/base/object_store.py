@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 from tfrbeam.errors import (
     ObjectNotFoundError,
+    ObjectTooLargeError,
     PreconditionFailedError,
     StorageError,
     StoragePermissionError,
@@ -228,22 +229,30 @@ def translated(path: str, request: str, action: Callable[[], _T]) -> _T:
 # --------------------------------------------------------------------- conditional writes
 
 
-def read_versioned(path: str) -> tuple[bytes, str] | None:
-    """An object's bytes and its version token (GCS generation, S3 ETag); None when it does not exist."""
+def read_versioned(path: str, max_bytes: int) -> tuple[bytes, str] | None:
+    """An object's bytes and its version token (GCS generation, S3 ETag); None when it does not exist.
+
+    Reads at most ``max_bytes + 1`` bytes (a ranged GET): a larger object, planted or damaged, is
+    ObjectTooLargeError naming it, never read whole.
+    """
     where = ObjectPath.parse(path)
 
     def read() -> tuple[bytes, str]:
         if where.scheme == "gs":
             blob = _gcs_client().bucket(where.bucket).blob(where.key)
-            data = blob.download_as_bytes()
+            data = blob.download_as_bytes(start=0, end=max_bytes)
             return data, str(blob.generation)
-        response = _s3_client().get_object(Bucket=where.bucket, Key=where.key)
-        return response["Body"].read(), response["ETag"]
+        response = _s3_client().get_object(Bucket=where.bucket, Key=where.key, Range=f"bytes=0-{max_bytes}")
+        return response["Body"].read(max_bytes + 1), response["ETag"]
 
     try:
-        return translated(path, "read", read)
+        data, token = translated(path, "read", read)
     except ObjectNotFoundError:
         return None
+    if len(data) > max_bytes:
+        raise ObjectTooLargeError(f"{path}: more than {max_bytes} bytes, larger than any object tfrbeam writes there; "
+                                  "it is not tfrbeam's: remove it by hand")
+    return data, token
 
 
 def create_if_absent(path: str, data: bytes) -> str:

@@ -46,6 +46,7 @@ from tfrbeam.beam.filesystem import BEAM_FILES
 from tfrbeam.errors import (
     CommitError,
     ManifestError,
+    ObjectTooLargeError,
     OutputLockedError,
     OutputNotWritableError,
     PreconditionFailedError,
@@ -159,9 +160,10 @@ class OutputLock:
     def holder(self) -> RunIdentity | None:
         """The run that the lock file names (None: no lock file, or an unreadable one)."""
         try:
-            return RunIdentity.from_json(fs.read_bytes(self.path))
+            data, _ = fs.read_at_most(self.path, MAX_LOCK_BYTES)
         except (OSError, FileNotFoundError):
             return None
+        return None if data is None else RunIdentity.from_json(data)
 
     def names_owner(self) -> bool:
         holder = self.holder()
@@ -272,6 +274,7 @@ class OutputLock:
 
 _HELD: dict[str, OutputLock] = {}  # lock file → the lock this process holds on it
 
+MAX_LOCK_BYTES = 64 << 10  # a lock tfrbeam writes is well under 1 KiB
 LEASE_SECONDS = 120.0  # an object-store lock whose holder has not renewed it for this long is a dead run's
 
 
@@ -316,7 +319,10 @@ class LockLease:
             return cls(lock, object_store.create_if_absent(lock.path, record), seconds)
         except PreconditionFailedError:
             pass
-        found = object_store.read_versioned(lock.path)
+        try:
+            found = object_store.read_versioned(lock.path, MAX_LOCK_BYTES)
+        except ObjectTooLargeError as error:
+            raise OutputLockedError(f"{lock.target}: its lock {error}") from None
         if found is None:  # released between our two requests: try once more
             try:
                 return cls(lock, object_store.create_if_absent(lock.path, record), seconds)
