@@ -49,9 +49,10 @@ class RecordError(TfrbeamError):
 class CorruptRecordError(RecordError):
     """A record's length CRC or data CRC does not match: the bytes on disk are damaged."""
 
-    CHECKS = ("length_crc", "data_crc", "compressed_stream")
+    CHECKS = ("length_crc", "length_too_large", "data_crc", "compressed_stream")
     DESCRIPTIONS = {
         "length_crc": "length CRC mismatch (the 8-byte length header is damaged)",
+        "length_too_large": "length field larger than any TFRecord payload",
         "data_crc": "data CRC mismatch (the payload or its CRC footer is damaged)",
         "compressed_stream": "the compressed stream is corrupt",
     }
@@ -205,6 +206,10 @@ class CompressedInputError(InputError):
 
 # --- trust-read ---
 
+class RefusedFileError(TfrbeamError, OSError):
+    """A file tfrbeam found (not one it just wrote) is not what it reads there: a FIFO, device, directory or socket, a
+    symlink where tfrbeam writes none, or larger than any file of its kind tfrbeam writes (``tfrbeam.base.bounded_read``)."""
+
 class UnsafePathError(ManifestError):
     """A manifest names a path outside its dataset (absolute, ``..``, an odd component, a symlink leading out)."""
 
@@ -273,7 +278,7 @@ class StoragePermissionError(StorageError, PermissionError):
     """The credentials in use may not do that to that object or bucket."""
 
 
-class ObjectTooLargeError(StorageError):
+class ObjectTooLargeError(StorageError, RefusedFileError):
     """An object tfrbeam reads whole (a lock, a journal) is larger than any it writes: not one of its own."""
 
 

@@ -234,6 +234,7 @@ class _Window:
 
     def __init__(self, handle: BinaryIO, offset: int):
         self.handle = handle
+        self.size = handle.seek(0, os.SEEK_END)  # no record may claim more: a buffer is never sized past it
         handle.seek(offset)
         # Fresh memory costs a page fault per 4 KiB: a thread's reads reuse its last buffer.
         self.buffer = getattr(_spare, "buffer", None) or bytearray()
@@ -304,8 +305,8 @@ def _fast_blocks(
             while len(starts) < want and after < stop - window.base and not window.eof:
                 # The buffer ends inside the block: read more (unless the next header is already bad) and walk again.
                 need = _bytes_needed(window.buffer, after, window.end)
-                if need is None:
-                    break
+                if need is None or window.base + after < window.size < window.base + after + need:
+                    break  # RecordReader reports the bad header, or the record cut off by the end of the file
                 pos -= window.refill(pos, max(READ_CHUNK, 2 * (window.end - pos), after - pos + need))
                 starts, after = _walk(window.buffer, pos, want, window.end, stop - window.base)
             if not starts:

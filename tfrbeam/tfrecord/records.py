@@ -151,6 +151,10 @@ def _too_large(length: int) -> RecordTooLargeError:
     )
 
 
+def _too_large_detail(length: int) -> str:
+    return f"the header claims {length} bytes; a payload is at most {MAX_PAYLOAD_SIZE} bytes (2 GiB - 1)"
+
+
 def frame_record(payload: bytes | bytearray | memoryview) -> bytes:
     """One framed record: header, payload and footer."""
     length = len(payload)
@@ -571,8 +575,16 @@ class RecordReader:
                 detail = _crc_detail(length_crc, buffer[pos:pos + 8])
                 self._fail(CorruptRecordError(self.path, self.offset, "length_crc", detail, self._compressed))
                 continue
+            if length > MAX_PAYLOAD_SIZE:  # checked before a byte is buffered for it: a bomb's header claims 2^40
+                self._fail(CorruptRecordError(self.path, self.offset, "length_too_large", _too_large_detail(length),
+                                              self._compressed))
+                continue
             end = pos + HEADER_SIZE + length + FOOTER_SIZE
             if end > len(buffer):
+                left = None if self._size is None else self._size - self.offset  # known without reading
+                if left is not None and RECORD_OVERHEAD + length > left:
+                    self._fail(self._truncation_error(length, left))
+                    continue
                 if not self._fill(HEADER_SIZE + length + FOOTER_SIZE):
                     self._fail(self._truncation_error(length))
                     continue
@@ -610,8 +622,10 @@ class RecordReader:
         ))
         return False
 
-    def _truncation_error(self, length: int) -> TruncatedRecordError:
-        remaining = len(self._buffer) - self._pos
+    def _truncation_error(self, length: int, remaining: int | None = None) -> TruncatedRecordError:
+        """The file ends inside the record at the cursor; ``remaining`` is the bytes left from it (default: buffered)."""
+        if remaining is None:
+            remaining = len(self._buffer) - self._pos
         if remaining < HEADER_SIZE + length:
             check = "truncated_payload"
             detail = f"the header announces {length} payload bytes, {remaining - HEADER_SIZE} are present"
