@@ -24,7 +24,9 @@ def _vm_bytes():
         for line in status:
             if line.startswith("VmSize:"):
                 return int(line.split()[1]) * 1024
-resource.setrlimit(resource.RLIMIT_AS, (_vm_bytes() + {budget}, resource.RLIM_INFINITY))
+_hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+_cap = _vm_bytes() + {budget}
+resource.setrlimit(resource.RLIMIT_AS, (_cap if _hard == resource.RLIM_INFINITY else min(_cap, _hard), _hard))
 _before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 _start = time.monotonic()
 _outcome = {{"type": None, "error": None}}

@@ -23,6 +23,12 @@ from tfrbeam.errors import CompressedInputError
 __all__ = ["CheckedDecompressedFile", "codec_of", "open_checked"]
 
 _CHUNK_BYTES = 1 << 16  # compressed bytes fed per call: an error is placed within this many, then exactly (zlib)
+# The most decompressed bytes one call returns: a bomb's expansion (64 KiB of bzip2 can hold gigabytes of zeros)
+# is handed out in pieces of this size, never buffered whole.
+_OUTPUT_BYTES = 1 << 20
+# zstd's decompressobj has no output limit, so it is fed a few bytes at a time instead: a zstd block expands to
+# at most 128 KiB and takes at least 4 bytes (an RLE block), so 256 bytes give at most 8 MiB.
+_ZSTD_FEED_BYTES = 256
 _ZLIB_WBITS = {"gzip": 31, "deflate": 15}
 
 
@@ -75,7 +81,8 @@ class CheckedDecompressedFile:
         self._raw = self._opener()
         self._decoder: Any = _decompressor(self.codec)
         self._pending = b""  # decompressed bytes not handed out yet
-        self._input = b""  # compressed bytes read, not yet fed
+        self._input = b""  # compressed bytes read; those from _fed on are not yet fed
+        self._fed = 0
         self._consumed = 0  # compressed bytes fed to decompressors so far
         self._members = 0  # members ended so far
         self._done = False
@@ -139,9 +146,11 @@ class CheckedDecompressedFile:
 
     def _more(self) -> bytes:
         """The next decompressed bytes (maybe b"" while a member's header is read); sets _done at a checked end."""
-        if not self._input:
+        if self._decoder is not None and _holds_output(self._decoder):
+            return self._decompress(b"")
+        if not self._unfed():
             assert self._raw is not None
-            self._input = bytes(self._raw.read(_CHUNK_BYTES) or b"")
+            self._input, self._fed = bytes(self._raw.read(_CHUNK_BYTES) or b""), 0
             if not self._input:
                 if self._decoder is None and self._members:
                     self._done = True
@@ -149,27 +158,46 @@ class CheckedDecompressedFile:
                 raise _truncated(self.path, self.codec, self._consumed)
         if self._decoder is None:  # between members: padding, another member, or trailing garbage
             return self._next_member()
-        chunk, self._input = self._input, b""
-        before = self._decoder.copy() if hasattr(self._decoder, "copy") else None
+        return self._decompress(self._take(_ZSTD_FEED_BYTES if self.codec == "zstd" else _CHUNK_BYTES))
+
+    def _unfed(self) -> int:
+        return len(self._input) - self._fed
+
+    def _take(self, size: int) -> bytes:
+        """The next (up to) size compressed bytes read and not yet fed."""
+        chunk = self._input[self._fed:self._fed + size]
+        self._fed += len(chunk)
+        return chunk
+
+    def _give_back(self, rest: bytes) -> None:
+        """Compressed bytes a decompressor did not use go back in front of those not yet fed."""
+        if rest:
+            self._input, self._fed = rest + self._input[self._fed:], 0
+
+    def _decompress(self, chunk: bytes) -> bytes:
+        """At most about _OUTPUT_BYTES decompressed from chunk (the rest of it given back, or held by the decoder)."""
+        decoder = self._decoder
+        before = decoder.copy() if hasattr(decoder, "copy") else None
         try:
-            out = self._decoder.decompress(chunk)
+            out = decoder.decompress(chunk) if self.codec == "zstd" else decoder.decompress(chunk, _OUTPUT_BYTES)
         except Exception as error:  # zlib.error, OSError (bz2, lzma), zstandard.ZstdError
             raise _corrupt(self.path, self.codec, self._where(before, chunk), error) from error
-        if self._decoder.eof:
-            rest = self._decoder.unused_data
-            self._consumed += len(chunk) - len(rest)
-            self._input = rest
+        if decoder.eof:  # unused_data is all that follows: zlib may leave the same bytes in unconsumed_tail too
+            rest = decoder.unused_data
             self._members += 1
             self._decoder = None
         else:
-            self._consumed += len(chunk)
+            rest = getattr(decoder, "unconsumed_tail", b"")  # zlib keeps what it did not reach for the next call
+        self._consumed += len(chunk) - len(rest)
+        self._give_back(rest)
         return out
 
     def _next_member(self) -> bytes:
         """After an end-of-stream marker: zero padding is skipped; other bytes must start another member."""
-        stripped = self._input.lstrip(b"\0") if self.codec in ("gzip", "xz") else self._input
-        self._consumed += len(self._input) - len(stripped)
-        self._input = stripped
+        unfed = self._input[self._fed:]
+        stripped = unfed.lstrip(b"\0") if self.codec in ("gzip", "xz") else unfed
+        self._consumed += len(unfed) - len(stripped)
+        self._input, self._fed = stripped, 0
         if not stripped:
             return b""
         if self.codec == "deflate":
@@ -187,6 +215,11 @@ class CheckedDecompressedFile:
                 except Exception:
                     return f"at compressed byte {self._consumed + index}"
         return f"in compressed bytes {self._consumed} to {self._consumed + len(chunk)}"
+
+
+def _holds_output(decoder: Any) -> bool:
+    """Whether a decoder (bz2, lzma) stopped at the output limit with output still to give for input it has."""
+    return not getattr(decoder, "needs_input", True) and not decoder.eof
 
 
 def open_checked(path: str) -> BinaryIO | CheckedDecompressedFile:
