@@ -39,7 +39,8 @@ __all__ = [
     "OBJECT_STORE_FILES", "ObjectPath", "ObjectStoreFiles", "S3Settings", "check_reachable", "configure_s3",
     "copy_object", "note_unreachable",
     "create_if_absent", "delete_if_match", "delete_object", "forget_object_store_clients", "is_object_store",
-    "pyarrow_filesystem", "read_versioned", "replace_if_match", "storage_error", "translated",
+    "put_object", "pyarrow_filesystem", "read_versioned", "replace_if_match", "storage_error", "translated",
+    "upload_file",
 ]
 
 _T = TypeVar("_T")
@@ -319,6 +320,33 @@ def copy_object(source: str, destination: str) -> None:
         _s3_client().copy({"Bucket": src.bucket, "Key": src.key}, dst.bucket, dst.key)
 
     translated(source, f"copy to {destination}", copy)
+
+
+def put_object(path: str, data: bytes, content_type: str = "application/octet-stream") -> None:
+    """Write a whole object in one request: a reader sees the object it replaces or this one, never a part."""
+    where = ObjectPath.parse(path)
+
+    def put() -> None:
+        if where.scheme == "gs":
+            _gcs_client().bucket(where.bucket).blob(where.key).upload_from_string(data, content_type=content_type)
+            return
+        _s3_client().put_object(Bucket=where.bucket, Key=where.key, Body=data, ContentType=content_type)
+
+    translated(path, "write", put)
+
+
+def upload_file(local_path: str, path: str) -> None:
+    """Upload a local file as one object (GCS resumable, S3 multipart above their thresholds): the object appears
+    whole when the upload completes, so a reader sees the object it replaces or this one, never a part."""
+    where = ObjectPath.parse(path)
+
+    def upload() -> None:
+        if where.scheme == "gs":
+            _gcs_client().bucket(where.bucket).blob(where.key).upload_from_filename(local_path)
+            return
+        _s3_client().upload_file(local_path, where.bucket, where.key)
+
+    translated(path, f"upload {local_path}", upload)
 
 
 def delete_object(path: str, missing_ok: bool = False) -> None:

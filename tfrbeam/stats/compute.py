@@ -288,14 +288,21 @@ def compute_stats(
 
 
 def write_stats_files(stats: Mapping[str, Any], output_dir: str, title: str | None = None) -> tuple[str, str]:
-    """Write ``stats.json`` and ``stats.html`` into ``output_dir`` (each through a temp name and a rename)."""
+    """Write ``stats.json`` and ``stats.html`` into ``output_dir`` (each through a temp name and a rename; into a
+    bucket, each in one whole-object write)."""
     from tfrbeam.stats.html import render_html
 
+    name = title or os.path.basename(os.path.normpath(str(stats.get("source") or output_dir)))
+    if is_object_store(output_dir):
+        from tfrbeam.stats.bucket_output import put_stats_objects
+
+        json_url, html_url = put_stats_objects(output_dir, {
+            STATS_JSON: json.dumps(stats, indent=2, allow_nan=False) + "\n", STATS_HTML: render_html(stats, title=name)})
+        return json_url, html_url
     fileops.makedirs(output_dir)
     json_path = os.path.join(output_dir, STATS_JSON)
     html_path = os.path.join(output_dir, STATS_HTML)
     fileops.write_atomically(json_path, json.dumps(stats, indent=2, allow_nan=False) + "\n")
-    name = title or os.path.basename(os.path.normpath(str(stats.get("source") or output_dir)))
     fileops.write_atomically(html_path, render_html(stats, title=name))
     return json_path, html_path
 

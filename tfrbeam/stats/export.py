@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 
 from tfrbeam.base import fileops
 from tfrbeam.base.file_access import is_remote
+from tfrbeam.base.object_store import is_object_store
 from tfrbeam.errors import ConfigError, OutputExistsError, UnsafeOutputError
 from tfrbeam.layout.names import EXPORT_NAME, RECORD_SUFFIXES
 from tfrbeam.layout.paths import escapes, path_problem
@@ -362,6 +363,10 @@ def export_to_parquet(
     written again with that feature binary (``progress`` starts again from 0).
     ``progress(records_done, records_total_or_None)`` is called after every block.
     """
+    if is_object_store(output_dir):  # written whole locally first, then each file uploaded as one object
+        from tfrbeam.stats.bucket_output import export_into_bucket
+
+        return export_into_bucket(path, output_dir, splits, columns, progress, overwrite)
     plan = plan_export(path, output_dir, splits, columns)
     check_shard_sizes(plan.segments)  # a truncated or replaced shard is refused before anything is deleted or written
     stale = _in_the_way(plan, overwrite)
