@@ -29,6 +29,7 @@ from tfrbeam.build.config.schema import (
     CsvOptions,
     ErrorsConfig,
     InputConfig,
+    JsonlOptions,
     OutputConfig,
     ParquetOptions,
     SequenceConfig,
@@ -398,7 +399,8 @@ class Checker:
 
 
 _TOP_KEYS = ("input", "features", "shuffle", "splits", "split_key", "output", "errors", "stats", "sequence")
-_INPUT_KEYS = ("format", "path", "csv", "parquet", "columns", "split_bytes", "splits", "compression")
+_INPUT_KEYS = ("format", "path", "csv", "jsonl", "parquet", "columns", "split_bytes", "splits", "compression")
+_JSONL_KEYS = ("max_row_bytes",)
 _PARQUET_KEYS = ("require_checksums",)
 _CSV_KEYS = ("delimiter", "quote_char", "escape_char", "header", "column_names", "null_values", "true_values",
              "false_values", "skip_rows", "encoding", "max_row_bytes")
@@ -468,17 +470,21 @@ def _parse_input(check: Checker, raw: Any, patterns: tuple[tuple[str, str], ...]
         check.fail("input.format", AVRO_INSTALL_HINT)
     if fmt != "csv" and section.get("csv") is not None:
         check.fail("input.csv", f"CSV options are only for input.format csv, but the format is {fmt}")
+    if fmt != "jsonl" and section.get("jsonl") is not None:
+        check.fail("input.jsonl", f"JSON lines options are only for input.format jsonl, but the format is {fmt}")
     if fmt != "parquet" and section.get("parquet") is not None:
         check.fail("input.parquet", f"Parquet options are only for input.format parquet, but the format is {fmt}")
     tsv = _without_compression_suffix(path or "").endswith(".tsv")
     csv = _parse_csv(check, section.get("csv"), default_delimiter="\t" if tsv else ",")
+    jsonl_section = check.mapping(section.get("jsonl"), "input.jsonl", _JSONL_KEYS)
+    jsonl = JsonlOptions(max_row_bytes=_max_row_bytes(check, jsonl_section, "input.jsonl"))
     parquet_section = check.mapping(section.get("parquet"), "input.parquet", _PARQUET_KEYS)
     parquet = ParquetOptions(require_checksums=check.boolean(parquet_section, "require_checksums", "input.parquet", False))
     columns = check.names(section, "columns", "input")
     split_bytes = _size(check, section, "split_bytes", "input", DEFAULT_SPLIT_BYTES)
     tfrecord = _parse_tfrecord(check, section, fmt)
-    return InputConfig(format=fmt, path=path or "", csv=csv, parquet=parquet, tfrecord=tfrecord, columns=columns,
-                       split_bytes=split_bytes)
+    return InputConfig(format=fmt, path=path or "", csv=csv, jsonl=jsonl, parquet=parquet, tfrecord=tfrecord,
+                       columns=columns, split_bytes=split_bytes)
 
 
 def _parse_tfrecord(check: Checker, section: dict, fmt: str) -> TfrecordOptions:
@@ -546,13 +552,14 @@ def _parse_csv(check: Checker, raw: Any, default_delimiter: str) -> CsvOptions:
     return CsvOptions(delimiter=delimiter, quote_char=quote_char, escape_char=escape_char, header=header,
                       column_names=column_names, null_values=null_values, true_values=true_values,
                       false_values=false_values, skip_rows=skip_rows, encoding=encoding,
-                      max_row_bytes=_max_row_bytes(check, section))
+                      max_row_bytes=_max_row_bytes(check, section, "input.csv"))
 
 
-def _max_row_bytes(check: Checker, section: dict) -> int:
-    size = _size(check, section, "max_row_bytes", "input.csv", DEFAULT_MAX_ROW_BYTES)
+def _max_row_bytes(check: Checker, section: dict, path: str) -> int:
+    """input.csv's or input.jsonl's max_row_bytes: a size of at least 1 MiB (64 MiB when left out)."""
+    size = _size(check, section, "max_row_bytes", path, DEFAULT_MAX_ROW_BYTES)
     if size is not None and size < 1 << 20:
-        check.fail("input.csv.max_row_bytes", f"{_show(section.get('max_row_bytes'))} is below 1 MiB (the default is "
+        check.fail(f"{path}.max_row_bytes", f"{_show(section.get('max_row_bytes'))} is below 1 MiB (the default is "
                    f"{DEFAULT_MAX_ROW_BYTES >> 20}MiB; it only needs raising for longer rows)")
         return DEFAULT_MAX_ROW_BYTES
     return size or DEFAULT_MAX_ROW_BYTES
@@ -1061,6 +1068,9 @@ def config_to_dict(config: BuildConfig) -> dict:
             "false_values": _list_or_none(csv.false_values), "skip_rows": csv.skip_rows, "encoding": csv.encoding,
             "max_row_bytes": csv.max_row_bytes,
         }
+    if config.input.format == "jsonl" and config.input.jsonl.max_row_bytes != DEFAULT_MAX_ROW_BYTES:
+        # only when set: the manifests of builds from before the key keep matching a same-config rebuild
+        input_section["jsonl"] = {"max_row_bytes": config.input.jsonl.max_row_bytes}
     if config.input.format == "parquet":
         input_section["parquet"] = {"require_checksums": config.input.parquet.require_checksums}
     if config.input.format == "tfrecord":

@@ -12,6 +12,7 @@ __all__ = [
     "CsvOptions",
     "ErrorsConfig",
     "InputConfig",
+    "JsonlOptions",
     "OutputConfig",
     "ParquetOptions",
     "SequenceConfig",
@@ -52,6 +53,13 @@ class CsvOptions:
 
 
 @dataclass(frozen=True)
+class JsonlOptions:
+    """JSON lines: max_row_bytes bounds a line (in bytes, without its \\n); a longer one is a bad row, skipped unread."""
+
+    max_row_bytes: int = DEFAULT_MAX_ROW_BYTES
+
+
+@dataclass(frozen=True)
 class ParquetOptions:
     """require_checksums: refuse files whose pages carry no CRC (pyarrow writes none unless write_page_checksum=True)."""
 
@@ -75,6 +83,7 @@ class InputConfig:
     format: str
     path: str
     csv: CsvOptions = field(default_factory=CsvOptions)
+    jsonl: JsonlOptions = field(default_factory=JsonlOptions)
     parquet: ParquetOptions = field(default_factory=ParquetOptions)
     tfrecord: TfrecordOptions = field(default_factory=TfrecordOptions)
     columns: tuple[str, ...] | None = None

@@ -10,6 +10,11 @@ that is not a JSON object, or whose values do not fit that schema, is a bad row 
 and its line (found by parsing parts of the failing block until each bad line stands alone; the
 other blocks are parsed whole). Blank lines are not rows. Lines are counted by \\n (JSON text holds no raw line
 break inside a value). Compressed files are decompressed and checked to their end (files.open_input).
+
+A line is at most input.jsonl.max_row_bytes long (64 MiB by default, as CSV's rows): a longer one is
+measured by reading on to its end, holding one read at a time, and becomes a bad row naming its
+line, byte offset and the cap (LongLine); the lines after it are read on. Lines are assembled from
+a list of reads joined once, so a long line costs linear time.
 """
 
 from __future__ import annotations
@@ -19,18 +24,22 @@ import io
 import json
 import re
 from collections.abc import Generator, Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.json as pjson
 
+from tfrbeam.build.config.schema import DEFAULT_MAX_ROW_BYTES
 from tfrbeam.build.features import BadRow
 from tfrbeam.build.inputs.ahead import read_ahead
 from tfrbeam.build.inputs.batch import SourceBatch, strip_line_break
-from tfrbeam.build.inputs.files import open_input
+from tfrbeam.build.inputs.csv_text import LONG_ROW_RAW_BYTES
+from tfrbeam.build.inputs.files import is_compressed, open_input
 from tfrbeam.errors import InputError
 
 __all__ = [
+    "LongLine",
     "count_line_breaks",
     "jsonl_holds_lines",
     "jsonl_schema",
@@ -46,8 +55,8 @@ _FANOUT = 16  # parts a run of lines holding a bad one is parsed in, until each 
 _VOTE_LINES = 256  # lines parsed together while settling a type the first lines disagree on
 
 
-def jsonl_schema(paths: Sequence[str], sample_lines: int = _SCHEMA_SAMPLE_LINES, sampled_nulls: bool = False
-                 ) -> pa.Schema:
+def jsonl_schema(paths: Sequence[str], sample_lines: int = _SCHEMA_SAMPLE_LINES, sampled_nulls: bool = False,
+                 max_row_bytes: int = DEFAULT_MAX_ROW_BYTES) -> pa.Schema:
     """The schema every file of a JSON lines input is read as: pyarrow's inference on the first lines of the first
     file (in path order) that holds any.
 
@@ -55,18 +64,14 @@ def jsonl_schema(paths: Sequence[str], sample_lines: int = _SCHEMA_SAMPLE_LINES,
     disagree on a field's type, the type most of them give it wins (_most_common_types) and the
     others are bad rows; fields whose sampled values are all null are read as null (no feature can
     be inferred from them). Every field is nullable (a line may leave it out); with sampled_nulls,
-    only those null or missing in some sampled line are, as CSV's inference decides on_null.
+    only those null or missing in some sampled line are, as CSV's inference decides on_null. Lines over
+    max_row_bytes are left out of the sample (they are bad rows).
     """
     data = b""
     for path in paths:
-        with open_input(path) as raw:
-            for block, _ in _line_blocks(raw):
-                data += block
-                if data.count(b"\n") >= sample_lines:
-                    break
+        data = _sample_text(path, sample_lines, max_row_bytes)
         if data.strip(_WHITESPACE):
             break
-        data = b""
     if not data:
         return pa.schema([])
     starts, ends = _line_bounds(data)
@@ -79,6 +84,20 @@ def jsonl_schema(paths: Sequence[str], sample_lines: int = _SCHEMA_SAMPLE_LINES,
     if not sampled_nulls:
         return table.schema
     return pa.schema([field_.with_nullable(column.null_count > 0) for field_, column in zip(table.schema, table.columns)])
+
+
+def _sample_text(path: str, sample_lines: int, max_row_bytes: int) -> bytes:
+    """The first blocks of a file's lines holding at least sample_lines lines (or all of them), long lines left out."""
+    blocks, breaks = [], 0
+    with open_input(path) as raw:
+        for block, _ in _line_blocks(raw, max_row_bytes):
+            if isinstance(block, LongLine):
+                continue
+            blocks.append(block if block.endswith(b"\n") else block + b"\n")
+            breaks += block.count(b"\n")
+            if breaks >= sample_lines:
+                break
+    return b"".join(blocks)
 
 
 def _most_common_types(lines: Sequence[bytes]) -> pa.Schema:
@@ -118,22 +137,38 @@ def _schema_or_none(line: bytes) -> pa.Schema | None:
         return None
 
 
-def jsonl_holds_lines(path: str) -> bool:
+def jsonl_holds_lines(path: str, max_row_bytes: int = DEFAULT_MAX_ROW_BYTES) -> bool:
     """Whether a JSON lines file holds a line that is not blank (a row, or a bad row)."""
     with open_input(path) as raw:
-        return any(block.strip(_WHITESPACE) for block, _ in _line_blocks(raw))
+        return any(isinstance(block, LongLine) or block.strip(_WHITESPACE)
+                   for block, _ in _line_blocks(raw, max_row_bytes))
 
 
-def read_jsonl_file(path: str, schema: pa.Schema, columns: Sequence[str] | None = None) -> Iterator[SourceBatch]:
-    """Every row of a JSON lines file as batches of the given schema (projected to columns); lines are 1-based."""
+def read_jsonl_file(path: str, schema: pa.Schema, columns: Sequence[str] | None = None, *,
+                    max_row_bytes: int = DEFAULT_MAX_ROW_BYTES) -> Iterator[SourceBatch]:
+    """Every row of a JSON lines file as batches of the given schema (projected to columns); lines are 1-based.
+    A line over max_row_bytes is a bad row."""
     projected = _projected(schema, columns, path)
-    return read_ahead(_jsonl_batches(path, projected), "tfrbeam-jsonl-read")
+    return read_ahead(_jsonl_batches(path, projected, max_row_bytes), "tfrbeam-jsonl-read")
 
 
-def _jsonl_batches(path: str, schema: pa.Schema) -> Generator[SourceBatch, None, None]:
+def _jsonl_batches(path: str, schema: pa.Schema, max_row_bytes: int) -> Generator[SourceBatch, None, None]:
     with open_input(path) as raw:
-        for block, first_line in _line_blocks(raw):
-            yield parse_jsonl_block(path, block, first_line, schema)
+        for block, first_line in _line_blocks(raw, max_row_bytes):
+            yield _block_batch(path, block, first_line, schema, max_row_bytes)
+
+
+def _block_batch(path: str, block: bytes | LongLine, first_line: int, schema: pa.Schema,
+                 max_row_bytes: int) -> SourceBatch:
+    """A block's rows, or a line over max_row_bytes as a batch of no rows and its bad row."""
+    if not isinstance(block, LongLine):
+        return parse_jsonl_block(path, block, first_line, schema)
+    where = f"byte {block.offset}" + (" of the decompressed text" if is_compressed(path) else "")
+    reason = f"line longer than input.jsonl.max_row_bytes={max_row_bytes} ({block.size} bytes from {where}); " \
+             "raise it to read it"
+    head = block.head.decode("utf-8", "replace")
+    return SourceBatch(path=path, lines=np.zeros(0, np.int64), batch=_one_batch(schema.empty_table(), schema),
+                       bad_rows=(BadRow(path, first_line, reason, head),), records=1)
 
 
 def count_line_breaks(path: str, start: int, end: int) -> int:
@@ -152,23 +187,25 @@ def count_line_breaks(path: str, start: int, end: int) -> int:
 
 
 def read_jsonl_range(path: str, start: int, end: int, line_breaks_before: int, schema: pa.Schema,
-                     columns: Sequence[str] | None = None) -> Iterator[SourceBatch]:
+                     columns: Sequence[str] | None = None, *,
+                     max_row_bytes: int = DEFAULT_MAX_ROW_BYTES) -> Iterator[SourceBatch]:
     """The rows of the lines that start in bytes [start, end) of an uncompressed file; line_breaks_before (the \\n
-    bytes before start, see count_line_breaks) numbers them."""
+    bytes before start, see count_line_breaks) numbers them. A line over max_row_bytes is a bad row."""
     projected = _projected(schema, columns, path)
-    return read_ahead(_range_batches(path, start, end, line_breaks_before, projected), "tfrbeam-jsonl-read")
+    return read_ahead(_range_batches(path, start, end, line_breaks_before, projected, max_row_bytes),
+                      "tfrbeam-jsonl-read")
 
 
 def _range_batches(path: str, start: int, end: int, line_breaks_before: int,
-                   schema: pa.Schema) -> Generator[SourceBatch, None, None]:
+                   schema: pa.Schema, max_row_bytes: int) -> Generator[SourceBatch, None, None]:
     with open_input(path) as raw:
         own_start, own_end = _line_start_at(raw, start), _line_start_at(raw, end)
         if own_start >= own_end:
             return
         raw.seek(own_start)
         first_line = 1 + line_breaks_before + (1 if own_start > start else 0)
-        for block, line in _line_blocks(raw, own_end - own_start, first_line):
-            yield parse_jsonl_block(path, block, line, schema)
+        for block, line in _line_blocks(raw, max_row_bytes, own_end - own_start, first_line, own_start):
+            yield _block_batch(path, block, line, schema, max_row_bytes)
 
 
 def _line_start_at(raw, position: int) -> int:
@@ -196,26 +233,91 @@ def _projected(schema: pa.Schema, columns: Sequence[str] | None, path: str) -> p
     return pa.schema([schema.field(name) for name in dict.fromkeys(columns)])
 
 
-def _line_blocks(raw, limit: int | None = None, line: int = 1) -> Iterator[tuple[bytes, int]]:
-    """(block of whole lines, 1-based line it starts on) of a file from where it is (up to limit bytes), about
-    _BLOCK_BYTES each; the last may lack its \\n."""
-    pending = b""
-    while True:
-        data = raw.read(_BLOCK_BYTES if limit is None else min(_BLOCK_BYTES, limit))
-        if limit is not None:
-            limit -= len(data)
+@dataclass(frozen=True)
+class LongLine:
+    """A line longer than max_row_bytes, read past: its first bytes (its bad row's raw text), its size in bytes
+    (without the \\n) and the offset it starts at in the (decompressed) file."""
+
+    head: bytes
+    size: int
+    offset: int
+
+
+class _Reads:
+    """A file's reads of at most size bytes (up to limit in all, None: to its end), with a read handed back."""
+
+    def __init__(self, raw, size: int, limit: int | None):
+        self._raw, self._size, self._limit = raw, size, limit
+        self._back = b""
+
+    def __iter__(self) -> _Reads:
+        return self
+
+    def __next__(self) -> bytes:
+        if self._back:
+            data, self._back = self._back, b""
+            return data
+        data = self._raw.read(self._size if self._limit is None else min(self._size, self._limit))
         if not data:
-            if pending:
-                yield pending, line
-            return
-        data = pending + data
-        cut = data.rfind(b"\n") + 1
-        if cut == 0:  # no line ends in it yet: read on
-            pending = data
-            continue
-        block, pending = data[:cut], data[cut:]
-        yield block, line
-        line += block.count(b"\n")
+            raise StopIteration
+        if self._limit is not None:
+            self._limit -= len(data)
+        return data
+
+    def hand_back(self, data: bytes) -> None:
+        self._back = data
+
+
+def _line_blocks(raw, max_row_bytes: int, limit: int | None = None, line: int = 1,
+                 offset: int = 0) -> Iterator[tuple[bytes | LongLine, int]]:
+    """(block of whole lines, 1-based line it starts on) of a file from where it is (offset, up to limit bytes),
+    about _BLOCK_BYTES each; the last may lack its \\n. A line over max_row_bytes comes as a LongLine instead.
+
+    Reads are at most max_row_bytes, so a line over it spans reads: the part of a line held across reads is
+    checked before each read is added to it, and never holds more than max_row_bytes.
+    """
+    reads = _Reads(raw, min(_BLOCK_BYTES, max_row_bytes), limit)
+    pieces: list[bytes] = []  # the start of the line no \\n has ended yet, one piece per read
+    held = 0
+    for data in reads:
+        first_break = data.find(b"\n")
+        if held + (len(data) if first_break < 0 else first_break) > max_row_bytes:
+            long_line = _read_past(pieces, data, reads, offset)
+            yield long_line, line
+            line, offset = line + 1, offset + long_line.size + 1
+            pieces, held = [], 0
+        elif first_break < 0:  # no line ends in it yet: read on
+            pieces.append(data)
+            held += len(data)
+        else:
+            cut = data.rfind(b"\n") + 1
+            block = b"".join([*pieces, data[:cut]]) if pieces or cut < len(data) else data
+            yield block, line
+            line, offset = line + block.count(b"\n"), offset + len(block)
+            rest = data[cut:]
+            pieces, held = ([rest], len(rest)) if rest else ([], 0)
+    if pieces:
+        yield b"".join(pieces), line
+
+
+def _read_past(pieces: list[bytes], data: bytes, reads: _Reads, offset: int) -> LongLine:
+    """The line held in pieces and going on in data, read to its \\n (handing back what follows it) or the end;
+    only its first LONG_ROW_RAW_BYTES are kept."""
+    head, size = b"", 0
+    for piece in pieces:
+        head += piece[:max(0, LONG_ROW_RAW_BYTES - len(head))]
+        size += len(piece)
+    while True:
+        found = data.find(b"\n")
+        end = len(data) if found < 0 else found
+        head += data[:min(end, max(0, LONG_ROW_RAW_BYTES - len(head)))]
+        size += end
+        if found >= 0:
+            reads.hand_back(data[found + 1:])
+            return LongLine(head, size, offset)
+        data = next(reads, b"")
+        if not data:
+            return LongLine(head, size, offset)
 
 
 def _line_bounds(data: bytes) -> tuple[np.ndarray, np.ndarray]:

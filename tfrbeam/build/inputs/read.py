@@ -175,9 +175,12 @@ class ReadTabular(beam.PTransform):
         options = self.input_config.csv
         split_bytes = self.input_config.split_bytes
         if self.input_config.format == "jsonl":
-            schema = jsonl_schema([opened[item.path] for item in self.inputs])  # as the plan inferred it
+            max_row_bytes = self.input_config.jsonl.max_row_bytes
+            schema = jsonl_schema([opened[item.path] for item in self.inputs],  # as the plan inferred it
+                                  max_row_bytes=max_row_bytes)
             return _read_in_ranges(files, functools.partial(_jsonl_ranges_of, split_bytes=split_bytes),
-                                   _scan_jsonl_if_split, lambda piece: _read_jsonl_piece(piece, schema, columns),
+                                   _scan_jsonl_if_split,
+                                   lambda piece: _read_jsonl_piece(piece, schema, columns, max_row_bytes),
                                    given, counts, specs)
         return _read_in_ranges(files, functools.partial(_ranges_of, split_bytes=split_bytes, options=options),
                                functools.partial(_scan_if_split, options=options),
@@ -215,10 +218,11 @@ def _scan_jsonl_if_split(item) -> tuple[str, RangeScan | None]:
     return path, RangeScan(path, start, end, count_line_breaks(path, start, end), False)
 
 
-def _read_jsonl_piece(piece: _CsvPiece, schema, columns) -> Iterator[SourceBatch]:
+def _read_jsonl_piece(piece: _CsvPiece, schema, columns, max_row_bytes: int) -> Iterator[SourceBatch]:
     if piece.whole:
-        return read_jsonl_file(piece.path, schema, columns)
-    return read_jsonl_range(piece.path, piece.start, piece.end, piece.line_breaks_before, schema, columns)
+        return read_jsonl_file(piece.path, schema, columns, max_row_bytes=max_row_bytes)
+    return read_jsonl_range(piece.path, piece.start, piece.end, piece.line_breaks_before, schema, columns,
+                            max_row_bytes=max_row_bytes)
 
 
 def _orc_pieces(read: ReadTabular):

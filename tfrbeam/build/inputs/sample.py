@@ -105,7 +105,8 @@ def inspect_input(input_config: InputConfig, sample_rows: int = SAMPLE_ROWS,
         schema = orc_input_schema(files, input_config.columns)
     elif fmt == "jsonl":
         # The lines ReadTabular infers it from, too; fields never null there infer on_null: error.
-        schema = jsonl_schema([item.path for item in files], sampled_nulls=True)
+        schema = jsonl_schema([item.path for item in files], sampled_nulls=True,
+                              max_row_bytes=input_config.jsonl.max_row_bytes)
     elif fmt == "avro":
         schema = avro_input_schema(files, input_config.columns)
     elif fmt == "tfrecord":
@@ -124,7 +125,8 @@ def typed_sample(input_config: InputConfig, path: str, schema: pa.Schema, sample
     elif fmt == "orc":
         sources = read_orc_file(path)
     elif fmt == "jsonl":
-        sources = read_jsonl_file(path, pa.schema([field_.with_nullable(True) for field_ in schema]))  # as read
+        sources = read_jsonl_file(path, pa.schema([field_.with_nullable(True) for field_ in schema]),  # as read
+                                  max_row_bytes=input_config.jsonl.max_row_bytes)
     elif fmt == "tfrecord":
         sources = read_tfrecord_file(path, schema, file_compression(input_config, path))
     else:
@@ -184,7 +186,7 @@ def _holds_rows(input_config: InputConfig, path: str) -> bool:
     if input_config.format == "orc":
         return orc_file_rows(path) > 0
     if input_config.format == "jsonl":
-        return jsonl_holds_lines(path)
+        return jsonl_holds_lines(path, input_config.jsonl.max_row_bytes)
     if input_config.format == "avro":
         return avro_file_holds_records(path)
     if input_config.format == "tfrecord":
