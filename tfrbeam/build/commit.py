@@ -47,17 +47,24 @@ from tfrbeam.beam.publish import (
     CommitJournal,
     committed_run,
     confined,
-    dataset_files,
     held_or_taken,
     recover,
     swap_into_place,
 )
 from tfrbeam.build.config import config_to_dict
 from tfrbeam.build.held_rows import discard_held_rows
-from tfrbeam.build.plan import DALI_DIR_NAME, BuildPlan, check_output_dir, dataset_entries, foreign_entries, normalized
+from tfrbeam.build.plan import BuildPlan, check_output_dir, normalized
 from tfrbeam.build.sequence import SequenceCounts, SequenceStage
 from tfrbeam.build.shuffle import ShardPlan, WrittenShard, discard_pieces
 from tfrbeam.build.splits import describe_split_source
+from tfrbeam.build.user_files import (
+    DatasetNames,
+    carry_over,
+    keep_folder_attributes,
+    keep_plan,
+    old_dataset_names,
+    refuse_conflicts,
+)
 from tfrbeam.errors import (
     CommitError,
     ManifestError,
@@ -78,7 +85,7 @@ from tfrbeam.layout.manifest import (
     parse_sequence_example_spec_of,
     read_manifest,
 )
-from tfrbeam.layout.names import SHARD_NAME, STATS_HTML, STATS_JSON
+from tfrbeam.layout.names import DALI_DIR_NAME
 from tfrbeam.tfrecord.offset_index import (
     dali_index_text,
     offset_index_path_for,
@@ -86,7 +93,7 @@ from tfrbeam.tfrecord.offset_index import (
     stamp_offset_index,
     write_dali_index,
 )
-from tfrbeam.tfrecord.record_index import INDEX_DIR_NAME, index_path_for, stamp_index
+from tfrbeam.tfrecord.record_index import index_path_for, stamp_index
 
 __all__ = [
     "COMMIT_RECORD", "CommitDataset", "DeadLetterFile", "NEW_DATASET_DIR", "OLD_DATASET_DIR", "StagedCommit", "commit_staged",
@@ -563,6 +570,8 @@ def publish_by_swap(plan: BuildPlan, files: Sequence[WrittenShard], dead_letters
         for item in files:
             write_dali_index(fs.join(new_dir, *item.relative_path.split("/")), _dali_path(new_dir, item))
     fs.write_bytes(fs.join(new_dir, MANIFEST_NAME), manifest_bytes(manifest), "application/json")
+    if os.path.lexists(plan.output_root):
+        _prepare_replace(plan.output_root, new_dir)
     replaced = swap_into_place(new_dir, plan.output_root, old_dir)  # the commit point
     try:
         carry_over(replaced, plan.output_root)
@@ -613,54 +622,12 @@ def _old_manifest(output_root: str) -> dict | None:
         return None
 
 
-def carry_over(old_dir: str, output_root: str) -> None:
-    """Move the user's own files from the replaced directory into the new one (not the old dataset's parts).
-
-    Top-level entries that are not the dataset's move across whole; inside the dataset's own
-    directories (split directories, ``_errors/``, ``dali/``) every file the old manifest does not
-    list (a ``train/NOTES.md``) moves to the same place in the new dataset. A name the new dataset
-    already uses is kept beside it as ``NAME.previous``.
-    """
-    if not os.path.isdir(old_dir):
-        return
-    old_manifest = _old_manifest(old_dir)
-    for name in foreign_entries(old_dir, old_manifest):
-        if not os.path.lexists(fs.join(output_root, name)):
-            fs.rename_local(fs.join(old_dir, name), fs.join(output_root, name))
-    own = dataset_files(old_manifest)
-    for relative in _user_files_in_dataset_dirs(old_dir, old_manifest, own):
-        destination = os.path.join(output_root, relative)
-        if os.path.lexists(destination):
-            _LOG.warning("kept your %s as %s.previous: the new dataset has a file of that name", destination, destination)
-            destination += ".previous"
-        if os.path.lexists(destination):
-            continue
-        fs.mkdirs(os.path.dirname(destination))
-        fs.rename_local(os.path.join(old_dir, relative), destination)
-
-
-def _user_files_in_dataset_dirs(old_dir: str, manifest: dict | None, own: set[str]) -> list[str]:
-    """Relative paths of files (and symlinks, never followed) in the dataset's own directories that it does not list."""
-    found = []
-    for name in sorted(dataset_entries(manifest) - {MANIFEST_NAME, "stats.json", "stats.html"}):
-        top = os.path.join(old_dir, name)
-        if os.path.islink(top) or not os.path.isdir(top):
-            continue
-        for directory, subdirs, names in os.walk(top):
-            subdirs.sort()
-            for entry in [*sorted(names), *(d for d in subdirs if os.path.islink(os.path.join(directory, d)))]:
-                relative = os.path.relpath(os.path.join(directory, entry), old_dir).replace(os.sep, "/")
-                if relative in own or (manifest is None and _looks_like_the_datasets(relative)):
-                    continue
-                found.append(relative)
-    return found
-
-
-def _looks_like_the_datasets(relative: str) -> bool:
-    """Without a readable manifest: shard files, their index files and DALI indexes are taken as the dataset's."""
-    name = posixpath.basename(relative)
-    return (SHARD_NAME.fullmatch(name) is not None or f"/{INDEX_DIR_NAME}/" in f"/{relative}"
-            or relative.startswith(DALI_DIR_NAME + "/"))
+def _prepare_replace(output_root: str, new_dir: str) -> None:
+    """Before the exchange: refuse (naming it) a path of the user's the new dataset cannot keep, and give the new
+    dataset's folders the old ones' mode and owner, so the commit point changes nothing of the user's."""
+    new = DatasetNames.of_tree(new_dir)
+    refuse_conflicts(output_root, keep_plan(output_root, old_dataset_names(output_root), new))
+    keep_folder_attributes(output_root, new_dir, new)
 
 
 def publish_by_switch(plan: BuildPlan, files: Sequence[WrittenShard], dead_letters: Sequence[DeadLetterFile],
@@ -693,7 +660,7 @@ def publish_by_switch(plan: BuildPlan, files: Sequence[WrittenShard], dead_lette
     moves.append((staged_manifest, fs.join(root, MANIFEST_NAME)))
     published = {final for _, final in moves}
     old = _old_manifest(root)
-    doomed = [path for path in _old_dataset_objects(root, tuple(plan.config.splits)) if path not in published]
+    doomed = [path for path in _old_dataset_objects(root) if path not in published]
     journal = CommitJournal(plan.run.run_id, root, tuple(doomed), tuple(moves), switch=True,
                             replaces=old.get("run_id") if isinstance(old, dict) else None)
     journal.write(plan.staging_dir)
@@ -741,24 +708,12 @@ def _with_paths(manifest: dict[str, Any], renamed: dict[str, str]) -> dict[str, 
     return updated
 
 
-def _old_dataset_objects(root: str, new_splits: tuple[str, ...]) -> list[str]:
-    """Objects of the dataset at ``root`` that a replace removes: what its manifest lists, never a user's object.
-
-    Without a readable manifest only shard files, their indexes and DALI indexes count as the
-    dataset's, as ``carry_over`` decides locally; a ``train/NOTES.md`` stays.
-    """
-    old = _old_manifest(root)
-    own = dataset_files(old)
+def _old_dataset_objects(root: str) -> list[str]:
+    """Objects of the dataset at ``root`` that a replace removes: what its manifest makes its own, never a user's object
+    (without a manifest, none; ``tfrbeam.build.user_files``). The manifest itself is replaced by the switch."""
+    own = old_dataset_names(root).files - {MANIFEST_NAME}
     prefix = root.rstrip("/") + "/"
-    doomed = []
-    for name in sorted(dataset_entries(old, new_splits) - {MANIFEST_NAME}):
-        for path in fs.match(fs.join(root, name, "**")):
-            relative = path[len(prefix):] if path.startswith(prefix) else None
-            if relative is not None and (relative in own or (old is None and _looks_like_the_datasets(relative))):
-                doomed.append(path)
-    if old is not None:  # the old dataset's statistics describe it, not the new one
-        doomed += [path for path in (fs.join(root, STATS_JSON), fs.join(root, STATS_HTML)) if fs.exists(path)]
-    return doomed
+    return sorted(path for path in fs.match(prefix + "**") if path.startswith(prefix) and path[len(prefix):] in own)
 
 
 def recover_output(output_root: str, keep: str | None = None) -> list[str]:

@@ -15,10 +15,13 @@ import errno
 import json
 import math
 import os
+import posixpath
+import re
 import uuid
 from typing import Any
 
 import pyarrow as pa
+from apache_beam.io.filesystem import FileSystem
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from tfrbeam.beam import filesystem as fs
@@ -41,14 +44,23 @@ from tfrbeam.build.runners import (
 )
 from tfrbeam.build.shuffle import INLINE, MAX_BUCKET_BITS, MEMORY, ShardingSpec, bucket_bits_for
 from tfrbeam.build.splits import list_split_inputs
+from tfrbeam.build.user_files import (
+    RESERVED_FILES,
+    DatasetNames,
+    check_folder_owner,
+    keep_plan,
+    old_dataset_names,
+    refuse_conflicts,
+)
 from tfrbeam.errors import ConfigError, ManifestError, OutputExistsError, OutputNotWritableError
 from tfrbeam.layout.manifest import read_manifest
-from tfrbeam.layout.names import DALI_DIR_NAME, ERRORS_DIR_NAME, MANIFEST_NAME, STATS_HTML, STATS_JSON
+from tfrbeam.layout.names import DALI_DIR_NAME, ERRORS_DIR_NAME, MANIFEST_NAME, shard_file_name
+from tfrbeam.tfrecord.offset_index import offset_index_path_for
+from tfrbeam.tfrecord.record_index import index_path_for
 
-__all__ = ["UNKNOWN_ROWS_BYTES", "BuildPlan", "check_output_dir", "dataset_entries", "plan_build", "plan_rows"]
+__all__ = ["UNKNOWN_ROWS_BYTES", "BuildPlan", "check_output_dir", "plan_build", "plan_rows"]
 
-# Entries of a dataset directory that belong to the dataset itself; a replace drops them, anything else is carried over.
-_DERIVED_ENTRIES = (STATS_JSON, STATS_HTML)  # written beside a dataset by tfrbeam stats, replaced with it
+PROBE_PREFIX = ".tfrbeam-probe-"  # the file that proves a directory writable, removed at once
 
 # One bucket holds about this many input bytes (more in memory: CSV text is about its Arrow size,
 # Parquet expands a few times), so one worker's grouping is bounded whatever the input size.
@@ -128,6 +140,7 @@ def plan_build(config: BuildConfig, options: PipelineOptions | None = None, *, o
         inputs, input_splits = list_split_inputs(config.split_by)
     else:
         inputs, input_splits = input_files(config.input), ()
+    check_output_outside_inputs(config, inputs)
     _check_workers_can_see(options, "input.path", [item.path for item in inputs])
     resolved_input = resolve_config(config, files=inputs)
     check_inputs_hold_rows(resolved_input.input, inputs, config.errors.allow_empty)
@@ -175,9 +188,10 @@ def _planned(config: BuildConfig, resolved_input: BuildConfig, inputs: tuple[Inp
     _check_split_key(config, features)
     resolved = with_features(config, features, csv=resolved_input.input.csv)
     _check_workers_can_see(options, "output.path", [config.output.path])
-    output_root = config.output.path if fs.is_remote(config.output.path) else os.path.abspath(config.output.path)
+    output_root = output_root_of(config)
     check_output_place(output_root, config.output.path)
     check_output_dir(output_root, normalized(config_to_dict(resolved)), overwrite, shown=config.output.path)
+    check_users_paths_keepable(output_root, config, shown=config.output.path)
     options = options if options is not None else PipelineOptions([])
     if workers == "as given":
         chosen = workers_as_given(options)
@@ -249,6 +263,11 @@ def normalized(config: dict) -> dict:
     return json.loads(json.dumps(config))
 
 
+def output_root_of(config: BuildConfig) -> str:
+    """The output path, absolute for local paths: workers may run in another directory."""
+    return config.output.path if fs.is_remote(config.output.path) else os.path.abspath(config.output.path)
+
+
 def check_output_place(output_root: str, shown: str) -> None:
     """The output is a directory (or can become one) whose parent this process can write, on a disk with room.
 
@@ -271,7 +290,7 @@ def check_output_place(output_root: str, shown: str) -> None:
 
 
 def _probe(directory: str, shown: str) -> None:
-    probe = os.path.join(directory, f".tfrbeam-probe-{uuid.uuid4().hex[:8]}")
+    probe = os.path.join(directory, f"{PROBE_PREFIX}{uuid.uuid4().hex[:8]}")
     try:
         with open(probe, "wb") as handle:
             handle.write(b"\0" * 4096)
@@ -285,16 +304,9 @@ def _probe(directory: str, shown: str) -> None:
             os.unlink(probe)
 
 
-def dataset_entries(manifest: dict | None, splits: tuple[str, ...] = ()) -> set[str]:
-    """Names in a dataset directory that are the dataset's own (replaced together); others are the user's."""
-    names = {MANIFEST_NAME, ERRORS_DIR_NAME, DALI_DIR_NAME, *_DERIVED_ENTRIES, *splits}
-    names.update((manifest or {}).get("splits", {}))
-    return names
-
-
-def _foreign_entries(output_root: str, manifest: dict | None) -> list[str]:
-    return [name for name in fs.list_names(output_root)
-            if name not in dataset_entries(manifest) and not name.startswith((".tfrbeam", f".{MANIFEST_NAME}"))]
+def _user_entries(output_root: str) -> list[str]:
+    """Entries of an output directory without a manifest: all the user's (a plan's probe file aside)."""
+    return sorted(name for name in fs.list_names(output_root) if not name.startswith(PROBE_PREFIX))
 
 
 def check_output_dir(output_root: str, resolved_config: dict, overwrite: bool, shown: str | None = None) -> None:
@@ -325,7 +337,7 @@ def check_output_dir(output_root: str, resolved_config: dict, overwrite: bool, s
             f"{shown} holds a different dataset (its config differs at {', '.join(differing) or 'the top level'}); "
             "pass --overwrite to replace it, or choose another output.path"
         )
-    others = _foreign_entries(output_root, None)
+    others = _user_entries(output_root)
     if others:
         listed = ", ".join(others[:5]) + (", ..." if len(others) > 5 else "")
         raise OutputExistsError(
@@ -335,9 +347,93 @@ def check_output_dir(output_root: str, resolved_config: dict, overwrite: bool, s
         )
 
 
-def foreign_entries(output_root: str, manifest: dict | None) -> list[str]:
-    """Entries of an existing output directory that are not part of its dataset (kept across a replace)."""
-    return _foreign_entries(output_root, manifest)
+def check_users_paths_keepable(output_root: str, config: BuildConfig, shown: str) -> None:
+    """Before anything runs, locally: refuse (naming them) a folder owner this process cannot keep, a manifest that is no
+    readable one, and paths of the user's where the new dataset's split folders, manifest or shards go. The publish
+    checks again with every file it made (``tfrbeam.build.user_files``)."""
+    if fs.is_remote(output_root) or not os.path.isdir(output_root) or os.path.islink(output_root):
+        return
+    check_folder_owner(output_root, shown)
+    refuse_conflicts(output_root, keep_plan(output_root, old_dataset_names(output_root), _expected_names(config)))
+
+
+def _expected_names(config: BuildConfig) -> DatasetNames:
+    """What the new dataset will hold that is known before it runs: split folders, reserved names, counted shards."""
+    shards = [f"{split}/{shard_file_name(split, shard, count, config.output.compression)}"
+              for split in config.splits for count in [config.output.shards_for(split) or 0] for shard in range(count)]
+    return DatasetNames.of([*RESERVED_FILES, *shards], config.splits)
+
+
+# --------------------------------------------------------------------------- an output inside the input
+
+
+def check_output_outside_inputs(config: BuildConfig, inputs: list[InputFile]) -> None:
+    """Refuse a build that would read its own output: an input glob matching files the build writes (its shards,
+    manifest, indexes, statistics, what it stages beside the output), or input files that are the output's dataset.
+
+    Without this, each same-config rebuild reads the last one's shards as input too (1,000 rows, then 2,000...).
+    """
+    output_root = output_root_of(config)
+    written = _written_examples(config, output_root)
+    for key, pattern in _input_patterns(config):
+        matcher = re.compile(FileSystem.translate_pattern(_absolute_pattern(pattern)))
+        hit = next((path for path in written if matcher.fullmatch(path)), None)
+        if hit is not None:
+            raise ConfigError(
+                f"{key}: {pattern!r} matches files this build writes into its output {config.output.path} (such as "
+                f"{hit}), so every rebuild would read the last one's output as input; narrow the glob to leave "
+                "output.path out, or choose an output.path outside it"
+            )
+    inside = [item.path for item in inputs if _is_inside(_absolute_pattern(item.path), output_root)]
+    if inside:
+        own = old_dataset_names(output_root).files
+        prefix = output_root.rstrip("/") + "/"
+        read = [path for path in inside if _absolute_pattern(path)[len(prefix):] in own]
+        if read:
+            raise ConfigError(
+                f"input.path: {read[0]} is a file of the dataset at output.path {config.output.path}, which this build "
+                "replaces; a build cannot read its own output: choose another output.path"
+            )
+
+
+def _input_patterns(config: BuildConfig) -> list[tuple[str, str]]:
+    if isinstance(config.split_by, SplitFiles):
+        return [(f"splits.{name}", pattern) for name, pattern in config.split_by.patterns]
+    path = config.input.path
+    if config.input.format == "tfrecord" and not fs.is_remote(path) and os.path.lexists(os.path.join(path, MANIFEST_NAME)):
+        return []  # a dataset directory: it gives the shards its manifest lists, checked as input files
+    return [("input.path", path)]
+
+
+def _absolute_pattern(pattern: str) -> str:
+    """A local path or glob made absolute (as the output root is), a local directory as the files in it; URLs as given."""
+    if fs.is_remote(pattern):
+        return pattern
+    absolute = os.path.abspath(pattern) + ("/" if pattern.endswith("/") else "")
+    if absolute.endswith("/") or (not _has_glob(pattern) and os.path.isdir(pattern)):
+        return absolute.rstrip("/") + "/*"  # what list_inputs lists: the files directly in it
+    return absolute
+
+
+def _has_glob(pattern: str) -> bool:
+    return any(char in pattern for char in "*?[")
+
+
+def _is_inside(path: str, root: str) -> bool:
+    return path.startswith(root.rstrip("/") + "/")
+
+
+def _written_examples(config: BuildConfig, output_root: str) -> list[str]:
+    """Paths of the kinds of file a build writes, in its output and in its staging directory beside it."""
+    join = posixpath.join if fs.is_remote(output_root) else os.path.join
+    relatives = [MANIFEST_NAME, *RESERVED_FILES, f"{ERRORS_DIR_NAME}/00000-input.jsonl"]
+    for split in config.splits:
+        shard = f"{split}/{shard_file_name(split, 0, config.output.shards_for(split) or 1, config.output.compression)}"
+        name = posixpath.basename(shard)
+        relatives += [shard, index_path_for(shard), offset_index_path_for(shard), f"{DALI_DIR_NAME}/{split}/{name}.idx"]
+    staging = staging_path(output_root, "0" * 16)
+    return [join(root, *relative.split("/")) for root in (output_root, join(staging, "dataset"), staging)
+            for relative in relatives]
 
 
 def _differing_keys(old: Any, new: Any, prefix: str = "") -> list[str]:
