@@ -164,13 +164,23 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 
 
 def parse_yaml(text: str, where: str = "<config>") -> Any:
-    """YAML text to Python objects; syntax errors and duplicate keys become a ConfigError with the line."""
+    """YAML text to Python objects; syntax errors and duplicate keys become a ConfigError with the line.
+
+    Its values are counted from the parser's events (libyaml's when PyYAML has it) before a node is built: a
+    document of more than MAX_YAML_NODES is refused naming that; only then are aliases expanded and counted.
+    """
+    nodes, aliases, line = _counted_values(text, MAX_YAML_NODES)
+    if nodes > MAX_YAML_NODES:
+        unexpanded = f", not counting what its {aliases:,}+ aliases expand to" if aliases else ""
+        raise ConfigError(f"{where}: holds more than {MAX_YAML_NODES:,} YAML values (lists, mappings and scalars; "
+                          f"that many by line {line}{unexpanded}), far beyond any build config (a few hundred); "
+                          "is it a data file?")
     loader = _UniqueKeyLoader(text)  # a SafeLoader subclass
     try:
         node = loader.get_single_node()
         if node is None:
             return None
-        expanded = _expanded_node_count(node, MAX_YAML_NODES)
+        expanded = _expanded_node_count(node, MAX_YAML_NODES) if aliases else nodes
         if expanded > MAX_YAML_NODES:
             raise ConfigError(f"{where}: its YAML aliases (*name) expand to more than {MAX_YAML_NODES:,} values "
                               f"(an alias bomb?); write the repeated parts out or use fewer nested aliases")
@@ -181,6 +191,29 @@ def parse_yaml(text: str, where: str = "<config>") -> Any:
         raise ConfigError(f"{where}: nested too deeply to be a build config") from error
     finally:
         loader.dispose()
+
+
+_EVENT_LOADER = yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader
+_VALUE_EVENTS = (yaml.ScalarEvent, yaml.SequenceStartEvent, yaml.MappingStartEvent)
+
+
+def _counted_values(text: str, limit: int) -> tuple[int, int, int]:
+    """(values, aliases, 1-based line reached) of a YAML text, from its parser's events, stopping past limit
+    values. A syntax error stops the count: composing the text reports it, with the line, as it always has."""
+    values = aliases = 0
+    line = 1
+    try:
+        for event in yaml.parse(text, Loader=_EVENT_LOADER):
+            if isinstance(event, _VALUE_EVENTS):
+                values += 1
+                if values > limit:
+                    line = event.start_mark.line + 1 if event.start_mark is not None else 0
+                    break
+            elif isinstance(event, yaml.AliasEvent):
+                aliases += 1
+    except yaml.YAMLError:
+        pass
+    return values, aliases, line
 
 
 def _expanded_node_count(root: yaml.Node, limit: int) -> int:
