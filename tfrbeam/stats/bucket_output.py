@@ -13,12 +13,11 @@ import contextlib
 import functools
 import os
 import posixpath
-import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from tfrbeam.base import fileops, object_store
 
-__all__ = ["export_into_bucket", "put_stats_objects"]
+__all__ = ["parquet_objects_beside", "put_stats_objects", "upload_export"]
 
 
 def put_stats_objects(output_dir: str, files: Mapping[str, str]) -> list[str]:
@@ -32,31 +31,19 @@ def put_stats_objects(output_dir: str, files: Mapping[str, str]) -> list[str]:
     return urls
 
 
-def export_into_bucket(
-    path: str, output_dir: str, splits: Sequence[str] | None, columns: Sequence[str] | None,
-    progress: Callable[[int, int | None], None] | None, overwrite: bool,
-) -> list[str]:
-    """``export_to_parquet`` into a bucket prefix: the Parquet objects it leaves are the files a local export writes.
+def parquet_objects_beside(targets: Sequence[str]) -> list[str]:
+    """The Parquet objects already in the prefixes (``directories``) the export's ``targets`` go to: one listing each."""
+    directories = {posixpath.dirname(target) for target in targets}
+    return sorted({url for directory in directories for url in object_store.object_glob(directory + "/*.parquet")})
 
-    Earlier Parquet objects where it writes are refused before anything is written (unless
-    ``overwrite``: then export's own go once the new ones are uploaded). A failure before the
-    uploads leaves the bucket as it was; one during them removes the objects this export put.
-    """
-    from tfrbeam.stats.export import existing_files_error, export_to_parquet, files_to_replace, plan_export
 
-    output_dir = output_dir.rstrip("/")
-    plan = plan_export(path, output_dir, splits, columns, join=posixpath.join)
-    targets = [target for _, target, _, _ in plan.files]
-    found = sorted({url for directory in {posixpath.dirname(target) for target in targets}
-                    for url in object_store.object_glob(directory + "/*.parquet")})
-    if found and not overwrite:
-        raise existing_files_error(found)
-    stale = files_to_replace(plan, found)
-    with tempfile.TemporaryDirectory(prefix="tfrbeam-export-") as local:
-        written = export_to_parquet(path, local, splits, columns, progress)
-        uploads = [(file, posixpath.join(output_dir, os.path.relpath(file, local).replace(os.sep, "/")))
-                   for file in written]
-        _publish(uploads, [url for url in stale if url not in set(targets)])
+def upload_export(local: str, written: Sequence[str], output_dir: str, stale: Sequence[str]) -> list[str]:
+    """Upload each file ``written`` under ``local`` to its place under ``output_dir``, then delete the ``stale``
+    objects the new files do not replace; returns the new objects' URLs. A failed upload removes those already put."""
+    uploads = [(file, posixpath.join(output_dir.rstrip("/"), os.path.relpath(file, local).replace(os.sep, "/")))
+               for file in written]
+    finals = {url for _, url in uploads}
+    _publish(uploads, [url for url in stale if url not in finals])
     return [url for _, url in uploads]
 
 

@@ -20,6 +20,8 @@ import contextlib
 import dataclasses
 import math
 import os
+import posixpath
+import tempfile
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -363,10 +365,8 @@ def export_to_parquet(
     written again with that feature binary (``progress`` starts again from 0).
     ``progress(records_done, records_total_or_None)`` is called after every block.
     """
-    if is_object_store(output_dir):  # written whole locally first, then each file uploaded as one object
-        from tfrbeam.stats.bucket_output import export_into_bucket
-
-        return export_into_bucket(path, output_dir, splits, columns, progress, overwrite)
+    if is_object_store(output_dir):
+        return _export_into_bucket(path, output_dir, splits, columns, progress, overwrite)
     plan = plan_export(path, output_dir, splits, columns)
     check_shard_sizes(plan.segments)  # a truncated or replaced shard is refused before anything is deleted or written
     stale = _in_the_way(plan, overwrite)
@@ -389,3 +389,21 @@ def export_to_parquet(
             done = 0
     publish_export_files(staged, stale)
     return [parquet_path for _, parquet_path, _, _ in plan.files]
+
+
+def _export_into_bucket(
+    path: str, output_dir: str, splits: Sequence[str] | None, columns: Sequence[str] | None,
+    progress: Callable[[int, int | None], None] | None, overwrite: bool,
+) -> list[str]:
+    """``export_to_parquet`` into a bucket prefix: earlier Parquet objects refused (unless ``overwrite``) before
+    anything is written, the whole export written into a local temp directory, then each file uploaded as one object
+    (``tfrbeam.stats.bucket_output``); the objects are the files a local export writes."""
+    from tfrbeam.stats.bucket_output import parquet_objects_beside, upload_export
+
+    plan = plan_export(path, output_dir.rstrip("/"), splits, columns, join=posixpath.join)
+    found = parquet_objects_beside([target for _, target, _, _ in plan.files])
+    if found and not overwrite:
+        raise existing_files_error(found)
+    stale = files_to_replace(plan, found)
+    with tempfile.TemporaryDirectory(prefix="tfrbeam-export-") as local:
+        return upload_export(local, export_to_parquet(path, local, splits, columns, progress), output_dir, stale)
