@@ -390,7 +390,7 @@ def _add_stats_commands(commands) -> None:
 
 
 def _run_stats(args: argparse.Namespace) -> int:
-    from tfrbeam.stats.compute import compute_stats, write_stats_files
+    from tfrbeam.stats.compute import write_pinned_stats
     from tfrbeam.stats.text import summary_lines
 
     thresholds = (
@@ -403,8 +403,8 @@ def _run_stats(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"{args.dataset} is not a dataset directory: pass --output-dir for the stats files of plain TFRecord files"
         )
-    stats = compute_stats(args.dataset, splits=args.split, thresholds=thresholds, workers=args.workers)
-    json_path, html_path = write_stats_files(stats, args.output_dir or args.dataset)
+    stats, json_path, html_path = write_pinned_stats(args.dataset, args.output_dir, splits=args.split,
+                                                     thresholds=thresholds, workers=args.workers)
     for line in summary_lines(stats):
         print(line)
     print(f"\nwrote {json_path} and {html_path}")

@@ -36,6 +36,7 @@ from tfrbeam.tfrecord.records import compression_from_name
 
 if TYPE_CHECKING:
     from tfrbeam.dataset.reader import Segment
+    from tfrbeam.layout.generation import Generation
 
 _LOG = logging.getLogger(__name__)
 
@@ -59,6 +60,7 @@ class StatsInput:
     source: str
     manifest: dict | None = None
     segments: Mapping[str, Segment] = dataclasses.field(default_factory=dict)  # a shard's path: its manifest figures
+    generation: Generation | None = None  # a dataset's manifest as it was when the read started
 
 
 def require_examples(manifest: Mapping[str, Any], where: str) -> None:
@@ -170,6 +172,7 @@ def _from_build(directory: str, wanted: Sequence[str] | None) -> StatsInput:
         source=directory,
         manifest=first.manifest,
         segments={shard.path: _segment(shard, first.generation) for source in sources.values() for shard in source.files},
+        generation=first.generation,
     )
 
 
@@ -256,6 +259,23 @@ def decode_block(path: str, block: RecordBlock, schema: pa.Schema) -> pa.RecordB
 
 def accumulate_splits(source: StatsInput, workers: int | None = None) -> dict[str, SplitAccumulator]:
     """Each split's merged accumulator, files read in parallel worker processes when the data is large."""
+    with replaced_if_gone(source.generation):
+        return _accumulate_splits(source, workers)
+
+
+@contextlib.contextmanager
+def replaced_if_gone(generation: Generation | None) -> Iterator[None]:
+    """A shard gone while a dataset is read (a concurrent ``--overwrite`` removed it) is ``DatasetChangedError`` naming
+    both runs, when the manifest shows the dataset was replaced; any other missing file stays what it is."""
+    try:
+        yield
+    except FileNotFoundError:
+        if generation is not None:
+            generation.check()
+        raise
+
+
+def _accumulate_splits(source: StatsInput, workers: int | None) -> dict[str, SplitAccumulator]:
     tasks = [(split, path) for split, paths in source.splits.items() for path in paths]
     results = {split: SplitAccumulator(source.feature_types) for split in source.splits}
     check_shard_sizes(source.segments)
@@ -316,5 +336,59 @@ def write_dataset_stats(
     """
     if not os.path.isfile(os.path.join(dataset_dir, MANIFEST_NAME)):
         raise ConfigError(f"{dataset_dir}: no {MANIFEST_NAME}; statistics are written for finished builds")
-    stats = compute_stats(dataset_dir, workers=workers, thresholds=thresholds)
-    return write_stats_files(stats, dataset_dir)
+    _, json_path, html_path = write_pinned_stats(dataset_dir, workers=workers, thresholds=thresholds)
+    return json_path, html_path
+
+
+def write_pinned_stats(
+    path: str, output_dir: str | None = None, splits: Sequence[str] | None = None,
+    thresholds: Mapping[str, float] | None = None, workers: int | None = None,
+) -> tuple[dict[str, Any], str, str]:
+    """The statistics of ``path`` written into ``output_dir`` (default: beside the dataset's manifest), all of one
+    generation: a dataset replaced while it was read, or before the files are in, gets nothing written
+    (``DatasetChangedError`` naming both runs). Returns the statistics and both paths."""
+    source = resolve_input(path, splits)
+    stats = dataset_stats(accumulate_splits(source, workers), source.shapes, thresholds, source=source.source)
+    generation = source.generation
+    if generation is not None:
+        generation.check()
+    if generation is None or output_dir is not None or is_object_store(path) or not os.path.isdir(_OPEN_DIRS):
+        return (stats, *write_stats_files(stats, output_dir or path))
+    return (stats, *_write_beside_manifest(stats, path, generation))
+
+
+_OPEN_DIRS = "/proc/self/fd"  # /proc/self/fd/N names the directory descriptor N opened, wherever it is moved since
+
+
+def _write_beside_manifest(stats: Mapping[str, Any], dataset_dir: str, generation: Generation) -> tuple[str, str]:
+    """Write the statistics into the very directory that holds the pinned manifest, never into a replacement.
+
+    The directory is opened and proven (through the descriptor) to hold the pinned manifest; the files
+    go into it through the descriptor, so a replace that swaps directories meanwhile cannot put them
+    beside another generation's manifest. If the dataset at ``dataset_dir`` is another one afterwards,
+    the files went with the replaced directory: they are removed and ``DatasetChangedError`` raised.
+    """
+    from tfrbeam.layout.generation import Generation
+
+    descriptor = os.open(dataset_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        opened = f"{_OPEN_DIRS}/{descriptor}"
+        try:
+            Generation(opened, generation.digest, generation.run_id).check()
+        except DatasetChangedError as error:
+            raise DatasetChangedError(dataset_dir, error.pinned, error.found) from None
+        try:
+            write_stats_files(stats, opened, title=os.path.basename(os.path.normpath(dataset_dir)))
+        except OSError as error:  # a directory a replace removed meanwhile is the dataset changing, not a file error
+            generation.check()
+            raise type(error)(error.errno, error.strerror, str(error.filename).replace(opened, dataset_dir)) from error
+        try:
+            generation.check()
+        except DatasetChangedError:
+            for name in (STATS_JSON, STATS_HTML):
+                with contextlib.suppress(OSError):
+                    fileops.remove(os.path.join(opened, name), missing_ok=True)
+            raise
+    finally:
+        os.close(descriptor)
+    return os.path.join(dataset_dir, STATS_JSON), os.path.join(dataset_dir, STATS_HTML)
