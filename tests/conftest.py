@@ -18,6 +18,7 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
+from tests.emulator_site.sitecustomize import prime_beam_credentials_for_emulator
 from tests.storage_servers import FakeGcsServer, GcsEmulator, MotoS3, StoreBucket
 from tfrbeam.base.object_store import forget_object_store_clients
 
@@ -152,6 +153,8 @@ def _bucket_of(server, monkeypatch) -> StoreBucket:
     """A new bucket, with the clients' environment pointing at its server for this test (and its child processes)."""
     for name, value in server.env.items():
         monkeypatch.setenv(name, value)
+    if "STORAGE_EMULATOR_HOST" in server.env:
+        prime_beam_credentials_for_emulator()  # what the started processes' sitecustomize does, in this one
     forget_object_store_clients()
     return StoreBucket(server)
 

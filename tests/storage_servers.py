@@ -17,6 +17,7 @@ import abc
 import contextlib
 import hashlib
 import os
+import pathlib
 import shutil
 import socket
 import subprocess
@@ -28,6 +29,8 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from typing import Any
+
+EMULATOR_SITE = pathlib.Path(__file__).resolve().parent / "emulator_site"
 
 _START_SECONDS = 30
 
@@ -125,7 +128,9 @@ class _GcsServer(_Server):
 
     @property
     def env(self) -> dict[str, str]:
-        return {"STORAGE_EMULATOR_HOST": self.url, "GOOGLE_CLOUD_PROJECT": "test-project"}
+        # PYTHONPATH: the processes a test starts run tests/emulator_site/sitecustomize.py (Beam's credential retries).
+        python_path = os.pathsep.join(filter(None, [str(EMULATOR_SITE), os.environ.get("PYTHONPATH", "")]))
+        return {"STORAGE_EMULATOR_HOST": self.url, "GOOGLE_CLOUD_PROJECT": "test-project", "PYTHONPATH": python_path}
 
     def client(self) -> Any:
         from google.auth.credentials import AnonymousCredentials

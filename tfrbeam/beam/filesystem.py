@@ -119,45 +119,14 @@ def use_pipeline_options(options: PipelineOptions | None) -> None:
 
     Beam hands a pipeline's options to its FileSystems only when the pipeline is made; the checks
     before it (inputs listed, the output probed, the lock taken) need them first, or ``s3://`` has
-    no endpoint or credentials. Under ``STORAGE_EMULATOR_HOST`` a process without Google credentials
-    connects anonymously at once, as google-cloud-storage does (see ``_no_credential_retries_under_emulator``).
+    no endpoint or credentials. Under ``STORAGE_EMULATOR_HOST`` Beam's GCS IO is asked for ``--no_auth``
+    (Beam 2.77 ignores it and retries Google credentials for 20-30 s first: docs/cloud-storage.md).
     """
     options = options if options is not None else PipelineOptions([])
     if os.environ.get("STORAGE_EMULATOR_HOST"):
         options.view_as(GoogleCloudOptions).no_auth = True
-        _no_credential_retries_under_emulator(options)
     FileSystems.set_options(options)
     object_store.configure_s3(storage_settings(options))
-
-
-def _no_credential_retries_under_emulator(options: PipelineOptions) -> None:
-    """Under a GCS emulator, tell Beam at once that this process has no Google credentials, when it has none.
-
-    Beam's GCS IO ignores ``--no_auth``: each new process asks ``google.auth.default()`` five times
-    with backoff from 2 s (~20-30 s) before it connects anonymously, so a fresh ``tfrbeam build``
-    into an emulator's ``gs://`` sat there before its first request. We ask once; finding nothing,
-    we put Beam's own answer (None: anonymous) in its per-process cache. Found credentials are left
-    to Beam, which then finds them on its first try.
-    """
-    try:
-        import google.auth
-        import google.auth.exceptions
-        from apache_beam.internal.gcp import auth
-    except ImportError:  # no gcp extra: Beam has no GCS IO to slow down
-        return
-    cache = getattr(auth, "_Credentials", None)
-    if cache is None or not hasattr(cache, "_credentials_init"):  # a Beam whose cache we do not know: leave it
-        return
-    with cache._credentials_lock:
-        if cache._credentials_init:
-            return
-        try:
-            google.auth.default(scopes=options.view_as(GoogleCloudOptions).gcp_oauth_scopes)
-            return
-        except google.auth.exceptions.DefaultCredentialsError:
-            _LOG.debug("no Google credentials in this process: Beam's GCS IO connects to %s anonymously",
-                       os.environ.get("STORAGE_EMULATOR_HOST"))
-        cache._credentials, cache._credentials_init = None, True
 
 
 def join(base: str, *parts: str) -> str:
