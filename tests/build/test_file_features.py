@@ -186,18 +186,18 @@ def test_reads_run_concurrently_and_relative_paths_are_taken_from_the_input_file
     """Each file read waits for the others: only a concurrent read finishes (a sequential one would time out)."""
     import threading
 
-    from tfrbeam.beam import filesystem
+    from tfrbeam.build import file_features
 
     for index in range(8):
         (tmp_path / f"{index}.bin").write_bytes(bytes([index]))
     barrier = threading.Barrier(8, timeout=10)
-    real = filesystem.read_at_most
+    real = file_features._read_local  # local files: typed by fstat, then read
 
-    def waiting(path: str, limit: int):
+    def waiting(path: str, *rest):
         barrier.wait()
-        return real(path, limit)
+        return real(path, *rest)
 
-    monkeypatch.setattr(filesystem, "read_at_most", waiting)
+    monkeypatch.setattr(file_features, "_read_local", waiting)
     monkeypatch.chdir(REPO_ROOT)  # not where the files are
     batch = pa.record_batch({"path": [f"{index}.bin" for index in range(8)]})
     spec = resolve_spec(FeatureSpec("blob", "bytes", "path", file=FileOptions()), pa.string())
@@ -388,15 +388,14 @@ def test_a_relative_input_files_directory_is_taken_from_the_launchers_directory_
 
 
 def test_a_batch_over_the_file_budget_stops_reading_early(tmp_path, monkeypatch):
-    from tfrbeam.beam import filesystem
     from tfrbeam.build import file_features
 
     for index in range(200):
         (tmp_path / f"{index}.bin").write_bytes(b"z" * 10)
     monkeypatch.setattr(file_features, "BATCH_FILE_BYTES", 15)
     calls = []
-    real = filesystem.read_at_most
-    monkeypatch.setattr(filesystem, "read_at_most", lambda path, limit: calls.append(path) or real(path, limit))
+    real = file_features._read_local  # local files: typed by fstat, then read
+    monkeypatch.setattr(file_features, "_read_local", lambda path, *rest: calls.append(path) or real(path, *rest))
     with pytest.raises(file_features.FileBatchTooLarge, match="more than 15 bytes"):
         file_features.read_files([f"{index}.bin" for index in range(200)], str(tmp_path), 100, image=False)
     assert 2 <= len(calls) < 100  # the reads after the budget ran out were skipped

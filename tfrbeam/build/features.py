@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tfrbeam.build.file_features import FileOptions, FileRead, files_base, read_files
+from tfrbeam.build.file_features import FileOptions, FileRead, confinement, files_base, read_files
 from tfrbeam.codec.kinds import (
     ARROW_TYPES,
     FEATURE_TYPES,
@@ -665,16 +665,16 @@ _RECORD_FILE_BYTES = MAX_PAYLOAD_SIZE - (16 << 20)
 _IMAGE_FACTS = {"height": 0, "width": 1, "channels": 2, "format": 3}  # FileRead.image's fields
 
 
-def _file_key(spec: FeatureSpec) -> tuple[SourceRef, str | None]:
+def _file_key(spec: FeatureSpec) -> tuple[SourceRef, str | None, str | None]:
     assert spec.file is not None
-    return spec.source_ref, spec.file.root
+    return spec.source_ref, spec.file.root, spec.file.file_root
 
 
 def _read_files(specs: Sequence[FeatureSpec], sources: Sequence[pa.Array], input_path: str
-                ) -> dict[tuple[SourceRef, str | None], list[FileRead | None]]:
+                ) -> dict[tuple[SourceRef, str | None, str | None], list[FileRead | None]]:
     """The files the from_file features of a batch name, each source column's read once (concurrently) for all
     the features that read it: bytes up to their largest max_bytes, the image header when a fact is asked."""
-    wanted: dict[tuple[SourceRef, str | None], tuple[pa.Array, list[FileOptions]]] = {}
+    wanted: dict[tuple[SourceRef, str | None, str | None], tuple[pa.Array, list[FileOptions]]] = {}
     for spec, source in zip(specs, sources):
         if spec.file is not None:
             wanted.setdefault(_file_key(spec), (source, []))[1].append(spec.file)
@@ -683,7 +683,8 @@ def _read_files(specs: Sequence[FeatureSpec], sources: Sequence[pa.Array], input
         limits = [option.max_bytes for option in options if option.part == "bytes" and option.max_bytes is not None]
         paths = _path_texts(source)
         reads[key] = read_files(paths, files_base(input_path, key[1]), max(limits) if limits else None,
-                                image=any(option.part != "bytes" for option in options))
+                                image=any(option.part != "bytes" for option in options),
+                                confine=confinement(key[2], key[1]))
     return reads
 
 

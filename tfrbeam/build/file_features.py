@@ -6,13 +6,21 @@ batch are read concurrently on a few threads; what cannot be read is a row's pro
 file's path, never an exception. A relative path is taken from the directory of the input file that
 lists it (so a CSV and its image folder move together, locally or on gs://); absolute paths and URIs
 are used as they are. Image facts come from the header only: Pillow never decodes the pixels.
+
+A local file is opened without blocking and checked with fstat before a byte is read: a FIFO, device,
+directory or socket is refused in one line (it would hang or never end), and a file over the limit is
+sized, not read. ``file_root`` confines the paths to a directory (or an object-store prefix): a path
+outside it (``..``, absolute, another scheme) or a symlink leading out of it is a row's problem.
 """
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import io
 import os
+import posixpath
+import stat
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,6 +38,7 @@ __all__ = [
     "IMAGE_EXTRA",
     "IMAGE_PARTS",
     "MAX_FILE_BYTES",
+    "confinement",
     "files_base",
     "pillow_missing",
     "read_files",
@@ -54,13 +63,15 @@ class FileOptions:
     """How a from_file feature reads its column of paths: the file's bytes, or one fact of an image's header.
 
     max_bytes bounds a file read for its bytes (None for header facts: only the header is read).
-    root is the directory the build was started in (a relative input file's directory is taken
-    from it on workers that run elsewhere); it is set when the config is resolved and is not
-    part of the config (not compared, not written).
+    file_root (the config's) confines the paths read to a directory or object-store prefix (None:
+    any path). root is the directory the build was started in (a relative input file's directory,
+    and a relative file_root, are taken from it on workers that run elsewhere); it is set when the
+    config is resolved and is not part of the config (not compared, not written).
     """
 
     part: str = "bytes"
     max_bytes: int | None = DEFAULT_MAX_FILE_BYTES
+    file_root: str | None = None
     root: str | None = field(default=None, compare=False)
 
     @property
@@ -97,6 +108,14 @@ def files_base(input_path: str, root: str | None) -> str:
     return os.path.dirname(os.path.join(root or os.getcwd(), input_path))
 
 
+def confinement(file_root: str | None, root: str | None) -> str | None:
+    """The directory (or object-store prefix) from_file reads are confined to: file_root, a relative one taken from
+    the build's directory ``root``; None when there is no file_root."""
+    if file_root is None or filesystem.scheme_of(file_root) is not None:
+        return file_root
+    return os.path.normpath(os.path.join(root or os.getcwd(), file_root))
+
+
 def resolve_file_path(path: str, base: str) -> str:
     """A listed path as read: absolute paths and URIs as they are, relative ones joined onto ``base``."""
     if filesystem.scheme_of(path) is not None or os.path.isabs(path) or not path:
@@ -106,16 +125,19 @@ def resolve_file_path(path: str, base: str) -> str:
     return os.path.normpath(os.path.join(base, path))
 
 
-def read_files(paths: Sequence[str | None], base: str, max_bytes: int | None, image: bool) -> list[FileRead | None]:
+def read_files(paths: Sequence[str | None], base: str, max_bytes: int | None, image: bool,
+               confine: str | None = None) -> list[FileRead | None]:
     """Each listed file read concurrently (None for a null path): its bytes up to max_bytes (None: header
-    only), and its image facts when ``image``. Raises FileBatchTooLarge as soon as the bytes read pass
-    BATCH_FILE_BYTES (the reads not yet started are skipped), for the caller to read fewer rows at a time."""
+    only), and its image facts when ``image``; a path outside ``confine`` (see confinement) is not read. Raises
+    FileBatchTooLarge as soon as the bytes read pass BATCH_FILE_BYTES (the reads not yet started are skipped),
+    for the caller to read fewer rows at a time."""
     resolved = [resolve_file_path(path, base) if path is not None else None for path in paths]
     distinct = list(dict.fromkeys(path for path in resolved if path is not None))
     remote = any(filesystem.scheme_of(path) is not None for path in distinct)
     budget = _Budget(BATCH_FILE_BYTES if len(distinct) > 1 else None)
-    reads = filesystem.in_threads(lambda path: budget.spend(_read_one(path, max_bytes, image)) if budget.left()
-                                  else None, distinct, max_workers=_REMOTE_READERS if remote else _LOCAL_READERS)
+    reads = filesystem.in_threads(lambda path: budget.spend(_read_one(path, max_bytes, image, confine))
+                                  if budget.left() else None,
+                                  distinct, max_workers=_REMOTE_READERS if remote else _LOCAL_READERS)
     if not budget.left():
         raise FileBatchTooLarge(f"the {len(distinct)} files of one batch hold more than {BATCH_FILE_BYTES} bytes")
     by_path = dict(zip(distinct, reads))
@@ -140,9 +162,14 @@ class _Budget:
         return read
 
 
-def _read_one(path: str, max_bytes: int | None, image: bool) -> FileRead:
+def _read_one(path: str, max_bytes: int | None, image: bool, confine: str | None) -> FileRead:
     if not path:
         return FileRead(path, problem="an empty path names no file")
+    outside = _outside(path, confine) if confine is not None else None
+    if outside is not None:
+        return FileRead(path, problem=outside)
+    if filesystem.scheme_of(path) is None:
+        return _read_local(path, max_bytes, image, confine)
     try:
         if max_bytes is None:
             return FileRead(path, **_header_facts(path, None))
@@ -153,12 +180,102 @@ def _read_one(path: str, max_bytes: int | None, image: bool) -> FileRead:
     return FileRead(path, size=size, data=data, **facts)
 
 
-def _header_facts(path: str, data: bytes | None) -> dict[str, Any]:
-    """FileRead's image or image_problem from the header (of data, else of the file opened by path)."""
+class _NotRegular(Exception):
+    """A path that names something other than a regular file; the message says what it is."""
+
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"), (stat.S_ISSOCK, "a socket"))
+
+
+def _open_regular(path: str) -> tuple[int, os.stat_result]:
+    """A read-only descriptor of a regular file and its fstat, opened without blocking (a FIFO with no writer
+    would block the open itself); anything else is _NotRegular. (A private helper until tfrbeam.base has a
+    shared bounded open.)"""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as error:
+        if error.errno == errno.ENXIO:  # a socket, or a device with no driver behind it
+            _check_kind(path, os.stat(path))
+        raise
+    try:
+        status = os.fstat(fd)
+        _check_kind(path, status)
+        os.set_blocking(fd, True)
+        return fd, status
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _check_kind(path: str, status: os.stat_result) -> None:
+    if not stat.S_ISREG(status.st_mode):
+        kind = next((name for test, name in _KINDS if test(status.st_mode)), "not a file")
+        raise _NotRegular(f"{path} is {kind}, not a regular file; from_file reads regular files only")
+
+
+def _read_local(path: str, max_bytes: int | None, image: bool, confine: str | None) -> FileRead:
+    """A local file typed and sized by fstat before any read: at most max_bytes + 1 bytes of it are read."""
+    try:
+        fd, status = _open_regular(path)
+    except _NotRegular as refused:
+        return FileRead(path, problem=str(refused))
+    except OSError as error:
+        return FileRead(path, problem=f"cannot read {path}: {_why(error)}")
+    with open(fd, "rb", closefd=True) as handle:
+        escape = _leads_out(path, status, confine) if confine is not None else None
+        if escape is not None:
+            return FileRead(path, problem=escape)
+        if max_bytes is None:
+            return FileRead(path, **_header_facts(path, None, handle))
+        if status.st_size > max_bytes:
+            return FileRead(path, size=status.st_size)
+        try:
+            data = handle.read(max_bytes + 1)
+        except OSError as error:
+            return FileRead(path, problem=f"cannot read {path}: {_why(error)}")
+    if len(data) > max_bytes:  # it grew while being read
+        return FileRead(path, size=-1)
+    facts = _header_facts(path, data) if image else {}
+    return FileRead(path, size=len(data), data=data, **facts)
+
+
+def _outside(path: str, confine: str) -> str | None:
+    """Why a path is outside the confining root by its text (``..``, absolute, another scheme), or None."""
+    remote = filesystem.scheme_of(confine) is not None
+    if remote != (filesystem.scheme_of(path) is not None):
+        inside = False
+    elif remote:  # object names have no symlinks; a ".." segment is refused, not resolved
+        prefix = confine.rstrip("/") + "/"
+        inside = path.startswith(prefix) and not {".", ".."} & set(path[len(prefix):].split("/"))
+    else:
+        inside = _within(posixpath.normpath(path), confine)
+    return None if inside else f"{path} is outside file_root {confine} (only files under it are read)"
+
+
+def _within(path: str, directory: str) -> bool:
+    return os.path.commonpath([path, directory]) == directory
+
+
+def _leads_out(path: str, opened: os.stat_result, confine: str) -> str | None:
+    """Why the file opened at path is not one under the root once links are followed, or None: its real path
+    must lie under the root's, and be the very file opened (not one swapped in since)."""
+    real = os.path.realpath(path)
+    try:
+        same = os.path.samestat(os.stat(real), opened)
+    except OSError:
+        same = False
+    if _within(real, os.path.realpath(confine)) and same:
+        return None
+    return f"{path} leads outside file_root {confine} through a symlink (to {real})"
+
+
+def _header_facts(path: str, data: bytes | None, opened: Any = None) -> dict[str, Any]:
+    """FileRead's image or image_problem from the header (of data, else of the file opened, else opened by path)."""
     from PIL import Image, UnidentifiedImageError  # the optional extra; parse_config refused image facts without it
 
     try:
-        handle = io.BytesIO(data) if data is not None else filesystem.open_read(path)
+        handle = io.BytesIO(data) if data is not None else opened or filesystem.open_read(path)
     except Exception as error:
         return {"problem": f"cannot read {path}: {_why(error)}"}
     try:

@@ -278,12 +278,12 @@ def test_load_config_reports_missing_file_and_yaml_errors(tmp_path):
         (
             _with(features={"a": {"type": "int64", "typo": 1}}),
             "features.a.typo: unknown key (allowed: type, source, on_null, default, separator, length, format, unit, "
-            "null_values, from_file, max_file_bytes, image)",
+            "null_values, from_file, max_file_bytes, file_root, image)",
         ),
         (
             _with(features={"a": "int64"}),
             "features.a: expected a mapping with keys type, source, on_null, default, separator, length, format, unit, "
-            "null_values, from_file, max_file_bytes, image, got 'int64'",
+            "null_values, from_file, max_file_bytes, file_root, image, got 'int64'",
         ),
         (
             _with(features={"dep_delay": {"type": "float", "on_null": "zero"}}),

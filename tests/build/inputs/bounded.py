@@ -50,6 +50,7 @@ class Outcome:
     error: str | None
     seconds: float
     rss_growth: int  # bytes the peak RSS grew by while the body ran
+    stderr: str = ""
 
 
 def run_bounded(body: str, *, setup: str = "", budget: int = 1 << 30, timeout: float = 60.0) -> Outcome:
@@ -63,4 +64,4 @@ def run_bounded(body: str, *, setup: str = "", budget: int = 1 << 30, timeout: f
     lines = [line for line in done.stdout.splitlines() if line.startswith("OUTCOME ")]
     if not lines:
         pytest.fail(f"the child died (exit {done.returncode}) without an outcome: {done.stderr[-2000:]}")
-    return Outcome(**json.loads(lines[-1].removeprefix("OUTCOME ")))
+    return Outcome(**json.loads(lines[-1].removeprefix("OUTCOME ")), stderr=done.stderr)

@@ -438,7 +438,7 @@ _PARQUET_KEYS = ("require_checksums",)
 _CSV_KEYS = ("delimiter", "quote_char", "escape_char", "header", "column_names", "null_values", "true_values",
              "false_values", "skip_rows", "encoding", "max_row_bytes")
 _FEATURE_KEYS = ("type", "source", "on_null", "default", "separator", "length", "format", "unit", "null_values",
-                 "from_file", "max_file_bytes", "image")
+                 "from_file", "max_file_bytes", "file_root", "image")
 _SHUFFLE_KEYS = ("enabled", "seed")
 _OUTPUT_KEYS = ("path", "num_shards", "max_bytes_per_shard", "compression", "dali_index")
 _ERRORS_KEYS = ("on_bad_record", "max_bad_fraction", "allow_empty")
@@ -657,15 +657,16 @@ def _image_features(check: Checker, spec: FeatureSpec, raw: Any, path: str) -> l
     on_null = "omit" if spec.on_null == "default" else spec.on_null
     return [FeatureSpec(name=f"{spec.name}/{part}", type=FileOptions(part=part).feature_type, source=spec.source,
                         on_null=on_null, source_path=spec.source_path, null_values=spec.null_values,
-                        file=FileOptions(part=part, max_bytes=None)) for part in parts]
+                        file=FileOptions(part=part, max_bytes=None, file_root=spec.file.file_root)) for part in parts]
 
 
 def _file_options(check: Checker, section: dict, path: str, type_name: str | None) -> FileOptions | None:
     """A feature's from_file settings: the file's bytes (from_file: true) or one image header fact, and max_file_bytes."""
     value = section.get("from_file")
     if value is None or value is False:
-        if section.get("max_file_bytes") is not None:
-            check.fail(f"{path}.max_file_bytes", "is only used with from_file: true")
+        for key in ("max_file_bytes", "file_root"):
+            if section.get(key) is not None:
+                check.fail(f"{path}.{key}", "is only used with from_file")
         return None
     if value is True:
         part = "bytes"
@@ -679,6 +680,7 @@ def _file_options(check: Checker, section: dict, path: str, type_name: str | Non
         if section.get(key) is not None:
             check.fail(f"{path}.{key}", "a from_file feature is one file (leave out separator and length)")
     feature_type = FileOptions(part=part).feature_type
+    file_root = check.string(section, "file_root", path, None)
     if type_name is not None and type_name != feature_type:
         check.fail(f"{path}.type", f"from_file: {_show(value)} gives {feature_type} values; set type: {feature_type} "
                    "or leave type out")
@@ -687,11 +689,11 @@ def _file_options(check: Checker, section: dict, path: str, type_name: str | Non
             check.fail(f"{path}.max_file_bytes", "limits only from_file: true (a header fact reads just the header)")
         if pillow_missing():
             check.fail(f"{path}.from_file", f"{value} needs Pillow: {IMAGE_EXTRA}")
-        return FileOptions(part=part, max_bytes=None)
+        return FileOptions(part=part, max_bytes=None, file_root=file_root)
     max_bytes = _size(check, section, "max_file_bytes", path, DEFAULT_MAX_FILE_BYTES)
     if max_bytes > MAX_FILE_BYTES:
         check.fail(f"{path}.max_file_bytes", f"{max_bytes} is above 1GiB (a record holds at most 2 GiB - 1 bytes)")
-    return FileOptions(part=part, max_bytes=max_bytes)
+    return FileOptions(part=part, max_bytes=max_bytes, file_root=file_root)
 
 
 def _parse_feature(check: Checker, name: str, raw: Any, path: str, input_config: InputConfig) -> FeatureSpec:
@@ -1176,6 +1178,8 @@ def _feature_to_dict(spec: FeatureSpec) -> dict:
         result["from_file"] = True if spec.file.part == "bytes" else spec.file.part
         if spec.file.max_bytes is not None:
             result["max_file_bytes"] = spec.file.max_bytes
+        if spec.file.file_root is not None:
+            result["file_root"] = spec.file.file_root
     return result
 
 
