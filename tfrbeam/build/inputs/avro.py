@@ -222,6 +222,8 @@ def _block_header(raw: BinaryIO, offset: int, path: str) -> tuple[int, int, int]
         length, position = read_zigzag(probe, position)
     except IndexError as error:
         raise InputError(f"{path}: the Avro block at byte {offset} is cut short; the file is damaged") from error
+    except ValueError as error:
+        raise InputError(f"{path}: the Avro block at byte {offset}: {error}") from error
     if count < 0 or length < 0:
         raise InputError(f"{path}: the Avro block at byte {offset} has a negative count or size; the file is damaged")
     return count, length, position
