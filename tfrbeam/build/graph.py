@@ -134,7 +134,8 @@ class BuildDataset(beam.PTransform):
             records = sequences[_PIECES]
             bad_rows.append(sequences[SEQUENCE_BAD_ROWS])
             sequence_counts = {"sequence_counts": beam.pvalue.AsList(sequences[SEQUENCE_STATS])}
-        store = make_piece_store(plan.piece_store, plan.staging_dir, plan.memory_store_bytes)
+        store = make_piece_store(plan.piece_store, plan.staging_dir, plan.memory_store_bytes,
+                                 merge_runs=not plan.sharding.ordered)
         shards = records | "Shuffle" >> WriteShuffledShards(plan.sharding, plan.staging_dir, store,
                                                                   progress_under=plan.staging_dir)
         # The commit's inputs are side inputs, so they are complete before it runs; no combine (each

@@ -356,7 +356,8 @@ def _one_record(size: int) -> KeyedRecords:
 
 def test_discard_pieces_frees_only_that_runs_pieces(tmp_path):
     """After a failed run, the commit's cleanup frees its held pieces; another run's stay."""
-    run, other = (MemoryStore(str(tmp_path / name), 150, str(tmp_path / name / "spill")) for name in ("run", "other"))
+    run, other = (MemoryStore(str(tmp_path / name), 150, str(tmp_path / name / "spill"), merge_runs=False)
+                  for name in ("run", "other"))
     kept, others = run.add(_one_record(100)), other.add(_one_record(100))
     assert (kept.ref.store, others.ref.store) == (MEMORY, MEMORY)
     assert run.add(_one_record(100)).ref.store == SPILL  # over the run's budget: spilled
@@ -475,7 +476,7 @@ def test_memory_store_pieces_cross_the_runner_as_their_names(tmp_path):
     """Memory bound: a memory store's pieces (held, or spilled past its budget) keep their keys in this
     process, so the runner's buffers and side inputs hold a name per piece, not 12 bytes a record;
     decoding finds the very same piece, and after the run it is refused, not silently empty."""
-    store = MemoryStore(str(tmp_path), 40_000, str(tmp_path / "spill"))
+    store = MemoryStore(str(tmp_path), 40_000, str(tmp_path / "spill"), merge_runs=False)
     coder = PieceCoder()
     payloads = _dataset(2000, random.Random(5))
     held, spilled = (store.add(records) for records in _pieces(payloads, [1000, 1025], [1.0], seed=2))

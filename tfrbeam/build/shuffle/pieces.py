@@ -17,8 +17,8 @@ from tfrbeam.tfrecord.frames import frame_ordered
 from tfrbeam.tfrecord.records import FOOTER_SIZE, HEADER_SIZE, RECORD_OVERHEAD
 
 __all__ = [
-    "INLINE", "MEMORY", "PIECE_STORES", "SPILL", "KeyedRecords", "Piece", "PieceRef", "StoredRecords", "keyed_pieces",
-    "split_key_order",
+    "INLINE", "MEMORY", "PIECE_STORES", "SPILL", "KeyedRecords", "Piece", "PieceRef", "StoredRecords", "byte_blocks",
+    "keyed_pieces", "split_key_order",
 ]
 
 # The piece stores by name (``tfrbeam.build.shuffle.stores``): where a piece's frames wait.
@@ -65,6 +65,19 @@ class KeyedRecords:
         crcs = self.crcs if self.crcs is not None else payload_crcs(self.data, self.offsets)
         data, offsets = frame_ordered(self.data, self.offsets, order, crcs)
         return self.split[order], self.key[order], offsets, data
+
+
+def byte_blocks(framed_lengths: np.ndarray, max_bytes: int, max_records: int) -> list[tuple[int, int]]:
+    """Consecutive record ranges of at most ``max_records`` records and ``max_bytes`` bytes (or one record)."""
+    blocks, start, count = [], 0, len(framed_lengths)
+    ends = np.cumsum(framed_lengths, dtype=np.int64)
+    while start < count:
+        base = int(ends[start - 1]) if start else 0
+        end = int(np.searchsorted(ends, base + max_bytes, side="right"))
+        end = min(max(end, start + 1), start + max_records, count)
+        blocks.append((start, end))
+        start = end
+    return blocks
 
 
 def keyed_pieces(split: np.ndarray, key: np.ndarray, offsets: np.ndarray, data: np.ndarray, crcs: np.ndarray,

@@ -18,6 +18,9 @@ __all__ = ["SHARD_READ_BYTES", "Received", "adjacent_equal"]
 # A shard writer reads the spilled parts of its shard this many bytes at a time in all (a window
 # per part), so its memory does not grow with the shard.
 SHARD_READ_BYTES = 32 << 20
+# And at most this many bytes a part at a time: reading a window briefly holds a copy or two of it, so fewer,
+# larger parts (a memory store's merged runs) must not make each window their whole share.
+PART_WINDOW_MAX_BYTES = 4 << 20
 
 
 
@@ -86,7 +89,7 @@ class Received:
 
     def __init__(self, parts: list[Piece], store: PieceStore, read_bytes: int | None = None):
         read_bytes = SHARD_READ_BYTES if read_bytes is None else read_bytes
-        window_bytes = max(1, read_bytes // max(1, len(parts)))
+        window_bytes = max(1, min(PART_WINDOW_MAX_BYTES, read_bytes // max(1, len(parts))))
         self._in_windows = np.array([store.read_in_windows(part) for part in parts], dtype=bool)
         # The most bytes of consecutive records (in key order) to ask ``frames`` for at once: one window's worth
         # when some part is read in windows, so the windows stay within ``read_bytes``; unbounded otherwise.

@@ -12,7 +12,7 @@ from tfrbeam.build.shuffle.pieces import KeyedRecords, Piece
 from tfrbeam.build.shuffle.stores import PieceStore
 
 __all__ = ["PIECE_GROUPS", "SHARD_KEY_BITS", "GroupPieces", "PreparePieces", "RouteGroupedPieces", "empty_shards",
-           "empty_shards_if_no_records", "every_shard_key", "route_piece", "shard_key_of",
+           "empty_shards_if_no_records", "every_shard_key", "route_piece", "shard_key_of", "shard_ranges",
            "split_and_shard"]
 
 SHARD_KEY_BITS = 32
@@ -60,11 +60,18 @@ def route_piece(piece: Piece, plan: ShardPlan, store: PieceStore) -> list[tuple[
 
     Tells the store how many slices there are, so a piece it holds is dropped after the last one is written.
     """
+    routed = [(shard_key, piece.slice(low, high)) for shard_key, low, high in shard_ranges(piece, plan)]
+    store.routed(piece, len(routed))
+    return routed
+
+
+def shard_ranges(piece: Piece, plan: ShardPlan) -> list[tuple[int, int, int]]:
+    """(shard key, first record, end record) of each shard a sorted piece has records for: the bounds of its slices."""
     if not len(piece):
         return []
     buckets = record_buckets(piece, plan.spec)
     split_bounds = np.searchsorted(piece.split, np.arange(len(plan.splits) + 1))
-    routed: list[tuple[int, Piece]] = []
+    routed: list[tuple[int, int, int]] = []
     for index, split_plan in enumerate(plan.splits):
         begin, end = int(split_bounds[index]), int(split_bounds[index + 1])
         if begin == end:
@@ -82,8 +89,7 @@ def route_piece(piece: Piece, plan: ShardPlan, store: PieceStore) -> list[tuple[
             low = begin + int(np.searchsorted(last, shard, side="left"))
             high = begin + int(np.searchsorted(first, shard, side="right"))
             if high > low:
-                routed.append((shard_key_of(index, shard), piece.slice(low, high)))
-    store.routed(piece, len(routed))
+                routed.append((shard_key_of(index, shard), low, high))
     return routed
 
 

@@ -24,10 +24,12 @@ from tfrbeam.build.shuffle.pieces import (
     Piece,
     PieceRef,
     StoredRecords,
+    byte_blocks,
     split_key_order,
 )
 from tfrbeam.errors import ShuffledDataError
 from tfrbeam.tfrecord.blocks import first_damaged_record
+from tfrbeam.tfrecord.frames import join_frames_in_buffers, payload_prefixes
 from tfrbeam.tfrecord.records import RECORD_OVERHEAD, mask_crcs
 
 __all__ = [
@@ -36,6 +38,10 @@ __all__ = [
 ]
 
 SPILL_DIR_NAME = "spill"
+# A merged run is framed and written this many bytes (and at most this many records) at a time.
+_RUN_BLOCK_BYTES, _RUN_BLOCK_RECORDS = 8 << 20, 8192
+# Spilled frames read back are checked this many bytes at a time (the check copies what it checks).
+_CHECK_BLOCK_BYTES = 4 << 20
 _CHECK_NAMES = {"length": "length (not the one its piece recorded)", "length_crc": "length CRC", "data_crc": "data CRC"}
 
 
@@ -96,6 +102,10 @@ class PieceStore:
 
     def shard_written(self, shard_key: int, num_shards: int) -> None:
         """Shard ``shard_key``, one of the plan's ``num_shards``, is written."""
+
+    def runs_of(self, pieces: list[Piece]) -> list[Piece]:
+        """What the shard writers read for ``pieces``: the pieces themselves, or the runs the store merged them into."""
+        return pieces
 
 
 class InlineStore(PieceStore):
@@ -166,7 +176,7 @@ class SpillStore(PieceStore):
     def records(self, piece: Piece) -> StoredRecords:
         """The records of ``piece``, read back from its spill file and checked (every length and CRC) before use."""
         frames = self._frames(piece)
-        damage = first_damaged_record(frames, piece.offsets)
+        damage = _first_damaged(frames, piece.offsets)
         if damage is not None:
             record, check = damage
             raise ShuffledDataError(
@@ -185,6 +195,17 @@ class SpillStore(PieceStore):
         if len(data) != size:
             raise RuntimeError(f"{ref.location}: spill file ends {size - len(data)} bytes early (was it deleted?)")
         return np.frombuffer(data, dtype=np.uint8)
+
+
+def _first_damaged(frames: np.ndarray, offsets: np.ndarray) -> tuple[int, str] | None:
+    """``first_damaged_record`` a block of records at a time: the check works on a copy, which then stays a block."""
+    framed = np.diff(offsets)
+    for low, high in byte_blocks(framed, _CHECK_BLOCK_BYTES, len(framed) or 1):
+        base = int(offsets[low])
+        damage = first_damaged_record(frames[base:int(offsets[high])], offsets[low:high + 1] - base)
+        if damage is not None:
+            return low + damage[0], damage[1]
+    return None
 
 
 def _write_file(path: str, data: np.ndarray) -> None:
@@ -208,9 +229,14 @@ class _HeldPieces:
         self.bytes = 0
         # Every piece the run's store made (held or spilled), by location: it crosses the runner as its name.
         self.pieces: dict[str, Piece] = {}
+        self.sorted: dict[str, Piece] = {}  # per held piece, its keys and frame offsets (for merging it into a run)
+        self.merging: set[str] = set()  # held pieces being written into a spilled run
+        # Per piece merged into a spilled run: the run for the first piece of each run, None for the others.
+        self.merged: dict[str, Piece | None] = {}
 
     def drop(self, name: str) -> None:
         self.bytes -= self.buffers.pop(name)[0].nbytes
+        self.sorted.pop(name, None)
         self.pending.pop(name, None)
         self.released.pop(name, None)
 
@@ -228,15 +254,23 @@ class MemoryStore(PieceStore):
     pieces carry no bytes, so the shard writers take them as a side input, without a routing
     stage and a GroupByKey. A piece is dropped once its last shard slice is written; the run's
     whole holding once its last shard is written, or by ``discard_pieces`` after a failure.
+
+    With ``merge_runs``, a piece that does not fit first sends every piece held so far to one spill
+    file, merged in (split, key) order: a run as large as the budget. A shard writer then reads
+    one part per run rather than one per piece, so its read windows (``SHARD_READ_BYTES`` shared
+    by its parts) do not shrink as the dataset grows past the budget, and neither does the speed
+    of reading them back. Ordered builds (no shuffle) number their buckets by row blocks of each
+    piece, so they keep their pieces as they are.
     """
 
     name = MEMORY
     pieces_as_side_input = True
 
-    def __init__(self, run_key: str, budget: int, spill_directory: str):
+    def __init__(self, run_key: str, budget: int, spill_directory: str, merge_runs: bool = True):
         self.run_key = run_key
         self.budget = budget
         self.overflow = SpillStore(spill_directory)
+        self.merge_runs = merge_runs
 
     def _holding(self, create: bool = False) -> _HeldPieces | None:
         with _RUNS_LOCK:
@@ -261,15 +295,96 @@ class MemoryStore(PieceStore):
         name (``PieceCoder``): its keys are not copied into the runner's buffers and side inputs.
         """
         held = self._held(create=True)
+        piece = self._hold_within_budget(held, records)
+        if piece is None and self.merge_runs and self._spill_held_run(held):
+            piece = self._hold_within_budget(held, records)
+        if piece is None:
+            piece = self.overflow.add(records)
+        piece = dataclasses.replace(piece, ref=dataclasses.replace(piece.ref, run=self.run_key))
+        with held.lock:
+            merged = piece.ref.location in held.merged  # by another thread, before this one registered it
+            held.pieces[piece.ref.location] = _merged_stub(piece) if merged else piece
+        return piece
+
+    def _hold_within_budget(self, held: _HeldPieces, records: KeyedRecords) -> Piece | None:
+        """The piece held in memory if it fits the budget, else None."""
         with held.lock:
             fits = held.bytes + records.data.nbytes <= self.budget
             if fits:
                 held.bytes += records.data.nbytes
-        piece = self._hold(held, records) if fits else self.overflow.add(records)
-        piece = dataclasses.replace(piece, ref=dataclasses.replace(piece.ref, run=self.run_key))
+        return self._hold(held, records) if fits else None
+
+    def _spill_held_run(self, held: _HeldPieces) -> bool:
+        """Write every piece held now (and not already being written) to one spill file as a merged run; free them.
+
+        False when there was none to write (another thread took them, or nothing fits beside this piece).
+        """
         with held.lock:
-            held.pieces[piece.ref.location] = piece
-        return piece
+            names = [name for name in held.sorted if name not in held.merging]
+            members = [(held.sorted[name], held.buffers[name]) for name in names]
+            held.merging.update(names)
+        if not names:
+            return False
+        try:
+            run = self._write_run(members)
+        finally:
+            with held.lock:
+                held.merging.difference_update(names)
+        with held.lock:
+            for index, name in enumerate(names):
+                held.merged[name] = run if index == 0 else None
+                held.drop(name)
+                if name in held.pieces:  # the run holds the keys now; the name only has to find it
+                    held.pieces[name] = _merged_stub(held.pieces[name])
+        return True
+
+    def _write_run(self, members: list[tuple[Piece, tuple[np.ndarray, np.ndarray, np.ndarray]]]) -> Piece:
+        """Frame held pieces' records into one spill file in (split, key) order; the run, a spilled piece of them all.
+
+        Framed and written a block at a time from where the payloads are, so writing a run holds no copy of it.
+        """
+        pieces = [piece for piece, _ in members]
+        split, key = np.concatenate([piece.split for piece in pieces]), np.concatenate([piece.key for piece in pieces])
+        order = split_key_order(split, key)
+        split, key = split[order], key[order]
+        member_of = np.repeat(np.arange(len(pieces)), [len(piece) for piece in pieces])[order]
+        starts = np.concatenate([starts for _, (_, starts, _) in members])[order]
+        footers = np.concatenate([footers for _, (_, _, footers) in members])[order]
+        lengths = np.concatenate([piece.framed_lengths for piece in pieces])[order] - RECORD_OVERHEAD
+        payloads = [np.ascontiguousarray(data, dtype=np.uint8) for _, (data, _, _) in members]
+        prefixes = np.concatenate([payload_prefixes(data, starts, piece.framed_lengths - RECORD_OVERHEAD)
+                                   for data, (piece, (_, starts, _)) in zip(payloads, members)])[order]
+        views = [memoryview(data) for data in payloads]  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
+        path = fs.join(self.overflow.directory, f"{uuid.uuid4().hex}.bin")
+        # One thread writes each block while the next is framed (the write releases the GIL); one block waits at most.
+        with fs.create(path) as handle, concurrent.futures.ThreadPoolExecutor(1, "tfrbeam-spill-run") as writer:
+            written: concurrent.futures.Future | None = None
+            for low, high in byte_blocks(lengths + RECORD_OVERHEAD, _RUN_BLOCK_BYTES, _RUN_BLOCK_RECORDS):
+                frames = join_frames_in_buffers(views, member_of[low:high], starts[low:high], lengths[low:high],
+                                                footers[low:high], prefixes[low:high])
+                if written is not None:
+                    written.result()
+                written = writer.submit(handle.write, frames)
+            if written is not None:
+                written.result()
+        offsets = np.zeros(len(order) + 1, dtype=np.int64)
+        np.cumsum(lengths + RECORD_OVERHEAD, out=offsets[1:])
+        return Piece(split, key, offsets, PieceRef(SPILL, location=path, run=self.run_key))
+
+    def runs_of(self, pieces: list[Piece]) -> list[Piece]:
+        """Each piece, or the run it was merged into (once per run, where its first piece was)."""
+        held = self._holding()
+        if held is None:
+            return pieces
+        with held.lock:
+            merged = dict(held.merged)
+        resolved = []
+        for piece in pieces:
+            if piece.ref.location not in merged:
+                resolved.append(piece)
+            elif (run := merged[piece.ref.location]) is not None:
+                resolved.append(run)
+        return resolved
 
     @staticmethod
     def _hold(held: _HeldPieces, records: KeyedRecords) -> Piece:
@@ -278,10 +393,12 @@ class MemoryStore(PieceStore):
         frame_offsets = np.zeros(len(order) + 1, dtype=np.int64)
         np.cumsum(records.lengths[order] + RECORD_OVERHEAD, out=frame_offsets[1:])
         name = uuid.uuid4().hex
+        piece = Piece(records.split[order], records.key[order], frame_offsets, PieceRef(MEMORY, location=name))
         with held.lock:
             held.buffers[name] = (records.data, records.offsets[:-1][order], mask_crcs(crcs[order]).astype("<u4"))
+            held.sorted[name] = piece
             held.pending[name] = 0
-        return Piece(records.split[order], records.key[order], frame_offsets, PieceRef(MEMORY, location=name))
+        return piece
 
     def flush(self) -> None:
         self.overflow.flush()
@@ -343,6 +460,11 @@ class MemoryStore(PieceStore):
             discard_pieces(self.run_key)
 
 
+def _merged_stub(piece: Piece) -> Piece:
+    """What a piece merged into a run stays in the registry as: its name (``runs_of`` finds the run by it), no keys."""
+    return Piece(np.zeros(0, np.uint16), np.zeros(0, np.uint64), np.zeros(1, np.int64), piece.ref)
+
+
 def discard_pieces(run_key: str) -> None:
     """Free every piece the run staging in ``run_key`` holds in this process's memory (its end, or after a failure)."""
     with _RUNS_LOCK:
@@ -378,13 +500,14 @@ def is_registered(piece: Piece) -> bool:
     return held is not None and held.pieces.get(piece.ref.location) is piece
 
 
-def make_piece_store(name: str, temp_dir: str, budget: int = 0) -> PieceStore:
-    """The store ``name`` (one of PIECE_STORES) for the run staging in ``temp_dir``; ``budget`` bounds a memory store."""
+def make_piece_store(name: str, temp_dir: str, budget: int = 0, merge_runs: bool = False) -> PieceStore:
+    """The store ``name`` (one of PIECE_STORES) for the run staging in ``temp_dir``; ``budget`` bounds a memory store,
+    which merges what it spills into runs when ``merge_runs`` (not for ordered builds: see MemoryStore)."""
     spill_dir = fs.join(temp_dir, SPILL_DIR_NAME)
     if name == INLINE:
         return InlineStore()
     if name == SPILL:
         return SpillStore(spill_dir)
     if name == MEMORY:
-        return MemoryStore(temp_dir, budget, spill_dir)
+        return MemoryStore(temp_dir, budget, spill_dir, merge_runs)
     raise ValueError(f"unknown piece store {name!r}; choose one of {', '.join(PIECE_STORES)}")

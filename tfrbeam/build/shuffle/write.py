@@ -21,9 +21,9 @@ from tfrbeam.build.progress import WRITTEN, ProgressCounter
 from tfrbeam.build.shuffle.balance import ShardingSpec, ShardPlan, SplitPlan
 from tfrbeam.build.shuffle.coders import PieceCoder
 from tfrbeam.build.shuffle.order import KeptOrder, TieCheck, TiedRecordsDiffer, kept_order, shard_order
-from tfrbeam.build.shuffle.pieces import Piece
+from tfrbeam.build.shuffle.pieces import Piece, byte_blocks
 from tfrbeam.build.shuffle.received import Received
-from tfrbeam.build.shuffle.route import route_piece, split_and_shard
+from tfrbeam.build.shuffle.route import shard_ranges, split_and_shard
 from tfrbeam.build.shuffle.stores import PieceStore
 from tfrbeam.errors import ShuffledDataError
 from tfrbeam.layout.names import shard_file_name
@@ -108,15 +108,7 @@ def write_blocks(framed_lengths: np.ndarray) -> list[tuple[int, int]]:
     A shard is framed and written block by block, so a writer's buffers do not grow with its shard
     or with the records' sizes.
     """
-    blocks, start, count = [], 0, len(framed_lengths)
-    ends = np.cumsum(framed_lengths, dtype=np.int64)
-    while start < count:
-        base = int(ends[start - 1]) if start else 0
-        end = int(np.searchsorted(ends, base + WRITE_BLOCK_BYTES, side="right"))
-        end = min(max(end, start + 1), start + WRITE_BLOCK_RECORDS, count)
-        blocks.append((start, end))
-        start = end
-    return blocks
+    return byte_blocks(framed_lengths, WRITE_BLOCK_BYTES, WRITE_BLOCK_RECORDS)
 
 
 class WriteShard(beam.DoFn):
@@ -226,17 +218,21 @@ class WriteShard(beam.DoFn):
 class WriteShardOfPieces(WriteShard):
     """Writes the shard of each key it gets, routing the pieces (a side input, no bytes in them) itself.
 
-    The pieces are routed once per bundle; each shard's slices are dropped once written.
+    The pieces are routed once per bundle, as record ranges: a shard's slices are cut when it is written
+    and dropped after, so the writers hold no slice per record of the shards still to come.
     """
 
     def start_bundle(self) -> None:
-        self._parts: dict[int, list[Piece]] | None = None
+        self._ranges: dict[int, list[tuple[Piece, int, int]]] | None = None
 
     # Another element type than the base's (a shard key, pieces as a side input): a different DoFn signature.
     def process(self, shard_key: int, plan: ShardPlan, pieces: list[Piece]) -> Iterator[WrittenShard]:  # type: ignore[override]
-        if self._parts is None:
-            self._parts = collections.defaultdict(list)
-            for piece in pieces:
-                for key, part in route_piece(piece, plan, self._store):
-                    self._parts[key].append(part)
-        yield from super().process((shard_key, self._parts.pop(shard_key, [])), plan)
+        if self._ranges is None:
+            self._ranges = collections.defaultdict(list)
+            for piece in self._store.runs_of(pieces):
+                ranges = shard_ranges(piece, plan)
+                self._store.routed(piece, len(ranges))
+                for key, low, high in ranges:
+                    self._ranges[key].append((piece, low, high))
+        parts = [piece.slice(low, high) for piece, low, high in self._ranges.pop(shard_key, [])]
+        yield from super().process((shard_key, parts), plan)
