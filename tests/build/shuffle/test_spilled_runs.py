@@ -113,3 +113,18 @@ def test_spilled_frames_are_checked_in_blocks_and_the_damaged_record_is_named(tm
     with pytest.raises(ShuffledDataError, match=f"record {damaged} of the 100 .* fails its data CRC"):
         store.records(piece)
     store.close()
+
+
+def test_a_spill_store_gathers_a_bundles_pieces_into_runs(tmp_path, monkeypatch):
+    """The out-of-process path (spill store, --workers N and Dataflow-like pools): each worker keeps the pieces of a
+    bundle as runs of about SPILL_RUN_BYTES, so a writer reads far fewer parts; the shards are the same bytes."""
+    from tfrbeam.build.shuffle import SPILL, stores
+
+    payloads = _dataset(6000, random.Random(11))
+    pieces = _pieces(payloads, [100] * 61, [0.8, 0.2], seed=5)
+    monkeypatch.setattr(stores, "SPILL_RUN_BYTES", sum(piece.data.nbytes for piece in pieces[:15]))
+    gathered = _build(pieces, _spec(), tmp_path / "runs", SPILL, 0, merge_runs=True)
+    alone = _build(pieces, _spec(), tmp_path / "alone", SPILL, 0, merge_runs=False)
+    _build(pieces, _spec(), tmp_path / "whole", INLINE, 0, merge_runs=False)
+    assert max(alone) >= 40 and max(gathered) <= 8, (alone, gathered)
+    assert _file_bytes(tmp_path / "runs") == _file_bytes(tmp_path / "whole") == _file_bytes(tmp_path / "alone")

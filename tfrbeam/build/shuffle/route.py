@@ -6,6 +6,8 @@ from collections.abc import Iterable, Iterator
 
 import apache_beam as beam
 import numpy as np
+from apache_beam.transforms.window import GlobalWindows
+from apache_beam.utils.windowed_value import WindowedValue
 
 from tfrbeam.build.shuffle.balance import ORDERED_BLOCK_ROWS, ShardPlan, record_buckets
 from tfrbeam.build.shuffle.pieces import KeyedRecords, Piece
@@ -35,7 +37,11 @@ def split_and_shard(shard_key: int) -> tuple[int, int]:
 
 
 class PreparePieces(beam.DoFn):
-    """Puts each piece's records in (split, key) order, so that every shard's part is one range, and stores them."""
+    """Puts each piece's records in (split, key) order, so that every shard's part is one range, and stores them.
+
+    For a store with a ``run_bytes``, the pieces of a bundle are gathered and kept as runs of about
+    that size: a shard writer then reads one part per run, not one per piece.
+    """
 
     def __init__(self, store: PieceStore):
         self._store = store
@@ -43,13 +49,29 @@ class PreparePieces(beam.DoFn):
     def setup(self) -> None:
         self._store.open()
 
+    def start_bundle(self) -> None:
+        self._gathered: list[KeyedRecords] = []
+        self._gathered_bytes = 0
+
     def process(self, records: KeyedRecords) -> Iterator[Piece]:
         if not len(records):
             return
-        yield self._store.add(records)
+        if not self._store.run_bytes:
+            yield self._store.add(records)
+            return
+        self._gathered.append(records)
+        self._gathered_bytes += records.num_bytes
+        if self._gathered_bytes >= self._store.run_bytes:
+            yield self._run()
 
-    def finish_bundle(self) -> None:
+    def finish_bundle(self) -> Iterator[WindowedValue]:
+        if self._gathered:
+            yield GlobalWindows.windowed_value(self._run())
         self._store.flush()
+
+    def _run(self) -> Piece:
+        gathered, self._gathered, self._gathered_bytes = self._gathered, [], 0
+        return self._store.add(gathered[0]) if len(gathered) == 1 else self._store.add_run(gathered)
 
     def teardown(self) -> None:
         self._store.close()

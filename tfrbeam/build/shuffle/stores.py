@@ -38,6 +38,8 @@ __all__ = [
 ]
 
 SPILL_DIR_NAME = "spill"
+# A spill store's worker gathers about this many bytes of pieces into one run (with ``merge_runs``).
+SPILL_RUN_BYTES = 128 << 20
 # A merged run is framed and written this many bytes (and at most this many records) at a time.
 _RUN_BLOCK_BYTES, _RUN_BLOCK_RECORDS = 8 << 20, 8192
 # Spilled frames read back are checked this many bytes at a time (the check copies what it checks).
@@ -57,6 +59,8 @@ class PieceStore:
     name: typing.ClassVar[str]
     # Pieces carry no bytes and every worker sees the store: writers may take all pieces as a side input.
     pieces_as_side_input: typing.ClassVar[bool] = False
+    # PreparePieces gathers about this many bytes of pieces and keeps them as one run (``add_run``); 0: each alone.
+    run_bytes: int = 0
 
     def open(self) -> None:
         """Prepare to ``add`` in this worker."""
@@ -68,6 +72,10 @@ class PieceStore:
         """
         split, key, offsets, frames = records.sorted_frames()
         return Piece(split, key, offsets, self._keep(frames))
+
+    def add_run(self, pieces: list[KeyedRecords]) -> Piece:
+        """Keep several pieces' records as one piece, in (split, key) order: the stores with a ``run_bytes``."""
+        raise NotImplementedError(f"{type(self).__name__} keeps each piece alone")
 
     def _keep(self, frames: np.ndarray) -> PieceRef:
         """Keep one piece's framed bytes; the stores that keep frames (inline, spill) implement it.
@@ -108,6 +116,54 @@ class PieceStore:
         return pieces
 
 
+@dataclasses.dataclass(frozen=True)
+class _RunMember:
+    """Records to merge into a run: per record its split, key, payload start and length in ``payloads``, masked CRC."""
+
+    split: np.ndarray
+    key: np.ndarray
+    payloads: np.ndarray
+    starts: np.ndarray
+    lengths: np.ndarray
+    footers: np.ndarray
+
+    @classmethod
+    def of(cls, records: KeyedRecords) -> _RunMember:
+        crcs = records.crcs if records.crcs is not None else payload_crcs(records.data, records.offsets)
+        return cls(records.split, records.key, records.data, records.offsets[:-1], records.lengths,
+                   mask_crcs(crcs).astype("<u4"))
+
+
+def write_run(path: str, members: list[_RunMember]) -> Piece:
+    """Frame the members' records into the file ``path`` in (split, key) order: one spilled piece of them all.
+
+    Framed a block at a time from where the payloads are (no copy of the run is held), one thread
+    writing each block while the next is framed (the write releases the GIL).
+    """
+    split, key = np.concatenate([m.split for m in members]), np.concatenate([m.key for m in members])
+    order = split_key_order(split, key)
+    member_of = np.repeat(np.arange(len(members)), [len(m.key) for m in members])[order]
+    starts = np.concatenate([m.starts for m in members])[order]
+    lengths = np.concatenate([m.lengths for m in members])[order]
+    footers = np.concatenate([m.footers for m in members])[order]
+    payloads = [np.ascontiguousarray(m.payloads, dtype=np.uint8) for m in members]
+    prefixes = np.concatenate([payload_prefixes(data, m.starts, m.lengths) for data, m in zip(payloads, members)])[order]
+    views = [memoryview(data) for data in payloads]  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
+    with fs.create(path) as handle, concurrent.futures.ThreadPoolExecutor(1, "tfrbeam-spill-run") as writer:
+        written: concurrent.futures.Future | None = None
+        for low, high in byte_blocks(lengths + RECORD_OVERHEAD, _RUN_BLOCK_BYTES, _RUN_BLOCK_RECORDS):
+            frames = join_frames_in_buffers(views, member_of[low:high], starts[low:high], lengths[low:high],
+                                            footers[low:high], prefixes[low:high])
+            if written is not None:
+                written.result()
+            written = writer.submit(handle.write, frames)
+        if written is not None:
+            written.result()
+    offsets = np.zeros(len(order) + 1, dtype=np.int64)
+    np.cumsum(lengths + RECORD_OVERHEAD, out=offsets[1:])
+    return Piece(split[order], key[order], offsets, PieceRef(SPILL, location=path))
+
+
 class InlineStore(PieceStore):
     """The frames travel in the elements, through the runner's GroupByKey (distributed runners shuffle them well),
     compressed in blocks (``pack_frames``): Dataflow bills its shuffle by the byte, and they cross it twice."""
@@ -135,16 +191,22 @@ class SpillStore(PieceStore):
 
     name = SPILL
 
-    def __init__(self, directory: str):
+    def __init__(self, directory: str, run_bytes: int = 0):
         self.directory = directory
+        self.run_bytes = run_bytes
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._pending: list[concurrent.futures.Future] = []
 
     def __getstate__(self) -> dict:
-        return {"directory": self.directory}
+        return {"directory": self.directory, "run_bytes": self.run_bytes}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["directory"])  # type: ignore[misc]  # unpickling rebuilds the fresh, unpicklable state
+        self.__init__(state["directory"], state.get("run_bytes", 0))  # type: ignore[misc]  # unpickling rebuilds the fresh, unpicklable state
+
+    def add_run(self, pieces: list[KeyedRecords]) -> Piece:
+        """The pieces' records framed into one spill file in (split, key) order: a writer reads one part of it."""
+        path = fs.join(self.directory, f"{uuid.uuid4().hex}.bin")
+        return write_run(path, [_RunMember.of(records) for records in pieces])
 
     def open(self) -> None:
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="tfrbeam-spill")
@@ -339,37 +401,11 @@ class MemoryStore(PieceStore):
         return True
 
     def _write_run(self, members: list[tuple[Piece, tuple[np.ndarray, np.ndarray, np.ndarray]]]) -> Piece:
-        """Frame held pieces' records into one spill file in (split, key) order; the run, a spilled piece of them all.
-
-        Framed and written a block at a time from where the payloads are, so writing a run holds no copy of it.
-        """
-        pieces = [piece for piece, _ in members]
-        split, key = np.concatenate([piece.split for piece in pieces]), np.concatenate([piece.key for piece in pieces])
-        order = split_key_order(split, key)
-        split, key = split[order], key[order]
-        member_of = np.repeat(np.arange(len(pieces)), [len(piece) for piece in pieces])[order]
-        starts = np.concatenate([starts for _, (_, starts, _) in members])[order]
-        footers = np.concatenate([footers for _, (_, _, footers) in members])[order]
-        lengths = np.concatenate([piece.framed_lengths for piece in pieces])[order] - RECORD_OVERHEAD
-        payloads = [np.ascontiguousarray(data, dtype=np.uint8) for _, (data, _, _) in members]
-        prefixes = np.concatenate([payload_prefixes(data, starts, piece.framed_lengths - RECORD_OVERHEAD)
-                                   for data, (piece, (_, starts, _)) in zip(payloads, members)])[order]
-        views = [memoryview(data) for data in payloads]  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
+        """Held pieces' records in one spill file in (split, key) order: the run, a spilled piece of them all."""
+        run = [_RunMember(piece.split, piece.key, data, starts, piece.framed_lengths - RECORD_OVERHEAD, footers)
+               for piece, (data, starts, footers) in members]
         path = fs.join(self.overflow.directory, f"{uuid.uuid4().hex}.bin")
-        # One thread writes each block while the next is framed (the write releases the GIL); one block waits at most.
-        with fs.create(path) as handle, concurrent.futures.ThreadPoolExecutor(1, "tfrbeam-spill-run") as writer:
-            written: concurrent.futures.Future | None = None
-            for low, high in byte_blocks(lengths + RECORD_OVERHEAD, _RUN_BLOCK_BYTES, _RUN_BLOCK_RECORDS):
-                frames = join_frames_in_buffers(views, member_of[low:high], starts[low:high], lengths[low:high],
-                                                footers[low:high], prefixes[low:high])
-                if written is not None:
-                    written.result()
-                written = writer.submit(handle.write, frames)
-            if written is not None:
-                written.result()
-        offsets = np.zeros(len(order) + 1, dtype=np.int64)
-        np.cumsum(lengths + RECORD_OVERHEAD, out=offsets[1:])
-        return Piece(split, key, offsets, PieceRef(SPILL, location=path, run=self.run_key))
+        return dataclasses.replace(write_run(path, run), ref=PieceRef(SPILL, location=path, run=self.run_key))
 
     def runs_of(self, pieces: list[Piece]) -> list[Piece]:
         """Each piece, or the run it was merged into (once per run, where its first piece was)."""
@@ -501,13 +537,16 @@ def is_registered(piece: Piece) -> bool:
 
 
 def make_piece_store(name: str, temp_dir: str, budget: int = 0, merge_runs: bool = False) -> PieceStore:
-    """The store ``name`` (one of PIECE_STORES) for the run staging in ``temp_dir``; ``budget`` bounds a memory store,
-    which merges what it spills into runs when ``merge_runs`` (not for ordered builds: see MemoryStore)."""
+    """The store ``name`` (one of PIECE_STORES) for the run staging in ``temp_dir``; ``budget`` bounds a memory store.
+
+    With ``merge_runs`` (not for ordered builds: see MemoryStore) a memory store spills runs as large as its budget,
+    and a spill store's workers gather SPILL_RUN_BYTES of pieces into each run.
+    """
     spill_dir = fs.join(temp_dir, SPILL_DIR_NAME)
     if name == INLINE:
         return InlineStore()
     if name == SPILL:
-        return SpillStore(spill_dir)
+        return SpillStore(spill_dir, SPILL_RUN_BYTES if merge_runs else 0)
     if name == MEMORY:
         return MemoryStore(temp_dir, budget, spill_dir, merge_runs)
     raise ValueError(f"unknown piece store {name!r}; choose one of {', '.join(PIECE_STORES)}")
