@@ -412,11 +412,11 @@ def _run_stats(args: argparse.Namespace) -> int:
 
 
 def _run_export(args: argparse.Namespace) -> int:
-    from tfrbeam.stats.export import export_to_parquet
+    from tfrbeam.cli.export_commit import export_locked
 
     show = _records_progress("export") if sys.stderr.isatty() else None
-    paths = export_to_parquet(args.dataset, args.output_dir, splits=args.split, columns=args.columns, progress=show,
-                              overwrite=args.overwrite)
+    paths = export_locked(args.dataset, args.output_dir, splits=args.split, columns=args.columns, progress=show,
+                          overwrite=args.overwrite)
     _clear_progress()
     print(f"wrote {counted(len(paths), 'Parquet file')} under {args.output_dir}")
     return EXIT_OK

@@ -11,7 +11,9 @@ the bytes features once before it writes. Parquet page checksums
 are written (``write_page_checksum``). Each input file is read with its own compression (a folder
 may mix GZIP, ZLIB and uncompressed files). The export is published as a whole: every file is
 written to a temp name beside its target, and only when all are whole are they renamed to their
-final names; a failure leaves none of them (nor a temp) behind.
+final names; a failure leaves none of them (nor a temp) behind. A caller may hand in the publish step
+(``ExportCommit``): ``tfrbeam export`` stages the files in its own folder beside OUTPUT_DIR and publishes
+them through the commit journal, under the output's lock (``tfrbeam.cli.export_commit``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import os
 import posixpath
 import tempfile
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -51,6 +53,21 @@ if TYPE_CHECKING:
 
 PARQUET_COMPRESSION = "snappy"
 _RECORD_SUFFIXES = RECORD_SUFFIXES
+
+
+class ExportCommit(Protocol):
+    """The publish step of an export, given by its caller: where the files are written, and how they reach their places.
+
+    The stats layer cannot take the output's lock or write a commit journal (they live in ``tfrbeam.beam.publish``),
+    so the CLI hands in a commit that does, and the export writes into ``staging_root`` instead of beside the targets.
+    """
+
+    @property
+    def staging_root(self) -> str:
+        """A folder that stands in for OUTPUT_DIR while the files are written (its layout: ``<split>/<file>``)."""
+
+    def publish(self, staged: Sequence[tuple[str, str]], stale: Sequence[str]) -> None:
+        """Give each staged file (staged, final) its final name and delete ``stale`` (none of them a final name)."""
 
 
 class NotText(Exception):
@@ -314,11 +331,9 @@ def publish_export_files(staged: Sequence[tuple[str, str]], stale: Sequence[str]
     """Delete ``stale`` files, then rename each staged (temp, final) pair; on a failure the files already renamed are
     removed again and every temp left is removed, so a failed export leaves no file of its own."""
     published: list[str] = []
-    finals = {final for _, final in staged}
     try:
-        for path in stale:
-            if path not in finals:  # a file of the new export's name is replaced by its rename, in one step
-                fileops.remove(path, missing_ok=True)
+        for path in _not_replaced(stale, [final for _, final in staged]):
+            fileops.remove(path, missing_ok=True)
         for temp, final in staged:
             fileops.replace(temp, final)
             published.append(final)
@@ -335,14 +350,15 @@ def _discard(staged: Sequence[tuple[str, str]], published: Sequence[str]) -> Non
             fileops.remove(final, missing_ok=True)
 
 
-def _stage_all(plan: ExportPlan, schema: pa.Schema, progress: Callable[[int], None]) -> list[tuple[str, str]]:
-    """Every file of ``plan`` written with ``schema`` to a temp beside its target: the (temp, final) pairs; on a
-    failure (``NotText`` too) no temp is left."""
+def _stage_all(plan: ExportPlan, schema: pa.Schema, progress: Callable[[int], None],
+               staged_target: Callable[[str], str]) -> list[tuple[str, str]]:
+    """Every file of ``plan`` written with ``schema`` to a temp beside its ``staged_target``: the (temp, final) pairs;
+    on a failure (``NotText`` too) no temp is left."""
     staged: list[tuple[str, str]] = []
     try:
         for record_path, parquet_path, _, _ in plan.files:
-            temp, _ = stage_file(record_path, parquet_path, schema, plan.compressions[record_path], progress,
-                                 plan.segments.get(record_path))
+            temp, _ = stage_file(record_path, staged_target(parquet_path), schema, plan.compressions[record_path],
+                                 progress, plan.segments.get(record_path))
             staged.append((temp, parquet_path))
     except BaseException:
         _discard(staged, [])
@@ -353,6 +369,7 @@ def _stage_all(plan: ExportPlan, schema: pa.Schema, progress: Callable[[int], No
 def export_to_parquet(
     path: str, output_dir: str, splits: Sequence[str] | None = None, columns: Sequence[str] | None = None,
     progress: Callable[[int, int | None], None] | None = None, overwrite: bool = False,
+    commit: ExportCommit | None = None,
 ) -> list[str]:
     """Export a build directory or TFRecord files to Parquet (see ``plan_export``); returns the Parquet paths.
 
@@ -363,10 +380,11 @@ def export_to_parquet(
     anywhere leaves no Parquet file of this export (an existing export stays as it was until then).
     Bytes features are written as text until one holds a value that is not UTF-8; then every file is
     written again with that feature binary (``progress`` starts again from 0).
-    ``progress(records_done, records_total_or_None)`` is called after every block.
+    ``progress(records_done, records_total_or_None)`` is called after every block. With a ``commit``, the files are
+    written under its ``staging_root`` and it publishes them (it takes over the renames and deletions).
     """
     if is_object_store(output_dir):
-        return _export_into_bucket(path, output_dir, splits, columns, progress, overwrite)
+        return _export_into_bucket(path, output_dir, splits, columns, progress, overwrite, commit)
     plan = plan_export(path, output_dir, splits, columns)
     check_shard_sizes(plan.segments)  # a truncated or replaced shard is refused before anything is deleted or written
     stale = _in_the_way(plan, overwrite)
@@ -379,25 +397,38 @@ def export_to_parquet(
         if progress is not None:
             progress(done, total)
 
+    def staged_target(final: str) -> str:
+        return final if commit is None else os.path.join(commit.staging_root, os.path.relpath(final, output_dir))
+
     binary: set[str] = set()
     while True:
         try:
-            staged = _stage_all(plan, with_binary(plan.schema, binary), advance)
+            staged = _stage_all(plan, with_binary(plan.schema, binary), advance, staged_target)
             break
         except NotText as error:  # a bytes feature that is not text: write every file again with it binary
             binary |= error.names
             done = 0
-    publish_export_files(staged, stale)
+    if commit is None:
+        publish_export_files(staged, stale)
+    else:
+        commit.publish(staged, _not_replaced(stale, [final for _, final in staged]))
     return [parquet_path for _, parquet_path, _, _ in plan.files]
+
+
+def _not_replaced(stale: Sequence[str], finals: Sequence[str]) -> list[str]:
+    """The ``stale`` files no new file replaces (a file of a new file's name goes by its rename, in one step)."""
+    replaced = set(finals)
+    return [path for path in stale if path not in replaced]
 
 
 def _export_into_bucket(
     path: str, output_dir: str, splits: Sequence[str] | None, columns: Sequence[str] | None,
-    progress: Callable[[int, int | None], None] | None, overwrite: bool,
+    progress: Callable[[int, int | None], None] | None, overwrite: bool, commit: ExportCommit | None = None,
 ) -> list[str]:
     """``export_to_parquet`` into a bucket prefix: earlier Parquet objects refused (unless ``overwrite``) before
     anything is written, the whole export written into a local temp directory, then each file uploaded as one object
-    (``tfrbeam.stats.bucket_output``); the objects are the files a local export writes."""
+    (``tfrbeam.stats.bucket_output``); the objects are the files a local export writes. With a ``commit`` the files
+    are uploaded under its ``staging_root`` and it publishes them."""
     from tfrbeam.stats.bucket_output import parquet_objects_beside, upload_export
 
     plan = plan_export(path, output_dir.rstrip("/"), splits, columns, join=posixpath.join)
@@ -406,4 +437,11 @@ def _export_into_bucket(
         raise existing_files_error(found)
     stale = files_to_replace(plan, found)
     with tempfile.TemporaryDirectory(prefix="tfrbeam-export-") as local:
-        return upload_export(local, export_to_parquet(path, local, splits, columns, progress), output_dir, stale)
+        written = export_to_parquet(path, local, splits, columns, progress)
+        if commit is None:
+            return upload_export(local, written, output_dir, stale)
+        staged = upload_export(local, written, commit.staging_root, [])
+    root, output = commit.staging_root.rstrip("/"), output_dir.rstrip("/")
+    finals = [posixpath.join(output, url[len(root) + 1:]) for url in staged]  # upload_export put each under root/
+    commit.publish(list(zip(staged, finals)), _not_replaced(stale, finals))
+    return finals
