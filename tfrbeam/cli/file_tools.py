@@ -8,16 +8,17 @@ from __future__ import annotations
 import dataclasses
 import glob
 import os
+import posixpath
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from tfrbeam.base.file_access import files_for
+from tfrbeam.base.file_access import FileAccess, files_for
 from tfrbeam.base.object_store import OBJECT_STORE_FILES, has_magic, input_size, is_object_store, object_glob
 from tfrbeam.codec.example import decode_example, decode_sequence_example
 from tfrbeam.codec.json_values import value_to_json
 from tfrbeam.codec.sequence_decode import has_feature_lists
 from tfrbeam.errors import ExampleDecodeError, RecordError, TfrbeamError
-from tfrbeam.layout.manifest import MANIFEST_NAME, TF_DTYPES, read_manifest
+from tfrbeam.layout.manifest import MANIFEST_NAME, TF_DTYPES, listed_shard_paths, read_manifest
 from tfrbeam.stats.files import STATS_HTML, STATS_JSON
 from tfrbeam.stats.report import in_source_order
 from tfrbeam.tfrecord.records import RecordReader
@@ -30,10 +31,18 @@ class NoInputError(TfrbeamError, FileNotFoundError):
 
 
 def expand_record_paths(arguments: list[str]) -> list[str]:
-    """Files named by paths, globs and directories (recursively; hidden and ``_``-prefixed entries skipped)."""
+    """Files named by paths, globs and directories (recursively; hidden and ``_``-prefixed entries skipped).
+
+    A dataset directory, or one of its split directories, gives the shards its manifest lists, confined to
+    the dataset as ``verify`` checks them (``listed_shard_paths``): a damaged manifest is refused, and a
+    split directory that is a symlink is read (inside the dataset) or refused (leading out), never skipped.
+    """
     files: list[str] = []
     for argument in arguments:
-        if is_object_store(argument):
+        listed = _dataset_shards(argument)
+        if listed is not None:
+            found = listed
+        elif is_object_store(argument):
             found = _objects_named(argument)
         elif os.path.isdir(argument):
             found = _files_below(argument)
@@ -45,6 +54,35 @@ def expand_record_paths(arguments: list[str]) -> list[str]:
             raise NoInputError(f"{argument}: no such file, directory or matching files")
         files.extend(found)
     return list(dict.fromkeys(files))
+
+
+def _dataset_shards(argument: str) -> list[str] | None:
+    """The shards a dataset directory's manifest lists, or a split directory's; None for anything else."""
+    if (has_magic(argument) if is_object_store(argument) else not os.path.isdir(argument)):
+        return None
+    access = files_for(argument)
+    directory = argument.rstrip("/") or argument
+    if _has_manifest(directory, access):
+        return listed_shard_paths(directory, _read_listing(directory, access), files=access)
+    parent, split = (posixpath if is_object_store(directory) else os.path).split(directory)
+    if parent and split and _has_manifest(parent, access):
+        manifest = _read_listing(parent, access)
+        if split in manifest["splits"]:
+            return listed_shard_paths(parent, manifest, [split], files=access)
+    return None
+
+
+def _has_manifest(directory: str, access: FileAccess) -> bool:
+    """Anything at the manifest's name (a FIFO or a link too: reading it refuses it, naming what it is)."""
+    path = access.join(directory, MANIFEST_NAME)
+    return os.path.lexists(path) if not is_object_store(path) else access.exists(path)
+
+
+def _read_listing(directory: str, access: FileAccess) -> dict[str, Any]:
+    manifest = read_manifest(directory, access)
+    if manifest is None:  # removed since it was seen
+        raise NoInputError(f"{access.join(directory, MANIFEST_NAME)}: the dataset's manifest is gone")
+    return manifest
 
 
 def _objects_named(argument: str) -> list[str]:

@@ -203,9 +203,25 @@ def verify_dataset(dataset_dir: str, files: FileAccess = LOCAL_FILES) -> list[st
     return problems
 
 
+def listed_shard_paths(dataset_dir: str, manifest: dict[str, Any], splits: Sequence[str] | None = None,
+                       files: FileAccess = LOCAL_FILES) -> list[str]:
+    """The shards of ``splits`` (default: every split), in the manifest's order, each confined to the dataset.
+
+    What ``verify`` checks, and what ``cat`` and ``inspect`` read of a dataset: a split directory that is a
+    symlink is followed while it stays inside the dataset and refused (``UnsafePathError``) when it leads out.
+    """
+    chosen = manifest["splits"] if splits is None else splits
+    return [shard_path(dataset_dir, shard, files) for split in chosen for shard in manifest["splits"][split]["shards"]]
+
+
+def shard_path(dataset_dir: str, shard: dict[str, Any], files: FileAccess = LOCAL_FILES) -> str:
+    """A manifest's shard entry as a path inside ``dataset_dir`` (``confined_path``: ``UnsafePathError`` otherwise)."""
+    return confined_path(dataset_dir, shard["path"], f"{dataset_dir}: shard path", files.join)
+
+
 def _verify_shard(dataset_dir: str, shard: dict[str, Any], compression: str | None, files: FileAccess) -> list[str]:
     try:
-        path = confined_path(dataset_dir, shard["path"], f"{dataset_dir}: shard path", files.join)
+        path = shard_path(dataset_dir, shard, files)
     except ManifestError as error:
         return [str(error)]
     if not files.exists(path):

@@ -90,6 +90,7 @@ def validate_manifest(manifest: Any, where: str, verifiable: bool = False) -> No
         if problem is not None:
             check.fail(f"splits[{name!r}]", f"not a safe split name: {problem}")
         _check_split(check, split, f"splits.{name}", verifiable)
+    _check_listed_once(check, splits)
     schema_keys = ("features",) if record_type == EXAMPLE else ("context_features", "sequence_features")
     for key in schema_keys:
         entries = check.required(manifest, key, "", _is_dict, "an object of features") if verifiable else (
@@ -142,6 +143,18 @@ def _check_split(check: _Checker, split: Any, key: str, verifiable: bool) -> Non
     if listed != total:  # a shard entry lost or added: every reader would give a count the manifest contradicts
         check.fail(f"{key}.num_examples", f"{total}, but its shards list {listed} examples; the manifest is damaged "
                    "or was edited: rebuild the dataset or restore its manifest")
+
+
+def _check_listed_once(check: _Checker, splits: dict[str, Any]) -> None:
+    """No shard is listed twice, in one split or two: every reader would give its records twice."""
+    first_listed: dict[str, str] = {}
+    for name, split in splits.items():
+        for number, shard in enumerate(split["shards"]):
+            key = f"splits.{name}.shards[{number}].path"
+            first = first_listed.setdefault(shard["path"], key)
+            if first != key:
+                check.fail(key, f"{_show(shard['path'])} is listed twice (first at {first}), so its records would be "
+                           "read twice; the manifest is damaged or was edited: rebuild the dataset or restore its manifest")
 
 
 def _check_feature(check: _Checker, entry: Any, key: str) -> None:
