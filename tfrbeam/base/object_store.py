@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from tfrbeam.base.bounded_read import open_regular
 from tfrbeam.errors import (
     ObjectNotFoundError,
     ObjectTooLargeError,
@@ -701,10 +702,10 @@ def open_ranged(path: str, *, prefetch: bool = False) -> RangedFile:
 
 
 def open_to_read(path: str, *, prefetch: bool = False) -> Any:
-    """A file to read: a local path opened as ever (``open(path, "rb")``), an object as a ``RangedFile``."""
+    """A file to read: a local path opened once proven a regular file (a FIFO never hangs), an object as a ``RangedFile``."""
     if is_object_store(path):
         return open_ranged(path, prefetch=prefetch)
-    return open(path, "rb")
+    return open_regular(path, "TFRecord file")
 
 
 def input_size(path: str) -> int:
@@ -717,9 +718,15 @@ def opened_size(handle: Any) -> int:
     return handle.size if isinstance(handle, RangedFile) else os.fstat(handle.fileno()).st_size
 
 
-def read_input(path: str) -> bytes:
-    """The whole of a local file or an object (for small files: a manifest, an index)."""
-    with open_to_read(path) as handle:
+def read_object(path: str, max_bytes: int, what: str) -> bytes:
+    """The whole of an object of at most ``max_bytes`` (its size checked before it is read); ``ObjectTooLargeError`` else.
+
+    ``tfrbeam.base.file_access.read_found`` is the entry point: local files and objects alike.
+    """
+    with open_ranged(path) as handle:
+        if handle.size > max_bytes:
+            raise ObjectTooLargeError(f"{path}: {handle.size} bytes, larger than any {what} tfrbeam writes (at most "
+                                      f"{max_bytes} bytes): it is damaged or not tfrbeam's, move it away")
         return handle.read()
 
 

@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from tfrbeam.base import object_store
+from tfrbeam.base.file_access import read_found
 from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.filesystem import BEAM_FILES
 from tfrbeam.errors import (
@@ -50,9 +51,10 @@ from tfrbeam.errors import (
     OutputLockedError,
     OutputNotWritableError,
     PreconditionFailedError,
+    RefusedFileError,
     StorageError,
 )
-from tfrbeam.layout.manifest import read_manifest
+from tfrbeam.layout.manifest import MAX_MANIFEST_BYTES, read_manifest
 from tfrbeam.layout.names import DALI_DIR_NAME, is_staging_name, lock_path, staging_path, staging_prefix
 from tfrbeam.tfrecord.offset_index import offset_index_path_for
 from tfrbeam.tfrecord.record_index import index_path_for
@@ -160,10 +162,10 @@ class OutputLock:
     def holder(self) -> RunIdentity | None:
         """The run that the lock file names (None: no lock file, or an unreadable one)."""
         try:
-            data, _ = fs.read_at_most(self.path, MAX_LOCK_BYTES)
+            data = read_found(self.path, MAX_LOCK_BYTES, "lock file", files=BEAM_FILES)  # a FIFO or giant: unreadable
         except (OSError, FileNotFoundError):
             return None
-        return None if data is None else RunIdentity.from_json(data)
+        return RunIdentity.from_json(data)
 
     def names_owner(self) -> bool:
         holder = self.holder()
@@ -274,7 +276,8 @@ class OutputLock:
 
 _HELD: dict[str, OutputLock] = {}  # lock file → the lock this process holds on it
 
-MAX_LOCK_BYTES = 64 << 10  # a lock tfrbeam writes is well under 1 KiB
+MAX_LOCK_BYTES = 64 << 10  # a lock (or staging owner record) tfrbeam writes is well under 1 KiB
+MAX_JOURNAL_BYTES = 4 * MAX_MANIFEST_BYTES  # a journal names each file of a dataset (3 per shard), deleted or moved
 LEASE_SECONDS = 120.0  # an object-store lock whose holder has not renewed it for this long is a dead run's
 
 
@@ -454,7 +457,7 @@ def _owner_of(directory: str) -> _Owner | None:
     """The owner file of a staging directory (``owner.json``, or ``abandoned.json`` once the run is over); None if unreadable."""
     for name in (OWNER_NAME, ABANDONED_NAME):
         try:
-            data = fs.read_bytes(fs.join(directory, name))
+            data = read_found(fs.join(directory, name), MAX_LOCK_BYTES, "staging owner record", files=BEAM_FILES)
         except (OSError, FileNotFoundError):
             continue
         run = RunIdentity.from_json(data)
@@ -578,11 +581,11 @@ class CommitJournal:
         if not fs.exists(path):
             return None
         try:
-            raw = json.loads(fs.read_bytes(path).decode("utf-8"))
+            raw = json.loads(read_found(path, MAX_JOURNAL_BYTES, "commit journal", files=BEAM_FILES).decode("utf-8"))
             replaces = raw.get("replaces")
             return cls(raw["run_id"], raw["target"], tuple(raw["deletions"]), tuple((a, b) for a, b in raw["moves"]),
                        switch=raw.get("switch") is True, replaces=replaces if isinstance(replaces, str) else None)
-        except (ValueError, KeyError, TypeError, AttributeError) as error:
+        except (ValueError, KeyError, TypeError, AttributeError, RefusedFileError) as error:
             raise CommitError(f"{path}: an unreadable commit journal ({error}); remove {staging} by hand") from error
 
     def apply(self, missing_ok: bool = False) -> None:

@@ -53,7 +53,7 @@ from tfrbeam.build.user_files import (
     refuse_conflicts,
 )
 from tfrbeam.errors import ConfigError, ManifestError, OutputExistsError, OutputNotWritableError
-from tfrbeam.layout.manifest import read_manifest
+from tfrbeam.layout.manifest import check_manifest_file, read_manifest
 from tfrbeam.layout.names import DALI_DIR_NAME, ERRORS_DIR_NAME, MANIFEST_NAME, shard_file_name
 from tfrbeam.tfrecord.offset_index import offset_index_path_for
 from tfrbeam.tfrecord.record_index import index_path_for
@@ -317,6 +317,7 @@ def check_output_dir(output_root: str, resolved_config: dict, overwrite: bool, s
     """
     shown = shown or output_root
     if overwrite:
+        check_manifest_file(output_root)  # a FIFO, link or sparse giant there: refused before anything is touched
         return
     try:
         manifest = read_manifest(output_root, BEAM_FILES)

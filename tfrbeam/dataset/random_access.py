@@ -25,7 +25,8 @@ from typing import Any, BinaryIO, Literal, cast
 import crc32c
 import numpy as np
 
-from tfrbeam.base.object_store import coalesced_ranges, is_object_store, open_ranged, read_input
+from tfrbeam.base.bounded_read import open_regular
+from tfrbeam.base.object_store import coalesced_ranges, is_object_store, open_ranged
 from tfrbeam.dataset.columns import Ragged
 from tfrbeam.dataset.output import to_numpy
 from tfrbeam.dataset.reader import RAW_KEY, BlockDecoder
@@ -41,7 +42,7 @@ from tfrbeam.errors import (
 from tfrbeam.layout.generation import Generation
 from tfrbeam.layout.paths import escapes
 from tfrbeam.tfrecord.blocks import TRAILING_SLACK, RecordBlock, length_crcs_match, record_blocks
-from tfrbeam.tfrecord.offset_index import load_offsets, offset_index_path_for, parse_offset_index
+from tfrbeam.tfrecord.offset_index import load_offsets, offset_index_path_for, parse_offset_index, read_offset_index
 from tfrbeam.tfrecord.records import FOOTER_SIZE, HEADER_SIZE, RECORD_OVERHEAD, mask_crcs
 
 _LOG = logging.getLogger(__name__)
@@ -96,7 +97,7 @@ class _Shard:
 
     def __init__(self, shard: ShardFile, generation: Generation | None = None, root: str | None = None):
         self.path = shard.path
-        with open(shard.path, "rb") as handle:
+        with open_regular(shard.path, "TFRecord file") as handle:  # a FIFO or device: one line, never a hang
             size = os.fstat(handle.fileno()).st_size
             if shard.num_bytes is not None and size != shard.num_bytes:
                 raise ShardMismatchError(shard.path, "bytes", shard.num_bytes, size)
@@ -168,7 +169,7 @@ class _ObjectShard:
         """The offsets of the shard's index in the bucket when it describes an object of this size and count; else None."""
         index_path = offset_index_path_for(self.path)
         try:
-            index = parse_offset_index(read_input(index_path), index_path)
+            index = parse_offset_index(read_offset_index(index_path, self.file.size), index_path)
         except ObjectNotFoundError:
             return None
         except RecordIndexError as error:

@@ -291,9 +291,11 @@ def _manifest_path(path: PathSpec) -> str | None:
     text = os.fspath(path)
     if is_object_store(text):
         return _object_manifest_path(text)
-    if os.path.isdir(text) and os.path.isfile(os.path.join(text, MANIFEST_NAME)):
+    # Anything at the manifest's name is the manifest: a FIFO, a device or a link there is refused when it is read
+    # (naming what it is), never taken for "no manifest".
+    if os.path.isdir(text) and os.path.lexists(os.path.join(text, MANIFEST_NAME)):
         return os.path.join(text, MANIFEST_NAME)
-    if os.path.basename(text) == MANIFEST_NAME and os.path.isfile(text):
+    if os.path.basename(text) == MANIFEST_NAME and os.path.lexists(text):
         return text
     return None
 

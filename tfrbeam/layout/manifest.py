@@ -13,15 +13,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import posixpath
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
-from tfrbeam.base.file_access import LOCAL_FILES, FileAccess, LocalFiles
+from tfrbeam.base.bounded_read import check_found
+from tfrbeam.base.file_access import LOCAL_FILES, FileAccess, LocalFiles, is_remote, read_found
 from tfrbeam.codec.kinds import TF_DTYPES  # feature type -> TensorFlow dtype (also imported from here)
-from tfrbeam.errors import ManifestError, RecordError, RecordIndexError
+from tfrbeam.errors import ManifestError, RecordError, RecordIndexError, RefusedFileError
 from tfrbeam.layout.manifest_schema import (  # noqa: F401 (the record types are re-exported from here)
     EXAMPLE,
+    MAX_MANIFEST_BYTES,
     RECORD_TYPES,
     SEQUENCE_EXAMPLE,
     parse_manifest_bytes,
@@ -30,7 +33,7 @@ from tfrbeam.layout.manifest_schema import (  # noqa: F401 (the record types are
 from tfrbeam.layout.names import ERRORS_DIR_NAME, LOCK_SUFFIX, MANIFEST_FORMAT, MANIFEST_NAME, is_staging_name, staging_prefix  # noqa: F401 (re-exported)
 from tfrbeam.layout.paths import confined_path
 from tfrbeam.tfrecord.offset_index import offset_index_is_current, offset_index_path_for
-from tfrbeam.tfrecord.record_index import INDEX_DIR_NAME, index_is_current, index_path_for, parse_index
+from tfrbeam.tfrecord.record_index import INDEX_DIR_NAME, index_is_current, index_path_for, max_index_bytes, parse_index
 from tfrbeam.tfrecord.records import RecordReader, compression_from_name
 
 _READ_CHUNK = 1 << 20
@@ -136,7 +139,7 @@ def check_manifest(manifest: Any, where: str, verifiable: bool = False) -> None:
 def read_manifest(dataset_dir: str, files: FileAccess = LOCAL_FILES, verifiable: bool = False) -> dict[str, Any] | None:
     """The checked manifest of ``dataset_dir``, or None when there is none; ``ManifestError`` when it is damaged."""
     path = manifest_path(dataset_dir, files)
-    if not files.exists(path):
+    if not (files.exists(path) or (not is_remote(path) and os.path.lexists(path))):  # a dangling link is refused too
         return None
     return load_manifest(path, files, verifiable)[0]
 
@@ -144,11 +147,30 @@ def read_manifest(dataset_dir: str, files: FileAccess = LOCAL_FILES, verifiable:
 def load_manifest(path: str, files: FileAccess = LOCAL_FILES, verifiable: bool = False) -> tuple[dict[str, Any], bytes]:
     """The checked manifest at ``path`` and the bytes it was parsed from (a reader pins its generation by them).
 
-    ``OSError`` when it cannot be read (the caller says what that means to it); ``ManifestError`` when it is damaged.
+    ``OSError`` when it cannot be read (the caller says what that means to it); ``ManifestError`` when it is damaged
+    or is no manifest at all: a FIFO, device or directory, a symlink, or more than ``MAX_MANIFEST_BYTES``
+    (``read_found``: refused at once, at most the cap + 1 bytes read).
     """
-    with files.open_read(path) as handle:
-        data = handle.read()
+    try:
+        data = read_found(path, MAX_MANIFEST_BYTES, "manifest", files=files)
+    except RefusedFileError as error:
+        raise ManifestError(str(error)) from error
     return parse_manifest(data, path, verifiable), data
+
+
+def check_manifest_file(dataset_dir: str) -> None:
+    """``ManifestError`` naming what is at a local dataset's manifest name when no manifest can be there: a FIFO,
+    device, directory or link, or more than ``MAX_MANIFEST_BYTES`` (nothing is opened or read).
+
+    ``build --overwrite`` asks before it touches anything: a replace would otherwise read it after publishing.
+    """
+    path = os.path.join(dataset_dir, MANIFEST_NAME)
+    if is_remote(dataset_dir) or not os.path.lexists(path):
+        return
+    try:
+        check_found(path, MAX_MANIFEST_BYTES, "manifest")
+    except RefusedFileError as error:
+        raise ManifestError(str(error)) from error
 
 
 class _HashingReader:
@@ -226,7 +248,10 @@ def _verify_shard(dataset_dir: str, shard: dict[str, Any], compression: str | No
         return [str(error)]
     if not files.exists(path):
         return [f"{path}: listed in the manifest but missing"]
-    handle = _HashingReader(files.open_read(path))
+    try:
+        handle = _HashingReader(files.open_read(path))
+    except RefusedFileError as error:  # a FIFO, a device, a directory: one line, never a hang
+        return [str(error)]
     problems = []
     records = 0
     try:
@@ -258,11 +283,9 @@ def _verify_index(path: str, size: int, records: int, files: FileAccess) -> list
             if not current:
                 problems.append(f"{index_path}: a stale read index ({reason}); readers ignore it: rebuild, or delete it")
         else:
-            with files.open_read(index_path) as handle:
-                data = handle.read()
             try:
-                index = parse_index(data, index_path)
-            except RecordIndexError as error:
+                index = parse_index(read_found(index_path, max_index_bytes(size), "read index", files=files), index_path)
+            except (RecordIndexError, RefusedFileError) as error:
                 return [str(error)]
             if not index.is_current(size, None) or index.num_records != records:
                 problems.append(f"{index_path}: describes {index.num_records} records in {index.file_size} bytes, "

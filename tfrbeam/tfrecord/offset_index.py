@@ -37,7 +37,9 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 from crc32c import crc32c
 
-from tfrbeam.errors import RecordIndexError
+from tfrbeam.base.bounded_read import open_regular
+from tfrbeam.base.file_access import read_found
+from tfrbeam.errors import RecordIndexError, RefusedFileError
 from tfrbeam.tfrecord.blocks import length_crcs_match, record_blocks
 from tfrbeam.tfrecord.record_index import INDEX_SUFFIX, MTIME_TOLERANCE_SECONDS, index_path_for, write_file_atomically
 from tfrbeam.tfrecord.records import MAX_PAYLOAD_SIZE, RECORD_OVERHEAD, mask_crc, masked_crc32c
@@ -50,6 +52,7 @@ OFFSETS_VERSION = 1
 _HEADER = struct.Struct("<8sIIQdQ")
 _CRC = struct.Struct("<I")
 _MTIME_OFFSET = 8 + 4 + 4 + 8
+_OFFSET_BYTES = 8
 _CHECK_CHUNK = 1 << 16  # records whose headers are gathered at once while checking
 
 
@@ -280,6 +283,20 @@ def offsets_problem(raw: np.ndarray | bytes | mmap.mmap, offsets: np.ndarray) ->
     return None
 
 
+def max_offset_index_bytes(file_size: int) -> int:
+    """The most bytes an offset index of a data file of ``file_size`` bytes can hold: a record per 16 bytes at most."""
+    return _HEADER.size + _OFFSET_BYTES * (file_size // RECORD_OVERHEAD + 2) + _CRC.size
+
+
+def read_offset_index(index_path: str, file_size: int) -> bytes:
+    """The bytes of the offset index of a data file of ``file_size`` bytes, local or in a bucket, bounded by what such
+    an index can hold; ``RecordIndexError`` for a FIFO, device, link or larger file (refused at once, never a hang)."""
+    try:
+        return read_found(index_path, max_offset_index_bytes(file_size), "offset index")
+    except RefusedFileError as error:
+        raise RecordIndexError(str(error)) from error
+
+
 def offsets_from_headers(data_path: str) -> np.ndarray:
     """Every record start of a local uncompressed file, then its size, by walking the record headers."""
     pieces = [block.offsets for block in record_blocks(data_path, None, 0, 1 << 16, None, verify=False)]
@@ -309,8 +326,7 @@ def load_offsets(data_path: str, raw: np.ndarray | bytes | mmap.mmap | None = No
     stat = os.stat(data_path)
     problem = None
     try:
-        with open(index_path, "rb") as handle:
-            index = parse_offset_index(handle.read(), index_path)
+        index = parse_offset_index(read_offset_index(index_path, stat.st_size), index_path)
     except FileNotFoundError:
         index, problem = None, None
     except (RecordIndexError, OSError) as exc:
@@ -343,7 +359,7 @@ def _content_mismatch(data_path: str, raw: np.ndarray | bytes | mmap.mmap | None
         return offsets_problem(raw, offsets)
     if os.path.getsize(data_path) == 0:
         return offsets_problem(b"", offsets)
-    with open(data_path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+    with open_regular(data_path, "TFRecord file") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
         view = np.frombuffer(mapped, dtype=np.uint8)
         try:
             return offsets_problem(view, offsets)
@@ -355,9 +371,8 @@ def offset_index_is_current(data_path: str, index_path: str | None = None) -> tu
     """Whether a local file's offset index exists, records its mtime and matches every record; and why not."""
     index_path = index_path or offset_index_path_for(data_path)
     try:
-        with open(index_path, "rb") as handle:
-            index = parse_offset_index(handle.read(), index_path)
         stat = os.stat(data_path)
+        index = parse_offset_index(read_offset_index(index_path, stat.st_size), index_path)
     except (RecordIndexError, OSError) as exc:
         return False, str(exc)
     if index.mtime is None:

@@ -51,7 +51,8 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 
 from tfrbeam.base import fileops
-from tfrbeam.errors import RecordError, RecordIndexError
+from tfrbeam.base.bounded_read import open_regular, read_regular
+from tfrbeam.errors import RecordError, RecordIndexError, RefusedFileError
 from tfrbeam.tfrecord.blocks import record_blocks
 from tfrbeam.tfrecord.records import HEADER_SIZE, MAX_PAYLOAD_SIZE, RECORD_OVERHEAD, masked_crc32c
 
@@ -68,6 +69,7 @@ MTIME_TOLERANCE_SECONDS = 1e-3
 _HEADER = struct.Struct("<8sIIQdQQ")
 _CRC = struct.Struct("<I")
 _ENTRY_DTYPE = np.dtype("<u8")
+_ENTRY_BYTES = 2 * _ENTRY_DTYPE.itemsize  # (offset, record number)
 
 
 def index_path_for(data_path: str) -> str:
@@ -251,10 +253,10 @@ def load_index(
     through ``tfrbeam.beam.filesystem``), so this framing module never imports Beam.
     """
     index_path = index_path_for(data_path)
-    data = (read_bytes or _read_local)(index_path)
-    if data is None:
-        return None
     try:
+        data = read_bytes(index_path) if read_bytes is not None else _read_local(index_path, file_size)
+        if data is None:
+            return None
         index = parse_index(data, index_path)
     except RecordIndexError as exc:
         _LOG.warning("ignoring the read index of %s: %s", data_path, exc)
@@ -269,12 +271,20 @@ def load_index(
     return index
 
 
-def _read_local(path: str) -> bytes | None:
+def max_index_bytes(file_size: int) -> int:
+    """The most bytes a read index of a data file of ``file_size`` bytes can hold: one entry per 16 bytes at most."""
+    return _HEADER.size + _ENTRY_BYTES * (file_size // RECORD_OVERHEAD + 1) + _CRC.size
+
+
+def _read_local(path: str, file_size: int) -> bytes | None:
+    """A local index's bytes, None when there is none; ``RecordIndexError`` when it is not a regular file, or larger
+    than an index of a data file of ``file_size`` bytes can be (``read_regular``: refused at once, never a hang)."""
     try:
-        with open(path, "rb") as handle:
-            return handle.read()
+        return read_regular(path, max_index_bytes(file_size), "read index")
     except FileNotFoundError:
         return None
+    except RefusedFileError as error:
+        raise RecordIndexError(str(error)) from error
 
 
 # ------------------------------------------------------------------------------ stamping
@@ -337,7 +347,7 @@ def walk_problem(data_path: str, start: int, records: int, end: int, file_size: 
     Reads headers only (``end`` == ``file_size`` also means that no byte follows the last record).
     """
     try:
-        with open(data_path, "rb") as handle:
+        with open_regular(data_path, "TFRecord file") as handle:
             handle.seek(start)
             header = handle.read(HEADER_SIZE)
             if len(header) < HEADER_SIZE:
@@ -424,10 +434,10 @@ def trusted_index(
         stat = os.stat(data_path)
     except OSError:
         return None
-    data = _read_local(index_path_for(data_path))
-    if data is None:
-        return None
     try:
+        data = _read_local(index_path_for(data_path), stat.st_size)
+        if data is None:
+            return None
         index = parse_index(data, index_path_for(data_path))
     except RecordIndexError as exc:
         _warn_once(data_path, str(exc))
@@ -482,12 +492,12 @@ def seek_position(data_path: str, record: int, expected_records: int | None = No
 def index_is_current(data_path: str, index_path: str | None = None) -> tuple[bool, str]:
     """Whether a local file's read index matches it entirely (every entry walked), and why not; for ``tfrbeam verify``."""
     index_path = index_path or index_path_for(data_path)
-    data = _read_local(index_path)
-    if data is None:
-        return False, f"{index_path} does not exist"
     try:
-        index = parse_index(data, index_path)
         stat = os.stat(data_path)
+        data = _read_local(index_path, stat.st_size)
+        if data is None:
+            return False, f"{index_path} does not exist"
+        index = parse_index(data, index_path)
     except (RecordIndexError, OSError) as exc:
         return False, str(exc)
     if index.mtime is None:
