@@ -150,6 +150,19 @@ def test_a_users_statistics_file_in_a_folder_that_is_no_dataset_is_refused_and_n
     assert snapshot(tmp_path / "out") == before
 
 
+@pytest.mark.parametrize("name", ["stats.json", "stats.html"])
+def test_a_users_folder_named_like_the_statistics_in_a_dataset_is_refused_and_named(rows, tmp_path, name):
+    """A dataset's statistics are files: a folder of that name in a dataset (found by the property test below, holding
+    a file the replace deleted) is the user's, and the new dataset needs the name: refused before anything changes."""
+    output = tmp_path / "out" / "ds"
+    build(rows, output, ("train", "eval"), overwrite=False)
+    plant(output, {f"{name}/train": b"mine"})
+    before = snapshot(tmp_path / "out")
+    with pytest.raises(OutputExistsError, match=re.escape(str(output / name))):
+        build(rows, output, ("train", "eval"))
+    assert snapshot(tmp_path / "out") == before
+
+
 # ------------------------------------------------------------------ item 8: new split names over user folders
 
 

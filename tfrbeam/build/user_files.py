@@ -83,6 +83,11 @@ def _relative(root: str, path: str) -> str:
     return "" if relative == "." else relative.replace(os.sep, "/")
 
 
+def _users_at_reserved_name(relative: str, path: str) -> bool:
+    """A folder or link named stats.json/stats.html: a dataset's stats are files, so that one is the user's."""
+    return relative in (STATS_JSON, STATS_HTML) and not stat.S_ISREG(os.lstat(path).st_mode)
+
+
 def _is_folder(path: str) -> bool:
     """A real directory (a symlink to one is a file of the user's: never followed)."""
     return not os.path.islink(path) and os.path.isdir(path)
@@ -133,7 +138,7 @@ def keep_plan(old_root: str, old: DatasetNames, new: DatasetNames) -> KeepPlan:
     def visit(relative: str, blocked: bool) -> None:
         for name in sorted(os.listdir(os.path.join(old_root, relative))):
             child = f"{relative}/{name}" if relative else name
-            if child in old.files:
+            if child in old.files and not _users_at_reserved_name(child, os.path.join(old_root, child)):
                 continue
             if _is_folder(os.path.join(old_root, child)) and (child in old.folders or child in new.folders):
                 visit(child, blocked or child in new.files)
