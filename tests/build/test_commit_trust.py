@@ -532,3 +532,44 @@ def test_a_lock_held_by_a_run_that_has_not_said_who_it_is_is_refused_saying_so(t
     finally:
         os.close(fd)
     assert os.listdir(tmp_path) == [os.path.basename(publish.lock_path(target))]
+
+
+@pytest.mark.parametrize("plant", ["fifo", "sparse"])
+def test_a_commit_record_planted_as_a_fifo_or_a_huge_file_is_refused_in_one_line(workdir, plant):
+    """The staged commit record is read bounded and typed (issue 43): a FIFO hung commit_staged, a sparse 5 GB file
+    was read whole; now either is refused naming the record, and nothing is published."""
+    import threading
+
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from tfrbeam.build.commit import COMMIT_RECORD, commit_staged
+    from tfrbeam.build.config import load_config
+    from tfrbeam.build.graph import build_pipeline
+    from tfrbeam.errors import CommitError
+
+    config = load_config("cfg.yaml", [])
+    with beam.Pipeline(options=PipelineOptions([])) as pipeline:
+        plan = build_pipeline(pipeline, config, publish=False)
+    record = pathlib.Path(plan.staging_dir) / COMMIT_RECORD
+    record.unlink()
+    if plant == "fifo":
+        os.mkfifo(record)
+    else:
+        with open(record, "wb") as handle:
+            handle.truncate(5 << 30)
+    outcome: list[BaseException | object] = []
+
+    def commit() -> None:
+        try:
+            outcome.append(commit_staged(plan))
+        except BaseException as error:  # the test inspects whatever it raised
+            outcome.append(error)
+
+    worker = threading.Thread(target=commit, daemon=True)
+    worker.start()
+    worker.join(30)
+    assert not worker.is_alive(), "commit_staged still reading the planted record after 30 s"
+    assert isinstance(outcome[0], CommitError) and str(record) in str(outcome[0]), outcome
+    assert "\n" not in str(outcome[0])
+    assert not (workdir / "out" / "ds" / "dataset_info.json").exists()

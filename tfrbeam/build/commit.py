@@ -39,10 +39,12 @@ import apache_beam as beam
 import numpy as np
 
 import tfrbeam
+from tfrbeam.base.file_access import read_found
 from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.filesystem import BEAM_FILES
 from tfrbeam.beam.publish import (
     JOURNAL_NAME,
+    MAX_JOURNAL_BYTES,
     OWNER_NAME,
     CommitJournal,
     committed_run,
@@ -69,6 +71,7 @@ from tfrbeam.errors import (
     CommitError,
     ManifestError,
     OutputExistsError,
+    RefusedFileError,
     RowCountError,
     ShortWriteError,
     TooManyBadRecordsError,
@@ -275,10 +278,10 @@ class StagedCommit:
         if not fs.exists(path):
             return None
         try:
-            raw = json.loads(fs.read_bytes(path).decode("utf-8"))
+            raw = json.loads(read_found(path, MAX_JOURNAL_BYTES, "commit record", files=BEAM_FILES).decode("utf-8"))
             staged = cls(raw["run_id"], raw["manifest"], tuple(WrittenShard(**item) for item in raw["files"]),
                          tuple(DeadLetterFile(**item) for item in raw["dead_letters"]))
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as error:
+        except (RefusedFileError, ValueError, KeyError, TypeError, UnicodeDecodeError) as error:
             raise CommitError(f"{path}: an unreadable commit record ({error}); nothing was published to "
                               f"{plan.output_path}; rerun the build") from error
         problem = staged.untrusted(plan)
