@@ -257,6 +257,25 @@ def read_versioned(path: str, max_bytes: int) -> tuple[bytes, str] | None:
     return data, token
 
 
+def object_version(path: str) -> str | None:
+    """An object's version token (GCS generation, S3 ETag) from its metadata alone; None when it does not exist.
+
+    One small request whatever the object's size: what a reader checks a pinned object against.
+    """
+    where = ObjectPath.parse(path)
+
+    def look_up() -> str | None:
+        if where.scheme == "gs":
+            blob = _gcs_client().bucket(where.bucket).get_blob(where.key)
+            return None if blob is None else str(blob.generation)
+        return str(_s3_client().head_object(Bucket=where.bucket, Key=where.key)["ETag"])
+
+    try:
+        return translated(path, "look up", look_up)
+    except ObjectNotFoundError:
+        return None
+
+
 def create_if_absent(path: str, data: bytes) -> str:
     """Create the object only if no object has that name (GCS ``ifGenerationMatch=0``, S3 ``If-None-Match: *``).
 

@@ -14,7 +14,8 @@ so its inode cannot be freed and reused by a later manifest; a build never rewri
 place (it renames or swaps a new file in), and any write changes the ctime. A file that differs
 (a touch, a copy, a replace) is read and hashed again. So reading N shards costs one manifest read
 and N stats, not N reads of a manifest that grows with N (issue 43 item 6). In a bucket each check
-reads the manifest, bounded by ``MAX_MANIFEST_BYTES``.
+asks for the manifest object's version token (GCS generation, S3 ETag: one metadata request); the
+bytes are read, bounded by ``MAX_MANIFEST_BYTES``, and hashed only when that token was not proven yet.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import BinaryIO
 
 from tfrbeam.base.bounded_read import open_found, read_open
 from tfrbeam.base.file_access import read_found
-from tfrbeam.base.object_store import is_object_store, open_to_read
+from tfrbeam.base.object_store import is_object_store, object_version, open_to_read
 from tfrbeam.errors import DatasetChangedError, ObjectNotFoundError, RefusedFileError
 from tfrbeam.layout.manifest_schema import MAX_MANIFEST_BYTES
 from tfrbeam.layout.names import MANIFEST_NAME
@@ -55,11 +56,7 @@ class Generation:
         """``DatasetChangedError`` (naming both run ids) when the dataset's manifest is not the pinned one any more."""
         path = os.path.join(self.root, MANIFEST_NAME)
         if is_object_store(path):
-            try:  # in a bucket only "no such object" means gone: a refused or failed request is reported as what it is
-                data = read_found(path, MAX_MANIFEST_BYTES, "manifest")
-            except ObjectNotFoundError:
-                raise DatasetChangedError(self.root, self.run_id, _GONE) from None
-            self._compare(data)
+            self._check_object(path)
             return
         try:
             now = os.stat(path, follow_symlinks=False)
@@ -68,6 +65,22 @@ class Generation:
         if _PROOFS.shows(self, _identity(now)):
             return
         self._prove(path)
+
+    def _check_object(self, path: str) -> None:
+        """In a bucket: the manifest object's version token (one metadata request) against the one proven to hold the
+        pinned bytes; a token not proven yet means reading the manifest (bounded) and hashing it once."""
+        version = object_version(path)  # a refused or failed request is reported as what it is, not as "gone"
+        if version is None:
+            raise DatasetChangedError(self.root, self.run_id, _GONE)
+        if _OBJECT_PROOFS.get((self.root, self.digest)) == version:
+            return
+        try:
+            data = read_found(path, MAX_MANIFEST_BYTES, "manifest")
+        except ObjectNotFoundError:
+            raise DatasetChangedError(self.root, self.run_id, _GONE) from None
+        self._compare(data)
+        if object_version(path) == version:  # the bytes read are that version's: it proves them from now on
+            _OBJECT_PROOFS[(self.root, self.digest)] = version
 
     def _prove(self, path: str) -> None:
         """Read and hash the manifest; when it is the pinned one, keep it open as the proof later checks stat against."""
@@ -130,6 +143,9 @@ class _Proofs:
 
 
 _PROOFS = _Proofs()
+# In a bucket, per (root, digest): the manifest object's version token proven to hold those bytes. A version names
+# one write of the object (GCS generation; S3 ETag, the bytes' MD5 for tfrbeam's single-part writes).
+_OBJECT_PROOFS: dict[tuple[str, str], str] = {}
 
 
 def _run_id(data: bytes) -> str:
