@@ -1,5 +1,6 @@
 """A property over kinds, not just bytes (issue 43, what to build 6): any file a tool finds in or beside a dataset
-(manifest, shard, read or offset index, the output's lock, a staging directory's owner record) replaced by a FIFO,
+(manifest, shard, read or offset index, the output's lock, a staging directory's owner record, an input file of the
+build) replaced by a FIFO,
 a link to /dev/zero, a 5 GB sparse file, a link out of the dataset, or a shard whose record header declares 2^40
 bytes. Every tool and the build either refuse in one line within their time limit and under 1 GiB, or give exactly
 what the unchanged dataset gives; nothing outside the dataset changes.
@@ -27,6 +28,7 @@ TARGETS = {
     "offset index": OFFSET_INDEX,
     "lock": "../.ds.tfrbeam-lock",
     "staging owner record": "../.ds.tfrbeam-0123456789abcdef/owner.json",
+    "input file": "../input/flights-0.csv",  # the build's only: it reads the demo's CSV files from a copy here
 }
 clean_outputs = planted.clean_outputs  # the fixture: each reading tool's output on the unchanged dataset
 KINDS = ("a FIFO", "a link to /dev/zero", "a 5 GB sparse file", "a link out of the dataset", "a huge declared length")
@@ -60,13 +62,22 @@ def _plant(dataset: pathlib.Path, target: str, kind: str) -> None:
 @given(target=st.sampled_from(sorted(TARGETS)), kind=st.sampled_from(KINDS), tool=st.sampled_from(sorted(TOOLS)))
 def test_a_planted_kind_anywhere_is_refused_in_one_line_or_read_exactly(demo_dataset, clean_outputs, tmp_path_factory,
                                                                          target, kind, tool):
+    if target == "input file" and kind == "a huge declared length":
+        kind = "a 5 GB sparse file"  # a declared length is a framing's; CSV text has none
     sandbox = tmp_path_factory.mktemp("planted")
     dataset = copy_dataset(demo_dataset, sandbox)
+    command = TOOLS[tool](dataset, demo_dataset.parents[1])
+    if target == "input file":
+        tool = "build --overwrite"
+        inputs = sorted((demo_dataset.parents[1] / "demo_data" / "csv").glob("flights-*.csv"))
+        (sandbox / "input").mkdir()
+        for index, path in enumerate(inputs):
+            shutil.copy2(path, sandbox / "input" / f"flights-{index}.csv")
+        command = [*TOOLS[tool](dataset, demo_dataset.parents[1]), "--set", f"input.path={sandbox}/input/flights-*.csv"]
     _plant(dataset, target, kind)
     before = kind_snapshot(sandbox)
     timeout = 120.0 if tool == "build --overwrite" else 30.0
-    run = run_bounded(TOOLS[tool](dataset, demo_dataset.parents[1]), cwd=demo_dataset.parents[1], timeout=timeout,
-                      max_rss_mb=MAX_RSS_MB)
+    run = run_bounded(command, cwd=demo_dataset.parents[1], timeout=timeout, max_rss_mb=MAX_RSS_MB)
     described = f"{tool} with {kind} as the {target}"
     assert run.killed is None, f"{described}: killed at its {run.killed} limit ({run.seconds:.1f} s, {run.peak_mb:.0f} MB)"
     assert "Traceback" not in run.stdout + run.stderr, (described, run.stderr[-800:])

@@ -17,6 +17,7 @@ from typing import Any, BinaryIO
 
 from apache_beam.io.filesystem import CompressionTypes
 
+from tfrbeam.base.bounded_read import open_regular
 from tfrbeam.beam import filesystem
 from tfrbeam.errors import CompressedInputError
 
@@ -226,6 +227,13 @@ def open_checked(path: str) -> BinaryIO | CheckedDecompressedFile:
     """The file's bytes: decompressed and checked to the end when its extension names a codec, else as stored."""
     codec = codec_of(path)
     if codec is None:
-        return filesystem.open_read(path)
-    return CheckedDecompressedFile(
-        lambda: filesystem.open_read(path), path, codec)
+        return _open_stored(path)
+    return CheckedDecompressedFile(lambda: _open_stored(path), path, codec)
+
+
+def _open_stored(path: str) -> BinaryIO:
+    """An input file as stored: a local one proven a regular file first (a FIFO would hang the read, a device never
+    end), a link followed; any other filesystem's through Beam."""
+    if filesystem.scheme_of(path) is None:
+        return open_regular(path, "input file", follow_links=True)
+    return filesystem.open_read(path)

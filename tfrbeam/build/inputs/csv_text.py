@@ -6,6 +6,7 @@ from __future__ import annotations
 import bisect
 import codecs
 import csv
+import functools
 import io
 import itertools
 import re
@@ -158,6 +159,14 @@ class _ChunkText:
         return None
 
 
+class PreambleLineTooLong(Exception):
+    """A preamble or header line runs past its cap with no line break (``offset``: where it starts)."""
+
+    def __init__(self, offset: int, max_bytes: int):
+        super().__init__(offset, max_bytes)
+        self.offset, self.max_bytes = offset, max_bytes
+
+
 class LineTracker(io.RawIOBase):
     """A read-only stream of UTF-8 CSV text that records where each physical line starts.
 
@@ -210,12 +219,16 @@ class LineTracker(io.RawIOBase):
         count = self.readinto(buffer)
         return bytes(buffer[:count])
 
-    def readline_bytes(self) -> bytes:
-        """One physical line with its line break (used for the preamble before pyarrow starts)."""
-        with self._lock:
-            return self._readline()
+    def readline_bytes(self, max_bytes: int | None = None) -> bytes:
+        """One physical line with its line break (used for the preamble before pyarrow starts).
 
-    def _readline(self) -> bytes:
+        ``PreambleLineTooLong`` once more than ``max_bytes`` are pulled without a line break: a file of
+        one endless line (a 5 GB run of NULs) is never held whole.
+        """
+        with self._lock:
+            return self._readline(max_bytes)
+
+    def _readline(self, max_bytes: int | None = None) -> bytes:
         while True:
             end = self._text.line_end(self._handed, self._eof)
             if end is not None or self._eof:
@@ -223,6 +236,8 @@ class LineTracker(io.RawIOBase):
                 line = self._text.slice(self._handed, end)
                 self._handed = end
                 return line
+            if max_bytes is not None and self._pulled - self._handed > max_bytes:
+                raise PreambleLineTooLong(self._handed, max_bytes)
             self._pull()
 
     @property
@@ -412,17 +427,33 @@ class Preamble:
 
 
 def read_preamble(tracker: LineTracker, options: CsvOptions, path: str, decode: Callable[[bytes], str]) -> Preamble:
-    """Consume skip_rows lines, blank lines and the header record; the names come from the header or the config."""
+    """Consume skip_rows lines, blank lines and the header record; the names come from the header or the config.
+
+    Each line is read to at most input.csv.max_row_bytes: a longer one is refused in one line naming where it starts.
+    """
+    capped = functools.partial(tracker.readline_bytes, options.max_row_bytes)
+    try:
+        return _read_preamble(capped, tracker, options, path, decode)
+    except PreambleLineTooLong as error:
+        raise InputError(
+            f"{path}: the line from byte {error.offset} has no line break in its first {error.max_bytes} bytes "
+            "(input.csv.max_row_bytes), where a skipped line or the header must end: it is not CSV text; "
+            "raise input.csv.max_row_bytes if its header is longer"
+        ) from None
+
+
+def _read_preamble(readline: Callable[[], bytes], tracker: LineTracker, options: CsvOptions, path: str,
+                   decode: Callable[[bytes], str]) -> Preamble:
     line = 1
     for _ in range(options.skip_rows):
-        if not tracker.readline_bytes():
+        if not readline():
             break
         line += 1
     names: tuple[str, ...] | None = options.column_names
     if options.header:
         header_lines: list[bytes] = []
         while True:
-            first = tracker.readline_bytes()
+            first = readline()
             if not first:
                 raise InputError(f"{path}: no header line (the file is empty after {options.skip_rows} skipped lines); "
                                  "set input.csv.header: false and column_names if it has none")
@@ -430,7 +461,7 @@ def read_preamble(tracker: LineTracker, options: CsvOptions, path: str, decode: 
                 header_lines.append(first)
                 break
             line += 1
-        parsed = _parse_header(header_lines, tracker, options, path, decode)
+        parsed = _parse_header(header_lines, readline, options, path, decode)
         line += len(header_lines)
         if names is not None and len(names) != len(parsed):
             raise InputError(f"{path}: the header has {len(parsed)} columns ({', '.join(parsed)}) but "
@@ -453,7 +484,7 @@ def unnamed_columns_named(names: Sequence[str]) -> tuple[str, ...]:
     return tuple(name if name else unnamed_column_name(index) for index, name in enumerate(names))
 
 
-def _parse_header(lines: list[bytes], tracker: LineTracker, options: CsvOptions, path: str,
+def _parse_header(lines: list[bytes], readline: Callable[[], bytes], options: CsvOptions, path: str,
                   decode: Callable[[bytes], str]) -> tuple[str, ...]:
     """Parse the header record with the csv module, pulling more lines while a quoted name is open."""
 
@@ -462,7 +493,7 @@ def _parse_header(lines: list[bytes], tracker: LineTracker, options: CsvOptions,
             text = decode(line)
             yield text[1:] if index == 0 and text.startswith("\ufeff") else text
         while True:
-            line = tracker.readline_bytes()
+            line = readline()
             if not line:
                 return
             lines.append(line)
