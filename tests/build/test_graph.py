@@ -485,18 +485,28 @@ def test_a_spill_file_damaged_on_disk_fails_the_build_naming_it_and_the_old_data
     assert build(demo_dir, "demo.yaml", "--set", "output.path=out/spill-damaged", "--piece_store=spill") == 0
     capsys.readouterr()
     before = snapshot(demo_dir / "out")
-    write_file, damaged = stores._write_file, []
+    write_file, write_run, damaged = stores._write_file, stores.write_run, []
 
-    def damaging_write(path, data):  # the first spill file's bytes change on disk once written
-        write_file(path, data)
-        if not damaged and len(data) > 100:
+    def damage(path: str) -> None:  # the first spill file's bytes change on disk once written
+        size = os.path.getsize(path)
+        if not damaged and size > 100:
             damaged.append(path)
             with open(path, "r+b") as handle:
-                handle.seek(len(data) // 2)
+                handle.seek(size // 2)
                 byte = handle.read(1)
-                handle.seek(len(data) // 2)
+                handle.seek(size // 2)
                 handle.write(bytes([byte[0] ^ 0x08]))
 
+    def damaging_write(path, data):  # a piece spilled alone
+        write_file(path, data)
+        damage(path)
+
+    def damaging_run(path, members):  # pieces gathered into one run
+        piece = write_run(path, members)
+        damage(path)
+        return piece
+
     monkeypatch.setattr(stores, "_write_file", damaging_write)
+    monkeypatch.setattr(stores, "write_run", damaging_run)
     error = _refused_keeping_the_old_dataset(demo_dir, capsys, "spill-damaged", "spill", before)
     assert damaged and f"{os.path.basename(damaged[0])}: record " in error and "changed or damaged on disk" in error
