@@ -348,9 +348,17 @@ def _held_row_operations(monkeypatch, fail_at: int | None = None) -> list[str]:
                 step("delete", path)
         real_delete(paths)
 
+    real_unlink = held_rows.fs.unlink_local
+
+    def unlink(path):  # local spill files are unlinked one call each
+        if path in written:
+            step("delete", path)
+        real_unlink(path)
+
     monkeypatch.setattr(held_rows, "_write_batch", write)
     monkeypatch.setattr(held_rows, "_read_batch", read)
     monkeypatch.setattr(held_rows.fs, "delete_files", delete)
+    monkeypatch.setattr(held_rows.fs, "unlink_local", unlink)
     return log
 
 

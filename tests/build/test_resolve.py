@@ -21,15 +21,20 @@ CODES = 'code,population,name\n"US",331,"United States"\n"NA",2.5,"Namibia"\nNA,
 
 @pytest.fixture
 def opened(monkeypatch) -> collections.Counter:
-    """How many times each path is opened through Beam's FileSystems (every input read goes there)."""
+    """How many times each input path is opened: a local one proven a regular file (every local input read goes
+    there), any other through Beam's FileSystems."""
+    from tfrbeam.build.inputs import compressed
+
     counts: collections.Counter = collections.Counter()
-    original = FileSystems.open
 
-    def counting(path, *args, **kwargs):
-        counts[path] += 1
-        return original(path, *args, **kwargs)
+    def counted(original):
+        def counting(path, *args, **kwargs):
+            counts[path] += 1
+            return original(path, *args, **kwargs)
+        return counting
 
-    monkeypatch.setattr(FileSystems, "open", counting)
+    monkeypatch.setattr(FileSystems, "open", counted(FileSystems.open))
+    monkeypatch.setattr(compressed, "open_regular", counted(compressed.open_regular))
     return counts
 
 

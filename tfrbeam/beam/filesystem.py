@@ -276,6 +276,11 @@ def rename_local(source: str, destination: str) -> None:
     _mutating("rename", destination, lambda: os.rename(source, destination))
 
 
+def unlink_local(path: str) -> None:
+    """Delete one local file with one call (``FileNotFoundError`` when it is gone): no glob match, no metadata read."""
+    _mutating("delete", path, lambda: os.unlink(path))
+
+
 def exchange(first: str, second: str) -> None:
     """Swap two local paths in one atomic step (Linux ``renameat2(RENAME_EXCHANGE)``); OSError where unsupported."""
     _mutating("exchange", second, lambda: _renameat2(first, second, _RENAME_EXCHANGE))

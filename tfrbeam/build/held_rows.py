@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
-import os
 import struct
 import threading
 from collections.abc import Iterable
@@ -142,7 +141,7 @@ def _delete_spilled(paths: list[str]) -> None:
         gone = []
         for path in paths:
             try:
-                os.unlink(path)
+                fs.unlink_local(path)
             except FileNotFoundError:
                 gone.append(path)
             except OSError as error:  # the staging directory's removal at the run's end takes them anyway
