@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 
 import tfrbeam
+from tests.integration.test_object_store_reads import _upload
 from tfrbeam.base import object_store
 from tfrbeam.dataset import open_dataset
 from tfrbeam.errors import DatasetChangedError
@@ -26,13 +27,6 @@ def many_shards(tmp_path_factory) -> pathlib.Path:
     table = pa.table({"id": np.arange(2400, dtype=np.int64)})
     tfrbeam.write_dataset(table, str(where), splits={"train": 1.0}, num_shards=SHARDS, progress=False)
     return where
-
-
-def _upload(bucket, local: pathlib.Path, prefix: str) -> str:
-    for path in sorted(local.rglob("*")):
-        if path.is_file():
-            bucket.put(f"{prefix}/{path.relative_to(local).as_posix()}", path.read_bytes())
-    return bucket.url(prefix)
 
 
 def _count_manifest_reads(monkeypatch) -> list[str]:
