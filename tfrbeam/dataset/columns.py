@@ -14,6 +14,7 @@ import dataclasses
 from typing import NamedTuple
 
 import numpy as np
+import pyarrow as pa
 
 from tfrbeam.codec.wire import ranges
 
@@ -93,12 +94,15 @@ class Column:
     def take(self, rows: np.ndarray) -> Column:
         """The rows at positions ``rows`` (any order, repeats allowed)."""
         index = np.asarray(rows, dtype=np.int64)
+        if not self.levels:
+            return Column(self.leaf[index])
         levels = []
-        for lengths in self.levels:
+        for lengths in self.levels[:-1]:
             taken = lengths[index]
             levels.append(taken)
             index = ranges(row_offsets(lengths)[:-1][index], taken)
-        return Column(self.leaf[index], tuple(levels))
+        leaf, lengths = gather_values(self.leaf, row_offsets(self.levels[-1]), index)
+        return Column(leaf, (*levels, lengths))
 
     def slice(self, start: int, stop: int) -> Column:
         """Rows ``start:stop`` without an index array."""
@@ -108,6 +112,29 @@ class Column:
             levels.append(lengths[start:stop])
             start, stop = int(offsets[start]), int(offsets[stop])
         return Column(self.leaf[start:stop], tuple(levels))
+
+
+def gather_values(leaf: np.ndarray, offsets: np.ndarray, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the values of entries ``index`` back to back, each entry's length); entry i is ``leaf[offsets[i]:offsets[i + 1]]``.
+
+    Bytes are copied a value at a time by Arrow's take: numpy would need an index per byte,
+    which costs more than the bytes (a raw record is hundreds of them). The result may be
+    read-only (Arrow's memory).
+    """
+    starts = offsets[index]
+    lengths = offsets[index + 1] - starts
+    if leaf.dtype != np.uint8 or leaf.ndim != 1 or not len(index):
+        return leaf[ranges(starts, lengths)], lengths
+    entries = pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(), len(offsets) - 1,
+        [None, pa.py_buffer(np.ascontiguousarray(offsets, dtype=np.int64)), pa.py_buffer(np.ascontiguousarray(leaf))],
+    )
+    taken = entries.take(pa.array(index))
+    _, taken_offsets, data = taken.buffers()
+    if data is None:
+        return np.zeros(0, dtype=np.uint8), lengths
+    bounds = np.frombuffer(taken_offsets, dtype=np.int64)[taken.offset:taken.offset + len(taken) + 1]
+    return np.frombuffer(data, dtype=np.uint8)[int(bounds[0]):int(bounds[-1])], lengths
 
 
 def concat_columns(columns: list[Column]) -> Column:
@@ -230,11 +257,13 @@ def _rows_from(blocks: list[Block], head: int) -> Block:
 
 
 class _PooledColumn:
-    """One feature inside the shuffle pool, with nested levels kept as (start, length) pointers.
+    """One feature inside the shuffle pool: fixed-shape values by slot, nested rows as entries of arenas.
 
-    Level 0 is indexed by pool slot; deeper levels and the leaf are append-only arenas, so
-    removing a row moves two numbers per level-0 slot instead of its values. Arenas are rebuilt
-    from the live rows when they fill up (amortised O(1) per row).
+    A nested column keeps each level as an append-only arena of entries, stored as offsets into
+    the next level (or the leaf), and each slot holds its row's level-0 entry: removing a row
+    moves one number, and a gather copies each value's bytes whole (``gather_values``) instead
+    of indexing them one by one. Arenas are compacted to the live rows when one fills up
+    (amortised O(1) per row).
     """
 
     def __init__(self, template: Column, slots: int):
@@ -242,9 +271,9 @@ class _PooledColumn:
         if self.depth == 0:
             self.leaf = np.empty((slots,) + template.leaf.shape[1:], dtype=template.leaf.dtype)
             return
-        self.starts = [np.empty(slots, dtype=np.int64)] + [np.empty(0, dtype=np.int64) for _ in range(self.depth - 1)]
-        self.lengths = [np.empty(slots, dtype=np.int64)] + [np.empty(0, dtype=np.int64) for _ in range(self.depth - 1)]
-        self.fill = [0] * self.depth  # used entries of the arenas of levels 1.. (index 0 unused)
+        self.entries = np.empty(slots, dtype=np.int64)  # each slot's entry in the level-0 arena
+        self.offsets = [np.zeros(1, dtype=np.int64) for _ in range(self.depth)]  # arena k: offsets[k][:fill[k] + 1]
+        self.fill = [0] * self.depth
         self.leaf = np.empty((0,) + template.leaf.shape[1:], dtype=template.leaf.dtype)
         self.leaf_fill = 0
 
@@ -256,54 +285,54 @@ class _PooledColumn:
             return
         if not self._fits(column):
             self._rebuild(live, column)
+        self.entries[slot:slot + rows] = np.arange(self.fill[0], self.fill[0] + rows, dtype=np.int64)
         for level, lengths in enumerate(column.levels):
-            target = self.fill[level + 1] if level + 1 < self.depth else self.leaf_fill
-            begin = slot if level == 0 else self.fill[level]
-            end = begin + len(lengths)
-            self.starts[level][begin:end] = row_offsets(lengths)[:-1] + target
-            self.lengths[level][begin:end] = lengths
-            if level:
-                self.fill[level] = end
+            begin, offsets = self.fill[level], self.offsets[level]
+            ends = offsets[begin + 1:begin + 1 + len(lengths)]
+            np.cumsum(lengths, out=ends)
+            ends += offsets[begin]
+            self.fill[level] = begin + len(lengths)
         self.leaf[self.leaf_fill:self.leaf_fill + len(column.leaf)] = column.leaf
         self.leaf_fill += len(column.leaf)
 
     def _fits(self, column: Column) -> bool:
         if self.leaf_fill + len(column.leaf) > len(self.leaf):
             return False
-        return all(self.fill[level] + len(column.levels[level]) <= len(self.starts[level]) for level in range(1, self.depth))
+        return all(self.fill[level] + len(column.levels[level]) < len(self.offsets[level]) for level in range(self.depth))
 
     def _rebuild(self, live: int, incoming: Column) -> None:
         """Compact the arenas to the live rows and make room (doubling) for ``incoming``."""
-        current = self.take(np.arange(live, dtype=np.int64))
-        for level in range(1, self.depth):
-            need = len(current.levels[level]) + len(incoming.levels[level])
-            size = max(2 * need, 1024)
-            self.starts[level] = np.empty(size, dtype=np.int64)
-            self.lengths[level] = np.empty(size, dtype=np.int64)
+        current = self.take(np.arange(live, dtype=np.int64)) if live else None
+        for level in range(self.depth):
+            need = (len(current.levels[level]) if current is not None else 0) + len(incoming.levels[level])
+            self.offsets[level] = np.zeros(max(2 * need, 1024) + 1, dtype=np.int64)
             self.fill[level] = 0
-        need = len(current.leaf) + len(incoming.leaf)
+        need = (len(current.leaf) if current is not None else 0) + len(incoming.leaf)
         self.leaf = np.empty((max(2 * need, 4096),) + self.leaf.shape[1:], dtype=self.leaf.dtype)
         self.leaf_fill = 0
-        if live:
+        if current is not None:
             self.put(0, current, 0)
 
     def take(self, slots: np.ndarray) -> Column:
         if self.depth == 0:
             return Column(np.take(self.leaf, slots, axis=0))
-        index = slots
+        index = self.entries[slots]
         levels = []
-        for level in range(self.depth):
-            lengths = self.lengths[level][index]
+        for level in range(self.depth - 1):
+            offsets = self.offsets[level]
+            starts = offsets[index]
+            lengths = offsets[index + 1] - starts
             levels.append(lengths)
-            index = ranges(self.starts[level][index], lengths)
-        return Column(self.leaf[index], tuple(levels))
+            index = ranges(starts, lengths)
+        last = self.offsets[-1][:self.fill[-1] + 1]
+        leaf, lengths = gather_values(self.leaf[:self.leaf_fill], last, index)
+        return Column(leaf, (*levels, lengths))
 
     def move(self, holes: np.ndarray, movers: np.ndarray) -> None:
         if self.depth == 0:
             self.leaf[holes] = np.take(self.leaf, movers, axis=0)
         else:
-            self.starts[0][holes] = self.starts[0][movers]
-            self.lengths[0][holes] = self.lengths[0][movers]
+            self.entries[holes] = self.entries[movers]
 
 
 class ShufflePool:

@@ -28,6 +28,7 @@ from typing import BinaryIO, NamedTuple, Union
 
 import crc32c
 import numpy as np
+import pyarrow as pa
 
 from tfrbeam.base.byte_views import byte_rows, le_integers
 from tfrbeam.errors import RecordError
@@ -106,12 +107,25 @@ class RecordBlock(NamedTuple):
         assert self.data is not None, "a block read with verify=False holds no payloads"
         return bytes(self.data[int(self.starts[index]):int(self.ends[index])])
 
-    def joined(self) -> tuple[bytes, np.ndarray]:
-        """(the payloads back to back, their n + 1 bounds): for readers that need them contiguous."""
+    def joined(self) -> tuple[bytes | memoryview, np.ndarray]:
+        """(the payloads back to back, their n + 1 bounds): for readers that need them contiguous.
+
+        One copy by Arrow's take: the payloads and the framing between them are alternate values
+        of one binary array over ``data``, and the payloads are every other one (a slice per
+        record in Python cost 7x more).
+        """
         assert self.data is not None, "a block read with verify=False holds no payloads"
-        view = memoryview(self.data).cast("B")  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
-        data = b"".join(map(view.__getitem__, map(slice, self.starts.tolist(), self.ends.tolist())))
-        return data, _bounds(self.lengths)
+        bounds = _bounds(self.lengths)
+        count = len(self.starts)
+        if not bounds[-1]:
+            return b"", bounds
+        edges = np.empty(2 * count, dtype=np.int64)
+        edges[0::2], edges[1::2] = self.starts, self.ends
+        spans = pa.LargeBinaryArray.from_buffers(
+            pa.large_binary(), 2 * count - 1, [None, pa.py_buffer(edges), pa.py_buffer(self.data)]
+        )
+        payloads = spans.take(pa.array(np.arange(0, 2 * count - 1, 2, dtype=np.int64)))
+        return memoryview(payloads.buffers()[2]).cast("B")[:int(bounds[-1])], bounds
 
     def prefix(self, count: int) -> RecordBlock:
         """The block's first ``count`` records, sharing its buffer."""
@@ -227,6 +241,7 @@ def _records_before(reader: RecordReader, records: Iterator[tuple[int, bytes]], 
 
 
 _spare = threading.local()
+_NO_BUFFER = np.empty(0, dtype=np.uint8)
 
 
 class _Window:
@@ -236,8 +251,11 @@ class _Window:
         self.handle = handle
         self.size = handle.seek(0, os.SEEK_END)  # no record may claim more: a buffer is never sized past it
         handle.seek(offset)
-        # Fresh memory costs a page fault per 4 KiB: a thread's reads reuse its last buffer.
-        self.buffer = getattr(_spare, "buffer", None) or bytearray()
+        # Fresh memory costs a page fault per 4 KiB: a thread's reads reuse its last buffer. A buffer is a
+        # numpy array, not a bytearray: bytearray(n) zero-fills it holding the GIL (a quarter of the
+        # GIL-holding samples of a raw epoch on threads); numpy leaves the pages to the read, which releases it.
+        spare = getattr(_spare, "buffer", None)
+        self.buffer: np.ndarray = _NO_BUFFER if spare is None else spare
         _spare.buffer = None
         self.base = offset
         self.end = 0
@@ -248,9 +266,10 @@ class _Window:
 
     def __exit__(self, *exc_info) -> None:
         """Leave the buffer for the thread's next read (no block refers to it: blocks hold copies)."""
-        if len(getattr(_spare, "buffer", None) or b"") < len(self.buffer) <= SPARE_BUFFER_MAX:
+        spare = getattr(_spare, "buffer", None)
+        if (0 if spare is None else len(spare)) < len(self.buffer) <= SPARE_BUFFER_MAX:
             _spare.buffer = self.buffer
-        self.buffer = bytearray()
+        self.buffer = _NO_BUFFER
 
     def refill(self, keep_from: int, size: int) -> int:
         """Drop the bytes before ``keep_from`` and read until ``size`` bytes are held (or the file ends).
@@ -260,13 +279,11 @@ class _Window:
         kept = self.end - keep_from
         size = max(size, kept)
         if len(self.buffer) < size:
-            grown = bytearray(size)
-            grown[:kept] = memoryview(self.buffer)[keep_from:self.end]
+            grown = np.empty(size, dtype=np.uint8)
+            grown[:kept] = self.buffer[keep_from:self.end]
             self.buffer = grown
         elif keep_from:
-            raw = np.frombuffer(self.buffer, dtype=np.uint8)
-            raw[:kept] = raw[keep_from:self.end]  # numpy copies overlapping 1-D ranges in a safe direction
-            del raw  # a live export would stop the bytearray from being resized
+            self.buffer[:kept] = self.buffer[keep_from:self.end]  # numpy copies overlapping 1-D ranges in a safe direction
         self.base += keep_from
         self.end = kept
         while self.end < size:
@@ -280,10 +297,10 @@ class _Window:
     def _read_into(self, at: int) -> int:
         """Read into ``buffer[at:]``; how many bytes came (0 at the end of the file)."""
         if hasattr(self.handle, "readinto"):
-            with memoryview(self.buffer) as view:
+            with memoryview(self.buffer) as view:  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
                 return self.handle.readinto(view[at:]) or 0
         data = self.handle.read(len(self.buffer) - at) or b""
-        self.buffer[at:at + len(data)] = data
+        self.buffer[at:at + len(data)] = np.frombuffer(data, dtype=np.uint8)
         return len(data)
 
 
@@ -332,7 +349,7 @@ def _fast_blocks(
     yield from _reader_blocks(reader, block_length, remaining, stop_offset)
 
 
-def _walk(buffer: bytearray, pos: int, want: int, end: int, stop: int) -> tuple[list[int], int]:
+def _walk(buffer: np.ndarray, pos: int, want: int, end: int, stop: int) -> tuple[list[int], int]:
     """Up to ``want`` record starts from ``pos``, before ``stop``, whose whole record lies before ``end``.
 
     Returns them and the position after the last one (where the walk stopped).
@@ -340,29 +357,31 @@ def _walk(buffer: bytearray, pos: int, want: int, end: int, stop: int) -> tuple[
     starts: list[int] = []
     append = starts.append
     unpack = _unpack_length
+    view = memoryview(buffer)  # type: ignore[arg-type]  # an ndarray is a buffer (numpy types it so for 3.12+); struct reads a view faster
     last = min(end - HEADER_SIZE, stop - 1)
     for _ in range(want):
         if pos > last:
             break
         append(pos)
-        pos += unpack(buffer, pos)[0] + RECORD_OVERHEAD
+        pos += unpack(view, pos)[0] + RECORD_OVERHEAD
     # Only the last record can overrun the buffer: the walk stops right after it.
     if pos > end:
         pos = starts.pop()
     return starts, pos
 
 
-def _bytes_needed(buffer: bytearray, pos: int, end: int) -> int | None:
+def _bytes_needed(buffer: np.ndarray, pos: int, end: int) -> int | None:
     """Bytes of the record at ``pos`` (a header's worth when it is cut off); None when its header is bad."""
     if end - pos < HEADER_SIZE:
         return HEADER_SIZE
-    length = _unpack_length(buffer, pos)[0]
-    if length > MAX_PAYLOAD_SIZE or masked_crc32c(buffer[pos:pos + 8]) != struct.unpack_from("<I", buffer, pos + 8)[0]:
+    header = buffer[pos:pos + HEADER_SIZE].tobytes()
+    length = _unpack_length(header)[0]
+    if length > MAX_PAYLOAD_SIZE or masked_crc32c(header[:8]) != struct.unpack_from("<I", header, 8)[0]:
         return None
     return length + RECORD_OVERHEAD
 
 
-def _check_block(buffer: bytearray, starts: list[int], verify: bool) -> RecordBlock | None:
+def _check_block(buffer: np.ndarray, starts: list[int], verify: bool) -> RecordBlock | None:
     """The records at ``starts`` (offsets relative to ``buffer``) as a block, or None when a CRC does not match."""
     raw = np.frombuffer(buffer, dtype=np.uint8)
     heads = np.asarray(starts, dtype=np.int64)

@@ -1,0 +1,206 @@
+"""The reading path's costs that once bounded an epoch (issue 41 item 6), and the shuffle pool they touch.
+
+A raw epoch of the object-store benchmark (300,000 records of ~400 bytes) spent its time on an
+index array per byte in the shuffle pool, a Python slice per record to join a block's payloads,
+and read buffers zero-filled holding the GIL. Each test here pins one of those away; the pool's
+property test pins that it still hands out exactly the rows, in exactly the order, of the rule
+it always followed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+import tfrbeam.dataset.columns as columns_module
+import tfrbeam.tfrecord.blocks as blocks_module
+from tfrbeam.dataset import open_dataset
+from tfrbeam.dataset.columns import Column, ShufflePool, take_block
+from tfrbeam.tfrecord.blocks import record_blocks
+from tfrbeam.tfrecord.records import RecordWriter
+
+# ---------------------------------------------------------------- rows as Python values, and back
+
+
+def _column(rows: list, depth: int, leaf: str) -> Column:
+    """Rows (nested lists ``depth - 1`` deep, ending in bytes or ints) as a Column."""
+    if depth == 0:
+        return Column(np.asarray(rows, dtype=np.int64).reshape(len(rows), -1))
+    levels = []
+    values = rows
+    for _ in range(depth - (1 if leaf == "bytes" else 0)):
+        levels.append(np.array([len(value) for value in values], dtype=np.int64))
+        values = [item for value in values for item in value]
+    if leaf == "bytes":
+        levels.append(np.array([len(value) for value in values], dtype=np.int64))
+        return Column(np.frombuffer(b"".join(values), dtype=np.uint8).copy(), tuple(levels))
+    return Column(np.asarray(values, dtype=np.int64), tuple(levels))
+
+
+def _rows(column: Column, leaf: str) -> list:
+    """The inverse of ``_column``."""
+    if not column.levels:
+        return column.leaf.tolist()
+    values: list = bytes(column.leaf) if leaf == "bytes" else column.leaf.tolist()
+    for lengths in reversed(column.levels):
+        ends = np.cumsum(lengths).tolist()
+        values = [values[end - length:end] for end, length in zip(ends, lengths.tolist())]
+    return values
+
+
+_KINDS = {  # name: (depth, leaf)
+    "dense": (0, "int"),
+    "record": (1, "bytes"),
+    "tags": (2, "bytes"),
+    "counts": (1, "int"),
+    "steps": (3, "bytes"),
+}
+
+
+def _row(draw: st.DrawFn, depth: int, leaf: str) -> object:
+    if depth == 0:
+        return draw(st.lists(st.integers(-9, 9), min_size=2, max_size=2))
+    if depth == 1:
+        return draw(st.binary(max_size=40)) if leaf == "bytes" else draw(st.lists(st.integers(-9, 9), max_size=5))
+    return [_row(draw, depth - 1, leaf) for _ in range(draw(st.integers(0, 3)))]
+
+
+@st.composite
+def _operations(draw: st.DrawFn) -> list[tuple[str, object]]:
+    """Blocks of rows added and batches popped, in some order."""
+    operations: list[tuple[str, object]] = []
+    for _ in range(draw(st.integers(1, 12))):
+        if draw(st.booleans()):
+            rows = draw(st.integers(0, 30))
+            operations.append(("add", [{name: _row(draw, *kind) for name, kind in _KINDS.items()} for _ in range(rows)]))
+        else:
+            operations.append(("pop", draw(st.integers(1, 25))))
+    return operations
+
+
+class _ReferencePool:
+    """The shuffle pool's rule on Python rows: draw uniformly without replacement, then fill holes from the top."""
+
+    def __init__(self, rng: np.random.Generator):
+        self.rng = rng
+        self.rows: list[dict] = []
+
+    def pop(self, count: int) -> list[dict]:
+        size = len(self.rows)
+        count = min(count, size)
+        picked = (self.rng.choice(size, size=count, replace=False) if count < size else self.rng.permutation(size)).tolist()
+        out = [self.rows[index] for index in picked]
+        end = size - count
+        taken = set(picked)
+        holes = [index for index in picked if index < end]
+        movers = [index for index in range(end, size) if index not in taken]
+        for hole, mover in zip(holes, movers):
+            self.rows[hole] = self.rows[mover]
+        del self.rows[end:]
+        return out
+
+
+@settings(max_examples=60)
+@given(_operations(), st.integers(1, 40), st.integers(0, 2**32 - 1))
+def test_the_pool_gives_the_rows_of_its_rule_in_its_order(operations, capacity, seed):
+    """Fixed, byte, nested and numeric columns come out of the pool (and ``take``) exactly as the rule draws them."""
+    pool, reference = ShufflePool(capacity, np.random.default_rng(seed)), _ReferencePool(np.random.default_rng(seed))
+    for kind, argument in operations:
+        if kind == "add":
+            rows = argument
+            if not rows:
+                continue
+            block = {name: _column([row[name] for row in rows], *_KINDS[name]) for name in _KINDS}
+            order = np.random.default_rng(seed).permutation(len(rows))
+            taken = take_block(block, order)
+            for name, (_, leaf) in _KINDS.items():
+                assert _rows(taken[name], leaf) == [rows[index][name] for index in order.tolist()]
+            pool.add(block)
+            reference.rows.extend(rows)
+        elif pool.size:
+            drawn = pool.pop(argument)
+            expected = reference.pop(argument)
+            for name, (_, leaf) in _KINDS.items():
+                assert _rows(drawn[name], leaf) == [row[name] for row in expected], name
+        assert pool.size == len(reference.rows)
+
+
+# ------------------------------------------------------------------- what an epoch may not cost
+
+
+def _raw_dataset(tmp_path, records: int = 3000, size: int = 400) -> tuple[str, int]:
+    rng = np.random.default_rng(0)
+    path = tmp_path / "raw.tfrecord"
+    with RecordWriter(str(path)) as writer:
+        for _ in range(records):
+            writer.write(rng.integers(0, 256, int(rng.integers(size // 2, size)), dtype=np.uint8).tobytes())
+    return str(path), records
+
+
+def test_the_shuffle_pool_gathers_record_bytes_without_an_index_per_byte(tmp_path, monkeypatch):
+    """A raw epoch through a shuffle buffer builds index arrays per record, not per byte.
+
+    An int64 index per byte (8 bytes of index to move one) was the pool's cost: a third of a
+    raw epoch of the benchmark's 400-byte records.
+    """
+    path, records = _raw_dataset(tmp_path)
+    indexed = [0]
+    ranges = columns_module.ranges
+
+    def counting(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        out = ranges(starts, lengths)
+        indexed[0] += len(out)
+        return out
+
+    monkeypatch.setattr(columns_module, "ranges", counting)
+    seen = []
+    with open_dataset(path, raw=True, batch_size=100, shuffle_buffer=500, seed=1, executor="threads") as dataset:
+        for batch in dataset:
+            seen.extend(batch["record"].tolist())
+    assert len(seen) == records and len(set(seen)) == records
+    assert indexed[0] <= 4 * records  # the old pool: ~300 per record (one per byte), ~900,000 here
+
+
+def _fastest(function, repeat: int = 7) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        started = time.perf_counter()
+        function()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def test_joining_a_blocks_payloads_costs_about_a_copy(tmp_path):
+    """A raw block's payloads are joined by one vectorised copy, not a Python slice per record (7x slower)."""
+    path, _ = _raw_dataset(tmp_path, records=8192)
+    (block,) = record_blocks(path, None, 0, 8192)
+    joined, bounds = block.joined()
+    assert bytes(joined) == b"".join(block.payload(index) for index in range(block.num_records))
+    assert bounds[-1] == len(joined)
+    data = np.asarray(block.data)
+    copy = _fastest(lambda: data.copy())
+    join = _fastest(block.joined)
+    assert join < 6 * copy + 3e-4, f"joining took {join * 1e3:.2f} ms, a copy of the block {copy * 1e3:.2f} ms"
+
+
+def test_read_buffers_are_not_zero_filled(tmp_path, monkeypatch):
+    """The read window takes memory without filling it: ``bytearray(n)`` zero-fills holding the GIL.
+
+    On threads that fill was a quarter of the GIL-holding samples of a raw epoch (the page
+    faults of a fresh buffer per file, paid where no other thread can run).
+    """
+    path, records = _raw_dataset(tmp_path)
+    made: list[int] = []
+
+    def counting_bytearray(*args: object) -> bytearray:
+        out = bytearray(*args)  # type: ignore[call-overload]
+        made.append(len(out))
+        return out
+
+    monkeypatch.setattr(blocks_module, "bytearray", counting_bytearray, raising=False)
+    monkeypatch.setattr(blocks_module, "_spare", threading.local())  # no buffer left by an earlier read of this thread
+    assert sum(block.num_records for block in record_blocks(path, None, 0, 1000)) == records
+    assert not [size for size in made if size > 1 << 16]
