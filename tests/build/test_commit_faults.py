@@ -323,7 +323,7 @@ def _held_row_operations(monkeypatch, fail_at: int | None = None) -> list[str]:
     from tfrbeam.build import held_rows
 
     log: list[str] = []
-    real_write, real_read, real_delete = held_rows._write_batch, held_rows._read_batch, held_rows.fs.delete_files
+    real_write, real_read, real_delete = held_rows._write_run, held_rows._read_segment, held_rows.fs.delete_files
 
     def step(op: str, path: str) -> None:
         log.append(f"{op} {path}")
@@ -355,8 +355,8 @@ def _held_row_operations(monkeypatch, fail_at: int | None = None) -> list[str]:
             step("delete", path)
         real_unlink(path)
 
-    monkeypatch.setattr(held_rows, "_write_batch", write)
-    monkeypatch.setattr(held_rows, "_read_batch", read)
+    monkeypatch.setattr(held_rows, "_write_run", write)
+    monkeypatch.setattr(held_rows, "_read_segment", read)
     monkeypatch.setattr(held_rows.fs, "delete_files", delete)
     monkeypatch.setattr(held_rows.fs, "unlink_local", unlink)
     return log
@@ -393,13 +393,13 @@ def test_a_fault_at_any_held_rows_operation_of_a_sequence_replace_leaves_old_or_
 _PAUSE_AFTER_FIRST_SPILL = """
 import pathlib, sys, time
 from tfrbeam.build import held_rows
-real = held_rows._write_batch
-def write(path, batch):
-    spilled = real(path, batch)
+real = held_rows._write_run
+def write(path, members):
+    spilled = real(path, members)
     pathlib.Path(sys.argv[1]).touch()
     time.sleep(120)
     return spilled
-held_rows._write_batch = write
+held_rows._write_run = write
 from tfrbeam.cli.build import main
 sys.exit(main(sys.argv[2:]))
 """

@@ -80,25 +80,27 @@ def test_rows_are_held_exactly_when_the_pieces_are(tmp_path, args, held):
 
 
 def test_batches_past_the_budget_are_spilled_under_the_run_and_read_back(tmp_path):
-    """A run keeps at most its budget of batches in memory; the rest are Arrow files under its staging dir."""
+    """A run keeps at most its budget of batches in memory; the batch past it sends them all to one Arrow file under
+    its staging dir, which goes when the last of them is released."""
     from tfrbeam.build.held_rows import HELD_ROWS_DIR, held_bytes
 
     run = str(tmp_path / "staging")
     batches = [pa.record_batch({"v": list(range(start, start + 1000)), "s": [f"row {start + i:06d}" for i in range(1000)]})
                for start in range(0, 5000, 1000)]
-    budget = 2 * batches[0].get_total_buffer_size() + 100
-    refs = [hold_rows(run, batch, budget) for batch in batches]
+    budget = 2 * batches[0].nbytes + 100
+    refs = [hold_rows(run, batch, budget, bucket=index % 2) for index, batch in enumerate(batches)]
     in_memory, size = held_bytes(run)
-    assert in_memory == 2 and size <= budget
+    assert in_memory == 2 and size <= budget  # the third batch sent the first three to a file; the last two wait
     spilled = sorted((tmp_path / "staging" / HELD_ROWS_DIR).iterdir())
-    assert len(spilled) == 3
+    assert len(spilled) == 1
     assert [batch.equals(original) for batch, original in zip(held_batches(refs[::-1]), batches[::-1])] == [True] * 5
-    release_rows(refs[2:4])  # two spilled: their files go
-    assert len(list((tmp_path / "staging" / HELD_ROWS_DIR).iterdir())) == 1
-    release_rows(refs[:1])  # one in memory: room for another
-    assert held_bytes(run) == (1, batches[1].get_total_buffer_size())
+    release_rows(refs[2:4])  # one spilled, one in memory: the file still holds two batches
+    assert sorted((tmp_path / "staging" / HELD_ROWS_DIR).iterdir()) == spilled
+    assert held_bytes(run) == (1, batches[4].nbytes)
+    release_rows(refs[:2])  # the file's last batches: it goes
+    assert list((tmp_path / "staging" / HELD_ROWS_DIR).iterdir()) == []
     release_rows(refs)
-    assert runs_holding_rows() == [] and list((tmp_path / "staging" / HELD_ROWS_DIR).iterdir()) == []
+    assert runs_holding_rows() == []
     zero = hold_rows(run, batches[0], 0)  # a budget of 0 spills every batch
     assert held_bytes(run) == (0, 0) and held_batches([zero])[0].equals(batches[0])
     release_rows([zero])
@@ -154,3 +156,53 @@ def test_released_spill_files_are_unlinked_locally_without_beams_per_file_match(
     monkeypatch.setattr(FileSystems, "delete", staticmethod(no_beam_delete))
     release_rows(refs)
     assert not list((tmp_path / "run").rglob("*.arrows")) and runs_holding_rows() == []
+
+
+def test_spilled_batches_go_to_one_file_per_budget_and_a_bucket_reads_each_file_once(tmp_path, monkeypatch):
+    """Issue 45: a 12M-row sequence build spilled one file per (source batch, bucket), so their number grew with rows
+    times buckets (tens of thousands; writing, reading and deleting them took most of the build). Now every batch
+    held when the budget is reached goes to one run file, a segment per bucket: files grow with the bytes spilled,
+    and encoding a bucket reads one segment of each run."""
+    from tfrbeam.build import held_rows
+    from tfrbeam.build.held_rows import HELD_ROWS_DIR, held_bytes
+
+    run = str(tmp_path / "run")
+    sources, buckets = 30, 12
+    batches = {(source, bucket): pa.record_batch({"v": [source * 1000 + bucket * 10 + row for row in range(5)]})
+               for source in range(sources) for bucket in range(buckets)}
+    budget = 40 * batches[0, 0].nbytes
+    refs = {}
+    for key, batch in batches.items():
+        refs[key] = hold_rows(run, batch, budget, bucket=key[1])
+        assert held_bytes(run)[1] <= budget
+    files = sorted((tmp_path / "run" / HELD_ROWS_DIR).iterdir())
+    assert 0 < len(files) <= len(batches) // 40 + 1  # one file per budget's worth (was one per spilled batch: 320)
+    opened = []
+    real_open = held_rows.fs.open_read
+    monkeypatch.setattr(held_rows.fs, "open_read", lambda path: opened.append(path) or real_open(path))
+    for bucket in range(buckets):
+        mine = [refs[source, bucket] for source in range(sources)]
+        opened.clear()
+        values = sorted(value for batch in held_batches(mine) for value in batch.column("v").to_pylist())
+        assert values == sorted(v for source in range(sources) for v in batches[source, bucket].column("v").to_pylist())
+        assert len(opened) == len(set(opened)) <= len(files)  # each run file read once for the bucket
+        release_rows(mine)
+        if bucket < buckets - 1:  # every run holds rows of every bucket: its file goes with the last of them
+            assert sorted((tmp_path / "run" / HELD_ROWS_DIR).iterdir()) == files
+    assert list((tmp_path / "run" / HELD_ROWS_DIR).iterdir()) == [] and runs_holding_rows() == []
+
+
+def test_batches_of_one_bucket_with_other_schemas_go_to_a_segment_each_and_read_back_as_they_were(tmp_path):
+    """A run file joins a bucket's batches into one segment; batches whose schemas differ (never in a build, whose
+    batches share the plan's features) get one segment per schema, not an error or a changed type."""
+    run = str(tmp_path / "run")
+    batches = [pa.record_batch({"v": pa.array([1, 2], pa.int64())}), pa.record_batch({"v": pa.array([3], pa.int32())}),
+               pa.record_batch({"w": ["x"]}), pa.record_batch({"v": pa.array([4], pa.int64())})]
+    budget = sum(batch.nbytes for batch in batches[:3])
+    refs = [hold_rows(run, batch, budget, bucket=7) for batch in batches]
+    assert len(list((tmp_path / "run").rglob("*.arrows"))) == 1
+    back = held_batches(refs)
+    assert [batch.schema for batch in back] == [batch.schema for batch in batches]
+    assert all(batch.equals(original) for batch, original in zip(back, batches))
+    release_rows(refs)
+    assert runs_holding_rows() == [] and not list((tmp_path / "run").rglob("*.arrows"))

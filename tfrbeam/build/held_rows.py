@@ -8,15 +8,20 @@ runs), but it no longer serializes every batch through its data plane, holds a s
 third copy of them in its grouping buffers, and decodes them again for the encoder.
 
 Memory: a run keeps at most its budget (``--memory_store_bytes``, as for the memory store's
-pieces) of batches in memory; a batch past it is written as an Arrow IPC stream under the run's
-staging directory (``held-rows/``) and read back when its bucket is encoded, so a sequence build
-of any size holds a bounded share of its input here.
+pieces) of batches in memory. The batch that would take it past the budget sends every batch held
+then (and itself) to one run file under the run's staging directory (``held-rows/``): per bucket
+one segment, its batches joined into one Arrow IPC stream with its own CRC32C. Encoding a bucket
+reads its segment of each run once. So the files grow with the bytes spilled (one per budget's
+worth), not with source batches times buckets: one file per (batch, bucket) made a 12M-row build
+write, read and delete tens of thousands of small files, its slowest part (issue 45).
 
 Lifetime: a run's batches live under its staging directory's name. The encoder takes a bucket's
-batches and releases them once the bucket is encoded (a spilled batch's file is deleted then);
-the run's entry goes with its last batch. After a failed run ``discard_held_rows`` (called by the
-commit's cleanup, with the held pieces) frees whatever is left, so nothing outlives a build
-(``runs_holding_rows()`` is empty after it); spilled files go with the staging directory.
+batches and releases them once the bucket is encoded; a run file is deleted when the last of its
+batches is released (as every run file holds rows of nearly every bucket, that is about when the
+last bucket is encoded: the disk holds what was spilled until then). The run's entry goes with its
+last batch. After a failed run ``discard_held_rows`` (called by the commit's cleanup, with the
+held pieces) frees whatever is left, so nothing outlives a build (``runs_holding_rows()`` is empty
+after it); spilled files go with the staging directory.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import itertools
 import logging
 import struct
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import crc32c
 import pyarrow as pa
@@ -56,19 +61,34 @@ class HeldRows:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Spilled:
-    """A batch written to a file, with the CRC32C of its bytes: read back, they must be the ones written."""
+class _Segment:
+    """One bucket's batches of a run, joined into one Arrow IPC stream at ``offset`` in the run's file, and its CRC32C."""
 
     path: str
+    offset: int
+    length: int
     crc: int
+
+
+@dataclasses.dataclass(frozen=True)
+class _Spilled:
+    """A batch written to a run file: rows ``first`` to ``first + rows`` of its segment."""
+
+    segment: _Segment
+    first: int
+    rows: int
 
 
 @dataclasses.dataclass
 class _Run:
-    """One run's held batches: in memory (a RecordBatch) or spilled (its file), by number."""
+    """One run's held batches: in memory (a RecordBatch) or spilled (where), by number; and its files' live batches."""
 
     batches: dict[int, pa.RecordBatch | _Spilled] = dataclasses.field(default_factory=dict)
-    in_memory: int = 0  # bytes of the batches held in memory
+    buckets: dict[int, int] = dataclasses.field(default_factory=dict)  # number -> bucket, while in memory
+    sizes: dict[int, int] = dataclasses.field(default_factory=dict)  # number -> bytes counted, while in memory
+    in_memory: int = 0  # bytes of the batches held in memory (those being written to a run file too)
+    spilling: set[int] = dataclasses.field(default_factory=set)  # numbers being written to a run file now
+    live: dict[str, int] = dataclasses.field(default_factory=dict)  # run file -> its batches not released yet
 
 
 # The held batches of every run in this process, by staging directory.
@@ -77,30 +97,56 @@ _LOCK = threading.Lock()
 _NUMBERS = itertools.count()
 
 
-def hold_rows(run_key: str, batch: pa.RecordBatch, budget: int | None = None) -> HeldRows:
-    """Keep ``batch`` for the run staging in ``run_key``; the reference to send instead.
+def hold_rows(run_key: str, batch: pa.RecordBatch, budget: int | None = None, bucket: int = 0,
+              size: int | None = None) -> HeldRows:
+    """Keep ``batch`` (rows of ``bucket``) for the run staging in ``run_key``; the reference to send instead.
 
-    With a ``budget``, a batch that would take the run's batches in memory past it is spilled to
-    a file under ``run_key`` instead (``HELD_ROWS_DIR``).
+    With a ``budget``, the batch that takes the run's batches in memory past it sends them all,
+    itself too, to one run file under ``run_key`` (``HELD_ROWS_DIR``), a segment per bucket.
+    ``size``: the bytes the batch stands for, when the caller knows them for less than its
+    ``nbytes`` costs (a slice's share of its source batch: ``nbytes`` of a slice takes ~60 us).
     """
-    size = batch.get_total_buffer_size()
+    size = batch.nbytes if size is None else size
     with _LOCK:
         number = next(_NUMBERS)
-        held = _RUNS[run_key].in_memory if run_key in _RUNS else 0
-        fits = budget is None or held + size <= budget
-        if fits:
-            run = _RUNS.setdefault(run_key, _Run())
-            run.in_memory += size
-            run.batches[number] = batch
-    if not fits:
-        spilled = _write_batch(fs.join(run_key, HELD_ROWS_DIR, f"{number}.arrows"), batch)
+        run = _RUNS.setdefault(run_key, _Run())
+        run.batches[number] = batch
+        run.buckets[number] = bucket
+        run.sizes[number] = size
+        run.in_memory += size
+        if budget is None or run.in_memory <= budget:
+            return HeldRows(run_key, number, batch.num_rows)
+        taken = {held: run.batches[held] for held in run.buckets if held not in run.spilling}
+        run.spilling.update(taken)
+        members = [(run.buckets[held], held, taken[held]) for held in taken]
+        path = fs.join(run_key, HELD_ROWS_DIR, f"{next(_NUMBERS)}.arrows")
+    try:
+        placed = _write_run(path, members)
+    finally:
         with _LOCK:
-            _RUNS.setdefault(run_key, _Run()).batches[number] = spilled
+            run.spilling.difference_update(taken)
+    with _LOCK:
+        if _RUNS.get(run_key) is run:  # else discarded meanwhile (a failed run): its file goes with the staging dir
+            _placed(run, path, placed)
     return HeldRows(run_key, number, batch.num_rows)
 
 
+def _placed(run: _Run, path: str, placed: dict[int, _Spilled]) -> None:
+    """Record where the batches of a run file went, and free them from memory (under _LOCK)."""
+    for number, spilled in placed.items():
+        batch = run.batches.get(number)
+        if isinstance(batch, pa.RecordBatch):
+            run.batches[number] = spilled
+            run.in_memory -= run.sizes.pop(number)
+            del run.buckets[number]
+            run.live[path] = run.live.get(path, 0) + 1
+
+
 def held_batches(refs: Iterable[HeldRows]) -> list[pa.RecordBatch]:
-    """The batches ``refs`` point to (still held until ``release_rows``), or HeldDataMissingError naming the run."""
+    """The batches ``refs`` point to (still held until ``release_rows``), or HeldDataMissingError naming the run.
+
+    A spilled batch's segment is read once for all the refs in it; its batch is a slice of the segment.
+    """
     found: list[pa.RecordBatch | _Spilled] = []
     with _LOCK:
         for ref in refs:
@@ -112,12 +158,17 @@ def held_batches(refs: Iterable[HeldRows]) -> list[pa.RecordBatch]:
                     "run ended or failed, the bucket was already encoded (a retried bundle), or a worker in another "
                     "process held them (use --piece_store spill or inline with such runners)")
             found.append(batch)
-    return [_read_batch(batch) if isinstance(batch, _Spilled) else batch for batch in found]
+    segments: dict[_Segment, pa.RecordBatch] = {}
+    for batch in found:
+        if isinstance(batch, _Spilled) and batch.segment not in segments:
+            segments[batch.segment] = _read_segment(batch.segment)
+    return [segments[batch.segment].slice(batch.first, batch.rows) if isinstance(batch, _Spilled) else batch
+            for batch in found]
 
 
 def release_rows(refs: Iterable[HeldRows]) -> None:
-    """Free the batches of ``refs`` (their bucket is encoded); a run's entry goes with its last batch."""
-    spilled = []
+    """Free the batches of ``refs`` (their bucket is encoded): a run file goes with its last batch, a run's entry too."""
+    emptied = []
     with _LOCK:
         for ref in refs:
             run = _RUNS.get(ref.run_key)
@@ -125,18 +176,23 @@ def release_rows(refs: Iterable[HeldRows]) -> None:
                 continue
             batch = run.batches.pop(ref.number, None)
             if isinstance(batch, _Spilled):
-                spilled.append(batch.path)
+                path = batch.segment.path
+                run.live[path] -= 1
+                if not run.live[path]:
+                    del run.live[path]
+                    emptied.append(path)
             elif batch is not None:
-                run.in_memory -= batch.get_total_buffer_size()
+                run.in_memory -= run.sizes.pop(ref.number)
+                del run.buckets[ref.number]
             if not run.batches:
                 del _RUNS[ref.run_key]
-    if spilled:
-        _delete_spilled(spilled)
+    if emptied:
+        _delete_spilled(emptied)
 
 
 def _delete_spilled(paths: list[str]) -> None:
-    """Delete released spill files: local ones one unlink each (Beam's delete matched a glob and read metadata per
-    file, a few ms each, and a 12M-row sequence build released tens of thousands), others through Beam."""
+    """Delete released run files: local ones one unlink each (Beam's delete matched a glob and read metadata per
+    file), others through Beam."""
     if not fs.is_remote(paths[0]):
         gone = []
         for path in paths:
@@ -177,31 +233,66 @@ def held_bytes(run_key: str) -> tuple[int, int]:
         return sum(not isinstance(batch, _Spilled) for batch in run.batches.values()), run.in_memory
 
 
-def _write_batch(path: str, batch: pa.RecordBatch) -> _Spilled:
-    """The batch as the runner would carry it (``RecordBatchCoder``'s Arrow IPC stream), in its own file."""
-    data = _BATCH_CODER.encode(batch)
+def _write_run(path: str, members: list[tuple[int, int, pa.RecordBatch]]) -> dict[int, _Spilled]:
+    """(bucket, number, batch) members to one file at ``path``: per bucket (and schema) one segment, its batches
+    joined and written as the runner would carry them (``RecordBatchCoder``'s Arrow IPC stream); where each went."""
+    by_bucket: dict[int, list[tuple[int, pa.RecordBatch]]] = {}
+    for bucket, number, batch in members:
+        by_bucket.setdefault(bucket, []).append((number, batch))
+    placed: dict[int, _Spilled] = {}
+    offset = 0
     with fs.create(path) as handle:
-        handle.write(data)
-    return _Spilled(path, crc32c.crc32c(data))
+        for _, batches in sorted(by_bucket.items()):
+            for joined, parts in _joined(batches):
+                data = _BATCH_CODER.encode(joined)
+                handle.write(data)
+                segment = _Segment(path, offset, len(data), crc32c.crc32c(data))
+                offset += len(data)
+                first = 0
+                for number, batch in parts:
+                    placed[number] = _Spilled(segment, first, batch.num_rows)
+                    first += batch.num_rows
+    return placed
 
 
-def _read_batch(spilled: _Spilled) -> pa.RecordBatch:
-    """The batch read back, if its bytes are the ones written (Arrow IPC has no checksum: a changed value decodes)."""
+def _joined(batches: list[tuple[int, pa.RecordBatch]]) -> Iterator[tuple[pa.RecordBatch, list[tuple[int, pa.RecordBatch]]]]:
+    """The batches as one (joined, parts) per schema: one in a build (its batches share the plan's features)."""
     try:
-        data = fs.read_bytes(spilled.path)
+        yield pa.concat_batches([batch for _, batch in batches]), batches
+        return
+    except pa.ArrowInvalid:  # schemas differ (hashing each batch's schema to group them costs ~25 us a batch)
+        pass
+    by_schema: list[tuple[pa.Schema, list[tuple[int, pa.RecordBatch]]]] = []
+    for number, batch in batches:
+        group = next((parts for schema, parts in by_schema if schema.equals(batch.schema)), None)
+        if group is None:
+            by_schema.append((batch.schema, group := []))
+        group.append((number, batch))
+    for _, parts in by_schema:
+        yield pa.concat_batches([batch for _, batch in parts]), parts
+
+
+def _read_segment(segment: _Segment) -> pa.RecordBatch:
+    """A bucket's batches of a run read back, if their bytes are the ones written (Arrow IPC has no checksum: a changed
+    value decodes)."""
+    where = f"{segment.path} (bytes {segment.offset:,} to {segment.offset + segment.length:,})"
+    try:
+        with fs.open_read(segment.path) as handle:
+            handle.seek(segment.offset)
+            data = handle.read(segment.length)
     except OSError as error:
         raise HeldDataMissingError(
-            f"{spilled.path}: held rows spilled there cannot be read back ({error}); was the run's staging directory "
+            f"{where}: held rows spilled there cannot be read back ({error}); was the run's staging directory "
             "removed or changed while the build ran?") from error
-    if crc32c.crc32c(data) != spilled.crc:
+    if len(data) != segment.length or crc32c.crc32c(data) != segment.crc:
         raise ShuffledDataError(
-            f"{spilled.path}: held rows spilled there fail their CRC32C ({len(data)} bytes read back): the file was "
-            "changed or damaged on disk while the run used it. Nothing is published; run the build again, and if it "
-            "recurs, check the disk under the staging directory")
+            f"{segment.path}: held rows spilled there fail their CRC32C ({len(data):,} of {segment.length:,} bytes read "
+            f"back at offset {segment.offset:,}): the file was changed or damaged on disk while the run used it. Nothing "
+            "is published; run the build again, and if it recurs, check the disk under the staging directory")
     try:
         return _BATCH_CODER.decode(data)
     except pa.ArrowInvalid as error:  # bytes as written that Arrow cannot read: a bug of ours, said as such
-        raise HeldDataMissingError(f"{spilled.path}: held rows spilled there cannot be decoded ({error})") from error
+        raise HeldDataMissingError(f"{where}: held rows spilled there cannot be decoded ({error})") from error
 
 
 def runs_holding_rows() -> list[str]:

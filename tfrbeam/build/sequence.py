@@ -167,8 +167,10 @@ class GroupKeyer:
     def rows_by_bucket(self, batch: pa.RecordBatch, file_index: int, lines: np.ndarray) -> Iterator[tuple[int, Any]]:
         """(bucket, rows) for every bucket the batch's rows fall in; each row carries its file, line and group hash.
 
-        Each bucket's rows are taken into buffers of their own, so a held bucket frees its memory
-        when it is encoded, whatever the other buckets of the same source batch do.
+        The batch is sorted by bucket once and each bucket's rows are a slice of that: a take per
+        bucket cost one call per (source batch, bucket), a number that grows with rows times
+        buckets. (The slices share the sorted batch's buffers, which live while any of them is held
+        in memory; held rows are counted by their slices' bytes, which add up to the batch's.)
         """
         digests = key_hashes(batch, self.group_by)
         extra = [pa.array(np.full(batch.num_rows, file_index, dtype=np.int32)), pa.array(np.asarray(lines, dtype=np.int64)),
@@ -177,17 +179,20 @@ class GroupKeyer:
                                            names=[*batch.schema.names, FILE_COLUMN, LINE_COLUMN, *GROUP_COLUMNS])
         bucket = digests[:, 1] % np.uint64(self.buckets)
         if not len(bucket) or bucket.min() == bucket.max():
-            yield (int(bucket[0]) if len(bucket) else 0), self._sent(keyed)
+            yield (int(bucket[0]) if len(bucket) else 0), self._sent(keyed, int(bucket[0]) if len(bucket) else 0)
             return
         order = np.argsort(bucket, kind="stable")
         bucket = bucket[order]
+        by_bucket = keyed.take(pa.array(order))
+        row_bytes = by_bucket.get_total_buffer_size() / max(by_bucket.num_rows, 1)  # its own buffers: exact
         bounds = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1], True])
         for start, end in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-            yield int(bucket[start]), self._sent(keyed.take(pa.array(order[start:end])))
+            yield int(bucket[start]), self._sent(by_bucket.slice(start, end - start), int(bucket[start]),
+                                                 round(row_bytes * (end - start)))
 
-    def _sent(self, rows: pa.RecordBatch) -> pa.RecordBatch | HeldRows:
-        """What goes through the GroupByKey for ``rows``: the batch, or a reference to it held in this process."""
-        return rows if self.held_under is None else hold_rows(self.held_under, rows, self.held_budget)
+    def _sent(self, rows: pa.RecordBatch, bucket: int = 0, size: int | None = None) -> pa.RecordBatch | HeldRows:
+        """What goes through the GroupByKey for ``rows`` (of ``size`` bytes): the batch, or a reference to it held here."""
+        return rows if self.held_under is None else hold_rows(self.held_under, rows, self.held_budget, bucket, size)
 
 
 # ------------------------------------------------------------------------------------ counts
@@ -609,10 +614,13 @@ class EncodeSequences(beam.DoFn):
 
 
 def _bucket_sequences(values: list[pa.RecordBatch | HeldRows], stage: SequenceStage) -> Sequences:
-    """One bucket's batches (or references to batches held here), as one table, grouped and encoded.
+    """One bucket's batches (or references to batches held here), as one table of one chunk, grouped and encoded.
 
-    Nothing here outlives the call but what it returns: the bucket's rows can be freed at once.
+    The batches are joined first (one copy of the bucket): a bucket comes as one batch per source
+    batch, more the larger the build, and sorting and taking from that many chunks cost more per
+    row (6x the time for 4x the rows, 3M -> 12M). Nothing here outlives the call but what it
+    returns: the bucket's rows can be freed at once.
     """
     held = iter(held_batches([value for value in values if isinstance(value, HeldRows)]))
     batches = [next(held) if isinstance(value, HeldRows) else value for value in values]
-    return sequences_of(pa.Table.from_batches(batches), stage)
+    return sequences_of(pa.Table.from_batches(batches).combine_chunks(), stage)
