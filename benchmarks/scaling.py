@@ -3,7 +3,7 @@
 Run by hand from the repository root, the machine otherwise idle:
 
     python -m benchmarks.scaling [--millions 3,6,12,24] [--paths in-process,sequence,workers,external]
-                                 [--data-dir /tmp/tfrbeam-scaling]
+                                 [--data-dir /tmp/tfrbeam-scaling] [--repeat 1]
 
 The input: files of 3M distinct rows each of the benchmark table (benchmarks/table.py, a seed and a
 ``row_id`` offset per file; about 390-byte Examples), written once into --data-dir and reused.
@@ -21,7 +21,9 @@ The paths:
 For every row count it also writes, then reads back, as many bytes as that build's shards hold, with
 plain file I/O in a child process (8 MiB blocks, then the file deleted): what this machine charges
 per GB written and read, beside the builds. Each line gives the figures and, from the second row
-count on, each per-row figure over the smallest build's.
+count on, each per-row figure over the smallest build's. With ``--repeat N`` each build runs N times
+(the machine is often shared): the line is the run of median wall time, followed by the range of
+rows/s over the N runs, and the ratios compare medians.
 """
 
 from __future__ import annotations
@@ -128,6 +130,12 @@ def raw_io(size: int, work: pathlib.Path) -> dict:
     return {"wall": wall, "cpu": cpu, "system": system}
 
 
+def median_run(runs: list[dict]) -> dict:
+    """The run of median wall time (the lower middle one of an even count), with every run's rows/s range beside."""
+    ordered = sorted(runs, key=lambda run: run["wall"])
+    return dict(ordered[(len(ordered) - 1) // 2], slowest=ordered[-1]["wall"], fastest=ordered[0]["wall"], runs=len(runs))
+
+
 def describe(label: str, rows: int, run: dict, first: tuple[int, dict] | None) -> str:
     user = run["cpu"] - run["system"]
     line = (f"{label:<11} {rows / 1e6:>5.0f}M  {rows / run['wall']:>10,.0f} rows/s  RSS {run['rss'] / 1e6:>6,.0f} MB  "
@@ -136,6 +144,8 @@ def describe(label: str, rows: int, run: dict, first: tuple[int, dict] | None) -
         base_rows, base = first
         line += (f"  | x{(rows / run['wall']) / (base_rows / base['wall']):.2f} rows/s, "
                  f"x{(run['cpu'] / rows) / (base['cpu'] / base_rows):.2f} CPU/row, x{run['rss'] / base['rss']:.2f} RSS")
+    if run.get("runs", 1) > 1:
+        line += (f"  | median of {run['runs']}: {rows / run['slowest']:,.0f}..{rows / run['fastest']:,.0f} rows/s")
     return line
 
 
@@ -144,12 +154,13 @@ def main() -> None:
     parser.add_argument("--millions", default="3,6,12,24")
     parser.add_argument("--paths", default="in-process")
     parser.add_argument("--data-dir", default=str(pathlib.Path(tempfile.gettempdir()) / "tfrbeam-scaling"))
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each build; the median one is shown")
     args = parser.parse_args()
     sizes = [int(float(value) * 1_000_000) for value in args.millions.split(",")]
     paths = args.paths.split(",")
     unknown = set(paths) - set(PATHS)
-    if unknown or any(size % ROWS_PER_FILE for size in sizes):
-        parser.error(f"--paths are {', '.join(PATHS)}; --millions must be multiples of 3")
+    if unknown or any(size % ROWS_PER_FILE for size in sizes) or args.repeat < 1:
+        parser.error(f"--paths are {', '.join(PATHS)}; --millions must be multiples of 3; --repeat at least 1")
     # In a child: a fork of a parent that made the tables would count their pages in every build's peak RSS.
     count, data_dir = max(sizes) // ROWS_PER_FILE, pathlib.Path(args.data_dir)
     subprocess.run([sys.executable, "-c", f"from benchmarks.scaling import write_inputs; "
@@ -161,7 +172,8 @@ def main() -> None:
         first: tuple[int, dict] | None = None
         for rows in sizes:
             with tempfile.TemporaryDirectory(prefix="tfrbeam-scaling-") as temp:
-                run = run_build(path, files[:rows // ROWS_PER_FILE], rows, pathlib.Path(temp))
+                run = median_run([run_build(path, files[:rows // ROWS_PER_FILE], rows, pathlib.Path(temp))
+                                  for _ in range(args.repeat)])
                 raw = raw_io(run["bytes"], pathlib.Path(temp))
             print(describe(path, rows, run, first), flush=True)
             print(f"{'':<11} {'':>6}  raw I/O of the shards' {run['bytes'] / 1e9:.2f} GB: write+fsync+read "
