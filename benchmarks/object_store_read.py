@@ -21,16 +21,24 @@ interleaved, so the load of a shared machine hits each alike:
 Prints MB/s of shard bytes for each (median, range), and the ratios of the bucket's records
 epoch to the raw read (goal: at least 0.7x) and of each bucket epoch to the same local one,
 checking first that each bucket epoch gives the local one's records in the same order.
+
+``--baseline DIR`` also times the four epochs with the tfrbeam in DIR (an export of an older
+commit: ``git archive <commit> tfrbeam | tar -x -C DIR``), in a child process started after each
+round of this one's epochs, so a before/after pair comes from the same run and the same server;
+the child checks its epochs give the same records, in the same order, as this code's.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import pathlib
+import subprocess
 import sys
 import tempfile
 import time
+import zlib
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
@@ -85,8 +93,35 @@ def epoch(path: str, kind: str) -> tuple[int, int]:
         for number, batch in enumerate(dataset):
             column = batch["record"] if kind == "records" else batch["i4"]
             records += len(column)
-            checksum += (number + 1) * (hash(bytes(column[0])) if kind == "records" else int(np.sum(column)))
+            checksum += (number + 1) * (zlib.crc32(bytes(column[0])) if kind == "records" else int(np.sum(column)))
     return records, checksum
+
+
+_BASELINE_CHILD = """
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+import tfrbeam
+assert tfrbeam.__file__.startswith(sys.argv[1]), tfrbeam.__file__
+sys.path.insert(1, sys.argv[2])
+import benchmarks.object_store_read as bench
+out = {}
+for where, path in (("gs", sys.argv[3]), ("local", sys.argv[4])):
+    for kind in bench._KINDS:
+        result = bench.epoch(path, kind)  # warm: imports, clients and first-touch memory, as this process had
+        started = time.perf_counter()
+        again = bench.epoch(path, kind)
+        out[f"{where} {kind}"] = [time.perf_counter() - started, result == again and list(result)]
+print(json.dumps(out))
+"""
+
+
+def baseline_epochs(directory: str, url: str, local: str) -> dict[str, tuple[float, list]]:
+    """Seconds of each epoch with the tfrbeam in ``directory`` (a child process), with its (records, checksum)."""
+    repository = str(pathlib.Path(__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([directory, repository]))
+    done = subprocess.run([sys.executable, "-c", _BASELINE_CHILD, directory, repository, url, local],
+                          env=env, check=True, capture_output=True, text=True)
+    return {name: (seconds, result) for name, (seconds, result) in json.loads(done.stdout.splitlines()[-1]).items()}
 
 
 def timed(function, *arguments) -> tuple[float, object]:
@@ -100,6 +135,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=300_000)
     parser.add_argument("--shards", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--baseline", help="a directory holding an older tfrbeam/ to time alongside (see above)")
     args = parser.parse_args()
     local = local_dataset(args.rows, args.shards)
     shard_bytes = sum(path.stat().st_size for path in local.glob("train/*.tfrecord"))
@@ -108,10 +144,14 @@ def main() -> None:
         bucket = StoreBucket(server)
         keys = upload(bucket, local)
         url = bucket.url("ds")
+        expected = {kind: epoch(str(local), kind) for kind in _KINDS}
         for kind in _KINDS:
-            if epoch(url, kind) != epoch(str(local), kind):
+            if epoch(url, kind) != expected[kind]:
                 raise SystemExit(f"the bucket's {kind} epoch differs from the local copy's")
-        seconds: dict[str, list[float]] = {"raw": [], **{f"{where} {kind}": [] for kind in _KINDS for where in ("gs", "local")}}
+        names = [f"{where} {kind}" for kind in _KINDS for where in ("gs", "local")]
+        seconds: dict[str, list[float]] = {"raw": [], **{name: [] for name in names}}
+        if args.baseline:
+            seconds.update({f"{name} (baseline)": [] for name in names})
         for _ in range(args.repeat):
             took, size = timed(raw_read, bucket, keys)
             assert size == shard_bytes
@@ -119,6 +159,11 @@ def main() -> None:
             for kind in _KINDS:
                 seconds[f"gs {kind}"].append(timed(epoch, url, kind)[0])
                 seconds[f"local {kind}"].append(timed(epoch, str(local), kind)[0])
+            if args.baseline:
+                for name, (took, result) in baseline_epochs(args.baseline, url, str(local)).items():
+                    if tuple(result or ()) != expected[name.split()[1]]:
+                        raise SystemExit(f"the baseline's {name} epoch gave {result}, this code's {expected[name.split()[1]]}")
+                    seconds[f"{name} (baseline)"].append(took)
     rates = {name: Runs(tuple(values)).rates(shard_bytes / 1e6) for name, values in seconds.items()}
     print(f"{args.rows:,} records in {args.shards} shards, {shard_bytes / 1e6:.1f} MB; gcp-storage-emulator on 127.0.0.1; "
           f"{os.cpu_count()} CPUs")
@@ -131,6 +176,10 @@ def main() -> None:
           f"(goal {GOAL}x: {'met' if share >= GOAL else 'not met'})")
     for kind in _KINDS:
         print(f"{kind} epoch over gs:// / the same local epoch: {ratio(rates[f'gs {kind}'], rates[f'local {kind}'])}")
+    if args.baseline:
+        print(f"baseline records epoch over gs:// / raw read: {ratio(rates['gs records (baseline)'], rates['raw'])}")
+        for name in names:
+            print(f"{name}: this code / the baseline: {ratio(rates[name], rates[f'{name} (baseline)'])}")
 
 
 if __name__ == "__main__":
