@@ -203,6 +203,39 @@ def _binary_parts(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return np.diff(offsets).astype(np.int64), data[int(offsets[0]):int(offsets[-1])]
 
 
+_NUMPY_TYPES = {
+    pa.type_for_alias(name): np.dtype(name)
+    for name in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64")
+}
+
+
+def numpy_of(array: pa.Array) -> np.ndarray:
+    """A numeric or boolean Arrow array without nulls as numpy, read from its buffers (numbers: without a copy).
+
+    Not Arrow's ``to_numpy``: with pandas installed, its first call imports pandas (0.4 s, paid by
+    every reader process on its first block, each time a dataset is opened).
+    """
+    dtype = _NUMPY_TYPES.get(array.type)
+    boolean = pa.types.is_boolean(array.type)
+    if array.null_count or (dtype is None and not boolean):
+        return array.to_numpy(zero_copy_only=False)
+    if not len(array):
+        return np.zeros(0, dtype=bool if boolean else dtype)
+    data = array.buffers()[1]
+    if boolean:  # one bit a value, least significant first
+        bits = np.unpackbits(np.frombuffer(data, dtype=np.uint8), bitorder="little")
+        return bits[array.offset:array.offset + len(array)].astype(bool)
+    return np.frombuffer(data, dtype=dtype)[array.offset:array.offset + len(array)]
+
+
+def _list_lengths(array: pa.Array) -> np.ndarray:
+    """Each list's length as int64, 0 where the list is null (``fill_null`` imports pandas too: see ``numpy_of``)."""
+    lengths = np.diff(numpy_of(array.offsets)).astype(np.int64)
+    if array.null_count:
+        lengths[~numpy_of(array.is_valid())] = 0
+    return lengths
+
+
 def _to_column(array: pa.Array, feature: ContextFeature) -> Column:
     """One decoded Arrow column as a ``Column`` (defaults filled in for absent fixed-length features)."""
     rows = len(array)
@@ -216,27 +249,26 @@ def _to_column(array: pa.Array, feature: ContextFeature) -> Column:
             if feature.shape == ():
                 return Column(data, (lengths,))
             return Column(data, (np.full(rows, feature.size, dtype=np.int64), lengths))
-        flat = values.to_numpy(zero_copy_only=False)
-        return Column(flat.reshape((rows,) + feature.shape))
-    row_lengths = array.value_lengths().fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        return Column(numpy_of(values).reshape((rows,) + feature.shape))
+    row_lengths = _list_lengths(array)
     values = array.flatten()
     if feature.dtype == "bytes":
         lengths, data = _binary_parts(values)
         return Column(data, (row_lengths, lengths))
-    return Column(values.to_numpy(zero_copy_only=False), (row_lengths,))
+    return Column(numpy_of(values), (row_lengths,))
 
 
 def _present(array: pa.Array) -> np.ndarray:
     """True where the record holds the feature (a null list is an absent feature; an empty one is present)."""
     if not array.null_count:
         return np.ones(len(array), dtype=bool)
-    return array.is_valid().to_numpy(zero_copy_only=False)
+    return numpy_of(array.is_valid())
 
 
 def _sequence_column(array: pa.Array, feature: SequenceFeature) -> Column:
     """A decoded list<step> column as a ``Column`` whose first level is each record's steps (0 where it lacks the list)."""
-    steps = array.value_lengths().fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-    offsets = np.asarray(array.offsets)
+    steps = _list_lengths(array)
+    offsets = numpy_of(array.offsets)
     step_values = array.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
     inner = _to_column(step_values, feature.step)
     return Column(inner.leaf, (steps, *inner.levels))
