@@ -10,7 +10,7 @@ third copy of them in its grouping buffers, and decodes them again for the encod
 Memory: a run keeps at most its budget (``--memory_store_bytes``, as for the memory store's
 pieces) of batches in memory. The batch that would take it past the budget sends every batch held
 then (and itself) to one run file under the run's staging directory (``held-rows/``): per bucket
-one segment, its batches joined into one Arrow IPC stream with its own CRC32C. Encoding a bucket
+one segment, an Arrow IPC stream of its batches with its own CRC32C. Encoding a bucket
 reads its segment of each run once. So the files grow with the bytes spilled (one per budget's
 worth), not with source batches times buckets: one file per (batch, bucket) made a 12M-row build
 write, read and delete tens of thousands of small files, its slowest part (issue 45).
@@ -31,14 +31,13 @@ import itertools
 import logging
 import struct
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 import crc32c
 import pyarrow as pa
 from apache_beam import coders
 
 from tfrbeam.beam import filesystem as fs
-from tfrbeam.beam.arrow_coder import RecordBatchCoder
 from tfrbeam.errors import HeldDataMissingError, ShuffledDataError
 
 __all__ = [
@@ -48,7 +47,6 @@ __all__ = [
 
 _LOG = logging.getLogger(__name__)
 HELD_ROWS_DIR = "held-rows"  # under the run's staging directory: the batches past the run's budget
-_BATCH_CODER = RecordBatchCoder()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +60,7 @@ class HeldRows:
 
 @dataclasses.dataclass(frozen=True)
 class _Segment:
-    """One bucket's batches of a run, joined into one Arrow IPC stream at ``offset`` in the run's file, and its CRC32C."""
+    """One bucket's batches of a run, an Arrow IPC stream at ``offset`` in the run's file, and its CRC32C."""
 
     path: str
     offset: int
@@ -72,11 +70,10 @@ class _Segment:
 
 @dataclasses.dataclass(frozen=True)
 class _Spilled:
-    """A batch written to a run file: rows ``first`` to ``first + rows`` of its segment."""
+    """A batch written to a run file: the ``index``-th batch of its segment."""
 
     segment: _Segment
-    first: int
-    rows: int
+    index: int
 
 
 @dataclasses.dataclass
@@ -145,7 +142,7 @@ def _placed(run: _Run, path: str, placed: dict[int, _Spilled]) -> None:
 def held_batches(refs: Iterable[HeldRows]) -> list[pa.RecordBatch]:
     """The batches ``refs`` point to (still held until ``release_rows``), or HeldDataMissingError naming the run.
 
-    A spilled batch's segment is read once for all the refs in it; its batch is a slice of the segment.
+    A spilled batch's segment is read once for all the refs in it.
     """
     found: list[pa.RecordBatch | _Spilled] = []
     with _LOCK:
@@ -158,12 +155,11 @@ def held_batches(refs: Iterable[HeldRows]) -> list[pa.RecordBatch]:
                     "run ended or failed, the bucket was already encoded (a retried bundle), or a worker in another "
                     "process held them (use --piece_store spill or inline with such runners)")
             found.append(batch)
-    segments: dict[_Segment, pa.RecordBatch] = {}
+    segments: dict[_Segment, list[pa.RecordBatch]] = {}
     for batch in found:
         if isinstance(batch, _Spilled) and batch.segment not in segments:
             segments[batch.segment] = _read_segment(batch.segment)
-    return [segments[batch.segment].slice(batch.first, batch.rows) if isinstance(batch, _Spilled) else batch
-            for batch in found]
+    return [segments[batch.segment][batch.index] if isinstance(batch, _Spilled) else batch for batch in found]
 
 
 def release_rows(refs: Iterable[HeldRows]) -> None:
@@ -234,8 +230,8 @@ def held_bytes(run_key: str) -> tuple[int, int]:
 
 
 def _write_run(path: str, members: list[tuple[int, int, pa.RecordBatch]]) -> dict[int, _Spilled]:
-    """(bucket, number, batch) members to one file at ``path``: per bucket (and schema) one segment, its batches
-    joined and written as the runner would carry them (``RecordBatchCoder``'s Arrow IPC stream); where each went."""
+    """(bucket, number, batch) members to one file at ``path``, where each went: per bucket (and schema) one segment,
+    an Arrow IPC stream of its batches as they are (joining them first cost more than the rest of the write)."""
     by_bucket: dict[int, list[tuple[int, pa.RecordBatch]]] = {}
     for bucket, number, batch in members:
         by_bucket.setdefault(bucket, []).append((number, batch))
@@ -243,36 +239,31 @@ def _write_run(path: str, members: list[tuple[int, int, pa.RecordBatch]]) -> dic
     offset = 0
     with fs.create(path) as handle:
         for _, batches in sorted(by_bucket.items()):
-            for joined, parts in _joined(batches):
-                data = _BATCH_CODER.encode(joined)
-                handle.write(data)
-                segment = _Segment(path, offset, len(data), crc32c.crc32c(data))
-                offset += len(data)
-                first = 0
-                for number, batch in parts:
-                    placed[number] = _Spilled(segment, first, batch.num_rows)
-                    first += batch.num_rows
+            for schema, parts in _by_schema(batches):
+                sink = pa.BufferOutputStream()
+                with pa.ipc.new_stream(sink, schema) as writer:
+                    for _, batch in parts:
+                        writer.write_batch(batch)
+                data = sink.getvalue()
+                handle.write(memoryview(data))
+                segment = _Segment(path, offset, data.size, crc32c.crc32c(data))
+                offset += data.size
+                placed.update((number, _Spilled(segment, index)) for index, (number, _) in enumerate(parts))
     return placed
 
 
-def _joined(batches: list[tuple[int, pa.RecordBatch]]) -> Iterator[tuple[pa.RecordBatch, list[tuple[int, pa.RecordBatch]]]]:
-    """The batches as one (joined, parts) per schema: one in a build (its batches share the plan's features)."""
-    try:
-        yield pa.concat_batches([batch for _, batch in batches]), batches
-        return
-    except pa.ArrowInvalid:  # schemas differ (hashing each batch's schema to group them costs ~25 us a batch)
-        pass
-    by_schema: list[tuple[pa.Schema, list[tuple[int, pa.RecordBatch]]]] = []
+def _by_schema(batches: list[tuple[int, pa.RecordBatch]]) -> list[tuple[pa.Schema, list[tuple[int, pa.RecordBatch]]]]:
+    """The batches by schema (one in a build: its batches have the plan's features), in order of first appearance."""
+    groups: list[tuple[pa.Schema, list[tuple[int, pa.RecordBatch]]]] = []
     for number, batch in batches:
-        group = next((parts for schema, parts in by_schema if schema.equals(batch.schema)), None)
+        group = next((parts for schema, parts in groups if schema.equals(batch.schema)), None)
         if group is None:
-            by_schema.append((batch.schema, group := []))
+            groups.append((batch.schema, group := []))
         group.append((number, batch))
-    for _, parts in by_schema:
-        yield pa.concat_batches([batch for _, batch in parts]), parts
+    return groups
 
 
-def _read_segment(segment: _Segment) -> pa.RecordBatch:
+def _read_segment(segment: _Segment) -> list[pa.RecordBatch]:
     """A bucket's batches of a run read back, if their bytes are the ones written (Arrow IPC has no checksum: a changed
     value decodes)."""
     where = f"{segment.path} (bytes {segment.offset:,} to {segment.offset + segment.length:,})"
@@ -290,7 +281,7 @@ def _read_segment(segment: _Segment) -> pa.RecordBatch:
             f"back at offset {segment.offset:,}): the file was changed or damaged on disk while the run used it. Nothing "
             "is published; run the build again, and if it recurs, check the disk under the staging directory")
     try:
-        return _BATCH_CODER.decode(data)
+        return list(pa.ipc.open_stream(data))
     except pa.ArrowInvalid as error:  # bytes as written that Arrow cannot read: a bug of ours, said as such
         raise HeldDataMissingError(f"{where}: held rows spilled there cannot be decoded ({error})") from error
 

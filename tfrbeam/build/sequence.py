@@ -621,6 +621,11 @@ def _bucket_sequences(values: list[pa.RecordBatch | HeldRows], stage: SequenceSt
     row (6x the time for 4x the rows, 3M -> 12M). Nothing here outlives the call but what it
     returns: the bucket's rows can be freed at once.
     """
+    return sequences_of(_bucket_table(values), stage)
+
+
+def _bucket_table(values: list[pa.RecordBatch | HeldRows]) -> pa.Table:
+    """The bucket's rows as one table of one chunk (the batches read back from run files are freed on return)."""
     held = iter(held_batches([value for value in values if isinstance(value, HeldRows)]))
     batches = [next(held) if isinstance(value, HeldRows) else value for value in values]
-    return sequences_of(pa.Table.from_batches(batches).combine_chunks(), stage)
+    return pa.Table.from_batches(batches).combine_chunks()
