@@ -372,6 +372,23 @@ def test_held_rows_stay_within_the_memory_store_budget_and_the_rest_is_spilled(s
     assert held_rows.runs_holding_rows() == [] and not any(os.path.exists(path) for path, _ in spilled)
 
 
+def test_threads_spilling_held_rows_at_once_give_the_reference_bytes(small, monkeypatch):
+    """Two threads of the DirectRunner hold and spill rows into one run's budget at once: a batch being written to a
+    run file by one thread is not taken by the other, every batch is read back once, and nothing stays behind."""
+    from tfrbeam.build import held_rows
+
+    directory, reference = small
+    runs = []
+    real_write = held_rows._write_run
+    monkeypatch.setattr(held_rows, "_write_run", lambda path, members: runs.append(len(members)) or real_write(path, members))
+    monkeypatch.setattr(build_plan, "SEQUENCE_BUCKET_INPUT_BYTES", 64 << 10)  # many buckets, many batches
+    assert _build(directory, generated_config(directory, "threads"), "--direct_running_mode=multi_threading",
+                  "--direct_num_workers=2", "--memory_store_bytes=128KiB") == 0
+    assert _shard_bytes(directory / "out" / "threads") == reference
+    assert len(runs) > 1 and held_rows.runs_holding_rows() == []
+    assert not list((directory / "out").rglob("*.arrows"))
+
+
 def test_a_full_disk_while_spilling_held_rows_fails_the_rebuild_and_keeps_the_old_dataset(small, monkeypatch, capsys):
     """ENOSPC writing a held batch: the build fails naming it, the published dataset is the old one, nothing stays."""
     import errno
