@@ -19,14 +19,13 @@ setup(
     package_data={"tfrbeam.codec.protos": ["*.proto"]},
     include_package_data=True,
     install_requires=[
-        # Tested on 2.77; tfrbeam/beam/source.py touches private Beam APIs (tests/beam/test_beam_internals.py pins them).
-        "apache-beam>=2.77,<2.78",
+        "apache-beam>=2.72,<3",
         # Generated protobuf modules carry no runtime version check and work on 4.25 to 6.x.
         "protobuf>=4.25,<7",
         "crc32c>=2.3",
         # XXH3 output is frozen from xxHash 0.8.0, bundled from python-xxhash 2.0 on: the content hash of the shuffle.
         "xxhash>=2.0",
-        "pyarrow>=14",
+        "pyarrow>=19",
         "numpy>=1.24",
         "PyYAML>=6",
         # Apache DataSketches' KLL sketch: mergeable quantiles with a stated rank error, updated from numpy arrays.
@@ -40,7 +39,7 @@ setup(
             "hypothesis>=6.80",
             "pytest-xdist>=3",
             # Beam's GCS and S3 file systems with the clients the object-store lock uses (google-cloud-storage, boto3).
-            "apache-beam[gcp,aws]>=2.60",
+            "apache-beam[gcp,aws]",
             # Real storage APIs on 127.0.0.1 for the object-store tests (tests/storage_servers.py): the GCS JSON API
             # Beam's GCS IO works against, a GCS server that honours preconditions, and an S3 API.
             "gcp-storage-emulator>=2024.8",

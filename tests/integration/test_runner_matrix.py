@@ -166,7 +166,7 @@ def test_dask_runner_is_refused_in_one_line_and_nothing_is_published(workdir, ca
     ours = [line for line in err.splitlines() if line.startswith("tfrbeam")]
     assert status == 1 and len(ours) == 1
     err = ours[0]
-    assert err.startswith("tfrbeam build: error: tfrbeam build cannot run on the DaskRunner: Beam's DaskRunner drops")
+    assert err.startswith("tfrbeam build: error: tfrbeam build cannot run on the DaskRunner: Beam's DaskRunner merges")
     assert not output.exists() and not glob.glob(str(output.parent / ".tfrbeam-*"))
 
 

@@ -16,9 +16,9 @@ __all__ = ["LOSSY_RUNNERS", "TAGGED_SIDE_INPUT_LOSERS", "refuse_lossy_runner"]
 
 LOSSY_RUNNERS = {
     "DaskRunner": (
-        "Beam's DaskRunner drops every element a DoFn emits in finish_bundle (it collects a bundle's outputs "
-        "before calling finish_bundle), merges a ParDo's tagged outputs into its main output, runs only the "
-        "pipeline's last leaf transform and turns beam.io.Read into a no-op"
+        "Beam's DaskRunner merges a ParDo's tagged outputs into its main output, runs only the pipeline's last leaf "
+        "transform, turns beam.io.Read into a no-op and, before Beam 2.78, drops every element a DoFn emits in "
+        "finish_bundle"
     ),
 }
 

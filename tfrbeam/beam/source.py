@@ -21,7 +21,7 @@ file and offset and counts them in the ``tfrbeam:corrupt_records_skipped`` metri
 skip_corrupt, neighbouring ranges resynchronise after damage by the same rule, so they still
 agree, except after a record whose payload both is damaged and embeds TFRecord framing.
 
-Two read paths share this code: ``TFRecordSource`` (a FileBasedSource: dynamic splitting and
+Two read paths share this code: ``TFRecordSource`` (a BoundedSource: dynamic splitting and
 progress through ``iobase.Read``) and, by default in ``ReadFromTFRecord`` / ``ReadAllFromTFRecord``,
 ranges planned when the pipeline starts and read by a plain DoFn, which costs Beam less per record.
 Metrics (namespace "tfrbeam"): records_read, bytes_read (framed, uncompressed bytes of the
@@ -34,19 +34,19 @@ import bisect
 import contextlib
 import dataclasses
 import logging
+import math
 import struct
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, BinaryIO
 
 from apache_beam import coders
 from apache_beam.io import iobase
 from apache_beam.io.concat_source import ConcatSource
-from apache_beam.io.filebasedsource import FileBasedSource
 from apache_beam.io.filesystem import CompressionTypes, FileMetadata
-from apache_beam.io.range_trackers import OffsetRangeTracker
 from apache_beam.io.restriction_trackers import OffsetRange
 from apache_beam.metrics import Metrics
-from apache_beam.options.value_provider import ValueProvider
+from apache_beam.options.value_provider import StaticValueProvider, ValueProvider
 from apache_beam.transforms import Create, DoFn, ParDo, PTransform
 from apache_beam.transforms.display import DisplayDataItem
 from apache_beam.transforms.util import Reshuffle
@@ -72,17 +72,9 @@ _LOG = logging.getLogger(__name__)
 
 METRICS_NAMESPACE = "tfrbeam"
 DEFAULT_DESIRED_BUNDLE_SIZE = 64 << 20
-_INFINITY = OffsetRangeTracker.OFFSET_INFINITY
+_INFINITY = float("inf")  # the stop of a range read to its end: a compressed file's, unknown until read
 
-# Beam's private APIs are touched in this module only, each pinned by tests/beam/test_beam_internals.py
-# (setup.py bounds the Beam versions those tests ran on):
-# - OffsetRangeTracker's fields (_lock, _stop_offset, _last_attempted_record_start,
-#   _offset_of_last_split_point, _last_record_start, _split_points_seen): _RecordRangeTracker claims
-#   a whole block of record starts under one lock instead of one validated call per record.
-# - FileBasedSource._validate and _get_concat_source (with _concat_source): overridden so a missing
-#   pattern says how to fix it and each file carries its size and mtime for the read index.
-# - Exception._tagged_with_step: set on our errors so Beam re-raises them as they are, not rebuilt
-#   from their message as a RuntimeError.
+# Beam's re-raise of a DoFn's error: Exception._tagged_with_step, set on ours in _ReadRange (see there).
 _unpack_header = struct.Struct("<QI").unpack
 # Codecs Beam can read and write but TensorFlow's TFRecordDataset cannot (it reads '', GZIP, ZLIB).
 _REFUSED_COMPRESSION_TYPES = {
@@ -436,51 +428,92 @@ def _never() -> bool:
     return False
 
 
-class _RecordRangeTracker(OffsetRangeTracker):
-    """An OffsetRangeTracker that refuses dynamic splits of files that must be read whole.
+class _RecordRangeTracker(iobase.RangeTracker):
+    """Byte offsets of record starts in ``[start, stop)``: Beam's offset-tracker contract, written on its public base.
 
-    Whether a file may be split needs its index; it is looked up only when a split is asked for.
+    Every record start is a split point (records are read in order, one after another). Claims
+    may come a block at a time (``try_claim_prefix``: one lock for a block of starts). A file that
+    must be read whole refuses dynamic splits; whether it may be split needs its index, looked up
+    only when a split is asked for (``can_split``).
     """
 
-    _last_attempted_record_start: int  # OffsetRangeTracker's
-
     def __init__(self, start: int, stop: int | float, can_split: Callable[[], bool]):
-        super().__init__(start, stop)
+        super().__init__()
+        if not 0 <= start <= stop:
+            raise ValueError(f"a record range needs 0 <= start <= stop, got [{start}, {stop})")
+        self._start, self._stop = start, stop
         self._can_split = can_split
+        self._lock = threading.Lock()
+        self._last_start = -1  # the last claimed record start
+        self._last_attempted = -1  # the last start asked for, claimed or not
+        self._claimed = 0
+        self._unclaimed_callback: Callable[[int | float], int] | None = None
+
+    def start_position(self) -> int:
+        return self._start
+
+    def stop_position(self) -> int | float:
+        return self._stop
+
+    @property
+    def last_record_start(self) -> int:
+        return self._last_start
+
+    @property
+    def last_attempted_record_start(self) -> int:
+        return self._last_attempted
 
     def try_claim(self, record_start):
-        """OffsetRangeTracker.try_claim without its per-call validation helper: records are read in order."""
         with self._lock:
-            if record_start <= self._last_attempted_record_start:
-                raise ValueError(
-                    f"record start {record_start} is not after the last attempted one, {self._last_attempted_record_start}"
-                )
-            self._last_attempted_record_start = record_start
-            if record_start >= self._stop_offset:
-                return False
-            self._offset_of_last_split_point = record_start
-            self._last_record_start = record_start
-            self._split_points_seen += 1
-            return True
+            return self._claim_locked([record_start]) == 1
 
     def try_claim_prefix(self, record_starts: list[int]) -> int:
         """``try_claim`` each of the ascending ``record_starts`` in turn, under one lock; return how many succeeded."""
         with self._lock:
-            if record_starts[0] <= self._last_attempted_record_start:
-                raise ValueError(
-                    f"record start {record_starts[0]} is not after the last attempted one, {self._last_attempted_record_start}"
-                )
-            claimed = bisect.bisect_left(record_starts, self._stop_offset)
-            self._last_attempted_record_start = record_starts[min(claimed, len(record_starts) - 1)]
-            if claimed:
-                self._offset_of_last_split_point = self._last_record_start = record_starts[claimed - 1]
-                self._split_points_seen += claimed
-            return claimed
+            return self._claim_locked(record_starts)
 
-    def try_split(self, split_offset):
-        if not self._can_split():
-            return None
-        return super().try_split(split_offset)
+    def _claim_locked(self, record_starts: list[int]) -> int:
+        if record_starts[0] <= self._last_attempted:
+            raise ValueError(f"record start {record_starts[0]} is not after the last attempted one, {self._last_attempted}")
+        claimed = bisect.bisect_left(record_starts, self._stop)
+        self._last_attempted = record_starts[min(claimed, len(record_starts) - 1)]
+        if claimed:
+            self._last_start = record_starts[claimed - 1]
+            self._claimed += claimed
+        return claimed
+
+    def set_current_position(self, position):
+        raise ValueError(f"every TFRecord record starts a split point; claim {position} with try_claim")
+
+    def try_split(self, position):
+        with self._lock:
+            if (self._stop == _INFINITY or self._last_start == -1 or position <= self._last_start
+                    or not self._start <= position < self._stop or not self._can_split()):
+                return None
+            fraction = (position - self._start) / (self._stop - self._start)
+            self._stop = position
+            return position, fraction
+
+    def position_at_fraction(self, fraction):
+        if self._stop == _INFINITY:
+            raise ValueError(f"a range with no known end (from {self._start}) has no position at a fraction")
+        return int(math.ceil(self._start + fraction * (self._stop - self._start)))
+
+    def fraction_consumed(self):
+        with self._lock:
+            if self._stop == _INFINITY or self._stop == self._start:
+                return 0.0
+            return max(0.0, min(1.0, (self._last_start - self._start) / (self._stop - self._start)))
+
+    def split_points(self):
+        with self._lock:
+            consumed = max(self._claimed - 1, 0)
+            unknown = iobase.RangeTracker.SPLIT_POINTS_UNKNOWN
+            unclaimed = self._unclaimed_callback(self._stop) if self._unclaimed_callback else unknown
+            return consumed, unknown if unclaimed == unknown else unclaimed + 1
+
+    def set_split_points_unclaimed_callback(self, callback):
+        self._unclaimed_callback = callback
 
 
 class _StaticRangeTracker(_RecordRangeTracker):
@@ -490,10 +523,10 @@ class _StaticRangeTracker(_RecordRangeTracker):
         super().__init__(start, stop, _never)
 
     def try_claim(self, record_start):
-        return record_start < self._stop_offset
+        return record_start < self._stop
 
     def try_claim_prefix(self, record_starts: list[int]) -> int:
-        return bisect.bisect_left(record_starts, self._stop_offset)
+        return bisect.bisect_left(record_starts, self._stop)
 
 
 class TFRecordFileSource(iobase.BoundedSource):
@@ -582,14 +615,15 @@ class TFRecordFileSource(iobase.BoundedSource):
         return f"TFRecordFileSource({self._path!r}, [{self._start}, {self._stop}))"
 
 
-class TFRecordSource(FileBasedSource):
-    """A ``FileBasedSource`` of TFRecord files: splittable by read index, strict about integrity.
+class TFRecordSource(iobase.BoundedSource):
+    """A bounded source of the TFRecord files matching a pattern: splittable by read index, strict about integrity.
 
-    ``compression_type`` (Beam's CompressionTypes) and ``compression`` ("auto", None, "gzip",
-    "zlib") say the same thing; set either. ``with_filename`` yields ``(file name, record)``.
+    Built on Beam's public ``BoundedSource``, as ``FileBasedSource`` is: the pattern is matched
+    once, into one ``TFRecordFileSource`` per non-empty file joined by a ``ConcatSource``, which
+    splits, tracks and reads. ``compression_type`` (Beam's CompressionTypes) and ``compression``
+    ("auto", None, "gzip", "zlib") say the same thing; set either. ``with_filename`` yields
+    ``(file name, record)``. ``validate`` checks at construction that the pattern matches a file.
     """
-
-    _concat_source: ConcatSource | None  # FileBasedSource's cache of the per-file sources
 
     def __init__(
         self,
@@ -604,6 +638,8 @@ class TFRecordSource(FileBasedSource):
         with_filename: bool = False,
         min_bundle_size: int = 0,
     ):
+        if not isinstance(file_pattern, (str, ValueProvider)):
+            raise TypeError(f"file_pattern must be a str or a ValueProvider, got {type(file_pattern).__name__}")
         self._options = ReadOptions(
             compression=resolve_compression(compression_type, compression),
             skip_corrupt=skip_corrupt,
@@ -613,10 +649,13 @@ class TFRecordSource(FileBasedSource):
         )
         if isinstance(file_pattern, str):
             _refuse_pattern_codec(file_pattern, self._options.compression)
-        super().__init__(
-            file_pattern, min_bundle_size=min_bundle_size, compression_type=compression_type,
-            splittable=True, validate=validate,
-        )
+            file_pattern = StaticValueProvider(str, file_pattern)
+        self._pattern: ValueProvider = file_pattern
+        self._compression_type = compression_type
+        self._min_bundle_size = min_bundle_size
+        self._matched: ConcatSource | None = None
+        if validate and self._pattern.is_accessible():
+            self._check_pattern_matches()
 
     @property
     def options(self) -> ReadOptions:
@@ -626,7 +665,7 @@ class TFRecordSource(FileBasedSource):
     def file_pattern(self) -> ValueProvider:
         return self._pattern
 
-    def _validate(self):
+    def _check_pattern_matches(self) -> None:
         pattern = self._pattern.get()
         if not match_metadata(pattern, limit=1):
             raise FileNotFoundError(
@@ -634,32 +673,32 @@ class TFRecordSource(FileBasedSource):
                 "files are written by an earlier step of the same pipeline"
             )
 
-    def _get_concat_source(self) -> ConcatSource:
-        if self._concat_source is None:
+    def _files(self) -> ConcatSource:
+        """One source per non-empty matched file, matched once (as FileBasedSource does)."""
+        if self._matched is None:
             pattern = self._pattern.get()
-            metadata_list = match_metadata(pattern)
-            self._concat_source = ConcatSource([
+            self._matched = ConcatSource([
                 TFRecordFileSource(
                     self._options, metadata.path, metadata.size_in_bytes, _mtime_of(metadata),
                     min_bundle_size=self._min_bundle_size,
                 )
-                for metadata in metadata_list
+                for metadata in match_metadata(pattern)
                 if metadata.size_in_bytes > 0
             ])
             report_source_lineage(pattern)
-        return self._concat_source
+        return self._matched
 
-    def open_file(self, file_name):
-        return _open_raw(file_name)
+    def estimate_size(self) -> int:
+        return self._files().estimate_size()
 
-    def read_records(self, file_name, offset_range_tracker):
-        """Records of ``file_name`` that start in the tracker's range (FileBasedSource's reading hook)."""
+    def split(self, desired_bundle_size, start_position=None, stop_position=None):
+        return self._files().split(desired_bundle_size, start_position, stop_position)
 
-        def get_plan() -> FilePlan:
-            metadata = match_metadata(file_name)[0]
-            return plan_file(file_name, metadata.size_in_bytes, _mtime_of(metadata), self._options)
+    def get_range_tracker(self, start_position=None, stop_position=None):
+        return self._files().get_range_tracker(start_position, stop_position)
 
-        return read_elements(file_name, offset_range_tracker, self._options, get_plan)
+    def read(self, range_tracker):
+        return self._files().read(range_tracker)
 
     def default_output_coder(self):
         return self._options.output_coder()
@@ -668,10 +707,12 @@ class TFRecordSource(FileBasedSource):
         return self._options.output_type_hint()
 
     def display_data(self):
-        data = super().display_data()
-        data["skip_corrupt"] = DisplayDataItem(self._options.skip_corrupt, label="Skip Corrupt Records")
-        data["split_unindexed"] = DisplayDataItem(self._options.split_unindexed, label="Split Unindexed Files")
-        return data
+        return {
+            "file_pattern": DisplayDataItem(str(self._pattern), label="File Pattern"),
+            "compression": DisplayDataItem(str(self._compression_type), label="Compression Type"),
+            "skip_corrupt": DisplayDataItem(self._options.skip_corrupt, label="Skip Corrupt Records"),
+            "split_unindexed": DisplayDataItem(self._options.split_unindexed, label="Split Unindexed Files"),
+        }
 
 
 def _mtime_of(metadata: FileMetadata) -> float | None:

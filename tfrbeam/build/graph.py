@@ -140,7 +140,7 @@ class BuildDataset(beam.PTransform):
                                                                   progress_under=plan.staging_dir)
         # The commit's inputs are side inputs, so they are complete before it runs; no combine (each
         # costs several stages on the local runners) and no dead-letter stages unless they are written.
-        dead_letters = ()
+        dead_letters: list[DeadLetterFile] | beam.pvalue.AsList = []  # a list, as Commit's hint says (Beam 2.78 checks it)
         if plan.dead_letter_path is not None:
             every_bad_row = bad_rows[0] if len(bad_rows) == 1 else tuple(bad_rows) | "EveryBadRow" >> beam.Flatten()
             dead_letters = beam.pvalue.AsList(

@@ -26,21 +26,22 @@ import time
 from collections.abc import Callable, Iterator
 from typing import NoReturn
 
-# Beam logs "apitools not found, ..." on import when its gcp extra is not installed: noise on every build of a plain
-# install. Exactly that warning is held back while this module imports Beam (see without_apitools_warning), so the
-# imports below follow that block.
+# Beam logs "apitools not found, ..." on import when its gcp extra is not installed, and (up to 2.7x) "crcmod package
+# not found ..." when its tfrecord extra is not (tfrbeam computes CRCs with crc32c): noise on every build. Exactly those
+# warnings are held back while this module imports Beam (see without_apitools_warning), so the imports below follow
+# that block.
 # ruff: noqa: E402
-_APITOOLS_WARNING = "apitools not found"
+_IMPORT_WARNINGS = ("apitools not found", "crcmod package not found")
 
 
 class _DropApitoolsWarning(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (isinstance(record.msg, str) and record.msg.startswith(_APITOOLS_WARNING))
+        return not (isinstance(record.msg, str) and record.msg.startswith(_IMPORT_WARNINGS))
 
 
 @contextlib.contextmanager
 def without_apitools_warning() -> Iterator[None]:
-    """Drop Beam's import-time "apitools not found" warning, and no other record, from the root logger meanwhile."""
+    """Drop Beam's import-time warnings about its optional extras, and no other record, from the root logger meanwhile."""
     dropping = _DropApitoolsWarning()
     logging.root.addFilter(dropping)
     try:
@@ -50,12 +51,12 @@ def without_apitools_warning() -> Iterator[None]:
 
 
 with without_apitools_warning():
+    import apache_beam.io  # noqa: F401  # imports tfrecordio, whose import may warn about crcmod
     from apache_beam.options.pipeline_options import (
         GoogleCloudOptions,
         PipelineOptions,
         StandardOptions,
         TestOptions,
-        _BeamArgumentParser,
     )
 
 from tfrbeam.base.wording import counted
@@ -216,19 +217,22 @@ def _import_named_runner(arguments: list[str]) -> None:
 
 
 def beam_argument_parser() -> argparse.ArgumentParser:
-    """The parser Beam's PipelineOptions build from every options class (as get_all_options does)."""
-    parser = _OneLineBeamParser(allow_abbrev=False)
-    classes = {str(cls): cls for cls in PipelineOptions.__subclasses__()}
-    for cls in classes.values():
-        cls._add_argparse_args(parser)  # the one way to learn Beam's options
-    return parser
+    """The parser Beam builds from every options class, taken from ``get_all_options``' public callback.
+
+    A bad value on it is one ConfigError line, not Beam's 129-line usage and exit.
+    """
+    parsers: list[argparse.ArgumentParser] = []
+
+    def keep(parser: argparse.ArgumentParser) -> None:
+        parser.error = _one_line_beam_error  # type: ignore[method-assign]
+        parsers.append(parser)
+
+    PipelineOptions([]).get_all_options(add_extra_args_fn=keep)
+    return parsers[0]
 
 
-class _OneLineBeamParser(_BeamArgumentParser):
-    """Beam's option parser, but a bad value is one ConfigError line, not Beam's 129-line usage and exit."""
-
-    def error(self, message: str) -> NoReturn:
-        raise ConfigError(f"Beam option: {message}")
+def _one_line_beam_error(message: str) -> NoReturn:
+    raise ConfigError(f"Beam option: {message}")
 
 
 def _option_strings(parser: argparse.ArgumentParser) -> list[str]:
