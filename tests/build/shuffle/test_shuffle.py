@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import os
+import operator
 import pathlib
 import random
 
@@ -277,7 +278,9 @@ def test_output_bytes_do_not_depend_on_batching_or_piece_order_and_change_with_s
         _run(_pieces(payloads, [300, 300, 325], [0.5, 0.5], seed=1, with_crcs=True), spec, tmp_path / name, MEMORY, hold_bytes)
         assert _file_bytes(tmp_path / name) == first
     assert not (tmp_path / "held" / "spill").exists()
-    assert len(list((tmp_path / "some-held" / "spill").iterdir())) == 1
+    # One spilled run, its keys in a file beside it (a memory store holds no keys of what it spilled).
+    spilled = sorted(path.name for path in (tmp_path / "some-held" / "spill").iterdir())
+    assert len(spilled) == 2 and spilled[1] == spilled[0] + ".keys"
     assert first.keys() == other_seed.keys() and first != other_seed
     # Same splits under another seed: only the order inside each split changes.
     for split in ("train", "eval"):
@@ -473,9 +476,11 @@ def test_write_blocks_cover_every_record_once_within_both_bounds(lengths, max_re
 
 
 def test_memory_store_pieces_cross_the_runner_as_their_names(tmp_path):
-    """Memory bound: a memory store's pieces (held, or spilled past its budget) keep their keys in this
-    process, so the runner's buffers and side inputs hold a name per piece, not 12 bytes a record;
-    decoding finds the very same piece, and after the run it is refused, not silently empty."""
+    """Memory bound: a memory store's pieces (held, or spilled past its budget) cross the runner as their
+    names, so the runner's buffers and side inputs hold a name per piece, not 12 bytes a record.
+    Decoding finds the very same held piece; a spilled one's keys wait in a file beside its frames
+    (none in memory: 18 bytes a record until the shards are written), so it decodes to the name,
+    and the writers read the keys back. After the run a name is refused, not silently empty."""
     store = MemoryStore(str(tmp_path), 40_000, str(tmp_path / "spill"), merge_runs=False)
     coder = PieceCoder()
     payloads = _dataset(2000, random.Random(5))
@@ -485,7 +490,15 @@ def test_memory_store_pieces_cross_the_runner_as_their_names(tmp_path):
     for piece in (held, spilled):
         encoded = coder.encode(piece)
         assert len(encoded) < 200 and coder.estimate_size(piece) == len(encoded)
-        assert coder.decode(encoded) is piece
+    assert coder.decode(coder.encode(held)) is held
+    standing_in = coder.decode(coder.encode(spilled))
+    where = operator.attrgetter("store", "location", "offset", "run")
+    assert len(standing_in) == 0 and where(standing_in.ref) == where(spilled.ref)
+    for name, whole, part in ((name, store.with_keys(standing_in), store.slice_of(standing_in, 100, 900))
+                              for name in ("split", "key", "offsets")):
+        assert getattr(whole, name).tolist() == getattr(spilled, name).tolist()
+        assert getattr(part, name).tolist() == getattr(spilled.slice(100, 900), name).tolist()
+    assert where(store.slice_of(standing_in, 100, 900).ref) == where(spilled.slice(100, 900).ref)
     part = held.slice(10, 20)  # a slice is not a piece the store made: it carries its keys
     decoded = coder.decode(coder.encode(part))
     assert decoded.key.tolist() == part.key.tolist() and decoded.ref.offset == part.ref.offset

@@ -51,7 +51,8 @@ once when the build is planned:
   too (``GroupPieces``) and no Flatten takes them or their slices, since Beam's FnApiRunner drops
   chunks of any other large stage input it sends to a worker process (docs/runners.md).
 - ``memory``: the payloads stay in this process's memory where the encoder put them (only when
-  every worker runs in it), up to a byte budget per run, beyond which pieces are spilled. Such a
+  every worker runs in it), up to a byte budget per run, beyond which pieces are spilled (their
+  keys too, to a file beside their frames: memory does not grow with what is spilled). A held
   piece is ordered by moving its keys only (no copy); the writers frame its records from there.
   No piece carries bytes, so the writers read them all as a side input and cut their own slices:
   no routing stage and no GroupByKey, each a whole stage on the local runners

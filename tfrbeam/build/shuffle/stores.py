@@ -115,6 +115,14 @@ class PieceStore:
         """What the shard writers read for ``pieces``: the pieces themselves, or the runs the store merged them into."""
         return pieces
 
+    def with_keys(self, piece: Piece) -> Piece:
+        """``piece`` (one ``runs_of`` gave) with its keys, splits and frame offsets in memory, to route it."""
+        return piece
+
+    def slice_of(self, piece: Piece, start: int, end: int) -> Piece:
+        """Records ``start:end`` of ``piece`` (one ``runs_of`` gave), as ``Piece.slice`` cuts them."""
+        return piece.slice(start, end)
+
 
 @dataclasses.dataclass(frozen=True)
 class _RunMember:
@@ -275,6 +283,39 @@ def _write_file(path: str, data: np.ndarray) -> None:
         handle.write(memoryview(np.ascontiguousarray(data)))  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
 
 
+_KEYS_SUFFIX = ".keys"
+
+
+def _write_keys(piece: Piece) -> None:
+    """A spilled piece's keys, frame offsets and splits, in a file beside its frames (``_read_keys`` reads them back)."""
+    _write_file(piece.ref.location + _KEYS_SUFFIX, np.concatenate([
+        piece.key.astype("<u8", copy=False).view(np.uint8), piece.offsets.astype("<i8", copy=False).view(np.uint8),
+        piece.split.astype("<u2", copy=False).view(np.uint8),
+    ]))
+
+
+def _read_keys(ref: PieceRef, count: int, start: int, end: int) -> Piece:
+    """Records ``start:end`` of the ``count`` of the spilled piece at ``ref``, from its keys' file, as ``Piece.slice``."""
+    path = ref.location + _KEYS_SUFFIX
+    with fs.open_read(path) as handle:
+        key = _read_array(handle, path, "<u8", 8 * start, end - start)
+        offsets = _read_array(handle, path, "<i8", 8 * count + 8 * start, end - start + 1)
+        split = _read_array(handle, path, "<u2", 16 * count + 8 + 2 * start, end - start)
+    first = int(offsets[0])
+    narrowed = ref.narrowed(start, first, int(offsets[-1]))
+    return Piece(split.astype(np.uint16), key.astype(np.uint64), (offsets - first).astype(np.int64), narrowed)
+
+
+def _read_array(handle: typing.BinaryIO, path: str, dtype: str, offset: int, count: int) -> np.ndarray:
+    handle.seek(offset)
+    size = np.dtype(dtype).itemsize * count
+    data = handle.read(size)
+    if len(data) != size:
+        raise ShuffledDataError(f"{path}: the keys of a spilled run end {size - len(data)} bytes early: the file was "
+                                "changed on disk while the run used it. Nothing is published; run the build again")
+    return np.frombuffer(data, dtype=dtype)
+
+
 class _HeldPieces:
     """The pieces one run holds in this process's memory, each dropped after its last shard slice is written.
 
@@ -295,6 +336,21 @@ class _HeldPieces:
         self.merging: set[str] = set()  # held pieces being written into a spilled run
         # Per piece merged into a spilled run: the run for the first piece of each run, None for the others.
         self.merged: dict[str, Piece | None] = {}
+        # Per spilled piece or run whose keys wait in a file beside it (not in memory): its record count.
+        self.keys_on_disk: dict[str, int] = {}
+
+    def keys_to_disk(self, piece: Piece) -> Piece:
+        """What stays in memory of a spilled piece or run: its keys go to a file beside it, unless it is not local.
+
+        Held in memory they would cost 18 bytes a record until the shards are written (18 GB for a
+        billion rows); the writers read them back when they route the piece and cut their slices.
+        """
+        if piece.ref.store != SPILL or not len(piece) or not fs.is_local(piece.ref.location):
+            return piece
+        _write_keys(piece)
+        with self.lock:
+            self.keys_on_disk[piece.ref.location] = len(piece)
+        return _merged_stub(piece)
 
     def drop(self, name: str) -> None:
         self.bytes -= self.buffers.pop(name)[0].nbytes
@@ -360,12 +416,14 @@ class MemoryStore(PieceStore):
         piece = self._hold_within_budget(held, records)
         if piece is None and self.merge_runs and self._spill_held_run(held):
             piece = self._hold_within_budget(held, records)
+        spilled = piece is None
         if piece is None:
             piece = self.overflow.add(records)
         piece = dataclasses.replace(piece, ref=dataclasses.replace(piece.ref, run=self.run_key))
+        kept = held.keys_to_disk(piece) if spilled else piece
         with held.lock:
             merged = piece.ref.location in held.merged  # by another thread, before this one registered it
-            held.pieces[piece.ref.location] = _merged_stub(piece) if merged else piece
+            held.pieces[piece.ref.location] = _merged_stub(piece) if merged else kept
         return piece
 
     def _hold_within_budget(self, held: _HeldPieces, records: KeyedRecords) -> Piece | None:
@@ -392,6 +450,7 @@ class MemoryStore(PieceStore):
         finally:
             with held.lock:
                 held.merging.difference_update(names)
+        run = held.keys_to_disk(run)
         with held.lock:
             for index, name in enumerate(names):
                 held.merged[name] = run if index == 0 else None
@@ -421,6 +480,22 @@ class MemoryStore(PieceStore):
             elif (run := merged[piece.ref.location]) is not None:
                 resolved.append(run)
         return resolved
+
+    def with_keys(self, piece: Piece) -> Piece:
+        count = self._keys_on_disk(piece)
+        return piece if count is None else _read_keys(piece.ref, count, 0, count)
+
+    def slice_of(self, piece: Piece, start: int, end: int) -> Piece:
+        count = self._keys_on_disk(piece)
+        return piece.slice(start, end) if count is None else _read_keys(piece.ref, count, start, end)
+
+    def _keys_on_disk(self, piece: Piece) -> int | None:
+        """The record count of a piece or run whose keys wait on disk (its registry entry is a stub), else None."""
+        held = self._holding()
+        if held is None or len(piece):
+            return None
+        with held.lock:
+            return held.keys_on_disk.get(piece.ref.location)
 
     @staticmethod
     def _hold(held: _HeldPieces, records: KeyedRecords) -> Piece:
@@ -531,9 +606,14 @@ def registered_piece(run_key: str, location: str) -> Piece:
 
 
 def is_registered(piece: Piece) -> bool:
+    """Whether ``piece`` can cross the runner as its name: the registry holds it, or its keys are in a file beside it."""
     with _RUNS_LOCK:
         held = _RUNS_HOLDING.get(piece.ref.run)
-    return held is not None and held.pieces.get(piece.ref.location) is piece
+    if held is None:
+        return False
+    with held.lock:
+        entry = held.pieces.get(piece.ref.location)
+        return entry is piece or (entry is not None and piece.ref.location in held.keys_on_disk)
 
 
 def make_piece_store(name: str, temp_dir: str, budget: int = 0, merge_runs: bool = False) -> PieceStore:

@@ -230,9 +230,9 @@ class WriteShardOfPieces(WriteShard):
         if self._ranges is None:
             self._ranges = collections.defaultdict(list)
             for piece in self._store.runs_of(pieces):
-                ranges = shard_ranges(piece, plan)
+                ranges = shard_ranges(self._store.with_keys(piece), plan)
                 self._store.routed(piece, len(ranges))
                 for key, low, high in ranges:
                     self._ranges[key].append((piece, low, high))
-        parts = [piece.slice(low, high) for piece, low, high in self._ranges.pop(shard_key, [])]
+        parts = [self._store.slice_of(piece, low, high) for piece, low, high in self._ranges.pop(shard_key, [])]
         yield from super().process((shard_key, parts), plan)
