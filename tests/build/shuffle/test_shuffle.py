@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import collections
-import os
 import operator
+import os
 import pathlib
 import random
 
