@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from tfrbeam.base import fileops
+from tfrbeam.cli.beam_warnings import without_beam_import_warnings
 
 KINDS = ("crash", "enospc", "eacces", "wait")
 CRASH_EXIT = 137
@@ -132,7 +133,9 @@ def main(argv: list[str]) -> int:
     command, args = argv[separator + 1], argv[separator + 2:]
     log: list[str] = []
     try:
-        with injected(None if kind == "none" else kind, at, log, signal_path=log_path):
+        # The harness imports Beam before the command does (to hook it): hold back Beam's import-time noise as the
+        # console script's commands do.
+        with without_beam_import_warnings(), injected(None if kind == "none" else kind, at, log, signal_path=log_path):
             if command == "build":
                 from tfrbeam.cli.build import main as build_main
 

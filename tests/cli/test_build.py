@@ -434,11 +434,14 @@ def test_a_plain_install_shows_no_apitools_warning_and_other_warnings_still_show
 
 
 def test_only_the_apitools_warning_is_held_back_while_beam_is_imported(caplog):
-    from tfrbeam.cli.build import without_apitools_warning
+    from tfrbeam.cli.beam_warnings import without_beam_import_warnings
 
-    with caplog.at_level("WARNING"), without_apitools_warning():
+    with caplog.at_level("WARNING"), without_beam_import_warnings():
         logging.warning("apitools not found, and bigquery client libraries are not available despite the import "
                         "not raising an ImportError.")
+        logging.warning("crcmod package not found. This package is required if python-snappy or google-crc32c are "
+                        "not installed. To ensure crcmod is installed, install the tfrecord extra: pip install "
+                        "apache-beam[tfrecord]")  # Beam 2.72's tfrecordio, on import
         logging.warning("apitools is fine, this is another warning")
     assert [record.getMessage() for record in caplog.records] == ["apitools is fine, this is another warning"]
     with caplog.at_level("WARNING"):

@@ -23,34 +23,14 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import NoReturn
 
-# Beam logs "apitools not found, ..." on import when its gcp extra is not installed, and (up to 2.7x) "crcmod package
-# not found ..." when its tfrecord extra is not (tfrbeam computes CRCs with crc32c): noise on every build. Exactly those
-# warnings are held back while this module imports Beam (see without_apitools_warning), so the imports below follow
-# that block.
-# ruff: noqa: E402
-_IMPORT_WARNINGS = ("apitools not found", "crcmod package not found")
+# Beam's import-time warnings about its optional extras are held back while this module imports Beam, so the imports
+# below follow that block.
+from tfrbeam.cli.beam_warnings import without_beam_import_warnings
 
-
-class _DropApitoolsWarning(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (isinstance(record.msg, str) and record.msg.startswith(_IMPORT_WARNINGS))
-
-
-@contextlib.contextmanager
-def without_apitools_warning() -> Iterator[None]:
-    """Drop Beam's import-time warnings about its optional extras, and no other record, from the root logger meanwhile."""
-    dropping = _DropApitoolsWarning()
-    logging.root.addFilter(dropping)
-    try:
-        yield
-    finally:
-        logging.root.removeFilter(dropping)
-
-
-with without_apitools_warning():
+with without_beam_import_warnings():
     import apache_beam.io  # noqa: F401  # imports tfrecordio, whose import may warn about crcmod
     from apache_beam.options.pipeline_options import (
         GoogleCloudOptions,

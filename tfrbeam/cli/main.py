@@ -18,6 +18,7 @@ from tfrbeam.base.file_access import files_for
 from tfrbeam.base.object_store import input_size, is_object_store
 from tfrbeam.base.startup import imports_without_gc
 from tfrbeam.base.wording import counted
+from tfrbeam.cli.beam_warnings import without_beam_import_warnings
 from tfrbeam.errors import ConfigError, OutputExistsError, TfrbeamError
 from tfrbeam.layout.names import SHARD_NAME
 
@@ -50,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     try:
-        return args.run(args)
+        with without_beam_import_warnings():  # a command that imports Beam (stats, export) prints none of its noise
+            return args.run(args)
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # `tfrbeam cat | head` is fine
         return EXIT_OK
