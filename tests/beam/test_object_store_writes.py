@@ -56,6 +56,18 @@ def test_a_missing_object_is_our_not_found_error_naming_it(bucket):
     assert fs.exists(missing) is False
 
 
+def test_an_object_deleted_between_its_open_and_its_read_is_our_not_found_error(bucket):
+    """Seen in the GCS kill sweep: a killed run's owner record, listed and opened, was gone when read, and GCS's own
+    NotFound escaped the recovery. Reads, like opens, raise our StorageError (an OSError the recovery handles)."""
+    fs.use_pipeline_options(_options(bucket))
+    bucket.put("going/owner.json", b"{}" * 10)
+    url = bucket.url("going/owner.json")
+    with fs.open_read(url) as handle:
+        fs.delete_files([url])
+        with pytest.raises(ObjectNotFoundError, match=r"going/owner\.json"):
+            handle.read()
+
+
 @pytest.fixture(params=["gs", "s3"])
 def strict_bucket(request):
     """A bucket on a server that honours conditional writes (fake-gcs-server for GCS, moto for S3)."""

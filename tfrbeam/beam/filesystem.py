@@ -15,6 +15,7 @@ import ctypes
 import errno
 import logging
 import os
+import typing
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, BinaryIO, TypeVar
 
@@ -180,7 +181,32 @@ def list_names(directory: str) -> list[str]:
 
 
 def open_read(path: str) -> BinaryIO:
-    return _storage(path, "open", lambda: FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED))
+    """``path`` opened for reading; in an object store its reads, like its open, raise our StorageError, never a client's."""
+    handle = _storage(path, "open", lambda: FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED))
+    return typing.cast(BinaryIO, _StorageReads(path, handle)) if is_remote(path) else handle
+
+
+class _StorageReads:
+    """A Beam file handle of an object whose reads go through ``_storage``: an object deleted (or a server gone)
+    between the open and a read is one StorageError naming it (GCS's client raises its own NotFound there)."""
+
+    def __init__(self, path: str, handle: BinaryIO):
+        self._path, self._handle = path, handle
+
+    def read(self, size: int = -1) -> bytes:
+        return _storage(self._path, "read", lambda: self._handle.read(size))
+
+    def readinto(self, buffer: Any) -> int:
+        return _storage(self._path, "read", lambda: self._handle.readinto(buffer))  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._handle, name)
+
+    def __enter__(self) -> _StorageReads:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._handle.close()
 
 
 def create(path: str, mime_type: str = "application/octet-stream") -> BinaryIO:
