@@ -25,7 +25,7 @@ setup(
         "crc32c>=2.3",
         # XXH3 output is frozen from xxHash 0.8.0, bundled from python-xxhash 2.0 on: the content hash of the shuffle.
         "xxhash>=2.0",
-        "pyarrow>=19",
+        "pyarrow>=21",
         "numpy>=1.24",
         "PyYAML>=6",
         # Apache DataSketches' KLL sketch: mergeable quantiles with a stated rank error, updated from numpy arrays.
