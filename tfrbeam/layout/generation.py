@@ -36,6 +36,7 @@ from tfrbeam.layout.manifest_schema import MAX_MANIFEST_BYTES
 from tfrbeam.layout.names import MANIFEST_NAME
 
 _MAX_HELD = 16  # manifests a process keeps open as proofs (the least recently proven is closed first)
+_PROVING = threading.Lock()
 _GONE = "none (the manifest is gone)"
 
 
@@ -64,7 +65,9 @@ class Generation:
             raise DatasetChangedError(self.root, self.run_id, _GONE) from None
         if _PROOFS.shows(self, _identity(now)):
             return
-        self._prove(path)
+        with _PROVING:  # reader threads opening shards at once: one reads the manifest, the others find its proof
+            if not _PROOFS.shows(self, _identity(now)):
+                self._prove(path)
 
     def _check_object(self, path: str) -> None:
         """In a bucket: the manifest object's version token (one metadata request) against the one proven to hold the
