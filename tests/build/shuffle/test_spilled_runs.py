@@ -9,7 +9,9 @@ as the budget keep the part count, and so the windows, in proportion to spilled 
 
 from __future__ import annotations
 
+import pathlib
 import random
+import re
 
 import numpy as np
 import pytest
@@ -129,3 +131,24 @@ def test_a_spill_store_gathers_a_bundles_pieces_into_runs(tmp_path, monkeypatch)
     _build(pieces, _spec(), tmp_path / "whole", INLINE, 0, merge_runs=False)
     assert max(alone) >= 40 and max(gathered) <= 8, (alone, gathered)
     assert _file_bytes(tmp_path / "runs") == _file_bytes(tmp_path / "whole") == _file_bytes(tmp_path / "alone")
+
+
+def test_a_truncated_keys_file_of_a_spilled_run_is_one_error_naming_it(tmp_path):
+    """A spilled run's keys wait in a file beside its frames; a file cut short on disk is a ShuffledDataError naming it,
+    never short keys read as if whole."""
+    from tfrbeam.build.shuffle import discard_pieces
+    from tfrbeam.errors import ShuffledDataError
+
+    store = make_piece_store(MEMORY, str(tmp_path), 3000, merge_runs=True)
+    small, large = _pieces([bytes([n]) * 50 for n in range(40)] + [b"x" * 5000], [40, 1], [1.0], seed=1)
+    held = store.add(small)
+    store.add(large)
+    store.flush()
+    standing_in = store.runs_of([held])[0]
+    keys_file = pathlib.Path(standing_in.ref.location + ".keys")
+    keys_file.write_bytes(keys_file.read_bytes()[:-9])
+    try:
+        with pytest.raises(ShuffledDataError, match=re.escape(str(keys_file)) + ".* end 9 bytes early"):
+            store.with_keys(standing_in)
+    finally:
+        discard_pieces(str(tmp_path))
