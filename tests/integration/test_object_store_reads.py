@@ -9,10 +9,12 @@ clients' own environment variables (``STORAGE_EMULATOR_HOST``, ``AWS_ENDPOINT_UR
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pathlib
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pyarrow as pa
@@ -20,6 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import tfrbeam
+from tfrbeam.base.object_store import open_ranged
 from tfrbeam.dataset import open_dataset, open_random_access
 from tfrbeam.errors import ConfigError, CorruptRecordError, MissingShardError, ObjectNotFoundError
 
@@ -260,6 +263,80 @@ def test_open_random_access_finds_a_damaged_record_in_a_bucket(bucket, local_dat
     assert count > last_of_first
     with pytest.raises(CorruptRecordError, match=f"{shard}"):
         dataset[last_of_first]
+
+
+# ------------------------------------------------------------------- range reads (issue 41 item 6)
+
+
+def _python_calls(action) -> int:
+    """Python function calls made while ``action()`` runs in this thread."""
+    calls = 0
+
+    def count(frame, event, argument):
+        nonlocal calls
+        calls += event == "call"
+
+    sys.setprofile(count)
+    try:
+        action()
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+def test_a_gcs_range_reads_python_work_does_not_grow_with_its_size(gcs_bucket):
+    # google-cloud-storage's download_as_bytes moved a body 8 KiB at a time in Python (some 3,500 calls per 8 MiB):
+    # most of the GIL a gs:// epoch held. One GET streamed into the buffer costs the same calls for any size.
+    data = np.random.default_rng(4).bytes(9 << 20)
+    gcs_bucket.put("r/object", data)
+    with open_ranged(gcs_bucket.url("r/object")) as handle:
+        assert handle.read_range(0, 1) == data[:1]  # the session and its connection pool are made
+        small = _python_calls(lambda: handle.read_range(5, 1 << 20))
+        large = _python_calls(lambda: handle.read_range(5, 8 << 20))
+        assert handle.read_range(5, 8 << 20) == data[5:5 + (8 << 20)]
+    assert large < small + 200, (small, large)
+
+
+def test_a_range_read_without_prefetch_fills_the_callers_buffer(bucket):
+    data = np.random.default_rng(5).bytes(3 << 20)
+    bucket.put("r/object", data)
+    buffer = np.zeros(2 << 20, dtype=np.uint8)
+    with open_ranged(bucket.url("r/object")) as handle:
+        filled = []
+        original = handle._source.read_into
+        handle._source.read_into = lambda offset, target: filled.append(target.obj) or original(offset, target)
+        handle.seek(1000)
+        assert handle.readinto(buffer) == len(buffer)
+        assert handle.readinto(buffer) == len(data) - 1000 - len(buffer)
+    assert buffer[:len(data) - 1000 - len(buffer)].tobytes() == data[1000 + len(buffer):]
+    assert len(filled) == 2 and all(target is buffer for target in filled)  # one request each, into the buffer itself
+
+
+def test_many_threads_reading_gcs_ranges_at_once_keep_their_connections(gcs_bucket, caplog):
+    # The client's pool kept 10 (then 32) connections: with more threads reading at once, urllib3 warned
+    # "Connection pool is full, discarding connection" and the next request opened a new one.
+    data = np.random.default_rng(6).bytes(1 << 20)
+    gcs_bucket.put("r/object", data)
+    threads = 48
+    barrier, failures = threading.Barrier(threads), []
+
+    def read() -> None:
+        try:
+            with open_ranged(gcs_bucket.url("r/object")) as handle:
+                barrier.wait()
+                if handle.read_range(7, 300_000) != data[7:300_007]:
+                    failures.append("wrong bytes")
+        except Exception as error:  # reported below, in the test's thread
+            failures.append(repr(error))
+
+    with caplog.at_level(logging.WARNING, logger="urllib3"):
+        workers = [threading.Thread(target=read) for _ in range(threads)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+    assert failures == []
+    assert not [record.getMessage() for record in caplog.records if "pool is full" in record.getMessage()]
 
 
 # ------------------------------------------------------------------------------ errors

@@ -5,8 +5,9 @@ Two kinds of access live here, each with the client a user already has:
 - *Conditional single-object requests* (the output lock, the switch of a commit): the storage
   clients of Beam's ``gcp`` and ``aws`` extras (``google-cloud-storage``, ``boto3``), which expose
   GCS preconditions (``ifGenerationMatch``) and S3 conditional writes (``If-None-Match: *``, ``If-Match``).
-- *Reads* by the tools and the training reader: ``pyarrow.fs`` (``GcsFileSystem``, ``S3FileSystem``),
-  a dependency already, with random-access range reads and no Beam import.
+- *Reads* by the tools and the training reader: range GETs, no Beam import. ``gs://`` objects through an
+  authorised ``requests`` session of google-auth (``_GcsRanges``) when ``google-cloud-storage`` is installed,
+  else, and ``s3://`` objects always, through ``pyarrow.fs`` (``GcsFileSystem``, ``S3FileSystem``).
 
 Endpoints and credentials come the way the clients take them: ``STORAGE_EMULATOR_HOST`` for GCS,
 ``AWS_ENDPOINT_URL`` and the ``AWS_*`` credentials for S3, or Beam's ``--s3_endpoint_url`` family,
@@ -25,6 +26,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
+
+import numpy as np
 
 from tfrbeam.base.bounded_read import open_regular
 from tfrbeam.errors import (
@@ -524,49 +527,129 @@ class _ArrowRanges:
         self._file = translated(path, "open", lambda: filesystem.open_input_file(_key(path)))
         self.size = int(translated(path, "look up", lambda: _object_size(filesystem, self._file, path)))
 
-    def read(self, offset: int, length: int) -> bytes:
-        return self._file.read_at(length, offset)
+    def read_into(self, offset: int, target: memoryview) -> int:
+        data = self._file.read_at(len(target), offset)
+        target[:len(data)] = data
+        return len(data)
 
     def close(self) -> None:
         self._file.close()
 
 
-class _GcsRanges:
-    """Range reads of one generation of a GCS object, each one bounded GET (``google-cloud-storage``).
+_GCS_TIMEOUT = 60  # seconds to connect and between bytes, as google-cloud-storage's own requests wait
 
-    Not pyarrow's GCS file: its first read opens a download of the whole object and leaves it
-    unread (measured on the emulator: a GET of the whole object, then one of the range), which
-    costs a request per file and stalls a server that answers one request at a time.
+
+class _GcsRanges:
+    """Range reads of one generation of a GCS object: each one ``Range:`` GET of its media, streamed into a buffer.
+
+    One metadata GET gives the object's size and generation; each range is then one GET of the
+    media, all on an authorised ``requests`` session (google-auth) at the client's endpoint,
+    retried as ``google-cloud-storage`` retries and failing with its exceptions. Not the client's own ``download_as_bytes``: its path through
+    google-resumable-media costs some 7,000 Python calls a request, which held the GIL for most of
+    a ``gs://`` epoch. Not pyarrow's GCS file: its first read opens a download of the whole object
+    and leaves it unread, which costs a request per file and stalls a server that answers one
+    request at a time.
     """
 
     def __init__(self, path: str):
         where = ObjectPath.parse(path)
-        client = _gcs_read_client()
-        blob = translated(path, "look up", lambda: client.bucket(where.bucket).get_blob(where.key))
-        if blob is None:
-            raise ObjectNotFoundError(f"{path}: look up: no such object")
-        self.size = int(blob.size)
-        self._blob = client.bucket(where.bucket).blob(where.key, generation=blob.generation)  # a replace is not mixed in
+        _filesystem_here(path)  # a forked child makes its own clients
+        self._session = _gcs_read_session()
+        from urllib.parse import quote
 
-    def read(self, offset: int, length: int) -> bytes:
-        return self._blob.download_as_bytes(start=offset, end=offset + length - 1, raw_download=True, checksum=None)
+        object_path = f"b/{quote(where.bucket, safe='')}/o/{quote(where.key, safe='')}"
+        endpoint = _gcs_client().api_endpoint
+        found = translated(path, "look up", lambda: self._metadata(f"{endpoint}/storage/v1/{object_path}"))
+        if found is None:
+            raise ObjectNotFoundError(f"{path}: look up: no such object")
+        self.size, generation = found
+        # The generation pins every range to the object as opened: a replace is never mixed in.
+        self._url = f"{endpoint}/download/storage/v1/{object_path}?alt=media&generation={generation}"
+
+    def _metadata(self, url: str) -> tuple[int, int] | None:
+        """(size, generation) of the object (one GET of its metadata, retried as the client retries); None: none."""
+        from google.cloud.storage.retry import DEFAULT_RETRY
+
+        def look_up() -> tuple[int, int] | None:
+            response = self._session.get(url, params={"fields": "size,generation"}, timeout=_GCS_TIMEOUT)
+            if response.status_code == 404:
+                return None
+            _raise_for_status(response)
+            fields = response.json()
+            return int(fields["size"]), int(fields["generation"])
+
+        return DEFAULT_RETRY(look_up)()
+
+    def read_into(self, offset: int, target: memoryview) -> int:
+        from google.cloud.storage.retry import DEFAULT_RETRY
+
+        return int(DEFAULT_RETRY(self._get_into)(offset, target))
+
+    def _get_into(self, offset: int, target: memoryview) -> int:
+        """One GET of ``len(target)`` bytes from ``offset`` into ``target``; how many came."""
+        last = offset + len(target) - 1
+        # Accept-Encoding: gzip is the raw download: an object stored gzip-encoded comes as stored, never decoded.
+        headers = {"Range": f"bytes={offset}-{last}", "Accept-Encoding": "gzip"}
+        with self._session.get(self._url, headers=headers, stream=True, timeout=_GCS_TIMEOUT) as response:
+            _raise_for_status(response)
+            ranged = response.headers.get("Content-Range", "")
+            if response.status_code != 206 and offset:
+                raise StorageError(f"GET {response.url}: the server answered bytes {offset}..{last + 1} with "
+                                   f"status {response.status_code} and no range")
+            if response.status_code == 206 and not ranged.startswith(f"bytes {offset}-"):
+                raise StorageError(f"GET {response.url}: asked for bytes {offset}-{last}, the server sent {ranged!r}")
+            done = 0
+            while done < len(target):
+                count = response.raw.readinto(target[done:])
+                if not count:
+                    break
+                done += count
+            return done
 
     def close(self) -> None:
         pass
 
 
-def _gcs_read_client() -> Any:
-    """The GCS client, its connection pool sized for the range-reading threads (it keeps 10 connections by default)."""
-    client = _gcs_client()
-    with _LOCK:
-        session = getattr(client, "_http", None)
-        if session is not None and not getattr(session, "_tfrbeam_pool", False):
-            from requests.adapters import HTTPAdapter
+def _raise_for_status(response: Any) -> None:
+    """A failed response as the exception google-cloud-storage raises for it (``NotFound``, ...), which
+    ``DEFAULT_RETRY`` retries where it is transient and ``storage_error`` translates."""
+    if response.status_code >= 300:
+        from google.api_core.exceptions import from_http_response
 
-            for prefix in ("http://", "https://"):
-                session.mount(prefix, HTTPAdapter(pool_connections=4, pool_maxsize=4 * _PREFETCH_THREADS))
-            session._tfrbeam_pool = True
-    return client
+        raise from_http_response(response)
+
+
+_GCS_CONNECTIONS = 128  # connections kept per host: more than the threads that read at once (each holds one)
+
+
+def _gcs_read_session() -> Any:
+    """An authorised ``requests`` session for range GETs, its pool sized for the reading threads.
+
+    The credentials are the client's: anonymous against ``STORAGE_EMULATOR_HOST``, else Google's
+    application default credentials with the client's scopes. A pool keeps only the connections
+    made, so a large size costs nothing, and no thread's connection is discarded ("Connection
+    pool is full") when many read at once.
+    """
+
+    def make() -> Any:
+        from google.auth.transport.requests import AuthorizedSession
+        from requests.adapters import HTTPAdapter
+
+        if os.environ.get("STORAGE_EMULATOR_HOST"):
+            from google.auth.credentials import AnonymousCredentials
+
+            credentials: Any = AnonymousCredentials()
+        else:
+            import google.auth
+            from google.cloud import storage
+
+            credentials, _ = google.auth.default(scopes=storage.Client.SCOPE)
+        session = AuthorizedSession(credentials)
+        for prefix in ("http://", "https://"):
+            session.mount(prefix, HTTPAdapter(pool_connections=4, pool_maxsize=_GCS_CONNECTIONS))
+        return session
+
+    return _cached("gcs-read-session", make)
 
 
 def _gcs_reads_available() -> bool:
@@ -596,25 +679,31 @@ class RangedFile:
         self._prefetch = prefetch
         self._range_bytes = range_bytes
         self._position = 0
-        self._chunk: bytes = b""
+        self._chunk = memoryview(b"")
         self._chunk_start = 0
         self._next: tuple[int, Any] | None = None  # (offset, future) of the range requested ahead
         self.closed = False
 
     # -- positional reads
 
-    def read_range(self, offset: int, length: int) -> bytes:
+    def read_range(self, offset: int, length: int) -> memoryview:
         """Exactly ``length`` bytes from ``offset`` (fewer only past the end of the object), with one request."""
         length = max(0, min(length, self.size - offset))
-        if not length:
-            return b""
-        data = translated(self.name, f"read bytes {offset}..{offset + length}", lambda: self._source.read(offset, length))
-        if len(data) != length:
-            raise StorageError(f"{self.name}: read bytes {offset}..{offset + length}: {len(data)} bytes came; the object "
-                               f"was {self.size} bytes when opened, so it changed while it was read: read it again")
-        return data
+        buffer = np.empty(length, dtype=np.uint8)  # not zero-filled: the GET fills its pages
+        self._fill(offset, memoryview(buffer))  # type: ignore[arg-type]  # an ndarray is a buffer
+        return memoryview(buffer)  # type: ignore[arg-type]
 
-    def read_ranges(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+    def _fill(self, offset: int, target: memoryview) -> None:
+        """``target`` filled with the bytes from ``offset`` (all within the object) by one request."""
+        length = len(target)
+        if not length:
+            return
+        got = translated(self.name, f"read bytes {offset}..{offset + length}", lambda: self._source.read_into(offset, target))
+        if got != length:
+            raise StorageError(f"{self.name}: read bytes {offset}..{offset + length}: {got} bytes came; the object "
+                               f"was {self.size} bytes when opened, so it changed while it was read: read it again")
+
+    def read_ranges(self, ranges: list[tuple[int, int]]) -> list[memoryview]:
         """The bytes of each ``(offset, length)``, requested in parallel when there are several."""
         if len(ranges) <= 1:
             return [self.read_range(offset, length) for offset, length in ranges]
@@ -651,9 +740,17 @@ class RangedFile:
         return b"".join(parts)
 
     def readinto(self, buffer: Any) -> int:
+        """Fill ``buffer`` from the position on. Without prefetch, bytes past the range held are requested straight
+        into it (one request, no copy in between); with prefetch, from the ranges requested ahead."""
         target = memoryview(buffer).cast("B")
         done = 0
         while done < len(target):
+            if not self._prefetch and not self._holds(self._position):
+                count = min(len(target) - done, self.size - self._position)
+                self._fill(self._position, target[done:done + count])
+                self._position += count
+                done += count
+                break
             piece = self._piece(len(target) - done)
             if not piece:
                 break
@@ -661,18 +758,21 @@ class RangedFile:
             done += len(piece)
         return done
 
+    def _holds(self, offset: int) -> bool:
+        return self._chunk_start <= offset < self._chunk_start + len(self._chunk)
+
     def _piece(self, wanted: int) -> memoryview:
         """Up to ``wanted`` bytes from the position on, from the range that holds it (requested when needed)."""
         if self._position >= self.size:
             return memoryview(b"")
-        if not self._chunk_start <= self._position < self._chunk_start + len(self._chunk):
+        if not self._holds(self._position):
             self._chunk, self._chunk_start = self._range_from(self._position), self._position
         start = self._position - self._chunk_start
-        piece = memoryview(self._chunk)[start:start + wanted]
+        piece = self._chunk[start:start + wanted]
         self._position += len(piece)
         return piece
 
-    def _range_from(self, offset: int) -> bytes:
+    def _range_from(self, offset: int) -> memoryview:
         """The range that starts at ``offset``: the one requested ahead if it is that one; then the next is asked for."""
         ahead, self._next = self._next, None
         if ahead is not None and ahead[0] == offset:
@@ -693,7 +793,7 @@ class RangedFile:
         ahead, self._next = self._next, None
         if ahead is not None and not ahead[1].cancel():
             ahead[1].exception()  # wait: the file must not close under a running request (its error is of no use now)
-        self._chunk = b""
+        self._chunk = memoryview(b"")
         self._source.close()
 
     def __enter__(self) -> RangedFile:
