@@ -297,21 +297,6 @@ def test_a_gcs_range_reads_python_work_does_not_grow_with_its_size(gcs_bucket):
     assert large < small + 200, (small, large)
 
 
-def test_a_range_read_without_prefetch_fills_the_callers_buffer(bucket):
-    data = np.random.default_rng(5).bytes(3 << 20)
-    bucket.put("r/object", data)
-    buffer = np.zeros(2 << 20, dtype=np.uint8)
-    with open_ranged(bucket.url("r/object")) as handle:
-        filled = []
-        original = handle._source.read_into
-        handle._source.read_into = lambda offset, target: filled.append(target.obj) or original(offset, target)
-        handle.seek(1000)
-        assert handle.readinto(buffer) == len(buffer)
-        assert handle.readinto(buffer) == len(data) - 1000 - len(buffer)
-    assert buffer[:len(data) - 1000 - len(buffer)].tobytes() == data[1000 + len(buffer):]
-    assert len(filled) == 2 and all(target is buffer for target in filled)  # one request each, into the buffer itself
-
-
 def test_many_threads_reading_gcs_ranges_at_once_keep_their_connections(gcs_bucket, caplog):
     # The client's pool kept 10 (then 32) connections: with more threads reading at once, urllib3 warned
     # "Connection pool is full, discarding connection" and the next request opened a new one.

@@ -27,8 +27,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-import numpy as np
-
 from tfrbeam.base.bounded_read import open_regular
 from tfrbeam.errors import (
     ObjectNotFoundError,
@@ -527,10 +525,8 @@ class _ArrowRanges:
         self._file = translated(path, "open", lambda: filesystem.open_input_file(_key(path)))
         self.size = int(translated(path, "look up", lambda: _object_size(filesystem, self._file, path)))
 
-    def read_into(self, offset: int, target: memoryview) -> int:
-        data = self._file.read_at(len(target), offset)
-        target[:len(data)] = data
-        return len(data)
+    def read(self, offset: int, length: int) -> bytes:
+        return self._file.read_at(length, offset)
 
     def close(self) -> None:
         self._file.close()
@@ -540,15 +536,15 @@ _GCS_TIMEOUT = 60  # seconds to connect and between bytes, as google-cloud-stora
 
 
 class _GcsRanges:
-    """Range reads of one generation of a GCS object: each one ``Range:`` GET of its media, streamed into a buffer.
+    """Range reads of one generation of a GCS object: each one ``Range:`` GET of its media.
 
     One metadata GET gives the object's size and generation; each range is then one GET of the
     media, all on an authorised ``requests`` session (google-auth) at the client's endpoint,
-    retried as ``google-cloud-storage`` retries and failing with its exceptions. Not the client's own ``download_as_bytes``: its path through
-    google-resumable-media costs some 7,000 Python calls a request, which held the GIL for most of
-    a ``gs://`` epoch. Not pyarrow's GCS file: its first read opens a download of the whole object
-    and leaves it unread, which costs a request per file and stalls a server that answers one
-    request at a time.
+    retried as ``google-cloud-storage`` retries and failing with its exceptions. Not the client's
+    own ``download_as_bytes``: google-resumable-media moves a body 8 KiB at a time in Python
+    (thousands of calls a range), which held the GIL for most of a ``gs://`` epoch. Not pyarrow's
+    GCS file: its first read opens a download of the whole object and leaves it unread, which
+    costs a request per file and stalls a server that answers one request at a time.
     """
 
     def __init__(self, path: str):
@@ -580,14 +576,14 @@ class _GcsRanges:
 
         return DEFAULT_RETRY(look_up)()
 
-    def read_into(self, offset: int, target: memoryview) -> int:
+    def read(self, offset: int, length: int) -> bytes:
         from google.cloud.storage.retry import DEFAULT_RETRY
 
-        return int(DEFAULT_RETRY(self._get_into)(offset, target))
+        return DEFAULT_RETRY(self._get)(offset, length)
 
-    def _get_into(self, offset: int, target: memoryview) -> int:
-        """One GET of ``len(target)`` bytes from ``offset`` into ``target``; how many came."""
-        last = offset + len(target) - 1
+    def _get(self, offset: int, length: int) -> bytes:
+        """One GET of ``length`` bytes from ``offset`` (fewer when the object is shorter now)."""
+        last = offset + length - 1
         # Accept-Encoding: gzip is the raw download: an object stored gzip-encoded comes as stored, never decoded.
         headers = {"Range": f"bytes={offset}-{last}", "Accept-Encoding": "gzip"}
         with self._session.get(self._url, headers=headers, stream=True, timeout=_GCS_TIMEOUT) as response:
@@ -598,13 +594,10 @@ class _GcsRanges:
                                    f"status {response.status_code} and no range")
             if response.status_code == 206 and not ranged.startswith(f"bytes {offset}-"):
                 raise StorageError(f"GET {response.url}: asked for bytes {offset}-{last}, the server sent {ranged!r}")
-            done = 0
-            while done < len(target):
-                count = response.raw.readinto(target[done:])
-                if not count:
-                    break
-                done += count
-            return done
+            # One read of the body: the socket fills a new bytes object with the GIL released (its pages are
+            # touched there too). A preallocated numpy buffer filled by urllib3's readinto held the GIL for its
+            # copy and the page faults of the buffer's first touch: 40 ms an epoch of the benchmark.
+            return bytes(response.raw.read(length))
 
     def close(self) -> None:
         pass
@@ -679,31 +672,25 @@ class RangedFile:
         self._prefetch = prefetch
         self._range_bytes = range_bytes
         self._position = 0
-        self._chunk = memoryview(b"")
+        self._chunk: bytes = b""
         self._chunk_start = 0
         self._next: tuple[int, Any] | None = None  # (offset, future) of the range requested ahead
         self.closed = False
 
     # -- positional reads
 
-    def read_range(self, offset: int, length: int) -> memoryview:
+    def read_range(self, offset: int, length: int) -> bytes:
         """Exactly ``length`` bytes from ``offset`` (fewer only past the end of the object), with one request."""
         length = max(0, min(length, self.size - offset))
-        buffer = np.empty(length, dtype=np.uint8)  # not zero-filled: the GET fills its pages
-        self._fill(offset, memoryview(buffer))  # type: ignore[arg-type]  # an ndarray is a buffer
-        return memoryview(buffer)  # type: ignore[arg-type]
-
-    def _fill(self, offset: int, target: memoryview) -> None:
-        """``target`` filled with the bytes from ``offset`` (all within the object) by one request."""
-        length = len(target)
         if not length:
-            return
-        got = translated(self.name, f"read bytes {offset}..{offset + length}", lambda: self._source.read_into(offset, target))
-        if got != length:
-            raise StorageError(f"{self.name}: read bytes {offset}..{offset + length}: {got} bytes came; the object "
+            return b""
+        data = translated(self.name, f"read bytes {offset}..{offset + length}", lambda: self._source.read(offset, length))
+        if len(data) != length:
+            raise StorageError(f"{self.name}: read bytes {offset}..{offset + length}: {len(data)} bytes came; the object "
                                f"was {self.size} bytes when opened, so it changed while it was read: read it again")
+        return data
 
-    def read_ranges(self, ranges: list[tuple[int, int]]) -> list[memoryview]:
+    def read_ranges(self, ranges: list[tuple[int, int]]) -> list[bytes]:
         """The bytes of each ``(offset, length)``, requested in parallel when there are several."""
         if len(ranges) <= 1:
             return [self.read_range(offset, length) for offset, length in ranges]
@@ -740,17 +727,9 @@ class RangedFile:
         return b"".join(parts)
 
     def readinto(self, buffer: Any) -> int:
-        """Fill ``buffer`` from the position on. Without prefetch, bytes past the range held are requested straight
-        into it (one request, no copy in between); with prefetch, from the ranges requested ahead."""
         target = memoryview(buffer).cast("B")
         done = 0
         while done < len(target):
-            if not self._prefetch and not self._holds(self._position):
-                count = min(len(target) - done, self.size - self._position)
-                self._fill(self._position, target[done:done + count])
-                self._position += count
-                done += count
-                break
             piece = self._piece(len(target) - done)
             if not piece:
                 break
@@ -758,21 +737,18 @@ class RangedFile:
             done += len(piece)
         return done
 
-    def _holds(self, offset: int) -> bool:
-        return self._chunk_start <= offset < self._chunk_start + len(self._chunk)
-
     def _piece(self, wanted: int) -> memoryview:
         """Up to ``wanted`` bytes from the position on, from the range that holds it (requested when needed)."""
         if self._position >= self.size:
             return memoryview(b"")
-        if not self._holds(self._position):
+        if not self._chunk_start <= self._position < self._chunk_start + len(self._chunk):
             self._chunk, self._chunk_start = self._range_from(self._position), self._position
         start = self._position - self._chunk_start
-        piece = self._chunk[start:start + wanted]
+        piece = memoryview(self._chunk)[start:start + wanted]
         self._position += len(piece)
         return piece
 
-    def _range_from(self, offset: int) -> memoryview:
+    def _range_from(self, offset: int) -> bytes:
         """The range that starts at ``offset``: the one requested ahead if it is that one; then the next is asked for."""
         ahead, self._next = self._next, None
         if ahead is not None and ahead[0] == offset:
@@ -793,7 +769,7 @@ class RangedFile:
         ahead, self._next = self._next, None
         if ahead is not None and not ahead[1].cancel():
             ahead[1].exception()  # wait: the file must not close under a running request (its error is of no use now)
-        self._chunk = memoryview(b"")
+        self._chunk = b""
         self._source.close()
 
     def __enter__(self) -> RangedFile:
