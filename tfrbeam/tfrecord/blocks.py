@@ -153,6 +153,7 @@ def record_blocks(
     on_skip: Callable[[SkippedRegion], None] | None = None,
     skip_records: int = 0,
     name: str | None = None,
+    record_starts: np.ndarray | None = None,
 ) -> Generator[RecordBlock, None, None]:
     """Blocks of up to ``block_length`` records from ``start_offset`` (a record start), ``limit`` records in all.
 
@@ -162,6 +163,8 @@ def record_blocks(
     ``skip_corrupt``, ``on_skip`` and ``name`` mean what they mean for ``RecordReader``;
     ``verify=False`` checks nothing and leaves the payloads out (a fast walk over headers).
     Blocks are full (``block_length`` records) except at the end of the file, the range or the limit.
+    ``record_starts`` (an uncompressed file's every record start, then its size: its offset index) spares
+    the walk over the headers where they agree with it; it changes nothing that is read (see ``_walk_by_starts``).
     """
     if block_length <= 0:
         raise ValueError(f"block_length must be positive, got {block_length}")
@@ -177,7 +180,8 @@ def record_blocks(
             )
             yield from _reader_blocks(reader, block_length, limit, stop_offset, skip_records)
         else:
-            yield from _fast_blocks(handle, str(label), start_offset, block_length, limit, stop_offset, verify)
+            yield from _fast_blocks(handle, str(label), start_offset, block_length, limit, stop_offset, verify,
+                                    record_starts)
 
 
 def offset_of_record(source: PathOrFile, start_offset: int, count: int, *, name: str | None = None) -> int:
@@ -305,7 +309,8 @@ class _Window:
 
 
 def _fast_blocks(
-    handle: BinaryIO, name: str, start_offset: int, block_length: int, limit: int | None, stop_offset: int | None, verify: bool
+    handle: BinaryIO, name: str, start_offset: int, block_length: int, limit: int | None, stop_offset: int | None, verify: bool,
+    record_starts: np.ndarray | None = None,
 ) -> Iterator[RecordBlock]:
     with _Window(handle, start_offset) as window:
         stop = _NO_STOP if stop_offset is None else stop_offset
@@ -318,15 +323,15 @@ def _fast_blocks(
                 # Room for several blocks (the unread tail moved to the front is at most one),
                 # but no more than two when blocks are large.
                 pos -= window.refill(pos, max(READ_CHUNK, 2 * block_bytes, min(4 * block_bytes, SPARE_BUFFER_MAX)))
-            starts, after = _walk(window.buffer, pos, want, window.end, stop - window.base)
+            starts, after = _walk_here(window, pos, want, stop, record_starts)
             while len(starts) < want and after < stop - window.base and not window.eof:
                 # The buffer ends inside the block: read more (unless the next header is already bad) and walk again.
                 need = _bytes_needed(window.buffer, after, window.end)
                 if need is None or window.base + after < window.size < window.base + after + need:
                     break  # RecordReader reports the bad header, or the record cut off by the end of the file
                 pos -= window.refill(pos, max(READ_CHUNK, 2 * (window.end - pos), after - pos + need))
-                starts, after = _walk(window.buffer, pos, want, window.end, stop - window.base)
-            if not starts:
+                starts, after = _walk_here(window, pos, want, stop, record_starts)
+            if not len(starts):
                 if after >= stop - window.base or (window.eof and after == window.end):
                     return  # the range or the file ends here
                 break  # a bad header, or a record cut off by the end of the file
@@ -370,6 +375,44 @@ def _walk(buffer: np.ndarray, pos: int, want: int, end: int, stop: int) -> tuple
     return starts, pos
 
 
+def _walk_here(window: _Window, pos: int, want: int, stop: int,
+               record_starts: np.ndarray | None) -> tuple[list[int] | np.ndarray, int]:
+    """``_walk`` in the window's buffer: from ``record_starts`` where they agree with the headers, else record by record."""
+    if record_starts is not None:
+        found = _walk_by_starts(window.buffer, pos, want, window.end, stop - window.base, record_starts, window.base)
+        if found is not None:
+            return found
+    return _walk(window.buffer, pos, want, window.end, stop - window.base)
+
+
+def _walk_by_starts(buffer: np.ndarray, pos: int, want: int, end: int, stop: int, starts: np.ndarray,
+                    base: int) -> tuple[np.ndarray, int] | None:
+    """What ``_walk`` returns, read off ``starts`` (every record start of the file, then its size; ``buffer`` holds
+    the file from byte ``base``) with a vectorised check of the headers the walk would read: each record's length
+    field must lead to the next start. None when ``pos`` is not among them or a header disagrees: the walk then
+    goes record by record. The walk goes from ``pos`` by the length fields, so where every length it would read
+    agrees, its starts are these.
+    """
+    first = int(np.searchsorted(starts, base + pos))
+    if first >= len(starts) - 1 or starts[first] != base + pos:
+        return None
+    chain = starts[first:first + want + 1] - base
+    last = min(end - HEADER_SIZE, stop - 1)
+    count = int(np.searchsorted(chain[:want], last, side="right"))  # the walk appends while a start is <= last
+    if count < len(chain) - 1 and count < want and chain[count] <= last:
+        return None  # not increasing: no record starts
+    heads = chain[:count]
+    if not count:
+        return heads, pos
+    lengths = le_integers(np.frombuffer(buffer, dtype=np.uint8)[:end], 8)[heads].astype(np.int64)
+    if np.any(lengths > MAX_PAYLOAD_SIZE) or not np.array_equal(heads + lengths + RECORD_OVERHEAD, chain[1:count + 1]):
+        return None
+    after = int(chain[count])
+    if after > end:  # only the last record can overrun the buffer: the walk stops right before it
+        heads, after = heads[:-1], int(heads[-1])
+    return heads, after
+
+
 def _bytes_needed(buffer: np.ndarray, pos: int, end: int) -> int | None:
     """Bytes of the record at ``pos`` (a header's worth when it is cut off); None when its header is bad."""
     if end - pos < HEADER_SIZE:
@@ -381,7 +424,7 @@ def _bytes_needed(buffer: np.ndarray, pos: int, end: int) -> int | None:
     return length + RECORD_OVERHEAD
 
 
-def _check_block(buffer: np.ndarray, starts: list[int], verify: bool) -> RecordBlock | None:
+def _check_block(buffer: np.ndarray, starts: list[int] | np.ndarray, verify: bool) -> RecordBlock | None:
     """The records at ``starts`` (offsets relative to ``buffer``) as a block, or None when a CRC does not match."""
     raw = np.frombuffer(buffer, dtype=np.uint8)
     heads = np.asarray(starts, dtype=np.int64)
@@ -394,7 +437,7 @@ def _check_block(buffer: np.ndarray, starts: list[int], verify: bool) -> RecordB
     data = np.empty(end - first + TRAILING_SLACK, dtype=np.uint8)
     data[: end - first] = raw[first:end]
     data[end - first:] = 0
-    heads -= first
+    heads = heads - first  # not in place: ``starts`` may be the caller's array
     payload_ends = heads + HEADER_SIZE + lengths
     if not _block_crcs_match(data, heads, lengths, payload_ends, end - first):
         return None

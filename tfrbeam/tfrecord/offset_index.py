@@ -297,6 +297,24 @@ def read_offset_index(index_path: str, file_size: int) -> bytes:
         raise RecordIndexError(str(error)) from error
 
 
+def indexed_record_starts(data_path: str, file_size: int, num_records: int) -> np.ndarray | None:
+    """The record starts (then the size) that the offset index of ``data_path`` (local or in a bucket) gives for a file
+    of ``file_size`` bytes and ``num_records`` records; None when there is no such index (nothing is logged).
+
+    Not checked against the file: a hint for a sequential read (``record_blocks(record_starts=...)``), which
+    checks every header it uses against it and walks the headers wherever one disagrees.
+    """
+    index_path = offset_index_path_for(data_path)
+    try:
+        index = parse_offset_index(read_offset_index(index_path, file_size), index_path)
+    except (RecordIndexError, OSError) as error:  # none (the usual case for files not built by tfrbeam), or unusable
+        _LOG.debug("reading %s without its offset index %s: %s", data_path, index_path, error)
+        return None
+    if index.file_size != file_size or index.num_records != num_records:
+        return None
+    return index.offsets
+
+
 def offsets_from_headers(data_path: str) -> np.ndarray:
     """Every record start of a local uncompressed file, then its size, by walking the record headers."""
     pieces = [block.offsets for block in record_blocks(data_path, None, 0, 1 << 16, None, verify=False)]
