@@ -62,7 +62,7 @@ from tfrbeam.tfrecord.record_index import index_path_for
 __all__ = [
     "CommitJournal", "OutputLock", "RunIdentity", "StagingDir", "dataset_files", "dead_staging_dirs", "delete_missing_ok",
     "is_gone", "lock_path",
-    "owner_record", "recover",
+    "owner_record", "recover", "remove_published_staging",
     "staging_path", "swap_into_place", "this_run",
 ]
 
@@ -132,12 +132,42 @@ def this_run(run_id: str) -> RunIdentity:
     return RunIdentity(run_id, socket.gethostname(), os.getpid(), now, _process_start(os.getpid()), command or "python")
 
 
+# ------------------------------------------------------------------------------------- whole records
+
+
+def write_whole(path: str, data: bytes) -> None:
+    """Write a small record (journal, commit record) so that a reader finds all of it or none: on an object store one
+    whole-object write (one request), elsewhere a temp file and a rename."""
+    if object_store.is_object_store(path):
+        fs.write_bytes(path, data, "application/json")
+        return
+    temp = path + ".tmp"
+    fs.write_bytes(temp, data, "application/json")
+    fs.rename([(temp, path)])
+
+
+def read_whole(path: str, max_bytes: int, what: str) -> bytes | None:
+    """A small record's bytes, None when there is none (on an object store one request); RefusedFileError when it
+    is larger than ``max_bytes`` or no regular file."""
+    if object_store.is_object_store(path):
+        found = object_store.read_versioned(path, max_bytes)  # ObjectTooLargeError is a RefusedFileError
+        return None if found is None else found[0]
+    if not fs.exists(path):
+        return None
+    return read_found(path, max_bytes, what, files=BEAM_FILES)
+
+
 # ------------------------------------------------------------------------------------- paths
 
 
 def _staging_dirs(target: str) -> list[str]:
-    directory, _ = staging_prefix(target)
-    return [fs.join(directory, name) for name in fs.list_names(directory) if is_staging_name(target, name)]
+    directory, prefix = staging_prefix(target)
+    if not fs.is_remote(directory) or any(char in base_name for char in "*?[" for base_name in (directory, prefix)):
+        return [fs.join(directory, name) for name in fs.list_names(directory) if is_staging_name(target, name)]
+    # One listing of the objects whose names start with the staging prefix, not of everything beside the output.
+    base = directory.rstrip("/") + "/"
+    names = {path[len(base):].split("/")[0] for path in fs.match(base + prefix + "*/**") if path.startswith(base)}
+    return [fs.join(directory, name) for name in sorted(names) if is_staging_name(target, name)]
 
 
 # ------------------------------------------------------------------------------------- the lock
@@ -380,6 +410,12 @@ class LockLease:
         self._thread.join(5)
 
 
+def holds_lock(target: str, run_id: str) -> bool:
+    """Whether this process holds ``target``'s lock for run ``run_id`` (acquired here, its lease not known lost)."""
+    held = _HELD.get(lock_path(target))
+    return held is not None and held.owner.run_id == run_id and (held._lease is None or held._lease._lost is None)
+
+
 @contextlib.contextmanager
 def held_or_taken(target: str, owner: RunIdentity) -> Iterator[None]:
     """Hold the output's lock for a commit: this process holds it for this run already, or it takes it now.
@@ -412,27 +448,63 @@ class StagingDir:
         """Create it with its ``owner.json`` (kept when present); also the probe that the output's place is writable."""
         owner = fs.join(self.path, OWNER_NAME)
         try:
+            if object_store.is_object_store(owner):  # one request: create the record unless it is there
+                with contextlib.suppress(PreconditionFailedError):
+                    fs.create_if_absent(owner, owner_record(self.owner, self.output))
+                return self
             fs.mkdirs(self.path)
             if not fs.exists(owner):
                 fs.write_bytes(owner, owner_record(self.owner, self.output), "application/json")
         except OSError as error:
-            reason = "the disk is full" if error.errno == errno.ENOSPC else (error.strerror or str(error))
-            raise OutputNotWritableError(f"{self.path}: cannot write beside the output ({reason})") from error
+            raise self._not_writable(error) from error
         return self
+
+    def record_writes(self, paths: Sequence[str]) -> None:
+        """Before the run writes objects straight into the output: ``owner.json`` names them, in one whole-object
+        write, so recovery removes those a dead run wrote and never published."""
+        try:
+            fs.write_bytes(fs.join(self.path, OWNER_NAME), owner_record(self.owner, self.output, paths), "application/json")
+        except OSError as error:
+            raise self._not_writable(error) from error
+
+    def _not_writable(self, error: OSError) -> OutputNotWritableError:
+        reason = "the disk is full" if error.errno == errno.ENOSPC else (error.strerror or str(error))
+        return OutputNotWritableError(f"{self.path}: cannot write beside the output ({reason})")
 
     def join(self, *parts: str) -> str:
         return fs.join(self.path, *parts)
 
 
-def owner_record(owner: RunIdentity, output: str) -> bytes:
-    """``owner.json``: the run, and the output it writes (absolute), so recovery can tell whose directory it is."""
-    record = dataclasses.asdict(owner)
+def owner_record(owner: RunIdentity, output: str, writes: Sequence[str] = ()) -> bytes:
+    """``owner.json``: the run, and the output it writes (absolute), so recovery can tell whose directory it is;
+    ``writes``: the objects it may write straight into an object-store output (``StagingDir.record_writes``)."""
+    record: dict[str, Any] = dataclasses.asdict(owner)
     record["output"] = _normalized(output)
+    if writes:
+        record["writes"] = list(writes)
     return json.dumps(record, indent=1).encode("utf-8")
+
+
+_REMOVED: set[str] = set()  # staging directories this process removed whole after publishing (nothing to abandon)
+
+
+def remove_published_staging(staging: str) -> None:
+    """After a publish: remove the run's staging directory, its owner record last (until then the next run's
+    recovery trusts it). On an object store one listing and one delete per object it holds."""
+    if not object_store.is_object_store(staging):
+        fs.delete_tree(staging)
+    else:
+        owner = fs.join(staging, OWNER_NAME)
+        objects = list(fs.list_objects(staging))
+        delete_missing_ok([path for path in objects if path != owner])
+        delete_missing_ok([owner])
+    _REMOVED.add(staging)
 
 
 def abandon(staging: str) -> None:
     """Mark a finished or failed run's staging directory as garbage for the next run (a rename: needs no disk space)."""
+    if staging in _REMOVED:
+        return
     owner = fs.join(staging, OWNER_NAME)
     try:
         if fs.exists(owner):
@@ -448,6 +520,7 @@ class _Owner:
     run: RunIdentity
     output: str | None
     abandoned: bool
+    writes: tuple[str, ...] = ()  # objects the run wrote straight into the output (None: the record is malformed)
 
     def is_dead(self) -> bool:
         return self.abandoned or self.run.is_alive() is False
@@ -464,10 +537,14 @@ def _owner_of(directory: str) -> _Owner | None:
         if run is None:
             return None
         try:
-            output = json.loads(data.decode("utf-8")).get("output")
+            raw = json.loads(data.decode("utf-8"))
+            output, writes = raw.get("output"), raw.get("writes", [])
         except (ValueError, UnicodeDecodeError, AttributeError):
-            output = None
-        return _Owner(run, output if isinstance(output, str) else None, name == ABANDONED_NAME)
+            output, writes = None, []
+        if not isinstance(writes, list) or not all(isinstance(path, str) for path in writes):
+            output = None  # a record naming its objects wrongly is no proof of anything: left alone
+        return _Owner(run, output if isinstance(output, str) else None, name == ABANDONED_NAME,
+                      tuple(writes) if isinstance(writes, list) else ())
     return None
 
 
@@ -570,18 +647,16 @@ class CommitJournal:
                                   "moves": [list(pair) for pair in self.moves]}
         if self.switch:
             record.update(switch=True, replaces=self.replaces)
-        data = json.dumps(record, indent=1).encode("utf-8")
-        temp, final = fs.join(staging, JOURNAL_NAME + ".tmp"), fs.join(staging, JOURNAL_NAME)
-        fs.write_bytes(temp, data, "application/json")
-        fs.rename([(temp, final)])
+        write_whole(fs.join(staging, JOURNAL_NAME), json.dumps(record, indent=1).encode("utf-8"))
 
     @classmethod
     def read(cls, staging: str) -> CommitJournal | None:
         path = fs.join(staging, JOURNAL_NAME)
-        if not fs.exists(path):
-            return None
         try:
-            raw = json.loads(read_found(path, MAX_JOURNAL_BYTES, "commit journal", files=BEAM_FILES).decode("utf-8"))
+            data = read_whole(path, MAX_JOURNAL_BYTES, "commit journal")
+            if data is None:
+                return None
+            raw = json.loads(data.decode("utf-8"))
             replaces = raw.get("replaces")
             return cls(raw["run_id"], raw["target"], tuple(raw["deletions"]), tuple((a, b) for a, b in raw["moves"]),
                        switch=raw.get("switch") is True, replaces=replaces if isinstance(replaces, str) else None)
@@ -809,11 +884,15 @@ def recover(target: str, keep: str | None = None, new_name: str = "dataset", old
     Then the staging directory goes. Live runs' directories are never touched.
     """
     removed = []
+    others: set[str] = set()
     for directory in _staging_dirs(target):
         if keep is not None and directory.rstrip("/") == keep.rstrip("/"):
             continue
         if _recover_one(directory, target, new_name, old_name, carry_over, prefix_output):
             removed.append(directory)
+        else:
+            others.add(directory)
+    OTHER_RUNS[_normalized(target)] = others
     return removed
 
 
@@ -832,6 +911,11 @@ def _recover_one(directory: str, target: str, new_name: str, old_name: str,
         _leave_alone(directory, why or "its owner.json is unreadable")
         return False
     if not owner.is_dead():
+        RESERVED_WRITES.setdefault(_normalized(target), set()).update(owner.writes)
+        return False
+    outside = [path for path in owner.writes if not confined(path, target, directory) or confined(path, directory, directory)]
+    if outside:
+        _leave_alone(directory, f"its {OWNER_NAME} names {outside[0]!r}, not an object in {target}")
         return False
     journal = CommitJournal.read(directory)
     if journal is not None:
@@ -843,6 +927,9 @@ def _recover_one(directory: str, target: str, new_name: str, old_name: str,
             return False
         _LOG.warning("completing the interrupted commit of run %s into %s", journal.run_id, target)
         journal.apply(missing_ok=True)
+    if owner.writes:
+        remove_unpublished(target, owner.writes)
+        RECOVERED_WRITES.add(_normalized(target))
     new_dir, old_dir = fs.join(directory, new_name), fs.join(directory, old_name)
     if not fs.is_remote(target):
         if not os.path.lexists(target) and os.path.isdir(old_dir) and os.path.isdir(new_dir):
@@ -854,6 +941,39 @@ def _recover_one(directory: str, target: str, new_name: str, old_name: str,
                     carry_over(replaced, target)
     delete_tree_missing_ok(directory)
     return True
+
+
+def output_key(target: str) -> str:
+    """How ``RECOVERED_WRITES``, ``OTHER_RUNS`` and ``RESERVED_WRITES`` name an output: its normalised path."""
+    return _normalized(target)
+
+
+def entries_besides_runs_objects(target: str) -> list[str]:
+    """The names directly inside an output, leaving out what holds only objects that a run's owner record (beside
+    the output, naming it) says the run writes straight there: an interrupted run's, which recovery removes."""
+    if not object_store.is_object_store(target):
+        return fs.list_names(target)
+    prefix = target.rstrip("/") + "/"
+    objects = [path for path in fs.list_objects(target) if path.startswith(prefix)]
+    written: set[str] = set()
+    for directory in _staging_dirs(target) if objects else ():
+        owner = _owner_of(directory)
+        if owner is not None and _not_ours(directory, owner, target) is None:
+            written.update(owner.writes)
+    return sorted({path[len(prefix):].split("/")[0] for path in objects if path not in written})
+
+
+RECOVERED_WRITES: set[str] = set()  # outputs where this process removed a dead run's objects written straight there
+# Per output, as this process's last recovery found them: the staging directories of other runs it left (alive,
+# on another host, or not provably this output's), and the objects live runs' owner records say they write there.
+OTHER_RUNS: dict[str, set[str]] = {}
+RESERVED_WRITES: dict[str, set[str]] = {}
+
+
+def remove_unpublished(target: str, writes: Sequence[str]) -> None:
+    """Delete those of a run's objects written straight into ``target`` that its manifest does not list now."""
+    listed = _listed_paths(target)
+    delete_missing_ok([path for path in writes if path not in listed])
 
 
 def describe_paths(paths: Sequence[str], limit: int = 5) -> str:

@@ -39,19 +39,30 @@ import apache_beam as beam
 import numpy as np
 
 import tfrbeam
-from tfrbeam.base.file_access import read_found
+from tfrbeam.base import object_store
 from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.filesystem import BEAM_FILES
 from tfrbeam.beam.publish import (
     JOURNAL_NAME,
     MAX_JOURNAL_BYTES,
+    OTHER_RUNS,
     OWNER_NAME,
+    RECOVERED_WRITES,
+    RESERVED_WRITES,
     CommitJournal,
+    StagingDir,
     committed_run,
     confined,
+    dataset_files,
     held_or_taken,
+    holds_lock,
+    output_key,
+    read_whole,
     recover,
+    remove_published_staging,
+    remove_unpublished,
     swap_into_place,
+    write_whole,
 )
 from tfrbeam.build.config import config_to_dict
 from tfrbeam.build.held_rows import discard_held_rows
@@ -88,7 +99,7 @@ from tfrbeam.layout.manifest import (
     parse_sequence_example_spec_of,
     read_manifest,
 )
-from tfrbeam.layout.names import DALI_DIR_NAME
+from tfrbeam.layout.names import DALI_DIR_NAME, shard_file_name
 from tfrbeam.tfrecord.offset_index import (
     dali_index_text,
     offset_index_path_for,
@@ -99,8 +110,9 @@ from tfrbeam.tfrecord.offset_index import (
 from tfrbeam.tfrecord.record_index import index_path_for, stamp_index
 
 __all__ = [
-    "COMMIT_RECORD", "CommitDataset", "DeadLetterFile", "NEW_DATASET_DIR", "OLD_DATASET_DIR", "StagedCommit", "commit_staged",
-    "discard_staging", "discard_unpublished", "publish_staged", "recover_output",
+    "COMMIT_RECORD", "CommitDataset", "DeadLetterFile", "DirectWrites", "NEW_DATASET_DIR", "OLD_DATASET_DIR", "StagedCommit",
+    "commit_staged", "direct_writes", "discard_staging", "discard_unpublished", "publish_staged", "recover_output",
+    "shard_destination",
 ]
 
 _LOG = logging.getLogger(__name__)
@@ -243,6 +255,69 @@ def checked_manifest(plan: BuildPlan, shard_plan: ShardPlan, files: list[Written
                           read_per_input=read_per_input)
 
 
+@dataclasses.dataclass(frozen=True)
+class DirectWrites:
+    """The shards and read indexes a launcher's pipeline writes straight to their final, free names in an
+    object-store output (no staging copy), as its ``owner.json`` records them before the pipeline starts."""
+
+    paths: tuple[str, ...]
+    replaces: str | None  # the run whose manifest the output held when this was decided (None: no dataset)
+
+
+_DIRECT: dict[str, DirectWrites] = {}  # run id -> its direct writes, decided (and published) in the launcher's process
+
+
+def shard_destination(plan: BuildPlan, publish: bool) -> str:
+    """Where the shard writers write: the output itself when ``direct_writes`` allows it, else the staging directory."""
+    return plan.output_root if direct_writes(plan, publish) is not None else plan.staging_dir
+
+
+def direct_writes(plan: BuildPlan, publish: bool = False) -> DirectWrites | None:
+    """Decide, once per run, whether its shards go straight to their final names (None: they are staged and copied).
+
+    Only on ``gs://`` and ``s3://``, only for a launcher (``publish=False``) that holds the output's lock now and
+    keeps it until it publishes, only for counted shards (their names are known before the pipeline runs), and only
+    when none of those names is taken in the output (an old dataset's object or a user's) and this process did not
+    just remove a dead run's objects there (its orphaned workers might still write them), and its recovery under
+    this lock left no other run's staging directory there (a live run that lost its lock to this one may still
+    write the names its owner record lists). A reader never sees the
+    new objects as a dataset before the manifest, written last, lists them.
+    """
+    if plan.run.run_id in _DIRECT:
+        return _DIRECT[plan.run.run_id]
+    root, spec = plan.output_root, plan.sharding
+    output = output_key(root) if object_store.is_object_store(root) else ""
+    if (publish or not output or not holds_lock(root, plan.run.run_id) or any(count is None for count in spec.num_shards)
+            or output in RECOVERED_WRITES or output not in OTHER_RUNS or OTHER_RUNS[output]):
+        return None
+    relatives, found = _planned_names(plan), _objects_under(root)
+    if found & set(relatives):
+        return None
+    replaces = committed_run(root) if MANIFEST_NAME in found else None  # the listing says whether there is one
+    writes = DirectWrites(tuple(fs.join(root, *relative.split("/")) for relative in relatives), replaces)
+    StagingDir(plan.staging_dir, plan.run, root).record_writes(writes.paths)  # before any of them is written
+    _DIRECT[plan.run.run_id] = writes
+    return writes
+
+
+def _planned_names(plan: BuildPlan) -> list[str]:
+    """Every shard's and read index's path in the dataset, relative to its root, as the shard writers name them."""
+    spec, names = plan.sharding, []
+    for split, count in zip(spec.splits, spec.num_shards):
+        for shard in range(count or 0):
+            relative = f"{split}/{shard_file_name(split, shard, int(count or 0), spec.compression)}"
+            names.append(relative)
+            if spec.write_index and spec.compression is None:
+                names += [index_path_for(relative), offset_index_path_for(relative)]
+    return names
+
+
+def _objects_under(root: str) -> set[str]:
+    """The names (relative to ``root``) of every object under the output prefix: one listing."""
+    prefix = root.rstrip("/") + "/"
+    return {path[len(prefix):] for path in fs.list_objects(root) if path.startswith(prefix)}
+
+
 COMMIT_RECORD = "commit-ready.json"  # in the staging directory: what the launcher publishes after the pipeline
 
 
@@ -267,18 +342,17 @@ class StagedCommit:
         data = json.dumps({"run_id": self.run_id, "manifest": self.manifest,
                            "files": [dataclasses.asdict(item) for item in self.files],
                            "dead_letters": [dataclasses.asdict(item) for item in self.dead_letters]}).encode("utf-8")
-        temp, final = fs.join(staging_dir, COMMIT_RECORD + ".tmp"), fs.join(staging_dir, COMMIT_RECORD)
-        fs.write_bytes(temp, data, "application/json")
-        fs.rename([(temp, final)])
+        write_whole(fs.join(staging_dir, COMMIT_RECORD), data)
 
     @classmethod
     def read(cls, plan: BuildPlan) -> StagedCommit | None:
         """This run's record from its staging directory (None: the pipeline staged none); refuses one that is not."""
         path = fs.join(plan.staging_dir, COMMIT_RECORD)
-        if not fs.exists(path):
-            return None
         try:
-            raw = json.loads(read_found(path, MAX_JOURNAL_BYTES, "commit record", files=BEAM_FILES).decode("utf-8"))
+            data = read_whole(path, MAX_JOURNAL_BYTES, "commit record")
+            if data is None:
+                return None
+            raw = json.loads(data.decode("utf-8"))
             staged = cls(raw["run_id"], raw["manifest"], tuple(WrittenShard(**item) for item in raw["files"]),
                          tuple(DeadLetterFile(**item) for item in raw["dead_letters"]))
         except (RefusedFileError, ValueError, KeyError, TypeError, UnicodeDecodeError) as error:
@@ -295,8 +369,10 @@ class StagedCommit:
             return f"the record is run {self.run_id}'s, not this run's ({plan.run.run_id})"
         staged = [path for item in self.files for path in (item.temp_path, item.temp_index_path, item.temp_offsets_path)
                   if path is not None] + [item.temp_path for item in self.dead_letters]
+        direct = _DIRECT.get(plan.run.run_id)
+        written_straight = set(direct.paths) if direct is not None else set()
         for path in staged:
-            if not confined(path, plan.staging_dir, plan.staging_dir):
+            if not confined(path, plan.staging_dir, plan.staging_dir) and path not in written_straight:
                 return f"it names {path!r}, outside the staging directory"
         for relative in [*(item.relative_path for item in self.files), *(item.relative_path for item in self.dead_letters)]:
             parts = relative.split("/")
@@ -318,7 +394,8 @@ def publish_staged(plan: BuildPlan, staged: StagedCommit) -> None:
     """Holding the output's lock: recover what dead runs left, check the output again, publish."""
     with held_or_taken(plan.output_root, plan.run):
         try:
-            recover_output(plan.output_root, keep=plan.staging_dir)
+            if plan.run.run_id not in _DIRECT:  # else this launcher recovered under the lock it has held since
+                recover_output(plan.output_root, keep=plan.staging_dir)
         except OSError as error:
             raise commit_failed(plan, error, "recovering what an earlier run left") from error
         _check_output_unchanged(plan)
@@ -385,6 +462,8 @@ def _what_the_output_holds(plan: BuildPlan) -> str:
 
 def _check_output_unchanged(plan: BuildPlan) -> None:
     """Another run may have published into the output since this build was planned: check again, under the lock."""
+    if plan.run.run_id in _DIRECT:  # its own objects are in the output now: publish_by_switch checks the manifest
+        return
     try:
         check_output_dir(plan.output_root, plan.resolved_config, plan.overwrite, shown=plan.output_path)
     except OutputExistsError as error:
@@ -400,10 +479,7 @@ def check_every_record_arrived(files: Sequence[WrittenShard], expected: int, out
             f"{output}: the shard writers wrote {written} {records}, but {expected} {made}; the runner "
             "lost or duplicated elements, so nothing was published (see docs/runners.md)"
         )
-    sizes = {}
-    for item in files:
-        found = fs.match(item.temp_path)
-        sizes[item.temp_path] = next(iter(found.values())).size_in_bytes if found else None
+    sizes = _sizes_of([item.temp_path for item in files])
     wrong = [item for item in files if sizes[item.temp_path] != item.num_bytes]
     if wrong:
         first = wrong[0]
@@ -411,6 +487,20 @@ def check_every_record_arrived(files: Sequence[WrittenShard], expected: int, out
             f"{first.temp_path}: {sizes[first.temp_path]} bytes on disk, its writer reported {first.num_bytes} "
             f"({len(wrong)} shard(s) differ); the runner lost a write, so nothing was published to {output}"
         )
+
+
+def _sizes_of(paths: Sequence[str]) -> dict[str, int | None]:
+    """Each file's size (None: missing): on an object store one listing per folder, elsewhere one match per file."""
+    if paths and object_store.is_object_store(paths[0]):
+        listed: dict[str, int] = {}
+        for folder in sorted({fs.parent(path) for path in paths}):
+            listed.update(fs.list_objects(folder))
+        return {path: listed.get(path) for path in paths}
+    sizes: dict[str, int | None] = {}
+    for path in paths:
+        found = fs.match(path)
+        sizes[path] = next(iter(found.values())).size_in_bytes if found else None
+    return sizes
 
 
 def check_every_sequence_arrived(files: Sequence[WrittenShard], sequences: SequenceCounts, converted: int, output: str) -> None:
@@ -645,31 +735,51 @@ def publish_by_switch(plan: BuildPlan, files: Sequence[WrittenShard], dead_lette
     (or undo) whatever a crash interrupted (docs/cloud-storage.md).
     """
     root = plan.output_root
-    prefix = root.rstrip("/") + "/"
-    taken = {path[len(prefix):] for path in fs.match(prefix + "**") if path.startswith(prefix)}
+    direct = _DIRECT.get(plan.run.run_id)
+    written_straight = {path[len(root.rstrip("/")) + 1:] for path in direct.paths} if direct is not None else set()
+    old = _old_manifest(root)
+    if direct is not None and (old or {}).get("run_id") != direct.replaces:
+        raise CommitError(f"the output changed while this build ran (its manifest is no longer run {direct.replaces}'s), "
+                          f"so nothing was published to {plan.output_path}")
+    if direct is not None and not dead_letters and not plan.config.output.dali_index:
+        # Only the run's own objects, already at their free names: no listing needed to choose names, and the
+        # old dataset's objects are what its manifest lists (a delete of one already gone is no error).
+        found = written_straight | (dataset_files(old) if old is not None else set())
+    else:  # the objects there, and those a live run that lost this lock may still write (they are not free)
+        reserved = RESERVED_WRITES.get(output_key(root), set()) if object_store.is_object_store(root) else set()
+        prefix = root.rstrip("/") + "/"
+        found = _objects_under(root) | {path[len(prefix):] for path in reserved if path.startswith(prefix)}
     renamed = _free_names([item.relative_path for item in files] + [item.relative_path for item in dead_letters],
-                          taken, plan.run.run_id)
+                          found - written_straight, plan.run.run_id)
     files = [dataclasses.replace(item, relative_path=renamed[item.relative_path]) for item in files]
     dead_letters = [dataclasses.replace(item, relative_path=renamed[item.relative_path]) for item in dead_letters]
     manifest = _with_paths(manifest, renamed)
-    staged_manifest = fs.join(plan.staging_dir, MANIFEST_NAME)
-    fs.write_bytes(staged_manifest, manifest_bytes(manifest), "application/json")
-    moves = _staged_moves(plan, files, dead_letters, root)
+    # Objects written straight to their final names stay where they are: only staged ones move.
+    moves = [(staged, final) for staged, final in _staged_moves(plan, files, dead_letters, root) if staged != final]
     if plan.config.output.dali_index:  # written from the staged shards, moved in with them
         for item in files:
             staged = fs.join(plan.staging_dir, DALI_DIR_NAME, item.split, posixpath.basename(item.relative_path) + ".idx")
             fs.write_bytes(staged, dali_index_text(load_offsets_of(item.temp_path)).encode("ascii"), "text/plain")
             moves.append((staged, _dali_path(root, item)))
-    moves.append((staged_manifest, fs.join(root, MANIFEST_NAME)))
-    published = {final for _, final in moves}
-    old = _old_manifest(root)
-    doomed = [path for path in _old_dataset_objects(root) if path not in published]
-    journal = CommitJournal(plan.run.run_id, root, tuple(doomed), tuple(moves), switch=True,
-                            replaces=old.get("run_id") if isinstance(old, dict) else None)
-    journal.write(plan.staging_dir)
-    journal.apply()
+    final_manifest = fs.join(root, MANIFEST_NAME)
+    published = {final for _, final in moves} | {final_manifest}
+    prefix = root.rstrip("/") + "/"
+    # What the old manifest makes its own (an unreadable manifest is refused there, naming it); never a user's object.
+    own = (DatasetNames.of_manifest(old) if old is not None else old_dataset_names(root)).files - {MANIFEST_NAME}
+    doomed = sorted(prefix + name for name in found & own if prefix + name not in published)
+    if not moves and not doomed:
+        # Nothing to move and nothing to collect: the switch alone (one whole-object write) publishes; a crash
+        # before it leaves the objects owner.json names for the next run to remove.
+        fs.write_bytes(final_manifest, manifest_bytes(manifest), "application/json")
+    else:
+        staged_manifest = fs.join(plan.staging_dir, MANIFEST_NAME)
+        fs.write_bytes(staged_manifest, manifest_bytes(manifest), "application/json")
+        journal = CommitJournal(plan.run.run_id, root, tuple(doomed), (*moves, (staged_manifest, final_manifest)),
+                                switch=True, replaces=old.get("run_id") if isinstance(old, dict) else None)
+        journal.write(plan.staging_dir)
+        journal.apply()
     try:
-        fs.delete_tree(plan.staging_dir)
+        remove_published_staging(plan.staging_dir)
     except OSError as error:  # published already: what is left is the next run's to remove
         _LOG.warning("published %s, but could not clean up %s (%s); the next build into it finishes this",
                      plan.output_path, plan.staging_dir, error)
@@ -711,14 +821,6 @@ def _with_paths(manifest: dict[str, Any], renamed: dict[str, str]) -> dict[str, 
     return updated
 
 
-def _old_dataset_objects(root: str) -> list[str]:
-    """Objects of the dataset at ``root`` that a replace removes: what its manifest makes its own, never a user's object
-    (without a manifest, none; ``tfrbeam.build.user_files``). The manifest itself is replaced by the switch."""
-    own = old_dataset_names(root).files - {MANIFEST_NAME}
-    prefix = root.rstrip("/") + "/"
-    return sorted(path for path in fs.match(prefix + "**") if path.startswith(prefix) and path[len(prefix):] in own)
-
-
 def recover_output(output_root: str, keep: str | None = None) -> list[str]:
     """Recover what dead builds left beside ``output_root`` (see ``tfrbeam.beam.publish.recover``)."""
     return recover(output_root, keep=keep, new_name=NEW_DATASET_DIR, old_name=OLD_DATASET_DIR, carry_over=carry_over)
@@ -747,6 +849,9 @@ def discard_staging(plan: BuildPlan, keep_dead_letters: bool = False) -> None:
     discard_pieces(plan.staging_dir)
     discard_held_rows(plan.staging_dir)
     try:
+        direct = _DIRECT.get(plan.run.run_id)
+        if direct is not None:  # before owner.json, which names them for the next run, goes
+            remove_unpublished(plan.output_root, direct.paths)
         _remove_staging(plan, keep_dead_letters)
     except OSError as error:
         _LOG.warning("could not remove %s (%s); the next build into %s removes it", plan.staging_dir, error,

@@ -25,7 +25,7 @@ import numpy as np
 from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.publish import StagingDir
 from tfrbeam.beam.runner_support import TAGGED_SIDE_INPUT_LOSERS, refuse_lossy_runner
-from tfrbeam.build.commit import CommitDataset, DeadLetterFile
+from tfrbeam.build.commit import CommitDataset, DeadLetterFile, shard_destination
 from tfrbeam.build.config import BuildConfig, SplitColumn
 from tfrbeam.build.inputs.batch import convert_source_batch
 from tfrbeam.build.inputs.read import ReadTabular
@@ -136,7 +136,7 @@ class BuildDataset(beam.PTransform):
             sequence_counts = {"sequence_counts": beam.pvalue.AsList(sequences[SEQUENCE_STATS])}
         store = make_piece_store(plan.piece_store, plan.staging_dir, plan.memory_store_bytes,
                                  merge_runs=not plan.sharding.ordered)
-        shards = records | "Shuffle" >> WriteShuffledShards(plan.sharding, plan.staging_dir, store,
+        shards = records | "Shuffle" >> WriteShuffledShards(plan.sharding, shard_destination(plan, self._publish), store,
                                                                   progress_under=plan.staging_dir)
         # The commit's inputs are side inputs, so they are complete before it runs; no combine (each
         # costs several stages on the local runners) and no dead-letter stages unless they are written.

@@ -26,7 +26,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.filesystem import BEAM_FILES
-from tfrbeam.beam.publish import RunIdentity, staging_path, this_run
+from tfrbeam.beam.publish import RunIdentity, entries_besides_runs_objects, staging_path, this_run
 from tfrbeam.build.config import BuildConfig, SplitFiles, config_to_dict
 from tfrbeam.build.features import FeatureSpec
 from tfrbeam.build.inputs.files import InputFile
@@ -305,8 +305,9 @@ def _probe(directory: str, shown: str) -> None:
 
 
 def _user_entries(output_root: str) -> list[str]:
-    """Entries of an output directory without a manifest: all the user's (a plan's probe file aside)."""
-    return sorted(name for name in fs.list_names(output_root) if not name.startswith(PROBE_PREFIX))
+    """Entries of an output directory without a manifest: all the user's (a plan's probe file aside, and the objects an
+    interrupted run wrote straight into a bucket output, which recovery removes: ``tfrbeam.beam.publish``)."""
+    return sorted(name for name in entries_besides_runs_objects(output_root) if not name.startswith(PROBE_PREFIX))
 
 
 def check_output_dir(output_root: str, resolved_config: dict, overwrite: bool, shown: str | None = None) -> None:
