@@ -1,0 +1,124 @@
+"""What a build into a bucket costs in requests, counted on the wire (issue 41 item 5: Dataflow users pay per request).
+
+A small ``tfrbeam build`` and Beam's own ``WriteToTFRecord`` of the same records each run against a
+real storage API (``gcp-storage-emulator``, ``moto_server``) behind the counting proxy of
+``benchmarks/object_store_cost.py``, in the same test. Before the shards were written straight to their
+final names, every shard and read index was staged, then copied into place and deleted one by one (27
+copies and 31 deletes on GCS) and the build made 4.5x the requests of Beam's job per shard.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pyarrow as pa
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+
+import tfrbeam
+from benchmarks.build import NUM_SHARDS
+from benchmarks.object_store_cost import JOBS, STORES, Requests, measure_store
+from benchmarks.write_dataset import _write_table
+from tfrbeam.beam import filesystem as fs
+from tfrbeam.beam.publish import dataset_files
+
+ROWS = 6_000  # 8 shards of ~40 KB: every object is small, so each costs one upload request
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    path = tmp_path_factory.mktemp("requests") / "table.parquet"
+    _write_table(ROWS, path)
+    return path
+
+
+def _counted(scheme: str, table: pathlib.Path, work: pathlib.Path) -> tuple[Requests, Requests]:
+    counted = measure_store(STORES[scheme], table, ROWS, work)  # also checks both outputs: 8 shards, every row
+    return counted[JOBS[0]], counted[JOBS[1]]
+
+
+def _deleted(requests: Requests) -> list[str]:
+    """The objects a job deleted, by name (GCS and S3 request lines, batch calls' sub-requests included)."""
+    names = []
+    for line in requests.trace:
+        for request in line.split("\n"):
+            found = re.match(r"\s*DELETE (\S+)", request)
+            if found:
+                names.append(found.group(1).split("?")[0].replace("%2F", "/"))
+    return names
+
+
+@pytest.mark.parametrize("scheme", ["gs", "s3"])
+def test_a_build_into_an_empty_bucket_output_copies_nothing_and_deletes_only_its_records(scheme, table, tmp_path):
+    ours, _ = _counted(scheme, table, tmp_path)
+    assert ours.kinds["copy"] == 0, ours.trace
+    deleted = _deleted(ours)
+    assert not [name for name in deleted if ".tfrecord" in name], deleted  # no shard or read index was staged
+    assert sorted(name.rsplit("/", 1)[-1] for name in deleted) == [".ours.tfrbeam-lock", "commit-ready.json", "owner.json"]
+    # One upload request per object: each shard and its two read indexes, the lock, the run's record (created,
+    # then naming the objects it writes), the commit record and the manifest.
+    assert ours.kinds["upload"] == ours.objects_uploaded == 3 * NUM_SHARDS + 5
+    assert ours.kinds["list"] <= 6
+
+
+def test_a_build_into_gcs_makes_few_more_requests_per_shard_than_beams_own_job(table, tmp_path):
+    """Same job, same server, same run. Per shard, Beam's job makes an upload of two requests, a rewrite and a
+    delete; ours one upload request per object, three objects per shard (the shard and its two read indexes),
+    so the gap is the fixed cost of the lock and the commit records, which a larger job spreads thinner."""
+    ours, beams = _counted("gs", table, tmp_path)
+    assert ours.kinds["other"] <= beams.kinds["other"]  # no bucket-metadata GET before each check
+    assert ours.kinds["get"] <= 6, ours.trace
+    assert ours.total / NUM_SHARDS <= 1.1 * beams.total / NUM_SHARDS, (ours.kinds, beams.kinds)
+
+
+_KILLED_BEFORE_THE_SWITCH = """
+import os, sys, pyarrow as pa, tfrbeam
+from tfrbeam.build import commit
+commit.publish_by_switch = lambda *args, **kwargs: os._exit(9)  # killed after the pipeline, before the manifest
+table = pa.table({"id": list(range(3000)), "text": [f"row {i}" for i in range(3000)]})
+tfrbeam.write_dataset(table, sys.argv[1], num_shards=3, seed=1, progress=False, pipeline_options=sys.argv[2:])
+"""
+
+
+def test_the_objects_a_killed_run_wrote_straight_into_the_output_are_removed_by_the_next_run(bucket):
+    """A run's shards and read indexes go straight to their final names, with no dataset listing them until the
+    manifest is written: a run killed before that leaves them, named in its owner record, and the next run into
+    the output removes every one of them (here it writes 2 shards, so none of the dead run's 3 is overwritten)."""
+    done = subprocess.run([sys.executable, "-c", _KILLED_BEFORE_THE_SWITCH, bucket.url("ds"), *bucket.pipeline_args()],
+                          env={**os.environ, **bucket.env}, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 9, done.stderr[-3000:]
+    left = {key for key in bucket.listing() if key.startswith("ds/")}
+    assert {"ds/train/train-00000-of-00003.tfrecord", "ds/train/.tfrbeam-index/train-00002-of-00003.tfrecord.offsets"} \
+        <= left, left  # written straight to their names, not staged
+    assert "ds/dataset_info.json" not in left
+
+    table = pa.table({"id": list(range(500)), "text": [f"row {i}" for i in range(500)]})
+    assert tfrbeam.write_dataset(table, bucket.url("ds"), num_shards=2, seed=2, progress=False,
+                                 pipeline_options=bucket.pipeline_args()) is not None
+    manifest = json.loads(bucket.get("ds/dataset_info.json"))
+    listed = {"ds/dataset_info.json"} | {f"ds/{path}" for path in dataset_files(manifest)
+                                          if not path.startswith("dali/")}
+    assert {key for key in bucket.listing() if key.startswith(("ds/", ".ds."))} == listed
+
+
+def test_an_object_written_through_fs_create_is_whole_whether_it_stays_small_or_grows(bucket, monkeypatch):
+    """Small objects are put in one request when closed; one that outgrows the limit becomes Beam's streamed upload
+    with the bytes kept so far first; a ``with`` block left by an error publishes no part of a small object."""
+    monkeypatch.setattr(fs, "SMALL_OBJECT_BYTES", 1000)
+    fs.use_pipeline_options(PipelineOptions(bucket.pipeline_args()))  # Beam's S3 IO takes its endpoint from them
+    blocks = [bytes([index]) * 300 for index in range(7)]  # 2,100 bytes: streamed after the fourth block
+    for key, parts in (("small.bin", blocks[:3]), ("grown.bin", blocks)):
+        with fs.create(bucket.url(key)) as handle:
+            for part in parts:
+                handle.write(part)
+            assert handle.tell() == sum(len(part) for part in parts)
+        assert bucket.get(key) == b"".join(parts)
+    with pytest.raises(RuntimeError), fs.create(bucket.url("failed.bin")) as handle:
+        handle.write(b"half of it")
+        raise RuntimeError("the writer failed")
+    assert "failed.bin" not in bucket.listing()
