@@ -27,6 +27,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+import numpy as np
+
 from tfrbeam.base.bounded_read import open_regular
 from tfrbeam.errors import (
     ObjectNotFoundError,
@@ -727,13 +729,15 @@ class RangedFile:
         return b"".join(parts)
 
     def readinto(self, buffer: Any) -> int:
-        target = memoryview(buffer).cast("B")
+        # Copied by numpy, which releases the GIL for the copy (and the page faults of a fresh buffer); a memoryview
+        # assignment holds it: 30% of the GIL-holding samples of the reader threads in a gs:// raw epoch.
+        target = np.frombuffer(buffer, dtype=np.uint8)
         done = 0
         while done < len(target):
             piece = self._piece(len(target) - done)
             if not piece:
                 break
-            target[done:done + len(piece)] = piece
+            target[done:done + len(piece)] = np.frombuffer(piece, dtype=np.uint8)
             done += len(piece)
         return done
 
