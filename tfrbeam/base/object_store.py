@@ -550,13 +550,9 @@ class _GcsRanges:
     """
 
     def __init__(self, path: str):
-        where = ObjectPath.parse(path)
         _filesystem_here(path)  # a forked child makes its own clients
         self._session = _gcs_read_session()
-        from urllib.parse import quote
-
-        object_path = f"b/{quote(where.bucket, safe='')}/o/{quote(where.key, safe='')}"
-        endpoint = _gcs_client().api_endpoint
+        endpoint, object_path = _gcs_object_url(path)
         found = translated(path, "look up", lambda: self._metadata(f"{endpoint}/storage/v1/{object_path}"))
         if found is None:
             raise ObjectNotFoundError(f"{path}: look up: no such object")
@@ -605,6 +601,50 @@ class _GcsRanges:
         pass
 
 
+def _gcs_object_url(path: str) -> tuple[str, str]:
+    """(the client's endpoint, ``b/<bucket>/o/<object>`` quoted): the JSON API's URLs of a ``gs://`` object."""
+    from urllib.parse import quote
+
+    where = ObjectPath.parse(path)
+    return _gcs_client().api_endpoint, f"b/{quote(where.bucket, safe='')}/o/{quote(where.key, safe='')}"
+
+
+def read_small_object(path: str, max_bytes: int, what: str) -> bytes | None:
+    """The whole of an object of at most ``max_bytes``; None when there is none; ``ObjectTooLargeError`` when larger.
+
+    On ``gs://`` one GET of its first ``max_bytes + 1`` bytes, with no metadata request first (half the requests of
+    ``read_object``); it is not pinned to a generation, so it is for objects checked where they are used (the offset
+    index a sequential read checks against the headers).
+    """
+    if ObjectPath.parse(path).scheme != "gs" or not _gcs_reads_available():
+        try:
+            return read_object(path, max_bytes, what)
+        except ObjectNotFoundError:
+            return None
+    _filesystem_here(path)
+    session = _gcs_read_session()
+    endpoint, object_path = _gcs_object_url(path)
+
+    def get() -> bytes | None:
+        headers = {"Range": f"bytes=0-{max_bytes}", "Accept-Encoding": "gzip"}
+        response = session.get(f"{endpoint}/download/storage/v1/{object_path}?alt=media", headers=headers,
+                               timeout=_GCS_TIMEOUT)
+        if response.status_code == 404:
+            return None
+        if response.status_code == 416:  # no byte 0: an empty object
+            return b""
+        _raise_for_status(response)
+        return bytes(response.content)
+
+    from google.cloud.storage.retry import DEFAULT_RETRY
+
+    data = translated(path, "read", lambda: DEFAULT_RETRY(get)())
+    if data is not None and len(data) > max_bytes:
+        raise ObjectTooLargeError(f"{path}: more than {max_bytes} bytes, larger than any {what} tfrbeam writes: it is "
+                                  "damaged or not tfrbeam's, move it away")
+    return data
+
+
 def _raise_for_status(response: Any) -> None:
     """A failed response as the exception google-cloud-storage raises for it (``NotFound``, ...), which
     ``DEFAULT_RETRY`` retries where it is transient and ``storage_error`` translates."""
@@ -623,12 +663,18 @@ def _gcs_read_session() -> Any:
     The credentials are the client's: anonymous against ``STORAGE_EMULATOR_HOST``, else Google's
     application default credentials with the client's scopes. A pool keeps only the connections
     made, so a large size costs nothing, and no thread's connection is discarded ("Connection
-    pool is full") when many read at once.
+    pool is full") when many read at once. The environment's proxies for the endpoint and its CA
+    bundle (``HTTPS_PROXY``, ``NO_PROXY``, ``REQUESTS_CA_BUNDLE``, ...) are read here, once, as
+    requests reads them: per request, requests scans every environment variable twice (a third of
+    its own CPU a request).
     """
+
+    endpoint = _gcs_client().api_endpoint  # here: make() runs holding the lock that _gcs_client takes
 
     def make() -> Any:
         from google.auth.transport.requests import AuthorizedSession
         from requests.adapters import HTTPAdapter
+        from requests.utils import get_environ_proxies
 
         if os.environ.get("STORAGE_EMULATOR_HOST"):
             from google.auth.credentials import AnonymousCredentials
@@ -642,6 +688,9 @@ def _gcs_read_session() -> Any:
         session = AuthorizedSession(credentials)
         for prefix in ("http://", "https://"):
             session.mount(prefix, HTTPAdapter(pool_connections=4, pool_maxsize=_GCS_CONNECTIONS))
+        session.proxies = get_environ_proxies(endpoint)
+        session.verify = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or True
+        session.trust_env = False  # and no ~/.netrc: the credentials authorise every request
         return session
 
     return _cached("gcs-read-session", make)

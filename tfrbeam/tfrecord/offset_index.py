@@ -39,6 +39,7 @@ from crc32c import crc32c
 
 from tfrbeam.base.bounded_read import open_regular
 from tfrbeam.base.file_access import read_found
+from tfrbeam.base.object_store import is_object_store, read_small_object
 from tfrbeam.errors import RecordIndexError, RefusedFileError
 from tfrbeam.tfrecord.blocks import length_crcs_match, record_blocks
 from tfrbeam.tfrecord.record_index import INDEX_SUFFIX, MTIME_TOLERANCE_SECONDS, index_path_for, write_file_atomically
@@ -306,7 +307,14 @@ def indexed_record_starts(data_path: str, file_size: int, num_records: int) -> n
     """
     index_path = offset_index_path_for(data_path)
     try:
-        index = parse_offset_index(read_offset_index(index_path, file_size), index_path)
+        if is_object_store(index_path):  # one bounded GET on gs:// (no metadata request first): it is checked where used
+            found = read_small_object(index_path, max_offset_index_bytes(file_size), "offset index")
+            if found is None:
+                return None
+            data = found
+        else:
+            data = read_offset_index(index_path, file_size)
+        index = parse_offset_index(data, index_path)
     except (RecordIndexError, OSError) as error:  # none (the usual case for files not built by tfrbeam), or unusable
         _LOG.debug("reading %s without its offset index %s: %s", data_path, index_path, error)
         return None
