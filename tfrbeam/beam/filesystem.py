@@ -32,7 +32,6 @@ __all__ = [
     "BEAM_FILES",
     "BeamFiles",
     "create",
-    "create_if_absent",
     "delete_files",
     "delete_tree",
     "exchange",
@@ -58,6 +57,7 @@ __all__ = [
     "storage_settings",
     "use_pipeline_options",
     "write_bytes",
+    "write_if_absent",
 ]
 
 _LOG = logging.getLogger(__name__)
@@ -349,7 +349,7 @@ def write_bytes(path: str, data: bytes, mime_type: str = "application/octet-stre
     _mutating("write", path, write)
 
 
-def create_if_absent(path: str, data: bytes) -> None:
+def write_if_absent(path: str, data: bytes) -> None:
     """Object stores: write a whole object only if none has its name (PreconditionFailedError when one has)."""
     _mutating("write", path, lambda: object_store.create_if_absent(path, data))
 

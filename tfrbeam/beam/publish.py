@@ -450,7 +450,7 @@ class StagingDir:
         try:
             if object_store.is_object_store(owner):  # one request: create the record unless it is there
                 with contextlib.suppress(PreconditionFailedError):
-                    fs.create_if_absent(owner, owner_record(self.owner, self.output))
+                    fs.write_if_absent(owner, owner_record(self.owner, self.output))
                 return self
             fs.mkdirs(self.path)
             if not fs.exists(owner):
