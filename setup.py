@@ -16,7 +16,8 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["tfrbeam", "tfrbeam.*"]),
-    package_data={"tfrbeam.codec.protos": ["*.proto"]},
+    # The Beam YAML provider file (tfrbeam.beam.yaml_rows.PROVIDERS_FILE) is data a pipeline includes by its path.
+    package_data={"tfrbeam.codec.protos": ["*.proto"], "tfrbeam.beam": ["yaml_providers.yaml"]},
     include_package_data=True,
     install_requires=[
         "apache-beam>=2.72,<3",
