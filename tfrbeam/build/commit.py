@@ -82,6 +82,7 @@ from tfrbeam.errors import (
     CommitError,
     ManifestError,
     OutputExistsError,
+    PreconditionFailedError,
     RefusedFileError,
     RowCountError,
     ShortWriteError,
@@ -737,11 +738,15 @@ def publish_by_switch(plan: BuildPlan, files: Sequence[WrittenShard], dead_lette
     root = plan.output_root
     direct = _DIRECT.get(plan.run.run_id)
     written_straight = {path[len(root.rstrip("/")) + 1:] for path in direct.paths} if direct is not None else set()
-    old = _old_manifest(root)
-    if direct is not None and (old or {}).get("run_id") != direct.replaces:
+    only_written_straight = direct is not None and not dead_letters and not plan.config.output.dali_index
+    # A first build of only objects written straight: no manifest was there when it planned, under this lock,
+    # and the switch below creates the manifest only if none has appeared since: nothing to read first.
+    first = only_written_straight and direct is not None and direct.replaces is None
+    old = None if first else _old_manifest(root)
+    if direct is not None and not first and (old or {}).get("run_id") != direct.replaces:
         raise CommitError(f"the output changed while this build ran (its manifest is no longer run {direct.replaces}'s), "
                           f"so nothing was published to {plan.output_path}")
-    if direct is not None and not dead_letters and not plan.config.output.dali_index:
+    if only_written_straight:
         # Only the run's own objects, already at their free names: no listing needed to choose names, and the
         # old dataset's objects are what its manifest lists (a delete of one already gone is no error).
         found = written_straight | (dataset_files(old) if old is not None else set())
@@ -765,12 +770,13 @@ def publish_by_switch(plan: BuildPlan, files: Sequence[WrittenShard], dead_lette
     published = {final for _, final in moves} | {final_manifest}
     prefix = root.rstrip("/") + "/"
     # What the old manifest makes its own (an unreadable manifest is refused there, naming it); never a user's object.
-    own = (DatasetNames.of_manifest(old) if old is not None else old_dataset_names(root)).files - {MANIFEST_NAME}
+    own = set() if first else (DatasetNames.of_manifest(old) if old is not None else old_dataset_names(root)).files
+    own -= {MANIFEST_NAME}
     doomed = sorted(prefix + name for name in found & own if prefix + name not in published)
     if not moves and not doomed:
         # Nothing to move and nothing to collect: the switch alone (one whole-object write) publishes; a crash
         # before it leaves the objects owner.json names for the next run to remove.
-        fs.write_bytes(final_manifest, manifest_bytes(manifest), "application/json")
+        _switch(plan, final_manifest, manifest_bytes(manifest), first)
     else:
         staged_manifest = fs.join(plan.staging_dir, MANIFEST_NAME)
         fs.write_bytes(staged_manifest, manifest_bytes(manifest), "application/json")
@@ -786,6 +792,18 @@ def publish_by_switch(plan: BuildPlan, files: Sequence[WrittenShard], dead_lette
     if plan.config.stats:
         _LOG.warning("stats: true computes statistics of local outputs only; run tfrbeam stats where %s is readable",
                      plan.output_path)
+
+
+def _switch(plan: BuildPlan, manifest_path: str, data: bytes, first: bool) -> None:
+    """Write the manifest, the commit point; ``first``: only if no manifest is there (else CommitError)."""
+    if not first:
+        fs.write_bytes(manifest_path, data, "application/json")
+        return
+    try:
+        fs.write_if_absent(manifest_path, data)
+    except PreconditionFailedError as error:
+        raise CommitError(f"{manifest_path}: a manifest appeared while this build ran, so nothing was published to "
+                          f"{plan.output_path}; the next build into it removes what this one wrote") from error
 
 
 def generation_name(relative: str, run_id: str) -> str:
