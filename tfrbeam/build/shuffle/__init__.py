@@ -45,8 +45,11 @@ once when the build is planned:
   the elements. One element per (piece, shard) crosses the GroupByKey: the frames as one buffer
   plus numpy arrays of keys and offsets, with a coder that is a few memcpys; boundary buckets go
   to both neighbouring shards (about 1/64 of a shard each).
-- ``spill``: framed the same way, the frames go to files under the temp dir; only keys and
-  offsets cross Beam, and writers read their slices back. Same graph as inline
+- ``spill``: framed the same way, the frames go to files under the temp dir, each piece's keys,
+  splits and frame offsets to a file beside them; a piece and each of its shard slices cross Beam
+  as a stub (a file and a record range, ``Piece.stub``), and the router and writers read back the
+  keys and frames they need: the runner, which holds a GroupByKey's elements until the build
+  ends, holds no array of records. Same graph as inline
   (``WriteShardsThroughGroupByKey``): the pieces reach the routing stage through a GroupByKey
   too (``GroupPieces``) and no Flatten takes them or their slices, since Beam's FnApiRunner drops
   chunks of any other large stage input it sends to a worker process (docs/runners.md).

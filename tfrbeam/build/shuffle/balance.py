@@ -15,6 +15,7 @@ from tfrbeam.base.wording import counted
 from tfrbeam.build.shuffle.coders import PieceCoder
 from tfrbeam.build.shuffle.keys import MIN_BUCKET_BITS
 from tfrbeam.build.shuffle.pieces import Piece
+from tfrbeam.build.shuffle.stores import PieceStore
 
 __all__ = ["ORDERED_BLOCK_ROWS", "BucketCounts", "PlanShards", "ShardPlan", "ShardingSpec", "SplitPlan", "make_plan",
            "record_buckets"]
@@ -151,14 +152,19 @@ class PlanShards(BucketCounts):
     ``shuffled_bytes``.
     """
 
+    def __init__(self, spec: ShardingSpec, store: PieceStore | None = None):
+        super().__init__(spec)
+        self._store = store
+
     def create_accumulator(self):
         return super().create_accumulator(), 0
 
     def add_input(self, accumulator, records: Piece):
         counts, piece_bytes = accumulator
         # A memory store's piece stays in this process (it would cross as its run's path and name): not counted,
-        # so the figure does not depend on where the run stages.
-        crossing = 0 if records.ref.run else PieceCoder().estimate_size(records)
+        # so the figure does not depend on where the run stages. Others cross as their store makes them.
+        crossing = 0 if records.ref.run else PieceCoder().estimate_size(
+            self._store.crossing(records) if self._store is not None else records)
         return super().add_input(counts, records), piece_bytes + crossing
 
     def merge_accumulators(self, accumulators):

@@ -9,7 +9,7 @@ import apache_beam as beam
 import numpy as np
 
 from tfrbeam.build.shuffle.packed import PackedFrames
-from tfrbeam.build.shuffle.pieces import PIECE_STORES, KeyedRecords, Piece, PieceRef
+from tfrbeam.build.shuffle.pieces import PIECE_STORES, SPILL, KeyedRecords, Piece, PieceRef
 from tfrbeam.build.shuffle.stores import is_registered, registered_piece
 
 __all__ = ["KeyedRecordsCoder", "PieceCoder"]
@@ -19,8 +19,9 @@ _KEYED_HEADER = struct.Struct("<QQ?")
 _PIECE_HEADER = struct.Struct("<QQQIB?I")
 _NO_FRAMES, _RAW, _PACKED = 0, 1, 2  # the frames an element carries: none, as they are, compressed in blocks
 _PACKED_HEADER = struct.Struct("<IQQ")  # blocks, skip, size
-_WHOLE, _REGISTERED = b"\x00", b"\x01"
+_WHOLE, _REGISTERED, _STUB = b"\x00", b"\x01", b"\x02"
 _NAME_SIZES = struct.Struct("<II")
+_STUB_HEADER = struct.Struct("<QQQQI")  # records of the spilled piece, first, end, its first frame's offset, location bytes
 _STORE_CODES = {name: code for code, name in enumerate(PIECE_STORES)}
 
 
@@ -74,7 +75,8 @@ class PieceCoder(beam.coders.Coder):
     """Encodes a Piece as a header, its reference and raw arrays (its frames too when it carries them).
 
     A piece a memory store made (held or spilled) is encoded as its run and location only: its
-    keys are in this process's memory, where decoding finds the same piece again.
+    keys are in this process's memory, where decoding finds the same piece again. A spill store's
+    stub (``Piece.stub``) is its location and record range: its keys are in a file beside its frames.
     """
 
     def encode(self, value: Piece) -> bytes:
@@ -82,6 +84,9 @@ class PieceCoder(beam.coders.Coder):
         if ref.run and is_registered(value):
             run, location = ref.run.encode("utf-8"), ref.location.encode("utf-8")
             return b"".join((_REGISTERED, _NAME_SIZES.pack(len(run), len(location)), run, location))
+        if ref.keys_on_disk is not None:
+            location = ref.location.encode("utf-8")
+            return b"".join((_STUB, _STUB_HEADER.pack(*ref.keys_on_disk, ref.offset, len(location)), location))
         count, location = len(value.key), ref.location.encode("utf-8")
         frames, tables = _frames_and_tables(ref)
         wide = _wide_offsets(value.offsets)
@@ -99,6 +104,8 @@ class PieceCoder(beam.coders.Coder):
         ref = value.ref
         if ref.run and is_registered(value):
             return 1 + _NAME_SIZES.size + len(ref.run) + len(ref.location)
+        if ref.keys_on_disk is not None:
+            return 1 + _STUB_HEADER.size + len(ref.location.encode("utf-8"))
         if ref.packed is not None:
             frames = _PACKED_HEADER.size + 12 * len(ref.packed.raw_sizes) + ref.packed.nbytes
         else:
@@ -114,6 +121,11 @@ class PieceCoder(beam.coders.Coder):
             run = bytes(encoded[position:position + run_size]).decode("utf-8")
             location = bytes(encoded[position + run_size:position + run_size + location_size]).decode("utf-8")
             return registered_piece(run, location)
+        if encoded[:1] == _STUB:
+            count, first, end, offset, location_size = _STUB_HEADER.unpack_from(encoded, 1)
+            position = 1 + _STUB_HEADER.size
+            location = bytes(encoded[position:position + location_size]).decode("utf-8")
+            return Piece.stub(PieceRef(SPILL, location=location, offset=offset), count, first, end)
         count, size, offset, location_size, kind, wide, runs = _PIECE_HEADER.unpack_from(encoded, 1)
         position = 1 + _PIECE_HEADER.size
         store = PIECE_STORES[encoded[position]]

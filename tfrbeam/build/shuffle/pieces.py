@@ -112,6 +112,9 @@ class PieceRef:
     offset: int = 0
     run: str = ""  # a memory store's piece (held or spilled): its run, which holds the piece's keys in this process
     packed: PackedFrames | None = None
+    # A spill store's stub: records first:end of a spilled piece of count records, whose keys, frame offsets and splits
+    # wait in a file beside its frames (offset is then that piece's first frame), so the runner never holds them.
+    keys_on_disk: tuple[int, int, int] | None = None  # (count, first, end)
 
     def frames(self) -> np.ndarray:
         """The frames the element carries (an inline piece), decompressed if they were packed."""
@@ -163,6 +166,17 @@ class Piece:
         first, last = int(self.offsets[start]), int(self.offsets[end])
         ref = self.ref.narrowed(start, first, last)
         return Piece(self.split[start:end], self.key[start:end], self.offsets[start:end + 1] - first, ref)
+
+    @property
+    def is_stub(self) -> bool:
+        """Whether this is a spill store's stub: records named by their range of a spilled piece, keys left on disk."""
+        return self.ref.keys_on_disk is not None
+
+    @classmethod
+    def stub(cls, ref: PieceRef, count: int, first: int, end: int) -> Piece:
+        """Records ``first:end`` of the spilled piece of ``count`` records at ``ref`` (its first frame at ``ref.offset``)."""
+        return cls(np.zeros(0, np.uint16), np.zeros(0, np.uint64), np.zeros(1, np.int64),
+                   dataclasses.replace(ref, keys_on_disk=(count, first, end)))
 
     @classmethod
     def empty(cls) -> Piece:

@@ -82,7 +82,7 @@ def route_piece(piece: Piece, plan: ShardPlan, store: PieceStore) -> list[tuple[
 
     Tells the store how many slices there are, so a piece it holds is dropped after the last one is written.
     """
-    routed = [(shard_key, piece.slice(low, high)) for shard_key, low, high in shard_ranges(piece, plan)]
+    routed = [(shard_key, store.route_slice(piece, low, high)) for shard_key, low, high in shard_ranges(piece, plan)]
     store.routed(piece, len(routed))
     return routed
 
@@ -125,16 +125,24 @@ class GroupPieces(beam.PTransform):
     written between that flush's ``get()`` and ``_clear()`` is dropped (``data_plane.py``,
     ``SizeBasedBufferingClosableOutputStream.flush``). An input that takes over a second to write
     (about 1 GB of pieces, 3M rows) lost records. A grouped input is written in one piece, which
-    that race cannot split; on distributed runners the fusion break was a shuffle already.
+    that race cannot split; on distributed runners the fusion break was a shuffle already. Each piece
+    crosses as ``store.crossing`` makes it (a spill store's, without its keys).
     """
+
+    def __init__(self, store: PieceStore):
+        super().__init__()
+        self._store = store
 
     def expand(self, pieces):
         return (
             pieces
-            | "KeyByGroup" >> beam.Map(lambda piece: (int(piece.key[0]) % PIECE_GROUPS, piece))
-            .with_output_types(tuple[int, Piece])
+            | "KeyByGroup" >> beam.Map(_keyed_by_group, self._store).with_output_types(tuple[int, Piece])
             | "Group" >> beam.GroupByKey()
         )
+
+
+def _keyed_by_group(piece: Piece, store: PieceStore) -> tuple[int, Piece]:
+    return int(piece.key[0]) % PIECE_GROUPS, store.crossing(piece)
 
 
 class RouteGroupedPieces(beam.DoFn):
@@ -147,7 +155,7 @@ class RouteGroupedPieces(beam.DoFn):
     def process(self, group: tuple[int, Iterable[Piece]], plan: ShardPlan) -> Iterator[tuple[int, Piece]]:
         reached: set[int] = set()
         for piece in group[1]:
-            for shard_key, part in route_piece(piece, plan, self._store):
+            for shard_key, part in route_piece(self._store.with_keys(piece), plan, self._store):
                 reached.add(shard_key)
                 yield shard_key, part
         for shard_key, empty in empty_shards(plan):

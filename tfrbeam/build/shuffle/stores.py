@@ -123,6 +123,14 @@ class PieceStore:
         """Records ``start:end`` of ``piece`` (one ``runs_of`` gave), as ``Piece.slice`` cuts them."""
         return piece.slice(start, end)
 
+    def crossing(self, piece: Piece) -> Piece:
+        """``piece`` (or a slice ``route_slice`` cut) as it crosses the runner's GroupByKey; ``with_keys`` undoes it."""
+        return piece
+
+    def route_slice(self, piece: Piece, start: int, end: int) -> Piece:
+        """Records ``start:end`` of a piece being routed (``with_keys`` gave it), as they cross to their shard writer."""
+        return piece.slice(start, end)
+
 
 @dataclasses.dataclass(frozen=True)
 class _RunMember:
@@ -199,34 +207,64 @@ class SpillStore(PieceStore):
 
     name = SPILL
 
-    def __init__(self, directory: str, run_bytes: int = 0):
+    def __init__(self, directory: str, run_bytes: int = 0, keys_beside: bool = True):
         self.directory = directory
         self.run_bytes = run_bytes
+        self.keys_beside = keys_beside  # a memory store's overflow writes its own (``_HeldPieces.keys_to_disk``)
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._pending: list[concurrent.futures.Future] = []
 
     def __getstate__(self) -> dict:
-        return {"directory": self.directory, "run_bytes": self.run_bytes}
+        return {"directory": self.directory, "run_bytes": self.run_bytes, "keys_beside": self.keys_beside}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["directory"], state.get("run_bytes", 0))  # type: ignore[misc]  # unpickling rebuilds the fresh, unpicklable state
+        self.__init__(state["directory"], state.get("run_bytes", 0), state.get("keys_beside", True))  # type: ignore[misc]  # unpickling rebuilds the fresh, unpicklable state
+
+    def add(self, records: KeyedRecords) -> Piece:
+        """The piece's frames and, beside them, its keys (``_write_keys``), written by the background thread."""
+        split, key, offsets, frames = records.sorted_frames()
+        if self._executor is None:
+            self.open()
+        assert self._executor is not None  # open() made it
+        piece = Piece(split, key, offsets, PieceRef(SPILL, location=fs.join(self.directory, f"{uuid.uuid4().hex}.bin")))
+        self._wait(keep=1)
+        self._pending.append(self._executor.submit(_write_piece, piece, frames, self._keys_beside(piece)))
+        return piece
 
     def add_run(self, pieces: list[KeyedRecords]) -> Piece:
         """The pieces' records framed into one spill file in (split, key) order: a writer reads one part of it."""
         path = fs.join(self.directory, f"{uuid.uuid4().hex}.bin")
-        return write_run(path, [_RunMember.of(records) for records in pieces])
+        piece = write_run(path, [_RunMember.of(records) for records in pieces])
+        if self._keys_beside(piece):
+            _write_keys(piece)
+        return piece
+
+    def _keys_beside(self, piece: Piece) -> bool:
+        """Whether a piece's keys go to a file beside its frames, to cross the runner without them: on a local disk,
+        where reading them back is a page-cache copy (a bucket would charge a request for each slice)."""
+        return self.keys_beside and bool(len(piece)) and not piece.ref.run and fs.is_local(piece.ref.location)
+
+    def crossing(self, piece: Piece) -> Piece:
+        """A whole spilled piece whose keys are beside it crosses as a stub: the runner holds no array of its records
+        (12 bytes a record otherwise, held in the runner's process once per GroupByKey until the build ends)."""
+        if piece.is_stub or not self._keys_beside(piece) or piece.ref.offset:
+            return piece
+        return Piece.stub(piece.ref, len(piece), 0, len(piece))
+
+    def route_slice(self, piece: Piece, start: int, end: int) -> Piece:
+        if not self._keys_beside(piece) or piece.ref.offset:
+            return piece.slice(start, end)
+        return Piece.stub(piece.ref, len(piece), start, end)
+
+    def with_keys(self, piece: Piece) -> Piece:
+        if not piece.is_stub:
+            return piece
+        assert piece.ref.keys_on_disk is not None  # is_stub says so
+        count, first, end = piece.ref.keys_on_disk
+        return _read_keys(dataclasses.replace(piece.ref, keys_on_disk=None), count, first, end)
 
     def open(self) -> None:
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="tfrbeam-spill")
-
-    def _keep(self, frames: np.ndarray) -> PieceRef:
-        if self._executor is None:
-            self.open()
-        assert self._executor is not None  # open() made it
-        path = fs.join(self.directory, f"{uuid.uuid4().hex}.bin")
-        self._wait(keep=1)
-        self._pending.append(self._executor.submit(_write_file, path, frames))
-        return PieceRef(SPILL, location=path)
 
     def flush(self) -> None:
         self._wait(keep=0)
@@ -276,6 +314,12 @@ def _first_damaged(frames: np.ndarray, offsets: np.ndarray) -> tuple[int, str] |
         if damage is not None:
             return low + damage[0], damage[1]
     return None
+
+
+def _write_piece(piece: Piece, frames: np.ndarray, with_keys: bool) -> None:
+    _write_file(piece.ref.location, frames)
+    if with_keys:
+        _write_keys(piece)
 
 
 def _write_file(path: str, data: np.ndarray) -> None:
@@ -387,7 +431,7 @@ class MemoryStore(PieceStore):
     def __init__(self, run_key: str, budget: int, spill_directory: str, merge_runs: bool = True):
         self.run_key = run_key
         self.budget = budget
-        self.overflow = SpillStore(spill_directory)
+        self.overflow = SpillStore(spill_directory, keys_beside=False)
         self.merge_runs = merge_runs
 
     def _holding(self, create: bool = False) -> _HeldPieces | None:

@@ -58,7 +58,7 @@ class WriteShardsThroughGroupByKey(WriteShardsOfPlan):
         plan_side = beam.pvalue.AsSingleton(self._plan)
         shard_groups = (
             pieces
-            | "GroupPieces" >> GroupPieces()
+            | "GroupPieces" >> GroupPieces(self._store)
             | "RouteToShards" >> beam.ParDo(RouteGroupedPieces(self._store), plan_side)
             .with_output_types(tuple[int, Piece])
             | "GroupByShard" >> beam.GroupByKey()
@@ -94,7 +94,7 @@ class WriteShuffledShards(beam.PTransform):
 
     def expand(self, records):
         pieces = records | "SortPieces" >> beam.ParDo(PreparePieces(self._store)).with_output_types(Piece)
-        plan = pieces | "PlanShards" >> beam.CombineGlobally(PlanShards(self._spec))
+        plan = pieces | "PlanShards" >> beam.CombineGlobally(PlanShards(self._spec, self._store))
         if self._store.pieces_as_side_input:
             writers = WriteShardsFromPieceList(self._temp_dir, self._store, plan, self._progress)
             files = pieces | "WriteShardsFromPieceList" >> writers

@@ -123,9 +123,10 @@ class WriteShard(beam.DoFn):
         shard_key, parts = element
         split_index, shard = split_and_shard(shard_key)
         split_plan = plan.splits[split_index]
-        parts = [part for part in parts if len(part)]
+        parts = [part for part in parts if len(part) or part.is_stub]
         coder = PieceCoder()
         received_bytes = sum(coder.estimate_size(part) for part in parts)  # the encoded size, computed
+        parts = [self._store.with_keys(part) for part in parts]  # a spill store's stubs: their keys read back
         low, high = split_plan.shard_start(shard), split_plan.shard_start(shard + 1)
         try:
             received = Received(parts, self._store)
