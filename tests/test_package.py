@@ -36,6 +36,7 @@ DEFINED_IN = {
     "WriteSequenceExamples": "tfrbeam.beam.sequence_examples",
     "open_dataset": "tfrbeam.dataset.pipeline",
     "open_random_access": "tfrbeam.dataset.random_access",
+    "even_splits": "tfrbeam.dataset.splits",
     "WriteDataset": "tfrbeam.build.transform",
     "write_dataset": "tfrbeam.build.transform",
 }

@@ -42,6 +42,7 @@ _EXPORTS = {
     # training-side reader
     "open_dataset": "tfrbeam.dataset",
     "open_random_access": "tfrbeam.dataset",
+    "even_splits": "tfrbeam.dataset",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

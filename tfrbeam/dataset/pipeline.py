@@ -11,6 +11,7 @@ epoch reading record headers only, then decodes just the records the buffer held
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -142,13 +143,25 @@ def open_dataset(
         raw=raw,
         max_features=max_features,
     )
+    segments, counts = _segments(source)
+    return Dataset(source, features, options, segments, counts)
+
+
+def _segments(source: Source) -> tuple[tuple[Segment, ...], tuple[int | None, ...]]:
+    """The segments to read and their record counts: whole files, or a split string's record ranges of them."""
     segments = tuple(
         Segment(shard.path, shard.compression, expected_records=shard.num_records, expected_bytes=shard.num_bytes,
                 generation=source.generation)
         for shard in source.files
     )
-    counts = tuple(shard.num_records for shard in source.files)
-    return Dataset(source, features, options, segments, counts)
+    if source.ranges is None:
+        return segments, tuple(shard.num_records for shard in source.files)
+    # A range that reaches its file's end stays open-ended, as a whole file is: the read checks the file's count there.
+    sliced = tuple(
+        dataclasses.replace(segment, start=start, stop=None if stop == segment.expected_records else stop)
+        for segment, (start, stop) in zip(segments, source.ranges)
+    )
+    return sliced, tuple(stop - start for start, stop in source.ranges)
 
 
 def _select(features: Mapping[str, Any], columns: Sequence[str] | None) -> dict[str, Any]:

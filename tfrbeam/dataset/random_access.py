@@ -79,7 +79,7 @@ def open_random_access(
             raise ConfigError(f"columns {missing} are not features of this dataset; it has {sorted(features)}")
         features = {name: features[name] for name in columns}
     return RandomAccessDataset(source.files, features, raw, description=_describe(path, source.split),
-                               record_type=source.record_type, generation=source.generation)
+                               record_type=source.record_type, generation=source.generation, ranges=source.ranges)
 
 
 def _describe(path: PathSpec, split: str | None) -> str:
@@ -247,21 +247,32 @@ class _ObjectShard:
 
 
 class RandomAccessDataset:
-    """Records of a dataset by number: ``len``, ``[i]``, ``__getitems__(indices)``; thread-safe and picklable."""
+    """Records of a dataset by number: ``len``, ``[i]``, ``__getitems__(indices)``; thread-safe and picklable.
+
+    ``ranges`` (a split string's record range of each file, in step with ``files``) numbers the records of those
+    ranges one after another; a file named by several ranges is opened once.
+    """
 
     def __init__(self, files: Sequence[ShardFile], features: Mapping[str, Any], raw: bool, description: str = "",
-                 record_type: str = "Example", generation: Generation | None = None):
-        self._files = tuple(files)
+                 record_type: str = "Example", generation: Generation | None = None,
+                 ranges: Sequence[tuple[int, int]] | None = None):
+        self._files = tuple(dict.fromkeys(files))
+        number_of = {file: number for number, file in enumerate(self._files)}
+        self._piece_files = np.array([number_of[file] for file in files], dtype=np.int64)
         self._generation = generation  # a build directory's pinned manifest: every shard opened is proven to be its
         self._features = dict(features)
         self._raw = raw
         self._description = description
         self._decoder = BlockDecoder(self._features, raw=False, record_type=record_type)
         self._reset()
-        counts = [shard.num_records for shard in self._files]
-        if any(count is None for count in counts):  # no manifest: the offset indexes give the counts
-            counts = [self._shard(number).offsets.size - 1 for number in range(len(self._files))]
-        self._bounds = np.concatenate(([0], np.cumsum(np.asarray(counts, dtype=np.int64))))
+        if ranges is None:
+            counts = [shard.num_records for shard in files]
+            if any(count is None for count in counts):  # no manifest: the offset indexes give the counts
+                counts = [self._shard(int(number)).offsets.size - 1 for number in self._piece_files]
+            ranges = [(0, int(count)) for count in counts]  # type: ignore[arg-type]
+        self._piece_starts = np.array([start for start, _ in ranges], dtype=np.int64)
+        lengths = np.array([stop - start for start, stop in ranges], dtype=np.int64)
+        self._bounds = np.concatenate(([0], np.cumsum(lengths)))
 
     def _reset(self) -> None:
         self._lock = threading.Lock()
@@ -310,11 +321,13 @@ class RandomAccessDataset:
         if not wanted.size:
             return []
         unique, inverse = np.unique(wanted, return_inverse=True)
-        shard_numbers = np.searchsorted(self._bounds, unique, side="right") - 1
+        # Ranges are numbered one after another, so the sorted indices visit them in order.
+        range_numbers = np.searchsorted(self._bounds, unique, side="right") - 1
+        shard_numbers = self._piece_files[range_numbers]
         pieces, lengths = [], []
-        for number in np.unique(shard_numbers).tolist():
-            chosen = unique[shard_numbers == number] - self._bounds[number]
-            data, sizes = self._shard(number).payloads(chosen)
+        for number in np.unique(range_numbers).tolist():
+            chosen = unique[range_numbers == number] - self._bounds[number] + self._piece_starts[number]
+            data, sizes = self._shard(int(self._piece_files[number])).payloads(chosen)
             pieces.append(data)
             lengths.append(sizes)
         sizes = np.concatenate(lengths)

@@ -24,6 +24,7 @@ from tfrbeam.base.object_store import OBJECT_STORE_FILES, is_object_store, objec
 from tfrbeam.codec.decode import DEFAULT_MAX_FEATURES, examples_to_record_batch
 from tfrbeam.codec.kinds import ARROW_TYPES, FEATURE_TYPES
 from tfrbeam.codec.sequence_decode import has_feature_lists, sequence_examples_to_record_batches
+from tfrbeam.dataset.splits import record_ranges
 from tfrbeam.errors import ArrowConversionError, ConfigError, ExampleDecodeError, RecordLimitError
 from tfrbeam.layout.generation import Generation
 from tfrbeam.layout.manifest import MANIFEST_NAME, RECORD_TYPES, SEQUENCE_EXAMPLE, load_manifest, record_type_of
@@ -218,9 +219,13 @@ class Source:
     inferred: bool
     record_type: str = "Example"
     generation: Generation | None = None  # the dataset's manifest as pinned when it was opened (build directories)
+    # A sliced split string's record range (start, stop) of each file, in step with ``files``; None: whole files.
+    ranges: tuple[tuple[int, int], ...] | None = None
 
     @property
     def num_records(self) -> int | None:
+        if self.ranges is not None:
+            return sum(stop - start for start, stop in self.ranges)
         counts = [shard.num_records for shard in self.files]
         known = [count for count in counts if count is not None]
         return sum(known) if len(known) == len(counts) else None
@@ -371,24 +376,34 @@ def _from_manifest(
         if len(splits) != 1:
             raise ConfigError(f"{root} has splits {sorted(splits)}: pass split= one of them")
         split = next(iter(splits))
-    if split not in splits:
-        raise ConfigError(f"{root} has no split {split!r}; it has {sorted(splits)}")
     stored = manifest.get("compression")
     codec = normalize_compression(stored if compression == "auto" else compression)
-    files = tuple(
-        ShardFile(
-            confined_path(root, shard["path"], f"{manifest_path}: splits.{split}.shards[{number}].path"),
+
+    def shard_file(name: str, number: int) -> ShardFile:
+        shard = splits[name]["shards"][number]
+        return ShardFile(
+            confined_path(root, shard["path"], f"{manifest_path}: splits.{name}.shards[{number}].path"),
             codec, int(shard["num_examples"]), int(shard["num_bytes"]) if shard.get("num_bytes") is not None else None,
         )
-        for number, shard in enumerate(splits[split]["shards"])
-    )
+
+    ranges: tuple[tuple[int, int], ...] | None = None
+    if split in splits:
+        files = tuple(shard_file(split, number) for number in range(len(splits[split]["shards"])))
+    else:  # a split string: TFDS's slices, "+" and even parts (tfrbeam.dataset.splits)
+        lengths = {name: [int(shard["num_examples"]) for shard in entry["shards"]] for name, entry in splits.items()}
+        try:
+            pieces = record_ranges(split, lengths)
+        except ConfigError as error:
+            raise ConfigError(f"{root}: {error}") from error
+        files = tuple(shard_file(piece.split, piece.shard) for piece in pieces)
+        ranges = tuple((piece.start, piece.stop) for piece in pieces)
     if feature_spec is not None:
         features = normalize_feature_spec(feature_spec)
     elif stored_type == SEQUENCE_EXAMPLE:
         features = _manifest_sequence_features(manifest, manifest_path)
     else:
         features = {name: feature_from_manifest(name, entry) for name, entry in manifest.get("features", {}).items()}
-    return Source(files, features, manifest, split, False, stored_type, generation)
+    return Source(files, features, manifest, split, False, stored_type, generation, ranges)
 
 
 def _manifest_sequence_features(manifest: Mapping[str, Any], manifest_path: str) -> dict[str, Feature]:
