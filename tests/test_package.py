@@ -37,6 +37,7 @@ DEFINED_IN = {
     "open_dataset": "tfrbeam.dataset.pipeline",
     "open_random_access": "tfrbeam.dataset.random_access",
     "even_splits": "tfrbeam.dataset.splits",
+    "mix": "tfrbeam.dataset.mixing",
     "WriteDataset": "tfrbeam.build.transform",
     "write_dataset": "tfrbeam.build.transform",
 }

@@ -43,6 +43,7 @@ _EXPORTS = {
     "open_dataset": "tfrbeam.dataset",
     "open_random_access": "tfrbeam.dataset",
     "even_splits": "tfrbeam.dataset",
+    "mix": "tfrbeam.dataset",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -4,17 +4,18 @@
 parallel, interleaved, shuffled and prefetched like tf.data, shardable across data-parallel
 workers and resumable from a saved position; ``open_random_access(path)`` reads any record by
 number (Grain and PyTorch map-style sources). Both take TFDS's split strings (``train[:10%]+eval``), and
-``even_splits`` cuts one into parts for hosts.
+``even_splits`` cuts one into parts for hosts; ``mix`` draws records from several datasets at given weights.
 
 May import ``tfrbeam.layout``, ``tfrbeam.codec``, ``tfrbeam.tfrecord``, ``tfrbeam.base`` and
 ``tfrbeam.errors``; never Apache Beam.
 """
 
 from tfrbeam.dataset.columns import Ragged
+from tfrbeam.dataset.mixing import MixedDataset, mix
 from tfrbeam.dataset.pipeline import Dataset, open_dataset
 from tfrbeam.dataset.random_access import RandomAccessDataset, open_random_access
 from tfrbeam.dataset.spec import FixedLenFeature, FixedLenSequenceFeature, VarLenFeature, VarLenSequenceFeature
 from tfrbeam.dataset.splits import even_splits
 
-__all__ = ["Dataset", "FixedLenFeature", "FixedLenSequenceFeature", "RandomAccessDataset", "Ragged", "VarLenFeature",
-           "VarLenSequenceFeature", "even_splits", "open_dataset", "open_random_access"]
+__all__ = ["Dataset", "FixedLenFeature", "FixedLenSequenceFeature", "MixedDataset", "RandomAccessDataset", "Ragged",
+           "VarLenFeature", "VarLenSequenceFeature", "even_splits", "mix", "open_dataset", "open_random_access"]

@@ -12,6 +12,9 @@ from typing import Any
 
 from tfrbeam.codec.decode import DEFAULT_MAX_FEATURES
 
+# An internal output: batches stay columns (unpacked blocks), for ``tfrbeam.mix`` to cut and convert.
+COLUMNS_OUTPUT = "columns"
+
 
 @dataclasses.dataclass(frozen=True)
 class Options:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from tfrbeam.dataset.columns import Block
-from tfrbeam.dataset.options import Options
+from tfrbeam.dataset.options import COLUMNS_OUTPUT, Options
 from tfrbeam.dataset.output import to_arrow, to_numpy
 from tfrbeam.dataset.reader import dense_layout
 from tfrbeam.dataset.workers import Cancelled, ProcessWorkers, ThreadWorkers
@@ -131,6 +131,8 @@ class _Producer:
     def convert(self, block: Block) -> Any:
         features = self.settings.features
         block = self.layout.unpack(block)
+        if self.settings.options.output == COLUMNS_OUTPUT:
+            return block  # for a mix (mixing.py), which cuts batches from several datasets' rows, then converts
         if self.settings.options.output == "arrow":
             return to_arrow(block, features)
         options = self.settings.options
