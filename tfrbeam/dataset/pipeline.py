@@ -75,7 +75,8 @@ def open_dataset(
     """Open a TFRecord dataset of tf.train.Examples (or SequenceExamples) for training: a ``tfrbeam build`` directory or a glob.
 
     - ``path_or_pattern``: a build directory (its ``dataset_info.json`` gives splits, shards,
-      record counts and the feature spec; ``split`` picks one), or a glob / file / list of files.
+      record counts and the feature spec; ``split`` picks one, or slices and sums them as TFDS's
+      split strings do: ``"train[:10%]+eval"``, ``tfrbeam.even_splits``), or a glob / file / list of files.
     - ``feature_spec``: {name: FixedLenFeature | VarLenFeature | manifest-style dict}; default:
       the manifest's, else inferred from the first 1000 records. ``columns`` decodes only those.
     - Batches: ``batch_size`` records (the last one of an epoch smaller unless ``drop_remainder``),

@@ -58,6 +58,8 @@ def open_random_access(
 ) -> RandomAccessDataset:
     """Open a dataset (a ``tfrbeam build`` directory and ``split``, or a glob / list of files) for reads by record number.
 
+    ``split`` may be a TFDS split string (``"train[1000:2000]"``, ``"train[:10%]+eval"``): record 0 is the slice's first.
+
     Records come back as ``{feature: numpy value}`` dicts (only ``columns`` when given; the spec is the
     manifest's, ``feature_spec``, or inferred), or as bytes with ``raw=True``. The shards must be
     uncompressed. ``record_type`` is as for ``open_dataset``; a feature list of a SequenceExample
