@@ -60,9 +60,13 @@ setup(
             "fastavro>=1.8",
             # from_file image header facts (tests/build/test_file_features.py makes its images with it).
             "Pillow>=9.1",
+            # output.schema_pbtxt and features_from (tests/build/test_schema_pbtxt.py parse with TFMD's own proto).
+            "tensorflow-metadata>=1.21",
         ],
         # Optional: input.format avro (tfrbeam/build/inputs/avro.py reads Avro files with fastavro).
         "avro": ["fastavro>=1.8"],
+        # Optional: schema.pbtxt, TensorFlow Metadata's schema proto (no TensorFlow; pure-Python protos).
+        "tfmd": ["tensorflow-metadata>=1.21"],
         # Optional: the image header facts of from_file features (image: true); docs/build-config.md.
         "image": ["Pillow>=9.1"],
         # benchmarks/random_access.py compares against ArrayRecord's ArrayRecordDataSource.
