@@ -91,6 +91,8 @@ def validate_manifest(manifest: Any, where: str, verifiable: bool = False) -> No
             check.fail(f"splits[{name!r}]", f"not a safe split name: {problem}")
         _check_split(check, split, f"splits.{name}", verifiable)
     _check_listed_once(check, splits)
+    check.optional(manifest, "schema_pbtxt", "", lambda value: path_problem(value) is None,
+                   "the relative path of the dataset's schema.pbtxt")
     schema_keys = ("features",) if record_type == EXAMPLE else ("context_features", "sequence_features")
     for key in schema_keys:
         entries = check.required(manifest, key, "", _is_dict, "an object of features") if verifiable else (
