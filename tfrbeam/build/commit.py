@@ -101,6 +101,7 @@ from tfrbeam.layout.manifest import (
     read_manifest,
 )
 from tfrbeam.layout.names import DALI_DIR_NAME, shard_file_name
+from tfrbeam.layout.tfmd_schema import SCHEMA_PBTXT, schema_files_of, schema_text
 from tfrbeam.tfrecord.offset_index import (
     dali_index_text,
     offset_index_path_for,
@@ -548,6 +549,7 @@ def build_manifest(plan: BuildPlan, shard_plan: ShardPlan, files: Sequence[Writt
         "splits": splits,
         "compression": config.output.compression,
         **schema,
+        **({"schema_pbtxt": SCHEMA_PBTXT} if config.output.schema_pbtxt and sequences is None else {}),
         "inputs": [{**entry, "rows_read": (read_per_input or {}).get(entry["path"], 0)} for entry in plan.inputs],
         "config": normalized(config_to_dict(config)),
         "seed": config.shuffle.seed if config.shuffle.enabled else None,
@@ -663,6 +665,7 @@ def publish_by_swap(plan: BuildPlan, files: Sequence[WrittenShard], dead_letters
     if plan.config.output.dali_index:
         for item in files:
             write_dali_index(fs.join(new_dir, *item.relative_path.split("/")), _dali_path(new_dir, item))
+    _write_schema_pbtxt(manifest, new_dir)
     fs.write_bytes(fs.join(new_dir, MANIFEST_NAME), manifest_bytes(manifest), "application/json")
     if os.path.lexists(plan.output_root):
         _prepare_replace(plan.output_root, new_dir)
@@ -675,6 +678,15 @@ def publish_by_swap(plan: BuildPlan, files: Sequence[WrittenShard], dead_letters
                      plan.output_path, plan.staging_dir, error)
     if plan.config.stats:
         write_stats(plan)
+
+
+def _write_schema_pbtxt(manifest: dict[str, Any], root: str) -> str | None:
+    """``output.schema_pbtxt``: the features as a TFMD schema, at the path the manifest lists under ``root``."""
+    if "schema_pbtxt" not in manifest:
+        return None
+    path = fs.join(root, *manifest["schema_pbtxt"].split("/"))
+    fs.write_bytes(path, schema_text(manifest["features"]).encode("utf-8"), "text/plain")
+    return path
 
 
 def write_stats(plan: BuildPlan) -> None:
@@ -738,7 +750,8 @@ def publish_by_switch(plan: BuildPlan, files: Sequence[WrittenShard], dead_lette
     root = plan.output_root
     direct = _DIRECT.get(plan.run.run_id)
     written_straight = {path[len(root.rstrip("/")) + 1:] for path in direct.paths} if direct is not None else set()
-    only_written_straight = direct is not None and not dead_letters and not plan.config.output.dali_index
+    only_written_straight = (direct is not None and not dead_letters and not plan.config.output.dali_index
+                             and "schema_pbtxt" not in manifest)
     # A first build of only objects written straight: no manifest was there when it planned, under this lock,
     # and the switch below creates the manifest only if none has appeared since: nothing to read first.
     first = only_written_straight and direct is not None and direct.replaces is None
@@ -749,13 +762,13 @@ def publish_by_switch(plan: BuildPlan, files: Sequence[WrittenShard], dead_lette
     if only_written_straight:
         # Only the run's own objects, already at their free names: no listing needed to choose names, and the
         # old dataset's objects are what its manifest lists (a delete of one already gone is no error).
-        found = written_straight | (dataset_files(old) if old is not None else set())
+        found = written_straight | (dataset_files(old) | schema_files_of(old) if old is not None else set())
     else:  # the objects there, and those a live run that lost this lock may still write (they are not free)
         reserved = RESERVED_WRITES.get(output_key(root), set()) if object_store.is_object_store(root) else set()
         prefix = root.rstrip("/") + "/"
         found = _objects_under(root) | {path[len(prefix):] for path in reserved if path.startswith(prefix)}
-    renamed = _free_names([item.relative_path for item in files] + [item.relative_path for item in dead_letters],
-                          found - written_straight, plan.run.run_id)
+    renamed = _free_names([item.relative_path for item in files] + [item.relative_path for item in dead_letters]
+                          + sorted(schema_files_of(manifest)), found - written_straight, plan.run.run_id)
     files = [dataclasses.replace(item, relative_path=renamed[item.relative_path]) for item in files]
     dead_letters = [dataclasses.replace(item, relative_path=renamed[item.relative_path]) for item in dead_letters]
     manifest = _with_paths(manifest, renamed)
@@ -766,6 +779,9 @@ def publish_by_switch(plan: BuildPlan, files: Sequence[WrittenShard], dead_lette
             staged = fs.join(plan.staging_dir, DALI_DIR_NAME, item.split, posixpath.basename(item.relative_path) + ".idx")
             fs.write_bytes(staged, dali_index_text(load_offsets_of(item.temp_path)).encode("ascii"), "text/plain")
             moves.append((staged, _dali_path(root, item)))
+    staged_schema = _write_schema_pbtxt(manifest, plan.staging_dir)  # moved in with the shards, before the switch
+    if staged_schema is not None:
+        moves.append((staged_schema, fs.join(root, *manifest["schema_pbtxt"].split("/"))))
     final_manifest = fs.join(root, MANIFEST_NAME)
     published = {final for _, final in moves} | {final_manifest}
     prefix = root.rstrip("/") + "/"
@@ -828,11 +844,13 @@ def _free_names(relatives: Sequence[str], taken: set[str], run_id: str) -> dict[
 
 
 def _with_paths(manifest: dict[str, Any], renamed: dict[str, str]) -> dict[str, Any]:
-    """The manifest with its shards' and dead-letter files' paths as published."""
+    """The manifest with its shards', dead-letter files' and schema.pbtxt's paths as published."""
     updated = json.loads(json.dumps(manifest))
     for split in updated["splits"].values():
         for shard in split["shards"]:
             shard["path"] = renamed.get(shard["path"], shard["path"])
+    if "schema_pbtxt" in updated:
+        updated["schema_pbtxt"] = renamed.get(updated["schema_pbtxt"], updated["schema_pbtxt"])
     bad = updated.get("bad_records") or {}
     if bad.get("files"):
         bad["files"] = sorted(renamed.get(path, path) for path in bad["files"])

@@ -50,6 +50,8 @@ __all__ = ["ROWS_FORMAT", "ROWS_PER_BATCH", "WriteDataset", "arrow_table", "data
 
 _LOG = logging.getLogger(__name__)
 
+# The features option: the config's mapping, FeatureSpecs, or the path of a TFMD schema.pbtxt (features_from).
+FeaturesOption = Mapping[str, Any] | Sequence[FeatureSpec] | str | os.PathLike | None
 ROWS_FORMAT = "arrow"  # input.format in the manifest's config of a dataset built from rows, not files
 # The table write_dataset is given goes to the workers as this file in the run's staging directory.
 TABLE_FILE_NAME = "write-dataset-rows.arrow"
@@ -57,18 +59,18 @@ BATCHES_PER_ELEMENT = 4
 ROWS_PER_BATCH = 65536  # rows of an in-memory table per element; dicts are gathered into batches of this many
 
 
-def dataset_config(path: str | os.PathLike, source: str, *, features: Mapping[str, Any] | Sequence[FeatureSpec] | None = None,
+def dataset_config(path: str | os.PathLike, source: str, *, features: FeaturesOption = None,
                    splits: Mapping[str, Any] | None = None, split_key: str | Sequence[str] | None = None,
                    shuffle: bool = True, seed: int = 0, num_shards: int | Mapping[str, int] | None = None,
                    max_bytes_per_shard: int | str | None = None, compression: str | None = None,
                    errors: str | Mapping[str, Any] | None = None, stats: bool = False, dali_index: bool = False,
-                   where: str = "write_dataset") -> BuildConfig:
+                   schema_pbtxt: bool = False, where: str = "write_dataset") -> BuildConfig:
     """The BuildConfig of keyword options: each is the config key of the same name, checked as the YAML is.
 
-    ``features`` is the config's mapping (a type name alone stands for ``{type: NAME}``) or a
-    sequence of FeatureSpec; ``errors`` an ``on_bad_record`` value or the whole ``errors``
-    mapping. ``source`` names the rows (``input.path``, with ``input.format: arrow``). A
-    ConfigError lists every problem on one line.
+    ``features`` is the config's mapping (a type name alone stands for ``{type: NAME}``), a
+    sequence of FeatureSpec, or the path of a TensorFlow Metadata ``schema.pbtxt`` (``features_from``);
+    ``errors`` an ``on_bad_record`` value or the whole ``errors`` mapping. ``source`` names the rows
+    (``input.path``, with ``input.format: arrow``). A ConfigError lists every problem on one line.
     """
     output: dict[str, Any] = {"path": os.fspath(path)}
     for key, value in (("num_shards", num_shards), ("max_bytes_per_shard", max_bytes_per_shard),
@@ -77,6 +79,8 @@ def dataset_config(path: str | os.PathLike, source: str, *, features: Mapping[st
             output[key] = dict(value) if isinstance(value, Mapping) else value
     if dali_index:
         output["dali_index"] = True
+    if schema_pbtxt:
+        output["schema_pbtxt"] = True
     raw: dict[str, Any] = {"input": {"format": "parquet", "path": source}, "output": output,
                            "shuffle": {"enabled": shuffle, "seed": seed}, "stats": stats}
     if splits is not None:
@@ -89,7 +93,9 @@ def dataset_config(path: str | os.PathLike, source: str, *, features: Mapping[st
     if errors is not None:
         raw["errors"] = {"on_bad_record": errors} if isinstance(errors, str) else dict(errors)
     specs = None
-    if features is not None and not isinstance(features, Mapping):
+    if isinstance(features, (str, os.PathLike)):
+        raw["features_from"] = os.fspath(features)
+    elif features is not None and not isinstance(features, Mapping):
         specs = tuple(features)
         if not all(isinstance(spec, FeatureSpec) for spec in specs):
             raise ConfigError(f"{where}: features: expected a mapping of feature name to its settings (as in the config) "
@@ -300,7 +306,9 @@ class WriteDataset(beam.PTransform):
     mapping; left out: every column of ``schema``, typed from it), ``splits`` (fractions, or a split
     column: ``{"column": NAME, "map": {VALUE: SPLIT}}``), ``split_key``,
     ``seed``, ``num_shards`` or ``max_bytes_per_shard``, ``compression``, ``errors``
-    (``on_bad_record``, or the mapping), ``stats``; ``overwrite`` replaces another dataset.
+    (``on_bad_record``, or the mapping), ``stats``, ``schema_pbtxt`` (``output.schema_pbtxt``: write a
+    TensorFlow Metadata schema beside the manifest; ``features`` may also be a schema.pbtxt's path);
+    ``overwrite`` replaces another dataset.
     ``schema`` (a ``pyarrow.Schema``) is needed unless every feature has a type: a PCollection's
     rows are not seen before the pipeline runs. The output is a PCollection holding the path of
     the published manifest. Config and output problems raise a one-line ConfigError,
@@ -312,19 +320,20 @@ class WriteDataset(beam.PTransform):
     no order to keep (``write_dataset`` keeps a table's).
     """
 
-    def __init__(self, path: str | os.PathLike, *, features: Mapping[str, Any] | Sequence[FeatureSpec] | None = None,
+    def __init__(self, path: str | os.PathLike, *, features: FeaturesOption = None,
                  schema: pa.Schema | None = None, splits: Mapping[str, Any] | None = None,
                  split_key: str | Sequence[str] | None = None, shuffle: bool = True, seed: int = 0,
                  num_shards: int | Mapping[str, int] | None = None, max_bytes_per_shard: int | str | None = None,
                  compression: str | None = None, errors: str | Mapping[str, Any] | None = None, stats: bool = False,
-                 overwrite: bool = False, name: str = "pcollection"):
+                 schema_pbtxt: bool = False, overwrite: bool = False, name: str = "pcollection"):
         super().__init__()
         if not shuffle:
             raise ConfigError("WriteDataset: shuffle=False keeps input order, but a PCollection has none; keep the "
                               "seeded shuffle (it is deterministic), or use write_dataset for a table's order")
         self.config = dataset_config(path, name, features=features, splits=splits, split_key=split_key, seed=seed,
                                      num_shards=num_shards, max_bytes_per_shard=max_bytes_per_shard,
-                                     compression=compression, errors=errors, stats=stats, where="WriteDataset")
+                                     compression=compression, errors=errors, stats=stats, schema_pbtxt=schema_pbtxt,
+                                     where="WriteDataset")
         self.schema = schema if schema is not None else schema_of_features(self.config, "WriteDataset")
         self.overwrite = overwrite
         self.plan: BuildPlan | None = None  # set when the transform is applied
@@ -379,12 +388,12 @@ def _any_table(data: Any) -> pa.Table:
                       "columns, or a list of dicts")
 
 
-def write_dataset(data: Any, path: str | os.PathLike, *, features: Mapping[str, Any] | Sequence[FeatureSpec] | None = None,
+def write_dataset(data: Any, path: str | os.PathLike, *, features: FeaturesOption = None,
                   splits: Mapping[str, Any] | None = None, split_key: str | Sequence[str] | None = None,
                   shuffle: bool = True, seed: int = 0, num_shards: int | Mapping[str, int] | None = None,
                   max_bytes_per_shard: int | str | None = None, compression: str | None = None,
-                  errors: str | Mapping[str, Any] | None = None, stats: bool = False, overwrite: bool = False,
-                  pipeline_options: PipelineOptions | Sequence[str] | Mapping[str, Any] | None = None,
+                  errors: str | Mapping[str, Any] | None = None, stats: bool = False, schema_pbtxt: bool = False,
+                  overwrite: bool = False, pipeline_options: PipelineOptions | Sequence[str] | Mapping[str, Any] | None = None,
                   progress: bool = True, name: str = "table", keep_index: bool = False) -> BuildResult | None:
     """Build a tfrbeam dataset at ``path`` from Arrow data in memory, like ``tfrbeam build`` on a Parquet file of it.
 
@@ -401,7 +410,7 @@ def write_dataset(data: Any, path: str | os.PathLike, *, features: Mapping[str, 
     table = arrow_table(data, keep_index)
     config = dataset_config(path, name, features=features, splits=splits, split_key=split_key, shuffle=shuffle,
                             seed=seed, num_shards=num_shards, max_bytes_per_shard=max_bytes_per_shard,
-                            compression=compression, errors=errors, stats=stats)
+                            compression=compression, errors=errors, stats=stats, schema_pbtxt=schema_pbtxt)
     options = build_options(pipeline_options)
     plan = plan_for(config, table.schema, options, overwrite, input_bytes=table.nbytes, own_options=True)
     if table.num_rows == 0:

@@ -1,8 +1,8 @@
 """What of an output is the user's, and how a publish keeps it: every path, and every kept folder's mode and owner.
 
 A dataset owns, by name, only what its readable manifest makes its own (docs/commit.md, "What happens to
-your files"): the manifest, the files it lists (shards, their read indexes, DALI indexes, dead letters) and
-``stats.json``/``stats.html``. Without a manifest nothing there is a dataset's. Everything else in the old
+your files"): the manifest, the files it lists (shards, their read indexes, DALI indexes, dead letters, its
+``schema.pbtxt``) and ``stats.json``/``stats.html``. Without a manifest nothing there is a dataset's. Everything else in the old
 output is the user's and moves unchanged to the same path in the new dataset directory; a folder of the
 user's where the new dataset has a folder of that name (a ``test/`` kept beside a new split ``test``) is
 merged. Folders keep their mode (setgid and sticky bits included) and owner. Where a path of the user's
@@ -27,6 +27,7 @@ from tfrbeam.beam.publish import dataset_files
 from tfrbeam.errors import ManifestError, OutputExistsError, OutputNotWritableError
 from tfrbeam.layout.manifest import read_manifest
 from tfrbeam.layout.names import MANIFEST_NAME, STATS_HTML, STATS_JSON
+from tfrbeam.layout.tfmd_schema import schema_files_of
 
 __all__ = ["DatasetNames", "KeepPlan", "carry_over", "check_folder_owner", "keep_folder_attributes", "keep_plan",
            "old_dataset_names", "refuse_conflicts"]
@@ -47,7 +48,7 @@ class DatasetNames:
     @classmethod
     def of_manifest(cls, manifest: dict) -> DatasetNames:
         """What a manifest makes its dataset's: the reserved names, every listed file, every split folder."""
-        files = {*RESERVED_FILES, *dataset_files(manifest)}
+        files = {*RESERVED_FILES, *dataset_files(manifest), *schema_files_of(manifest)}
         splits = manifest.get("splits")
         return cls.of(files, splits if isinstance(splits, dict) else ())
 

@@ -200,7 +200,7 @@ def test_load_config_reports_missing_file_and_yaml_errors(tmp_path):
         (_with(output={"num_shards": 2}), "output.path: is required"),
         (
             _with(inputs={}),
-            "inputs: unknown key (allowed: input, features, shuffle, splits, split_key, output, errors, stats, "
+            "inputs: unknown key (allowed: input, features, features_from, shuffle, splits, split_key, output, errors, stats, "
             "sequence); "
             "did you mean 'input'?",
         ),

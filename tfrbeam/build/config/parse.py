@@ -38,6 +38,7 @@ from tfrbeam.build.config.schema import (
     SplitFiles,
     TfrecordOptions,
 )
+from tfrbeam.build.config.tfmd import features_of_schema_file
 from tfrbeam.build.features import (
     FEATURE_TYPES,
     ON_NULL_ACTIONS,
@@ -55,6 +56,7 @@ from tfrbeam.build.file_features import (
 )
 from tfrbeam.errors import ConfigError
 from tfrbeam.layout.names import MANIFEST_NAME
+from tfrbeam.layout.tfmd_schema import schema_pb2
 
 __all__ = [
     "FORMAT_EXTENSIONS",
@@ -431,7 +433,7 @@ class Checker:
         return tuple(value)
 
 
-_TOP_KEYS = ("input", "features", "shuffle", "splits", "split_key", "output", "errors", "stats", "sequence")
+_TOP_KEYS = ("input", "features", "features_from", "shuffle", "splits", "split_key", "output", "errors", "stats", "sequence")
 _INPUT_KEYS = ("format", "path", "csv", "jsonl", "parquet", "columns", "split_bytes", "splits", "compression")
 _JSONL_KEYS = ("max_row_bytes",)
 _PARQUET_KEYS = ("require_checksums",)
@@ -440,7 +442,7 @@ _CSV_KEYS = ("delimiter", "quote_char", "escape_char", "header", "column_names",
 _FEATURE_KEYS = ("type", "source", "on_null", "default", "separator", "length", "format", "unit", "null_values",
                  "from_file", "max_file_bytes", "file_root", "image")
 _SHUFFLE_KEYS = ("enabled", "seed")
-_OUTPUT_KEYS = ("path", "num_shards", "max_bytes_per_shard", "compression", "dali_index")
+_OUTPUT_KEYS = ("path", "num_shards", "max_bytes_per_shard", "compression", "dali_index", "schema_pbtxt")
 _ERRORS_KEYS = ("on_bad_record", "max_bad_fraction", "allow_empty")
 _SEQUENCE_KEYS = ("group_by", "order_by", "context", "max_steps", "overflow", "min_steps", "max_group_bytes")
 
@@ -452,6 +454,8 @@ def parse_config(raw: Any, where: str = "<config>") -> BuildConfig:
     top = check.mapping(raw, "", _TOP_KEYS, required=("output",) if patterns else ("input", "output"))
     input_config = _parse_input(check, top.get("input"), patterns)
     features = _parse_features(check, top.get("features"), input_config)
+    if top.get("features_from") is not None:
+        features = _features_from(check, top["features_from"], features, input_config)
     input_config = with_feature_null_values(input_config, features)
     shuffle = _parse_shuffle(check, top.get("shuffle"))
     splits, split_by = _parse_splits(check, top.get("splits"))
@@ -471,6 +475,8 @@ def parse_config(raw: Any, where: str = "<config>") -> BuildConfig:
         split_key = _sequence_split_key(check, sequence, split_key)
         if stats:
             check.fail("stats", "statistics of SequenceExample datasets are not computed yet (set stats: false)")
+        if output.schema_pbtxt:
+            check.fail("output.schema_pbtxt", "a schema.pbtxt of SequenceExamples is not written yet (set it false)")
     if check.problems:
         count = len(check.problems)
         heading = f"{where}: {count} problem{'s' if count > 1 else ''} in the build config:\n  "
@@ -630,6 +636,22 @@ def _parse_features(check: Checker, raw: Any, input_config: InputConfig) -> tupl
     for name in sorted({name for name in names if names.count(name) > 1}):
         check.fail(f"features.{name}", "is also the name of an image fact another feature's image adds")
     return tuple(specs)
+
+
+def _features_from(check: Checker, raw: Any, features: tuple[FeatureSpec, ...] | None,
+                   input_config: InputConfig) -> tuple[FeatureSpec, ...] | None:
+    """``features_from``: the features of a TensorFlow Metadata schema.pbtxt, instead of ``features``."""
+    if features is not None:
+        check.fail("features_from", "gives the features, and so does features; keep one of them")
+        return features
+    if not isinstance(raw, str) or not raw:
+        check.fail("features_from", f"{_show(raw)} is not the path of a schema.pbtxt")
+        return None
+    try:
+        return features_of_schema_file(raw, input_config.format)
+    except ConfigError as error:
+        check.problems.append(str(error))
+        return None
 
 
 def _image_features(check: Checker, spec: FeatureSpec, raw: Any, path: str) -> list[FeatureSpec]:
@@ -996,11 +1018,18 @@ def _parse_output(check: Checker, raw: Any, splits: dict[str, float | None]) -> 
         max_bytes = DEFAULT_MAX_BYTES_PER_SHARD
     compression = check.choice(section, "compression", "output", COMPRESSIONS, "none") or "none"
     dali_index = check.boolean(section, "dali_index", "output", False)
+    schema_pbtxt = check.boolean(section, "schema_pbtxt", "output", False)
+    if schema_pbtxt:
+        try:
+            schema_pb2("output.schema_pbtxt")
+        except ConfigError as error:
+            check.problems.append(str(error))
     if dali_index and compression != "none":
         check.fail("output.dali_index", "DALI indexes describe uncompressed TFRecord files; set output.compression: none "
                    "or drop dali_index")
     return OutputConfig(path=path, num_shards=num_shards, max_bytes_per_shard=max_bytes,
-                        compression=None if compression == "none" else compression, dali_index=dali_index)
+                        compression=None if compression == "none" else compression, dali_index=dali_index,
+                        schema_pbtxt=schema_pbtxt)
 
 
 def _parse_sequence(check: Checker, raw: Any) -> SequenceConfig | None:
@@ -1129,6 +1158,8 @@ def config_to_dict(config: BuildConfig) -> dict:
             "max_bytes_per_shard": output.max_bytes_per_shard,
             "compression": output.compression or "none",
             "dali_index": output.dali_index,
+            # only when set: the manifests of builds from before the key keep matching a same-config rebuild
+            **({"schema_pbtxt": True} if output.schema_pbtxt else {}),
         },
         "errors": {"on_bad_record": config.errors.on_bad_record, "max_bad_fraction": config.errors.max_bad_fraction,
                    "allow_empty": config.errors.allow_empty},

@@ -112,6 +112,7 @@ class OutputConfig:
     max_bytes_per_shard: int | None = DEFAULT_MAX_BYTES_PER_SHARD
     compression: str | None = None
     dali_index: bool = False  # also write NVIDIA DALI's tfrecord2idx files under {path}/dali/{split}/
+    schema_pbtxt: bool = False  # also write {path}/schema.pbtxt, the features as a TensorFlow Metadata schema
 
     def shards_for(self, split: str) -> int | None:
         """The shard count of one split, or None when shards are sized by max_bytes_per_shard."""
