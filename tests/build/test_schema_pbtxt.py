@@ -213,3 +213,18 @@ def test_a_rebuild_replaces_its_own_schema_and_never_a_users(tmp_path):
     write_dataset(rows_table(), out, features=FEATURES, num_shards=1, overwrite=True, progress=False)
     assert not (out / "schema.pbtxt").exists()  # the old dataset's, gone with it
     verify_dataset(str(out))
+
+
+def test_in_a_bucket_a_replace_writes_it_under_a_free_name_the_manifest_lists(bucket):
+    """Object stores: the schema goes in before the manifest's switch, under a name the old dataset's readers do not
+    use; each manifest names its own, and the replaced one is collected after the switch."""
+    listed = []
+    for seed in (1, 2):
+        write_dataset(rows_table(), bucket.url("ds"), features=FEATURES, num_shards=1, seed=seed, schema_pbtxt=True,
+                      overwrite=True, progress=False, pipeline_options=bucket.pipeline_args())
+        manifest = json.loads(bucket.get("ds/dataset_info.json"))
+        listed.append(manifest["schema_pbtxt"])
+        schema = text_format.Parse(bucket.get(f"ds/{manifest['schema_pbtxt']}").decode(), schema_pb2.Schema())
+        assert schema == text_format.Parse(EXPECTED_TEXT, schema_pb2.Schema())
+    assert listed[0] == "schema.pbtxt" and listed[1] != listed[0] and listed[1].endswith("-schema.pbtxt")
+    assert [key for key in bucket.listing() if key.startswith("ds/") and "schema" in key] == [f"ds/{listed[1]}"]
