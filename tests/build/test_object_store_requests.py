@@ -111,6 +111,34 @@ def test_the_objects_a_killed_run_wrote_straight_into_the_output_are_removed_by_
     assert {key for key in bucket.listing() if key.startswith(("ds/", ".ds."))} == listed
 
 
+def test_a_dead_runs_record_naming_a_users_objects_in_the_output_deletes_none_of_them(bucket):
+    """A planted or damaged owner record must not make recovery delete what the user keeps in the output: a dead
+    run's record is trusted only for the shard and read-index names a build writes (docs/trust.md)."""
+    done = subprocess.run([sys.executable, "-c", _KILLED_BEFORE_THE_SWITCH, bucket.url("ds"), *bucket.pipeline_args()],
+                          env={**os.environ, **bucket.env}, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 9, done.stderr[-3000:]
+    owner_key = next(key for key in bucket.listing() if key.startswith(".ds.tfrbeam-") and key.endswith("/owner.json"))
+    owner = json.loads(bucket.get(owner_key))
+    users = {"ds/train/NOTES.md": b"my notes", "ds/train/train-00000-of-00003.tfrecord.bak": b"a copy I keep",
+             "ds/keep/data.bin": b"mine"}
+    for key, data in users.items():
+        bucket.put(key, data)
+    owner["writes"] = [*owner["writes"], *(bucket.url(key) for key in users)]
+    bucket.put(owner_key, json.dumps(owner).encode())
+    before = bucket.listing()
+
+    table = pa.table({"id": list(range(500)), "text": [f"row {i}" for i in range(500)]})
+    assert tfrbeam.write_dataset(table, bucket.url("ds2"), num_shards=2, seed=2, progress=False,
+                                 pipeline_options=bucket.pipeline_args()) is not None  # another output: untouched
+    try:
+        tfrbeam.write_dataset(table, bucket.url("ds"), num_shards=2, seed=2, progress=False, overwrite=True,
+                              pipeline_options=bucket.pipeline_args())
+    except tfrbeam.TfrbeamError:
+        pass  # refusing to build over a record it cannot trust is fine; deleting the user's objects is not
+    after = bucket.listing()
+    assert {key: after.get(key) for key in users} == {key: before[key] for key in users}
+
+
 def test_an_object_written_through_fs_create_is_whole_whether_it_stays_small_or_grows(bucket, monkeypatch):
     """Small objects are put in one request when closed; one that outgrows the limit becomes Beam's streamed upload
     with the bytes kept so far first; a ``with`` block left by an error publishes no part of a small object."""

@@ -55,7 +55,14 @@ from tfrbeam.errors import (
     StorageError,
 )
 from tfrbeam.layout.manifest import MAX_MANIFEST_BYTES, read_manifest
-from tfrbeam.layout.names import DALI_DIR_NAME, is_staging_name, lock_path, staging_path, staging_prefix
+from tfrbeam.layout.names import (
+    DALI_DIR_NAME,
+    is_built_shard_path,
+    is_staging_name,
+    lock_path,
+    staging_path,
+    staging_prefix,
+)
 from tfrbeam.tfrecord.offset_index import offset_index_path_for
 from tfrbeam.tfrecord.record_index import index_path_for
 
@@ -913,9 +920,10 @@ def _recover_one(directory: str, target: str, new_name: str, old_name: str,
     if not owner.is_dead():
         RESERVED_WRITES.setdefault(_normalized(target), set()).update(owner.writes)
         return False
-    outside = [path for path in owner.writes if not confined(path, target, directory) or confined(path, directory, directory)]
-    if outside:
-        _leave_alone(directory, f"its {OWNER_NAME} names {outside[0]!r}, not an object in {target}")
+    untrusted = _untrusted_write(owner, target, directory)
+    if untrusted is not None:
+        _leave_alone(directory, f"its {OWNER_NAME} names {untrusted!r}, not a shard or read index a build writes in "
+                                f"{target}")
         return False
     journal = CommitJournal.read(directory)
     if journal is not None:
@@ -958,9 +966,21 @@ def entries_besides_runs_objects(target: str) -> list[str]:
     written: set[str] = set()
     for directory in _staging_dirs(target) if objects else ():
         owner = _owner_of(directory)
-        if owner is not None and _not_ours(directory, owner, target) is None:
+        if owner is not None and _not_ours(directory, owner, target) is None and _untrusted_write(
+                owner, target, directory) is None:
             written.update(owner.writes)
     return sorted({path[len(prefix):].split("/")[0] for path in objects if path not in written})
+
+
+def _untrusted_write(owner: _Owner, target: str, directory: str) -> str | None:
+    """The first object a run's record says it writes straight into ``target`` that no build writes there: outside
+    it, in the run's own directory, or not a shard or read-index name (``is_built_shard_path``); None if none is."""
+    prefix = target.rstrip("/") + "/"
+    for path in owner.writes:
+        if (not confined(path, target, directory) or confined(path, directory, directory) or not path.startswith(prefix)
+                or not is_built_shard_path(path[len(prefix):])):
+            return path
+    return None
 
 
 RECOVERED_WRITES: set[str] = set()  # outputs where this process removed a dead run's objects written straight there

@@ -17,12 +17,13 @@ import dataclasses
 import re
 
 from tfrbeam.base.fileops import PARTIAL_INFIX, beside, partial_path, split_target
-from tfrbeam.tfrecord.record_index import INDEX_DIR_NAME
+from tfrbeam.tfrecord.offset_index import OFFSETS_SUFFIX
+from tfrbeam.tfrecord.record_index import INDEX_DIR_NAME, INDEX_SUFFIX
 
 __all__ = [
     "DALI_DIR_NAME", "ERRORS_DIR_NAME", "EXPORT_NAME", "INDEX_DIR_NAME", "LOCK_SUFFIX", "MANIFEST_FORMAT", "MANIFEST_NAME",
     "PARTIAL_INFIX", "RECORD_SUFFIXES", "SHARD_NAME", "STAGING_INFIX", "STATS_HTML", "STATS_JSON", "ShardNaming",
-    "is_staging_name", "lock_path", "partial_path", "shard_file_name", "staging_path", "staging_prefix",
+    "is_built_shard_path", "is_staging_name", "lock_path", "partial_path", "shard_file_name", "staging_path", "staging_prefix",
 ]
 
 LOCK_SUFFIX = ".tfrbeam-lock"
@@ -45,6 +46,20 @@ def shard_file_name(split: str, shard: int, num_shards: int, compression: str | 
     width = max(5, len(str(num_shards)))
     suffix = {None: "", "gzip": ".gz", "zlib": ".zlib"}[compression]
     return f"{split}-{shard:0{width}d}-of-{num_shards:0{width}d}.tfrecord{suffix}"
+
+
+def is_built_shard_path(relative: str) -> bool:
+    """Whether ``relative`` (a path inside a dataset) names a shard a build writes, ``{split}/{split}-NNNNN-of-NNNNN
+    .tfrecord[.gz|.zlib]``, or one of its read indexes, ``{split}/.tfrbeam-index/{shard}.idx`` or ``.offsets``.
+
+    What a run's record may name for recovery to delete: anything else in an output may be the user's.
+    """
+    parts = relative.split("/")
+    if len(parts) == 3 and parts[1] == INDEX_DIR_NAME and parts[2].endswith((INDEX_SUFFIX, OFFSETS_SUFFIX)):
+        shard = parts[2].rsplit(".", 1)[0]
+        return not shard.endswith((".gz", ".zlib")) and is_built_shard_path(f"{parts[0]}/{shard}")
+    return (len(parts) == 2 and SHARD_NAME.fullmatch(parts[1]) is not None
+            and parts[1].startswith(parts[0] + "-") and parts[1][len(parts[0]) + 1:len(parts[0]) + 2].isdigit())
 
 
 def lock_path(target: str) -> str:
