@@ -26,6 +26,7 @@ from benchmarks.object_store_cost import JOBS, STORES, Requests, measure_store
 from benchmarks.write_dataset import _write_table
 from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.publish import dataset_files
+from tfrbeam.errors import TfrbeamError
 
 ROWS = 6_000  # 8 shards of ~40 KB: every object is small, so each costs one upload request
 
@@ -133,10 +134,34 @@ def test_a_dead_runs_record_naming_a_users_objects_in_the_output_deletes_none_of
     try:
         tfrbeam.write_dataset(table, bucket.url("ds"), num_shards=2, seed=2, progress=False, overwrite=True,
                               pipeline_options=bucket.pipeline_args())
-    except tfrbeam.TfrbeamError:
+    except TfrbeamError:
         pass  # refusing to build over a record it cannot trust is fine; deleting the user's objects is not
     after = bucket.listing()
     assert {key: after.get(key) for key in users} == {key: before[key] for key in users}
+
+
+def test_a_failed_runs_staging_in_a_bucket_goes_with_its_owner_record_last(bucket, monkeypatch):
+    """A staging prefix is deleted object by object, in any order unless told: the GCS kill sweep once left
+    ``write-dataset-rows.arrow`` without the ``owner.json`` that makes the next run trust (and remove) it. The
+    owner record goes last, so a kill at any delete leaves a prefix the next run's recovery removes."""
+    from tfrbeam.base import object_store
+
+    deleted: list[str] = []
+    real_delete = object_store.delete_object
+
+    def recorded(path: str, *args, **kwargs):
+        deleted.append(path)
+        return real_delete(path, *args, **kwargs)
+
+    monkeypatch.setattr(object_store, "delete_object", recorded)
+    table = pa.table({"id": [str(i) for i in range(300)] + ["not a number"]})
+    with pytest.raises(TfrbeamError):
+        tfrbeam.write_dataset(table, bucket.url("ds"), features={"id": {"type": "int64"}}, num_shards=2, seed=1,
+                              progress=False, pipeline_options=bucket.pipeline_args())
+    staged = [path for path in deleted if "/.ds.tfrbeam-" in path and "-lock" not in path]
+    names = [path.rsplit("/", 1)[-1] for path in staged]
+    assert "write-dataset-rows.arrow" in names and names[-1] == "owner.json", names
+    assert not [key for key in bucket.listing() if key.startswith(".ds.")]
 
 
 def test_an_object_written_through_fs_create_is_whole_whether_it_stays_small_or_grows(bucket, monkeypatch):

@@ -68,7 +68,7 @@ from tfrbeam.tfrecord.record_index import index_path_for
 
 __all__ = [
     "CommitJournal", "OutputLock", "RunIdentity", "StagingDir", "dataset_files", "dead_staging_dirs", "delete_missing_ok",
-    "is_gone", "lock_path",
+    "delete_staging", "is_gone", "lock_path",
     "owner_record", "recover", "remove_published_staging",
     "staging_path", "swap_into_place", "this_run",
 ]
@@ -496,16 +496,22 @@ _REMOVED: set[str] = set()  # staging directories this process removed whole aft
 
 
 def remove_published_staging(staging: str) -> None:
-    """After a publish: remove the run's staging directory, its owner record last (until then the next run's
-    recovery trusts it). On an object store one listing and one delete per object it holds."""
-    if not object_store.is_object_store(staging):
-        fs.delete_tree(staging)
-    else:
-        owner = fs.join(staging, OWNER_NAME)
-        objects = list(fs.list_objects(staging))
-        delete_missing_ok([path for path in objects if path != owner])
-        delete_missing_ok([owner])
+    """After a publish: remove the run's staging directory (``delete_staging``)."""
+    delete_staging(staging)
     _REMOVED.add(staging)
+
+
+def delete_staging(staging: str) -> None:
+    """Remove a run's staging directory, its owner records last: until they go, the next run's recovery trusts what
+    is left, so a run killed in the middle leaves nothing only a person can remove. An object store deletes its
+    objects in any order otherwise: one listing, then one delete per object. Objects already gone are fine."""
+    if not object_store.is_object_store(staging):
+        delete_tree_missing_ok(staging)
+        return
+    records = {fs.join(staging, OWNER_NAME), fs.join(staging, ABANDONED_NAME)}
+    objects = list(fs.list_objects(staging))
+    delete_missing_ok([path for path in objects if path not in records])
+    delete_missing_ok([path for path in objects if path in records])
 
 
 def abandon(staging: str) -> None:
@@ -947,7 +953,7 @@ def _recover_one(directory: str, target: str, new_name: str, old_name: str,
             for replaced in (old_dir, new_dir):
                 if os.path.isdir(replaced):
                     carry_over(replaced, target)
-    delete_tree_missing_ok(directory)
+    delete_staging(directory)
     return True
 
 

@@ -57,6 +57,7 @@ from tfrbeam.beam.publish import (
     CommitJournal,
     StagingDir,
     abandon,
+    delete_staging,
     held_or_taken,
     recover,
     staging_path,
@@ -493,7 +494,7 @@ class Finalizer:
         except OutputLockedError:
             # Another run is committing into this prefix: this one fails for good (a retry must not
             # publish after it), and nothing it wrote is kept.
-            fs.delete_tree(self.temp_dir)
+            delete_staging(self.temp_dir)
             raise
         except BaseException:
             abandon(self.temp_dir)  # the next run into the prefix completes or removes what this one left
@@ -516,7 +517,7 @@ class Finalizer:
                         f"{missing[0]}: missing right after the commit renamed it; the output changed under the write"
                     )
             self._write_indexes(moves, finals)
-            fs.delete_tree(self.temp_dir)
+            delete_staging(self.temp_dir)
         self._count(moves, finals)
         _LOG.info("wrote %d shard(s) to %s", len(moves), self.naming.glob())
         return [move.dst for move in moves]

@@ -54,6 +54,7 @@ from tfrbeam.beam.publish import (
     committed_run,
     confined,
     dataset_files,
+    delete_staging,
     held_or_taken,
     holds_lock,
     output_key,
@@ -900,4 +901,4 @@ def _remove_staging(plan: BuildPlan, keep_dead_letters: bool) -> None:
             if name != ERRORS_DIR_NAME and name != OWNER_NAME:
                 fs.delete_tree(fs.join(plan.staging_dir, name))
         return
-    fs.delete_tree(plan.staging_dir)
+    delete_staging(plan.staging_dir)

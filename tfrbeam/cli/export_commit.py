@@ -24,7 +24,7 @@ from tfrbeam.beam.publish import (
     OutputLock,
     StagingDir,
     abandon,
-    delete_tree_missing_ok,
+    delete_staging,
     staging_path,
     this_run,
 )
@@ -77,7 +77,7 @@ def export_locked(
             if commit.journaled:
                 abandon(commit.staging.path)  # the next export or build into OUTPUT_DIR completes the commit
             else:
-                delete_tree_missing_ok(commit.staging.path)
+                delete_staging(commit.staging.path)
             raise
-        delete_tree_missing_ok(commit.staging.path)
+        delete_staging(commit.staging.path)
     return paths
