@@ -72,14 +72,17 @@ def test_a_build_into_an_empty_bucket_output_copies_nothing_and_deletes_only_its
     assert ours.kinds["list"] <= 6
 
 
-def test_a_build_into_gcs_makes_few_more_requests_per_shard_than_beams_own_job(table, tmp_path):
+def test_a_build_into_gcs_makes_no_more_requests_than_beams_own_job_but_for_its_read_indexes(table, tmp_path):
     """Same job, same server, same run. Per shard, Beam's job makes an upload of two requests, a rewrite and a
-    delete; ours one upload request per object, three objects per shard (the shard and its two read indexes),
-    so the gap is the fixed cost of the lock and the commit records, which a larger job spreads thinner."""
+    delete; ours one upload request per object, three objects per shard (the shard and its two read indexes).
+    The two read-index objects per shard are the gap left (docs/performance.md#object-store-requests). Beam's
+    bucket-metadata GETs ("other") are left out of its count: Beam 2.77 makes one per match, 2.72 none."""
     ours, beams = _counted("gs", table, tmp_path)
-    assert ours.kinds["other"] <= beams.kinds["other"]  # no bucket-metadata GET before each check
+    assert ours.kinds["other"] <= 2  # no bucket-metadata GET before each check
     assert ours.kinds["get"] <= 4, ours.trace
-    assert (ours.total - _lease_renewals(ours)) / NUM_SHARDS <= 1.1 * beams.total / NUM_SHARDS, (ours.kinds, beams.kinds)
+    read_index_uploads = 2 * NUM_SHARDS
+    beams_requests = beams.total - beams.kinds["other"]
+    assert ours.total - _lease_renewals(ours) - read_index_uploads <= beams_requests, (ours.kinds, beams.kinds)
 
 
 _KILLED_BEFORE_THE_SWITCH = """
