@@ -58,12 +58,12 @@ setup(
             "pandas>=2.2",
             # input.format: avro is tested on files fastavro writes.
             "fastavro>=1.8",
-            # from_file image header facts (tests/build/test_file_features.py makes its images with it).
+            # from_file image header facts (tests/builder/features/test_file_features.py makes its images with it).
             "Pillow>=9.1",
-            # output.schema_pbtxt and features_from (tests/build/test_schema_pbtxt.py parse with TFMD's own proto).
+            # output.schema_pbtxt and features_from (tests/builder/pipeline/test_schema_pbtxt.py parse with TFMD's own proto).
             "tensorflow-metadata>=1.21",
         ],
-        # Optional: input.format avro (tfrbeam/build/inputs/avro.py reads Avro files with fastavro).
+        # Optional: input.format avro (tfrbeam/builder/inputs/avro.py reads Avro files with fastavro).
         "avro": ["fastavro>=1.8"],
         # Optional: schema.pbtxt, TensorFlow Metadata's schema proto (no TensorFlow; pure-Python protos).
         "tfmd": ["tensorflow-metadata>=1.21"],

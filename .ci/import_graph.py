@@ -32,10 +32,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("tfrbeam.dataset",),
     ("tfrbeam.stats",),
     ("tfrbeam.beam",),
-    ("tfrbeam.build",),
+    ("tfrbeam.builder",),
     ("tfrbeam.cli",),
 )
-ENTRY_POINTS = ("__main__",)  # `python -m tfrbeam.build` starts the CLI: an entry point, not a layer
+ENTRY_POINTS = ("__main__",)  # `python -m tfrbeam.builder` starts the CLI: an entry point, not a layer
 
 
 @dataclass(frozen=True)

@@ -34,10 +34,10 @@ class Mutation:
 MUTATIONS = (
     Mutation(
         "dead-letters-first-batch-only",
-        "tfrbeam/build/graph.py",
+        "tfrbeam/builder/pipeline/graph.py",
         "rows = sorted((row for batch in batches for row in batch)",
         "rows = sorted((row for batch in list(batches)[:1] for row in batch)",
-        ("tests/build/test_bad_rows_across_batches.py::test_dead_letters_hold_every_bad_row_of_every_batch",),
+        ("tests/builder/test_bad_rows_across_batches.py::test_dead_letters_hold_every_bad_row_of_every_batch",),
     ),
     Mutation(
         "shuffle-files-ignored",
@@ -55,14 +55,14 @@ MUTATIONS = (
     ),
     Mutation(
         "max-bad-fraction-at-limit-fails",
-        "tfrbeam/build/commit.py",
+        "tfrbeam/builder/pipeline/commit.py",
         "return bad > 0 and bad > limit * rows_read",
         "return bad > 0 and bad >= limit * rows_read",
-        ("tests/build/test_bad_rows_across_batches.py",),
+        ("tests/builder/test_bad_rows_across_batches.py",),
     ),
     Mutation(
         "shard-remainder-to-last-shard",
-        "tfrbeam/build/shuffle/balance.py",
+        "tfrbeam/builder/shuffle/balance.py",
         "        return -(-shard * self.num_examples // self.num_shards)\n\n"
         "    def shard_of(self, ranks: np.ndarray) -> np.ndarray:\n"
         "        return (np.asarray(ranks, dtype=np.int64) * self.num_shards) // max(self.num_examples, 1)",
@@ -70,7 +70,7 @@ MUTATIONS = (
         "    def shard_of(self, ranks: np.ndarray) -> np.ndarray:\n"
         "        return np.minimum(np.asarray(ranks, dtype=np.int64) // max(self.num_examples // self.num_shards, 1),"
         " self.num_shards - 1)",
-        ("tests/build/shuffle/test_balance.py",),
+        ("tests/builder/shuffle/test_balance.py",),
     ),
     Mutation(
         "sink-remainder-to-last-slice",

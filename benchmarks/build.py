@@ -7,7 +7,7 @@ Run by hand from the repository root (the machine may be shared; the median and 
                                [--piece-store auto,memory,spill,inline] [--baseline-rows N] [--ours-only]
                                [--workers 2] [--external-pool]
 
-Ours: `python -m tfrbeam.build` on the benchmark table (benchmarks/table.py) written as
+Ours: `python -m tfrbeam.builder` on the benchmark table (benchmarks/table.py) written as
 Parquet and as CSV: shuffled (seed 0), one split, 8 shards, the default runner, the whole
 process timed (interpreter start, pipeline construction, run, manifest) with its peak RSS; once
 per piece store asked for. Baseline, in the same run and on the same rows: `beam.io.ReadFromParquet`
@@ -37,7 +37,7 @@ the system CPU of writing 512 MB to a new file into pages freed a moment before,
 before. On a virtual machine whose host takes back the guest's free memory, the second costs several times the
 first, and every build pays that on the bytes it writes and the memory it first touches (docs/performance.md).
 
-The scaling model: with --workers N the run also fits tfrbeam/build/runners.py ScalingModel to itself (the workers'
+The scaling model: with --workers N the run also fits tfrbeam/builder/running/runners.py ScalingModel to itself (the workers'
 one-row build as the fixed cost, the in-process CPU per row and the cores it keeps busy, the workers' CPU per row
 beyond their one-row build, the launching process's own CPU read from /proc while it runs, its workers apart, and
 the efficiency that gives the measured wall time), prints its predictions for 4 to 32 cores and prints those
@@ -174,7 +174,7 @@ def _ours_command(fmt: str, input_path: pathlib.Path, work: pathlib.Path, name: 
     shutil.rmtree(output, ignore_errors=True)
     config_path = work / f"{name}.json"  # JSON is YAML
     config_path.write_text(json.dumps(build_config(fmt, input_path, output)))
-    command = [sys.executable, "-m", "tfrbeam.build", str(config_path), "--quiet", f"--piece_store={piece_store}"]
+    command = [sys.executable, "-m", "tfrbeam.builder", str(config_path), "--quiet", f"--piece_store={piece_store}"]
     if workers > 1:
         command.append(f"--workers={workers}")  # tfrbeam's option: forked workers (Beam's own options start Beam's)
     return command, output
@@ -508,7 +508,7 @@ def run_ours_on_pool(fmt: str, input_path: pathlib.Path, work: pathlib.Path, wor
     shutil.rmtree(output, ignore_errors=True)
     config_path = work / f"pool-ours-{fmt}.json"
     config_path.write_text(json.dumps(build_config(fmt, input_path, output)))
-    run = run_job([sys.executable, "-m", "tfrbeam.build", str(config_path), "--quiet", f"--piece_store={store}"],
+    run = run_job([sys.executable, "-m", "tfrbeam.builder", str(config_path), "--quiet", f"--piece_store={store}"],
                   work, f"ours-{store}-{fmt}-{repeat}{'-' + label if label else ''}", workers)
     manifest = json.loads((output / "dataset_info.json").read_text())
     run["shuffled_per_row"] = manifest["shuffled_bytes"] / manifest["rows_read"]
@@ -572,7 +572,7 @@ SCALING_CORES = (4, 8, 16, 32)
 
 def describe_scaling(rows: int, in_process: list, fixed: list, with_workers: list, fixed_workers: list,
                      workers: int) -> list[str]:
-    """The scaling model (tfrbeam/build/runners.py ScalingModel) fitted to this run, and its predictions.
+    """The scaling model (tfrbeam/builder/running/runners.py ScalingModel) fitted to this run, and its predictions.
 
     Every figure from this run, each the median over the repeats: the fixed cost (the workers' one-row build, wall),
     the in-process build's CPU per row beyond its one-row build and the cores it keeps busy doing it, the workers'
@@ -580,7 +580,7 @@ def describe_scaling(rows: int, in_process: list, fixed: list, with_workers: lis
     work beyond the one-row build: it carries the elements between the workers' stages), and the efficiency that
     makes the model give the measured ``workers`` wall time. Also printed as the constants ``auto`` weighs.
     """
-    from tfrbeam.build.runners import ScalingModel
+    from tfrbeam.builder.running.runners import ScalingModel
 
     def beyond(run: tuple, one: tuple, field: int) -> float:
         return run[field] - one[field]
@@ -599,7 +599,7 @@ def describe_scaling(rows: int, in_process: list, fixed: list, with_workers: lis
     lines = [f"scaling model from this run: fixed {fixed_seconds:.2f} s (the workers' one-row build), in process "
              f"{per_row * 1e6:.2f} CPU-us per row on {cores:.2f} cores, workers {ratio:.2f}x that per row, {workers} "
              f"workers at efficiency {efficiency:.2f}, the launcher {launcher:.3f}x it on one core; predicted, not measured:",
-             f"  as auto's constants (tfrbeam/build/runners.py): OUT_OF_PROCESS_CPU_RATIO = {ratio:.2f}, "
+             f"  as auto's constants (tfrbeam/builder/running/runners.py): OUT_OF_PROCESS_CPU_RATIO = {ratio:.2f}, "
              f"IN_PROCESS_CORES = {cores:.2f}, LAUNCHER_CPU_SHARE = {launcher:.3f}, WORKER_EFFICIENCY = {efficiency:.2f}"]
     # A runner whose workers pass elements to each other (Dataflow's shuffle) has no launcher to cap it.
     distributed = dataclasses.replace(model, launcher_cpu_share=0.0)

@@ -10,7 +10,7 @@ embed --environment_type EXTERNAL --direct_num_workers N`` and stops the pool. B
 job server asks the pool for one SDK worker process whatever N (``--direct_num_workers``,
 ``--sdk_worker_parallelism`` and ``--direct_running_mode`` tried); "workers started" in the report
 counts them from the pool's log, so the figures are per SDK worker process, as on one Dataflow core. Ours is
-``python -m tfrbeam.build`` on the benchmark table (benchmarks/table.py) as one Parquet file
+``python -m tfrbeam.builder`` on the benchmark table (benchmarks/table.py) as one Parquet file
 (shuffled, one split, 8 shards) with each piece store of --piece-store in turn, on the same pool and
 rows: inline (the one ``auto`` picks on Dataflow: the frames travel through the runner's GroupByKey)
 and spill (the one ``auto`` picks on this runner: the frames wait in files under the staging
@@ -185,7 +185,7 @@ def main() -> None:
     for repeat in range(args.repeats):
         for store in stores:  # interleaved, so the machine's drift falls on every store alike
             shutil.rmtree(output, ignore_errors=True)
-            run = run_job([sys.executable, "-m", "tfrbeam.build", str(config), "--quiet", f"--piece_store={store}"],
+            run = run_job([sys.executable, "-m", "tfrbeam.builder", str(config), "--quiet", f"--piece_store={store}"],
                           work, f"ours-{store}-{repeat}", args.workers)
             manifest = json.loads((output / "dataset_info.json").read_text())
             run["shuffled_per_row"] = manifest["shuffled_bytes"] / manifest["rows_read"]

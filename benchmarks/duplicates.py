@@ -8,9 +8,9 @@ the three tables' builds interleaved run by run):
 Each table has --rows rows of the benchmark table (benchmarks/table.py), written as one Parquet file
 (or CSV) as `benchmarks.build` writes it: the first --rows rows (all distinct), and for each K in
 --copies the first --rows/K rows written K times each (every row appears K times, in an order
-shuffled once). Each is built by `python -m tfrbeam.build` with the same config (shuffled, one
+shuffled once). Each is built by `python -m tfrbeam.builder` with the same config (shuffled, one
 split, 8 shards, the default runner), the whole process timed. Equal rows give equal records and
-equal shuffle keys; the shard writers order such ties in bulk (tfrbeam/build/shuffle/order.py),
+equal shuffle keys; the shard writers order such ties in bulk (tfrbeam/builder/shuffle/order.py),
 so a table of duplicates should cost what a table of distinct rows costs. The output's record
 count is checked against the rows.
 """
@@ -64,7 +64,7 @@ def build(fmt: str, input_path: pathlib.Path, work: pathlib.Path) -> tuple[float
     shutil.rmtree(output, ignore_errors=True)
     config_path = work / f"{input_path.stem}.json"  # JSON is YAML
     config_path.write_text(json.dumps(build_config(fmt, input_path, output)))
-    seconds, rss, cpu, _ = run_measured([sys.executable, "-m", "tfrbeam.build", str(config_path), "--quiet"])
+    seconds, rss, cpu, _ = run_measured([sys.executable, "-m", "tfrbeam.builder", str(config_path), "--quiet"])
     manifest = json.loads((output / "dataset_info.json").read_text())
     return seconds, rss, cpu, sum(split["num_examples"] for split in manifest["splits"].values())
 

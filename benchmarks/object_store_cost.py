@@ -12,7 +12,7 @@ only through the proxy (``STORAGE_EMULATOR_HOST``, ``AWS_ENDPOINT_URL`` and Beam
 ``--s3_endpoint_url`` name the proxy). Into a new bucket each, on the benchmark table
 (benchmarks/table.py) written as one local Parquet file:
 
-- ours: ``python -m tfrbeam.build`` of benchmarks.build's config (shuffled, one split, 8 shards)
+- ours: ``python -m tfrbeam.builder`` of benchmarks.build's config (shuffled, one split, 8 shards)
   with ``output.path`` in the bucket: the whole build, lock and commit included;
 - Beam's typical job: benchmarks.build's baseline (``ReadFromParquet`` -> protobuf per row ->
   ``Reshuffle`` -> ``beam.io.WriteToTFRecord(num_shards=8)``) writing into the bucket.
@@ -391,7 +391,7 @@ def _ours(store: Store, table: pathlib.Path, bucket: StoreBucket, work: pathlib.
     config["output"]["path"] = bucket.url("ours")
     config_path = work / f"ours-{bucket.name}.json"  # JSON is YAML
     config_path.write_text(json.dumps(config))
-    _run_job([sys.executable, "-m", "tfrbeam.build", str(config_path), "--quiet", *store.pipeline_args(proxy.url)],
+    _run_job([sys.executable, "-m", "tfrbeam.builder", str(config_path), "--quiet", *store.pipeline_args(proxy.url)],
              store.env(bucket.server, proxy.url), "tfrbeam build")
     return "ours"
 

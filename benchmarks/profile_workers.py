@@ -5,7 +5,7 @@ Run by hand from the repository root, with py-spy installed (``pip install py-sp
     python -m benchmarks.profile_workers [--rows 1000000] [--format parquet] [--workers 2]
                                          [--runs inprocess,inprocess_spill,workers,multi_processing]
 
-Each run is one whole `python -m tfrbeam.build` process of the benchmark table (benchmarks/table.py,
+Each run is one whole `python -m tfrbeam.builder` process of the benchmark table (benchmarks/table.py,
 config as in `benchmarks.build`) under ``py-spy record --subprocesses`` at 100 samples a second, on-CPU
 Python threads only (a thread waiting on a lock or a socket is not sampled). ``inprocess`` is the
 default runner (every worker in this process, memory store); ``inprocess_spill`` the same with the spill
@@ -38,16 +38,16 @@ RATE = 100  # samples per second and thread
 
 # (stage, substrings of a frame), tried in this order on each frame from the leaf up; the first match wins.
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("coders (ours)", ("tfrbeam/build/shuffle/coders.py", "tfrbeam/beam/arrow_coder.py")),
-    ("read input", ("tfrbeam/build/inputs/",)),
-    ("convert to Examples", ("tfrbeam/build/features.py", "tfrbeam/codec/encode.py")),
-    ("hash, key and split", ("tfrbeam/build/shuffle/keys.py", "tfrbeam/build/graph.py")),
-    ("sort and frame pieces", ("tfrbeam/build/shuffle/pieces.py", "tfrbeam/build/shuffle/stores.py",
+    ("coders (ours)", ("tfrbeam/builder/shuffle/coders.py", "tfrbeam/beam/arrow_coder.py")),
+    ("read input", ("tfrbeam/builder/inputs/",)),
+    ("convert to Examples", ("tfrbeam/builder/features/convert.py", "tfrbeam/codec/encode.py")),
+    ("hash, key and split", ("tfrbeam/builder/shuffle/keys.py", "tfrbeam/builder/pipeline/graph.py")),
+    ("sort and frame pieces", ("tfrbeam/builder/shuffle/pieces.py", "tfrbeam/builder/shuffle/stores.py",
                                "tfrbeam/tfrecord/frames.py")),
-    ("plan and route", ("tfrbeam/build/shuffle/balance.py", "tfrbeam/build/shuffle/route.py")),
-    ("write shards", ("tfrbeam/build/shuffle/write.py", "tfrbeam/build/shuffle/received.py",
-                      "tfrbeam/build/shuffle/order.py", "tfrbeam/tfrecord/", "tfrbeam/base/")),
-    ("commit and stats", ("tfrbeam/build/commit.py", "tfrbeam/beam/publish.py", "tfrbeam/layout/")),
+    ("plan and route", ("tfrbeam/builder/shuffle/balance.py", "tfrbeam/builder/shuffle/route.py")),
+    ("write shards", ("tfrbeam/builder/shuffle/write.py", "tfrbeam/builder/shuffle/received.py",
+                      "tfrbeam/builder/shuffle/order.py", "tfrbeam/tfrecord/", "tfrbeam/base/")),
+    ("commit and stats", ("tfrbeam/builder/pipeline/commit.py", "tfrbeam/beam/publish.py", "tfrbeam/layout/")),
     ("coders (Beam)", ("apache_beam/coders/",)),
     ("data plane (Fn API, gRPC)", ("apache_beam/runners/worker/data_plane.py", "grpc/", "apache_beam/runners/worker/channel",
                                    "apache_beam/runners/portability/fn_api_runner/worker_handlers.py")),
@@ -105,7 +105,7 @@ def main() -> None:
         output = work / f"out-{name}"
         config = work / f"{name}.json"  # JSON is YAML
         config.write_text(json.dumps(build_config(args.format, work / f"table.{args.format}", output)))
-        command = [sys.executable, "-m", "tfrbeam.build", str(config), "--quiet", *runs[name]]
+        command = [sys.executable, "-m", "tfrbeam.builder", str(config), "--quiet", *runs[name]]
         results[name] = profile(command, work / f"{name}.txt")
     _print_table(results, args.rows, args.format, args.workers)
     if not args.work_dir:

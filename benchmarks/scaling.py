@@ -8,7 +8,7 @@ Run by hand from the repository root, the machine otherwise idle:
 The input: files of 3M distinct rows each of the benchmark table (benchmarks/table.py, a seed and a
 ``row_id`` offset per file; about 390-byte Examples), written once into --data-dir and reused.
 A build of N million rows reads the first N/3 files. Each build is one whole
-``python -m tfrbeam.build`` process: every column inferred, shuffled (seed 0), one split, 16
+``python -m tfrbeam.builder`` process: every column inferred, shuffled (seed 0), one split, 16
 shards (32 from 24M rows), timed with its peak RSS and its user and system CPU (wait4's rusage;
 for the external pool, the launcher's rusage plus its workers' CPU sampled from /proc).
 
@@ -105,7 +105,7 @@ def run_build(path: str, files: list[pathlib.Path], rows: int, work: pathlib.Pat
     shutil.rmtree(output, ignore_errors=True)
     config_path = work / "config.json"  # JSON is YAML
     config_path.write_text(json.dumps(build_config(inputs, output, rows, path == "sequence")))
-    command = [sys.executable, "-m", "tfrbeam.build", str(config_path), "--quiet"]
+    command = [sys.executable, "-m", "tfrbeam.builder", str(config_path), "--quiet"]
     if path == "workers":
         command.append("--workers=2")
     if path == "external":

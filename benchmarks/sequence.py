@@ -10,7 +10,7 @@ with a ``user`` column of ``--groups`` users (their shares of the rows drawn fro
 distribution, 100 rows per user on average) and a ``country`` constant per user, in no order,
 as one Parquet file (row groups of 131072). The steps are ordered by ``i7`` (epoch seconds).
 
-Ours: ``python -m tfrbeam.build`` with ``sequence: {group_by: [user], order_by: [i7], context:
+Ours: ``python -m tfrbeam.builder`` with ``sequence: {group_by: [user], order_by: [i7], context:
 [country]}``, shuffled (seed 0), one split, 8 shards, the default runner; the whole process timed
 (interpreter start, pipeline construction, run, manifest). Baseline, in the same run and on the
 same rows, on the same runner: ``beam.io.ReadFromParquet`` -> key each row dict by user ->
@@ -73,7 +73,7 @@ def run_ours(input_path: pathlib.Path, work: pathlib.Path) -> tuple[float, int, 
     shutil.rmtree(output, ignore_errors=True)
     config_path = work / "ours.json"  # JSON is YAML
     config_path.write_text(json.dumps(build_config(input_path, output)))
-    seconds, rss, cpu, _ = run_measured([sys.executable, "-m", "tfrbeam.build", str(config_path), "--quiet"])
+    seconds, rss, cpu, _ = run_measured([sys.executable, "-m", "tfrbeam.builder", str(config_path), "--quiet"])
     return seconds, rss, cpu, json.loads((output / "dataset_info.json").read_text())
 
 

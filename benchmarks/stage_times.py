@@ -4,10 +4,10 @@ Run by hand from the repository root (the machine otherwise idle):
 
     python -m benchmarks.stage_times [--rows 3000000] [--formats parquet,csv] [--workers 2] [--repeats 3]
 
-Each run is one whole `python -m tfrbeam.build --workers N` process of the benchmark table (benchmarks/table.py,
+Each run is one whole `python -m tfrbeam.builder --workers N` process of the benchmark table (benchmarks/table.py,
 config as in `benchmarks.build`), started through this file with one change: Beam's FnApiRunner records the wall
 time of every bundle it hands its workers (``FnApiRunner._execute_bundle``, a stage's bundles run on all the workers
-at once). The stages are summed into what tfrbeam/build/runners.py ScalingModel names: the workers' reading,
+at once). The stages are summed into what tfrbeam/builder/running/runners.py ScalingModel names: the workers' reading,
 converting and keying (every stage before the shard plan), routing (the pieces to their shards), the shard writers,
 and the rest. The writers' share of the workers' busy time is the model's WRITE_STAGE_SHARE: with fewer shards than
 cores, that stage is what stops more cores from helping.
@@ -74,10 +74,10 @@ def _timed_build(config_path: str, workers: int) -> None:
             stages.append((manager.stage.name, time.perf_counter() - started))
 
     fn_runner.FnApiRunner._execute_bundle = timed
-    sys.argv = ["tfrbeam.build", config_path, "--quiet", f"--workers={workers}"]
+    sys.argv = ["tfrbeam.builder", config_path, "--quiet", f"--workers={workers}"]
     with contextlib.redirect_stdout(io.StringIO()):
         try:
-            runpy.run_module("tfrbeam.build", run_name="__main__")
+            runpy.run_module("tfrbeam.builder", run_name="__main__")
         except SystemExit as exit_:
             if exit_.code:
                 raise

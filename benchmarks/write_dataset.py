@@ -8,7 +8,7 @@ runs, the two interleaved run by run):
 Both are whole processes on the benchmark table (benchmarks/table.py) written as one Parquet file, as
 ``benchmarks.build`` writes it: shuffled (seed 0), one split, 8 shards, the default runner.
 
-- ``tfrbeam build``: ``python -m tfrbeam.build`` on a config naming the Parquet file.
+- ``tfrbeam build``: ``python -m tfrbeam.builder`` on a config naming the Parquet file.
 - ``write_dataset``: a process that reads the same file into a ``pyarrow.Table`` (``pq.read_table``,
   the way a notebook's table comes to be in memory) and calls ``tfrbeam.write_dataset(table, ...)``
   with the same options; the time of the ``write_dataset`` call alone is printed beside it.
@@ -94,7 +94,7 @@ def main() -> None:
     for _ in range(args.repeats):
         for output in (build_out, api_out):
             shutil.rmtree(output, ignore_errors=True)
-        built.append(run_measured([sys.executable, "-m", "tfrbeam.build", str(config), "--quiet"]))
+        built.append(run_measured([sys.executable, "-m", "tfrbeam.builder", str(config), "--quiet"]))
         written.append(run_measured([sys.executable, __file__, "--job", str(table), str(api_out), str(seconds_file)]))
         calls.append(float(seconds_file.read_text()))
         if _shard_digest(build_out) != _shard_digest(api_out):

@@ -93,8 +93,8 @@ def _fail(kind: str, op: str, path: str) -> None:
 def _scoped_steps() -> Iterator[None]:
     """Count only inside the build's commit and the sink's finalize."""
     from tfrbeam.beam.sink import Finalizer
-    from tfrbeam.build import commit
-    from tfrbeam.build.commit import CommitDataset
+    from tfrbeam.builder.pipeline import commit
+    from tfrbeam.builder.pipeline.commit import CommitDataset
 
     process, run, launcher_commit = CommitDataset.process, Finalizer.run, commit.commit_staged
 

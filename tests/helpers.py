@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from tfrbeam.build.config import parse_config
+from tfrbeam.builder.config import parse_config
 from tfrbeam.errors import ConfigError
 from tfrbeam.tfrecord.record_index import index_path_for
 from tfrbeam.tfrecord.records import RECORD_OVERHEAD

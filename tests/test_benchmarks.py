@@ -45,7 +45,7 @@ def test_the_scaling_model_is_fitted_to_the_run_and_printed_as_autos_constants()
     workers_one = [_local(3.0, 0.0, wall=2.0, launcher=1.0)] * 3
     lines = describe_scaling(rows, in_process, in_process_one, workers, workers_one, 2)
     assert "fixed 2.00 s (the workers' one-row build), in process 10.00 CPU-us per row on 1.25 cores, workers 1.16x" in lines[0]
-    assert lines[1].strip() == ("as auto's constants (tfrbeam/build/runners.py): OUT_OF_PROCESS_CPU_RATIO = 1.16, "
+    assert lines[1].strip() == ("as auto's constants (tfrbeam/builder/running/runners.py): OUT_OF_PROCESS_CPU_RATIO = 1.16, "
                                 "IN_PROCESS_CORES = 1.25, LAUNCHER_CPU_SHARE = 0.075, WORKER_EFFICIENCY = 0.80")
     # Fitted to this run, the model gives back the 2 workers' measured time; in process its own (1 s + 8 s).
     assert "1,000,000 rows, in process: 111,111 rows/s" in lines[2]

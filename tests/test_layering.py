@@ -95,7 +95,7 @@ def test_only_beam_and_build_import_apache_beam():
     """The format core, the reader, stats and the layout run where Beam is not installed."""
     importers = []
     for name, path in graph.source_modules().items():
-        if name.startswith(("tfrbeam.beam", "tfrbeam.build", "tfrbeam.cli")):
+        if name.startswith(("tfrbeam.beam", "tfrbeam.builder", "tfrbeam.cli")):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             modules = [alias.name for alias in node.names] if isinstance(node, ast.Import) else (
@@ -136,11 +136,12 @@ def test_an_upward_import_is_found(planted):
 def test_a_circle_is_found_even_through_a_function_level_import(planted):
     imports = planted({
         "tfrbeam/__init__.py": "",
-        "tfrbeam/build/__init__.py": "",
-        "tfrbeam/build/plan.py": "from tfrbeam.build import sequence\n",
-        "tfrbeam/build/sequence.py": "def f():\n    from tfrbeam.build.plan import BuildPlan\n",
+        "tfrbeam/builder/__init__.py": "",
+        "tfrbeam/builder/pipeline/__init__.py": "",
+        "tfrbeam/builder/pipeline/plan.py": "from tfrbeam.builder.pipeline import sequence\n",
+        "tfrbeam/builder/pipeline/sequence.py": "def f():\n    from tfrbeam.builder.pipeline.plan import BuildPlan\n",
     })
-    assert graph.circles(imports) == [["tfrbeam.build.plan", "tfrbeam.build.sequence"]]
+    assert graph.circles(imports) == [["tfrbeam.builder.pipeline.plan", "tfrbeam.builder.pipeline.sequence"]]
 
 
 def test_a_private_name_from_another_module_is_found(planted):

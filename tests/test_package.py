@@ -38,8 +38,8 @@ DEFINED_IN = {
     "open_random_access": "tfrbeam.dataset.random_access",
     "even_splits": "tfrbeam.dataset.splits",
     "mix": "tfrbeam.dataset.mixing",
-    "WriteDataset": "tfrbeam.build.transform",
-    "write_dataset": "tfrbeam.build.transform",
+    "WriteDataset": "tfrbeam.builder.pipeline.from_rows",
+    "write_dataset": "tfrbeam.builder.pipeline.from_rows",
 }
 
 
@@ -91,11 +91,11 @@ def test_the_beam_package_exports_the_same_transforms():
 
 
 def test_the_build_package_offers_the_python_api():
-    import tfrbeam.build
+    import tfrbeam.builder
 
-    assert tfrbeam.build.__all__ == ["BuildResult", "WriteDataset", "run", "write_dataset"]
-    assert tfrbeam.build.run is importlib.import_module("tfrbeam.build.launch").run
-    assert tfrbeam.build.write_dataset is tfrbeam.write_dataset and tfrbeam.build.WriteDataset is tfrbeam.WriteDataset
+    assert tfrbeam.builder.__all__ == ["BuildResult", "WriteDataset", "run", "write_dataset"]
+    assert tfrbeam.builder.run is importlib.import_module("tfrbeam.builder.running.launch").run
+    assert tfrbeam.builder.write_dataset is tfrbeam.write_dataset and tfrbeam.builder.WriteDataset is tfrbeam.WriteDataset
 
 
 def test_a_build_does_not_import_the_readers_statistics_or_parquet_export():

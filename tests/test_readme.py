@@ -347,8 +347,8 @@ def repo_paths_named(text: str) -> set[str]:
 
 
 def test_repo_paths_are_found_in_text():
-    text = "see `tfrbeam/codec/decode.py`, tests/build/test_graph.py and out/demo; not tfrbeam/x/*.py"
-    assert repo_paths_named(text) == {"tfrbeam/codec/decode.py", "tests/build/test_graph.py"}
+    text = "see `tfrbeam/codec/decode.py`, tests/builder/pipeline/test_graph.py and out/demo; not tfrbeam/x/*.py"
+    assert repo_paths_named(text) == {"tfrbeam/codec/decode.py", "tests/builder/pipeline/test_graph.py"}
 
 
 def test_every_module_and_test_path_the_docs_name_exists():

@@ -36,9 +36,9 @@ _EXPORTS = {
     "WriteExamples": "tfrbeam.beam.examples_write",
     "ReadSequenceExamples": "tfrbeam.beam.sequence_examples",
     "WriteSequenceExamples": "tfrbeam.beam.sequence_examples",
-    # dataset builds from rows (tfrbeam.build)
-    "WriteDataset": "tfrbeam.build.transform",
-    "write_dataset": "tfrbeam.build.transform",
+    # dataset builds from rows (tfrbeam.builder)
+    "WriteDataset": "tfrbeam.builder.pipeline.from_rows",
+    "write_dataset": "tfrbeam.builder.pipeline.from_rows",
     # training-side reader
     "open_dataset": "tfrbeam.dataset",
     "open_random_access": "tfrbeam.dataset",

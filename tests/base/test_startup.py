@@ -38,7 +38,7 @@ print(gc.get_freeze_count() > 1000, "apache_beam" in sys.modules)
 
 def test_build_entry_points_import_beam_under_the_pause():
     for call in (
-        "runpy.run_module('tfrbeam.build', run_name='__main__')",
+        "runpy.run_module('tfrbeam.builder', run_name='__main__')",
         "__import__('tfrbeam.cli.main').cli.main.main(['build', '--help'])",
     ):
         result = subprocess.run([sys.executable, "-c", ENTRY.format(call=call)], capture_output=True, text=True, check=True)

@@ -29,7 +29,7 @@ DOCUMENTED_HOOKS = {"_add_argparse_args"}
 def _modules() -> list[str]:
     """The modules that may import Beam (tests/test_layering.py), but the ``__main__`` entry points (importing one runs it)."""
     return [info.name for info in pkgutil.walk_packages([str(PACKAGE)], "tfrbeam.")
-            if info.name.startswith(("tfrbeam.beam.", "tfrbeam.build.", "tfrbeam.cli.")) and not info.name.endswith("__main__")]
+            if info.name.startswith(("tfrbeam.beam.", "tfrbeam.builder.", "tfrbeam.cli.")) and not info.name.endswith("__main__")]
 
 
 def _is_private(dotted: str) -> bool:

@@ -27,7 +27,7 @@ import yaml
 
 from tfrbeam import decode_example, read_records
 from tfrbeam.beam.yaml_rows import PROVIDERS_FILE, arrow_schema_of
-from tfrbeam.build.yaml_write import WriteTFRecordDataset
+from tfrbeam.builder.pipeline.yaml_write import WriteTFRecordDataset
 from tfrbeam.errors import ConfigError
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -100,7 +100,7 @@ def csv_rows(count: int) -> tuple[str, list[dict]]:
 
 def test_the_provider_file_names_both_transforms_by_their_modules():
     text = pathlib.Path(PROVIDERS_FILE).read_text()
-    assert "WriteTFRecordDataset: tfrbeam.build.yaml_write.WriteTFRecordDataset" in text
+    assert "WriteTFRecordDataset: tfrbeam.builder.pipeline.yaml_write.WriteTFRecordDataset" in text
     assert "ReadTFExamples: tfrbeam.beam.yaml_rows.ReadTFExamples" in text
 
 
@@ -241,7 +241,7 @@ def test_a_beam_field_with_no_arrow_type_is_named():
         arrow_schema_of(RowTypeConstraint.from_fields([("id", int), ("when", Timestamp)]), "WriteTFRecordDataset")
 
 
-@pytest.mark.parametrize("transform", ["tfrbeam.build.yaml_write.WriteTFRecordDataset",
+@pytest.mark.parametrize("transform", ["tfrbeam.builder.pipeline.yaml_write.WriteTFRecordDataset",
                                        "tfrbeam.beam.yaml_rows.ReadTFExamples"])
 def test_beam_yaml_finds_a_typed_and_described_config_for_every_option(transform):
     """Beam YAML's config schema (its docs and checks) comes from the annotations and the docstring's Args: an option

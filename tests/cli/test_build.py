@@ -13,8 +13,8 @@ import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from tfrbeam.build.config import load_config
-from tfrbeam.build.graph import build_pipeline
+from tfrbeam.builder.config import load_config
+from tfrbeam.builder.pipeline.graph import build_pipeline
 from tfrbeam.cli.build import main as build_main
 from tfrbeam.cli.demo_data import write_demo_data
 
@@ -228,7 +228,7 @@ def test_a_signal_mid_build_is_one_line_and_a_rerun_succeeds_leaving_nothing_ext
 
     os.symlink(big_demo_data, tmp_path / "demo_data")
     (tmp_path / "out").mkdir()
-    command = [sys.executable, "-m", "tfrbeam.build", DEMO_CONFIG, "--set", "output.path=out/demo",
+    command = [sys.executable, "-m", "tfrbeam.builder", DEMO_CONFIG, "--set", "output.path=out/demo",
                "--set", "errors.max_bad_fraction=0.5", *runner_args]
     environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     process = subprocess.Popen(command, cwd=tmp_path, stderr=subprocess.PIPE, text=True, env=environment)
@@ -295,7 +295,7 @@ def test_an_interrupted_build_exits_even_when_a_runner_thread_lingers(tmp_path):
 def test_progress_is_logged_without_a_terminal_with_counts_from_worker_processes(workdir, capsys, caplog, monkeypatch):
     import re
 
-    import tfrbeam.build.report as build_report
+    import tfrbeam.builder.running.report as build_report
 
     monkeypatch.setattr(build_report, "PROGRESS_LOG_SECONDS", 0.05)
     with caplog.at_level("INFO"):
@@ -334,7 +334,7 @@ def test_progress_bar_on_a_terminal(tmp_path, big_demo_data):
 
     primary, secondary = pty.openpty()
     fcntl.ioctl(secondary, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # a terminal has a size
-    process = subprocess.Popen([sys.executable, "-m", "tfrbeam.build", DEMO_CONFIG, "--set", "output.path=out/bar",
+    process = subprocess.Popen([sys.executable, "-m", "tfrbeam.builder", DEMO_CONFIG, "--set", "output.path=out/bar",
                                 "--set", "errors.max_bad_fraction=0.5"], cwd=tmp_path, stderr=secondary,
                                stdout=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
     os.close(secondary)

@@ -20,8 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 
-from tfrbeam.build.config import load_config
-from tfrbeam.build.resolve import resolve_config
+from tfrbeam.builder.config import load_config
+from tfrbeam.builder.features.resolve import resolve_config
 from tfrbeam.cli.build import main as build_main
 from tfrbeam.codec.example import decode_example
 from tfrbeam.tfrecord.records import read_records
@@ -186,7 +186,7 @@ def test_a_generated_parquet_file_reads_back_as_it_says_or_fails_in_one_line(tmp
 
 def test_the_oracle_itself_catches_a_changed_value(tmp_path):
     """A check that cannot fail is no check: a ZIP code read as a number is caught by _expected_cell."""
-    from tfrbeam.build.features import FeatureSpec
+    from tfrbeam.builder.features.convert import FeatureSpec
 
     assert _expected_cell("02134", FeatureSpec("z", "bytes", "z"), ("",)) == [b"02134"]
     with pytest.raises(AssertionError, match="says something else"):

@@ -104,7 +104,7 @@ def test_build_then_export_gives_each_splits_rows(built, tmp_path, config):
 
 def test_demo_export_equals_the_demo_input_rows(built, tmp_path):
     """Across splits, the exported rows are the demo table's good rows, computed without the pipeline."""
-    from tests.build.test_graph import expected_demo_examples
+    from tests.builder.pipeline.test_graph import expected_demo_examples
 
     paths = export_to_parquet(str(built / "demo"), str(tmp_path / "demo"))
     expected = collections.Counter({
@@ -282,7 +282,7 @@ def test_hypothesis_tables_round_trip_through_plain_tfrecord_files(tmp_path_fact
 @given(tables(layouts=("scalar", "nullable", "list")))
 def test_hypothesis_tables_round_trip_through_a_build(tmp_path_factory, table):
     """Parquet input -> tfrbeam build (config from infer-config) -> export: every split's rows, and all of them the input's."""
-    from tfrbeam.build.infer import infer_config
+    from tfrbeam.builder.features.infer_config import infer_config
 
     directory = tmp_path_factory.mktemp("build-rt")
     pq.write_table(table, directory / "input.parquet")

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import tfrbeam.stats.compute as compute
-from tfrbeam.build import run
+from tfrbeam.builder import run
 from tfrbeam.cli.main import main as cli_main
 from tfrbeam.errors import DatasetChangedError
 from tfrbeam.layout.manifest import read_manifest

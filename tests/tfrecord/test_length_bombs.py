@@ -2,7 +2,7 @@
 
 A gzip shard whose first header claims 2^40 bytes, followed by 1.5 GiB of zeros (1.6 MB compressed), made every
 sequential reader buffer about 3.1 GB before it reported the bad length. Each reader runs here in a child process
-with a memory budget and a time limit (tests/build/inputs/bounded.py): it must refuse in one line naming the file,
+with a memory budget and a time limit (tests/builder/inputs/bounded.py): it must refuse in one line naming the file,
 the offset, the claimed length and the cap, in bounded time and memory.
 """
 
@@ -13,14 +13,14 @@ import struct
 
 import pytest
 
-from tests.build.inputs.bounded import run_bounded
+from tests.builder.inputs.bounded import run_bounded
 from tfrbeam.tfrecord.records import MAX_PAYLOAD_SIZE, masked_crc32c
 
 _ZEROS_MEMBER = gzip.compress(bytes(16 << 20), compresslevel=9)  # ~16 KB: 16 MiB of zeros
 _BOMB_ZEROS = 1536 << 20  # 1.5 GiB of zeros after the header
 _SETUP = "import collections\nfrom tfrbeam.tfrecord.records import read_records\n" \
          "from tfrbeam.tfrecord.blocks import record_blocks\n" \
-         "from tfrbeam.build.inputs.tfrecord import read_tfrecord_file\n"
+         "from tfrbeam.builder.inputs.tfrecord import read_tfrecord_file\n"
 _READERS = {
     "read_records": "collections.deque(read_records({path!r}), maxlen=0)",
     "record_blocks": "collections.deque(record_blocks({path!r}), maxlen=0)",

@@ -6,7 +6,7 @@ and the sink does not pay for the readers, the statistics and the Parquet export
 May import every package below the build (stats, dataset, layout, codec, tfrecord, base). The one
 home of Beam ``FileSystems`` calls is ``tfrbeam.beam.filesystem``.
 
-One name is an explicit exception to the layering: ``WriteDataset`` lives in ``tfrbeam.build``
+One name is an explicit exception to the layering: ``WriteDataset`` lives in ``tfrbeam.builder``
 (it is the dataset build's own graph) but is offered here beside the other transforms. It is a
 lazy name (a string in ``_EXPORTS``, resolved on first use), never an import, so nothing in this
 package depends on the build; ``UPWARD_EXPORTS`` lists it and tests/test_layering.py holds that
@@ -28,7 +28,7 @@ _EXPORTS = {
     "RecordBatchCoder": "tfrbeam.beam.arrow_coder",
     "SplitStatsCombineFn": "tfrbeam.beam.stats_combine",
     "TFRecordSource": "tfrbeam.beam.source",
-    "WriteDataset": "tfrbeam.build.transform",  # an upward name: see UPWARD_EXPORTS
+    "WriteDataset": "tfrbeam.builder.pipeline.from_rows",  # an upward name: see UPWARD_EXPORTS
     "WriteExamples": "tfrbeam.beam.examples_write",
     "WriteSequenceExamples": "tfrbeam.beam.sequence_examples",
     "WriteStatsFiles": "tfrbeam.beam.stats_combine",

@@ -1,13 +1,13 @@
 """``tfrbeam build CONFIG.yaml [--set key.path=value ...] [--overwrite] [Beam options ...]``.
 
-Also ``python -m tfrbeam.build``. Options this command does not know go to Beam's PipelineOptions;
+Also ``python -m tfrbeam.builder``. Options this command does not know go to Beam's PipelineOptions;
 the runner defaults to the FnApiRunner in this process (``--piece_store`` picks how pieces travel). Config and output-directory
 problems are reported in one
 line with exit status 2 before any pipeline starts; a failed build (a bad row with
 ``on_bad_record: fail``, too many bad rows) is reported in one line with exit status 1.
 
 The launcher's steps (lock, recover, run with progress, publish from this process, the summary)
-are tfrbeam/build/launch.py's, which ``tfrbeam.build.run`` and ``tfrbeam.write_dataset`` share;
+are tfrbeam/builder/running/launch.py's, which ``tfrbeam.builder.run`` and ``tfrbeam.write_dataset`` share;
 this module adds the command line, the dry run, exit statuses and interrupts.
 """
 
@@ -41,16 +41,16 @@ with without_beam_import_warnings():
 
 from tfrbeam.base.wording import counted
 from tfrbeam.beam.publish import OutputLock, abandon, committed_run
-from tfrbeam.build import launch as launcher
-from tfrbeam.build.commit import discard_staging
-from tfrbeam.build.config import load_config
-from tfrbeam.build.features import FeatureSpec
-from tfrbeam.build.fork_server_process import close_early_server
-from tfrbeam.build.forked_workers import worker_fork_server
-from tfrbeam.build.graph import build_pipeline
-from tfrbeam.build.plan import BuildPlan, plan_build
-from tfrbeam.build.shuffle import MEMORY
-from tfrbeam.build.splits import describe_split_source
+from tfrbeam.builder.config import load_config
+from tfrbeam.builder.features.convert import FeatureSpec
+from tfrbeam.builder.pipeline.commit import discard_staging
+from tfrbeam.builder.pipeline.graph import build_pipeline
+from tfrbeam.builder.pipeline.plan import BuildPlan, plan_build
+from tfrbeam.builder.pipeline.splits import describe_split_source
+from tfrbeam.builder.running import launch as launcher
+from tfrbeam.builder.running.fork_server_process import close_early_server
+from tfrbeam.builder.running.forked_workers import worker_fork_server
+from tfrbeam.builder.shuffle import MEMORY
 from tfrbeam.errors import (
     ConfigError,
     OutputExistsError,
@@ -132,7 +132,8 @@ def _build(argv: list[str] | None) -> int:
 
 
 def _run_locked(plan: BuildPlan, options: PipelineOptions, started: float, quiet: bool) -> int:
-    """Holding the output's lock: the launcher's steps (tfrbeam.build.launch), each failure one line with its exit status.
+    """Holding the output's lock: the launcher's steps (tfrbeam.builder.running.launch), each failure one line with
+    its exit status.
 
     The summary table goes to stdout unless ``quiet`` (which shows warnings and errors only).
     """

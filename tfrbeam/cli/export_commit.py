@@ -28,7 +28,7 @@ from tfrbeam.beam.publish import (
     staging_path,
     this_run,
 )
-from tfrbeam.build.commit import recover_output
+from tfrbeam.builder.pipeline.commit import recover_output
 from tfrbeam.stats.export import export_to_parquet
 
 STAGED_FILES = "files"  # the staging folder's stand-in for OUTPUT_DIR

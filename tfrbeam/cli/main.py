@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     program_start = argv is None  # the console script: nothing ran before, no thread but this one
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "build":
-        from tfrbeam.build.fork_server_process import start_early_server
+        from tfrbeam.builder.running.fork_server_process import start_early_server
 
         with imports_without_gc():
             from tfrbeam.cli.build import main as build_main
@@ -112,7 +112,8 @@ def _parser() -> argparse.ArgumentParser:
     infer = commands.add_parser("infer-config", help="write a commented build config inferred from an input "
                                 "(CSV, Parquet, JSON lines, ORC, Avro)")
     infer.add_argument("input", metavar="INPUT", help="a file or glob")
-    # tfrbeam.build.config.INPUT_FORMATS, not imported here (it loads pyarrow; tests/build/test_infer.py checks they agree).
+    # tfrbeam.builder.config.INPUT_FORMATS, not imported here (it loads pyarrow;
+    # tests/builder/features/test_infer.py checks they agree).
     infer.add_argument("--format", choices=("csv", "parquet", "jsonl", "orc", "avro", "tfrecord"), default=None,
                        help="the input's format (default: from the file's extension)")
     infer.add_argument("--sequence-by", default=None, metavar="COL",
@@ -440,7 +441,7 @@ def _records_progress(label: str) -> Callable[[int, int | None], None]:
 
 
 def _run_infer_config(args: argparse.Namespace) -> int:
-    from tfrbeam.build.infer import infer_config
+    from tfrbeam.builder.features.infer_config import infer_config
 
     sys.stdout.write(infer_config(args.input, format=args.format, sequence_by=args.sequence_by, order_by=args.order_by,
                                   header=args.header))

@@ -40,7 +40,7 @@ _READ_CHUNK = 1 << 20
 
 
 class FeatureDescription(Protocol):
-    """What the manifest records of a feature (``tfrbeam.build.features.FeatureSpec`` is one, once resolved)."""
+    """What the manifest records of a feature (``tfrbeam.builder.features.convert.FeatureSpec`` is one, once resolved)."""
 
     @property
     def name(self) -> str: ...

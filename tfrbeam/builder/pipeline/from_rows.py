@@ -1,0 +1,497 @@
+"""Datasets from rows that are not files: ``WriteDataset`` (a PTransform for a user's pipeline) and ``write_dataset``
+(Arrow data in memory: a pyarrow Table, pandas, Polars, DuckDB).
+
+Both are ``tfrbeam build`` after its reading step: the options become a ``BuildConfig`` (the same
+checks and defaults as the YAML), ``plan_rows`` plans it against the rows' Arrow schema, and the
+rows, as ``SourceBatch`` elements, go through ``BuildDataset``, the build's own convert, split,
+shuffle, shard, dead-letter and commit steps. The same rows give the same shard bytes as
+``tfrbeam build`` of a Parquet file of them.
+
+Publishing (docs/commit.md): ``write_dataset`` is a launcher: it holds the output's lock from
+before its pipeline starts and publishes after it finished (``tfrbeam.builder.running.launch``), as the CLI
+does. ``WriteDataset`` lives in a pipeline whose launcher is the user's code, so its Commit step
+publishes from the worker that runs it, taking the output's lock itself and refusing when the
+process that built the pipeline has ended. Either way the output holds the old dataset or the new
+one, never neither and never a mix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import time
+from collections.abc import Generator, Iterator, Mapping, Sequence
+from typing import Any
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
+
+from tfrbeam.beam import filesystem as fs
+from tfrbeam.builder.config import BuildConfig, InputConfig, parse_config
+from tfrbeam.builder.features.convert import BadRow, FeatureSpec, output_type
+from tfrbeam.builder.inputs.batch import SourceBatch
+from tfrbeam.builder.inputs.read import converted_ahead
+from tfrbeam.builder.pipeline.graph import BuildDataset, start_build
+from tfrbeam.builder.pipeline.plan import BuildPlan, plan_rows
+from tfrbeam.builder.running.launch import BuildResult, build_options, launch, one_line, reporting
+from tfrbeam.builder.running.progress import ProgressCounter, progress_dir
+from tfrbeam.errors import ConfigError, InputError, OutputNotWritableError, RowCountError
+
+__all__ = ["ROWS_FORMAT", "ROWS_PER_BATCH", "WriteDataset", "arrow_table", "dataset_config", "write_dataset"]
+
+_LOG = logging.getLogger(__name__)
+
+# The features option: the config's mapping, FeatureSpecs, or the path of a TFMD schema.pbtxt (features_from).
+FeaturesOption = Mapping[str, Any] | Sequence[FeatureSpec] | str | os.PathLike | None
+ROWS_FORMAT = "arrow"  # input.format in the manifest's config of a dataset built from rows, not files
+# The table write_dataset is given goes to the workers as this file in the run's staging directory.
+TABLE_FILE_NAME = "write-dataset-rows.arrow"
+BATCHES_PER_ELEMENT = 4
+ROWS_PER_BATCH = 65536  # rows of an in-memory table per element; dicts are gathered into batches of this many
+
+
+def dataset_config(path: str | os.PathLike, source: str, *, features: FeaturesOption = None,
+                   splits: Mapping[str, Any] | None = None, split_key: str | Sequence[str] | None = None,
+                   shuffle: bool = True, seed: int = 0, num_shards: int | Mapping[str, int] | None = None,
+                   max_bytes_per_shard: int | str | None = None, compression: str | None = None,
+                   errors: str | Mapping[str, Any] | None = None, stats: bool = False, dali_index: bool = False,
+                   schema_pbtxt: bool = False, where: str = "write_dataset") -> BuildConfig:
+    """The BuildConfig of keyword options: each is the config key of the same name, checked as the YAML is.
+
+    ``features`` is the config's mapping (a type name alone stands for ``{type: NAME}``), a
+    sequence of FeatureSpec, or the path of a TensorFlow Metadata ``schema.pbtxt`` (``features_from``);
+    ``errors`` an ``on_bad_record`` value or the whole ``errors`` mapping. ``source`` names the rows
+    (``input.path``, with ``input.format: arrow``). A ConfigError lists every problem on one line.
+    """
+    output: dict[str, Any] = {"path": os.fspath(path)}
+    for key, value in (("num_shards", num_shards), ("max_bytes_per_shard", max_bytes_per_shard),
+                       ("compression", compression)):
+        if value is not None:
+            output[key] = dict(value) if isinstance(value, Mapping) else value
+    if dali_index:
+        output["dali_index"] = True
+    if schema_pbtxt:
+        output["schema_pbtxt"] = True
+    raw: dict[str, Any] = {"input": {"format": "parquet", "path": source}, "output": output,
+                           "shuffle": {"enabled": shuffle, "seed": seed}, "stats": stats}
+    if splits is not None:
+        raw["splits"] = dict(splits)
+        if "column" not in raw["splits"] and any(isinstance(value, str) for value in raw["splits"].values()):
+            raise ConfigError(f"{where}: splits: file patterns split input files, but these rows come from no files; "
+                              "split them by fractions or by a split column ({'column': NAME, 'map': {...}})")
+    if split_key is not None:
+        raw["split_key"] = split_key if isinstance(split_key, str) else list(split_key)
+    if errors is not None:
+        raw["errors"] = {"on_bad_record": errors} if isinstance(errors, str) else dict(errors)
+    specs = None
+    if isinstance(features, (str, os.PathLike)):
+        raw["features_from"] = os.fspath(features)
+    elif features is not None and not isinstance(features, Mapping):
+        specs = tuple(features)
+        if not all(isinstance(spec, FeatureSpec) for spec in specs):
+            raise ConfigError(f"{where}: features: expected a mapping of feature name to its settings (as in the config) "
+                              "or a sequence of FeatureSpec")
+    elif features is not None:
+        raw["features"] = {name: {"type": value} if isinstance(value, str) else value for name, value in features.items()}
+    try:
+        config = parse_config(raw, where=where)
+    except ConfigError as error:
+        raise one_line(error) from None
+    return dataclasses.replace(config, input=InputConfig(format=ROWS_FORMAT, path=source),
+                               features=specs if specs is not None else config.features)
+
+
+def schema_of_features(config: BuildConfig, where: str) -> pa.Schema:
+    """The Arrow schema typed features imply for their source columns (scalars; list features need ``schema=``)."""
+    untyped = [spec.name for spec in config.features or () if spec.type is None or spec.source_path is not None]
+    if config.features is None or untyped:
+        named = f" ({', '.join(untyped)}: no type, or a struct field)" if untyped else ""
+        raise ConfigError(f"{where}: give schema= (a pyarrow.Schema of the rows) or a type for every feature{named}: the "
+                          "rows of a PCollection are not seen before the pipeline runs, so they cannot be inferred")
+    fields: dict[str, pa.DataType] = {}
+    for spec in config.features:
+        fields.setdefault(spec.source, output_type(spec) if spec.time_unit is None else pa.string())
+    return pa.schema(list(fields.items()))
+
+
+def plan_for(config: BuildConfig, schema: pa.Schema, options: PipelineOptions | None, overwrite: bool,
+             input_bytes: int | None = None, own_options: bool = False) -> BuildPlan:
+    """``plan_rows`` with config problems on one line."""
+    try:
+        return plan_rows(config, schema, options, overwrite=overwrite, input_bytes=input_bytes, own_options=own_options)
+    except ConfigError as error:
+        raise one_line(error) from None
+
+
+def build_rows(rows: beam.PCollection, plan: BuildPlan, *, publish: bool, schema: pa.Schema, what: str) -> beam.PCollection:
+    """The build after reading on ``rows`` (SourceBatches, record batches, tables or dicts); the manifest's path."""
+    start_build(rows.pipeline, plan, what)
+    manifests = (
+        rows
+        | "AsSourceBatches" >> beam.ParDo(_AsSourceBatches(plan, schema)).with_output_types(SourceBatch)
+        | "Build" >> BuildDataset(plan, publish=publish)
+    )
+    return manifests | "ManifestPath" >> beam.Map(lambda _manifest, path=plan.manifest_path: path)
+
+
+class _AsSourceBatches(beam.DoFn):
+    """Rows as the build's SourceBatch elements: record batches and tables as they come, dicts gathered in batches.
+
+    A row's number (its "line" in bad-row messages and dead letters) is its 1-based position in
+    its batch. Batches are projected to the plan's columns and cast to the plan's schema where
+    their types differ. A dict that does not fit the schema is a bad row, never cast
+    (``dict_rows_batch``): a value its column's type cannot hold exactly (5.7 in an int64), a key
+    the schema does not declare; a key it lacks is a null, which the feature's ``on_null`` decides.
+    """
+
+    def __init__(self, plan: BuildPlan, schema: pa.Schema):
+        self._source = plan.config.input.path
+        self._schema = pa.schema([schema.field(name) for name in schema.names if name in set(plan.columns)])
+        self._declared = frozenset(schema.names)
+        self._progress = progress_dir(plan.staging_dir)
+
+    def setup(self) -> None:
+        self._counter = ProgressCounter(self._progress) if self._progress is not None else None
+
+    def start_bundle(self) -> None:
+        self._rows: list[Mapping[str, Any]] = []
+
+    def process(self, element) -> Iterator[SourceBatch]:
+        if isinstance(element, SourceBatch):
+            yield self._counted(element)
+        elif isinstance(element, pa.RecordBatch):
+            yield self._counted(self._source_batch(element))
+        elif isinstance(element, pa.Table):
+            for batch in element.to_batches(ROWS_PER_BATCH):
+                yield self._counted(self._source_batch(batch))
+        elif isinstance(element, Mapping):
+            self._rows.append(element)
+            if len(self._rows) >= ROWS_PER_BATCH:
+                yield self._counted(self._dict_batch())
+        else:
+            raise InputError(f"{self._source}: WriteDataset takes pyarrow RecordBatches or Tables, or dicts (one per "
+                             f"row), not {type(element).__name__}")
+
+    def finish_bundle(self) -> Iterator[WindowedValue]:
+        if self._rows:
+            yield WindowedValue(self._counted(self._dict_batch()), MIN_TIMESTAMP, [GlobalWindow()])
+
+    def _counted(self, source: SourceBatch) -> SourceBatch:
+        if self._counter is not None:
+            self._counter.add(source.num_rows + len(source.bad_rows), source.batch.nbytes)
+        return source
+
+    def _source_batch(self, batch: pa.RecordBatch) -> SourceBatch:
+        lines = np.arange(1, batch.num_rows + 1, dtype=np.int64)
+        return SourceBatch(self._source, lines, self._fitted(batch))
+
+    def _fitted(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """The batch's columns of the plan's schema, in its order and types."""
+        missing = [name for name in self._schema.names if name not in batch.schema.names]
+        if missing:
+            raise InputError(f"{self._source}: a batch of {batch.num_rows} rows lacks column(s) {', '.join(missing)} "
+                             f"(it has {', '.join(batch.schema.names) or 'none'}); every batch needs the planned schema's")
+        batch = batch.select(self._schema.names)
+        if batch.schema.equals(self._schema):
+            return batch
+        try:
+            return batch.cast(self._schema)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as error:
+            raise InputError(f"{self._source}: a batch's columns do not fit the planned schema ({error}); its types: "
+                             f"{batch.schema.to_string(show_schema_metadata=False)}") from error
+
+    def _dict_batch(self) -> SourceBatch:
+        """The gathered dicts as one batch of the schema; rows that do not fit it are bad rows (1-based positions)."""
+        rows, self._rows = self._rows, []
+        try:
+            batch = dict_rows_batch(rows, self._schema, self._declared)
+            return SourceBatch(self._source, np.arange(1, len(rows) + 1, dtype=np.int64), batch, records=len(rows))
+        except _ROW_MISFITS:
+            pass  # some row does not fit: find which, row by row
+        kept, lines, bad = [], [], []
+        for number, row in enumerate(rows, start=1):
+            try:
+                dict_rows_batch([row], self._schema, self._declared)
+            except _ROW_MISFITS as error:
+                reason = f"does not fit the schema: {error}"
+                bad.append(BadRow(self._source, number, reason, json.dumps(row, default=str, ensure_ascii=False)))
+                continue
+            kept.append(row)
+            lines.append(number)
+        batch = dict_rows_batch(kept, self._schema, self._declared)
+        return SourceBatch(self._source, np.asarray(lines, dtype=np.int64), batch, bad_rows=tuple(bad),
+                           records=len(rows))
+
+
+_ROW_MISFITS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError, TypeError, ValueError)
+
+
+def dict_rows_batch(rows: Sequence[Mapping[str, Any]], schema: pa.Schema, declared: frozenset[str]) -> pa.RecordBatch:
+    """Dicts (one per row) as a batch of ``schema``, every value exactly as given, or ValueError naming the key.
+
+    pyarrow's ``from_pylist`` casts what its column's type cannot hold (5.7 into int64 gives 5, a
+    sub-second time into seconds drops it, 1e300 into float32 gives inf): here each column is also
+    built from its values alone and must cast to its type safely and back unchanged, as a table's
+    column is (``batch.cast`` is safe). A key not in ``declared`` (the schema's names) is refused;
+    a missing key is a null.
+    """
+    for row in rows:
+        extra = [key for key in row if key not in declared]
+        if extra:
+            raise ValueError(f"key(s) {', '.join(map(repr, extra))} not in the schema ({', '.join(sorted(declared))}); "
+                             "declare them in schema= or leave them out of the rows")
+    batch = pa.RecordBatch.from_pylist(list(rows), schema=schema)
+    for field_ in schema:
+        _check_exact(field_, [row.get(field_.name) for row in rows], batch.column(field_.name))
+    return batch
+
+
+def _check_exact(field_: pa.Field, values: list[Any], typed: pa.Array) -> None:
+    """``typed`` (``values`` converted to the field's type) holds every value exactly, or ValueError naming one."""
+    try:
+        inferred = pa.array(values, from_pandas=False)
+    except _ROW_MISFITS:
+        return  # values of several Python types: from_pylist took each as the type asks, which refuses a mismatch
+    if inferred.type.equals(field_.type) or pa.types.is_null(inferred.type):
+        return
+    try:
+        safe = pc.cast(inferred, field_.type, safe=True)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+        raise ValueError(f"{field_.name!r}: {_shown_values(values)} does not fit {field_.type} without a change "
+                         f"({error})") from error
+    if _is_floating(field_.type):  # rounding to float32 is the Example's float; an infinity made of a number is not
+        overflow = pc.and_(pc.is_inf(_flat(safe)), pc.invert(pc.is_inf(pc.cast(_flat(inferred), pa.float64()))))
+        if pc.any(overflow).as_py():
+            raise ValueError(f"{field_.name!r}: {_shown_values(values)} is beyond the range of {field_.type}")
+        return
+    try:
+        back = pc.cast(typed, inferred.type)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return  # no way back to compare (the safe cast above already refused every truncation it knows)
+    if not back.equals(inferred):
+        raise ValueError(f"{field_.name!r}: {_shown_values(values)} does not fit {field_.type} without a change")
+
+
+def _is_floating(type_: pa.DataType) -> bool:
+    while pa.types.is_list(type_) or pa.types.is_large_list(type_) or pa.types.is_fixed_size_list(type_):
+        type_ = type_.value_type
+    return pa.types.is_floating(type_)
+
+
+def _flat(array: pa.Array) -> pa.Array:
+    while pa.types.is_list(array.type) or pa.types.is_large_list(array.type) or pa.types.is_fixed_size_list(array.type):
+        array = array.flatten()
+    return array
+
+
+def _shown_values(values: list[Any]) -> str:
+    shown = repr(values[0]) if len(values) == 1 else f"one of {len(values)} values"
+    return shown if len(shown) <= 80 else shown[:77] + "..."
+
+
+class WriteDataset(beam.PTransform):
+    """Write a PCollection of rows as a tfrbeam dataset at ``path``, exactly as ``tfrbeam build`` writes one.
+
+    Elements are ``pyarrow.RecordBatch`` (or ``pyarrow.Table``), or dicts, one per row. The
+    options are the build config's keys (see docs/build-config.md): ``features`` (the config's
+    mapping; left out: every column of ``schema``, typed from it), ``splits`` (fractions, or a split
+    column: ``{"column": NAME, "map": {VALUE: SPLIT}}``), ``split_key``,
+    ``seed``, ``num_shards`` or ``max_bytes_per_shard``, ``compression``, ``errors``
+    (``on_bad_record``, or the mapping), ``stats``, ``schema_pbtxt`` (``output.schema_pbtxt``: write a
+    TensorFlow Metadata schema beside the manifest; ``features`` may also be a schema.pbtxt's path);
+    ``overwrite`` replaces another dataset.
+    ``schema`` (a ``pyarrow.Schema``) is needed unless every feature has a type: a PCollection's
+    rows are not seen before the pipeline runs. The output is a PCollection holding the path of
+    the published manifest. Config and output problems raise a one-line ConfigError,
+    OutputExistsError or OutputNotWritableError when the transform is applied.
+
+    The Commit step publishes from its worker (there is no launcher to do it after the
+    pipeline): it takes the output's lock itself, and the output holds the old dataset or the
+    new one, never neither (docs/commit.md). ``shuffle=False`` is refused: a PCollection has
+    no order to keep (``write_dataset`` keeps a table's).
+    """
+
+    def __init__(self, path: str | os.PathLike, *, features: FeaturesOption = None,
+                 schema: pa.Schema | None = None, splits: Mapping[str, Any] | None = None,
+                 split_key: str | Sequence[str] | None = None, shuffle: bool = True, seed: int = 0,
+                 num_shards: int | Mapping[str, int] | None = None, max_bytes_per_shard: int | str | None = None,
+                 compression: str | None = None, errors: str | Mapping[str, Any] | None = None, stats: bool = False,
+                 schema_pbtxt: bool = False, overwrite: bool = False, name: str = "pcollection"):
+        super().__init__()
+        if not shuffle:
+            raise ConfigError("WriteDataset: shuffle=False keeps input order, but a PCollection has none; keep the "
+                              "seeded shuffle (it is deterministic), or use write_dataset for a table's order")
+        self.config = dataset_config(path, name, features=features, splits=splits, split_key=split_key, seed=seed,
+                                     num_shards=num_shards, max_bytes_per_shard=max_bytes_per_shard,
+                                     compression=compression, errors=errors, stats=stats, schema_pbtxt=schema_pbtxt,
+                                     where="WriteDataset")
+        self.schema = schema if schema is not None else schema_of_features(self.config, "WriteDataset")
+        self.overwrite = overwrite
+        self.plan: BuildPlan | None = None  # set when the transform is applied
+
+    def expand(self, rows: beam.PCollection) -> beam.PCollection:
+        self.plan = plan_for(self.config, self.schema, rows.pipeline.options, self.overwrite)
+        return build_rows(rows, self.plan, publish=True, schema=self.schema, what="WriteDataset")
+
+
+def arrow_table(data: Any, keep_index: bool = False) -> pa.Table:
+    """Arrow data in memory as one table: a Table, RecordBatch or RecordBatchReader, anything with ``__arrow_c_stream__``
+    (pandas >= 2.2, Polars, DuckDB relations), a dict of columns, or a list of dicts (one per row; types inferred).
+
+    A pandas index that pandas exported as columns (``__index_level_0__`` of a filtered frame, or a
+    named index; its schema's pandas metadata names them) is left out unless ``keep_index``: it is
+    the frame's row labels, not its data.
+    """
+    table = _any_table(data)
+    return table if keep_index else without_pandas_index(table)
+
+
+def without_pandas_index(table: pa.Table) -> pa.Table:
+    """The table without the columns its pandas metadata names as the frame's index (a RangeIndex is no column)."""
+    metadata = (table.schema.metadata or {}).get(b"pandas")
+    if metadata is None:
+        return table
+    try:
+        index = json.loads(metadata).get("index_columns") or []
+    except (ValueError, AttributeError):
+        return table  # not pandas' own metadata: nothing to go by
+    names = [name for name in index if isinstance(name, str) and name in table.column_names]
+    if names:
+        _LOG.info("left out the pandas index column(s) %s (keep_index=True keeps them)", ", ".join(names))
+    return table.drop_columns(names) if names else table
+
+
+def _any_table(data: Any) -> pa.Table:
+    if isinstance(data, pa.Table):
+        return data
+    if isinstance(data, pa.RecordBatch):
+        return pa.Table.from_batches([data])
+    if isinstance(data, pa.RecordBatchReader):
+        return data.read_all()
+    if hasattr(data, "__arrow_c_stream__"):
+        return pa.RecordBatchReader.from_stream(data).read_all()
+    if isinstance(data, Mapping):
+        return pa.table(dict(data))
+    if isinstance(data, Sequence) and not isinstance(data, (str, bytes)) and all(isinstance(row, Mapping) for row in data):
+        return pa.Table.from_pylist(list(data))
+    raise ConfigError(f"write_dataset: cannot take {type(data).__name__} as rows: give a pyarrow Table, RecordBatch or "
+                      "RecordBatchReader, an object with __arrow_c_stream__ (pandas >= 2.2, Polars, DuckDB), a dict of "
+                      "columns, or a list of dicts")
+
+
+def write_dataset(data: Any, path: str | os.PathLike, *, features: FeaturesOption = None,
+                  splits: Mapping[str, Any] | None = None, split_key: str | Sequence[str] | None = None,
+                  shuffle: bool = True, seed: int = 0, num_shards: int | Mapping[str, int] | None = None,
+                  max_bytes_per_shard: int | str | None = None, compression: str | None = None,
+                  errors: str | Mapping[str, Any] | None = None, stats: bool = False, schema_pbtxt: bool = False,
+                  overwrite: bool = False, pipeline_options: PipelineOptions | Sequence[str] | Mapping[str, Any] | None = None,
+                  progress: bool = True, name: str = "table", keep_index: bool = False) -> BuildResult | None:
+    """Build a tfrbeam dataset at ``path`` from Arrow data in memory, like ``tfrbeam build`` on a Parquet file of it.
+
+    ``data``: anything ``arrow_table`` takes (pandas, Polars, DuckDB through ``__arrow_c_stream__``;
+    none of them is needed by tfrbeam). The options are WriteDataset's; ``shuffle=False`` keeps
+    the table's row order. This process is the launcher: it holds the output's lock while the
+    pipeline runs (``pipeline_options``: Beam's, the FnApiRunner by default) and publishes after
+    it. Returns the manifest and summary (None only under Beam's ``--dry_run``); raises our
+    one-line TfrbeamErrors (a row's number in messages and dead letters is its 1-based position
+    in the table; ``name`` names the table there). A pandas index is left out unless ``keep_index``
+    (see ``arrow_table``).
+    """
+    started = time.monotonic()
+    table = arrow_table(data, keep_index)
+    config = dataset_config(path, name, features=features, splits=splits, split_key=split_key, shuffle=shuffle,
+                            seed=seed, num_shards=num_shards, max_bytes_per_shard=max_bytes_per_shard,
+                            compression=compression, errors=errors, stats=stats, schema_pbtxt=schema_pbtxt)
+    options = build_options(pipeline_options)
+    plan = plan_for(config, table.schema, options, overwrite, input_bytes=table.nbytes, own_options=True)
+    if table.num_rows == 0:
+        if not config.errors.allow_empty:
+            raise InputError(f"{name} holds no rows; errors.allow_empty is false, so the build fails")
+        _LOG.warning("%s holds no rows: the dataset will be empty; set errors.allow_empty: false to fail such a build",
+                     name)
+    table = table.select([column for column in table.column_names if column in set(plan.columns)])
+    # Progress counts the bytes of the columns built from, against this total.
+    plan = dataclasses.replace(plan, input_files=(dataclasses.replace(plan.input_files[0], size=table.nbytes),))
+    rows_file = fs.join(plan.staging_dir, TABLE_FILE_NAME)
+    batches = table.to_batches(ROWS_PER_BATCH)
+
+    def attach(pipeline: beam.Pipeline) -> None:
+        # Only each batch's number, first row and row count go into the pipeline: Beam pickles (and bz2-compresses)
+        # what beam.Create holds, which cost seconds per 20k rows. The rows themselves go to an Arrow IPC file.
+        rows = (pipeline
+                | "Batches" >> beam.Create(_batch_chunks(batches), reshuffle=False)
+                | "Rows" >> beam.ParDo(_ReadTableBatches(plan.config.input.path, rows_file, plan.features, table.num_rows))
+                .with_output_types(SourceBatch))
+        build_rows(rows, plan, publish=False, schema=table.schema, what="write_dataset")
+        _write_table_file(rows_file, table.schema, batches)  # build_rows made the staging directory
+
+    with reporting(progress):
+        result = launch(plan, options, attach, started)
+        if result is not None:
+            _LOG.info("built %s:\n%s", result.path, result.summary)
+    return result
+
+
+def _batch_chunks(batches: Sequence[pa.RecordBatch]) -> list[tuple[tuple[int, int, int], ...]]:
+    """The table's batches as elements of up to BATCHES_PER_ELEMENT (batch number, its first row's 1-based number, its
+    rows) triples: a few batches an element, so one is converted ahead while the last is keyed, as tfrbeam build's
+    readers do. Numbered from the batches themselves: a chunked table's batches keep its chunk boundaries, so they
+    are not all ROWS_PER_BATCH rows."""
+    starts, first = [], 1
+    for index, batch in enumerate(batches):
+        starts.append((index, first, batch.num_rows))
+        first += batch.num_rows
+    return [tuple(starts[at:at + BATCHES_PER_ELEMENT]) for at in range(0, len(starts), BATCHES_PER_ELEMENT)]
+
+
+def _write_table_file(path: str, schema: pa.Schema, batches: Sequence[pa.RecordBatch]) -> None:
+    """The table's batches as an uncompressed Arrow IPC file, for the pipeline's workers to read.
+
+    A full disk or the like is OutputNotWritableError naming the file: nothing has run, and the staging
+    directory (with the partial file) goes with the run.
+    """
+    try:
+        with fs.create(path) as handle, pa.ipc.new_file(handle, schema) as writer:
+            for batch in batches:
+                writer.write_batch(batch)
+    except OSError as error:
+        raise OutputNotWritableError(f"{path}: cannot write the rows for the pipeline's workers "
+                                     f"({error.strerror or error}); free space or choose another output") from error
+
+
+class _ReadTableBatches(beam.DoFn):
+    """Batch numbers -> those batches of the table's IPC file, as SourceBatches numbered by the rows' place in the
+    table, their features converted a batch ahead (``converted_ahead``).
+
+    A local file is memory-mapped (its batches are read without a copy); a remote one is read through Beam's FileSystems.
+    """
+
+    def __init__(self, source: str, path: str, specs: Sequence[FeatureSpec], table_rows: int):
+        self._source, self._path, self._specs, self._table_rows = source, path, specs, table_rows
+
+    def process(self, element: tuple[tuple[int, int, int], ...]) -> Iterator[SourceBatch]:
+        yield from converted_ahead(self._batches(element), self._specs)
+
+    def _batches(self, element: tuple[tuple[int, int, int], ...]) -> Generator[SourceBatch, None, None]:
+        with contextlib.ExitStack() as stack:
+            if fs.is_local(self._path):
+                reader = pa.ipc.open_file(stack.enter_context(pa.memory_map(self._path)))
+            else:
+                reader = pa.ipc.open_file(pa.PythonFile(stack.enter_context(fs.open_read(self._path)), mode="r"))
+            for index, first, rows in element:
+                batch = reader.get_batch(index)
+                if batch.num_rows != rows:  # the staged file is not what was planned: never build from part of it
+                    raise RowCountError(f"{self._source}: batch {index} of the staged rows holds {batch.num_rows} rows, "
+                                     f"the table's batch {rows} (rows {first} on); nothing was published")
+                if batch.num_rows:  # every batch carries the table's num_rows: the commit checks the rows read against it
+                    yield SourceBatch(self._source, np.arange(first, first + batch.num_rows, dtype=np.int64), batch,
+                                      file_rows=self._table_rows)
