@@ -57,10 +57,10 @@ def _varint(value: int) -> bytes:
 
 
 def _protobuf_reference(row: dict, kinds: dict[str, str]) -> tuple[bytes, bytes | None]:
-    """(bytes per WIRE.md built from protobuf-serialized Features, protobuf's whole-Example bytes).
+    """(bytes per docs/format.md's canonical order, built from protobuf-serialized Features, protobuf's whole-Example bytes).
 
     The second is None when some present name is a proper prefix of another: upb (Python
-    protobuf) then orders map keys longer-first, unlike C++ protobuf and WIRE.md.
+    protobuf) then orders map keys longer-first, unlike C++ protobuf and docs/format.md.
     """
     present = sorted((name for name, value in row.items() if value is not None), key=lambda n: n.encode())
     entries = b""

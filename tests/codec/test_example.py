@@ -402,7 +402,7 @@ sys.stdout.write(message.SerializeToString(deterministic=True).hex())
 
 
 def test_name_order_is_cpp_and_pure_python_protobufs_not_upbs_quirk():
-    """WIRE.md: entries sorted by the names' UTF-8 bytes, as C++, Java and pure-Python protobuf sort
+    """docs/format.md: entries sorted by the names' UTF-8 bytes, as C++, Java and pure-Python protobuf sort
     them. upb (the default Python runtime) puts a name after every longer name it is a proper
     prefix of ("aa", "ab", "a", ...): a comparator quirk (protocolbuffers/protobuf#26621)."""
     names = ["b", "a", "", "ab", "aa", "é", "e", "\x00", "z"]

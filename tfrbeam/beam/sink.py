@@ -1,11 +1,12 @@
 """An atomic, size-aware, sharded TFRecord sink for Apache Beam, a drop-in for Beam's ``WriteToTFRecord``.
 
-How a write works (README text, kept in sync with the code below):
+How a write works:
 
 1. **Framing.** Records are framed in large batches inside each bundle (one ``bytes`` blob plus
    the payload lengths per ~4 MiB), so Beam's per-element cost is paid per batch, not per record.
-2. **Temporary files.** Batches are written to files in a hidden sibling directory of the output,
-   ``<dir>/.tfrbeam-temp-<basename>-<id>/``, whose ``<id>`` is fixed when the pipeline is built
+2. **Temporary files.** Batches are written to files in the run's hidden staging directory beside
+   the output, ``<dir>/.<basename>.tfrbeam-<run id>/`` (``layout.names.staging_path``), whose run id is
+   fixed when the pipeline is built
    (so a replayed or retried bundle never creates a second directory). With ``num_shards=N`` the
    batches cross one GroupByKey keyed by shard number and each shard is written by one worker;
    otherwise every bundle writes its own files, starting a new one whenever the next record

@@ -8,7 +8,7 @@ The slots form stretches whose real bytes are contiguous; each stretch goes to i
 output with one whole-row copy per row, dragging junk padding onto bytes written after it.
 Values too uneven in size to pad cheaply (a few very long strings or lists) stay ragged and are
 copied segment by segment. No Python loop runs over rows (except one per value of 4 KiB or
-more). The bytes equal protobuf's deterministic serialization, keys in UTF-8 order (WIRE.md).
+more). The bytes equal protobuf's deterministic serialization, keys in UTF-8 order (docs/format.md, "Deterministic bytes").
 """
 
 from __future__ import annotations
@@ -964,7 +964,7 @@ def _out_of_range_error(column: _Column, row: int, value: int, position: int | N
 
 
 def _float32_values(array: pa.Array) -> np.ndarray:
-    # Finite float64 beyond float32's range becomes +-inf, as protobuf and TF do (WIRE.md).
+    # Finite float64 beyond float32's range becomes +-inf, as protobuf and TF do (docs/format.md).
     with np.errstate(over="ignore"):
         return _fixed_width_values(array).astype(np.float32, copy=False)
 

@@ -1,7 +1,7 @@
 """tf.train.Example / SequenceExample codec without TensorFlow: a hand-written canonical encoder
 and a protobuf (upb) decoder with precise error messages.
 
-Encoding is canonical (see notes/WIRE.md): the bytes are exactly protobuf's
+Encoding is canonical (docs/format.md, "Deterministic bytes"): the bytes are exactly protobuf's
 ``SerializeToString(deterministic=True)`` of the same Example built with our generated classes,
 with feature map entries sorted by the name's UTF-8 bytes, so the same values always give the same
 bytes, in any process, whatever PYTHONHASHSEED or dict insertion order. That is the order of C++,
@@ -527,7 +527,7 @@ def _no_kind_feature(value: Any) -> bytes:
 
 
 def encode_example(features: Mapping[str, Any], kinds: Mapping[str, str | None] | None = None) -> bytes:
-    """Serialize one tf.train.Example canonically (WIRE.md); raises ExampleEncodeError naming the feature.
+    """Serialize one tf.train.Example canonically (docs/format.md); raises ExampleEncodeError naming the feature.
 
     ``features`` maps names to a scalar, a list/tuple, a numpy array, or None (omitted);
     ``kinds`` optionally declares "int64" | "float" | "bytes" (or None: no kind) per name. The
