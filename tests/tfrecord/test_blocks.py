@@ -329,3 +329,24 @@ def test_framed_records_must_have_the_lengths_the_offsets_say():
     assert first_damaged_record(frames, np.array([0, 20, 40])) == (0, "length")  # a byte more than framed
     with pytest.raises(ValueError, match="offsets"):
         first_damaged_record(frames[:30], offsets)
+
+
+@settings(max_examples=60, deadline=None)
+@given(payloads=st.lists(st.binary(max_size=40) | st.binary(min_size=10, max_size=14), max_size=40),
+       block_length=st.integers(1, 12), slack=st.booleans())
+def test_payload_objects_are_each_records_payload(payloads, block_length, slack):
+    # Values up to 12 bytes sit inside Arrow's binary view, longer ones are named by their place: both sides of it.
+    data = frame_records(payloads)
+    with tempfile.TemporaryDirectory() as directory:
+        path = pathlib.Path(directory) / "f.tfrecord"
+        path.write_bytes(data)
+        blocks = list(record_blocks(str(path), None, 0, block_length))
+    made = [blocks] if payloads else []
+    if payloads:  # a block without slack after its last payload (the joined fallback) and one with
+        framed = np.frombuffer(data + (b"\0" * 512 if slack else b""), np.uint8)
+        starts = np.array(record_starts(payloads)[:-1], np.int64) + 12
+        made.append([RecordBlock(framed, starts, starts + np.array([len(p) for p in payloads]), starts - 12)])
+    for group in made:
+        objects = [value for block in group for value in block.payload_objects()]
+        assert objects == payloads and all(type(value) is bytes for value in objects)
+    assert RecordBlock.from_payloads([], []).payload_objects().dtype == object

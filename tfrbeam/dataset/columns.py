@@ -3,7 +3,8 @@
 Inside the reader every feature of a block of records is a ``Column``: a flat ``leaf`` array plus
 zero or more levels of lengths (outermost first). A fixed-shape numeric feature has no levels
 (``leaf`` is ``[rows, *shape]``); a variable-length numeric feature has one (values per row); a
-bytes feature keeps its bytes in a ``uint8`` leaf with a last level of byte lengths per value.
+bytes feature keeps its bytes in a ``uint8`` leaf with a last level of byte lengths per value (raw records
+are an exception: a leaf of ``bytes`` objects, one per row, which is what the caller gets).
 That form concatenates by concatenating arrays, gathers rows with vectorised index arithmetic
 and crosses process boundaries as a few numpy buffers (no Python object per value).
 """

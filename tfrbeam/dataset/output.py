@@ -24,8 +24,13 @@ from tfrbeam.dataset.spec import (
 Padding = Mapping[str, "int | None"]
 
 
-def _binary_array(leaf: np.ndarray, byte_lengths: np.ndarray) -> pa.Array:
-    """Values given as bytes back to back plus lengths, as an Arrow binary array (large past 2 GiB)."""
+def _binary_array(leaf: np.ndarray, byte_lengths: np.ndarray | None) -> pa.Array:
+    """Values given as bytes back to back plus lengths (or as ``bytes`` objects), as an Arrow binary array (large
+    past 2 GiB)."""
+    if leaf.dtype == object:  # raw records: made once as bytes objects (BlockDecoder)
+        large = sum(map(len, leaf)) >= 2**31
+        return pa.array(leaf, type=pa.large_binary() if large else pa.binary())
+    assert byte_lengths is not None
     offsets = row_offsets(byte_lengths)
     large = offsets[-1] >= 2**31
     return (pa.LargeBinaryArray if large else pa.BinaryArray).from_buffers(
@@ -35,8 +40,15 @@ def _binary_array(leaf: np.ndarray, byte_lengths: np.ndarray) -> pa.Array:
     )
 
 
-def _bytes_objects(leaf: np.ndarray, byte_lengths: np.ndarray) -> np.ndarray:
-    """A numpy object array of ``bytes``, one per value, via Arrow's C++ conversion."""
+def _bytes_objects(leaf: np.ndarray, byte_lengths: np.ndarray | None) -> np.ndarray:
+    """A numpy object array of ``bytes``, one per value, via Arrow's C++ conversion.
+
+    A leaf of ``bytes`` objects already (raw records) is handed out as it is, or copied when it is a view of a
+    block's (the caller's batch must not keep the block's other records alive).
+    """
+    if leaf.dtype == object:
+        return leaf if leaf.base is None else leaf.copy()
+    assert byte_lengths is not None
     out = _binary_array(leaf, byte_lengths).to_numpy(zero_copy_only=False)
     return out if out.dtype == object else out.astype(object)
 
@@ -63,7 +75,7 @@ def to_numpy(block: Block, features: Mapping[str, Feature], padded: Padding, pad
             continue
         if isinstance(feature, FixedLenFeature):
             if feature.dtype == "bytes":
-                values = _bytes_objects(column.leaf, column.levels[-1])
+                values = _bytes_objects(column.leaf, column.levels[-1] if column.levels else None)
                 out[name] = values.reshape((column.num_rows,) + feature.shape)
             else:
                 out[name] = _writable(column.leaf)
@@ -156,7 +168,7 @@ def _arrow_column(column: Column, feature: Feature) -> pa.Array:
 
 def _context_arrow_column(column: Column, feature: ContextFeature) -> pa.Array:
     if feature.dtype == "bytes":
-        values: pa.Array = _binary_array(column.leaf, column.levels[-1])
+        values: pa.Array = _binary_array(column.leaf, column.levels[-1] if column.levels else None)
         row_lengths = column.levels[0] if len(column.levels) == 2 else None
     else:
         values = pa.array(column.leaf.reshape(-1), type=ARROW_TYPES[feature.dtype])

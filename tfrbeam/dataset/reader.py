@@ -101,7 +101,9 @@ class BlockDecoder:
     """Decodes blocks of serialized Examples (or SequenceExamples) into columns, for the selected features only."""
 
     features: Mapping[str, Feature]
-    raw: bool = False  # hand out each record's bytes as feature RAW_KEY instead of decoding
+    # Hand out each record's bytes as feature RAW_KEY instead of decoding: a column of ``bytes`` objects, made once
+    # here, which the shuffle buffer and the batches move as references (the caller gets these objects).
+    raw: bool = False
     max_features: int | None = DEFAULT_MAX_FEATURES  # features one record may have (None: no limit)
     record_type: str = "Example"
 
@@ -124,9 +126,7 @@ class BlockDecoder:
     def decode(self, records: RecordBlock, path: str, ids: np.ndarray) -> Block:
         """The records' features (dense ones packed with the ids, see ``DenseLayout``)."""
         if self.raw:
-            data, bounds = records.joined()
-            block = {RAW_KEY: Column(np.frombuffer(data, dtype=np.uint8), (np.diff(bounds),)), ID_KEY: Column(ids)}
-            return self.layout.pack(block)
+            return self.layout.pack({RAW_KEY: Column(records.payload_objects()), ID_KEY: Column(ids)})
         spans = (records.data, records.starts, records.ends)
         if self.record_type == "Example" or len(self.sequence_schema):
             check_record_type(spans, self.record_type, lambda index: (path, int(records.offsets[index])))

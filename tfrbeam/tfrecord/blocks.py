@@ -127,11 +127,49 @@ class RecordBlock(NamedTuple):
         payloads = spans.take(pa.array(np.arange(0, 2 * count - 1, 2, dtype=np.int64)))
         return memoryview(payloads.buffers()[2]).cast("B")[:int(bounds[-1])], bounds
 
+    def payload_objects(self) -> np.ndarray:
+        """Each record's payload as a ``bytes`` object, in a numpy object array: one copy of each payload.
+
+        Arrow makes the objects in one call from a binary view array over ``data`` (a view per record
+        names its span), so the payloads are not joined into a buffer of their own first.
+        """
+        assert self.data is not None, "a block read with verify=False holds no payloads"
+        data = np.frombuffer(self.data, dtype=np.uint8)
+        count = len(self.starts)
+        if not count:
+            return np.empty(0, dtype=object)
+        if len(data) >= 2**31 or int(self.starts[-1]) + _INLINE_BYTES > len(data):
+            joined, bounds = self.joined()
+            values = pa.LargeBinaryArray.from_buffers(
+                pa.large_binary(), count, [None, pa.py_buffer(bounds), pa.py_buffer(joined)])
+            return values.to_numpy(zero_copy_only=False)
+        views = _payload_views(data, self.starts, self.lengths)
+        values = pa.Array.from_buffers(pa.binary_view(), count, [None, pa.py_buffer(views), pa.py_buffer(data)])
+        return values.to_numpy(zero_copy_only=False)
+
     def prefix(self, count: int) -> RecordBlock:
         """The block's first ``count`` records, sharing its buffer."""
         if count >= len(self.offsets):
             return self
         return RecordBlock(self.data, self.starts[:count], self.ends[:count], self.offsets[:count])
+
+
+_INLINE_BYTES = 12  # a binary view holds a value this short itself, a longer one's first 4 bytes and its place
+_INLINE_COLUMNS = np.arange(_INLINE_BYTES)
+
+
+def _payload_views(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Arrow's binary views (16 bytes each: length, then the value itself or its prefix, buffer 0 and offset) of the
+    spans ``data[starts[i]:starts[i] + lengths[i]]``; ``data`` holds at least 12 bytes from each start."""
+    views = np.zeros((len(starts), 4), dtype="<i4")
+    views[:, 0] = lengths
+    head = byte_rows(data, _INLINE_BYTES)[starts]
+    head[_INLINE_COLUMNS >= lengths[:, None]] = 0
+    views.view(np.uint8)[:, 4:] = head
+    long = lengths > _INLINE_BYTES
+    views[long, 2] = 0
+    views[long, 3] = starts[long]
+    return views
 
 
 def _bounds(lengths: np.ndarray) -> np.ndarray:
