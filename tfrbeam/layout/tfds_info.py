@@ -1,0 +1,110 @@
+"""The files TFDS reads to load a dataset directory (``tfds.builder_from_directory``), from our manifest.
+
+TFDS parses ``dataset_info.json`` strictly into its ``DatasetInfo`` proto and ``features.json`` into
+its feature connectors. Both are plain JSON that TFDS's own ``DatasetInfo.write_to_directory`` writes;
+this module writes the same fields without TensorFlow:
+
+- ``dataset_info.json``: ``name``, ``version``, ``fileFormat: tfrecord`` and, per split, its shard
+  lengths, bytes and a ``filepathTemplate`` of our layout (``train/{SPLIT}-{SHARD_X_OF_Y}.{FILEFORMAT}``:
+  TFDS's template parser takes ``{SPLIT}`` once, so each split names its directory itself);
+- ``features.json``: a ``FeaturesDict`` whose entries map the manifest's features: int64 → ``int64``,
+  float → ``float32``, bytes → ``string``; a scalar is a ``Scalar``, a fixed shape a ``Tensor`` of that
+  shape, a variable-length list a ``Tensor`` of shape ``(-1,)``; a scalar or fixed shape some examples
+  lack is ``optional``.
+
+TFDS reads uncompressed TFRecord files of ``tf.train.Example`` only, so a compressed or SequenceExample
+dataset is refused in one line.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from tfrbeam.errors import ConfigError
+
+__all__ = ["TFDS_DATASET_INFO", "TFDS_FEATURES", "check_tfds_identity", "tfds_files", "tfds_files_of"]
+
+TFDS_DATASET_INFO = "dataset_info.json"  # TFDS's name: a tfrbeam manifest has its own since TFDS output exists
+TFDS_FEATURES = "features.json"
+_DTYPES = {"int64": "int64", "float": "float32", "bytes": "string"}
+_SCALAR = "tensorflow_datasets.core.features.scalar.Scalar"
+_TENSOR = "tensorflow_datasets.core.features.tensor_feature.Tensor"
+_FEATURES_DICT = "tensorflow_datasets.core.features.features_dict.FeaturesDict"
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")  # TFDS's dataset names: snake_case, as its registry requires
+_VERSION = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+$")
+_SHARD = re.compile(r"^(?P<split>[^/]+)/(?P=split)-(?P<index>[0-9]{5})-of-(?P<count>[0-9]{5})\.tfrecord$")
+
+
+def check_tfds_identity(name: Any, version: Any, where: str) -> None:
+    """``ConfigError`` unless ``name`` is a TFDS dataset name and ``version`` is ``MAJOR.MINOR.PATCH``."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ConfigError(f"{where}.name: {name!r} is not a TFDS dataset name (lower case letters, digits and "
+                          "underscores, starting with a letter, e.g. my_dataset)")
+    if not isinstance(version, str) or not _VERSION.match(version):
+        raise ConfigError(f"{where}.version: {version!r} is not a TFDS version (MAJOR.MINOR.PATCH, e.g. 1.0.0)")
+
+
+def tfds_files(manifest: Mapping[str, Any], name: str, version: str = "1.0.0",
+               where: str = "output.tfds") -> dict[str, bytes]:
+    """TFDS's ``dataset_info.json`` and ``features.json`` for the dataset ``manifest`` describes, by file name."""
+    check_tfds_identity(name, version, where)
+    _check_loadable(manifest, where)
+    info = {
+        "fileFormat": "tfrecord",
+        "name": name,
+        "splits": [_split_info(split, entry, where) for split, entry in manifest["splits"].items()],
+        "version": version,
+    }
+    features = {
+        "featuresDict": {"features": {feature: _feature(entry) for feature, entry in manifest["features"].items()}},
+        "pythonClassName": _FEATURES_DICT,
+    }
+    return {TFDS_DATASET_INFO: _json_bytes(info), TFDS_FEATURES: _json_bytes(features)}
+
+
+def tfds_files_of(manifest: Mapping[str, Any]) -> set[str]:
+    """The TFDS files the manifest lists beside it (none unless it was built with ``output.tfds``)."""
+    return set(manifest.get("tfds_files", ()))
+
+
+def _check_loadable(manifest: Mapping[str, Any], where: str) -> None:
+    if manifest.get("record_type", "Example") != "Example":
+        raise ConfigError(f"{where}: TFDS loads datasets of tf.train.Example only, and this build writes "
+                          f"{manifest['record_type']}s (remove {where})")
+    if manifest.get("compression"):
+        raise ConfigError(f"{where}: TFDS reads uncompressed TFRecord files only, and this build writes "
+                          f"{manifest['compression']} ones (set output.compression to none, or remove {where})")
+
+
+def _split_info(split: str, entry: Mapping[str, Any], where: str) -> dict[str, Any]:
+    shards = entry["shards"]
+    for index, shard in enumerate(shards):
+        match = _SHARD.match(shard["path"])
+        if not match or match["split"] != split or int(match["index"]) != index or int(match["count"]) != len(shards):
+            raise ConfigError(f"{where}: shard {shard['path']!r} of split {split!r} is not named "
+                              f"{split}/{split}-NNNNN-of-NNNNN.tfrecord, the one layout TFDS's template can describe")
+    return {
+        "filepathTemplate": f"{split}/{{SPLIT}}-{{SHARD_X_OF_Y}}.{{FILEFORMAT}}",
+        "name": split,
+        "numBytes": str(entry["num_bytes"]),
+        "shardLengths": [str(shard["num_examples"]) for shard in shards],
+    }
+
+
+def _feature(entry: Mapping[str, Any]) -> dict[str, Any]:
+    shape = entry["shape"]
+    tensor: dict[str, Any] = {"dtype": _DTYPES[entry["type"]], "encoding": "none"}
+    if shape is None:
+        tensor["shape"] = {"dimensions": ["-1"]}
+    else:
+        tensor["shape"] = {"dimensions": [str(size) for size in shape]} if shape else {}
+        if not entry["always_present"]:
+            tensor["optional"] = True
+    return {"pythonClassName": _SCALAR if shape == [] else _TENSOR, "tensor": tensor}
+
+
+def _json_bytes(value: Any) -> bytes:
+    return (json.dumps(value, indent=4, sort_keys=True) + "\n").encode()
