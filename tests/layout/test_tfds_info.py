@@ -37,9 +37,17 @@ def test_dataset_info_names_each_splits_shards_as_tfds_writes_them():
     info = json.loads(tfds_files(manifest(), "flights", "2.1.0")[TFDS_DATASET_INFO])
     assert info == {
         "fileFormat": "tfrecord", "name": "flights", "version": "2.1.0",
-        "splits": [{"filepathTemplate": "train/{SPLIT}-{SHARD_X_OF_Y}.{FILEFORMAT}", "name": "train",
+        "splits": [{"filepathTemplate": "train/train-{SHARD_X_OF_Y}.{FILEFORMAT}", "name": "train",
                     "numBytes": "201", "shardLengths": ["5", "6"]}],
     }
+
+
+def test_a_replaces_tagged_shard_names_in_a_bucket_are_named_literally_in_the_template():
+    shards = [{"path": f"train/train-gR7f-0000{i}-of-00002.tfrecord", "num_examples": 1, "num_bytes": 10}
+              for i in range(2)]
+    changed = manifest(splits={"train": {"num_examples": 2, "num_bytes": 20, "shards": shards}})
+    info = json.loads(tfds_files(changed, "flights")[TFDS_DATASET_INFO])
+    assert info["splits"][0]["filepathTemplate"] == "train/train-gR7f-{SHARD_X_OF_Y}.{FILEFORMAT}"
 
 
 def test_features_map_scalars_fixed_shapes_optional_and_variable_length_lists():
@@ -64,9 +72,13 @@ def test_features_map_scalars_fixed_shapes_optional_and_variable_length_lists():
 @pytest.mark.parametrize(("changes", "message"), [
     ({"compression": "gzip"}, "TFDS reads uncompressed TFRecord files only, and this build writes gzip ones"),
     ({"record_type": "SequenceExample"}, "TFDS loads datasets of tf.train.Example only"),
+    ({"splits": {"train": {"num_examples": 2, "num_bytes": 2, "shards": [
+        {"path": "train/train-00000-of-00002.tfrecord", "num_examples": 1, "num_bytes": 1},
+        {"path": "train/train-gR1-00001-of-00002.tfrecord", "num_examples": 1, "num_bytes": 1}]}}},
+     "shard 'train/train-00000-of-00002.tfrecord' of split 'train' does not follow its split's PREFIX-NNNNN-of"),
     ({"splits": {"train": {"num_examples": 1, "num_bytes": 1, "shards": [
-        {"path": "train/part-00000-of-00001.tfrecord", "num_examples": 1, "num_bytes": 1}]}}},
-     "shard 'train/part-00000-of-00001.tfrecord' of split 'train' is not named train/train-NNNNN-of-NNNNN.tfrecord"),
+        {"path": "train/part-00000.tfrecord", "num_examples": 1, "num_bytes": 1}]}}},
+     "shard 'train/part-00000.tfrecord' of split 'train' does not follow"),
 ])
 def test_what_tfds_cannot_load_is_refused_in_one_line(changes, message):
     with pytest.raises(ConfigError, match=r"^output\.tfds: ") as raised:

@@ -5,8 +5,9 @@ its feature connectors. Both are plain JSON that TFDS's own ``DatasetInfo.write_
 this module writes the same fields without TensorFlow:
 
 - ``dataset_info.json``: ``name``, ``version``, ``fileFormat: tfrecord`` and, per split, its shard
-  lengths, bytes and a ``filepathTemplate`` of our layout (``train/{SPLIT}-{SHARD_X_OF_Y}.{FILEFORMAT}``:
-  TFDS's template parser takes ``{SPLIT}`` once, so each split names its directory itself);
+  lengths, bytes and a ``filepathTemplate`` naming its shards' common prefix literally
+  (``train/train-{SHARD_X_OF_Y}.{FILEFORMAT}``, or ``train/train-gRUN-...`` for a replace's tagged names
+  in a bucket: TFDS's template parser takes ``{SPLIT}`` once and needs no variable but the shard's);
 - ``features.json``: a ``FeaturesDict`` whose entries map the manifest's features: int64 → ``int64``,
   float → ``float32``, bytes → ``string``; a scalar is a ``Scalar``, a fixed shape a ``Tensor`` of that
   shape, a variable-length list a ``Tensor`` of shape ``(-1,)``; a scalar or fixed shape some examples
@@ -35,7 +36,7 @@ _TENSOR = "tensorflow_datasets.core.features.tensor_feature.Tensor"
 _FEATURES_DICT = "tensorflow_datasets.core.features.features_dict.FeaturesDict"
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")  # TFDS's dataset names: snake_case, as its registry requires
 _VERSION = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+$")
-_SHARD = re.compile(r"^(?P<split>[^/]+)/(?P=split)-(?P<index>[0-9]{5})-of-(?P<count>[0-9]{5})\.tfrecord$")
+_SHARD = re.compile(r"^(?P<prefix>[^{}]+-)(?P<index>[0-9]{5})-of-(?P<count>[0-9]{5})\.tfrecord$")
 
 
 def check_tfds_identity(name: Any, version: Any, where: str) -> None:
@@ -81,13 +82,14 @@ def _check_loadable(manifest: Mapping[str, Any], where: str) -> None:
 
 def _split_info(split: str, entry: Mapping[str, Any], where: str) -> dict[str, Any]:
     shards = entry["shards"]
-    for index, shard in enumerate(shards):
-        match = _SHARD.match(shard["path"])
-        if not match or match["split"] != split or int(match["index"]) != index or int(match["count"]) != len(shards):
-            raise ConfigError(f"{where}: shard {shard['path']!r} of split {split!r} is not named "
-                              f"{split}/{split}-NNNNN-of-NNNNN.tfrecord, the one layout TFDS's template can describe")
+    matches = [_SHARD.match(shard["path"]) for shard in shards]
+    prefixes = {match["prefix"] for match in matches if match}
+    for index, (shard, match) in enumerate(zip(shards, matches)):
+        if not match or len(prefixes) != 1 or int(match["index"]) != index or int(match["count"]) != len(shards):
+            raise ConfigError(f"{where}: shard {shard['path']!r} of split {split!r} does not follow its split's "
+                              "PREFIX-NNNNN-of-NNNNN.tfrecord names, the one layout a TFDS template can describe")
     return {
-        "filepathTemplate": f"{split}/{{SPLIT}}-{{SHARD_X_OF_Y}}.{{FILEFORMAT}}",
+        "filepathTemplate": (prefixes.pop() if prefixes else f"{split}/{split}-") + "{SHARD_X_OF_Y}.{FILEFORMAT}",
         "name": split,
         "numBytes": str(entry["num_bytes"]),
         "shardLengths": [str(shard["num_examples"]) for shard in shards],
