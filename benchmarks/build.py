@@ -16,8 +16,8 @@ classes -> `beam.Reshuffle()` -> `beam.io.WriteToTFRecord(num_shards=8)`, on the
 baseline on fewer rows for a quick look: its fixed start-up is then spread over fewer rows, so the
 ratio comes out higher than it is. --ours-only skips the baseline (peak RSS at 5M rows, say).
 
---workers N also runs ours with `--workers N` (N SDK worker processes of the FnApiRunner, forked
-from one that imported Beam once; docs/runners.md), and --external-pool runs ours (with the inline
+--workers N also runs ours with `--workers N` (N SDK worker processes of the FnApiRunner's
+multi_processing mode; docs/runners.md), and --external-pool runs ours (with the inline
 piece store, what `auto` picks on Dataflow, and with the spill store, what it picks on this runner)
 and the baseline on the path Dataflow runs:
 `--runner PortableRunner --job_endpoint embed --environment_type EXTERNAL` with a
@@ -37,12 +37,6 @@ the system CPU of writing 512 MB to a new file into pages freed a moment before,
 before. On a virtual machine whose host takes back the guest's free memory, the second costs several times the
 first, and every build pays that on the bytes it writes and the memory it first touches (docs/performance.md).
 
-The scaling model: with --workers N the run also fits tfrbeam/builder/running/runners.py ScalingModel to itself (the workers'
-one-row build as the fixed cost, the in-process CPU per row and the cores it keeps busy, the workers' CPU per row
-beyond their one-row build, the launching process's own CPU read from /proc while it runs, its workers apart, and
-the efficiency that gives the measured wall time), prints its predictions for 4 to 32 cores and prints those
-figures as the constants `--workers auto` weighs (the shard writers' share comes from benchmarks/stage_times.py).
-
 The bound: each repeat also builds a one-row file of the same table (the build's fixed cost:
 interpreter and Beam start-up, planning, starting the runner, the commit). Its wall time plus
 ours' CPU seconds beyond its own, spread perfectly over the machine's cores with no overhead,
@@ -55,7 +49,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import dataclasses
 import json
 import os
 import pathlib
@@ -138,7 +131,7 @@ def run_measured_with_own_cpu(command: list[str]) -> tuple[float, int, float, fl
 
 class _OwnCpu(threading.Thread):
     """Reads one process's own CPU seconds (``process_cpu``: its threads, not its children) until it is gone: a
-    build's launcher without its fork server and workers, to the last 20 ms."""
+    build's launcher without its workers, to the last 20 ms."""
 
     def __init__(self, pid: int):
         super().__init__(daemon=True)
@@ -176,7 +169,7 @@ def _ours_command(fmt: str, input_path: pathlib.Path, work: pathlib.Path, name: 
     config_path.write_text(json.dumps(build_config(fmt, input_path, output)))
     command = [sys.executable, "-m", "tfrbeam.builder", str(config_path), "--quiet", f"--piece_store={piece_store}"]
     if workers > 1:
-        command.append(f"--workers={workers}")  # tfrbeam's option: forked workers (Beam's own options start Beam's)
+        command.append(f"--workers={workers}")  # tfrbeam's option: Beam's multi_processing workers
     return command, output
 
 
@@ -325,7 +318,7 @@ def main() -> None:
     parser.add_argument("--piece-store", default="auto", help="comma-separated piece stores to run ours with")
     parser.add_argument("--ours-only", action="store_true", help="skip the baseline (e.g. peak RSS of a 5M-row build)")
     parser.add_argument("--workers", type=int, default=1,
-                        help="also run ours with --workers N (N SDK worker processes of the FnApiRunner, forked; CPU and RSS "
+                        help="also run ours with --workers N (N SDK worker processes of the FnApiRunner; CPU and RSS "
                         "of the main process and its workers together)")
     parser.add_argument("--external-pool", action="store_true",
                         help="also run ours (inline and spill piece stores) and the baseline on the PortableRunner with an "
@@ -413,9 +406,6 @@ def main() -> None:
         if args.workers > 1:
             print(f"{fmt:<8} {describe_side_by_side(side_by_side, in_process, ours[stores[0], args.workers])}",
                   flush=True)
-            for line in describe_scaling(args.rows, in_process, fixed, ours[stores[0], args.workers], fixed_workers,
-                                         args.workers):
-                print(f"{fmt:<8} {line}", flush=True)
         print(f"{fmt:<8} {describe_bound(ours[stores[0], 1], fixed, [run[0] * args.rows / baseline_rows for run in base])}",
               flush=True)
     if not args.work_dir:
@@ -565,55 +555,6 @@ def describe_side_by_side(side_by_side: list, in_process: list, with_workers: li
             f"{statistics.median(cpu):.2f}x its CPU per row; {copies} workers reached {statistics.median(reached):.2f}x "
             f"({min(reached):.2f}-{max(reached):.2f}) = {statistics.median(reached) / statistics.median(ceiling):.0%} "
             "of that ceiling")
-
-
-SCALING_CORES = (4, 8, 16, 32)
-
-
-def describe_scaling(rows: int, in_process: list, fixed: list, with_workers: list, fixed_workers: list,
-                     workers: int) -> list[str]:
-    """The scaling model (tfrbeam/builder/running/runners.py ScalingModel) fitted to this run, and its predictions.
-
-    Every figure from this run, each the median over the repeats: the fixed cost (the workers' one-row build, wall),
-    the in-process build's CPU per row beyond its one-row build and the cores it keeps busy doing it, the workers'
-    CPU per row over that (beyond their own one-row build), the launching process's own CPU per row over that (its
-    work beyond the one-row build: it carries the elements between the workers' stages), and the efficiency that
-    makes the model give the measured ``workers`` wall time. Also printed as the constants ``auto`` weighs.
-    """
-    from tfrbeam.builder.running.runners import ScalingModel
-
-    def beyond(run: tuple, one: tuple, field: int) -> float:
-        return run[field] - one[field]
-
-    per_row = statistics.median(beyond(run, one, 2) / rows for run, one in zip(in_process, fixed))
-    cores = statistics.median(beyond(run, one, 2) / beyond(run, one, 0) for run, one in zip(in_process, fixed))
-    ratio = statistics.median(beyond(run, one, 2) / beyond(reference, reference_one, 2)
-                              for run, one, reference, reference_one in zip(with_workers, fixed_workers, in_process, fixed))
-    launcher = statistics.median(beyond(run, one, 5) / beyond(reference, reference_one, 2)
-                                 for run, one, reference, reference_one in zip(with_workers, fixed_workers, in_process, fixed))
-    fixed_seconds = statistics.median(one[0] for one in fixed_workers)
-    model = ScalingModel(fixed_seconds, per_row, ratio, launcher, 1.0, in_process_cores=cores)
-    busy = model.predict(rows, workers, NUM_SHARDS).seconds - fixed_seconds  # at efficiency 1
-    efficiency = busy / max(statistics.median(run[0] for run in with_workers) - fixed_seconds, 1e-9)
-    model = dataclasses.replace(model, worker_efficiency=efficiency)
-    lines = [f"scaling model from this run: fixed {fixed_seconds:.2f} s (the workers' one-row build), in process "
-             f"{per_row * 1e6:.2f} CPU-us per row on {cores:.2f} cores, workers {ratio:.2f}x that per row, {workers} "
-             f"workers at efficiency {efficiency:.2f}, the launcher {launcher:.3f}x it on one core; predicted, not measured:",
-             f"  as auto's constants (tfrbeam/builder/running/runners.py): OUT_OF_PROCESS_CPU_RATIO = {ratio:.2f}, "
-             f"IN_PROCESS_CORES = {cores:.2f}, LAUNCHER_CPU_SHARE = {launcher:.3f}, WORKER_EFFICIENCY = {efficiency:.2f}"]
-    # A runner whose workers pass elements to each other (Dataflow's shuffle) has no launcher to cap it.
-    distributed = dataclasses.replace(model, launcher_cpu_share=0.0)
-    for label, count in ((f"{rows:,} rows", rows), ("1,000,000,000 rows", 1_000_000_000)):
-        alone = dataclasses.replace(model, fixed_seconds=statistics.median(one[0] for one in fixed))
-        lines.append(f"  {label}, in process: {count / alone.in_process_seconds(count):,.0f} rows/s")
-        for runner, fitted in (("local workers", model), ("without a launcher", distributed)):
-            cells = []
-            for cores_count in SCALING_CORES:
-                prediction = fitted.predict(count, cores_count, NUM_SHARDS)
-                cells.append(f"{cores_count} cores {prediction.rows_per_second:,.0f} rows/s "
-                             f"(cap: {prediction.cap.split(' (')[0]})")
-            lines.append(f"  {label}, {NUM_SHARDS} shards, {runner}: " + "; ".join(cells))
-    return lines
 
 
 def describe_bound(runs: list, fixed: list, base_seconds: list[float]) -> str:

@@ -9,7 +9,7 @@ Each run is one whole `python -m tfrbeam.builder` process of the benchmark table
 config as in `benchmarks.build`) under ``py-spy record --subprocesses`` at 100 samples a second, on-CPU
 Python threads only (a thread waiting on a lock or a socket is not sampled). ``inprocess`` is the
 default runner (every worker in this process, memory store); ``inprocess_spill`` the same with the spill
-store; ``workers`` is ``tfrbeam build --workers N`` (forked SDK workers, spill store); ``multi_processing``
+store; ``workers`` is ``tfrbeam build --workers N`` (Beam's SDK worker processes, spill store); ``multi_processing``
 is the DirectRunner with --workers worker processes Beam starts itself (spill store): the paths whose
 workers, like Dataflow's, are other processes. Every sample goes to the first stage that claims a
 frame of its stack, read from the leaf up (so a numpy call made by the hashing code counts as

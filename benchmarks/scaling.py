@@ -15,7 +15,7 @@ for the external pool, the launcher's rusage plus its workers' CPU sampled from 
 The paths:
 - ``in-process``: the default runner and piece store (what ``auto`` picks: memory, spilling past its budget);
 - ``sequence``: a SequenceExample build of the same rows, 100 rows per user (``user = row_id // 100``), in i7 order;
-- ``workers``: ``--workers 2`` (forked SDK workers; the spill store);
+- ``workers``: ``--workers 2`` (Beam's SDK worker processes; the spill store);
 - ``external``: the PortableRunner on an EXTERNAL pool of 2 SDK workers (the path Dataflow runs; the spill store).
 
 For every row count it also writes, then reads back, as many bytes as that build's shards hold, with

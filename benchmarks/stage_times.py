@@ -1,4 +1,4 @@
-"""How long each stage of a `--workers N` build takes, by the launcher's clock: what the scaling model's shares are.
+"""How long each stage of a `--workers N` build takes, by the launcher's clock.
 
 Run by hand from the repository root (the machine otherwise idle):
 
@@ -7,10 +7,9 @@ Run by hand from the repository root (the machine otherwise idle):
 Each run is one whole `python -m tfrbeam.builder --workers N` process of the benchmark table (benchmarks/table.py,
 config as in `benchmarks.build`), started through this file with one change: Beam's FnApiRunner records the wall
 time of every bundle it hands its workers (``FnApiRunner._execute_bundle``, a stage's bundles run on all the workers
-at once). The stages are summed into what tfrbeam/builder/running/runners.py ScalingModel names: the workers' reading,
-converting and keying (every stage before the shard plan), routing (the pieces to their shards), the shard writers,
-and the rest. The writers' share of the workers' busy time is the model's WRITE_STAGE_SHARE: with fewer shards than
-cores, that stage is what stops more cores from helping.
+at once). The stages are summed into the workers' reading, converting and keying (every stage before the shard
+plan), routing (the pieces to their shards), the shard writers, and the rest. With fewer shards than cores, the
+writers' share of the workers' busy time is what stops more cores from helping.
 """
 
 from __future__ import annotations
@@ -114,7 +113,7 @@ def main() -> None:
             values = [run.get(name, 0.0) for run in runs]
             print(f"{fmt:<8} {name}: {statistics.median(values):.2f} s ({min(values):.2f}-{max(values):.2f})")
         shares = [run["shard writers"] / (run["shard writers"] + run["reading, converting and keying"]) for run in runs]
-        print(f"{fmt:<8} the shard writers' share of the workers' busy time (WRITE_STAGE_SHARE): "
+        print(f"{fmt:<8} the shard writers' share of the workers' busy time: "
               f"{statistics.median(shares):.2f} ({min(shares):.2f}-{max(shares):.2f})", flush=True)
     if not args.work_dir:
         shutil.rmtree(work, ignore_errors=True)

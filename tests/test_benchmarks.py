@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from benchmarks.build import beyond_fixed, describe_scaling, run_measured_with_own_cpu
+from benchmarks.build import beyond_fixed, run_measured_with_own_cpu
 
 
 def _local(cpu: float, system: float, wall: float = 1.0, launcher: float = 0.0) -> tuple[float, int, float, int, float, float]:
@@ -33,22 +33,6 @@ def test_pool_jobs_count_the_launcher_and_the_workers_and_ranges_span_the_repeat
     # Repeat 1: 10/10 = 1.00x, user 7.5/7.5, system 2.5/2.5. Repeat 2: 19/20 = 0.95x, user 15/15.5, system 4/4.5.
     assert line == ("CPU per row beyond each one's one-row build: all 0.97x (0.95-1.00), user 0.98x (0.97-1.00), "
                     "system 0.94x (0.89-1.00)")
-
-
-def test_the_scaling_model_is_fitted_to_the_run_and_printed_as_autos_constants():
-    rows = 1_000_000
-    # In process: 10 CPU-s beyond the one-row build's 1, in 8 s beyond its 1 s of wall: 10 us a row on 1.25 cores.
-    in_process, in_process_one = [_local(11.0, 0.0, wall=9.0)] * 3, [_local(1.0, 0.0, wall=1.0)] * 3
-    # 2 workers: 11.6 CPU-s beyond their one-row build (1.16x), 0.75 of them the launcher's own (0.075x); the 5.8 s
-    # that 2 cores would take at full speed took 7.25 s beyond the one-row build's 2 s: efficiency 0.80.
-    workers = [_local(14.6, 0.0, wall=9.25, launcher=1.75)] * 3
-    workers_one = [_local(3.0, 0.0, wall=2.0, launcher=1.0)] * 3
-    lines = describe_scaling(rows, in_process, in_process_one, workers, workers_one, 2)
-    assert "fixed 2.00 s (the workers' one-row build), in process 10.00 CPU-us per row on 1.25 cores, workers 1.16x" in lines[0]
-    assert lines[1].strip() == ("as auto's constants (tfrbeam/builder/running/runners.py): OUT_OF_PROCESS_CPU_RATIO = 1.16, "
-                                "IN_PROCESS_CORES = 1.25, LAUNCHER_CPU_SHARE = 0.075, WORKER_EFFICIENCY = 0.80")
-    # Fitted to this run, the model gives back the 2 workers' measured time; in process its own (1 s + 8 s).
-    assert "1,000,000 rows, in process: 111,111 rows/s" in lines[2]
 
 
 _SPIN = """

@@ -1,4 +1,4 @@
-"""The cyclic garbage collector paused around per-record loops (framing, hashing)."""
+"""The cyclic garbage collector paused around work that makes many objects and no garbage."""
 
 from __future__ import annotations
 
@@ -10,19 +10,24 @@ __all__ = ["gc_paused"]
 
 
 @contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Suspend the cyclic garbage collector around a per-record loop.
+def gc_paused(*, freeze: bool = False) -> Iterator[None]:
+    """Suspend the cyclic garbage collector for the body; with ``freeze``, then move what exists out of later
+    collections (``gc.freeze``). A collector the caller had switched off stays off.
 
-    Such a loop creates a million short-lived memoryviews, each one counted towards the next
-    collection; inside a Beam worker every collection then walks Beam's large heap too. The loops
-    create no reference cycles. It lives here, not in the command-line entry point, because
-    workers in other processes never run that entry point. Measured again on the 1M-row Parquet
-    benchmark build (two runs each): 3.65–3.73 s of user CPU with it, 4.78–4.97 s without.
+    Per-record loops (framing, hashing) create a million short-lived memoryviews, each counted towards
+    the next collection, and inside a Beam worker every collection walks Beam's large heap too; the
+    loops create no reference cycles. It lives here, not in the command's entry point, because
+    workers in other processes never run that: 3.65-3.73 s of user CPU with it on the 1M-row Parquet
+    benchmark build, 4.78-4.97 s without (two runs each). Importing Beam makes several hundred
+    thousand objects that the collector would walk again and again while they are made (about 0.4 s
+    of a build's CPU), none of them garbage: ``tfrbeam build`` imports it paused, then frozen.
     """
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
+        if freeze:
+            gc.freeze()
         if was_enabled:
             gc.enable()

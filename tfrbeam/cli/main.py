@@ -1,7 +1,7 @@
 """The ``tfrbeam`` command: ``verify``, ``cat``, ``inspect``, ``index``, ``stats``, ``export``, ``build`` and ``infer-config``.
 
-Errors are one line on stderr, never a traceback: exit 1 when data is bad, 2 for usage or
-config errors. ``build`` and ``infer-config`` are handed to the pipelines package.
+Errors are one line on stderr, never a traceback, with the exit status of ``tfrbeam.cli.exit_codes``
+(1 when the data or the run failed, 2 when what was given must change). ``build`` is ``tfrbeam.cli.build``.
 """
 
 from __future__ import annotations
@@ -16,32 +16,25 @@ from typing import TYPE_CHECKING
 from tfrbeam import __version__
 from tfrbeam.base.file_access import files_for
 from tfrbeam.base.object_store import input_size, is_object_store
-from tfrbeam.base.startup import imports_without_gc
 from tfrbeam.base.wording import counted
+from tfrbeam.cli import build
 from tfrbeam.cli.beam_warnings import without_beam_import_warnings
-from tfrbeam.errors import ConfigError, OutputExistsError, TfrbeamError
+from tfrbeam.cli.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE, report_error
+from tfrbeam.errors import ConfigError, OutputNotWritableError, TfrbeamError
 from tfrbeam.layout.names import SHARD_NAME
 
 if TYPE_CHECKING:
     from tfrbeam.cli.file_tools import InspectReport
 
-EXIT_OK, EXIT_BAD_DATA, EXIT_USAGE = 0, 1, 2
+_PROG = "tfrbeam"
 _PROGRESS_MIN_BYTES = 4 << 20
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``tfrbeam`` console script."""
-    program_start = argv is None  # the console script: nothing ran before, no thread but this one
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "build":
-        from tfrbeam.builder.running.fork_server_process import start_early_server
-
-        with imports_without_gc():
-            from tfrbeam.cli.build import main as build_main
-
-        # With Beam imported: a command's own process forks the workers' fork server from itself.
-        start_early_server(argv[1:], fork_this_process=program_start)
-        return build_main(argv[1:])
+        return build.main(argv[1:])
     parser = _parser()
     args, extras = parser.parse_known_args(argv)
     if extras:
@@ -56,20 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # `tfrbeam cat | head` is fine
         return EXIT_OK
-    except (FileNotFoundError, ConfigError, OutputExistsError) as error:
-        return _fail(str(error), EXIT_USAGE)
-    except TfrbeamError as error:
-        return _fail(str(error), EXIT_BAD_DATA)
-    except OSError as error:  # a full disk, a refused write: the path and the reason, never a traceback
-        where = f"{error.filename}: " if error.filename else ""
-        return _fail(f"{where}{error.strerror or error}; files already at their final names are whole", EXIT_BAD_DATA)
-    except KeyboardInterrupt:
-        return _fail("interrupted", 130)
-
-
-def _fail(message: str, code: int) -> int:
-    print(f"tfrbeam: error: {message}", file=sys.stderr)
-    return code
+    except (TfrbeamError, OSError, KeyboardInterrupt) as error:  # a full disk, a refused write: never a traceback
+        return report_error(_PROG, error)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -182,7 +163,7 @@ def _run_verify(args: argparse.Namespace) -> int:
             if report.problem is not None:
                 problems += 1
                 print(f"     {report.problem}")
-    return EXIT_BAD_DATA if problems else EXIT_OK
+    return EXIT_FAILED if problems else EXIT_OK
 
 
 def _is_dataset_directory(directory: str) -> bool:
@@ -406,12 +387,26 @@ def _run_stats(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"{args.dataset} is not a dataset directory: pass --output-dir for the stats files of plain TFRecord files"
         )
+    if args.output_dir is not None and not is_object_store(args.output_dir):
+        _make_output_dir(args.output_dir)
     stats, json_path, html_path = write_pinned_stats(args.dataset, args.output_dir, splits=args.split,
                                                      thresholds=thresholds, workers=args.workers)
     for line in summary_lines(stats):
         print(line)
     print(f"\nwrote {json_path} and {html_path}")
     return EXIT_OK
+
+
+def _make_output_dir(directory: str) -> None:
+    """``--output-dir``, made before the statistics are computed: one that cannot be written is found now."""
+    from tfrbeam.base import fileops
+
+    try:
+        fileops.makedirs(directory)
+    except OSError as error:
+        raise OutputNotWritableError(f"--output-dir {directory}: cannot be created ({error.strerror or error})") from error
+    if not os.access(directory, os.W_OK):
+        raise OutputNotWritableError(f"--output-dir {directory}: this user cannot write in it")
 
 
 def _run_export(args: argparse.Namespace) -> int:

@@ -179,8 +179,8 @@ def _planned(config: BuildConfig, resolved_input: BuildConfig, inputs: tuple[Inp
              options: PipelineOptions | None, overwrite: bool, run_id: str | None, workers: str) -> BuildPlan:
     """The plan of a config whose features were resolved against its input: split key and output checked.
 
-    ``workers``: "choose" (tfrbeam build: ``--workers`` or auto, set on ``options``), "given in memory" (rows
-    in this process: ``--workers N`` set on ``options``, auto stays here) or "as given" (a user's pipeline).
+    ``workers``: "choose" (tfrbeam build) and "given in memory" (rows in this process): ``--workers N`` or auto
+    (this process), set on ``options``; "as given": a user's pipeline, its options unchanged.
     """
     features = resolved_input.features
     columns = resolved_input.input.columns
@@ -196,7 +196,7 @@ def _planned(config: BuildConfig, resolved_input: BuildConfig, inputs: tuple[Inp
     if workers == "as given":
         chosen = workers_as_given(options)
     else:
-        chosen = choose_workers(options, input_bytes, auto=workers == "choose")
+        chosen = choose_workers(options)
         apply_workers(options, chosen)  # before the piece store is chosen: workers in other processes need files
     return BuildPlan(
         config=resolved, features=features, input_files=inputs, columns=tuple(sorted(columns)),

@@ -30,8 +30,6 @@ from tfrbeam.builder.pipeline import commit as build_commit
 from tfrbeam.builder.pipeline.commit import discard_staging, recover_output
 from tfrbeam.builder.pipeline.graph import build_pipeline
 from tfrbeam.builder.pipeline.plan import BuildPlan, check_output_dir, plan_build
-from tfrbeam.builder.running.fork_server_process import WorkerForkServer
-from tfrbeam.builder.running.forked_workers import ForkedWorkersRunner, worker_fork_server
 from tfrbeam.builder.running.report import build_progress, summary_table
 from tfrbeam.builder.running.runners import DEFAULT_RUNNER
 from tfrbeam.errors import BuildFailedError, ConfigError, TfrbeamError, TooManyBadRecordsError
@@ -94,7 +92,7 @@ def run(config: str | os.PathLike | Mapping[str, Any] | BuildConfig,
     except ConfigError as error:
         raise one_line(error) from None
     with reporting(progress):
-        result = launch(plan, options, lambda pipeline: build_pipeline(pipeline, plan, publish=False), started)
+        result = launch(plan, options, started=started)
         if result is not None:
             _LOG.info("built %s:\n%s", result.path, result.summary)
     return result
@@ -138,25 +136,26 @@ def build_options(given: PipelineOptions | Sequence[str] | Mapping[str, Any] | N
     return options
 
 
-def launch(plan: BuildPlan, options: PipelineOptions, attach: Callable[[beam.Pipeline], Any],
+def launch(plan: BuildPlan, options: PipelineOptions, attach: Callable[[beam.Pipeline], Any] | None = None,
            started: float | None = None) -> BuildResult | None:
     """Holding the output's lock: ``prepare``, ``execute`` and ``publish`` the build, as ``tfrbeam build`` does.
 
     ``attach`` adds the build to the new pipeline with its Commit step only staging
-    (``publish=False``): this process publishes after the pipeline. None: Beam's ``--dry_run``
-    built the job graph and ran nothing.
+    (``publish=False``): this process publishes after the pipeline. By default it is the plan's
+    own graph (``build_pipeline``). None: Beam's ``--dry_run`` built the job graph and ran nothing.
     """
     started = time.monotonic() if started is None else started
+    if attach is None:
+        def attach(pipeline: beam.Pipeline) -> Any:
+            return build_pipeline(pipeline, plan, publish=False)
     lock = OutputLock(plan.output_root, plan.run).acquire()
     try:
-        # Started first: the workers' fork server imports Beam while this process builds the job graph.
-        with worker_fork_server(options, plan.workers) as server:
-            try:
-                pipeline = prepare(plan, options, attach, server)
-            except TfrbeamError:
-                discard_staging(plan)  # what attaching staged (write_dataset's rows), as a failed run's
-                raise
-            execute(plan, pipeline)
+        try:
+            pipeline = prepare(plan, options, attach)
+        except TfrbeamError:
+            discard_staging(plan)  # what attaching staged (write_dataset's rows), as a failed run's
+            raise
+        execute(plan, pipeline)
         if options.view_as(TestOptions).dry_run:
             discard_staging(plan)
             return None
@@ -166,18 +165,13 @@ def launch(plan: BuildPlan, options: PipelineOptions, attach: Callable[[beam.Pip
         lock.release()
 
 
-def prepare(plan: BuildPlan, options: PipelineOptions, attach: Callable[[beam.Pipeline], Any],
-            fork_server: WorkerForkServer | None = None) -> beam.Pipeline:
-    """Holding the lock: recover what dead runs left, check the output again, and make the build's pipeline
-    (on a ``ForkedWorkersRunner`` when ``fork_server`` is given)."""
+def prepare(plan: BuildPlan, options: PipelineOptions, attach: Callable[[beam.Pipeline], Any]) -> beam.Pipeline:
+    """Holding the lock: recover what dead runs left, check the output again, and make the build's pipeline."""
     removed = recover_output(plan.output_root)
     if removed:
         _LOG.info("removed what %d earlier, interrupted run(s) left", len(removed))
     check_output_dir(plan.output_root, plan.resolved_config, plan.overwrite, shown=plan.output_path)
-    if fork_server is not None:
-        pipeline = beam.Pipeline(runner=ForkedWorkersRunner(fork_server), options=options)
-    else:
-        pipeline = beam.Pipeline(options=options)
+    pipeline = beam.Pipeline(options=options)
     try:
         attach(pipeline)
     except BaseException:
@@ -263,29 +257,38 @@ def _instance(cls: type[TfrbeamError], message: str) -> TfrbeamError:
         return failure
 
 
-@contextlib.contextmanager
-def reporting(progress: bool = True) -> Iterator[None]:
-    """While a library call builds: no Beam tracebacks in the log, and (``progress``) the CLI's progress and summary.
+_LOG_FORMAT = logging.Formatter("%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
 
-    Beam logs a failing DoFn's traceback before raising; the one-line error raised says it all, so
-    Beam's logger is set to CRITICAL for the call. With ``progress`` the ``tfrbeam`` logger shows
-    info lines (progress, then the summary table) for the call, on stderr when no handler would
-    show them. Everything is put back after.
+
+@contextlib.contextmanager
+def reporting(progress: bool = True, beam_log: bool = False) -> Iterator[None]:
+    """While a build runs: the logging of ``tfrbeam build`` and of the Python API, put back as it was after.
+
+    ``progress``: the ``tfrbeam`` logger shows info lines (progress, then the summary), else
+    warnings only. ``beam_log``: Beam's own log shows too; by default it is quiet, as Beam logs
+    a failing DoFn's traceback before raising and the one-line error raised says it all. The lines
+    go to the handlers there are, a plain stream handler (the one Beam's ``PipelineOptions`` gives
+    the root logger) in the command's format meanwhile; with none, to stderr.
     """
     beam_logger, our_logger = logging.getLogger("apache_beam"), logging.getLogger("tfrbeam")
-    beam_level, our_level = beam_logger.level, our_logger.level
-    handler = None
-    beam_logger.setLevel(logging.CRITICAL)
-    if progress:
-        our_logger.setLevel(logging.INFO)
-        if not logging.root.handlers and not our_logger.handlers:
-            handler = logging.StreamHandler()
-            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S"))
-            our_logger.addHandler(handler)
+    levels = [(beam_logger, beam_logger.level), (our_logger, our_logger.level)]
+    beam_logger.setLevel(logging.INFO if beam_log else logging.CRITICAL)
+    our_logger.setLevel(logging.INFO if progress else logging.WARNING)
+    plain = [(handler, handler.formatter) for handler in logging.root.handlers if type(handler) is logging.StreamHandler
+             and getattr(handler.formatter, "_fmt", None) in (None, logging.BASIC_FORMAT)]
+    for handler, _ in plain:
+        handler.setFormatter(_LOG_FORMAT)
+    added = None
+    if not logging.root.handlers and not our_logger.handlers:
+        added = logging.StreamHandler()
+        added.setFormatter(_LOG_FORMAT)
+        our_logger.addHandler(added)
     try:
         yield
     finally:
-        beam_logger.setLevel(beam_level)
-        our_logger.setLevel(our_level)
-        if handler is not None:
-            our_logger.removeHandler(handler)
+        for logger, level in levels:
+            logger.setLevel(level)
+        for handler, formatter in plain:
+            handler.setFormatter(formatter)
+        if added is not None:
+            our_logger.removeHandler(added)

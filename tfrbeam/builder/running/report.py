@@ -1,4 +1,5 @@
-"""What a build shows while it runs and when it ends: progress (a bar on a terminal, else log lines) and the summary table.
+"""What a build shows: its plan (``--dry-run``), progress while it runs (a bar on a terminal, else log lines) and the
+summary table at the end.
 
 Shared by ``tfrbeam build`` and the Python API (``tfrbeam.builder.run``, ``tfrbeam.write_dataset``).
 """
@@ -13,10 +14,13 @@ import threading
 import time
 
 from tfrbeam.base.wording import counted
+from tfrbeam.builder.features.convert import FeatureSpec
 from tfrbeam.builder.pipeline.plan import BuildPlan
+from tfrbeam.builder.pipeline.splits import describe_split_source
 from tfrbeam.builder.running.progress import WRITTEN, progress_dir, read_progress
+from tfrbeam.builder.shuffle import MEMORY
 
-__all__ = ["PROGRESS_LOG_SECONDS", "build_progress", "summary_table"]
+__all__ = ["PROGRESS_LOG_SECONDS", "build_progress", "describe_plan", "summary_table"]
 
 PROGRESS_LOG_SECONDS = 10.0  # without a terminal: one progress line this often
 _PROGRESS_BAR_SECONDS = 0.5
@@ -195,3 +199,96 @@ def _groups_lines(manifest: dict) -> list[str]:
     return [f"groups:     {kept:,} kept ({cut:,} cut by max_steps), {few:,} under min_steps, {bad:,} bad",
             f"steps:      {steps:,} ({shortest:,}..{longest:,} per sequence, mean {steps / max(examples, 1):.1f})"
             + (f", {truncated:,} truncated" if truncated else "")]
+
+
+def _shown_kind(spec: FeatureSpec) -> str:
+    if spec.time_unit is not None:
+        return f"int64 ({spec.time_unit} since 1970 from {spec.time_format or 'ISO 8601'})"
+    assert spec.type is not None  # a plan's features are resolved
+    if spec.file is not None:  # from_file: the column holds paths
+        return f"{spec.type} (the file's {'bytes' if spec.file.part == 'bytes' else 'image ' + spec.file.part})"
+    return spec.type
+
+
+def describe_plan(plan: BuildPlan) -> str:
+    """What ``--dry-run`` prints: inputs, features, splits, shards, output, runner and piece store."""
+    sizes = [item.size for item in plan.input_files]
+    lines = ["dry run: nothing ran and nothing was written (the first input was sampled to settle the features)",
+             f"inputs:      {counted(len(sizes), plan.config.input.format + ' file')}, {sum(sizes):,} bytes"]
+    lines += [f"  {item.path}  {item.size:,} bytes" for item in plan.input_files[:_SHOWN_INPUTS]]
+    if len(sizes) > _SHOWN_INPUTS:
+        lines.append(f"  ... and {len(sizes) - _SHOWN_INPUTS} more")
+    width = max(len(spec.name) for spec in plan.features)
+    lines.append(f"features:    {len(plan.features)}")
+    kinds = [_shown_kind(spec) for spec in plan.features]
+    kind_width = max(len(kind) for kind in kinds)
+    for spec, kind in zip(plan.features, kinds):
+        source = f"  from {spec.source}" if spec.source != spec.name else ""
+        lines.append(f"  {spec.name:<{width}}  {kind:<{kind_width}}  {_shape_text(spec.shape):<7}  {_null_text(spec)}{source}")
+    if plan.config.split_by is not None:
+        lines.append(f"splits:      {', '.join(plan.config.splits)} by {describe_split_source(plan.config, plan.input_splits)}")
+    else:
+        lines.append("splits:      " + ", ".join(f"{name} {fraction:g}" for name, fraction in zip(plan.config.splits,
+                                                                                               plan.config.fractions))
+                     + (f" (by {', '.join(plan.config.split_key)})" if plan.config.split_key else ""))
+    sharding = plan.sharding
+    if sharding.max_bytes_per_shard is not None:
+        lines.append(f"shards:      as many per split as keep each under {sharding.max_bytes_per_shard:,} bytes")
+    else:  # fixed counts: an int per split
+        lines.append("shards:      " + ", ".join(f"{name} {counted(int(count), 'shard')}"  # type: ignore[arg-type]
+                                               for name, count in zip(sharding.splits, sharding.num_shards)))
+    lines += _sequence_text(plan)
+    shuffle = plan.config.shuffle
+    lines += [f"shuffle:     {'seed ' + str(shuffle.seed) if shuffle.enabled else 'off (input order)'}",
+              f"output:      {plan.output_path} (compression {sharding.compression or 'none'}"
+              f"{', replacing what is there' if plan.overwrite else ''})",
+              f"bad rows:    {plan.config.errors.on_bad_record}, at most {plan.config.errors.max_bad_fraction:g} of rows",
+              f"runner:      {plan.runner}",
+              f"workers:     {plan.workers.describe()}"]
+    piece_store = getattr(plan, "piece_store", None)
+    if piece_store == MEMORY:
+        held = plan.memory_store_bytes
+        lines.append(f"piece store: memory (up to {held / (1 << 20):g} MiB held in this process, the rest spilled)")
+    elif piece_store is not None:
+        lines.append(f"piece store: {piece_store}")
+    return "\n".join(lines)
+
+
+_SHOWN_INPUTS = 20
+
+
+def _sequence_text(plan: BuildPlan) -> list[str]:
+    """The dry run's lines on a sequence build: grouping, ordering, context, cuts and the GroupByKey's buckets."""
+    sequence = plan.config.sequence
+    if sequence is None:
+        return []
+    ordered = ", ".join(sequence.order_by) + ", then" if sequence.order_by else "by"
+    steps = sequence.sequence_features(plan.features)
+    cut = (f"max_steps {sequence.max_steps} (overflow {sequence.overflow})" if sequence.max_steps is not None
+           else "max_steps none")
+    return [f"sequence:    one SequenceExample per {', '.join(sequence.group_by)}; steps ordered by {ordered} the row's "
+            "content hash",
+            f"  context:   {', '.join(sequence.context_features)}",
+            f"  steps:     {', '.join(steps)}",
+            f"  limits:    min_steps {sequence.min_steps}, {cut}, max_group_bytes {sequence.max_group_bytes:,}",
+            f"  buckets:   {plan.sequence_buckets} (the GroupByKey of group keys; one worker holds one bucket)"]
+
+
+def _shape_text(shape: tuple[int, ...] | None) -> str:
+    if shape is None:
+        return "[any]"
+    return "scalar" if shape == () else f"[{shape[0]}]"
+
+
+def _null_text(spec) -> str:
+    if spec.on_null == "omit":
+        return "null -> omitted"
+    if spec.on_null == "default":
+        default = spec.default
+        shown = [_plain(item) for item in default] if isinstance(default, tuple) else _plain(default)
+        return f"null -> default {shown}"
+    return "null -> bad row"
+
+
+def _plain(value):
+    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else value
