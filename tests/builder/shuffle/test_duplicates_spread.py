@@ -1,11 +1,12 @@
-"""Identical rows after the shuffle: spread as a uniform permutation spreads them (issue 42 item 6, not yet fixed).
+"""Identical rows after the shuffle: spread as a uniform permutation spreads them (issue 42 item 6).
 
 Measured: statsmodels' fair.csv (6,366 rows, 1,039 exact duplicates) came out of the build with
-1,039 adjacent-equal pairs, runs of up to 15 identical records, because the sort key is a function
+1,039 adjacent-equal pairs, runs of up to 15 identical records, because the sort key was a function
 of the content alone. A uniform permutation of that table leaves about 14 such pairs. The spread
-tests are strict expected failures until the shuffle gives copies distinct keys; the tests after
-them pin what that fix must keep: the order is a function of the rows alone (not of their files'
-names, formats, row groups, chunks or a PCollection's element order), and every copy is kept.
+tests failed until the shuffle gave the copies of a record keys of their own (the tally of copies,
+tfrbeam/builder/shuffle/copies.py); the tests after them pin what that must keep: the order is a
+function of the rows alone (not of their files' names, formats, row groups, chunks or a
+PCollection's element order), and every copy is kept.
 """
 
 from __future__ import annotations
@@ -86,8 +87,6 @@ def build_file(tmp_path: pathlib.Path, input_yaml: str, output: str, seed: int =
     return tmp_path / output
 
 
-@pytest.mark.xfail(strict=True, reason="issue 42 item 6 is open: identical rows get identical sort keys and stay "
-                                       "next to each other, in one shard")
 def test_identical_rows_of_a_csv_are_spread_as_a_uniform_permutation_spreads_them(tmp_path):
     """The issue's measurement, on a CSV shaped as fair.csv: the build left every copy next to the others."""
     pacsv.write_csv(affairs_like(), tmp_path / "affairs.csv")
@@ -95,8 +94,6 @@ def test_identical_rows_of_a_csv_are_spread_as_a_uniform_permutation_spreads_the
     assert_spread(split_shards(dataset))
 
 
-@pytest.mark.xfail(strict=True, reason="issue 42 item 6 is open: identical rows get identical sort keys and stay "
-                                       "next to each other, in one shard")
 def test_identical_rows_of_a_table_are_spread_as_a_uniform_permutation_spreads_them(tmp_path):
     tfrbeam.write_dataset(affairs_like(), tmp_path / "whole", splits=SPLITS, num_shards={"train": 3, "eval": 2}, seed=7,
                           progress=False)

@@ -36,6 +36,7 @@ from tfrbeam.builder.shuffle import (
     input_order_keys,
     make_piece_store,
     make_plan,
+    occurrence_keys,
     received as received_module,
     record_checksums,
     runs_holding_pieces,
@@ -43,7 +44,7 @@ from tfrbeam.builder.shuffle import (
     split_indices,
 )
 from tfrbeam.layout.names import shard_file_name
-from tfrbeam.tfrecord.record_index import index_path_for, parse_index
+from tfrbeam.tfrecord.read_index import index_path_for, parse_read_index
 from tfrbeam.tfrecord.records import RECORD_OVERHEAD, frame_records, read_records
 
 
@@ -237,14 +238,15 @@ def test_shuffled_shards_are_exactly_balanced_complete_and_sorted(tmp_path):
         assert max(sizes) - min(sizes) <= 1
     everything = [record for shards in written.values() for shard in shards for record in shard]
     assert collections.Counter(everything) == collections.Counter(payloads)
-    # The whole split, read shard after shard, is in (seeded key, bytes) order.
+    # The whole split, read shard after shard, is in (seeded key, bytes) order, copy k of a record keyed
+    # occurrence_keys(key, k).
+    expected = _expected_order(payloads, fractions, 11)
     for index, split in enumerate(("train", "eval")):
         records = [record for shard in written[split] for record in shard]
-        keyed = [(int(k), r) for r, k, s in _keys_of(records, fractions, 11)]
-        assert keyed == sorted(keyed) and all(s == index for _, _, s in _keys_of(records, fractions, 11))
+        assert records == expected[index] and all(s == index for _, _, s in _keys_of(records, fractions, 11))
     # Uncompressed shards get a read index next to them.
     first = sorted((tmp_path / "a" / "train").glob("train-*"))[0]
-    index = parse_index(pathlib.Path(index_path_for(str(first))).read_bytes(), "idx")
+    index = parse_read_index(pathlib.Path(index_path_for(str(first))).read_bytes(), "index")
     assert index.num_records == len(written["train"][0]) and index.mtime is None
 
 
@@ -252,6 +254,21 @@ def _keys_of(records, fractions, seed):
     offsets = np.cumsum([0] + [len(item) for item in records]).astype(np.int64)
     digests = content_digests(b"".join(records), offsets)
     return list(zip(records, seeded_sort_keys(digests[:, 1], seed), split_indices(digests[:, 0], fractions)))
+
+
+def _in_final_order(keyed: list[tuple[int, int, bytes]]) -> dict[int, list[bytes]]:
+    """(split, key, record) of every record, copies included, to each split's records in the shuffle's order: copy k
+    of a record keyed ``occurrence_keys(key, k)``, then by frame bytes."""
+    copies = collections.Counter(keyed)
+    final = collections.defaultdict(list)
+    for (split, key, record), count in copies.items():
+        keys = occurrence_keys(np.full(count, key, np.uint64), np.arange(count, dtype=np.uint64))
+        final[split].extend((int(copy_key), frame_records([record]), record) for copy_key in keys)
+    return {split: [record for _, _, record in sorted(items)] for split, items in final.items()}
+
+
+def _expected_order(payloads: list[bytes], fractions, seed) -> dict[int, list[bytes]]:
+    return _in_final_order([(int(split), int(key), record) for record, key, split in _keys_of(payloads, fractions, seed)])
 
 
 def _file_bytes(directory: pathlib.Path) -> dict[str, bytes]:
@@ -270,8 +287,9 @@ def test_output_bytes_do_not_depend_on_batching_or_piece_order_and_change_with_s
     _run(_pieces(payloads, [925], [0.5, 0.5], seed=2), spec, tmp_path / "c")
     first, second, other_seed = (_file_bytes(tmp_path / name) for name in "abc")
     assert first == second  # also: frames spilled to files or shuffled through the GroupByKey, the same output
-    spilled = sorted(path.name for path in (tmp_path / "b" / "spill").iterdir())  # each piece's frames, keys beside
-    assert len(spilled) == 8 and {name + ".keys" for name in spilled if name.endswith(".bin")} == {
+    # Each piece's frames, keys beside; and the same again for each piece whose copies got new keys.
+    spilled = sorted(path.name for path in (tmp_path / "b" / "spill").iterdir())
+    assert len(spilled) >= 8 and {name + ".keys" for name in spilled if name.endswith(".bin")} == {
         name for name in spilled if name.endswith(".keys")}
     # Pieces held in this process's memory, all of them or as many as a small budget allows (the
     # rest spilled), and CRCs carried from hashing: the same output again, and nothing left held.
@@ -280,9 +298,11 @@ def test_output_bytes_do_not_depend_on_batching_or_piece_order_and_change_with_s
         _run(_pieces(payloads, [300, 300, 325], [0.5, 0.5], seed=1, with_crcs=True), spec, tmp_path / name, MEMORY, hold_bytes)
         assert _file_bytes(tmp_path / name) == first
     assert not (tmp_path / "held" / "spill").exists()
-    # One spilled run, its keys in a file beside it (a memory store holds no keys of what it spilled).
+    # One spilled run (and the same run in the order of its copies' new keys), keys in a file beside each (a
+    # memory store holds no keys of what it spilled).
     spilled = sorted(path.name for path in (tmp_path / "some-held" / "spill").iterdir())
-    assert len(spilled) == 2 and spilled[1] == spilled[0] + ".keys"
+    assert len(spilled) in (2, 4) and {name + ".keys" for name in spilled if name.endswith(".bin")} == {
+        name for name in spilled if name.endswith(".keys")}
     assert first.keys() == other_seed.keys() and first != other_seed
     # Same splits under another seed: only the order inside each split changes.
     for split in ("train", "eval"):
@@ -292,8 +312,9 @@ def test_output_bytes_do_not_depend_on_batching_or_piece_order_and_change_with_s
 
 
 def test_every_record_ten_times_gives_the_shards_of_sorting_every_run_by_frame_bytes(tmp_path):
-    """A table where every record appears 10 times, some runs of equal keys also holding different records
-    (collisions): each store writes exactly the bytes of sorting (split, key, frame bytes) and cutting by rank."""
+    """A table where every record appears 10 times, some records sharing a key with others (collisions): each store
+    writes exactly the bytes of sorting (split, final key, frame bytes) and cutting by rank, copy k of a record
+    keyed occurrence_keys(key, k)."""
     rng = random.Random(27)
     distinct = [rng.randbytes(rng.randint(0, 30)) for _ in range(150)]
     # Records 3i, 3i+1, 3i+2 share a key: a run of 30 records, 3 different ones, 10 copies each.
@@ -309,17 +330,15 @@ def test_every_record_ten_times_gives_the_shards_of_sorting_every_run_by_frame_b
         keys = np.array([key_of[item] for item in chunk], dtype=np.uint64)
         pieces.append(KeyedRecords(split_indices(digests[:, 0], [0.7, 0.3]), keys, offsets, data, crcs=crcs))
     spec = _spec(num_shards=(4, 3))
+    final = _in_final_order([(int(which), int(key), payload) for piece in pieces
+                             for payload, key, which in zip(_payloads(piece), piece.key, piece.split)])
     for index, split in enumerate(spec.splits):
-        ordered = sorted(
-            (int(key), frame_records([payload]))
-            for piece in pieces
-            for payload, key, which in zip(_payloads(piece), piece.key, piece.split)
-            if which == index
-        )
-        assert len({key for key, _ in ordered}) < len({frame for _, frame in ordered})  # some runs mix records
+        ordered = [frame_records([payload]) for payload in final[index]]
+        keys = {int(key) for piece in pieces for key, which in zip(piece.key, piece.split) if which == index}
+        assert len(keys) < len(set(ordered))  # some keys are shared by different records
         count, shards = len(ordered), spec.num_shards[index]
         bounds = [-(-shard * count // shards) for shard in range(shards + 1)]
-        expected = [b"".join(frame for _, frame in ordered[low:high]) for low, high in zip(bounds, bounds[1:])]
+        expected = [b"".join(ordered[low:high]) for low, high in zip(bounds, bounds[1:])]
         for store, read_bytes in ((INLINE, None), (MEMORY, None), (SPILL, None), (SPILL, 1024)):
             # 1024: spilled parts read in small windows, so ties are checked in many small chunks.
             directory = tmp_path / f"{store}-{read_bytes}"
@@ -436,7 +455,9 @@ def test_a_shard_writer_reads_spilled_parts_a_window_at_a_time(tmp_path, monkeyp
     SHARD_READ_BYTES at once (plus one record), and writes the same bytes as when it read it whole."""
     from tfrbeam.builder.shuffle import SpillStore, received, write
 
-    payloads = _dataset(3000, random.Random(21))  # ~60 KB of records, two pieces, one shard
+    rng = random.Random(21)
+    payloads = [rng.randbytes(rng.randint(8, 40)) for _ in range(3025)]  # ~60 KB of records, two pieces, one shard
+    assert len(set(payloads)) == len(payloads)  # no copies to move: the pieces are read by the writer alone
     spec = _spec(splits=("train",), num_shards=(1,))
     pieces = _pieces(payloads, [1500, 1525], [1.0], seed=4, with_crcs=True)
     _run(pieces, spec, tmp_path / "whole")

@@ -72,6 +72,7 @@ from __future__ import annotations
 
 from tfrbeam.builder.shuffle.balance import BucketCounts, ShardingSpec, ShardPlan, SplitPlan, make_plan
 from tfrbeam.builder.shuffle.coders import KeyedRecordsCoder, PieceCoder
+from tfrbeam.builder.shuffle.copies import RangeCounts, TallyCopies, tally_copies
 from tfrbeam.builder.shuffle.keys import (
     FILE_INDEX_BITS,
     MAX_BUCKET_BITS,
@@ -80,6 +81,8 @@ from tfrbeam.builder.shuffle.keys import (
     bucket_bits_for,
     content_digests,
     input_order_keys,
+    key_range_bounds,
+    occurrence_keys,
     payload_crcs,
     record_checksums,
     seeded_sort_keys,
@@ -91,6 +94,7 @@ from tfrbeam.builder.shuffle.pieces import (
     PIECE_STORES,
     SPILL,
     KeyedRecords,
+    MovedCopies,
     Piece,
     PieceRef,
     StoredRecords,
@@ -122,10 +126,13 @@ __all__ = [
     "KeyedRecords",
     "KeyedRecordsCoder",
     "MemoryStore",
+    "MovedCopies",
     "Piece",
     "PieceCoder",
     "PieceRef",
     "PieceStore",
+    "RangeCounts",
+    "TallyCopies",
     "WrittenShard",
     "ShardPlan",
     "ShardingSpec",
@@ -139,13 +146,16 @@ __all__ = [
     "content_digests",
     "discard_pieces",
     "input_order_keys",
+    "key_range_bounds",
     "keyed_pieces",
     "make_piece_store",
     "make_plan",
+    "occurrence_keys",
     "payload_crcs",
     "record_checksums",
     "runs_holding_pieces",
     "seeded_sort_keys",
     "split_indices",
+    "tally_copies",
     "write_blocks",
 ]

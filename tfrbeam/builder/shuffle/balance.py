@@ -17,8 +17,8 @@ from tfrbeam.builder.shuffle.keys import MIN_BUCKET_BITS
 from tfrbeam.builder.shuffle.pieces import Piece
 from tfrbeam.builder.shuffle.stores import PieceStore
 
-__all__ = ["ORDERED_BLOCK_ROWS", "BucketCounts", "PlanShards", "ShardPlan", "ShardingSpec", "SplitPlan", "make_plan",
-           "record_buckets"]
+__all__ = ["ORDERED_BLOCK_ROWS", "BucketCounts", "PlanShards", "ShardPlan", "ShardingSpec", "SplitPlan", "crossing_bytes",
+           "histogram_of", "make_plan", "record_buckets"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -102,6 +102,23 @@ def _histogram(records: Piece, spec: ShardingSpec) -> tuple[np.ndarray, ...]:
     return _reduce(records.split.astype(np.uint16), buckets, np.ones(len(records), np.int64), framed, framed)
 
 
+def histogram_of(split: np.ndarray, key: np.ndarray, framed: np.ndarray, bucket_bits: int) -> tuple[np.ndarray, ...]:
+    """``_histogram``'s counts of records in hash mode, given their splits, keys and framed lengths in any order."""
+    if not len(key):
+        return _empty_histogram()
+    buckets = np.asarray(key, dtype=np.uint64) >> np.uint64(64 - bucket_bits)
+    return _reduce(np.asarray(split, dtype=np.uint16), buckets, np.ones(len(key), np.int64), framed, framed)
+
+
+def crossing_bytes(piece: Piece, store: PieceStore | None) -> int:
+    """What a prepared piece takes as it leaves the stage that prepared it (``PieceCoder``'s size), for the manifest's
+    ``shuffled_bytes``. A memory store's piece stays in this process (it would cross as its run's path and name): not
+    counted, so the figure does not depend on where the run stages. Others cross as their store makes them."""
+    if piece.ref.run:
+        return 0
+    return PieceCoder().estimate_size(store.crossing(piece) if store is not None else piece)
+
+
 def _empty_histogram() -> tuple[np.ndarray, ...]:
     return (np.zeros(0, np.uint16), np.zeros(0, np.uint64), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
 
@@ -147,9 +164,10 @@ class BucketCounts(beam.CombineFn):
 class PlanShards(BucketCounts):
     """The bucket counts, then the plan made from them, in one combine (a Map after it would be one more stage).
 
-    It also sums what the pieces take as they leave the stage that prepares them (``PieceCoder``'s size):
-    the first of the shuffle's two crossings of the runner (inline and spill stores), for the manifest's
-    ``shuffled_bytes``.
+    It takes the prepared pieces (ordered builds) or the tally of copies' counts of every key range (shuffled builds,
+    ``copies.RangeCounts``: the buckets of the records' final keys). It also sums what the pieces take as they leave
+    the stage that prepares them (``crossing_bytes``): the first of the shuffle's two crossings of the runner (inline
+    and spill stores), for the manifest's ``shuffled_bytes``.
     """
 
     def __init__(self, spec: ShardingSpec, store: PieceStore | None = None):
@@ -159,13 +177,12 @@ class PlanShards(BucketCounts):
     def create_accumulator(self):
         return super().create_accumulator(), 0
 
-    def add_input(self, accumulator, records: Piece):
+    def add_input(self, accumulator, records):
         counts, piece_bytes = accumulator
-        # A memory store's piece stays in this process (it would cross as its run's path and name): not counted,
-        # so the figure does not depend on where the run stages. Others cross as their store makes them.
-        crossing = 0 if records.ref.run else PieceCoder().estimate_size(
-            self._store.crossing(records) if self._store is not None else records)
-        return super().add_input(counts, records), piece_bytes + crossing
+        if not isinstance(records, Piece):  # a key range's counts (copies.RangeCounts)
+            counts.append(records.histogram)
+            return (self._compact(counts) if len(counts) > 64 else counts), piece_bytes + records.piece_bytes
+        return super().add_input(counts, records), piece_bytes + crossing_bytes(records, self._store)
 
     def merge_accumulators(self, accumulators):
         accumulators = list(accumulators)

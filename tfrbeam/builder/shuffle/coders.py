@@ -15,8 +15,8 @@ from tfrbeam.builder.shuffle.stores import is_registered, registered_piece
 __all__ = ["KeyedRecordsCoder", "PieceCoder"]
 
 _KEYED_HEADER = struct.Struct("<QQ?")
-# records, frame bytes, offset, location bytes, frames kind, wide offsets, split runs
-_PIECE_HEADER = struct.Struct("<QQQIB?I")
+# records, frame bytes, offset, location bytes, frames kind, wide offsets, split runs, footers
+_PIECE_HEADER = struct.Struct("<QQQIB?I?")
 _NO_FRAMES, _RAW, _PACKED = 0, 1, 2  # the frames an element carries: none, as they are, compressed in blocks
 _PACKED_HEADER = struct.Struct("<IQQ")  # blocks, skip, size
 _WHOLE, _REGISTERED, _STUB = b"\x00", b"\x01", b"\x02"
@@ -92,11 +92,11 @@ class PieceCoder(beam.coders.Coder):
         wide = _wide_offsets(value.offsets)
         split_values, split_counts = _split_runs(value.split)
         header = _PIECE_HEADER.pack(count, len(frames), ref.offset, len(location), _frames_kind(ref), wide,
-                                    len(split_values))
+                                    len(split_values), value.footers is not None)
         parts: list[typing.Any] = [  # bytes and ndarrays: an ndarray is a buffer, numpy types it so only for 3.12+
             _WHOLE, header, bytes([_STORE_CODES[ref.store]]), location, _raw(split_values, "<u2"),
             _raw(split_counts, "<u4"), _raw(value.key, "<u8"), _raw(value.offsets, "<i8" if wide else "<u4"),
-            *tables, frames,
+            _raw(value.footers, "<u4") if value.footers is not None else b"", *tables, frames,
         ]
         return b"".join(parts)
 
@@ -111,8 +111,9 @@ class PieceCoder(beam.coders.Coder):
         else:
             frames = 0 if ref.data is None else np.asarray(ref.data).nbytes
         offsets = (len(value.key) + 1) * (8 if _wide_offsets(value.offsets) else 4)
+        footers = 0 if value.footers is None else 4 * len(value.key)
         return (1 + _PIECE_HEADER.size + 1 + len(ref.location.encode("utf-8")) + 6 * _count_runs(value.split)
-                + 8 * len(value.key) + offsets + frames)
+                + 8 * len(value.key) + offsets + footers + frames)
 
     def decode(self, encoded: bytes) -> Piece:
         if encoded[:1] == _REGISTERED:
@@ -126,7 +127,7 @@ class PieceCoder(beam.coders.Coder):
             position = 1 + _STUB_HEADER.size
             location = bytes(encoded[position:position + location_size]).decode("utf-8")
             return Piece.stub(PieceRef(SPILL, location=location, offset=offset), count, first, end)
-        count, size, offset, location_size, kind, wide, runs = _PIECE_HEADER.unpack_from(encoded, 1)
+        count, size, offset, location_size, kind, wide, runs, has_footers = _PIECE_HEADER.unpack_from(encoded, 1)
         position = 1 + _PIECE_HEADER.size
         store = PIECE_STORES[encoded[position]]
         location = bytes(encoded[position + 1:position + 1 + location_size]).decode("utf-8")
@@ -134,14 +135,15 @@ class PieceCoder(beam.coders.Coder):
         split = np.repeat(reader.take("<u2", runs), reader.take("<u4", runs))
         key = reader.take("<u8", count)
         offsets = reader.take("<i8", count + 1) if wide else reader.take("<u4", count + 1).astype(np.int64)
+        footers = reader.take("<u4", count) if has_footers else None
         if kind == _PACKED:
             blocks, skip, packed_size = _PACKED_HEADER.unpack_from(encoded, reader.position)
             reader.position += _PACKED_HEADER.size
             raw_sizes, stored_sizes, raw_crcs = (reader.take("<u4", blocks) for _ in range(3))
             packed = PackedFrames(reader.take("u1", size), stored_sizes, raw_sizes, raw_crcs, skip, packed_size)
-            return Piece(split, key, offsets, PieceRef(store, None, location, offset, packed=packed))
+            return Piece(split, key, offsets, PieceRef(store, None, location, offset, packed=packed), footers)
         data = reader.take("u1", size) if kind == _RAW else None
-        return Piece(split, key, offsets, PieceRef(store, data, location, offset))
+        return Piece(split, key, offsets, PieceRef(store, data, location, offset), footers)
 
     def is_deterministic(self) -> bool:
         return True

@@ -17,8 +17,8 @@ from tfrbeam.tfrecord.frames import frame_ordered
 from tfrbeam.tfrecord.records import FOOTER_SIZE, HEADER_SIZE, RECORD_OVERHEAD
 
 __all__ = [
-    "INLINE", "MEMORY", "PIECE_STORES", "SPILL", "KeyedRecords", "Piece", "PieceRef", "StoredRecords", "byte_blocks",
-    "keyed_pieces", "split_key_order",
+    "INLINE", "MEMORY", "PIECE_STORES", "SPILL", "KeyedRecords", "MovedCopies", "Piece", "PieceRef", "StoredRecords",
+    "byte_blocks", "frame_footers", "keyed_pieces", "split_key_order",
 ]
 
 # The piece stores by name (``tfrbeam.builder.shuffle.stores``): where a piece's frames wait.
@@ -148,6 +148,9 @@ class Piece:
     key: np.ndarray
     offsets: np.ndarray
     ref: PieceRef
+    # The records' masked CRC32C ("<u4", their frames' footers) where the store has them at hand: the tally of copies
+    # (``tfrbeam.builder.shuffle.copies``) tells records with equal keys apart by them. None once they are not needed.
+    footers: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.key)
@@ -165,7 +168,17 @@ class Piece:
         """Records ``start:end``, without copying frames (a view, or a narrower range of the store's bytes)."""
         first, last = int(self.offsets[start]), int(self.offsets[end])
         ref = self.ref.narrowed(start, first, last)
-        return Piece(self.split[start:end], self.key[start:end], self.offsets[start:end + 1] - first, ref)
+        footers = self.footers[start:end] if self.footers is not None else None
+        return Piece(self.split[start:end], self.key[start:end], self.offsets[start:end + 1] - first, ref, footers)
+
+    def without_footers(self) -> Piece:
+        """The piece as it crosses to its shard writers, which read the footers with the frames."""
+        return self if self.footers is None else dataclasses.replace(self, footers=None)
+
+    def keys_only(self) -> Piece:
+        """Its splits, keys, frame offsets and footers, without the frames or where they are (for the tally of copies)."""
+        return Piece(self.split, self.key, self.offsets, PieceRef(self.ref.store, location=self.ref.location),
+                     self.footers)
 
     @property
     def is_stub(self) -> bool:
@@ -184,6 +197,23 @@ class Piece:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
+class MovedCopies:
+    """New sort keys for some records of one prepared piece (or run): copies of a record that another copy keeps the
+    key of (``tfrbeam.builder.shuffle.copies``).
+
+    ``location`` names the piece (``PieceRef.location``), ``positions`` (int64) are the records' places in it
+    and ``keys`` (uint64) their new keys.
+    """
+
+    location: str
+    positions: np.ndarray
+    keys: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
 class StoredRecords:
     """A piece slice's records as a shard writer reads them: payloads ``buffer[starts[i]:][:lengths[i]]`` and their masked
     CRCs."""
@@ -197,5 +227,9 @@ class StoredRecords:
     def of_frames(cls, piece: Piece, frames: np.ndarray) -> StoredRecords:
         """The records of ``piece`` whose frames are ``frames`` (the stored footer is the masked CRC)."""
         frame_starts, sizes = piece.offsets[:-1], piece.framed_lengths
-        footers = windows(frames, 4)[frame_starts + sizes - FOOTER_SIZE].view("<u4")
-        return cls(frames, frame_starts + HEADER_SIZE, sizes - RECORD_OVERHEAD, footers)
+        return cls(frames, frame_starts + HEADER_SIZE, sizes - RECORD_OVERHEAD, frame_footers(frames, piece.offsets))
+
+
+def frame_footers(frames: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """The footers (masked CRC32C, "<u4") of the TFRecord frames bounded by ``offsets`` in ``frames``."""
+    return windows(frames, 4)[np.asarray(offsets[1:], dtype=np.int64) - FOOTER_SIZE].view("<u4")

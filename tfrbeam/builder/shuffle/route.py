@@ -15,7 +15,7 @@ from tfrbeam.builder.shuffle.stores import PieceStore
 
 __all__ = ["PIECE_GROUPS", "SHARD_KEY_BITS", "GroupPieces", "PreparePieces", "RouteGroupedPieces", "empty_shards",
            "empty_shards_if_no_records", "every_shard_key", "route_piece", "shard_key_of", "shard_ranges",
-           "split_and_shard"]
+           "split_and_shard", "with_final_keys"]
 
 SHARD_KEY_BITS = 32
 
@@ -145,17 +145,26 @@ def _keyed_by_group(piece: Piece, store: PieceStore) -> tuple[int, Piece]:
     return int(piece.key[0]) % PIECE_GROUPS, store.crossing(piece)
 
 
+def with_final_keys(piece: Piece, store: PieceStore, moved) -> Piece:
+    """``piece`` or, if the tally of copies moved some of its records (``moved``: a side input of ``MovedCopies`` by
+    piece name, or None), what the store made of it in the order of their new keys (``PieceStore.rekeyed``); as the
+    store keeps it (its keys perhaps on disk: ``with_keys`` reads them)."""
+    copies = list(moved[piece.ref.location]) if moved is not None else []
+    return store.rekeyed(store.with_keys(piece), copies) if copies else piece
+
+
 class RouteGroupedPieces(beam.DoFn):
-    """Routes each grouped piece (see route_piece) and sends an empty slice to every shard the group sent none,
-    so every shard is written."""
+    """Routes each grouped piece (see route_piece), its moved copies given their keys first, and sends an empty slice
+    to every shard the group sent none, so every shard is written."""
 
     def __init__(self, store: PieceStore):
         self._store = store
 
-    def process(self, group: tuple[int, Iterable[Piece]], plan: ShardPlan) -> Iterator[tuple[int, Piece]]:
+    def process(self, group: tuple[int, Iterable[Piece]], plan: ShardPlan, moved=None) -> Iterator[tuple[int, Piece]]:
         reached: set[int] = set()
         for piece in group[1]:
-            for shard_key, part in route_piece(self._store.with_keys(piece), plan, self._store):
+            keyed = self._store.with_keys(with_final_keys(piece, self._store, moved))
+            for shard_key, part in route_piece(keyed, plan, self._store):
                 reached.add(shard_key)
                 yield shard_key, part
         for shard_key, empty in empty_shards(plan):

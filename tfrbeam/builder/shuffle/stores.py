@@ -13,7 +13,7 @@ import uuid
 import numpy as np
 
 from tfrbeam.beam import filesystem as fs
-from tfrbeam.builder.shuffle.keys import payload_crcs
+from tfrbeam.builder.shuffle.keys import key_range_bounds, payload_crcs
 from tfrbeam.builder.shuffle.packed import pack_frames
 from tfrbeam.builder.shuffle.pieces import (
     INLINE,
@@ -21,10 +21,12 @@ from tfrbeam.builder.shuffle.pieces import (
     PIECE_STORES,
     SPILL,
     KeyedRecords,
+    MovedCopies,
     Piece,
     PieceRef,
     StoredRecords,
     byte_blocks,
+    frame_footers,
     split_key_order,
 )
 from tfrbeam.errors import ShuffledDataError
@@ -61,6 +63,9 @@ class PieceStore:
     pieces_as_side_input: typing.ClassVar[bool] = False
     # PreparePieces gathers about this many bytes of pieces and keeps them as one run (``add_run``); 0: each alone.
     run_bytes: int = 0
+    # The tally of copies gets whole pieces and reads each key range of the runs they are in (``range_parts``),
+    # not the parts ``tally_part`` cut when they were prepared: the store merges pieces into runs after that.
+    tallies_whole_runs: typing.ClassVar[bool] = False
 
     def open(self) -> None:
         """Prepare to ``add`` in this worker."""
@@ -71,7 +76,7 @@ class PieceStore:
         The default frames them into one new buffer (``KeyedRecords.sorted_frames``) and keeps that.
         """
         split, key, offsets, frames = records.sorted_frames()
-        return Piece(split, key, offsets, self._keep(frames))
+        return Piece(split, key, offsets, self._keep(frames), frame_footers(frames, offsets))
 
     def add_run(self, pieces: list[KeyedRecords]) -> Piece:
         """Keep several pieces' records as one piece, in (split, key) order: the stores with a ``run_bytes``."""
@@ -125,11 +130,41 @@ class PieceStore:
 
     def crossing(self, piece: Piece) -> Piece:
         """``piece`` (or a slice ``route_slice`` cut) as it crosses the runner's GroupByKey; ``with_keys`` undoes it."""
-        return piece
+        return piece.without_footers()
 
     def route_slice(self, piece: Piece, start: int, end: int) -> Piece:
         """Records ``start:end`` of a piece being routed (``with_keys`` gave it), as they cross to their shard writer."""
-        return piece.slice(start, end)
+        return piece.slice(start, end).without_footers()
+
+    def tally_part(self, piece: Piece, start: int, end: int) -> Piece:
+        """Records ``start:end`` of a prepared piece as they cross to the tally of copies: keys and footers, no frames
+        (``with_keys`` gives them back)."""
+        return piece.slice(start, end).keys_only()
+
+    def range_parts(self, piece: Piece, range_index: int, range_bits: int) -> list[tuple[int, Piece]]:
+        """The records of key range ``range_index`` of ``piece`` (one ``runs_of`` gave), with keys and footers: (first
+        record, part) for each split that has some (the stores with ``tallies_whole_runs``)."""
+        raise NotImplementedError(f"{type(self).__name__} tallies the parts tally_part cut")
+
+    def rekeyed(self, piece: Piece, copies: list[MovedCopies]) -> Piece:
+        """``piece`` (with its keys) after ``copies`` gave some of its records new keys: in (split, key) order again,
+        kept in this store. The stores that keep frames frame them again in the new order."""
+        keys = piece.key.copy()
+        for moved in copies:
+            keys[moved.positions] = moved.keys
+        return self._reordered(piece, keys)
+
+    def _reordered(self, piece: Piece, keys: np.ndarray) -> Piece:
+        """The records of ``piece`` with ``keys``, framed again into one new buffer in (split, key) order and kept."""
+        stored = self.records(piece)
+        order = split_key_order(piece.split, keys)
+        lengths, footers = stored.lengths[order], stored.footers[order]
+        view = memoryview(np.ascontiguousarray(stored.buffer, dtype=np.uint8))  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
+        frames = join_frames_in_buffers([view], np.zeros(len(order), np.int64), stored.starts[order], lengths, footers)
+        offsets = np.zeros(len(order) + 1, dtype=np.int64)
+        np.cumsum(lengths + RECORD_OVERHEAD, out=offsets[1:])
+        ref = self._keep(np.frombuffer(frames, dtype=np.uint8))
+        return Piece(piece.split[order], keys[order], offsets, ref, np.ascontiguousarray(footers, dtype="<u4"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,7 +212,7 @@ def write_run(path: str, members: list[_RunMember]) -> Piece:
             written.result()
     offsets = np.zeros(len(order) + 1, dtype=np.int64)
     np.cumsum(lengths + RECORD_OVERHEAD, out=offsets[1:])
-    return Piece(split[order], key[order], offsets, PieceRef(SPILL, location=path))
+    return Piece(split[order], key[order], offsets, PieceRef(SPILL, location=path), footers)
 
 
 class InlineStore(PieceStore):
@@ -187,7 +222,8 @@ class InlineStore(PieceStore):
     name = INLINE
 
     def _keep(self, frames: np.ndarray) -> PieceRef:
-        return PieceRef(INLINE, packed=pack_frames(frames))
+        # A name, so that the tally of copies can give the piece's moved copies their keys (``MovedCopies.location``).
+        return PieceRef(INLINE, location=uuid.uuid4().hex, packed=pack_frames(frames))
 
     def _frames(self, piece: Piece) -> np.ndarray:
         return piece.ref.frames()
@@ -226,7 +262,8 @@ class SpillStore(PieceStore):
         if self._executor is None:
             self.open()
         assert self._executor is not None  # open() made it
-        piece = Piece(split, key, offsets, PieceRef(SPILL, location=fs.join(self.directory, f"{uuid.uuid4().hex}.bin")))
+        piece = Piece(split, key, offsets, PieceRef(SPILL, location=fs.join(self.directory, f"{uuid.uuid4().hex}.bin")),
+                      frame_footers(frames, offsets))
         self._wait(keep=1)
         self._pending.append(self._executor.submit(_write_piece, piece, frames, self._keys_beside(piece)))
         return piece
@@ -248,13 +285,29 @@ class SpillStore(PieceStore):
         """A whole spilled piece whose keys are beside it crosses as a stub: the runner holds no array of its records
         (12 bytes a record otherwise, held in the runner's process once per GroupByKey until the build ends)."""
         if piece.is_stub or not self._keys_beside(piece) or piece.ref.offset:
-            return piece
+            return piece.without_footers()
         return Piece.stub(piece.ref, len(piece), 0, len(piece))
 
     def route_slice(self, piece: Piece, start: int, end: int) -> Piece:
         if not self._keys_beside(piece) or piece.ref.offset:
-            return piece.slice(start, end)
+            return piece.slice(start, end).without_footers()
         return Piece.stub(piece.ref, len(piece), start, end)
+
+    def tally_part(self, piece: Piece, start: int, end: int) -> Piece:
+        """A stub when the piece's keys (and footers) are in the file beside it."""
+        if not self._keys_beside(piece) or piece.ref.offset:
+            return super().tally_part(piece, start, end)
+        return Piece.stub(piece.ref, len(piece), start, end)
+
+    def _reordered(self, piece: Piece, keys: np.ndarray) -> Piece:
+        """The records framed again into a new spill file in their new order, a block at a time (``write_run``)."""
+        stored = self.records(piece)
+        path = fs.join(self.directory, f"{uuid.uuid4().hex}.bin")
+        member = _RunMember(piece.split, keys, stored.buffer, stored.starts, stored.lengths, stored.footers)
+        reordered = write_run(path, [member])
+        if self._keys_beside(reordered):
+            _write_keys(reordered)
+        return reordered
 
     def with_keys(self, piece: Piece) -> Piece:
         if not piece.is_stub:
@@ -331,10 +384,13 @@ _KEYS_SUFFIX = ".keys"
 
 
 def _write_keys(piece: Piece) -> None:
-    """A spilled piece's keys, frame offsets and splits, in a file beside its frames (``_read_keys`` reads them back)."""
+    """A spilled piece's keys, frame offsets, splits and footers, in a file beside its frames (``_read_keys`` reads them
+    back; ``_KeysFile`` bisects them)."""
+    if piece.footers is None:
+        raise ValueError(f"{piece.ref.location}: a spilled piece's keys go to disk with its footers, and it has none")
     _write_file(piece.ref.location + _KEYS_SUFFIX, np.concatenate([
         piece.key.astype("<u8", copy=False).view(np.uint8), piece.offsets.astype("<i8", copy=False).view(np.uint8),
-        piece.split.astype("<u2", copy=False).view(np.uint8),
+        piece.split.astype("<u2", copy=False).view(np.uint8), piece.footers.astype("<u4", copy=False).view(np.uint8),
     ]))
 
 
@@ -345,9 +401,25 @@ def _read_keys(ref: PieceRef, count: int, start: int, end: int) -> Piece:
         key = _read_array(handle, path, "<u8", 8 * start, end - start)
         offsets = _read_array(handle, path, "<i8", 8 * count + 8 * start, end - start + 1)
         split = _read_array(handle, path, "<u2", 16 * count + 8 + 2 * start, end - start)
+        footers = _read_array(handle, path, "<u4", 18 * count + 8 + 4 * start, end - start)
     first = int(offsets[0])
     narrowed = ref.narrowed(start, first, int(offsets[-1]))
-    return Piece(split.astype(np.uint16), key.astype(np.uint64), (offsets - first).astype(np.int64), narrowed)
+    return Piece(split.astype(np.uint16), key.astype(np.uint64), (offsets - first).astype(np.int64), narrowed, footers)
+
+
+class _KeysFile:
+    """One column (keys or splits) of a spilled piece's keys file as a sequence read an item at a time: ``bisect``
+    finds a key range in a few reads, without reading the file whole."""
+
+    def __init__(self, handle: typing.BinaryIO, path: str, dtype: str, offset: int, count: int):
+        self._handle, self._path, self._dtype, self._offset, self._count = handle, path, dtype, offset, count
+        self._size = np.dtype(dtype).itemsize
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, index: int) -> int:
+        return int(_read_array(self._handle, self._path, self._dtype, self._offset + index * self._size, 1)[0])
 
 
 def _read_array(handle: typing.BinaryIO, path: str, dtype: str, offset: int, count: int) -> np.ndarray:
@@ -382,6 +454,9 @@ class _HeldPieces:
         self.merged: dict[str, Piece | None] = {}
         # Per spilled piece or run whose keys wait in a file beside it (not in memory): its record count.
         self.keys_on_disk: dict[str, int] = {}
+        # Per piece or run whose copies got new keys (``MemoryStore.rekeyed``): what it became (a stub if on disk).
+        self.rekeyed: dict[str, Piece] = {}
+        self.rekeying = threading.Lock()  # one thread rekeys a piece; the others wait and take what it became
 
     def keys_to_disk(self, piece: Piece) -> Piece:
         """What stays in memory of a spilled piece or run: its keys go to a file beside it, unless it is not local.
@@ -427,6 +502,7 @@ class MemoryStore(PieceStore):
 
     name = MEMORY
     pieces_as_side_input = True
+    tallies_whole_runs = True
 
     def __init__(self, run_key: str, budget: int, spill_directory: str, merge_runs: bool = True):
         self.run_key = run_key
@@ -541,6 +617,52 @@ class MemoryStore(PieceStore):
         with held.lock:
             return held.keys_on_disk.get(piece.ref.location)
 
+    def range_parts(self, piece: Piece, range_index: int, range_bits: int) -> list[tuple[int, Piece]]:
+        """From memory, or from the keys file of a spilled run: bisected there, then only the range's records read."""
+        count = self._keys_on_disk(piece)
+        if count is None:
+            return [(first, piece.slice(first, end))
+                    for _, first, end in key_range_bounds(piece.split, piece.key, range_bits, range_index)]
+        path = piece.ref.location + _KEYS_SUFFIX
+        with fs.open_read(path) as handle:
+            split, key = _KeysFile(handle, path, "<u2", 16 * count + 8, count), _KeysFile(handle, path, "<u8", 0, count)
+            bounds = key_range_bounds(split, key, range_bits, range_index)
+        return [(first, _read_keys(piece.ref, count, first, end)) for _, first, end in bounds]
+
+    def rekeyed(self, piece: Piece, copies: list[MovedCopies]) -> Piece:
+        """Once per piece or run, whichever writer asks first (the others get what it became).
+
+        A held piece is put in its new order by moving its keys only; a spilled one is written again.
+        """
+        held = self._held()
+        name = piece.ref.location
+        with held.rekeying:
+            done = held.rekeyed.get(name)
+            if done is None:
+                done = held.rekeyed[name] = super().rekeyed(piece, copies)
+        return done
+
+    def _reordered(self, piece: Piece, keys: np.ndarray) -> Piece:
+        held = self._held()
+        order = split_key_order(piece.split, keys)
+        if piece.ref.store == MEMORY:
+            lengths = piece.framed_lengths[order]
+            offsets = np.zeros(len(order) + 1, dtype=np.int64)
+            np.cumsum(lengths, out=offsets[1:])
+            with held.lock:
+                payloads, starts, footers = held.buffers[piece.ref.location]
+                footers = footers[order]
+                held.buffers[piece.ref.location] = (payloads, starts[order], footers)
+                reordered = Piece(piece.split[order], keys[order], offsets, piece.ref, footers)
+                held.sorted[piece.ref.location] = held.pieces[piece.ref.location] = reordered
+            return reordered
+        stored = self.overflow.records(piece)
+        run = self._write_run([(dataclasses.replace(piece, key=keys), (stored.buffer, stored.starts, stored.footers))])
+        stub = held.keys_to_disk(run)
+        with held.lock:
+            held.pieces[run.ref.location] = stub
+        return stub
+
     @staticmethod
     def _hold(held: _HeldPieces, records: KeyedRecords) -> Piece:
         order = split_key_order(records.split, records.key)
@@ -548,9 +670,10 @@ class MemoryStore(PieceStore):
         frame_offsets = np.zeros(len(order) + 1, dtype=np.int64)
         np.cumsum(records.lengths[order] + RECORD_OVERHEAD, out=frame_offsets[1:])
         name = uuid.uuid4().hex
-        piece = Piece(records.split[order], records.key[order], frame_offsets, PieceRef(MEMORY, location=name))
+        footers = mask_crcs(crcs[order]).astype("<u4")
+        piece = Piece(records.split[order], records.key[order], frame_offsets, PieceRef(MEMORY, location=name), footers)
         with held.lock:
-            held.buffers[name] = (records.data, records.offsets[:-1][order], mask_crcs(crcs[order]).astype("<u4"))
+            held.buffers[name] = (records.data, records.offsets[:-1][order], footers)
             held.sorted[name] = piece
             held.pending[name] = 0
         return piece

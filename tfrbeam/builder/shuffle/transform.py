@@ -6,6 +6,7 @@ import apache_beam as beam
 
 from tfrbeam.builder.running.progress import progress_dir
 from tfrbeam.builder.shuffle.balance import PlanShards, ShardingSpec
+from tfrbeam.builder.shuffle.copies import TallyCopies
 from tfrbeam.builder.shuffle.pieces import Piece
 from tfrbeam.builder.shuffle.route import (
     GroupPieces,
@@ -23,9 +24,15 @@ __all__ = ["WriteShardsFromPieceList", "WriteShardsThroughGroupByKey", "WriteShu
 class WriteShardsOfPlan(beam.PTransform):
     """PCollection[Piece] -> PCollection[WrittenShard], one per shard of ``plan`` (a one-element PCollection[ShardPlan])."""
 
-    def __init__(self, temp_dir: str, store: PieceStore, plan: beam.PCollection, progress: str | None = None):
+    def __init__(self, temp_dir: str, store: PieceStore, plan: beam.PCollection, progress: str | None = None,
+                 moved: beam.PCollection | None = None):
         super().__init__()
         self._temp_dir, self._store, self._plan, self._progress = temp_dir, store, plan, progress
+        self._moved = moved  # the tally of copies' (piece name, MovedCopies), for shuffled builds
+
+    def _moved_side(self) -> dict:
+        """The moved copies as the routing takes them: a side input by piece name, if the build has a tally."""
+        return {} if self._moved is None else {"moved": beam.pvalue.AsMultiMap(self._moved)}
 
 
 class WriteShardsFromPieceList(WriteShardsOfPlan):
@@ -40,7 +47,8 @@ class WriteShardsFromPieceList(WriteShardsOfPlan):
         return (
             self._plan
             | "EveryShard" >> beam.FlatMap(every_shard_key).with_output_types(int)
-            | "WriteShards" >> beam.ParDo(writer, beam.pvalue.AsSingleton(self._plan), beam.pvalue.AsList(pieces))
+            | "WriteShards" >> beam.ParDo(writer, beam.pvalue.AsSingleton(self._plan), beam.pvalue.AsList(pieces),
+                                          **self._moved_side())
         )
 
 
@@ -59,7 +67,7 @@ class WriteShardsThroughGroupByKey(WriteShardsOfPlan):
         shard_groups = (
             pieces
             | "GroupPieces" >> GroupPieces(self._store)
-            | "RouteToShards" >> beam.ParDo(RouteGroupedPieces(self._store), plan_side)
+            | "RouteToShards" >> beam.ParDo(RouteGroupedPieces(self._store), plan_side, **self._moved_side())
             .with_output_types(tuple[int, Piece])
             | "GroupByShard" >> beam.GroupByKey()
         )
@@ -94,11 +102,17 @@ class WriteShuffledShards(beam.PTransform):
 
     def expand(self, records):
         pieces = records | "SortPieces" >> beam.ParDo(PreparePieces(self._store)).with_output_types(Piece)
-        plan = pieces | "PlanShards" >> beam.CombineGlobally(PlanShards(self._spec, self._store))
+        moved = None
+        if self._spec.ordered:  # keys are input positions, all distinct: no copies to spread
+            plan = pieces | "PlanShards" >> beam.CombineGlobally(PlanShards(self._spec, self._store))
+        else:
+            tally = pieces | "TallyCopies" >> TallyCopies(self._spec, self._store)
+            plan = tally["counts"] | "PlanShards" >> beam.CombineGlobally(PlanShards(self._spec, self._store))
+            moved = tally["moved"]
         if self._store.pieces_as_side_input:
-            writers = WriteShardsFromPieceList(self._temp_dir, self._store, plan, self._progress)
+            writers = WriteShardsFromPieceList(self._temp_dir, self._store, plan, self._progress, moved)
             files = pieces | "WriteShardsFromPieceList" >> writers
         else:
-            routed = WriteShardsThroughGroupByKey(self._temp_dir, self._store, plan, self._progress)
+            routed = WriteShardsThroughGroupByKey(self._temp_dir, self._store, plan, self._progress, moved)
             files = pieces | "WriteShardsThroughGroupByKey" >> routed
         return {"files": files, "plan": plan}

@@ -23,7 +23,7 @@ from tfrbeam.builder.shuffle.coders import PieceCoder
 from tfrbeam.builder.shuffle.order import KeptOrder, TieCheck, TiedRecordsDiffer, kept_order, shard_order
 from tfrbeam.builder.shuffle.pieces import Piece, byte_blocks
 from tfrbeam.builder.shuffle.received import Received
-from tfrbeam.builder.shuffle.route import shard_ranges, split_and_shard
+from tfrbeam.builder.shuffle.route import shard_ranges, split_and_shard, with_final_keys
 from tfrbeam.builder.shuffle.stores import PieceStore
 from tfrbeam.errors import ShuffledDataError
 from tfrbeam.layout.names import shard_file_name
@@ -227,10 +227,12 @@ class WriteShardOfPieces(WriteShard):
         self._ranges: dict[int, list[tuple[Piece, int, int]]] | None = None
 
     # Another element type than the base's (a shard key, pieces as a side input): a different DoFn signature.
-    def process(self, shard_key: int, plan: ShardPlan, pieces: list[Piece]) -> Iterator[WrittenShard]:  # type: ignore[override]
+    def process(self, shard_key: int, plan: ShardPlan, pieces: list[Piece],  # type: ignore[override]
+                moved=None) -> Iterator[WrittenShard]:
         if self._ranges is None:
             self._ranges = collections.defaultdict(list)
             for piece in self._store.runs_of(pieces):
+                piece = with_final_keys(piece, self._store, moved)  # the store rekeys each piece once, for every writer
                 ranges = shard_ranges(self._store.with_keys(piece), plan)
                 self._store.routed(piece, len(ranges))
                 for key, low, high in ranges:
