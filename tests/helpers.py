@@ -21,7 +21,7 @@ import pytest
 
 from tfrbeam.builder.config import parse_config
 from tfrbeam.errors import ConfigError
-from tfrbeam.tfrecord.record_index import index_path_for
+from tfrbeam.tfrecord.read_index import INDEX_SUFFIX, index_path_for, parse_read_index, starts_bytes, table_bytes
 from tfrbeam.tfrecord.records import RECORD_OVERHEAD
 
 
@@ -53,12 +53,25 @@ def record_offsets(records: Iterable[int | bytes], start: int = 0) -> list[int]:
     return offsets
 
 
-def write_index(data_path: str | os.PathLike, data: bytes) -> None:
-    """Put ``data`` where the read index of ``data_path`` lives."""
-    index_path = index_path_for(str(data_path))
+def write_index(data_path: str | os.PathLike, data: bytes, suffix: str = INDEX_SUFFIX) -> None:
+    """Put ``data`` where the read index of ``data_path`` lives (``suffix`` ".idx" or ".offsets": a dataset's of before)."""
+    index_path = index_path_for(str(data_path), suffix)
     os.makedirs(os.path.dirname(index_path), exist_ok=True)
     with open(index_path, "wb") as handle:
         handle.write(data)
+
+
+def index_as_written_before(data_path: str | os.PathLike, files: str) -> None:
+    """Replace the ``.index`` of ``data_path`` with what a dataset written before it existed has: its split table as an
+    ``.idx`` file, its record starts as an ``.offsets`` file, ``both`` or ``none``."""
+    index = pathlib.Path(index_path_for(str(data_path)))
+    parsed = parse_read_index(index.read_bytes(), str(index))
+    index.unlink()
+    if files in ("idx", "both"):
+        write_index(data_path, table_bytes(parsed.split_table()), ".idx")
+    if files in ("offsets", "both"):
+        assert parsed.starts is not None
+        write_index(data_path, starts_bytes(parsed.starts.offsets, parsed.mtime), ".offsets")
 
 
 def shard_files(prefix: str, suffix: str = "") -> list[str]:

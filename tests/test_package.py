@@ -129,7 +129,7 @@ def test_the_format_core_does_not_import_beam():
         "for name in ('read_records', 'RecordWriter', 'encode_example', 'decode_example', 'record_blocks',\n"
         "             'record_batch_to_examples', 'examples_to_record_batch', 'encode_sequence_batch', 'open_dataset'):\n"
         "    getattr(tfrbeam, name)\n"
-        "import tfrbeam.tfrecord.record_index, tfrbeam.layout.manifest, tfrbeam.base.file_access, tfrbeam.cli.file_tools\n"
+        "import tfrbeam.tfrecord.read_index, tfrbeam.layout.manifest, tfrbeam.base.file_access, tfrbeam.cli.file_tools\n"
         "print('apache_beam' in sys.modules)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -20,7 +20,7 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 from hypothesis import given, settings, strategies as st
 
-from tests.helpers import shard_files as _shards
+from tests.helpers import index_as_written_before, shard_files as _shards
 from tfrbeam.beam import sink
 from tfrbeam.beam.examples_write import WriteExamples, _FrameExamplesFn
 from tfrbeam.beam.sink import Finalizer, WriteToTFRecord, frame_batch, make_sink_spec
@@ -35,9 +35,15 @@ from tfrbeam.errors import (
     UnsupportedCompressionError,
 )
 from tfrbeam.layout.names import ShardNaming
-from tfrbeam.tfrecord import offset_index
-from tfrbeam.tfrecord.offset_index import load_offsets, offset_index_is_current
-from tfrbeam.tfrecord.record_index import INDEX_DIR_NAME, index_path_for, load_index
+from tfrbeam.tfrecord import read_index
+from tfrbeam.tfrecord.read_index import (
+    INDEX_DIR_NAME,
+    index_is_current,
+    index_path_for,
+    index_paths_for,
+    load_offsets,
+    load_split_table,
+)
 from tfrbeam.tfrecord.records import RECORD_OVERHEAD, read_records
 
 # Duplicates on purpose: "exactly once" is checked as multiset equality.
@@ -112,7 +118,7 @@ def test_exact_shard_counts_records_once_and_read_index(tmp_path):
             assert files[0].endswith(f"-00000-of-{count:05d}")
         assert _read_all(files) == collections.Counter(RECORDS)
         for path in files:  # a current, correct read index for every uncompressed shard
-            index = load_index(path, os.path.getsize(path), _file_mtime(path))
+            index = load_split_table(path, os.path.getsize(path), _file_mtime(path))
             assert index is not None and index.num_records == sum(1 for _ in read_records(path))
     seven = [sum(1 for _ in read_records(path)) for path in _shards(prefixes[7])]
     assert max(seven) - min(seven) <= 1  # one batch, split evenly
@@ -122,7 +128,9 @@ def test_exact_shard_counts_records_once_and_read_index(tmp_path):
     # The index lives where shard globs and TF never look, and temp directories are gone.
     everything = glob.glob(str(tmp_path / "*"))
     assert all(INDEX_DIR_NAME not in path for path in everything + glob.glob(str(tmp_path / "n7-*")))
-    assert os.path.isdir(tmp_path / INDEX_DIR_NAME)
+    # One read index file per uncompressed shard, and nothing else beside them.
+    assert sorted(os.listdir(tmp_path / INDEX_DIR_NAME)) == sorted(
+        os.path.basename(path) + ".index" for written_by_one in names for path in written_by_one)
     assert _temp_dirs(tmp_path) == []
 
 
@@ -131,7 +139,7 @@ def test_index_offsets_are_record_starts_across_many_batches(tmp_path):
     prefix = str(tmp_path / "big")
     (names,), _ = _run(payloads, (prefix, {"num_shards": 2}))
     for path in names:
-        index = load_index(path, os.path.getsize(path), _file_mtime(path))
+        index = load_split_table(path, os.path.getsize(path), _file_mtime(path))
         assert index is not None and len(index.offsets) >= 3
         starts = []
         offset = 0
@@ -141,20 +149,20 @@ def test_index_offsets_are_record_starts_across_many_batches(tmp_path):
         assert all(starts[number] == offset for offset, number in zip(index.offsets, index.record_numbers))
 
 
-def test_offset_indexes_come_from_the_writers_not_from_walking_the_shards_again(tmp_path, monkeypatch):
+def test_read_indexes_come_from_the_writers_not_from_walking_the_shards_again(tmp_path, monkeypatch):
     """The writers collect every record start as they write; finalize only moves and stamps the index."""
 
     def walk_refused(path):
         raise AssertionError(f"finalize walked the headers of {path}")
 
-    monkeypatch.setattr(offset_index, "offsets_from_headers", walk_refused)
+    monkeypatch.setattr(read_index, "offsets_from_headers", walk_refused)
     monkeypatch.setattr(sink, "offsets_from_headers", walk_refused)
     payloads = [bytes([i % 251]) * (1 + i % 700) for i in range(3000)]
     prefixes = {count: str(tmp_path / f"n{count}") for count in (0, 3, 3000 + 5)}  # the last has empty shards
     _run(payloads, *[(prefix, {"num_shards": count}) for count, prefix in prefixes.items()])
     for prefix in prefixes.values():
         for path in _shards(prefix):
-            assert offset_index_is_current(path)[0]
+            assert index_is_current(path, index_path_for(path))[0]
             assert load_offsets(path, write=False).tolist() == _record_starts(path)
     assert _temp_dirs(tmp_path) == []
 
@@ -367,10 +375,11 @@ def test_overwrite_replaces_the_old_set_and_its_index_files(tmp_path):
     unrelated = [prefix + "-00000-of-00003.gz", prefix + "-extra", str(tmp_path / "other-00000-of-00001")]
     for path in unrelated:
         pathlib.Path(path).write_bytes(b"not ours")
-    assert all(os.path.exists(index_path_for(path)) for path in old)
+    index_as_written_before(old[1], "both")  # a run of before the .index left these
+    assert all(any(os.path.exists(index) for index in index_paths_for(path)) for path in old)
     (names,), _ = _run(RECORDS, (prefix, {"num_shards": 2, "overwrite": True}))
     assert _shards(prefix) == names == [prefix + "-00000-of-00002", prefix + "-00001-of-00002"]
-    assert not any(os.path.exists(index_path_for(path)) for path in old)
+    assert not any(os.path.exists(index) for path in old for index in index_paths_for(path))
     assert all(os.path.exists(index_path_for(path)) for path in names)
     assert all(pathlib.Path(path).read_bytes() == b"not ours" for path in unrelated)
     assert _read_all(names) == collections.Counter(RECORDS)

@@ -19,7 +19,7 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 
-from tests.helpers import corrupt_vectors_oracle, write_index
+from tests.helpers import corrupt_vectors_oracle, index_as_written_before, write_index
 from tfrbeam.beam import ReadAllFromTFRecord, ReadExamples, ReadFromTFRecord, TFRecordSource, source as source_module
 from tfrbeam.beam.examples_read import DecodeToDicts, DecodeToRecordBatches
 from tfrbeam.beam.source import INDEXED, SCAN, WHOLE, DecodedBatchSource, ReadOptions, TFRecordFileSource, _ExpandIntoRanges
@@ -36,7 +36,7 @@ from tfrbeam.errors import (
     UnsupportedCompressionError,
 )
 from tfrbeam.tfrecord.blocks import RecordBlock
-from tfrbeam.tfrecord.record_index import INDEX_INTERVAL_BYTES, IndexBuilder
+from tfrbeam.tfrecord.read_index import INDEX_INTERVAL_BYTES, ReadIndexBuilder
 from tfrbeam.tfrecord.records import RecordWriter, frame_records, read_records
 
 # ---------------------------------------------------------------------------------------------
@@ -46,7 +46,7 @@ from tfrbeam.tfrecord.records import RecordWriter, frame_records, read_records
 def write_records(path, payloads, *, index=True, interval=INDEX_INTERVAL_BYTES, compression=None) -> list[int]:
     """Write ``payloads`` as a TFRecord file (with a read index unless told not to); return the record starts."""
     path = str(path)
-    builder = IndexBuilder(interval)
+    builder = ReadIndexBuilder(interval)
     starts = []
     with RecordWriter(path, compression) as writer:
         for number, payload in enumerate(payloads):
@@ -54,7 +54,7 @@ def write_records(path, payloads, *, index=True, interval=INDEX_INTERVAL_BYTES, 
             builder.add(writer.bytes_written, number)
             writer.write(payload)
     if index:
-        write_index(path, builder.to_bytes(os.path.getsize(path), os.path.getmtime(path), len(payloads)))
+        write_index(path, builder.to_bytes(os.path.getsize(path), os.path.getmtime(path)))
     return starts
 
 
@@ -149,6 +149,45 @@ def test_bundles_carry_only_the_index_entries_they_need(small_files):
         offsets = plan.index.offsets
         assert offsets[0] <= bundle.start_position
         assert all(bundle.start_position < offset < bundle.stop_position for offset in offsets[1:])
+
+
+@pytest.mark.parametrize("files", ["idx", "offsets", "both", "none"])
+def test_files_indexed_before_the_one_read_index_still_split_exactly(tmp_path, files):
+    """A dataset written before the ``.index`` has an ``.idx`` (its split table), an ``.offsets`` (its record starts),
+    both or neither beside each shard: ranges still start exactly on records, and read every record once."""
+    rng = random.Random(5)
+    payloads = [rng.randbytes(rng.randint(500, 1500)) for _ in range(3000)]  # ~3 MiB: three entries a MiB apart
+    path = tmp_path / "old.tfrecord"
+    write_records(path, payloads)
+    index_as_written_before(path, files)
+    bundles = list(TFRecordSource(str(path)).split(desired_bundle_size=100_000))
+    plans = {bundle.source.plan().mode for bundle in bundles}
+    assert (plans, len(bundles) > 20) == (({WHOLE}, False) if files == "none" else ({INDEXED}, True))
+    assert [record for bundle in bundles for record in read(bundle.source, bundle.start_position,
+                                                            bundle.stop_position)] == payloads
+
+
+def test_a_split_reads_the_front_of_the_read_index_only(tmp_path, monkeypatch):
+    """Planning ranges needs the split table (16 bytes a MiB), not the record starts (8 bytes a record) after it."""
+    from tfrbeam.beam import source as source_module
+
+    payloads = [b"x" * 20] * 100_000  # 3.6 MB of 36-byte records: 800 kB of record starts
+    path = tmp_path / "small-records.tfrecord"
+    write_records(path, payloads)
+    read_bytes: list[int] = []
+    front = source_module._read_front_if_exists
+
+    def counted(index_path: str, limit: int) -> bytes | None:
+        data = front(index_path, limit)
+        read_bytes.append(len(data or b""))
+        return data
+
+    monkeypatch.setattr(source_module, "_read_front_if_exists", counted)
+    bundles = list(TFRecordSource(str(path)).split(desired_bundle_size=500_000))
+    assert {bundle.source.plan().mode for bundle in bundles} == {INDEXED} and len(bundles) > 5
+    assert read_bytes == [52 + 16 * 4]
+    assert [record for bundle in bundles for record in read(bundle.source, bundle.start_position,
+                                                            bundle.stop_position)] == payloads
 
 
 @pytest.mark.parametrize("count", [5, 11, 20])

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 import tfrbeam
 from tfrbeam.layout.names import MANIFEST_NAME
-from tfrbeam.tfrecord.offset_index import offset_index_path_for, parse_offset_index
+from tfrbeam.tfrecord.read_index import index_path_for, parse_read_index
 
 
 def _table(rows: int, offset: int = 0) -> pa.Table:
@@ -74,13 +74,13 @@ tfrbeam.write_dataset(table, sys.argv[1], num_shards=3, seed=int(sys.argv[2]), o
 """
 
 
-def _index_is_of(offsets_index: bytes, shard: bytes) -> bool:
-    """Whether a dense offset index describes these shard bytes (its record starts and end)."""
+def _index_is_of(index: bytes, shard: bytes) -> bool:
+    """Whether a read index describes these shard bytes (its record starts and end)."""
     try:
-        parsed = parse_offset_index(offsets_index, "index")
+        parsed = parse_read_index(index, "index")
     except Exception:
         return False
-    return int(parsed.offsets[-1]) == len(shard)
+    return parsed.starts is not None and int(parsed.starts.offsets[-1]) == len(shard)
 
 
 def _check_complete(bucket, key: str) -> int | None:
@@ -94,7 +94,7 @@ def _check_complete(bucket, key: str) -> int | None:
             data = bucket.get(f"{key}/{shard['path']}")
             assert len(data) == shard["num_bytes"], f"{shard['path']} is not the shard its manifest lists"
             assert hashlib.sha256(data).hexdigest() == shard["sha256"]
-            assert _index_is_of(bucket.get(f"{key}/{offset_index_path_for(shard['path'])}"), data), shard["path"]
+            assert _index_is_of(bucket.get(f"{key}/{index_path_for(shard['path'])}"), data), shard["path"]
     return sum(split["num_examples"] for split in manifest["splits"].values())
 
 

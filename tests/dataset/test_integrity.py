@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from tfrbeam.codec.example import encode_example
 from tfrbeam.dataset import FixedLenFeature, open_dataset
 from tfrbeam.errors import ShardMismatchError
-from tfrbeam.tfrecord.record_index import IndexBuilder, index_path_for, parse_index, seek_position, stamp_index
+from tfrbeam.tfrecord.read_index import ReadIndexBuilder, index_path_for, parse_read_index, seek_position, stamp_read_index
 from tfrbeam.tfrecord.records import RECORD_OVERHEAD, RecordWriter, masked_crc32c, read_records
 
 SPEC = {"id": FixedLenFeature((), "int64"), "pad": FixedLenFeature((), "bytes")}
@@ -28,16 +28,16 @@ def make_record(record_id: int, pad: int = 0) -> bytes:
 
 def write_shard(path: pathlib.Path, ids: list[int], stamp: bool = True) -> None:
     """A shard of the given record ids with a read index (real mtime when ``stamp``, else none, as builds wrote)."""
-    builder = IndexBuilder(INTERVAL)
+    builder = ReadIndexBuilder(INTERVAL)
     with RecordWriter(str(path)) as writer:
         for record_id in ids:
             builder.add(writer.bytes_written, writer.records_written)
             writer.write(make_record(record_id))
     index_path = pathlib.Path(index_path_for(str(path)))
     index_path.parent.mkdir(exist_ok=True)
-    index_path.write_bytes(builder.to_bytes(path.stat().st_size, None, len(ids)))
+    index_path.write_bytes(builder.to_bytes(path.stat().st_size, None))
     if stamp:
-        stamp_index(str(path))
+        stamp_read_index(str(path))
 
 
 def build_dir(root: pathlib.Path, sizes: list[int], stamp: bool = True) -> pathlib.Path:
@@ -182,7 +182,8 @@ def test_a_stale_index_is_ignored_with_a_warning_and_no_record_is_read_twice(tmp
 
 
 def forge(shard: pathlib.Path, offsets: list[int], numbers: list[int], num_records: int) -> None:
-    """Write an index for ``shard`` with these entries, a valid CRC and the file's real size and mtime."""
+    """Write an index for ``shard`` with these entries (a split table alone), a valid CRC and the file's real size and
+    mtime."""
     index_path = pathlib.Path(index_path_for(str(shard)))
     header = struct.pack(
         "<8sIIQdQQ", b"TFRBIDX1", 1, INTERVAL, shard.stat().st_size, shard.stat().st_mtime, num_records, len(offsets)
@@ -194,7 +195,7 @@ def forge(shard: pathlib.Path, offsets: list[int], numbers: list[int], num_recor
 def test_an_index_with_record_numbers_off_by_one_loses_no_record(tmp_path, caplog):
     shard = tmp_path / "part-0.tfrecord"
     write_shard(shard, list(range(300)))
-    index = parse_index(pathlib.Path(index_path_for(str(shard))).read_bytes(), "index")
+    index = parse_read_index(pathlib.Path(index_path_for(str(shard))).read_bytes(), "index").table
     forge(shard, list(index.offsets), [0] + [number + 1 for number in index.record_numbers[1:]], index.num_records + 1)
     caplog.set_level(logging.WARNING)
     assert sorted(record_range_union(str(shard), 3)) == list(range(300))
@@ -204,7 +205,7 @@ def test_an_index_with_record_numbers_off_by_one_loses_no_record(tmp_path, caplo
 def test_an_index_entry_inside_a_payload_is_reported_as_the_index_fault_not_a_truncated_record(tmp_path, caplog):
     shard = tmp_path / "part-0.tfrecord"
     write_shard(shard, list(range(300)))
-    index = parse_index(pathlib.Path(index_path_for(str(shard))).read_bytes(), "index")
+    index = parse_read_index(pathlib.Path(index_path_for(str(shard))).read_bytes(), "index").table
     offsets = list(index.offsets)
     used = bisect.bisect_right(index.record_numbers, 300 // 7) - 1  # the entry worker 1 of 7 seeks with
     offsets[used] += 13  # inside the record's payload
@@ -234,7 +235,7 @@ def forgeries(draw):
 def forged_dataset(tmp_path_factory):
     root = build_dir(tmp_path_factory.mktemp("forged") / "ds", [250, 180])
     shard = root / "train-00000-of-00002.tfrecord"
-    return root, shard, parse_index(pathlib.Path(index_path_for(str(shard))).read_bytes(), "index")
+    return root, shard, parse_read_index(pathlib.Path(index_path_for(str(shard))).read_bytes(), "index").table
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -288,7 +289,7 @@ def test_a_rewrite_in_the_same_mtime_tick_is_caught_on_every_seek_by_the_last_en
     cheap check (the last entry's walk ends at the end of the file after the index's count) runs on every seek."""
     shard = tmp_path / "part-0.tfrecord"
     write_shard(shard, list(range(300)))
-    index = parse_index(pathlib.Path(index_path_for(str(shard))).read_bytes(), "index")
+    index = parse_read_index(pathlib.Path(index_path_for(str(shard))).read_bytes(), "index").table
     last = len(index.offsets) - 1
     number = index.record_numbers[last]
     assert seek_position(str(shard), number, 300) == (index.offsets[last], number)  # checked and cached

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from tfrbeam.codec.example import decode_example, encode_example
 from tfrbeam.dataset import FixedLenFeature, Ragged, VarLenFeature, open_dataset
 from tfrbeam.errors import ArrowConversionError, ConfigError, CorruptRecordError, ExampleDecodeError, TruncatedRecordError
-from tfrbeam.tfrecord.record_index import IndexBuilder, index_path_for
+from tfrbeam.tfrecord.read_index import ReadIndexBuilder, index_path_for
 from tfrbeam.tfrecord.records import RECORD_OVERHEAD, RecordWriter
 
 FEATURE_KINDS = {"tags": "bytes", "opt": "int64"}
@@ -45,7 +45,7 @@ def write_files(
     suffix = ".tfrecord.gz" if compression == "gzip" else ".tfrecord"
     for number, size in enumerate(sizes):
         path = directory / f"part-{number:03d}{suffix}"
-        builder = IndexBuilder(index_interval) if index_interval else None
+        builder = ReadIndexBuilder(index_interval) if index_interval else None
         with RecordWriter(str(path), compression) as writer:
             for _ in range(size):
                 payload = make_record(next_id)
@@ -57,7 +57,7 @@ def write_files(
             index_file = pathlib.Path(index_path_for(str(path)))
             index_file.parent.mkdir(exist_ok=True)
             stat = path.stat()
-            index_file.write_bytes(builder.to_bytes(stat.st_size, stat.st_mtime, size))
+            index_file.write_bytes(builder.to_bytes(stat.st_size, stat.st_mtime))
         paths.append(str(path))
     return paths
 

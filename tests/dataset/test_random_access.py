@@ -14,7 +14,7 @@ import pytest
 from tfrbeam.codec.example import encode_example
 from tfrbeam.dataset import RandomAccessDataset, VarLenFeature, open_random_access
 from tfrbeam.errors import ConfigError, CorruptRecordError, RandomAccessError, ShardMismatchError
-from tfrbeam.tfrecord.offset_index import offset_index_bytes, offset_index_path_for, offsets_from_headers
+from tfrbeam.tfrecord.read_index import index_path_for, offsets_from_headers, read_index_bytes
 from tfrbeam.tfrecord.records import RecordWriter
 
 SIZES = [70, 0, 95, 35]  # an empty shard in the middle
@@ -127,30 +127,30 @@ def test_compressed_shards_are_refused_clearly(tmp_path):
         open_random_access(root, "train")
 
 
-def test_the_offset_index_is_built_on_first_use_then_reused(dataset_dir, monkeypatch):
-    import tfrbeam.tfrecord.offset_index as offset_module
+def test_the_read_index_is_built_on_first_use_then_reused(dataset_dir, monkeypatch):
+    import tfrbeam.tfrecord.read_index as index_module
 
     shard = dataset_dir / "train-00002-of-00004.tfrecord"
-    assert not pathlib.Path(offset_index_path_for(str(shard))).exists()
+    assert not pathlib.Path(index_path_for(str(shard))).exists()
     open_random_access(dataset_dir, "train")[100]
-    assert pathlib.Path(offset_index_path_for(str(shard))).exists()
+    assert pathlib.Path(index_path_for(str(shard))).exists()
     walks: list[str] = []
-    monkeypatch.setattr(offset_module, "offsets_from_headers", lambda path: walks.append(path) or offsets_from_headers(path))
+    monkeypatch.setattr(index_module, "offsets_from_headers", lambda path: walks.append(path) or offsets_from_headers(path))
     assert open_random_access(dataset_dir, "train")[100]["id"] == 100
     assert walks == []
 
 
-def test_a_forged_offset_index_is_ignored_with_a_warning(dataset_dir, caplog):
+def test_a_forged_read_index_is_ignored_with_a_warning(dataset_dir, caplog):
     shard = dataset_dir / "train-00000-of-00004.tfrecord"
     offsets = offsets_from_headers(str(shard))
     forged = np.delete(offsets, 5)  # record 5 left out: the size still matches
-    index_path = pathlib.Path(offset_index_path_for(str(shard)))
+    index_path = pathlib.Path(index_path_for(str(shard)))
     index_path.parent.mkdir(exist_ok=True)
-    index_path.write_bytes(offset_index_bytes(forged, shard.stat().st_mtime))
+    index_path.write_bytes(read_index_bytes(forged, shard.stat().st_mtime))
     caplog.set_level(logging.WARNING)
     source = open_random_access(dataset_dir, "train", columns=["id"])
     assert [int(source[i]["id"]) for i in range(70)] == list(range(70))
-    messages = [record.getMessage() for record in caplog.records if "ignoring the offset index" in record.getMessage()]
+    messages = [record.getMessage() for record in caplog.records if "ignoring the read index" in record.getMessage()]
     assert len(messages) == 1 and str(index_path) in messages[0] and str(shard) in messages[0]
 
 

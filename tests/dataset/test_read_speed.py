@@ -304,7 +304,7 @@ def test_a_dataset_read_checks_its_offset_index_instead_of_walking_the_headers(t
     with open_dataset(str(tmp_path / "ds"), raw=True, **options) as dataset:
         assert [batch["record"].tolist() for batch in dataset] == expected
     assert walked[0] == 0
-    for index in (tmp_path / "ds" / "train" / ".tfrbeam-index").glob("*.offsets"):
+    for index in (tmp_path / "ds" / "train" / ".tfrbeam-index").glob("*.index"):
         index.unlink()
     with open_dataset(str(tmp_path / "ds"), raw=True, **options) as dataset:
         assert [batch["record"].tolist() for batch in dataset] == expected

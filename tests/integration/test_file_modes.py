@@ -47,8 +47,7 @@ def _published(workdir: pathlib.Path, mask: int) -> dict[str, pathlib.Path]:
     return {
         "shard": dataset / "train" / "train-00000-of-00004.tfrecord",
         "manifest": dataset / "dataset_info.json",
-        "record index": next(index_dir.glob("*.idx")),
-        "offset index": next(index_dir.glob("*.offsets")),
+        "read index": next(index_dir.glob("*.index")),
         "dead letters": next((dataset / "_errors").iterdir()),
         "stats.json": dataset / "stats.json",
         "stats.html": dataset / "stats.html",

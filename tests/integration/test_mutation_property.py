@@ -37,7 +37,7 @@ HOSTILE_VALUES = [None, "abc", "", -5, -1, 0, 1, 2**40, 2**63, 1.5, float("inf")
 SHARD_DAMAGE = ["truncate", "cut at a record", "flip a byte", "symlink outside", "symlink to another shard", "delete",
                 "empty"]
 BESIDE = ["none", "index dir symlinked out", "stats temp symlinked out", "stats.json symlinked out",
-          "garbage offsets index", "extra shard", "export output symlinked out"]
+          "garbage read index", "extra shard", "export output symlinked out"]
 
 
 def _key_paths(value: Any, prefix: tuple = ()) -> list[tuple]:
@@ -110,7 +110,7 @@ def _plant_beside(sandbox: pathlib.Path, dataset: pathlib.Path, outside: pathlib
         (dataset / ".stats.json.tmp").symlink_to(outside / "precious.txt")
     elif how == "stats.json symlinked out":
         (dataset / "stats.json").symlink_to(outside / "precious.txt")
-    elif how == "garbage offsets index":
+    elif how == "garbage read index":
         for index in (dataset / "eval" / ".tfrbeam-index").iterdir():
             index.write_bytes(b"not an index")
     elif how == "extra shard":

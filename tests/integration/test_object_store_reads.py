@@ -25,6 +25,7 @@ import tfrbeam
 from tfrbeam.base.object_store import open_ranged
 from tfrbeam.dataset import open_dataset, open_random_access
 from tfrbeam.errors import ConfigError, CorruptRecordError, MissingShardError, ObjectNotFoundError
+from tfrbeam.tfrecord.read_index import parse_read_index, starts_bytes
 
 ROWS = 6000
 
@@ -227,15 +228,24 @@ def test_open_dataset_record_shards_of_a_bucket_cover_every_record_once(bucket, 
     assert len(ids) == len(set(ids)) == dataset.num_records
 
 
-@pytest.mark.parametrize("with_offset_indexes", [True, False])
-def test_open_random_access_reads_records_of_a_bucket_by_index(bucket, local_datasets, with_offset_indexes):
+def _delete(bucket, key: str) -> None:
+    if bucket.root.startswith("s3"):
+        bucket.server.client().delete_object(Bucket=bucket.name, Key=key)
+    else:
+        bucket.server.client().bucket(bucket.name).blob(key).delete()
+
+
+@pytest.mark.parametrize("indexes", ["index", "offsets", "none"])
+def test_open_random_access_reads_records_of_a_bucket_by_index(bucket, local_datasets, indexes):
+    """By each shard's read index; a dataset written before the ``.index`` by its ``.offsets``; without one (shards
+    copied in by other tools) by a walk of the headers."""
     local = local_datasets["plain"]
     url = _upload(bucket, local, "ds")
-    if not with_offset_indexes:  # as a build straight into a bucket leaves it: the reader walks the headers
-        for key in bucket.listing():
-            if key.endswith(".offsets"):
-                bucket.server.client().delete_object(Bucket=bucket.name, Key=key) if bucket.root.startswith("s3") \
-                    else bucket.server.client().bucket(bucket.name).blob(key).delete()
+    for key in [key for key in bucket.listing() if key.endswith(".index") and indexes != "index"]:
+        if indexes == "offsets":
+            parsed = parse_read_index(bucket.get(key), key)
+            bucket.put(key[: -len(".index")] + ".offsets", starts_bytes(parsed.starts.offsets, parsed.mtime))
+        _delete(bucket, key)
     remote = open_random_access(url, split="train")
     here = open_random_access(str(local), split="train")
     assert len(remote) == len(here) > 4000
@@ -351,8 +361,8 @@ def test_many_threads_reading_gcs_ranges_at_once_keep_their_connections(gcs_buck
     assert not [record.getMessage() for record in caplog.records if "pool is full" in record.getMessage()]
 
 
-def test_a_dataset_in_a_bucket_is_read_by_its_offset_indexes_with_one_request_each(gcs_bucket, tmp_path, monkeypatch):
-    # Each shard's record starts come from its offset index (one GET, no metadata request first), checked against
+def test_a_dataset_in_a_bucket_is_read_by_its_read_indexes_with_one_request_each(gcs_bucket, tmp_path, monkeypatch):
+    # Each shard's record starts come from its read index (one GET, no metadata request first), checked against
     # the headers, instead of a walk over the headers in Python: a fifth of a raw epoch's CPU.
     import requests
 
@@ -380,8 +390,137 @@ def test_a_dataset_in_a_bucket_is_read_by_its_offset_indexes_with_one_request_ea
     with open_dataset(url, split="train", batch_size=1000, seed=2) as dataset:
         ids = np.concatenate([batch["id"] for batch in dataset])
     assert sorted(ids.tolist()) == list(range(24_000))
-    assert len([line for line in requested if ".offsets" in line]) == 2, requested
+    assert len([line for line in requested if ".tfrbeam-index" in line]) == 2, requested
     assert walks[0] == 0
+
+
+def _indexed_dataset(tmp_path: pathlib.Path) -> pathlib.Path:
+    """A local build of two shards of 12,000 records, enough for a read to cut their blocks by their read indexes."""
+    rng = np.random.default_rng(12)
+    table = pa.table({"id": np.arange(24_000, dtype=np.int64), "blob": [rng.bytes(int(n)) for n in rng.integers(0, 40, 24_000)]})
+    tfrbeam.write_dataset(table, str(tmp_path / "ds"), splits={"train": 1.0}, num_shards=2, progress=False)
+    return tmp_path / "ds"
+
+
+def test_a_shard_in_a_bucket_is_read_in_spans_of_whole_blocks_each_into_a_buffer_of_its_own(gcs_bucket, tmp_path,
+                                                                                         monkeypatch):
+    # Each range went into a bytes object, was copied into a read window, and each block copied out of that: now the
+    # socket writes a span of whole blocks (cut by the read index) into its buffer, and the blocks are checked there.
+    import requests
+    import urllib3
+
+    import tfrbeam.tfrecord.blocks as blocks_module
+
+    local = _indexed_dataset(tmp_path)
+    url = _upload(gcs_bucket, local, "ds")
+    ranges: dict[str, list[tuple[int, int]]] = {}
+    request = requests.Session.request
+
+    def recorded(self, method, address, *args, **kwargs):
+        asked = (kwargs.get("headers") or {}).get("Range", "")
+        if ".tfrecord?" in address and asked:
+            first, last = asked.removeprefix("bytes=").split("-")
+            ranges.setdefault(address.split("?")[0], []).append((int(first), int(last) + 1))
+        return request(self, method, address, *args, **kwargs)
+
+    windows, bodies_read = [0], []
+    window = blocks_module._Window
+
+    class CountedWindow(window):  # type: ignore[misc, valid-type]
+        def __init__(self, *args, **kwargs):
+            windows[0] += 1
+            super().__init__(*args, **kwargs)
+
+    body_read = urllib3.response.HTTPResponse.read
+
+    def counted_read(self, amt=None, *args, **kwargs):
+        bodies_read.append(amt)
+        return body_read(self, amt, *args, **kwargs)
+
+    monkeypatch.setattr(requests.Session, "request", recorded)
+    monkeypatch.setattr(blocks_module, "_Window", CountedWindow)
+    monkeypatch.setattr(urllib3.response.HTTPResponse, "read", counted_read)
+    monkeypatch.setattr(blocks_module, "SPAN_BYTES", 150_000, raising=False)  # several spans a shard, of two blocks
+    options = {"split": "train", "raw": True, "batch_size": 1000, "block_length": 1500, "seed": 3, "shuffle_buffer": 3000}
+    with open_dataset(url, **options) as remote, open_dataset(str(local), **options) as here:
+        assert [batch["record"].tolist() for batch in remote] == [batch["record"].tolist() for batch in here]
+    assert windows[0] == 0
+    assert not [amount for amount in bodies_read if amount is None or amount > 1 << 16], bodies_read
+    assert len(ranges) == 2
+    for address, requested in ranges.items():
+        name, asked = address.rsplit("%2F", 1)[-1], sorted(requested)  # requested ahead, on several threads
+        blocks = list(record_blocks_of(local / "train" / name, 1500))
+        ends = {int(block.offsets[0]) for block in blocks} | {(local / "train" / name).stat().st_size}
+        assert asked[0][0] == 0 and all(a[1] == b[0] for a, b in zip(asked, asked[1:])), asked  # every byte once
+        assert {end for _, end in asked} <= ends and asked[-1][1] == (local / "train" / name).stat().st_size
+        assert 2 < len(asked) < len(blocks), asked  # spans of several whole blocks
+
+
+def record_blocks_of(path: pathlib.Path, block_length: int):
+    from tfrbeam.tfrecord.blocks import record_blocks
+
+    return record_blocks(str(path), None, 0, block_length)
+
+
+def test_a_damaged_record_of_a_shard_in_a_bucket_fails_as_it_fails_locally(bucket, tmp_path, monkeypatch):
+    # A span's block whose CRC does not match is read again by the header walk, which names the record as a local
+    # read does; the blocks before it were handed on.
+    import tfrbeam.tfrecord.blocks as blocks_module
+
+    local = _indexed_dataset(tmp_path)
+    shard = _shards(local, "train")[1]
+    data = bytearray((local / "train" / shard).read_bytes())
+    data[len(data) * 2 // 3] ^= 0x20
+    (local / "train" / shard).write_bytes(bytes(data))
+    url = _upload(bucket, local, "ds")
+    monkeypatch.setattr(blocks_module, "SPAN_BYTES", 60_000, raising=False)
+    options = {"split": "train", "raw": True, "batch_size": 500, "block_length": 1500, "seed": 1}
+    failures = []
+    for where in (url, str(local)):
+        seen = []
+        with pytest.raises(CorruptRecordError) as failure, open_dataset(where, **options) as dataset:
+            for batch in dataset:
+                seen.extend(batch["record"].tolist())
+        failures.append((type(failure.value), os.path.basename(failure.value.path), failure.value.offset,
+                         failure.value.check, len(seen)))
+    assert failures[0] == failures[1] and failures[0][2] > 0 and failures[0][4] > 0, failures
+
+
+def test_a_shards_read_index_is_requested_while_the_shard_is_opened(gcs_bucket, tmp_path, monkeypatch):
+    # The index was requested only once the object's metadata had come: two round trips in a row before a shard's
+    # first block. The metadata answers late here; the index request must not wait for it.
+    import time
+
+    import requests
+
+    local = _indexed_dataset(tmp_path)
+    url = _upload(gcs_bucket, local, "ds")
+    events: list[tuple[str, str, str]] = []
+    request = requests.Session.request
+
+    def timed(self, method, address, *args, **kwargs):
+        name = address.split("?")[0].rsplit("%2F", 1)[-1].split(".tfrecord")[0]
+        kind = ("metadata" if "size,generation" in str(kwargs.get("params")) else
+                "index" if ".tfrbeam-index" in address else None)
+        if kind is None:
+            return request(self, method, address, *args, **kwargs)
+        events.append((name, kind, "asked"))
+        if kind == "metadata":
+            time.sleep(0.3)
+        try:
+            return request(self, method, address, *args, **kwargs)
+        finally:
+            events.append((name, kind, "answered"))
+
+    monkeypatch.setattr(requests.Session, "request", timed)
+    with open_dataset(url, split="train", raw=True, batch_size=4000, num_parallel_reads=1) as dataset:
+        assert sum(len(batch["record"]) for batch in dataset) == 24_000
+    shards = {name for name, _, _ in events if name.startswith("train-")}
+    assert len(shards) == 2, events
+    for name in shards:
+        mine = [(kind, what) for shard, kind, what in events if shard == name]
+        assert ("index", "asked") in mine and ("metadata", "answered") in mine, events
+        assert mine.index(("index", "asked")) < mine.index(("metadata", "answered")), events
 
 
 # ------------------------------------------------------------------------------ errors

@@ -21,14 +21,14 @@ from tests.integration.sandbox import copy_dataset
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 MANIFEST = "dataset_info.json"
 SHARD = "train/train-00001-of-00004.tfrecord"
-READ_INDEX = "train/.tfrbeam-index/train-00001-of-00004.tfrecord.idx"
-OFFSET_INDEX = "train/.tfrbeam-index/train-00001-of-00004.tfrecord.offsets"
+READ_INDEX = "train/.tfrbeam-index/train-00001-of-00004.tfrecord.index"
+OLD_INDEX = "train/.tfrbeam-index/train-00001-of-00004.tfrecord.offsets"  # what datasets written before kept too
 MAX_RSS_MB = 1024
 
 
 def _replace_with_fifo(relative: str) -> Callable[[pathlib.Path], None]:
     def plant(dataset: pathlib.Path) -> None:
-        (dataset / relative).unlink()
+        (dataset / relative).unlink(missing_ok=True)
         os.mkfifo(dataset / relative)
     return plant
 
@@ -61,9 +61,9 @@ PLANTS: dict[str, tuple[Callable[[pathlib.Path], None], str]] = {  # how to plan
     "a manifest linked to a manifest outside": (_manifest_linked_to(_manifest_outside), MANIFEST),
     "a FIFO shard": (_replace_with_fifo(SHARD), SHARD.rsplit("/", 1)[1]),
     "a FIFO read index": (_replace_with_fifo(READ_INDEX), READ_INDEX.rsplit("/", 1)[1]),
-    "a FIFO offset index": (_replace_with_fifo(OFFSET_INDEX), OFFSET_INDEX.rsplit("/", 1)[1]),
+    "a FIFO offsets index of before": (_replace_with_fifo(OLD_INDEX), OLD_INDEX.rsplit("/", 1)[1]),
 }
-INDEXES = ("a FIFO read index", "a FIFO offset index")  # readers ignore a bad index: they must give the same records
+INDEXES = ("a FIFO read index", "a FIFO offsets index of before")  # readers ignore a bad index: they must give the same records
 
 TOOLS: dict[str, Callable[[pathlib.Path, pathlib.Path], list[str]]] = {  # (dataset, the demo's work dir) -> command
     "verify": lambda dataset, _: tool_command("verify", str(dataset)),

@@ -48,7 +48,7 @@ def test_a_shard_outside_the_dataset_is_refused_and_no_index_is_written_beside_i
     assert snapshot(sandbox) == before
 
 
-def test_the_offsets_index_is_never_written_through_a_symlink_leading_out(demo_dataset, tmp_path):
+def test_the_read_index_is_never_written_through_a_symlink_leading_out(demo_dataset, tmp_path):
     sandbox = tmp_path / "sandbox"
     dataset = copy_dataset(demo_dataset, sandbox)
     index_dir = dataset / "eval" / ".tfrbeam-index"
@@ -63,10 +63,10 @@ def test_the_offsets_index_is_never_written_through_a_symlink_leading_out(demo_d
     assert changed_outside(before, snapshot(sandbox), ()) == {}
 
 
-def test_the_offsets_index_is_written_inside_the_dataset(demo_dataset, tmp_path):
+def test_the_read_index_is_written_inside_the_dataset(demo_dataset, tmp_path):
     sandbox = tmp_path / "sandbox"
     dataset = copy_dataset(demo_dataset, sandbox)
-    offsets = dataset / "eval" / ".tfrbeam-index" / "eval-00000-of-00001.tfrecord.offsets"
+    offsets = dataset / "eval" / ".tfrbeam-index" / "eval-00000-of-00001.tfrecord.index"
     offsets.unlink(missing_ok=True)
     before = snapshot(sandbox)
     assert len(open_random_access(str(dataset), split="eval", raw=True)[:3]) == 3
@@ -88,7 +88,7 @@ def test_a_glob_of_files_keeps_its_index_beside_them(demo_dataset, tmp_path):
     files.mkdir()
     (files / "a.tfrecord").write_bytes((demo_dataset / EVAL).read_bytes())
     assert len(open_random_access(str(files / "*.tfrecord"), raw=True)) == 283
-    assert (files / ".tfrbeam-index" / "a.tfrecord.offsets").is_file()
+    assert (files / ".tfrbeam-index" / "a.tfrecord.index").is_file()
 
 
 def test_open_random_access_reads_exactly_the_manifests_records(demo_dataset, tmp_path):

@@ -20,8 +20,7 @@ import pytest
 from tests.worker_pool import external_worker_pool, workers_started
 from tfrbeam.cli.build import main as build_main
 from tfrbeam.cli.demo_data import write_demo_data
-from tfrbeam.tfrecord.offset_index import parse_offset_index
-from tfrbeam.tfrecord.record_index import parse_index
+from tfrbeam.tfrecord.read_index import parse_read_index
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 CONFIGS = {name: REPO_ROOT / "configs" / f"{name}.yaml" for name in ("demo", "csv_example", "sequence_example")}
@@ -68,12 +67,11 @@ def _dataset(output: pathlib.Path) -> tuple[dict[str, bytes], dict]:
 
 def _content(path: pathlib.Path) -> bytes | tuple:
     """A file's bytes; for an index, what it says but the shard's mtime (each run's shards have their own)."""
-    if path.suffix == ".idx":
-        index = parse_index(path.read_bytes(), str(path))
-        return index.file_size, index.num_records, index.offsets, index.record_numbers, index.mtime is not None
-    if path.suffix == ".offsets":
-        index = parse_offset_index(path.read_bytes(), str(path))
-        return index.file_size, tuple(index.offsets.tolist()), index.mtime is not None
+    if path.suffix == ".index":
+        index = parse_read_index(path.read_bytes(), str(path))
+        assert index.table is not None and index.starts is not None
+        return (index.file_size, index.num_records, index.table.offsets, index.table.record_numbers,
+                tuple(index.starts.offsets.tolist()), index.mtime is not None)
     return path.read_bytes()
 
 

@@ -63,8 +63,7 @@ from tfrbeam.layout.names import (
     staging_path,
     staging_prefix,
 )
-from tfrbeam.tfrecord.offset_index import offset_index_path_for
-from tfrbeam.tfrecord.record_index import index_path_for
+from tfrbeam.tfrecord.read_index import index_paths_for
 
 __all__ = [
     "CommitJournal", "OutputLock", "RunIdentity", "StagingDir", "dataset_files", "dead_staging_dirs", "delete_missing_ok",
@@ -746,7 +745,7 @@ def dataset_files(manifest: dict | None) -> set[str]:
         for shard in (split.get("shards") if isinstance(split, dict) else None) or ():
             path = shard.get("path") if isinstance(shard, dict) else None
             if isinstance(path, str):
-                own.update({path, index_path_for(path), offset_index_path_for(path),
+                own.update({path, *index_paths_for(path),
                             posixpath.join(DALI_DIR_NAME, str(name), posixpath.basename(path) + ".idx")})
     files = ((manifest or {}).get("bad_records") or {}).get("files") if isinstance(manifest, dict) else None
     own.update(path for path in files or () if isinstance(path, str))

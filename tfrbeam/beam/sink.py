@@ -14,8 +14,8 @@ How a write works:
    sizes of *committed* bundles reach the next step: a failed or replayed bundle's files are
    never renamed and are removed with the directory.
 3. **Finalize** (one step that runs after every shard is complete) names the shards, checks the
-   output prefix, renames the temporary files to their final names, writes the read index next
-   to each uncompressed shard, and deletes the temporary directory. It is idempotent: a shard
+   output prefix, renames the temporary files (and each uncompressed shard's read index, built as
+   it was written) to their final names, and deletes the temporary directory. It is idempotent: a shard
    whose final file exists and whose temporary file is gone was renamed by an earlier attempt
    and is left alone, so running it twice (as Beam may on a retry) gives the same result.
 4. **Reruns.** Files that match this sink's naming pattern (any shard count) but are not this
@@ -76,14 +76,14 @@ from tfrbeam.errors import (
     TfrbeamError,
 )
 from tfrbeam.layout.names import ShardNaming
-from tfrbeam.tfrecord.offset_index import (
-    OffsetIndexBuilder,
-    offset_index_bytes,
-    offset_index_path_for,
+from tfrbeam.tfrecord.read_index import (
+    ReadIndexBuilder,
+    index_path_for,
+    index_paths_for,
     offsets_from_headers,
-    stamp_offset_index,
+    read_index_bytes,
+    stamp_read_index,
 )
-from tfrbeam.tfrecord.record_index import IndexBuilder, index_path_for
 from tfrbeam.tfrecord.records import RECORD_OVERHEAD, RecordWriter, frame_records
 
 __all__ = ["FrameRecordsFn", "FramedBatch", "WriteFramedBatches", "WriteToTFRecord", "frame_batch", "make_sink_spec"]
@@ -140,8 +140,7 @@ class TempShard:
     shard: int | None  # the shard number when num_shards is fixed; None when the count follows the data
     records: int
     framed_bytes: int
-    index: IndexBuilder | None  # record starts, for the read index of uncompressed output
-    offsets_path: str | None = None  # every record start (uncompressed local output), staged beside the temp file
+    index_path: str | None  # its read index (uncompressed output), staged beside it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,7 +216,7 @@ def _output_exists_error(spec: SinkSpec, paths: Sequence[str]) -> OutputExistsEr
 
 
 class _TempShardWriter:
-    """Writes framed batches to one temporary shard file and builds its read index and offset index as it goes."""
+    """Writes framed batches to one temporary shard file and builds its read index as it goes."""
 
     def __init__(self, spec: SinkSpec, compression: str | None, shard: int | None):
         name = f"shard-{shard:05d}-" if shard is not None else ""
@@ -225,9 +224,7 @@ class _TempShardWriter:
         self.shard = shard
         self._handle = fs.create(self.path)
         self._writer = RecordWriter(self._handle, compression)
-        self._index = IndexBuilder() if compression is None else None
-        # Local uncompressed output: every record start too, so finalize never walks the shard again.
-        self._offsets = OffsetIndexBuilder() if compression is None and not fs.is_remote(self.path) else None
+        self._index = ReadIndexBuilder() if compression is None else None
 
     @property
     def records(self) -> int:
@@ -240,24 +237,22 @@ class _TempShardWriter:
     def write(self, framed: bytes | memoryview, lengths: np.ndarray) -> None:
         if self._index is not None:
             self._index.add_batch(self._writer.bytes_written, self._writer.records_written, lengths)
-        if self._offsets is not None:
-            self._offsets.add_batch(self._writer.bytes_written, self._writer.records_written, lengths)
         self._writer.write_framed(framed, len(lengths))
 
     def close(self) -> TempShard:
         self._writer.close()
         self._handle.close()
-        offsets_path = None
-        if self._offsets is not None:  # mtime None: finalize stamps the shard's own once it has its final name
-            offsets_path = offset_index_path_for(self.path)
-            fs.write_bytes(offsets_path, self._offsets.to_bytes(self.framed_bytes, None))
-        return TempShard(self.path, self.shard, self.records, self.framed_bytes, self._index, offsets_path)
+        index_path = None
+        if self._index is not None:  # mtime None: finalize stamps a local shard's own once it has its final name
+            index_path = index_path_for(self.path)
+            fs.write_bytes(index_path, self._index.to_bytes(self.framed_bytes, None))
+        return TempShard(self.path, self.shard, self.records, self.framed_bytes, index_path)
 
     def discard(self) -> None:
         """Close and delete a file that will never be committed (the bundle failed)."""
         try:
             self._handle.close()
-            fs.delete_files([self.path, offset_index_path_for(self.path)])
+            fs.delete_files([self.path, index_path_for(self.path)])
         except Exception:  # cleanup of a failing bundle must not hide the bundle's own error
             _LOG.warning("could not delete the temporary file %s of a failed bundle", self.path, exc_info=True)
 
@@ -517,7 +512,7 @@ class Finalizer:
                     raise CommitError(
                         f"{missing[0]}: missing right after the commit renamed it; the output changed under the write"
                     )
-            self._write_indexes(moves, finals)
+            self._finish_indexes(moves)
             delete_staging(self.temp_dir)
         self._count(moves, finals)
         _LOG.info("wrote %d shard(s) to %s", len(moves), self.naming.glob())
@@ -538,7 +533,7 @@ class Finalizer:
         if in_the_way:
             _LOG.warning("overwrite=True: replacing %d file(s) of an earlier run: %s", len(in_the_way), _describe(in_the_way))
         renames = self._staged_sources(pending + replace)
-        doomed = stale + [index for path in in_the_way for index in (index_path_for(path), offset_index_path_for(path))]
+        doomed = stale + [index for path in in_the_way for index in index_paths_for(path)]
         return CommitJournal(self.spec.run_id, self.spec.target(), tuple(doomed), tuple(renames))
 
     def _check_accounted(self, temp_shards: list[TempShard], temp_files: set[str], expected: int | None) -> None:
@@ -563,13 +558,13 @@ class Finalizer:
             )
 
     def _staged_sources(self, moves: list[_Move]) -> list[tuple[str, str]]:
-        """(staged file, final name) pairs, each shard's offset index after it; an empty shard gets an empty staged file now."""
+        """(staged file, final name) pairs, each shard's read index after it; an empty shard gets an empty staged file now."""
         pairs = []
         for move in moves:
             source = move.shard.path if move.shard is not None else self._empty_source(move)
             pairs.append((source, move.dst))
-            if move.shard is not None and move.shard.offsets_path is not None:
-                pairs.append((move.shard.offsets_path, offset_index_path_for(move.dst)))
+            if move.shard is not None and move.shard.index_path is not None:
+                pairs.append((move.shard.index_path, index_path_for(move.dst)))
         return pairs
 
     def _classify(
@@ -611,34 +606,27 @@ class Finalizer:
         fs.write_bytes(path, _empty_shard_bytes(self.compression))
         return path
 
-    def _write_indexes(self, moves: list[_Move], finals: dict[str, FileMetadata]) -> None:
-        """Write each uncompressed shard's read index and (local files) offset index; drop stale ones otherwise."""
+    def _finish_indexes(self, moves: list[_Move]) -> None:
+        """Uncompressed shards: stamp each local shard's read index with its mtime, and give an empty shard its index
+        (the journal moved the others' beside them). Compressed ones have none: drop what an earlier run left."""
         if self.compression is not None:
-            fs.delete_files([index for move in moves for index in (index_path_for(move.dst), offset_index_path_for(move.dst))])
+            fs.delete_files([index for move in moves for index in index_paths_for(move.dst)])
             return
+        if fs.is_remote(self.temp_dir):  # unstamped (mtime NaN): readers of objects compare sizes only
+            fs.in_threads(_write_empty_index, [move.dst for move in moves if move.shard is None])
+            return
+        fs.in_threads(self._finish_local_index, moves)
 
-        def write(move: _Move) -> None:
-            meta = finals[move.dst]
-            builder = move.shard.index if move.shard is not None else IndexBuilder()  # uncompressed: every shard has its index
-            records = move.shard.records if move.shard is not None else 0
-            mtime = meta.last_updated_in_seconds or None
-            fs.write_bytes(index_path_for(move.dst), builder.to_bytes(meta.size_in_bytes, mtime, records))  # type: ignore[union-attr]
-
-        fs.in_threads(write, moves)
-        if not fs.is_remote(self.temp_dir):  # remote shards get theirs on first random access
-            fs.in_threads(self._finish_offset_index, moves)
-
-    def _finish_offset_index(self, move: _Move) -> None:
-        """Stamp the offset index the writer staged (the journal moved it) with its shard's mtime."""
-        if move.shard is None or move.shard.offsets_path is None:  # an empty shard: its index is one number
-            mtime = os.path.getmtime(move.dst)
-            fs.write_bytes(offset_index_path_for(move.dst), offset_index_bytes(np.zeros(1, np.int64), mtime))
+    def _finish_local_index(self, move: _Move) -> None:
+        """Stamp the read index the writer staged (the journal moved it) with its shard's mtime."""
+        if move.shard is None or move.shard.index_path is None:
+            _write_empty_index(move.dst, os.path.getmtime(move.dst))
             return
         try:
-            stamp_offset_index(move.dst)
+            stamp_read_index(move.dst)
         except (OSError, RecordIndexError):  # an earlier, interrupted finalize moved the shard but not its index
             mtime = os.path.getmtime(move.dst)
-            fs.write_bytes(offset_index_path_for(move.dst), offset_index_bytes(offsets_from_headers(move.dst), mtime))
+            fs.write_bytes(index_path_for(move.dst), read_index_bytes(offsets_from_headers(move.dst), mtime))
 
     def _count(self, moves: list[_Move], finals: dict[str, FileMetadata]) -> None:
         Metrics.counter(METRICS_NAMESPACE, "shards_written").inc(len(moves))
@@ -646,6 +634,11 @@ class Finalizer:
             sum(move.shard.records for move in moves if move.shard is not None)
         )
         Metrics.counter(METRICS_NAMESPACE, "bytes_written").inc(sum(finals[move.dst].size_in_bytes for move in moves))
+
+
+def _write_empty_index(shard: str, mtime: float | None = None) -> None:
+    """The read index of an empty shard: no record, its one record start the file size 0."""
+    fs.write_bytes(index_path_for(shard), read_index_bytes(np.zeros(1, np.int64), mtime))
 
 
 def _is_protocol_file(path: str) -> bool:

@@ -3,9 +3,10 @@
 Range contract (Beam's): a byte range [A, B) of a file reads the records that *start* inside it,
 so [A, B) + [B, C) reads exactly what [A, C) reads. Where a range starts depends on the file:
 
-- Uncompressed with a current read index (written by tfrbeam, see ``tfrbeam.tfrecord.record_index``): the
-  reader takes the index entry at or before A and walks record headers (length CRC checked) to the
-  first record start >= A. Splits land exactly on record starts.
+- Uncompressed with a current read index (written by tfrbeam, see ``tfrbeam.tfrecord.read_index``): the
+  reader takes the split table's entry at or before A and walks record headers (length CRC checked) to
+  the first record start >= A. Splits land exactly on record starts. Only the front of the index file,
+  its split table, is read (16 bytes a MiB of data, not the 8 bytes a record of its record starts).
 - Uncompressed without an index (e.g. written by TensorFlow): read whole, never split, unless
   ``split_unindexed=True``; then a range starts at the first offset >= A where a record with a
   valid length CRC, a length that fits the file and a valid data CRC starts. Known failure:
@@ -52,11 +53,11 @@ from apache_beam.transforms.display import DisplayDataItem
 from apache_beam.transforms.util import Reshuffle
 from apache_beam.typehints import Any as AnyHint, Tuple as TupleHint
 
-from tfrbeam.beam.filesystem import exists, match_metadata, open_read, read_bytes, report_source_lineage
+from tfrbeam.beam.filesystem import exists, match_metadata, open_read, report_source_lineage
 from tfrbeam.beam.runner_support import refuse_lossy_runner
 from tfrbeam.errors import ConfigError, CorruptRecordError, TfrbeamError, TruncatedRecordError, UnsupportedCompressionError
 from tfrbeam.tfrecord.blocks import RecordBlock, record_blocks
-from tfrbeam.tfrecord.record_index import RecordIndex, index_path_for, load_index
+from tfrbeam.tfrecord.read_index import SplitTable, index_path_for, load_split_table
 from tfrbeam.tfrecord.records import (
     HEADER_SIZE,
     RECORD_OVERHEAD,
@@ -177,15 +178,16 @@ WHOLE, INDEXED, SCAN = "whole", "indexed", "scan"
 
 @dataclasses.dataclass(frozen=True)
 class FilePlan:
-    """How one file may be split: read ``WHOLE``, split by its read ``INDEXED``, or by ``SCAN`` for record starts."""
+    """How one file may be split: read ``WHOLE``, split by its read index's split table (``INDEXED``), or by ``SCAN``
+    for record starts."""
 
     path: str
     size: int
     mode: str
-    index: RecordIndex | None = None
+    index: SplitTable | None = None
 
     def restricted_to(self, start: int, stop: int) -> FilePlan:
-        """The same plan carrying only the index entries a reader of [start, stop) needs."""
+        """The same plan carrying only the split table entries a reader of [start, stop) needs."""
         if self.index is None:
             return self
         return dataclasses.replace(self, index=self.index.restricted_to(start, stop))
@@ -195,17 +197,19 @@ def plan_file(path: str, size: int, mtime: float | None, options: ReadOptions) -
     """Decide how ``path`` can be split: compressed files never, uncompressed ones by index or (opt-in) by scan."""
     if compression_for_file(options.compression, path) is not None:
         return FilePlan(path, size, WHOLE)
-    index = load_index(path, size, mtime, read_bytes=_read_bytes_if_exists)
+    index = load_split_table(path, size, mtime, read=_read_front_if_exists)
     if index is not None:
         return FilePlan(path, size, INDEXED, index)
     return FilePlan(path, size, SCAN if options.split_unindexed else WHOLE)
 
 
-def _read_bytes_if_exists(path: str) -> bytes | None:
+def _read_front_if_exists(path: str, limit: int) -> bytes | None:
+    """The first ``limit`` bytes of an index file, through Beam's file systems; None when it does not exist."""
     if not exists(path):
         return None
     try:
-        return read_bytes(path)
+        with open_read(path) as handle:
+            return handle.read(limit)
     except OSError as exc:
         _LOG.warning("could not read the read index %s, ignoring it: %s", path, exc)
         return None

@@ -307,7 +307,7 @@ def _run_demo_data(args: argparse.Namespace) -> int:
 
 def _run_index(args: argparse.Namespace) -> int:
     from tfrbeam.cli import file_tools
-    from tfrbeam.tfrecord.offset_index import write_dali_index
+    from tfrbeam.tfrecord.read_index import write_dali_index
     from tfrbeam.tfrecord.records import compression_from_name
 
     paths = file_tools.expand_record_paths(args.paths)

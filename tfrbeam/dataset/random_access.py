@@ -4,7 +4,7 @@ The object it returns is Grain's ``RandomAccessDataSource`` (``__len__``, ``__ge
 PyTorch map-style ``Dataset`` (plus ``__getitems__``, which PyTorch's DataLoader and Grain's
 batched reads call). Record ``i`` is the i-th in manifest order (shards in the manifest's order,
 records in file order; for a glob, files sorted by name). Each shard is memory-mapped on first
-use and located through its offset index (``tfrbeam.tfrecord.offset_index``: checked against the file,
+use and located through its read index (``tfrbeam.tfrecord.read_index``: checked against the file,
 rebuilt from the headers where missing or stale). A batch of indices is read in file order,
 every data CRC checked, and decoded with one columnar decode call. Reads take no lock once a
 shard is open, so threads share one object; pickling drops the maps, which each process
@@ -34,15 +34,13 @@ from tfrbeam.dataset.spec import FixedLenFeature, PathSpec, ShardFile, resolve_s
 from tfrbeam.errors import (
     ConfigError,
     CorruptRecordError,
-    ObjectNotFoundError,
     RandomAccessError,
-    RecordIndexError,
     ShardMismatchError,
 )
 from tfrbeam.layout.generation import Generation
 from tfrbeam.layout.paths import escapes
 from tfrbeam.tfrecord.blocks import TRAILING_SLACK, RecordBlock, length_crcs_match, record_blocks
-from tfrbeam.tfrecord.offset_index import load_offsets, offset_index_path_for, parse_offset_index, read_offset_index
+from tfrbeam.tfrecord.read_index import bucket_record_starts, index_path_for, load_offsets
 from tfrbeam.tfrecord.records import FOOTER_SIZE, HEADER_SIZE, RECORD_OVERHEAD, mask_crcs
 
 _LOG = logging.getLogger(__name__)
@@ -106,7 +104,7 @@ class _Shard:
             self.map: mmap.mmap | None = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if size else None
         self.raw = np.frombuffer(self.map, dtype=np.uint8) if self.map is not None else np.zeros(0, np.uint8)
         index_root = root if root is not None else os.path.dirname(shard.path) or "."
-        confined = escapes(index_root, offset_index_path_for(shard.path)) is None
+        confined = escapes(index_root, index_path_for(shard.path)) is None
         self.offsets = load_offsets(shard.path, self.raw, write=confined)
         if generation is not None:
             generation.check()
@@ -142,7 +140,7 @@ class _Misplaced:
 class _ObjectShard:
     """One shard in a bucket: every record's start, and its records read with range requests (several in parallel).
 
-    The starts come from the shard's offset index when the bucket holds one for an object of this size (its CRC,
+    The starts come from the shard's read index when the bucket holds one for an object of this size (its CRC,
     first and last offset and spacing checked up front; each record's header is checked as the record is read, and
     a header that disagrees has the starts rebuilt from the headers), else from a walk of the headers: one
     sequential read of the shard. Checking every header up front, as for a local file, would read the whole shard.
@@ -168,24 +166,9 @@ class _ObjectShard:
             raise
 
     def _indexed_offsets(self) -> np.ndarray | None:
-        """The offsets of the shard's index in the bucket when it describes an object of this size and count; else None."""
-        index_path = offset_index_path_for(self.path)
-        try:
-            index = parse_offset_index(read_offset_index(index_path, self.file.size), index_path)
-        except ObjectNotFoundError:
-            return None
-        except RecordIndexError as error:
-            _LOG.warning("ignoring %s: %s; walking the record headers of %s instead", index_path, error, self.path)
-            return None
-        offsets = index.offsets
-        spaced = offsets.size >= 1 and offsets[0] == 0 and bool(np.all(np.diff(offsets) >= RECORD_OVERHEAD))
-        counted = self._expected is None or offsets.size - 1 == self._expected
-        if index.file_size != self.file.size or not spaced or not counted:
-            _LOG.warning("ignoring %s: it describes %d records in %d bytes, %s has %s records in %d bytes; walking its "
-                         "record headers instead", index_path, offsets.size - 1, index.file_size, self.path,
-                         self._expected, self.file.size)
-            return None
-        return offsets
+        """The record starts of the shard's read index in the bucket when it describes an object of this size and count;
+        else None."""
+        return bucket_record_starts(self.path, self.file.size, self._expected)
 
     def _walked_offsets(self) -> np.ndarray:
         """Every record start and the size, by one sequential read of the record headers (a damaged file raises)."""
@@ -207,7 +190,7 @@ class _ObjectShard:
         if isinstance(result, _Misplaced) and not walked:
             with self._lock:
                 if self.offsets is offsets:
-                    _LOG.warning("the offset index of %s does not match the shard (%s); walking its record headers "
+                    _LOG.warning("the read index of %s does not match the shard (%s); walking its record headers "
                                  "instead", self.path, result.detail)
                     self.offsets, self.walked = self._walked_offsets(), True
                     self._check_count()
@@ -269,7 +252,7 @@ class RandomAccessDataset:
         self._reset()
         if ranges is None:
             counts = [shard.num_records for shard in files]
-            if any(count is None for count in counts):  # no manifest: the offset indexes give the counts
+            if any(count is None for count in counts):  # no manifest: the read indexes give the counts
                 counts = [self._shard(int(number)).offsets.size - 1 for number in self._piece_files]
             ranges = [(0, int(count)) for count in counts]  # type: ignore[arg-type]
         self._piece_starts = np.array([start for start, _ in ranges], dtype=np.int64)

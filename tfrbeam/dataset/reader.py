@@ -46,8 +46,7 @@ from tfrbeam.errors import (
 )
 from tfrbeam.layout.generation import Generation
 from tfrbeam.tfrecord.blocks import RecordBlock, offset_of_record, record_blocks
-from tfrbeam.tfrecord.offset_index import indexed_record_starts
-from tfrbeam.tfrecord.record_index import seek_position, trusted_index
+from tfrbeam.tfrecord.read_index import indexed_record_starts, seek_position, trusted_index
 from tfrbeam.tfrecord.records import SkippedRegion
 
 RECORD_BITS = 40

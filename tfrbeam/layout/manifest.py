@@ -32,8 +32,7 @@ from tfrbeam.layout.manifest_schema import (  # noqa: F401 (the record types are
 )
 from tfrbeam.layout.names import ERRORS_DIR_NAME, LOCK_SUFFIX, MANIFEST_FORMAT, MANIFEST_NAME, is_staging_name, staging_prefix  # noqa: F401 (re-exported)
 from tfrbeam.layout.paths import confined_path
-from tfrbeam.tfrecord.offset_index import offset_index_is_current, offset_index_path_for
-from tfrbeam.tfrecord.record_index import INDEX_DIR_NAME, index_is_current, index_path_for, max_index_bytes, parse_index
+from tfrbeam.tfrecord.read_index import INDEX_DIR_NAME, index_is_current, index_paths_for, max_index_bytes, parse_read_index
 from tfrbeam.tfrecord.records import RecordReader, compression_from_name
 
 _READ_CHUNK = 1 << 20
@@ -274,27 +273,26 @@ def _verify_shard(dataset_dir: str, shard: dict[str, Any], compression: str | No
 
 
 def _verify_index(path: str, size: int, records: int, files: FileAccess) -> list[str]:
-    """A shard's read index and offset index must describe it exactly (readers ignore stale ones; verify names them)."""
-    index_path = index_path_for(path)
+    """A shard's read index (its ``.index``; in a dataset written before, its ``.idx`` and ``.offsets``) must describe it
+    exactly: readers ignore a stale one, verify names it. Locally every entry and record start is checked."""
     problems = []
-    if files.exists(index_path):
+    for index_path in index_paths_for(path):
+        if not files.exists(index_path):
+            continue
         if isinstance(files, LocalFiles):
             current, reason = index_is_current(path, index_path)
             if not current:
-                problems.append(f"{index_path}: a stale read index ({reason}); readers ignore it: rebuild, or delete it")
-        else:
-            try:
-                index = parse_index(read_found(index_path, max_index_bytes(size), "read index", files=files), index_path)
-            except (RecordIndexError, RefusedFileError) as error:
-                return [str(error)]
-            if not index.is_current(size, None) or index.num_records != records:
-                problems.append(f"{index_path}: describes {index.num_records} records in {index.file_size} bytes, "
-                                f"the shard has {records} in {size}")
-    offsets_path = offset_index_path_for(path)
-    if isinstance(files, LocalFiles) and files.exists(offsets_path):
-        current, reason = offset_index_is_current(path, offsets_path)
-        if not current:
-            problems.append(f"{offsets_path}: a stale offset index ({reason}); random access rebuilds it, or delete it")
+                problems.append(f"{index_path}: a stale read index ({reason}); readers ignore it: delete it (random "
+                                "access then writes a fresh one)")
+            continue
+        try:
+            index = parse_read_index(read_found(index_path, max_index_bytes(size), "read index", files=files), index_path)
+        except (RecordIndexError, RefusedFileError) as error:
+            problems.append(str(error))
+            continue
+        if index.file_size != size or index.num_records != records:
+            problems.append(f"{index_path}: describes {index.num_records} records in {index.file_size} bytes, "
+                            f"the shard has {records} in {size}")
     return problems
 
 

@@ -8,7 +8,7 @@
   ``.name.tfrbeam-partial-<id>``. All hidden, so shard globs and TensorFlow never match them.
 
 Two names are defined lower down and re-exported here: partial files belong to the atomic write
-(``tfrbeam.base.fileops``), the read-index directory to the index (``tfrbeam.tfrecord.record_index``).
+(``tfrbeam.base.fileops``), the read-index directory and names to the index (``tfrbeam.tfrecord.read_index``).
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ import dataclasses
 import re
 
 from tfrbeam.base.fileops import PARTIAL_INFIX, beside, partial_path, split_target
-from tfrbeam.tfrecord.offset_index import OFFSETS_SUFFIX
-from tfrbeam.tfrecord.record_index import INDEX_DIR_NAME, INDEX_SUFFIX
+from tfrbeam.tfrecord.read_index import INDEX_DIR_NAME, INDEX_SUFFIXES
 
 __all__ = [
     "DALI_DIR_NAME", "ERRORS_DIR_NAME", "EXPORT_NAME", "INDEX_DIR_NAME", "LOCK_SUFFIX", "MANIFEST_FORMAT", "MANIFEST_NAME",
@@ -50,12 +49,13 @@ def shard_file_name(split: str, shard: int, num_shards: int, compression: str | 
 
 def is_built_shard_path(relative: str) -> bool:
     """Whether ``relative`` (a path inside a dataset) names a shard a build writes, ``{split}/{split}-NNNNN-of-NNNNN
-    .tfrecord[.gz|.zlib]``, or one of its read indexes, ``{split}/.tfrbeam-index/{shard}.idx`` or ``.offsets``.
+    .tfrecord[.gz|.zlib]``, or its read index, ``{split}/.tfrbeam-index/{shard}.index`` (or the ``.idx`` and ``.offsets``
+    of a build from before the ``.index``).
 
     What a run's record may name for recovery to delete: anything else in an output may be the user's.
     """
     parts = relative.split("/")
-    if len(parts) == 3 and parts[1] == INDEX_DIR_NAME and parts[2].endswith((INDEX_SUFFIX, OFFSETS_SUFFIX)):
+    if len(parts) == 3 and parts[1] == INDEX_DIR_NAME and parts[2].endswith(INDEX_SUFFIXES):
         shard = parts[2].rsplit(".", 1)[0]
         return not shard.endswith((".gz", ".zlib")) and is_built_shard_path(f"{parts[0]}/{shard}")
     return (len(parts) == 2 and SHARD_NAME.fullmatch(parts[1]) is not None

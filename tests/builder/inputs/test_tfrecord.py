@@ -28,7 +28,7 @@ from tfrbeam.builder.inputs.tfrecord import read_tfrecord_piece, tfrecord_pieces
 from tfrbeam.cli.build import main as build_main
 from tfrbeam.codec.decode import examples_to_record_batch
 from tfrbeam.errors import ConfigError
-from tfrbeam.tfrecord.record_index import IndexBuilder, index_path_for
+from tfrbeam.tfrecord.read_index import ReadIndexBuilder, SplitTable, index_path_for, table_bytes
 
 VECTORS = pathlib.Path(__file__).parents[2] / "data" / "tf-vectors"
 ROWS = 240
@@ -400,11 +400,11 @@ def _indexed_file(directory: pathlib.Path, interval: int) -> pathlib.Path:
     path = directory / "rows.tfrecord"
     payloads = [example_bytes(row) for row in _rows()]
     path.write_bytes(framed(payloads))
-    builder = IndexBuilder(interval)
+    builder = ReadIndexBuilder(interval)
     builder.add_batch(0, 0, [len(payload) for payload in payloads])
     index = pathlib.Path(index_path_for(str(path)))
     index.parent.mkdir()
-    index.write_bytes(builder.to_bytes(path.stat().st_size, path.stat().st_mtime, len(payloads)))
+    index.write_bytes(builder.to_bytes(path.stat().st_size, path.stat().st_mtime))
     return path
 
 
@@ -516,11 +516,10 @@ def test_a_dataset_on_another_filesystem_is_read_through_beam_and_confined_by_pr
 def test_a_read_index_whose_cut_entry_is_not_a_record_start_leaves_the_file_whole(tmp_path):
     path = _indexed_file(tmp_path / "indexed", 1024)
     good = tfrecord_pieces(str(path), path.stat().st_size, 4096, None)
-    builder = IndexBuilder(1024)
-    builder.add(0, 0)
-    builder.add(good[1][0] + 5, good[1][2])  # inside a record, where its header is not
-    index = pathlib.Path(index_path_for(str(path)))
-    index.write_bytes(builder.to_bytes(path.stat().st_size, path.stat().st_mtime, ROWS))
+    table = SplitTable(path.stat().st_size, path.stat().st_mtime, ROWS, (0, good[1][0] + 5), (0, good[1][2]), 1024)
+    index = pathlib.Path(index_path_for(str(path), ".idx"))  # inside a record, where its header is not
+    pathlib.Path(index_path_for(str(path))).unlink()
+    index.write_bytes(table_bytes(table))
     assert tfrecord_pieces(str(path), path.stat().st_size, 4096, None) == [(0, None, 0)]
 
 

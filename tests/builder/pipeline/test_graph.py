@@ -17,7 +17,7 @@ from tfrbeam.cli.demo_data import demo_table, write_demo_data
 from tfrbeam.codec.example import decode_example
 from tfrbeam.errors import ConfigError
 from tfrbeam.layout.manifest import verify_dataset
-from tfrbeam.tfrecord.record_index import INDEX_DIR_NAME
+from tfrbeam.tfrecord.read_index import INDEX_DIR_NAME
 from tfrbeam.tfrecord.records import read_records
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]

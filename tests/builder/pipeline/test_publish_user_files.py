@@ -85,8 +85,8 @@ def own_files(manifest: dict | None, with_stats: bool) -> set[str]:
     for split, entry in manifest["splits"].items():
         for shard in entry["shards"]:
             directory, name = os.path.split(shard["path"])
-            own |= {shard["path"], f"{directory}/.tfrbeam-index/{name}.idx", f"{directory}/.tfrbeam-index/{name}.offsets",
-                    f"dali/{split}/{name}.idx"}
+            own |= {shard["path"], f"{directory}/.tfrbeam-index/{name}.index", f"{directory}/.tfrbeam-index/{name}.idx",
+                    f"{directory}/.tfrbeam-index/{name}.offsets", f"dali/{split}/{name}.idx"}
     own |= set((manifest.get("bad_records") or {}).get("files") or ())
     return own
 

@@ -26,7 +26,7 @@ from tfrbeam.cli.build import main as build_main
 from tfrbeam.cli.demo_data import aircraft_flights_table, demo_table, write_demo_data
 from tfrbeam.codec.example import decode_sequence_example
 from tfrbeam.layout.manifest import verify_dataset
-from tfrbeam.tfrecord.record_index import INDEX_DIR_NAME
+from tfrbeam.tfrecord.read_index import INDEX_DIR_NAME
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 BROKEN_FLIGHT_IDS = {1018, 1346, 1679}  # the demo CSV's three broken rows

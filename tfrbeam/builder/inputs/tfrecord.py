@@ -49,7 +49,7 @@ from tfrbeam.errors import (
 from tfrbeam.layout.manifest import EXAMPLE, MANIFEST_NAME, load_manifest, record_type_of
 from tfrbeam.layout.paths import confined_path
 from tfrbeam.tfrecord.blocks import record_blocks
-from tfrbeam.tfrecord.record_index import trusted_index
+from tfrbeam.tfrecord.read_index import trusted_index
 from tfrbeam.tfrecord.records import normalize_compression
 
 __all__ = [
@@ -267,7 +267,7 @@ def file_compression(input_config: InputConfig, path: str) -> str | None:
 
 def tfrecord_pieces(path: str, size: int, split_bytes: int, compression: str | None) -> list[Piece]:
     """The record ranges a file is read in: a local uncompressed file over split_bytes with a current read index
-    (see tfrecord.record_index.trusted_index) in ranges of about split_bytes cut at its entries; any other whole."""
+    (see tfrecord.read_index.trusted_index) in ranges of about split_bytes cut at its entries; any other whole."""
     return tfrecord_pieces_and_records(path, size, split_bytes, compression)[0]
 
 
@@ -288,7 +288,7 @@ def tfrecord_pieces_and_records(path: str, size: int, split_bytes: int,
 
 def _cuts(offsets: Sequence[int], split_bytes: int) -> list[int]:
     """The index entries a file is cut at: the first, then each first at least split_bytes past the cut before (only
-    these are checked against the data, see record_index.trusted_index)."""
+    these are checked against the data, see read_index.trusted_index)."""
     cuts = [0]
     for position, offset in enumerate(offsets):
         if offset >= offsets[cuts[-1]] + split_bytes:

@@ -103,14 +103,14 @@ from tfrbeam.layout.manifest import (
 )
 from tfrbeam.layout.names import DALI_DIR_NAME, shard_file_name
 from tfrbeam.layout.tfmd_schema import SCHEMA_PBTXT, schema_files_of, schema_text
-from tfrbeam.tfrecord.offset_index import (
+from tfrbeam.tfrecord.read_index import (
     dali_index_text,
-    offset_index_path_for,
-    parse_offset_index,
-    stamp_offset_index,
+    index_path_for,
+    index_paths_for,
+    parse_read_index,
+    stamp_read_index,
     write_dali_index,
 )
-from tfrbeam.tfrecord.record_index import index_path_for, stamp_index
 
 __all__ = [
     "COMMIT_RECORD", "CommitDataset", "DeadLetterFile", "DirectWrites", "NEW_DATASET_DIR", "OLD_DATASET_DIR", "StagedCommit",
@@ -238,7 +238,7 @@ def checked_manifest(plan: BuildPlan, shard_plan: ShardPlan, files: list[Written
     bad_groups_rows = int(sequences.bad_rows.sum()) if sequences is not None else 0
     limit = plan.config.errors.max_bad_fraction
     if too_many_bad(bad + bad_groups_rows, rows_read, limit):
-        staged = [(item.temp_path, item.temp_index_path, item.temp_offsets_path) for item in files]
+        staged = [(item.temp_path, item.temp_index_path) for item in files]
         fs.delete_files([path for paths in staged for path in paths if path])
         kept = f"; the bad rows are kept in {fs.join(plan.staging_dir, ERRORS_DIR_NAME)}" if dead_letters else ""
         total_bad = bad + bad_groups_rows
@@ -311,7 +311,7 @@ def _planned_names(plan: BuildPlan) -> list[str]:
             relative = f"{split}/{shard_file_name(split, shard, int(count or 0), spec.compression)}"
             names.append(relative)
             if spec.write_index and spec.compression is None:
-                names += [index_path_for(relative), offset_index_path_for(relative)]
+                names.append(index_path_for(relative))
     return names
 
 
@@ -370,7 +370,7 @@ class StagedCommit:
         """Why the record is not this run's staged dataset (another run, a path outside the staging directory)."""
         if self.run_id != plan.run.run_id or self.manifest.get("run_id") != plan.run.run_id:
             return f"the record is run {self.run_id}'s, not this run's ({plan.run.run_id})"
-        staged = [path for item in self.files for path in (item.temp_path, item.temp_index_path, item.temp_offsets_path)
+        staged = [path for item in self.files for path in (item.temp_path, item.temp_index_path)
                   if path is not None] + [item.temp_path for item in self.dead_letters]
         direct = _DIRECT.get(plan.run.run_id)
         written_straight = set(direct.paths) if direct is not None else set()
@@ -639,12 +639,8 @@ def _staged_moves(plan: BuildPlan, files: Sequence[WrittenShard], dead_letters: 
                   root: str) -> list[tuple[str, str]]:
     """(staged file, its path under ``root``) for every shard, read index and dead-letter file."""
     moves = [(item.temp_path, fs.join(root, *item.relative_path.split("/"))) for item in files]
-    moves += [
-        (index, fs.join(root, *name_of(item.relative_path).split("/")))
-        for item in files
-        for index, name_of in ((item.temp_index_path, index_path_for), (item.temp_offsets_path, offset_index_path_for))
-        if index
-    ]
+    moves += [(item.temp_index_path, fs.join(root, *index_path_for(item.relative_path).split("/")))
+              for item in files if item.temp_index_path]
     moves += [(item.temp_path, fs.join(root, *item.relative_path.split("/"))) for item in dead_letters]
     return moves
 
@@ -704,9 +700,13 @@ def write_stats(plan: BuildPlan) -> None:
 
 
 def load_offsets_of(staged_shard: str) -> Any:
-    """Record starts (and the end) of a staged shard, from the offset index its writer wrote."""
-    with fs.open_read(offset_index_path_for(staged_shard)) as handle:
-        return parse_offset_index(handle.read(), offset_index_path_for(staged_shard)).offsets
+    """Record starts (and the end) of a staged shard, from the read index its writer wrote."""
+    index_path = index_path_for(staged_shard)
+    with fs.open_read(index_path) as handle:
+        starts = parse_read_index(handle.read(), index_path).starts
+    if starts is None:
+        raise CommitError(f"{index_path}: the read index its writer wrote holds no record starts; rerun the build")
+    return starts.offsets
 
 
 def _dali_path(root: str, item: WrittenShard) -> str:
@@ -715,11 +715,9 @@ def _dali_path(root: str, item: WrittenShard) -> str:
 
 
 def _finish_indexes(shard_path: str) -> None:
-    """Stamp a staged shard's read index and offset index with the file's mtime (the swap's renames keep it)."""
+    """Stamp a staged shard's read index with the file's mtime (the swap's renames keep it)."""
     if os.path.exists(index_path_for(shard_path)):
-        stamp_index(shard_path)
-    if os.path.exists(offset_index_path_for(shard_path)):
-        stamp_offset_index(shard_path)
+        stamp_read_index(shard_path)
 
 
 def _old_manifest(output_root: str) -> dict | None:
@@ -839,7 +837,7 @@ def generation_name(relative: str, run_id: str) -> str:
 def _free_names(relatives: Sequence[str], taken: set[str], run_id: str) -> dict[str, str]:
     """Each new file's published name: its own where neither it nor its indexes are taken, else this run's tagged one."""
     def clashes(relative: str) -> bool:
-        return bool({relative, index_path_for(relative), offset_index_path_for(relative)} & taken)
+        return bool({relative, *index_paths_for(relative)} & taken)
 
     return {relative: generation_name(relative, run_id) if clashes(relative) else relative for relative in relatives}
 

@@ -55,8 +55,7 @@ from tfrbeam.builder.shuffle import INLINE, MAX_BUCKET_BITS, MEMORY, ShardingSpe
 from tfrbeam.errors import ConfigError, ManifestError, OutputExistsError, OutputNotWritableError
 from tfrbeam.layout.manifest import check_manifest_file, read_manifest
 from tfrbeam.layout.names import DALI_DIR_NAME, ERRORS_DIR_NAME, MANIFEST_NAME, shard_file_name
-from tfrbeam.tfrecord.offset_index import offset_index_path_for
-from tfrbeam.tfrecord.record_index import index_path_for
+from tfrbeam.tfrecord.read_index import index_path_for
 
 __all__ = ["UNKNOWN_ROWS_BYTES", "BuildPlan", "check_output_dir", "plan_build", "plan_rows"]
 
@@ -432,7 +431,7 @@ def _written_examples(config: BuildConfig, output_root: str) -> list[str]:
     for split in config.splits:
         shard = f"{split}/{shard_file_name(split, 0, config.output.shards_for(split) or 1, config.output.compression)}"
         name = posixpath.basename(shard)
-        relatives += [shard, index_path_for(shard), offset_index_path_for(shard), f"{DALI_DIR_NAME}/{split}/{name}.idx"]
+        relatives += [shard, index_path_for(shard), f"{DALI_DIR_NAME}/{split}/{name}.idx"]
     staging = staging_path(output_root, "0" * 16)
     return [join(root, *relative.split("/")) for root in (output_root, join(staging, "dataset"), staging)
             for relative in relatives]

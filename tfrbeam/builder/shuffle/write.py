@@ -1,5 +1,5 @@
 """The shard writer: one shard's records sorted by (key, bytes), cut to its exact rank range, framed block by block
-and written (with its read and offset indexes) to the run's temp location.
+and written (with its read index) to the run's temp location.
 """
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ from tfrbeam.builder.shuffle.route import shard_ranges, split_and_shard, with_fi
 from tfrbeam.builder.shuffle.stores import PieceStore
 from tfrbeam.errors import ShuffledDataError
 from tfrbeam.layout.names import shard_file_name
-from tfrbeam.tfrecord.offset_index import OffsetIndexBuilder, offset_index_path_for
-from tfrbeam.tfrecord.record_index import IndexBuilder, index_path_for
+from tfrbeam.tfrecord.read_index import ReadIndexBuilder, index_path_for
 from tfrbeam.tfrecord.records import RECORD_OVERHEAD, RecordWriter
 
 __all__ = ["WRITE_BLOCK_BYTES", "WRITE_BLOCK_RECORDS", "WrittenShard", "WriteShard", "WriteShardOfPieces", "write_blocks"]
@@ -51,7 +50,6 @@ class WrittenShard:
     relative_path: str
     temp_path: str
     temp_index_path: str | None
-    temp_offsets_path: str | None
     num_examples: int
     num_bytes: int
     sha256: str
@@ -174,33 +172,27 @@ class WriteShard(beam.DoFn):
     def _write_file(self, split_plan: SplitPlan, shard: int, spec: ShardingSpec, received: Received, order: KeptOrder,
                     temp_path: str, relative_path: str, started: float) -> WrittenShard:
         kept, ties = order.positions, TieCheck(order)
-        index = IndexBuilder() if spec.write_index and spec.compression is None else None
-        offsets = OffsetIndexBuilder() if index is not None else None
+        index = ReadIndexBuilder() if spec.write_index and spec.compression is None else None
         handle = _HashingFile(fs.create(temp_path))
         try:
             writer = RecordWriter(handle, spec.compression)
             kept_lengths = received.payload_lengths(kept)
             for start, end in write_blocks(kept_lengths + RECORD_OVERHEAD):
                 positions = kept[start:end]
-                if index is not None and offsets is not None:
-                    lengths = kept_lengths[start:end]
-                    index.add_batch(writer.bytes_written, writer.records_written, lengths)
-                    offsets.add_batch(writer.bytes_written, writer.records_written, lengths)
+                if index is not None:
+                    index.add_batch(writer.bytes_written, writer.records_written, kept_lengths[start:end])
                 frames = received.frames(positions)
                 ties.block(frames, kept_lengths[start:end] + RECORD_OVERHEAD, start)  # raises TiedRecordsDiffer
                 writer.write_framed(frames, len(positions))
             writer.close()
         finally:
             handle.close()
-        temp_index_path = temp_offsets_path = None
-        if index is not None and offsets is not None:
+        temp_index_path = None
+        if index is not None:
             # mtime None here: the commit stamps the file's own mtime once the shard is in its final directory.
             temp_index_path = index_path_for(temp_path)
             with fs.create(temp_index_path) as index_file:
-                index_file.write(index.to_bytes(handle.size, None, len(kept)))
-            temp_offsets_path = offset_index_path_for(temp_path)
-            with fs.create(temp_offsets_path) as offsets_file:
-                offsets_file.write(offsets.to_bytes(handle.size, None))
+                index_file.write(index.to_bytes(handle.size, None))
         beam.metrics.Metrics.counter("tfrbeam", "examples_written").inc(len(kept))
         if self._progress is not None:
             ProgressCounter(self._progress, WRITTEN).add(len(kept), handle.size)
@@ -210,7 +202,7 @@ class WriteShard(beam.DoFn):
         )
         return WrittenShard(
             split=split_plan.name, shard=shard, num_shards=split_plan.num_shards, relative_path=relative_path,
-            temp_path=temp_path, temp_index_path=temp_index_path, temp_offsets_path=temp_offsets_path,
+            temp_path=temp_path, temp_index_path=temp_index_path,
             num_examples=len(kept), num_bytes=handle.size,
             sha256=handle.sha256_hex,
         )
