@@ -106,8 +106,15 @@ def histogram_of(split: np.ndarray, key: np.ndarray, framed: np.ndarray, bucket_
     """``_histogram``'s counts of records in hash mode, given their splits, keys and framed lengths in any order."""
     if not len(key):
         return _empty_histogram()
-    buckets = np.asarray(key, dtype=np.uint64) >> np.uint64(64 - bucket_bits)
-    return _reduce(np.asarray(split, dtype=np.uint16), buckets, np.ones(len(key), np.int64), framed, framed)
+    # (split, bucket) as one integer (a bucket has at most 24 bits): one argsort, not a lexsort of two keys.
+    combined = (np.asarray(split, dtype=np.uint64) << np.uint64(48)) | (np.asarray(key, dtype=np.uint64)
+                                                                       >> np.uint64(64 - bucket_bits))
+    order = np.argsort(combined)
+    combined, framed = combined[order], np.asarray(framed)[order]
+    starts = np.flatnonzero(np.r_[True, combined[1:] != combined[:-1]])
+    return ((combined[starts] >> np.uint64(48)).astype(np.uint16), combined[starts] & np.uint64((1 << 48) - 1),
+            np.diff(np.r_[starts, len(combined)]).astype(np.int64), np.add.reduceat(framed, starts),
+            np.maximum.reduceat(framed, starts))
 
 
 def crossing_bytes(piece: Piece, store: PieceStore | None) -> int:
@@ -157,8 +164,13 @@ class BucketCounts(beam.CombineFn):
 
     @staticmethod
     def _compact(accumulator):
-        columns = [np.concatenate([part[i] for part in accumulator]) for i in range(5)]
-        return [_reduce(*columns)]
+        return [BucketCounts.combined(accumulator)]
+
+    @staticmethod
+    def combined(histograms: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
+        """Histograms added up into one, sorted by (split, bucket)."""
+        columns = [np.concatenate([part[i] for part in histograms]) for i in range(5)]
+        return _reduce(*columns)
 
 
 class PlanShards(BucketCounts):

@@ -25,12 +25,12 @@ from collections.abc import Iterable, Iterator
 import apache_beam as beam
 import numpy as np
 
-from tfrbeam.builder.shuffle.balance import ShardingSpec, crossing_bytes, histogram_of
-from tfrbeam.builder.shuffle.keys import key_range_bounds, occurrence_keys
+from tfrbeam.builder.shuffle.balance import BucketCounts, ShardingSpec, crossing_bytes, histogram_of
+from tfrbeam.builder.shuffle.keys import MIN_BUCKET_BITS, key_range_bounds, occurrence_keys
 from tfrbeam.builder.shuffle.pieces import MovedCopies, Piece
 from tfrbeam.builder.shuffle.stores import PieceStore
 
-__all__ = ["MOVED", "RangeCounts", "TallyCopies", "moved_copies_of", "range_bits_for", "tally_copies"]
+__all__ = ["MOVED", "RangeCounts", "TallyCopies", "range_bits_for", "tally_copies"]
 
 MOVED = "moved"
 # Key ranges tallied apart: at least 16 (parallel enough on a laptop), about one per shard beyond, at most 256 (each
@@ -54,39 +54,56 @@ class RangeCounts:
 
 def tally_copies(parts: Iterable[tuple[str, int, Piece]], bucket_bits: int) -> tuple[RangeCounts, list[MovedCopies]]:
     """The counts and moved copies of one key range from its records: (piece name, first record, part with keys and
-    footers) for every part of every piece in the range.
+    footers) for every part of every piece in the range, each part's records of one split and sorted by key.
 
     Each group of copies is numbered in the order of (piece name, place in piece): any order gives
     the same bytes (copies are identical), this one is the same however often the range is tallied.
     """
     ordered = sorted(parts, key=lambda part: (part[0], part[1]))
     names = sorted({name for name, _, _ in ordered})
-    if not ordered:
-        return RangeCounts(histogram_of(np.zeros(0, np.uint16), np.zeros(0, np.uint64), np.zeros(0, np.int64),
-                                        bucket_bits)), []
     pieces = [part for _, _, part in ordered]
+    if not sum(map(len, pieces)):
+        return RangeCounts(_empty_counts()), []
     split = np.concatenate([part.split for part in pieces]).astype(np.uint16, copy=False)
     key = np.concatenate([part.key for part in pieces]).astype(np.uint64, copy=False)
     framed = np.concatenate([part.framed_lengths for part in pieces])
-    new_key, moved = key, np.zeros(0, np.int64)
-    order = np.argsort(key, kind="stable")
-    sorted_key = key[order]
-    tied = sorted_key[1:] == sorted_key[:-1]
-    if tied.any():
-        footers = np.concatenate([_footers(name, part) for name, _, part in ordered])
-        moved, occurrence = _numbered_copies(order, tied, split, key, framed, footers)
-        new_key = key.copy()
-        new_key[moved] = occurrence_keys(key[moved], occurrence)
-    counts = RangeCounts(histogram_of(split, new_key, framed, bucket_bits))
-    if not len(moved):
-        return counts, []
+    part_of = np.repeat(np.arange(len(pieces)), [len(part) for part in pieces])
+    sorted_key = np.sort(key, kind="stable")  # a merge of the parts' sorted runs
+    if not np.any(sorted_key[1:] == sorted_key[:-1]):  # no key twice: nothing to number (the common case)
+        return RangeCounts(_sorted_runs_counts(split, key, framed, part_of, bucket_bits)), []
+    footers = np.concatenate([_footers(name, part) for name, _, part in ordered])
+    moved, occurrence = _numbered_copies(np.argsort(key, kind="stable"), split, key, framed, footers)
+    stay = np.ones(len(key), dtype=bool)
+    stay[moved] = False
+    moved_keys = occurrence_keys(key[moved], occurrence)
+    counts = BucketCounts.combined([_sorted_runs_counts(split[stay], key[stay], framed[stay], part_of[stay], bucket_bits),
+                               histogram_of(split[moved], moved_keys, framed[moved], bucket_bits)])
     name_index = {name: index for index, name in enumerate(names)}
-    unit = np.repeat([name_index[name] for name, _, _ in ordered], [len(part) for part in pieces])
-    position = np.concatenate([first + np.arange(len(part), dtype=np.int64) for _, first, part in ordered])
-    by_unit = moved[np.argsort(unit[moved], kind="stable")]
+    unit = np.repeat([name_index[name] for name, _, _ in ordered], [len(part) for part in pieces])[moved]
+    position = np.concatenate([first + np.arange(len(part), dtype=np.int64) for _, first, part in ordered])[moved]
+    by_unit = np.argsort(unit, kind="stable")
     bounds = np.searchsorted(unit[by_unit], np.arange(len(names) + 1))
-    return counts, [MovedCopies(names[index], position[by_unit[low:high]], new_key[by_unit[low:high]])
-                    for index, (low, high) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())) if high > low]
+    return RangeCounts(counts), [
+        MovedCopies(names[index], position[by_unit[low:high]], moved_keys[by_unit[low:high]])
+        for index, (low, high) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())) if high > low
+    ]
+
+
+def _empty_counts() -> tuple[np.ndarray, ...]:
+    return histogram_of(np.zeros(0, np.uint16), np.zeros(0, np.uint64), np.zeros(0, np.int64), MIN_BUCKET_BITS)
+
+
+def _sorted_runs_counts(split: np.ndarray, key: np.ndarray, framed: np.ndarray, part_of: np.ndarray,
+                        bucket_bits: int) -> tuple[np.ndarray, ...]:
+    """``histogram_of`` records whose keys are sorted within each part (of one split): per run of one bucket, no sort."""
+    if not len(key):
+        return _empty_counts()
+    bucket = key >> np.uint64(64 - bucket_bits)
+    starts = np.flatnonzero(np.r_[True, (bucket[1:] != bucket[:-1]) | (part_of[1:] != part_of[:-1])
+                                  | (split[1:] != split[:-1])])
+    runs = np.diff(np.r_[starts, len(key)])
+    return BucketCounts.combined([(split[starts], bucket[starts], runs, np.add.reduceat(framed, starts),
+                              np.maximum.reduceat(framed, starts))])
 
 
 def _footers(name: str, part: Piece) -> np.ndarray:
@@ -95,32 +112,45 @@ def _footers(name: str, part: Piece) -> np.ndarray:
     return part.footers
 
 
-def _numbered_copies(order: np.ndarray, tied: np.ndarray, split: np.ndarray, key: np.ndarray, framed: np.ndarray,
+def _numbered_copies(order: np.ndarray, split: np.ndarray, key: np.ndarray, framed: np.ndarray,
                      footers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The records that are copy 1 or later of their record (indices) and their copy numbers.
+    """The records that are copy 1 or later of their record (indices) and their copy numbers, from ``order``, the
+    records by key (equal keys by index: piece name, then place in the piece).
 
     Only records whose key another record shares are compared further: a copy has equal split,
-    key, frame length and CRC32C; records that share a key and differ keep it (the writers order
-    them by bytes).
+    key, frame length and CRC32C. Records that share a key and differ (a digest collision) are
+    numbered apart and keep the key as copy 0 (the writers order them by bytes).
     """
+    sorted_key = key[order]
+    tied = sorted_key[1:] == sorted_key[:-1]
     in_run = np.zeros(len(order), dtype=bool)
     in_run[1:] |= tied
     in_run[:-1] |= tied
-    candidates = np.sort(order[in_run])  # by index: by piece name, then place in the piece
-    grouped = candidates[np.lexsort((candidates, footers[candidates], framed[candidates], split[candidates],
-                                     key[candidates]))]
-    same = ((key[grouped][1:] == key[grouped][:-1]) & (split[grouped][1:] == split[grouped][:-1])
-            & (framed[grouped][1:] == framed[grouped][:-1]) & (footers[grouped][1:] == footers[grouped][:-1]))
-    starts = np.flatnonzero(np.r_[True, ~same])
-    group_first = np.repeat(starts, np.diff(np.r_[starts, len(grouped)]))
-    occurrence = np.arange(len(grouped)) - group_first
+    members = order[in_run]  # the runs of equal keys, each in index order
+    columns = (key[members], split[members], framed[members], footers[members])
+    new_run = np.r_[True, columns[0][1:] != columns[0][:-1]]
+    other_record = ~new_run[1:] & _differ(columns[1:])
+    run_first = np.maximum.accumulate(np.where(new_run, np.arange(len(members)), 0))
+    occurrence = np.arange(len(members)) - run_first
+    if other_record.any():  # runs holding different records: number each record's copies apart
+        run_id = np.cumsum(new_run) - 1
+        mixed = np.isin(run_id, run_id[1:][other_record])
+        grouped = members[mixed]
+        grouped = grouped[np.lexsort((grouped, footers[grouped], framed[grouped], split[grouped], key[grouped]))]
+        starts = np.flatnonzero(np.r_[True, _differ((key[grouped], split[grouped], framed[grouped], footers[grouped]))])
+        group_first = np.repeat(starts, np.diff(np.r_[starts, len(grouped)]))
+        members = np.r_[members[~mixed], grouped]
+        occurrence = np.r_[occurrence[~mixed], np.arange(len(grouped)) - group_first]
     later = occurrence > 0
-    return grouped[later], occurrence[later].astype(np.uint64)
+    return members[later], occurrence[later].astype(np.uint64)
 
 
-def moved_copies_of(piece: Piece, moved: dict[str, list[MovedCopies]] | object) -> list[MovedCopies]:
-    """The moved copies of ``piece`` in a side input of them by piece name (``AsMultiMap``): [] when it has none."""
-    return list(moved[piece.ref.location]) if moved is not None else []  # type: ignore[index]
+def _differ(columns: tuple[np.ndarray, ...]) -> np.ndarray:
+    """For each item after the first, whether any of ``columns`` differs from the item before it."""
+    differ = np.zeros(max(len(columns[0]) - 1, 0), dtype=bool)
+    for column in columns:
+        differ |= column[1:] != column[:-1]
+    return differ
 
 
 class _TallyParts(beam.DoFn):
