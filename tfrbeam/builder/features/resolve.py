@@ -13,8 +13,10 @@ from dataclasses import replace
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tfrbeam.builder.config.parse import Checker, check_default, with_feature_null_values
-from tfrbeam.builder.config.schema import BuildConfig, CsvOptions, InputConfig, SequenceConfig, SplitColumn
+from tfrbeam.builder.config.feature_keys import check_default
+from tfrbeam.builder.config.keys import Checker
+from tfrbeam.builder.config.schema import BuildConfig, CsvOptions, InputConfig, SequenceConfig, with_feature_null_values
+from tfrbeam.builder.config.split_keys import SplitColumn
 from tfrbeam.builder.features.convert import (
     FeatureSpec,
     ambiguous_source,

@@ -36,7 +36,7 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
 from tfrbeam.beam import filesystem as fs
-from tfrbeam.builder.config import BuildConfig, InputConfig, parse_config
+from tfrbeam.builder.config import ROWS_FORMAT, BuildConfig, InputConfig, parse_config
 from tfrbeam.builder.features.convert import BadRow, FeatureSpec, output_type
 from tfrbeam.builder.inputs.batch import SourceBatch
 from tfrbeam.builder.inputs.read import converted_ahead
@@ -46,13 +46,12 @@ from tfrbeam.builder.running.launch import BuildResult, build_options, launch, o
 from tfrbeam.builder.running.progress import ProgressCounter, progress_dir
 from tfrbeam.errors import ConfigError, InputError, OutputNotWritableError, RowCountError
 
-__all__ = ["ROWS_FORMAT", "ROWS_PER_BATCH", "WriteDataset", "arrow_table", "dataset_config", "write_dataset"]
+__all__ = ["ROWS_PER_BATCH", "WriteDataset", "arrow_table", "dataset_config", "write_dataset"]
 
 _LOG = logging.getLogger(__name__)
 
 # The features option: the config's mapping, FeatureSpecs, or the path of a TFMD schema.pbtxt (features_from).
 FeaturesOption = Mapping[str, Any] | Sequence[FeatureSpec] | str | os.PathLike | None
-ROWS_FORMAT = "arrow"  # input.format in the manifest's config of a dataset built from rows, not files
 # The table write_dataset is given goes to the workers as this file in the run's staging directory.
 TABLE_FILE_NAME = "write-dataset-rows.arrow"
 BATCHES_PER_ELEMENT = 4
@@ -81,8 +80,8 @@ def dataset_config(path: str | os.PathLike, source: str, *, features: FeaturesOp
         output["dali_index"] = True
     if schema_pbtxt:
         output["schema_pbtxt"] = True
-    raw: dict[str, Any] = {"input": {"format": "parquet", "path": source}, "output": output,
-                           "shuffle": {"enabled": shuffle, "seed": seed}, "stats": stats}
+    raw: dict[str, Any] = {"output": output, "shuffle": {"enabled": shuffle, "seed": seed}, "stats": stats}
+    given: dict[str, Any] = {"input": InputConfig(format=ROWS_FORMAT, path=source)}
     if splits is not None:
         raw["splits"] = dict(splits)
         if "column" not in raw["splits"] and any(isinstance(value, str) for value in raw["splits"].values()):
@@ -92,22 +91,19 @@ def dataset_config(path: str | os.PathLike, source: str, *, features: FeaturesOp
         raw["split_key"] = split_key if isinstance(split_key, str) else list(split_key)
     if errors is not None:
         raw["errors"] = {"on_bad_record": errors} if isinstance(errors, str) else dict(errors)
-    specs = None
     if isinstance(features, (str, os.PathLike)):
         raw["features_from"] = os.fspath(features)
     elif features is not None and not isinstance(features, Mapping):
-        specs = tuple(features)
-        if not all(isinstance(spec, FeatureSpec) for spec in specs):
+        given["features"] = tuple(features)
+        if not all(isinstance(spec, FeatureSpec) for spec in given["features"]):
             raise ConfigError(f"{where}: features: expected a mapping of feature name to its settings (as in the config) "
                               "or a sequence of FeatureSpec")
     elif features is not None:
         raw["features"] = {name: {"type": value} if isinstance(value, str) else value for name, value in features.items()}
     try:
-        config = parse_config(raw, where=where)
+        return parse_config(raw, where=where, given=given)
     except ConfigError as error:
         raise one_line(error) from None
-    return dataclasses.replace(config, input=InputConfig(format=ROWS_FORMAT, path=source),
-                               features=specs if specs is not None else config.features)
 
 
 def schema_of_features(config: BuildConfig, where: str) -> pa.Schema:
