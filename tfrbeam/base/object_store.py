@@ -17,6 +17,7 @@ own exception becomes ours.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import datetime
 import fnmatch
@@ -24,7 +25,8 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
 from typing import Any, TypeVar
 
 import numpy as np
@@ -510,6 +512,11 @@ def _range_pool() -> Any:
         return _POOL[1]
 
 
+def in_background(function: Callable[..., _T], *arguments: Any) -> Future[_T]:
+    """``function(*arguments)`` run by the threads of the range reads: a request made while this thread does another."""
+    return _range_pool().submit(function, *arguments)
+
+
 def _filesystem_here(path: str) -> Any:
     """``pyarrow_filesystem``, made afresh in a forked child (a parent's client connections are not its to use)."""
     global _OPENED_IN
@@ -529,6 +536,11 @@ class _ArrowRanges:
 
     def read(self, offset: int, length: int) -> bytes:
         return self._file.read_at(length, offset)
+
+    def read_into(self, offset: int, out: np.ndarray) -> int:
+        data = self._file.read_at(len(out), offset)
+        out[:len(data)] = np.frombuffer(data, dtype=np.uint8)
+        return len(data)
 
     def close(self) -> None:
         self._file.close()
@@ -577,10 +589,20 @@ class _GcsRanges:
     def read(self, offset: int, length: int) -> bytes:
         from google.cloud.storage.retry import DEFAULT_RETRY
 
-        return DEFAULT_RETRY(self._get)(offset, length)
+        # One read of the body: the socket fills a new bytes object with the GIL released (its pages are touched
+        # there too). urllib3's readinto copies what it read holding the GIL: see read_into for a buffer.
+        return DEFAULT_RETRY(self._get)(offset, length, lambda body: bytes(body.read(length)))
 
-    def _get(self, offset: int, length: int) -> bytes:
-        """One GET of ``length`` bytes from ``offset`` (fewer when the object is shorter now)."""
+    def read_into(self, offset: int, out: np.ndarray) -> int:
+        """``len(out)`` bytes from ``offset`` into ``out`` (fewer when the object is shorter now): the socket writes
+        them there itself, with the GIL released, through the HTTP response under urllib3's (which would read
+        them into a bytes object, then copy that holding the GIL)."""
+        from google.cloud.storage.retry import DEFAULT_RETRY
+
+        return DEFAULT_RETRY(self._get)(offset, len(out), lambda body: _read_body_into(body, out))
+
+    def _get(self, offset: int, length: int, take: Callable[[Any], _T]) -> _T:
+        """One GET of ``length`` bytes from ``offset`` (fewer when the object is shorter now), its body read by ``take``."""
         last = offset + length - 1
         # Accept-Encoding: gzip is the raw download: an object stored gzip-encoded comes as stored, never decoded.
         headers = {"Range": f"bytes={offset}-{last}", "Accept-Encoding": "gzip"}
@@ -592,13 +614,28 @@ class _GcsRanges:
                                    f"status {response.status_code} and no range")
             if response.status_code == 206 and not ranged.startswith(f"bytes {offset}-"):
                 raise StorageError(f"GET {response.url}: asked for bytes {offset}-{last}, the server sent {ranged!r}")
-            # One read of the body: the socket fills a new bytes object with the GIL released (its pages are
-            # touched there too). A preallocated numpy buffer filled by urllib3's readinto held the GIL for its
-            # copy and the page faults of the buffer's first touch: 40 ms an epoch of the benchmark.
-            return bytes(response.raw.read(length))
+            return take(response.raw)
 
     def close(self) -> None:
         pass
+
+
+def _read_body_into(body: Any, out: np.ndarray) -> int:
+    """Read a streamed response's (urllib3's) body into ``out`` until it is full or the body ends; how many came.
+
+    Through the ``http.client`` response beneath urllib3's when there is one (``readinto`` of the socket's
+    buffered reader receives straight into ``out``); urllib3 does not decode a body requests streams raw.
+    """
+    view = memoryview(out).cast("B")  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
+    inner = getattr(body, "_fp", None)
+    readinto = getattr(inner, "readinto", None) or body.readinto
+    done = 0
+    while done < len(view):
+        count = readinto(view[done:])
+        if not count:
+            break
+        done += count
+    return done
 
 
 def _gcs_object_url(path: str) -> tuple[str, str]:
@@ -740,6 +777,54 @@ class RangedFile:
             raise StorageError(f"{self.name}: read bytes {offset}..{offset + length}: {len(data)} bytes came; the object "
                                f"was {self.size} bytes when opened, so it changed while it was read: read it again")
         return data
+
+    def read_range_into(self, offset: int, out: np.ndarray) -> None:
+        """Exactly ``len(out)`` bytes from ``offset`` into ``out`` (uint8), with one request; they must be in the object."""
+        length = len(out)
+        if offset + length > self.size:
+            raise ValueError(f"{self.name}: bytes {offset}..{offset + length} are past its end ({self.size} bytes)")
+        if not length:
+            return
+        came = translated(self.name, f"read bytes {offset}..{offset + length}", lambda: self._source.read_into(offset, out))
+        if came != length:
+            raise StorageError(f"{self.name}: read bytes {offset}..{offset + length}: {came} bytes came; the object "
+                               f"was {self.size} bytes when opened, so it changed while it was read: read it again")
+
+    def read_spans(self, spans: Sequence[tuple[int, int]], *, ahead: int = 1, slack: int = 0) -> Iterator[np.ndarray]:
+        """Each span ``(offset, length)`` read into a writable buffer of its own, followed by ``slack`` zero bytes, in
+        order; the next ``ahead`` spans are requested in the background while one is used.
+
+        For a reader that knows where its blocks lie (a shard's offset index): each block is used where its span's
+        request put it, with no copy into a read window. Closing the generator waits for its requests still running.
+        """
+        pool = _range_pool()
+        upcoming = iter(spans)
+        requested: collections.deque[Any] = collections.deque()
+
+        def request_ahead() -> None:
+            while len(requested) <= ahead:
+                span = next(upcoming, None)
+                if span is None:
+                    return
+                requested.append(pool.submit(self._span_buffer, *span, slack))
+
+        try:
+            request_ahead()
+            while requested:
+                buffer = requested[0].result()
+                requested.popleft()
+                request_ahead()
+                yield buffer
+        finally:
+            for future in requested:
+                if not future.cancel():
+                    future.exception()  # wait: the file must not close under a running request (its error is of no use)
+
+    def _span_buffer(self, offset: int, length: int, slack: int) -> np.ndarray:
+        buffer = np.empty(length + slack, dtype=np.uint8)
+        buffer[length:] = 0
+        self.read_range_into(offset, buffer[:length])
+        return buffer
 
     def read_ranges(self, ranges: list[tuple[int, int]]) -> list[bytes]:
         """The bytes of each ``(offset, length)``, requested in parallel when there are several."""

@@ -20,7 +20,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tfrbeam.base.object_store import input_size, is_object_store, open_ranged, open_to_read, opened_size
+from tfrbeam.base.object_store import (
+    in_background,
+    input_size,
+    is_object_store,
+    open_ranged,
+    open_to_read,
+    opened_size,
+)
 from tfrbeam.codec.decode import DEFAULT_MAX_FEATURES, examples_to_record_batch
 from tfrbeam.codec.sequence_decode import sequence_examples_to_record_batches
 from tfrbeam.dataset.columns import Block, Column, DenseLayout
@@ -321,7 +328,10 @@ def read_segment(
                                 first, limit, offset, skip, starts)
         return
     # Open, then find the start (the index is read by path), then prove both belong to the pinned run.
-    # An object is read with range requests, the next one asked for while this one is decoded.
+    # An object is read with range requests, the next one asked for while this one is decoded; its offset index
+    # (sized by the manifest, which the opened object must match) is requested while it is opened.
+    indexed = in_background(_record_starts, segment, skip_corrupt, lambda: segment.expected_bytes) if (
+        remote and segment.expected_bytes is not None) else None
     try:
         handle = open_to_read(segment.path, prefetch=True)
     except FileNotFoundError as error:  # gone between the check above and now (an object: not there)
@@ -330,10 +340,12 @@ def read_segment(
         raise MissingShardError(segment.path) from error
     with handle:
         offset, skip = _position_of(segment, first, handle if remote else segment.path)
+        starts = indexed.result() if indexed is not None else None
         if segment.generation is not None:
             segment.generation.check()
         check_shard_size(segment, opened_size(handle))
-        starts = _record_starts(segment, skip_corrupt, lambda: opened_size(handle))
+        if indexed is None:
+            starts = _record_starts(segment, skip_corrupt, lambda: opened_size(handle))
         yield from _read_blocks(segment, handle, segment_index, block_length, decoder, skip_corrupt,
                                 first, limit, offset, skip, starts)
 

@@ -159,16 +159,17 @@ _INLINE_COLUMNS = np.arange(_INLINE_BYTES)
 
 
 def _payload_views(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Arrow's binary views (16 bytes each: length, then the value itself or its prefix, buffer 0 and offset) of the
-    spans ``data[starts[i]:starts[i] + lengths[i]]``; ``data`` holds at least 12 bytes from each start."""
-    views = np.zeros((len(starts), 4), dtype="<i4")
-    views[:, 0] = lengths
-    head = byte_rows(data, _INLINE_BYTES)[starts]
-    head[_INLINE_COLUMNS >= lengths[:, None]] = 0
-    views.view(np.uint8)[:, 4:] = head
-    long = lengths > _INLINE_BYTES
-    views[long, 2] = 0
-    views[long, 3] = starts[long]
+    """Arrow's binary views (16 bytes each: the length, then the value itself up to 12 bytes, else its first 4 bytes,
+    buffer 0 and its offset) of the spans ``data[starts[i]:starts[i] + lengths[i]]``; ``data`` holds at least 12
+    bytes from each start. Built as two integers a view, then the short values put in whole."""
+    views = np.empty((len(starts), 2), dtype="<u8")
+    views[:, 0] = lengths.astype("<u8") | (le_integers(data, 4)[starts].astype("<u8") << np.uint64(32))
+    views[:, 1] = starts.astype("<u8") << np.uint64(32)
+    short = np.flatnonzero(lengths <= _INLINE_BYTES)
+    if len(short):
+        head = byte_rows(data, _INLINE_BYTES)[starts[short]]
+        head[_INLINE_COLUMNS >= lengths[short, None]] = 0
+        views.view(np.uint8).reshape(-1, 16)[short, 4:] = head
     return views
 
 
@@ -217,6 +218,8 @@ def record_blocks(
                 start_offset=start_offset, name=str(label),
             )
             yield from _reader_blocks(reader, block_length, limit, stop_offset, skip_records)
+        elif verify and record_starts is not None:
+            yield from _spanned_blocks(handle, str(label), start_offset, block_length, limit, stop_offset, record_starts)
         else:
             yield from _fast_blocks(handle, str(label), start_offset, block_length, limit, stop_offset, verify,
                                     record_starts)
@@ -390,6 +393,106 @@ def _fast_blocks(
         handle.seek(window.base + pos)  # RecordReader seeks only to a non-zero start
         reader = RecordReader(handle, None, verify=verify, start_offset=window.base + pos, name=name)
     yield from _reader_blocks(reader, block_length, remaining, stop_offset)
+
+
+# Bytes a span request of ``_spanned_blocks`` gathers whole blocks into (up to one block more), as an object's
+# sequential range reads take 8 MiB at a time: a request's latency is small beside its transfer.
+SPAN_BYTES = 8 << 20
+
+
+def _spanned_blocks(handle: BinaryIO, name: str, start_offset: int, block_length: int, limit: int | None,
+                    stop_offset: int | None, starts: np.ndarray) -> Iterator[RecordBlock]:
+    """``_fast_blocks`` cut by the file's record starts: its byte spans of whole blocks are read into buffers of their
+    own (an object's ``RangedFile.read_spans`` requests them ahead), and a block is checked where its span's read
+    put it, with no copy into a read window and none out of it.
+
+    A block whose headers disagree with ``starts``, or whose CRCs do not match, and every block after it, are left to
+    ``_fast_blocks`` from that block's first record (read again by it): blocks and errors are the walk's.
+    """
+    records = len(starts) - 1
+    first = int(np.searchsorted(starts[:records], start_offset))
+    size = handle.seek(0, os.SEEK_END)
+    end = records if first < records and int(starts[first]) == start_offset and int(starts[-1]) == size else first
+    if stop_offset is not None:
+        end = min(end, int(np.searchsorted(starts[:records], stop_offset)))
+    if limit is not None:
+        end = min(end, first + limit)
+    if end > first and np.any(np.diff(starts[first:end + 1]) < RECORD_OVERHEAD):
+        end = first  # not record starts: no span can be planned on them
+    done = first
+    if end > first:
+        bounds = [*range(first, end, block_length), end]
+        spans, groups = _spans_of(starts, bounds)
+        read_spans = getattr(handle, "read_spans", None)
+        reads = read_spans(spans, slack=TRAILING_SLACK) if read_spans else _read_spans(handle, spans, TRAILING_SLACK)
+        try:
+            for (span_start, _), blocks, buffer in zip(spans, groups, reads):
+                for begin, stop in blocks:
+                    block = _block_in_span(buffer, span_start, starts, begin, stop)
+                    if block is None:
+                        break
+                    yield block
+                    done = stop
+                else:
+                    continue
+                break
+        finally:
+            reads.close()
+    if done < end or end == first:
+        remaining = None if limit is None else limit - (done - first)
+        yield from _fast_blocks(handle, name, int(starts[done]) if done > first else start_offset, block_length,
+                                remaining, stop_offset, True, starts)
+
+
+def _read_spans(handle: BinaryIO, spans: list[tuple[int, int]], slack: int) -> Generator[np.ndarray, None, None]:
+    """Each span's bytes in a buffer of its own, then ``slack`` zero bytes (``RangedFile.read_spans`` of a file)."""
+    for offset, length in spans:
+        buffer = np.empty(length + slack, dtype=np.uint8)
+        buffer[length:] = 0
+        handle.seek(offset)
+        with memoryview(buffer) as view:  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so for 3.12+
+            done = 0
+            while done < length:
+                count = handle.readinto(view[done:length]) or 0  # type: ignore[attr-defined]  # binary files have it
+                if not count:
+                    break
+                done += count
+        if done < length:  # shorter than its index says: read by the walk, which names what is missing
+            return
+        yield buffer
+
+
+def _spans_of(starts: np.ndarray, bounds: list[int]) -> tuple[list[tuple[int, int]], list[list[tuple[int, int]]]]:
+    """(byte spans ``(offset, length)``, the record ranges of the blocks each holds) for blocks between ``bounds``."""
+    spans: list[tuple[int, int]] = []
+    groups: list[list[tuple[int, int]]] = []
+    for begin, stop in zip(bounds[:-1], bounds[1:]):
+        low, high = int(starts[begin]), int(starts[stop])
+        if groups and spans[-1][1] < SPAN_BYTES:
+            spans[-1] = (spans[-1][0], high - spans[-1][0])
+            groups[-1].append((begin, stop))
+        else:
+            spans.append((low, high - low))
+            groups.append([(begin, stop)])
+    return spans, groups
+
+
+def _block_in_span(buffer: np.ndarray, span_start: int, starts: np.ndarray, begin: int, stop: int) -> RecordBlock | None:
+    """Records ``begin:stop`` as a block over ``buffer`` (the file from ``span_start``, then zero slack), when every
+    header leads to the next start and every CRC matches (the framing is rewritten in place); else None."""
+    heads = starts[begin:stop] - span_start
+    low, high = int(heads[0]), int(starts[stop]) - span_start
+    lengths = le_integers(buffer[:high], 8)[heads].astype(np.int64)
+    if np.any(lengths > MAX_PAYLOAD_SIZE) or not np.array_equal(heads[1:], (heads + lengths + RECORD_OVERHEAD)[:-1]):
+        return None
+    if heads[-1] + lengths[-1] + RECORD_OVERHEAD != high:
+        return None
+    data = buffer[low:high + TRAILING_SLACK]  # what follows the block is the next one's bytes, or the span's zero slack
+    heads = heads - low
+    payload_ends = heads + HEADER_SIZE + lengths
+    if not _block_crcs_match(data, heads, lengths, payload_ends, high - low):
+        return None
+    return RecordBlock(data, heads + HEADER_SIZE, payload_ends, starts[begin:stop])
 
 
 def _walk(buffer: np.ndarray, pos: int, want: int, end: int, stop: int) -> tuple[list[int], int]:
