@@ -4,7 +4,9 @@ A small ``tfrbeam build`` and Beam's own ``WriteToTFRecord`` of the same records
 real storage API (``gcp-storage-emulator``, ``moto_server``) behind the counting proxy of
 ``benchmarks/object_store_cost.py``, in the same test. Before the shards were written straight to their
 final names, every shard and read index was staged, then copied into place and deleted one by one (27
-copies and 31 deletes on GCS) and the build made 4.5x the requests of Beam's job per shard.
+copies and 31 deletes on GCS) and the build made 4.5x the requests of Beam's job per shard. Until each shard had
+one read index file (``.index``) instead of two (``.idx`` and ``.offsets``), those two objects a shard were the gap
+on GCS.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from benchmarks.write_dataset import _write_table
 from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.publish import dataset_files
 from tfrbeam.errors import TfrbeamError
+from tfrbeam.layout.names import MANIFEST_NAME
+from tfrbeam.tfrecord.read_index import index_path_for, parse_read_index
 
 ROWS = 6_000  # 8 shards of ~40 KB: every object is small, so each costs one upload request
 
@@ -66,23 +70,37 @@ def test_a_build_into_an_empty_bucket_output_copies_nothing_and_deletes_only_its
     deleted = _deleted(ours)
     assert not [name for name in deleted if ".tfrecord" in name], deleted  # no shard or read index was staged
     assert sorted(name.rsplit("/", 1)[-1] for name in deleted) == [".ours.tfrbeam-lock", "commit-ready.json", "owner.json"]
-    # One upload request per object: each shard and its two read indexes, the lock, the run's record (created,
-    # then naming the objects it writes), the commit record and the manifest.
-    assert ours.kinds["upload"] == ours.objects_uploaded == 3 * NUM_SHARDS + 5 + _lease_renewals(ours)
+    # One upload request per object: each shard and its read index, the lock, the run's record (created, then
+    # naming the objects it writes), the commit record and the manifest.
+    assert ours.kinds["upload"] == ours.objects_uploaded == 2 * NUM_SHARDS + 5 + _lease_renewals(ours)
     assert ours.kinds["list"] <= 6
 
 
-def test_a_build_into_gcs_makes_no_more_requests_than_beams_own_job_but_for_its_read_indexes(table, tmp_path):
-    """Same job, same server, same run. Per shard, Beam's job makes an upload of two requests, a rewrite and a
-    delete; ours one upload request per object, three objects per shard (the shard and its two read indexes).
-    The two read-index objects per shard are the gap left (docs/performance.md#object-store-requests). Beam's
-    bucket-metadata GETs ("other") are left out of its count: Beam 2.77 makes one per match, 2.72 none."""
+def test_a_build_into_gcs_makes_no_more_requests_than_beams_own_job(table, tmp_path):
+    """Same job, same server, same run. Per shard, Beam's job makes an upload, a rewrite and a delete; ours an upload
+    of the shard and one of its read index (docs/performance.md#object-store-requests). Beam's bucket-metadata GETs
+    ("other") are left out of its count: Beam 2.77 makes one per match, 2.72 none."""
     ours, beams = _counted("gs", table, tmp_path)
     assert ours.kinds["other"] <= 2  # no bucket-metadata GET before each check
     assert ours.kinds["get"] <= 4, ours.trace
-    read_index_uploads = 2 * NUM_SHARDS
     beams_requests = beams.total - beams.kinds["other"]
-    assert ours.total - _lease_renewals(ours) - read_index_uploads <= beams_requests, (ours.kinds, beams.kinds)
+    assert ours.total - _lease_renewals(ours) <= beams_requests, (ours.kinds, beams.kinds)
+
+
+def test_a_build_into_a_bucket_writes_one_read_index_object_per_shard(bucket):
+    """Each uncompressed shard has one read index beside it, ``.tfrbeam-index/<shard>.index`` (not an ``.idx`` and an
+    ``.offsets``): one object, one request. Random access and a split read it, and it holds every record start."""
+    table = pa.table({"id": list(range(3000)), "text": [f"row {i}" for i in range(3000)]})
+    tfrbeam.write_dataset(table, bucket.url("ds"), num_shards=3, seed=1, progress=False,
+                          pipeline_options=bucket.pipeline_args())
+    manifest = json.loads(bucket.get(f"ds/{MANIFEST_NAME}"))
+    shards = [shard["path"] for split in manifest["splits"].values() for shard in split["shards"]]
+    indexes = sorted(key for key in bucket.listing() if "/.tfrbeam-index/" in key)
+    assert indexes == sorted(f"ds/{index_path_for(path)}" for path in shards)
+    for path in shards:
+        index = parse_read_index(bucket.get(f"ds/{index_path_for(path)}"), path)
+        assert index.table is not None and index.starts is not None
+        assert int(index.starts.offsets[-1]) == len(bucket.get(f"ds/{path}"))
 
 
 _KILLED_BEFORE_THE_SWITCH = """
@@ -102,7 +120,7 @@ def test_the_objects_a_killed_run_wrote_straight_into_the_output_are_removed_by_
                           env={**os.environ, **bucket.env}, capture_output=True, text=True, timeout=600)
     assert done.returncode == 9, done.stderr[-3000:]
     left = {key for key in bucket.listing() if key.startswith("ds/")}
-    assert {"ds/train/train-00000-of-00003.tfrecord", "ds/train/.tfrbeam-index/train-00002-of-00003.tfrecord.offsets"} \
+    assert {"ds/train/train-00000-of-00003.tfrecord", "ds/train/.tfrbeam-index/train-00002-of-00003.tfrecord.index"} \
         <= left, left  # written straight to their names, not staged
     assert "ds/dataset_info.json" not in left
 

@@ -445,7 +445,7 @@ def test_an_index_larger_than_its_shard_allows_is_refused_without_a_read(shard, 
         handle.truncate(1 << 30)  # sparse: 1 GiB beside a shard of a few kB
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     current, reason = index_is_current(str(shard), str(index))
-    assert not current and "larger than any read index" in reason
+    assert not current and f"{1 << 30} bytes, larger than any read index" in reason  # refused from its size
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 64 << 10  # KiB: never read
 
 

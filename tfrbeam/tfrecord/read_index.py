@@ -62,7 +62,7 @@ import numpy as np
 from crc32c import crc32c
 
 from tfrbeam.base import fileops
-from tfrbeam.base.bounded_read import open_found, open_regular
+from tfrbeam.base.bounded_read import open_found, open_regular, read_regular
 from tfrbeam.base.object_store import is_object_store, read_small_object
 from tfrbeam.errors import RecordError, RecordIndexError, RefusedFileError
 from tfrbeam.tfrecord.blocks import length_crcs_match, record_blocks
@@ -504,7 +504,27 @@ def _require_size(indexed_size: int, file_size: int, index_path: str) -> None:
 # ------------------------------------------------------------------------------ finding an index
 
 # read(path, limit): the first ``limit`` bytes of a file (all of a shorter one), None when there is no such file.
-ReadFront = Callable[[str, int], "bytes | None"]
+ReadFront = Callable[[str, int], bytes | None]
+
+
+@dataclasses.dataclass(frozen=True)
+class IndexReads:
+    """How index files are read: ``front(path, limit)`` (``ReadFront``) and ``whole(path, max_bytes)`` (all of one, None
+    when there is none; ``RecordIndexError`` when it holds more than ``max_bytes``, found without reading them all)."""
+
+    front: ReadFront
+    whole: Callable[[str, int], bytes | None]
+
+    @classmethod
+    def through(cls, read: ReadFront) -> IndexReads:
+        """Reads through ``read`` alone: a whole file is its first ``max_bytes + 1`` bytes."""
+        return cls(read, lambda path, max_bytes: _at_most(read(path, max_bytes + 1), path, max_bytes))
+
+
+def _at_most(data: bytes | None, path: str, max_bytes: int) -> bytes | None:
+    if data is not None and len(data) > max_bytes:
+        raise _failure(path)(f"more than {max_bytes} bytes, larger than any read index of this file")
+    return data
 
 
 def read_local_front(path: str, limit: int) -> bytes | None:
@@ -520,40 +540,56 @@ def read_local_front(path: str, limit: int) -> bytes | None:
         return handle.read(limit)
 
 
-def _read_whole(read: ReadFront, path: str, max_bytes: int) -> bytes | None:
-    """A whole index file through ``read``, ``RecordIndexError`` when it is larger than ``max_bytes``."""
-    data = read(path, max_bytes + 1)
-    if data is not None and len(data) > max_bytes:
-        raise _failure(path)(f"more than {max_bytes} bytes, larger than any read index of this file")
-    return data
+def _read_local_whole(path: str, max_bytes: int) -> bytes | None:
+    """A whole local index file (``read_regular``: a larger one is refused from its size, before a byte is read)."""
+    try:
+        return read_regular(path, max_bytes, "read index")
+    except FileNotFoundError:
+        return None
+    except RefusedFileError as error:
+        raise RecordIndexError(str(error)) from error
 
 
-def find_split_table(data_path: str, file_size: int, read: ReadFront = read_local_front) -> tuple[SplitTable, str] | None:
+def _read_object_or_local_whole(path: str, max_bytes: int) -> bytes | None:
+    """A whole index file in a bucket (one GET of at most ``max_bytes + 1`` bytes, no metadata request), else local."""
+    if not is_object_store(path):
+        return _read_local_whole(path, max_bytes)
+    try:
+        return read_small_object(path, max_bytes, "read index")
+    except RefusedFileError as error:  # larger than any index of the file can be
+        raise RecordIndexError(str(error)) from error
+
+
+LOCAL_READS = IndexReads(read_local_front, _read_local_whole)
+_TRAINING_READER_READS = IndexReads(read_local_front, _read_object_or_local_whole)  # record starts, local or in a bucket
+
+
+def find_split_table(data_path: str, file_size: int, reads: IndexReads = LOCAL_READS) -> tuple[SplitTable, str] | None:
     """The split table of ``data_path`` and the index file it is in (not checked against the data); None: no index.
 
     The ``.index`` has its front read (16 bytes a MiB of data); a dataset's of before, its ``.idx``, else its
     ``.offsets`` (whole). ``RecordIndexError`` for a malformed one.
     """
     path = index_path_for(data_path)
-    front = read(path, max_table_bytes(file_size, INDEX_INTERVAL_BYTES))
+    front = reads.front(path, max_table_bytes(file_size, INDEX_INTERVAL_BYTES))
     if front is not None:
         if len(front) >= _TABLE_HEADER.size and len(front) < table_length(front, path):  # entries closer than 1 MiB
-            front = read(path, min(table_length(front, path), max_table_bytes(file_size)))
+            front = reads.front(path, min(table_length(front, path), max_table_bytes(file_size)))
         return parse_table(front or b"", path), path
     path = index_path_for(data_path, TABLE_SUFFIX)
-    data = _read_whole(read, path, max_table_bytes(file_size))
+    data = reads.whole(path, max_table_bytes(file_size))
     if data is None:
         path = index_path_for(data_path, STARTS_SUFFIX)
-        data = _read_whole(read, path, max_starts_bytes(file_size))
+        data = reads.whole(path, max_starts_bytes(file_size))
     return None if data is None else (parse_read_index(data, path).split_table(), path)
 
 
-def find_record_starts(data_path: str, file_size: int, read: ReadFront = read_local_front) -> RecordStarts | None:
+def find_record_starts(data_path: str, file_size: int, reads: IndexReads = LOCAL_READS) -> RecordStarts | None:
     """The record starts of ``data_path`` (not checked against the data): its ``.index``'s, else (a dataset of before)
     its ``.offsets``; None when it has neither. ``RecordIndexError`` for a malformed one."""
     for suffix, max_bytes in ((INDEX_SUFFIX, max_index_bytes(file_size)), (STARTS_SUFFIX, max_starts_bytes(file_size))):
         path = index_path_for(data_path, suffix)
-        data = _read_whole(read, path, max_bytes)
+        data = reads.whole(path, max_bytes)
         if data is not None:
             starts = parse_read_index(data, path).starts
             if starts is not None:
@@ -562,14 +598,14 @@ def find_record_starts(data_path: str, file_size: int, read: ReadFront = read_lo
 
 
 def load_split_table(data_path: str, file_size: int, mtime: float | None,
-                     read: ReadFront = read_local_front) -> SplitTable | None:
+                     read: ReadFront | None = None) -> SplitTable | None:
     """The current split table of ``data_path``, or None when it has no index, or a malformed or stale one (logged).
 
     ``read`` reads an index file's front (``ReadFront``); a reader of remote files passes its own
     (``tfrbeam.beam.source`` reads through ``tfrbeam.beam.filesystem``), so this module never imports Beam.
     """
     try:
-        found = find_split_table(data_path, file_size, read)
+        found = find_split_table(data_path, file_size, LOCAL_READS if read is None else IndexReads.through(read))
     except RecordIndexError as error:
         _LOG.warning("ignoring the read index of %s: %s", data_path, error)
         return None
@@ -775,18 +811,11 @@ def seek_position(data_path: str, record: int, expected_records: int | None = No
     return table.offsets[used[0]], table.record_numbers[used[0]]
 
 
-def _read_remote_or_local(path: str, limit: int) -> bytes | None:
-    """``ReadFront`` for the training reader: a bucket's object in one GET of at most ``limit`` bytes, else a local file."""
-    if not is_object_store(path):
-        return read_local_front(path, limit)
-    return read_small_object(path, limit - 1, "read index")  # larger: ObjectTooLargeError, an OSError
-
-
 def _starts_for(data_path: str, file_size: int, num_records: int | None) -> tuple[np.ndarray | None, str | None]:
     """(record starts, why not) of the index of ``data_path``, local or in a bucket, for a file of ``file_size`` bytes and
     ``num_records`` records (None: not known), checked but against the data: (None, None) when there is none."""
     try:
-        starts = find_record_starts(data_path, file_size, _read_remote_or_local)
+        starts = find_record_starts(data_path, file_size, _TRAINING_READER_READS)
     except (RecordIndexError, OSError) as error:
         return None, str(error)
     if starts is None:
@@ -864,7 +893,7 @@ def index_is_current(data_path: str, index_path: str) -> tuple[bool, str]:
     split table entry walked, every record start checked), and why not; for ``tfrbeam verify``."""
     try:
         stat = os.stat(data_path)
-        data = _read_whole(read_local_front, index_path, max_index_bytes(stat.st_size))
+        data = _read_local_whole(index_path, max_index_bytes(stat.st_size))
         if data is None:
             return False, f"{index_path} does not exist"
         index = parse_read_index(data, index_path)
