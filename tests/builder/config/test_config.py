@@ -277,12 +277,12 @@ def test_load_config_reports_missing_file_and_yaml_errors(tmp_path):
         ),
         (
             _with(features={"a": {"type": "int64", "typo": 1}}),
-            "features.a.typo: unknown key (allowed: type, source, on_null, default, separator, length, format, unit, "
+            "features.a.typo: unknown key (allowed: type, source, on_null, default, separator, length, shape, format, unit, "
             "null_values, from_file, max_file_bytes, file_root, image)",
         ),
         (
             _with(features={"a": "int64"}),
-            "features.a: expected a mapping with keys type, source, on_null, default, separator, length, format, unit, "
+            "features.a: expected a mapping with keys type, source, on_null, default, separator, length, shape, format, unit, "
             "null_values, from_file, max_file_bytes, file_root, image, got 'int64'",
         ),
         (

@@ -314,7 +314,7 @@ def test_infer_spec_from_arrow_types():
             "map its fields one by one with a dotted source, e.g. features: {ts_a: {type: ..., source: ts.a}} (fields: a, b)",
         ),
         (pa.map_(pa.string(), pa.int64()), "a map has no Example mapping"),
-        (pa.list_(pa.list_(pa.int64())), "an Example feature is one flat list, so nested lists"),
+        (pa.list_(pa.list_(pa.int64())), "a nested list is a tensor feature only with a fixed shape: declare it"),
         (pa.null(), "every value is null; declare its type, e.g. features: {ts: {type: float, on_null: omit}}"),
         (pa.list_(pa.null()), "every list item is null; declare the item type"),
     ],

@@ -26,10 +26,11 @@ from tfrbeam.builder.features.file_contents import (
     pillow_missing,
 )
 from tfrbeam.errors import ConfigError
+from tfrbeam.layout.manifest_schema import MAX_SHAPE_RANK
 
 __all__ = ["Features", "check_default", "feature_to_dict"]
 
-_FEATURE_KEYS = ("type", "source", "on_null", "default", "separator", "length", "format", "unit", "null_values",
+_FEATURE_KEYS = ("type", "source", "on_null", "default", "separator", "length", "shape", "format", "unit", "null_values",
                  "from_file", "max_file_bytes", "file_root", "image")
 # Why a feature's own null_values is refused for an input that is not CSV: its nulls are typed already.
 _NULLS_IN_FILES = "Parquet nulls are in the file"
@@ -182,6 +183,15 @@ def _parse_feature(check: Checker, name: str, raw: Any, path: str, input_format:
     if length is not None and separator is None and input_format == "csv":
         check.fail(f"{path}.length", "is only allowed with separator (a CSV column is one string; "
                    "set separator to split it into a list of this length)")
+    tensor_shape = _tensor_shape(check, section, path)
+    if tensor_shape is not None:
+        if length is not None and length != math.prod(tensor_shape):
+            check.fail(f"{path}.length", f"{length} is not the {math.prod(tensor_shape)} values shape "
+                       f"{list(tensor_shape)} holds; leave length out")
+        if separator is None and input_format == "csv":
+            check.fail(f"{path}.shape", "needs separator for a CSV column (a CSV column is one string; set separator "
+                       "to split it into the tensor's values, row-major)")
+        length = math.prod(tensor_shape)
     is_list = separator is not None or length is not None
     default = section.get("default")
     if on_null is None:  # already reported; checking default against it would only add noise
@@ -195,11 +205,29 @@ def _parse_feature(check: Checker, name: str, raw: Any, path: str, input_format:
         check.fail(f"{path}.default", f"is only used with on_null: default, but on_null is {on_null}")
         default = None
     if time_unit is not None and (separator is not None or length is not None):
-        check.fail(f"{path}.{'separator' if separator is not None else 'length'}",
-                   "a timestamp feature is one value (leave out separator and length)")
+        check.fail(f"{path}.{'separator' if separator is not None else 'shape' if tensor_shape else 'length'}",
+                   "a timestamp feature is one value (leave out separator, length and shape)")
     return FeatureSpec(name=name, type=type_name, source=source, on_null=on_null, default=default,
                        separator=separator, length=length, is_list=is_list, time_unit=time_unit, time_format=time_format,
-                       source_path=source_path, null_values=null_values, file=file)
+                       source_path=source_path, null_values=null_values, file=file, tensor_shape=tensor_shape)
+
+
+def _tensor_shape(check: Checker, section: dict, path: str) -> tuple[int, ...] | None:
+    """A tensor feature's declared shape: a list of positive sizes (its values are written flat, row-major)."""
+    value = section.get("shape")
+    if value is None:
+        return None
+    if (not isinstance(value, list) or not value or len(value) > MAX_SHAPE_RANK
+            or not all(isinstance(size, int) and not isinstance(size, bool) and size > 0 for size in value)):
+        check.fail(f"{path}.shape", f"{show(value)} is not a list of 1 to {MAX_SHAPE_RANK} positive sizes (e.g. [3, 32, 32])")
+        return None
+    if math.prod(value) > INT64_MAX:
+        check.fail(f"{path}.shape", f"{show(value)} holds more values than a list can")
+        return None
+    if section.get("from_file") not in (None, False):
+        check.fail(f"{path}.shape", "a from_file feature is one file (leave out shape)")
+        return None
+    return tuple(value)
 
 
 def _feature_null_values(check: Checker, section: dict, path: str, input_format: str) -> tuple[str, ...] | None:
@@ -298,7 +326,9 @@ def feature_to_dict(spec: FeatureSpec) -> dict:
         result["default"] = default
     if spec.separator is not None:
         result["separator"] = spec.separator
-    if spec.length is not None:
+    if spec.tensor_shape is not None:
+        result["shape"] = list(spec.tensor_shape)
+    elif spec.length is not None:
         result["length"] = spec.length
     if spec.null_values is not None:
         result["null_values"] = list(spec.null_values)

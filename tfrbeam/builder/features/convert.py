@@ -25,6 +25,7 @@ Rules (docs/build-config.md states them too):
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -113,6 +114,9 @@ class FeatureSpec:
     source_path: tuple[str, ...] | None = None  # set when source was given as a list: the exact column/field path
     null_values: tuple[str, ...] | None = None  # CSV tokens that are null for this feature; None: input.csv.null_values
     file: FileOptions | None = None  # set for from_file: the column holds paths, the feature the file's bytes (or facts)
+    # set for a tensor feature: its shape (a nested fixed-size list, fixed_shape_tensor or declared shape); its
+    # values are written flat, length is their count (the product of the sizes)
+    tensor_shape: tuple[int, ...] | None = None
 
     @property
     def source_ref(self) -> str | tuple[str, ...]:
@@ -121,7 +125,10 @@ class FeatureSpec:
 
     @property
     def shape(self) -> tuple[int, ...] | None:
-        """() for a scalar, (length,) for a fixed-length list, None for a variable-length list."""
+        """() for a scalar, (length,) for a fixed-length list, the tensor shape of a tensor feature, None for a
+        variable-length list."""
+        if self.tensor_shape is not None:
+            return self.tensor_shape
         if not self.is_list:
             return ()
         return (self.length,) if self.length is not None else None
@@ -314,7 +321,10 @@ def _suggestion(column: str, arrow_type: pa.DataType) -> str:
         if pa.types.is_null(arrow_type.value_type):
             return (f"every list item is null; declare the item type, e.g. features: "
                     f"{{{column}: {{type: int64}}}} (a null item is still a bad row)")
-        return ("an Example feature is one flat list, so nested lists and lists of these items have no mapping; "
+        if _is_list(arrow_type.value_type):
+            return (f"a nested list is a tensor feature only with a fixed shape: declare it, e.g. features: "
+                    f"{{{column}: {{shape: [2, 3]}}}} (a row whose lists do not have those sizes is a bad row)")
+        return ("an Example feature is one flat list, so lists of these items have no mapping; "
                 "leave the column out by listing the features you want in features")
     if pa.types.is_null(arrow_type):
         return f"every value is null; declare its type, e.g. features: {{{column}: {{type: float, on_null: omit}}}}"
@@ -324,6 +334,15 @@ def _suggestion(column: str, arrow_type: pa.DataType) -> str:
 def infer_spec(name: str, arrow_type: pa.DataType, nullable: bool = True, source: str | None = None) -> FeatureSpec:
     """The feature a column of a typed (Parquet) schema becomes when the config does not declare it."""
     source = source or name
+    leaf, sizes = tensor_nesting(arrow_type)
+    if len(sizes) > 1 or isinstance(arrow_type, pa.FixedShapeTensorType):
+        dims = _inferred_tensor_shape(source, arrow_type, sizes)
+        feature_type = _natural_type(leaf)
+        if feature_type is None:
+            raise ArrowConversionError(f"column {source!r} has Arrow type {arrow_type}, whose items have no Example "
+                                       f"feature mapping without a declared type")
+        return FeatureSpec(name=name, type=feature_type, source=source, on_null="omit" if nullable else "error",
+                           length=math.prod(dims), is_list=True, tensor_shape=dims)
     is_list = _is_list(arrow_type)
     item_type = arrow_type.value_type if is_list else arrow_type
     feature_type = _natural_type(item_type)
@@ -334,6 +353,62 @@ def infer_spec(name: str, arrow_type: pa.DataType, nullable: bool = True, source
     length = arrow_type.list_size if pa.types.is_fixed_size_list(arrow_type) else None
     return FeatureSpec(name=name, type=feature_type, source=source, on_null="omit" if nullable else "error",
                        length=length, is_list=is_list)
+
+
+def tensor_nesting(arrow_type: pa.DataType) -> tuple[pa.DataType, tuple[int | None, ...]]:
+    """The item type of a (nested) list or fixed_shape_tensor type, and each list level's fixed size (None: a
+    variable-length level); () for a scalar type."""
+    if isinstance(arrow_type, pa.FixedShapeTensorType):
+        return arrow_type.value_type, tuple(int(size) for size in arrow_type.shape)
+    sizes: list[int | None] = []
+    while _is_list(arrow_type):
+        sizes.append(arrow_type.list_size if pa.types.is_fixed_size_list(arrow_type) else None)
+        arrow_type = arrow_type.value_type
+    return arrow_type, tuple(sizes)
+
+
+def _inferred_tensor_shape(source: str, arrow_type: pa.DataType, sizes: tuple[int | None, ...]) -> tuple[int, ...]:
+    """The shape a nested list or fixed_shape_tensor column gives a feature without a declared shape."""
+    if isinstance(arrow_type, pa.FixedShapeTensorType) and arrow_type.permutation not in (None, sorted(arrow_type.permutation)):
+        raise ArrowConversionError(f"column {source!r} is a fixed_shape_tensor with permutation {arrow_type.permutation}; "
+                                   "only row-major tensors (no permutation) can be written flat")
+    if any(size is None for size in sizes):
+        raise ArrowConversionError(f"column {source!r} has Arrow type {arrow_type}, a nested list whose lengths are not "
+                                   f"fixed: {_suggestion(source, arrow_type)}")
+    return tuple(size for size in sizes if size is not None)
+
+
+def _tensor_spec(spec: FeatureSpec, arrow_type: pa.DataType) -> FeatureSpec:
+    """A spec with its tensor shape settled on the column's type: declared (it must fit the column's fixed sizes, and a
+    nested list's depth) or given by a nested fixed-size list or fixed_shape_tensor column; length is its size."""
+    _, sizes = tensor_nesting(arrow_type)
+    declared = spec.tensor_shape
+    if declared is None:
+        dims = _inferred_tensor_shape(spec.source, arrow_type, sizes)
+    else:
+        dims = declared
+        if len(sizes) > 1 and (len(sizes) != len(declared)
+                               or any(size is not None and size != want for size, want in zip(sizes, declared))):
+            raise ArrowConversionError(f"shape {list(declared)} does not fit column {spec.source!r} of Arrow type "
+                                       f"{arrow_type}: a nested list or fixed_shape_tensor needs one size per level, "
+                                       "equal to its fixed sizes (or leave shape out)")
+        fixed = _fixed_size(arrow_type, sizes)
+        if fixed is not None and fixed != math.prod(declared):
+            raise ArrowConversionError(f"shape {list(declared)} holds {math.prod(declared)} values, but every value of "
+                                       f"column {spec.source!r} ({arrow_type}) holds {fixed}")
+        if isinstance(arrow_type, pa.FixedShapeTensorType):
+            _inferred_tensor_shape(spec.source, arrow_type, sizes)  # refuses a permutation
+    if spec.length is not None and spec.length != math.prod(dims):
+        raise ArrowConversionError(f"length {spec.length} and shape {list(dims)} ({math.prod(dims)} values) disagree; "
+                                   "leave length out")
+    return replace(spec, tensor_shape=dims, length=math.prod(dims), is_list=True)
+
+
+def _fixed_size(arrow_type: pa.DataType, sizes: tuple[int | None, ...]) -> int | None:
+    """How many items every value of a list or tensor column holds, when its type fixes it."""
+    if not sizes or any(size is None for size in sizes):
+        return None
+    return math.prod(size for size in sizes if size is not None)
 
 
 def infer_column_features(name: str, source: SourceRef, arrow_type: pa.DataType,
@@ -449,6 +524,15 @@ def resolve_spec(spec: FeatureSpec, arrow_type: pa.DataType, text_sample: pa.Arr
         return replace(spec, type="int64", is_list=False)
     if spec.separator is not None and not (_is_text(arrow_type) or _is_binary(arrow_type)):
         raise ArrowConversionError(f"separator needs a string column, but column {spec.source!r} has Arrow type {arrow_type}")
+    leaf, sizes = tensor_nesting(arrow_type)
+    if spec.tensor_shape is not None or len(sizes) > 1 or isinstance(arrow_type, pa.FixedShapeTensorType):
+        if spec.separator is None and not sizes:
+            raise ArrowConversionError(f"shape needs a list, nested list, fixed_shape_tensor or (with a separator) "
+                                       f"string column, but column {spec.source!r} has Arrow type {arrow_type}")
+        tensor = _tensor_spec(spec, arrow_type)
+        flat = pa.list_(leaf) if sizes else arrow_type  # the item rules below are those of a flat list
+        return replace(resolve_spec(replace(tensor, tensor_shape=None, length=None), flat, text_sample, infer_from_text),
+                       tensor_shape=tensor.tensor_shape, length=tensor.length, is_list=True)
     if spec.length is not None and spec.separator is None and not _is_list(arrow_type):
         raise ArrowConversionError(
             f"length needs a separator or a list column, but column {spec.source!r} has Arrow type {arrow_type}")
@@ -772,6 +856,8 @@ def _source_column(batch: pa.RecordBatch, source: SourceRef, path: str) -> pa.Ar
         column = pa.concat_arrays(column.chunks) if column.num_chunks != 1 else column.chunk(0)
     if pa.types.is_dictionary(column.type):
         column = column.dictionary_decode()
+    if isinstance(column, pa.ExtensionArray) and isinstance(column.type, pa.FixedShapeTensorType):
+        column = column.storage  # a fixed_size_list of the tensor's values, row-major
     return plain_list(column)
 
 
@@ -791,8 +877,11 @@ def _convert_column(spec: FeatureSpec, column: pa.Array, problems: _Problems,
         values = _split_text(_as_text(column), spec.separator)
     else:
         values = column
+    shaped = None
+    if _is_list(values.type) and _is_list(values.type.value_type):
+        values, shaped = _flatten_nested(spec, values, problems, label)
     if _is_list(values.type):
-        result = _convert_list(spec, values, problems, label)
+        result = _convert_list(spec, values, problems, label, shaped)
     else:
         result = _convert_scalar(feature_type, values, problems, label)
     return _apply_on_null(spec, result, column.is_null(), problems, label)
@@ -855,7 +944,42 @@ def _split_on_byte(text: pa.Array, separator: str) -> pa.Array | None:
     return pa.ListArray.from_arrays(pa.array(list_offsets.astype(np.int32)), items, mask=pa.array(~valid))
 
 
-def _convert_list(spec: FeatureSpec, lists: pa.Array, problems: _Problems, label: str) -> pa.Array:
+def _flatten_nested(spec: FeatureSpec, lists: pa.Array, problems: _Problems, label: str) -> tuple[pa.Array, np.ndarray]:
+    """A nested list column as one flat list of its items per row (row-major), and the rows found bad here: those
+    with a null inner list or a list whose length is not its level's size in the feature's shape."""
+    dims = spec.tensor_shape
+    assert dims is not None  # resolve_spec makes every nested list column a tensor feature
+    rows = len(lists)
+    flagged = np.zeros(rows, dtype=bool)
+    level, owner, depth = lists, np.arange(rows, dtype=np.int64), 0
+    while True:
+        counts = np.asarray(pc.fill_null(pc.list_value_length(level), 0), dtype=np.int64)
+        present = np.asarray(level.is_valid())
+        wrong = np.flatnonzero(present & (counts != dims[depth]) | (~present if depth else False))
+        reasons = {}
+        for item in wrong.tolist():
+            row = int(owner[item])
+            if not flagged[row] and row not in reasons:
+                reasons[row] = (f"{label}: a list at depth {depth + 1} is null (a tensor's lists cannot be)" if not present[item]
+                                else f"{label}: a list at depth {depth + 1} holds {counts[item]} values, but shape "
+                                     f"{list(dims)} needs {dims[depth]} there")
+        if reasons:
+            problems.add(np.fromiter(reasons, dtype=np.int64, count=len(reasons)), list(reasons.values()))
+            flagged[list(reasons)] = True
+        items = pc.list_flatten(level)
+        if not _is_list(items.type):
+            break
+        owner = owner[np.asarray(pc.list_parent_indices(level), dtype=np.int64)]
+        level, depth = plain_list(items), depth + 1
+    per_row = np.bincount(owner, weights=counts, minlength=rows).astype(np.int64)
+    offsets = pa.array(np.concatenate([[0], np.cumsum(per_row)]).astype(np.int32))
+    return pa.ListArray.from_arrays(offsets, items, mask=lists.is_null()), flagged
+
+
+def _convert_list(spec: FeatureSpec, lists: pa.Array, problems: _Problems, label: str,
+                  shaped: np.ndarray | None = None) -> pa.Array:
+    """A list column's items converted; shaped: rows whose nested lists _flatten_nested already found bad (their
+    count is not checked again)."""
     valid = np.asarray(lists.is_valid())
     counts = np.asarray(pc.fill_null(pc.list_value_length(lists), 0), dtype=np.int64)
     items = pc.list_flatten(lists)
@@ -874,8 +998,10 @@ def _convert_list(spec: FeatureSpec, lists: pa.Array, problems: _Problems, label
             reasons.append(f"{label}: item {item - starts[item_rows[item]]} " + "; ".join(w.split(": ", 1)[1] for w in why))
         problems.add(item_rows[flagged], reasons)
     if spec.length is not None:
-        wrong = np.flatnonzero(valid & (counts != spec.length))
-        problems.add(wrong, [f"{label}: has {counts[row]} values, but length is {spec.length}" for row in wrong.tolist()])
+        wrong = np.flatnonzero(valid & (counts != spec.length) & (~shaped if shaped is not None else True))
+        expected = (f"length is {spec.length}" if spec.tensor_shape is None
+                    else f"shape {list(spec.tensor_shape)} holds {spec.length} (values are never reshaped)")
+        problems.add(wrong, [f"{label}: has {counts[row]} values, but {expected}" for row in wrong.tolist()])
     if converted.null_count:
         converted = pc.fill_null(converted, _zero(feature_type))  # only in rows already reported as bad
     offsets = pa.array(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32))

@@ -374,14 +374,51 @@ def _any_table(data: Any) -> pa.Table:
     if isinstance(data, pa.RecordBatchReader):
         return data.read_all()
     if hasattr(data, "__arrow_c_stream__"):
-        return pa.RecordBatchReader.from_stream(data).read_all()
+        try:
+            return pa.RecordBatchReader.from_stream(data).read_all()
+        except pa.ArrowInvalid:
+            table = _frame_with_tensors(data)
+            if table is None:
+                raise
+            return table
     if isinstance(data, Mapping):
-        return pa.table(dict(data))
+        columns = {name: _tensor_column(values) for name, values in data.items()}
+        return pa.table({name: values if columns[name] is None else columns[name] for name, values in data.items()})
     if isinstance(data, Sequence) and not isinstance(data, (str, bytes)) and all(isinstance(row, Mapping) for row in data):
         return pa.Table.from_pylist(list(data))
     raise ConfigError(f"write_dataset: cannot take {type(data).__name__} as rows: give a pyarrow Table, RecordBatch or "
                       "RecordBatchReader, an object with __arrow_c_stream__ (pandas >= 2.2, Polars, DuckDB), a dict of "
                       "columns, or a list of dicts")
+
+
+def _tensor_column(values: Any) -> pa.Array | None:
+    """A numpy array of 2+ dimensions as a fixed_shape_tensor column (one tensor per row); a column of numpy arrays
+    of 1+ dimensions as one too when they share a shape, else as nested lists (a declared shape then makes a row
+    of another shape a bad row); None for any other column."""
+    if isinstance(values, np.ndarray) and values.dtype != object:
+        return pa.FixedShapeTensorArray.from_numpy_ndarray(np.ascontiguousarray(values)) if values.ndim > 1 else None
+    items = values.to_numpy() if hasattr(values, "to_numpy") else values
+    if not (isinstance(items, np.ndarray) and items.dtype == object and len(items)
+            and isinstance(items[0], np.ndarray) and items[0].ndim >= 2):
+        return None
+    if len({item.shape if isinstance(item, np.ndarray) else None for item in items}) == 1:
+        return pa.FixedShapeTensorArray.from_numpy_ndarray(np.ascontiguousarray(np.stack(list(items))))
+    return pa.array([item.tolist() if isinstance(item, np.ndarray) else item for item in items])
+
+
+def _frame_with_tensors(frame: Any) -> pa.Table | None:
+    """A pandas frame whose object columns hold numpy arrays of 2+ dimensions (which Arrow's own conversion refuses):
+    those columns as tensors (see _tensor_column), the others as Arrow converts them; None for anything else."""
+    if not (hasattr(frame, "columns") and hasattr(frame, "drop")):
+        return None
+    tensors = {name: column for name in frame.columns if (column := _tensor_column(frame[name])) is not None}
+    if not tensors:
+        return None
+    table = pa.RecordBatchReader.from_stream(frame.drop(columns=list(tensors))).read_all()
+    for position, name in enumerate(frame.columns):
+        if name in tensors:
+            table = table.add_column(position, str(name), tensors[name])
+    return table
 
 
 def write_dataset(data: Any, path: str | os.PathLike, *, features: FeaturesOption = None,
