@@ -270,9 +270,9 @@ def object_version(path: str) -> str | None:
     where = ObjectPath.parse(path)
 
     def look_up() -> str | None:
-        if where.scheme == "gs":
-            blob = _gcs_client().bucket(where.bucket).get_blob(where.key)
-            return None if blob is None else str(blob.generation)
+        if where.scheme == "gs" and _gcs_reads_available():
+            found = _gcs_metadata(path, "generation")  # the read session's GET: a third less CPU than the client's get_blob
+            return None if found is None else str(found["generation"])
         return str(_s3_client().head_object(Bucket=where.bucket, Key=where.key)["ETag"])
 
     try:
@@ -565,26 +565,17 @@ class _GcsRanges:
         _filesystem_here(path)  # a forked child makes its own clients
         self._session = _gcs_read_session()
         endpoint, object_path = _gcs_object_url(path)
-        found = translated(path, "look up", lambda: self._metadata(f"{endpoint}/storage/v1/{object_path}"))
+        found = translated(path, "look up", lambda: self._metadata(path))
         if found is None:
             raise ObjectNotFoundError(f"{path}: look up: no such object")
         self.size, generation = found
         # The generation pins every range to the object as opened: a replace is never mixed in.
         self._url = f"{endpoint}/download/storage/v1/{object_path}?alt=media&generation={generation}"
 
-    def _metadata(self, url: str) -> tuple[int, int] | None:
-        """(size, generation) of the object (one GET of its metadata, retried as the client retries); None: none."""
-        from google.cloud.storage.retry import DEFAULT_RETRY
-
-        def look_up() -> tuple[int, int] | None:
-            response = self._session.get(url, params={"fields": "size,generation"}, timeout=_GCS_TIMEOUT)
-            if response.status_code == 404:
-                return None
-            _raise_for_status(response)
-            fields = response.json()
-            return int(fields["size"]), int(fields["generation"])
-
-        return DEFAULT_RETRY(look_up)()
+    def _metadata(self, path: str) -> tuple[int, int] | None:
+        """(size, generation) of the object (one GET of its metadata); None: none."""
+        fields = _gcs_metadata(path, "size,generation")
+        return None if fields is None else (int(fields["size"]), int(fields["generation"]))
 
     def read(self, offset: int, length: int) -> bytes:
         from google.cloud.storage.retry import DEFAULT_RETRY
@@ -618,6 +609,25 @@ class _GcsRanges:
 
     def close(self) -> None:
         pass
+
+
+def _gcs_metadata(path: str, fields: str) -> dict[str, Any] | None:
+    """The ``fields`` of a ``gs://`` object's metadata (one GET on the read session, retried as the client retries);
+    None when there is no such object."""
+    from google.cloud.storage.retry import DEFAULT_RETRY
+
+    _filesystem_here(path)  # a forked child makes its own clients
+    session = _gcs_read_session()
+    endpoint, object_path = _gcs_object_url(path)
+
+    def look_up() -> dict[str, Any] | None:
+        response = session.get(f"{endpoint}/storage/v1/{object_path}", params={"fields": fields}, timeout=_GCS_TIMEOUT)
+        if response.status_code == 404:
+            return None
+        _raise_for_status(response)
+        return dict(response.json())
+
+    return DEFAULT_RETRY(look_up)()
 
 
 def _read_body_into(body: Any, out: np.ndarray) -> int:
