@@ -190,6 +190,44 @@ def test_a_split_reads_the_front_of_the_read_index_only(tmp_path, monkeypatch):
                                                             bundle.stop_position)] == payloads
 
 
+@pytest.mark.parametrize("files", ["index", "idx"])
+def test_a_file_in_a_bucket_is_split_by_one_range_read_of_its_read_index(bucket, tmp_path, monkeypatch, files):
+    """In a bucket the split table is read with one range read of the index's front (Beam's own reader would fetch a
+    16 MiB buffer: the record starts too); a file of a dataset written before is split by its ``.idx``."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from tfrbeam.beam import filesystem, source as source_module
+    from tfrbeam.tfrecord.read_index import index_path_for, max_table_bytes, offsets_from_headers, read_index_bytes
+
+    filesystem.use_pipeline_options(PipelineOptions(bucket.pipeline_args()))
+    payloads = [b"record %07d" % number for number in range(150_000)]  # 4.2 MB of 30-byte records
+    path = tmp_path / "f.tfrecord"
+    write_records(path, payloads, index=False)
+    write_index(path, read_index_bytes(offsets_from_headers(str(path)), None))  # an object's mtime is its own
+    if files == "idx":
+        index_as_written_before(path, "idx")
+    for local in [path, *path.parent.glob(".tfrbeam-index/*")]:
+        bucket.put(f"d/{local.relative_to(tmp_path).as_posix()}", local.read_bytes())
+    asked: list[tuple[str, int]] = []
+    open_ranged = source_module.open_ranged
+
+    def recorded(object_path: str):
+        handle = open_ranged(object_path)
+        read_range = handle.read_range
+        handle.read_range = lambda offset, length: asked.append((object_path, length)) or read_range(offset, length)
+        return handle
+
+    monkeypatch.setattr(source_module, "open_ranged", recorded)
+    url = bucket.url("d/f.tfrecord")
+    bundles = list(TFRecordSource(url).split(desired_bundle_size=1_000_000))
+    assert {bundle.source.plan().mode for bundle in bundles} == {INDEXED} and len(bundles) > 3
+    size = path.stat().st_size
+    limit = max_table_bytes(size, INDEX_INTERVAL_BYTES) if files == "index" else max_table_bytes(size) + 1
+    assert asked == [(index_path_for(url, ".index" if files == "index" else ".idx"), limit)]
+    assert [record for bundle in bundles for record in read(bundle.source, bundle.start_position,
+                                                            bundle.stop_position)] == payloads
+
+
 @pytest.mark.parametrize("count", [5, 11, 20])
 def test_split_at_fraction_exhaustive(tmp_path, count):
     rng = random.Random(count)
