@@ -560,22 +560,24 @@ def _read_object_or_local_whole(path: str, max_bytes: int) -> bytes | None:
         raise RecordIndexError(str(error)) from error
 
 
-LOCAL_READS = IndexReads(read_local_front, _read_local_whole)
+_LOCAL_READS = IndexReads(read_local_front, _read_local_whole)
 _TRAINING_READER_READS = IndexReads(read_local_front, _read_object_or_local_whole)  # record starts, local or in a bucket
 
 
-def find_split_table(data_path: str, file_size: int, reads: IndexReads = LOCAL_READS) -> tuple[SplitTable, str] | None:
+def find_split_table(data_path: str, file_size: int, reads: IndexReads = _LOCAL_READS) -> tuple[SplitTable, str] | None:
     """The split table of ``data_path`` and the index file it is in (not checked against the data); None: no index.
 
-    The ``.index`` has its front read (16 bytes a MiB of data); a dataset's of before, its ``.idx``, else its
-    ``.offsets`` (whole). ``RecordIndexError`` for a malformed one.
+    The ``.index`` has its front read (16 bytes a MiB of data); in a dataset written before it, the ``.idx``, else
+    the ``.offsets`` is read whole. ``RecordIndexError`` for a malformed one.
     """
     path = index_path_for(data_path)
     front = reads.front(path, max_table_bytes(file_size, INDEX_INTERVAL_BYTES))
     if front is not None:
         if len(front) >= _TABLE_HEADER.size and len(front) < table_length(front, path):  # entries closer than 1 MiB
             front = reads.front(path, min(table_length(front, path), max_table_bytes(file_size)))
-        return parse_table(front or b"", path), path
+            if front is None:  # gone between the two reads
+                return None
+        return parse_table(front, path), path
     path = index_path_for(data_path, TABLE_SUFFIX)
     data = reads.whole(path, max_table_bytes(file_size))
     if data is None:
@@ -584,7 +586,7 @@ def find_split_table(data_path: str, file_size: int, reads: IndexReads = LOCAL_R
     return None if data is None else (parse_read_index(data, path).split_table(), path)
 
 
-def find_record_starts(data_path: str, file_size: int, reads: IndexReads = LOCAL_READS) -> RecordStarts | None:
+def find_record_starts(data_path: str, file_size: int, reads: IndexReads = _LOCAL_READS) -> RecordStarts | None:
     """The record starts of ``data_path`` (not checked against the data): its ``.index``'s, else (a dataset of before)
     its ``.offsets``; None when it has neither. ``RecordIndexError`` for a malformed one."""
     for suffix, max_bytes in ((INDEX_SUFFIX, max_index_bytes(file_size)), (STARTS_SUFFIX, max_starts_bytes(file_size))):
@@ -602,10 +604,11 @@ def load_split_table(data_path: str, file_size: int, mtime: float | None,
     """The current split table of ``data_path``, or None when it has no index, or a malformed or stale one (logged).
 
     ``read`` reads an index file's front (``ReadFront``); a reader of remote files passes its own
-    (``tfrbeam.beam.source`` reads through ``tfrbeam.beam.filesystem``), so this module never imports Beam.
+    (``tfrbeam.beam.source``: through Beam's file systems, objects in a bucket with a range read), so this module
+    never imports Beam.
     """
     try:
-        found = find_split_table(data_path, file_size, LOCAL_READS if read is None else IndexReads.through(read))
+        found = find_split_table(data_path, file_size, _LOCAL_READS if read is None else IndexReads.through(read))
     except RecordIndexError as error:
         _LOG.warning("ignoring the read index of %s: %s", data_path, error)
         return None
