@@ -159,3 +159,19 @@ def test_the_object_store_cost_benchmark_runs_both_jobs_on_both_servers(tmp_path
         assert 0 < beams.uploaded_bytes and 0 < ours.uploaded_bytes
         table = describe(STORES[scheme], rows, runs)
         assert table[2].startswith("| job | list | get |") and any("over Beam's job" in line for line in table)
+
+
+# --- benchmarks/read_index.py: one tiny run so it cannot rot ---
+
+
+def test_the_read_index_benchmark_measures_every_layout(capsys):
+    from benchmarks.read_index import LAYOUTS, main
+
+    main(["--rows", "3000", "--repeats", "1"])
+    out = capsys.readouterr().out
+    assert "8 shards, 3,000 records" in out
+    for layout in LAYOUTS:
+        assert f"| {layout} |" in out
+    for use in ("split plans, local", "split plans, gs:// emulator", "seeks (middle record)", "record starts (whole)",
+                "exact seeks from the record starts"):
+        assert f"| {use} |" in out
