@@ -24,7 +24,7 @@ from tests.faults import injected
 from tfrbeam.cli.build import main as build_main
 from tfrbeam.layout.manifest import read_manifest, verify_dataset, write_leftovers
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
 ROWS = 300
 
 
@@ -502,7 +502,7 @@ def test_a_lock_file_that_is_a_symlink_is_refused_in_one_line(workdir, capsys):
     (workdir / "victim.txt").write_text("victim")
     (workdir / "out").mkdir()
     (workdir / "out" / ".ds.tfrbeam-lock").symlink_to(workdir / "victim.txt")
-    assert _build() == 1
+    assert _build() == 2  # OutputNotWritableError: what was given must change (tfrbeam/cli/exit_codes.py)
     assert (workdir / "victim.txt").read_text() == "victim"
     error = capsys.readouterr().err.strip()
     assert "\n" not in error and "symbolic link" in error and ".ds.tfrbeam-lock" in error
