@@ -388,7 +388,7 @@ def _run_stats(args: argparse.Namespace) -> int:
             f"{args.dataset} is not a dataset directory: pass --output-dir for the stats files of plain TFRecord files"
         )
     if args.output_dir is not None and not is_object_store(args.output_dir):
-        _make_output_dir(args.output_dir)
+        _check_output_dir(args.output_dir)
     stats, json_path, html_path = write_pinned_stats(args.dataset, args.output_dir, splits=args.split,
                                                      thresholds=thresholds, workers=args.workers)
     for line in summary_lines(stats):
@@ -397,16 +397,16 @@ def _run_stats(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _make_output_dir(directory: str) -> None:
-    """``--output-dir``, made before the statistics are computed: one that cannot be written is found now."""
-    from tfrbeam.base import fileops
-
-    try:
-        fileops.makedirs(directory)
-    except OSError as error:
-        raise OutputNotWritableError(f"--output-dir {directory}: cannot be created ({error.strerror or error})") from error
-    if not os.access(directory, os.W_OK):
-        raise OutputNotWritableError(f"--output-dir {directory}: this user cannot write in it")
+def _check_output_dir(directory: str) -> None:
+    """``--output-dir`` can become a directory this user writes in: checked, not made, before the statistics are
+    computed, so a path under a file or in a read-only directory is one line now and nothing is left behind."""
+    existing = directory
+    while existing and not os.path.isdir(existing):
+        if os.path.lexists(existing):
+            raise OutputNotWritableError(f"--output-dir {directory}: {existing} is not a directory")
+        existing = os.path.dirname(existing)
+    if not os.access(existing or os.curdir, os.W_OK):
+        raise OutputNotWritableError(f"--output-dir {directory}: this user cannot write in {existing or os.curdir}")
 
 
 def _run_export(args: argparse.Namespace) -> int:
