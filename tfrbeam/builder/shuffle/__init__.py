@@ -1,11 +1,12 @@
 """Seeded global shuffle, hash splits and exactly balanced shards, written to a temp location.
 
 The modules, in the order a record meets them: ``keys`` (digests, sort keys, splits; no Beam),
-``pieces`` (the shuffled unit), ``stores`` (where pieces wait), ``coders``, ``balance`` (bucket counts and
-the shard plan), ``route`` (pieces cut by shard), ``received`` and ``write`` (the shard writer) and
-``transform`` (the Beam transforms). This package re-exports their public names. TFRecord framing
-itself is ``tfrbeam.tfrecord.frames``. May import the layers below the build and, within it, only
-``tfrbeam.builder.running.progress``: the config, plan and graph import the shuffle, never the other way.
+``pieces`` (the shuffled unit), ``stores`` (where pieces wait), ``coders``, ``copies`` (the tally of
+copies), ``balance`` (bucket counts and the shard plan), ``route`` (pieces cut by shard), ``received``
+and ``write`` (the shard writer) and ``transform`` (the Beam transforms). This package re-exports
+their public names. TFRecord framing itself is ``tfrbeam.tfrecord.frames``. May import the layers
+below the build and, within it, only ``tfrbeam.builder.running.progress``: the config, plan and
+graph import the shuffle, never the other way.
 
 How a record finds its place (the same on every runner, worker count, input order and batching):
 
@@ -16,11 +17,21 @@ How a record finds its place (the same on every runner, worker count, input orde
   quarter of blake2b, which the build used before. The digest's first 64 bits place the record
   in a split; its second 64 bits, passed through a bijective 64-bit mixer
   keyed by the seed (four rounds of xor-with-a-seed-derived-key then the splitmix64 finaliser), are
-  the sort key. The output order is sorted by (sort key, record bytes): a uniformly random
-  permutation of the distinct records for each seed. Identical records get identical keys, so
-  duplicates are kept and always fall in the same split (no train/eval leakage), but they also sit
-  next to each other, which a uniform permutation of all records would not do: issue 42 item 6,
-  open (``tests/builder/shuffle/test_duplicates_spread.py`` measures it and is marked xfail).
+  the record's key. Identical records get identical keys, so copies always fall in the same split
+  (no train/eval leakage).
+- Copies: the k-th copy (k = 0, 1, ...) of a record in a split gets its own sort key,
+  ``occurrence_keys(key, k)``: copy 0 keeps the key, copy k > 0 the bijection of key + k times an
+  odd constant. Copies are records with equal split, key, frame length and CRC32C (records that
+  only share a key keep it, ordered by bytes; two records made to share all four would be numbered
+  as copies and could then swap places with the input's cutting into pieces). Copies are
+  identical, so which one gets which number changes no byte; a tally over
+  all pieces (``copies.TallyCopies``: pieces cut by key range, one GroupByKey, names or keys
+  crossing, never frames) numbers them, gives each piece a disjoint range of the numbers and makes
+  the bucket counts of the final keys. A piece whose records got new keys is put in order again
+  by its store before it is routed (``PieceStore.rekeyed``: framed again by inline and spill,
+  moved by its keys for a piece held in memory). The output order is sorted by (sort key, record
+  bytes): a uniformly random permutation of all records, copies included, for each seed. A dataset
+  without copies keeps the order it had before copies had keys of their own.
 - Splits: the split hash (of ``split_key``'s values, or of the whole record) is compared with the
   cumulative fractions scaled to 2**64. It does not depend on the seed: changing the seed
   reorders examples within splits but never moves one between splits.
@@ -28,10 +39,10 @@ How a record finds its place (the same on every runner, worker count, input orde
   of the path in the sorted input list), so examples keep input file order, then row order.
 
 Exact balance: every split's records are counted per bucket (hash mode: the top ``bucket_bits``
-bits of the sort key, about 64 buckets per shard; ordered mode: blocks of 4096 consecutive rows
-of one piece) by a combine that carries only counts. From those counts the plan gives each
-bucket its first global rank; shard s of k receives global ranks ``[ceil(s*n/k),
-ceil((s+1)*n/k))``, so shard sizes differ by at most one record. With ``max_bytes_per_shard``
+bits of the final sort key, counted by the tally of copies, about 64 buckets per shard; ordered
+mode: blocks of 4096 consecutive rows of one piece) by a combine that carries only counts. From
+those counts the plan gives each bucket its first global rank; shard s of k receives global ranks
+``[ceil(s*n/k), ceil((s+1)*n/k))``, so shard sizes differ by at most one record. With ``max_bytes_per_shard``
 the plan picks the smallest k for which every shard provably fits.
 
 Moving the bytes: each input piece is put in (split, key) order, so a shard's part of a piece is
@@ -46,10 +57,10 @@ once when the build is planned:
   plus numpy arrays of keys and offsets, with a coder that is a few memcpys; boundary buckets go
   to both neighbouring shards (about 1/64 of a shard each).
 - ``spill``: framed the same way, the frames go to files under the temp dir, each piece's keys,
-  splits and frame offsets to a file beside them; a piece and each of its shard slices cross Beam
-  as a stub (a file and a record range, ``Piece.stub``), and the router and writers read back the
-  keys and frames they need: the runner, which holds a GroupByKey's elements until the build
-  ends, holds no array of records. Same graph as inline
+  splits, frame offsets and footers (CRCs) to a file beside them; a piece and each of its shard
+  slices cross Beam as a stub (a file and a record range, ``Piece.stub``), and the tally, router
+  and writers read back the keys and frames they need: the runner, which holds a GroupByKey's
+  elements until the build ends, holds no array of records. Same graph as inline
   (``WriteShardsThroughGroupByKey``): the pieces reach the routing stage through a GroupByKey
   too (``GroupPieces``) and no Flatten takes them or their slices, since Beam's FnApiRunner drops
   chunks of any other large stage input it sends to a worker process (docs/runners.md).

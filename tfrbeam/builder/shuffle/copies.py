@@ -201,7 +201,8 @@ class _TallyRange(beam.DoFn):
 
 
 class TallyCopies(beam.PTransform):
-    """PCollection[Piece] -> {"counts": PCollection[RangeCounts], "moved": PCollection[(piece name, MovedCopies)]}."""
+    """PCollection[Piece] -> {"counts": PCollection[RangeCounts], "moved": PCollection[(piece name, MovedCopies)],
+    "movers": PCollection[piece name]} (the names of the pieces with moved copies, once per key range)."""
 
     def __init__(self, spec: ShardingSpec, store: PieceStore):
         super().__init__()
@@ -217,4 +218,5 @@ class TallyCopies(beam.PTransform):
             | "TallyKeyRange" >> beam.ParDo(_TallyRange(self._store, range_bits, self._spec.bucket_bits))
             .with_outputs(MOVED, main="counts")
         )
-        return {"counts": tallied["counts"], "moved": tallied[MOVED]}
+        movers = tallied[MOVED] | "NamesOfPiecesWithCopies" >> beam.Keys()
+        return {"counts": tallied["counts"], "moved": tallied[MOVED], "movers": movers}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 
 import apache_beam as beam
 import numpy as np
@@ -145,12 +145,14 @@ def _keyed_by_group(piece: Piece, store: PieceStore) -> tuple[int, Piece]:
     return int(piece.key[0]) % PIECE_GROUPS, store.crossing(piece)
 
 
-def with_final_keys(piece: Piece, store: PieceStore, moved) -> Piece:
-    """``piece`` or, if the tally of copies moved some of its records (``moved``: a side input of ``MovedCopies`` by
-    piece name, or None), what the store made of it in the order of their new keys (``PieceStore.rekeyed``); as the
-    store keeps it (its keys perhaps on disk: ``with_keys`` reads them)."""
-    copies = list(moved[piece.ref.location]) if moved is not None else []
-    return store.rekeyed(store.with_keys(piece), copies) if copies else piece
+def with_final_keys(piece: Piece, store: PieceStore, moved, movers: Collection[str]) -> Piece:
+    """``piece`` or, if the tally of copies moved some of its records (its name is in ``movers``; ``moved``: their
+    ``MovedCopies`` by piece name, a side input), what the store made of it in the order of their new keys
+    (``PieceStore.rekeyed``), as the store keeps it (its keys perhaps on disk: ``with_keys`` reads them).
+
+    ``moved`` is asked only for the pieces in ``movers``: on the local runners each question costs milliseconds.
+    """
+    return store.rekeyed(piece, moved) if piece.ref.location in movers else piece
 
 
 class RouteGroupedPieces(beam.DoFn):
@@ -160,10 +162,12 @@ class RouteGroupedPieces(beam.DoFn):
     def __init__(self, store: PieceStore):
         self._store = store
 
-    def process(self, group: tuple[int, Iterable[Piece]], plan: ShardPlan, moved=None) -> Iterator[tuple[int, Piece]]:
+    def process(self, group: tuple[int, Iterable[Piece]], plan: ShardPlan, moved=None,
+                movers: Iterable[str] = ()) -> Iterator[tuple[int, Piece]]:
         reached: set[int] = set()
+        movers = set(movers)
         for piece in group[1]:
-            keyed = self._store.with_keys(with_final_keys(piece, self._store, moved))
+            keyed = self._store.with_keys(with_final_keys(piece, self._store, moved, movers))
             for shard_key, part in route_piece(keyed, plan, self._store):
                 reached.add(shard_key)
                 yield shard_key, part

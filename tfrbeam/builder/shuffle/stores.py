@@ -146,12 +146,14 @@ class PieceStore:
         record, part) for each split that has some (the stores with ``tallies_whole_runs``)."""
         raise NotImplementedError(f"{type(self).__name__} tallies the parts tally_part cut")
 
-    def rekeyed(self, piece: Piece, copies: list[MovedCopies]) -> Piece:
-        """``piece`` (with its keys) after ``copies`` gave some of its records new keys: in (split, key) order again,
-        kept in this store. The stores that keep frames frame them again in the new order."""
+    def rekeyed(self, piece: Piece, moved: typing.Mapping[str, typing.Iterable[MovedCopies]]) -> Piece:
+        """``piece`` (one ``runs_of`` gave) after the tally of copies gave some of its records new keys (``moved``, by
+        piece name: a side input) in (split, key) order again, kept in this store as ``runs_of`` gives pieces. The
+        stores that keep frames frame them again in the new order."""
+        piece = self.with_keys(piece)
         keys = piece.key.copy()
-        for moved in copies:
-            keys[moved.positions] = moved.keys
+        for copies in moved[piece.ref.location]:
+            keys[copies.positions] = copies.keys
         return self._reordered(piece, keys)
 
     def _reordered(self, piece: Piece, keys: np.ndarray) -> Piece:
@@ -629,8 +631,9 @@ class MemoryStore(PieceStore):
             bounds = key_range_bounds(split, key, range_bits, range_index)
         return [(first, _read_keys(piece.ref, count, first, end)) for _, first, end in bounds]
 
-    def rekeyed(self, piece: Piece, copies: list[MovedCopies]) -> Piece:
-        """Once per piece or run, whichever writer asks first (the others get what it became).
+    def rekeyed(self, piece: Piece, moved: typing.Mapping[str, typing.Iterable[MovedCopies]]) -> Piece:
+        """Once per piece or run, whichever writer asks first (the others get what it became, without asking
+        ``moved``: each question costs the local runners milliseconds).
 
         A held piece is put in its new order by moving its keys only; a spilled one is written again.
         """
@@ -639,7 +642,7 @@ class MemoryStore(PieceStore):
         with held.rekeying:
             done = held.rekeyed.get(name)
             if done is None:
-                done = held.rekeyed[name] = super().rekeyed(piece, copies)
+                done = held.rekeyed[name] = super().rekeyed(piece, moved)
         return done
 
     def _reordered(self, piece: Piece, keys: np.ndarray) -> Piece:

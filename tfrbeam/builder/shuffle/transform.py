@@ -25,14 +25,17 @@ class WriteShardsOfPlan(beam.PTransform):
     """PCollection[Piece] -> PCollection[WrittenShard], one per shard of ``plan`` (a one-element PCollection[ShardPlan])."""
 
     def __init__(self, temp_dir: str, store: PieceStore, plan: beam.PCollection, progress: str | None = None,
-                 moved: beam.PCollection | None = None):
+                 tally: dict[str, beam.PCollection] | None = None):
         super().__init__()
         self._temp_dir, self._store, self._plan, self._progress = temp_dir, store, plan, progress
-        self._moved = moved  # the tally of copies' (piece name, MovedCopies), for shuffled builds
+        self._tally = tally  # the tally of copies' outputs (``TallyCopies``), for shuffled builds
 
     def _moved_side(self) -> dict:
-        """The moved copies as the routing takes them: a side input by piece name, if the build has a tally."""
-        return {} if self._moved is None else {"moved": beam.pvalue.AsMultiMap(self._moved)}
+        """The moved copies as the routing takes them, if the build has a tally: by piece name (a multimap, asked only
+        for the pieces named in the list of those that have some)."""
+        if self._tally is None:
+            return {}
+        return {"moved": beam.pvalue.AsMultiMap(self._tally["moved"]), "movers": beam.pvalue.AsList(self._tally["movers"])}
 
 
 class WriteShardsFromPieceList(WriteShardsOfPlan):
@@ -102,17 +105,16 @@ class WriteShuffledShards(beam.PTransform):
 
     def expand(self, records):
         pieces = records | "SortPieces" >> beam.ParDo(PreparePieces(self._store)).with_output_types(Piece)
-        moved = None
+        tally = None
         if self._spec.ordered:  # keys are input positions, all distinct: no copies to spread
             plan = pieces | "PlanShards" >> beam.CombineGlobally(PlanShards(self._spec, self._store))
         else:
             tally = pieces | "TallyCopies" >> TallyCopies(self._spec, self._store)
             plan = tally["counts"] | "PlanShards" >> beam.CombineGlobally(PlanShards(self._spec, self._store))
-            moved = tally["moved"]
         if self._store.pieces_as_side_input:
-            writers = WriteShardsFromPieceList(self._temp_dir, self._store, plan, self._progress, moved)
+            writers = WriteShardsFromPieceList(self._temp_dir, self._store, plan, self._progress, tally)
             files = pieces | "WriteShardsFromPieceList" >> writers
         else:
-            routed = WriteShardsThroughGroupByKey(self._temp_dir, self._store, plan, self._progress, moved)
+            routed = WriteShardsThroughGroupByKey(self._temp_dir, self._store, plan, self._progress, tally)
             files = pieces | "WriteShardsThroughGroupByKey" >> routed
         return {"files": files, "plan": plan}

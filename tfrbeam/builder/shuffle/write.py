@@ -220,11 +220,13 @@ class WriteShardOfPieces(WriteShard):
 
     # Another element type than the base's (a shard key, pieces as a side input): a different DoFn signature.
     def process(self, shard_key: int, plan: ShardPlan, pieces: list[Piece],  # type: ignore[override]
-                moved=None) -> Iterator[WrittenShard]:
+                moved=None, movers: Iterable[str] = ()) -> Iterator[WrittenShard]:
         if self._ranges is None:
             self._ranges = collections.defaultdict(list)
+            movers = set(movers)
             for piece in self._store.runs_of(pieces):
-                piece = with_final_keys(piece, self._store, moved)  # the store rekeys each piece once, for every writer
+                # The store rekeys each piece once, for every writer.
+                piece = with_final_keys(piece, self._store, moved, movers)
                 ranges = shard_ranges(self._store.with_keys(piece), plan)
                 self._store.routed(piece, len(ranges))
                 for key, low, high in ranges:
