@@ -178,7 +178,7 @@ def run_ours(fmt: str, input_path: pathlib.Path, work: pathlib.Path, workers: in
     """Ours on ``input_path``: wall s, peak RSS, CPU s, output bytes, system CPU s and the launching process's own CPU s."""
     command, output = _ours_command(fmt, input_path, work, f"ours-{fmt}", workers, piece_store)
     seconds, rss, cpu, system, launcher = run_measured_with_own_cpu(command)
-    manifest = json.loads((output / "dataset_info.json").read_text())
+    manifest = json.loads((output / "tfrbeam_dataset.json").read_text())
     size = sum(split["num_bytes"] for split in manifest["splits"].values())
     return seconds, rss, cpu, size, system, launcher
 
@@ -500,7 +500,7 @@ def run_ours_on_pool(fmt: str, input_path: pathlib.Path, work: pathlib.Path, wor
     config_path.write_text(json.dumps(build_config(fmt, input_path, output)))
     run = run_job([sys.executable, "-m", "tfrbeam.builder", str(config_path), "--quiet", f"--piece_store={store}"],
                   work, f"ours-{store}-{fmt}-{repeat}{'-' + label if label else ''}", workers)
-    manifest = json.loads((output / "dataset_info.json").read_text())
+    manifest = json.loads((output / "tfrbeam_dataset.json").read_text())
     run["shuffled_per_row"] = manifest["shuffled_bytes"] / manifest["rows_read"]
     return run
 

@@ -187,7 +187,7 @@ def main() -> None:
             shutil.rmtree(output, ignore_errors=True)
             run = run_job([sys.executable, "-m", "tfrbeam.builder", str(config), "--quiet", f"--piece_store={store}"],
                           work, f"ours-{store}-{repeat}", args.workers)
-            manifest = json.loads((output / "dataset_info.json").read_text())
+            manifest = json.loads((output / "tfrbeam_dataset.json").read_text())
             run["shuffled_per_row"] = manifest["shuffled_bytes"] / manifest["rows_read"]
             ours[store].append(run)
         if not args.ours_only:

@@ -4,7 +4,7 @@ Run by hand (the machine may be shared; --wait-idle helps):
 
     python benchmarks/dataset.py [--rows 1000000] [--shards 8] [--repeat 5] [--with-tf] [--with-tfrecord] [--wait-idle 300]
 
-Writes the benchmark table (benchmarks/table.py) once as TFRecord shards with a dataset_info.json,
+Writes the benchmark table (benchmarks/table.py) once as TFRecord shards with a tfrbeam_dataset.json,
 cached in a temp directory. Then, --repeat times and interleaved (so the load of a shared machine
 hits every reader alike), runs one full epoch of each reader in a fresh process
 (benchmarks/dataset_readers.py): tfrbeam.dataset with thread and with process workers, and with
@@ -50,7 +50,7 @@ BASELINE_PACKAGES = {"tf.data": ["tensorflow-cpu", "numpy"], "tfrecord": ["tfrec
 def write_dataset(rows: int, shards: int) -> pathlib.Path:
     """The benchmark table as ``shards`` TFRecord files plus a manifest, reused when already there."""
     root = pathlib.Path(tempfile.gettempdir()) / f"tfrbeam-bench-dataset-{rows}-{shards}"
-    manifest = root / "dataset_info.json"
+    manifest = root / "tfrbeam_dataset.json"
     if manifest.exists():
         return root
     root.mkdir(parents=True, exist_ok=True)

@@ -29,7 +29,7 @@ SEED = 0
 
 
 def _manifest(root: pathlib.Path) -> tuple[list[str], dict[str, dict], int]:
-    info = json.loads((root / "dataset_info.json").read_text())
+    info = json.loads((root / "tfrbeam_dataset.json").read_text())
     split = info["splits"]["train"]
     return [str(root / shard["path"]) for shard in split["shards"]], info["features"], int(split["num_examples"])
 

@@ -417,7 +417,7 @@ def _count_records(data: bytes) -> int:
 
 def _shard_keys(bucket: StoreBucket, written: str) -> list[str]:
     if written == "ours":
-        manifest = json.loads(bucket.get("ours/dataset_info.json"))
+        manifest = json.loads(bucket.get("ours/tfrbeam_dataset.json"))
         return [f"ours/{shard['path']}" for split in manifest["splits"].values() for shard in split["shards"]]
     return [f"{written}-{index:05d}-of-{NUM_SHARDS:05d}" for index in range(NUM_SHARDS)]
 

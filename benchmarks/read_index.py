@@ -58,7 +58,7 @@ def _build(rows: int, work: pathlib.Path) -> pathlib.Path:
 
 
 def _shards(dataset: pathlib.Path) -> list[str]:
-    manifest = json.loads((dataset / "dataset_info.json").read_text())
+    manifest = json.loads((dataset / "tfrbeam_dataset.json").read_text())
     return [str(dataset / shard["path"]) for split in manifest["splits"].values() for shard in split["shards"]
             if shard["path"].endswith(".tfrecord")]
 

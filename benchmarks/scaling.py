@@ -117,7 +117,7 @@ def run_build(path: str, files: list[pathlib.Path], rows: int, work: pathlib.Pat
     else:
         wall, rss, cpu, system = run_measured(command)
         measured = {"wall": wall, "rss": rss, "cpu": cpu, "system": system}
-    manifest = json.loads((output / "dataset_info.json").read_text())
+    manifest = json.loads((output / "tfrbeam_dataset.json").read_text())
     measured["bytes"] = sum(split["num_bytes"] for split in manifest["splits"].values())
     measured["examples"] = sum(split["num_examples"] for split in manifest["splits"].values())
     shutil.rmtree(output, ignore_errors=True)

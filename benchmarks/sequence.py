@@ -74,7 +74,7 @@ def run_ours(input_path: pathlib.Path, work: pathlib.Path) -> tuple[float, int, 
     config_path = work / "ours.json"  # JSON is YAML
     config_path.write_text(json.dumps(build_config(input_path, output)))
     seconds, rss, cpu, _ = run_measured([sys.executable, "-m", "tfrbeam.builder", str(config_path), "--quiet"])
-    return seconds, rss, cpu, json.loads((output / "dataset_info.json").read_text())
+    return seconds, rss, cpu, json.loads((output / "tfrbeam_dataset.json").read_text())
 
 
 def run_baseline(input_path: pathlib.Path, work: pathlib.Path) -> tuple[float, int, float, float]:

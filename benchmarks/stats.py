@@ -2,7 +2,7 @@
 
 Run by hand:  python benchmarks/stats.py [--rows 1000000] [--shards 8] [--repeat 3] [--wait-idle 300]
 
-Writes the table (benchmarks/table.py) once as TFRecord shards with a dataset_info.json (cached
+Writes the table (benchmarks/table.py) once as TFRecord shards with a tfrbeam_dataset.json (cached
 in a temp directory, shared with benchmarks/dataset.py), then times, interleaved, ``repeat``
 times each on the same files:
 - ours: ``compute_stats`` (what ``tfrbeam stats`` runs: mergeable accumulators, one worker

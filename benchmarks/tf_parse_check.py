@@ -97,7 +97,7 @@ def main() -> None:
     args = parser.parse_args()
     manifest = read_manifest(str(args.dataset))
     if manifest is None:
-        raise SystemExit(f"{args.dataset}: no dataset_info.json (give a tfrbeam build directory)")
+        raise SystemExit(f"{args.dataset}: no tfrbeam_dataset.json (give a tfrbeam build directory)")
     sequence = record_type_of(manifest) == SEQUENCE_EXAMPLE
     paths = [str(args.dataset / shard["path"]) for split in manifest["splits"].values() for shard in split["shards"]]
     job = {

@@ -55,7 +55,7 @@ def _write_dataset_job(input_path: str, output: str, seconds_file: str) -> None:
 
 def _shard_digest(output: pathlib.Path) -> str:
     """One sha256 over every shard's bytes, in the manifest's order (the read indexes carry run mtimes)."""
-    manifest = json.loads((output / "dataset_info.json").read_text())
+    manifest = json.loads((output / "tfrbeam_dataset.json").read_text())
     digest = hashlib.sha256()
     for split in manifest["splits"].values():
         for shard in split["shards"]:

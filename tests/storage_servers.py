@@ -154,6 +154,9 @@ class _GcsServer(_Server):
     def get(self, bucket: str, key: str) -> bytes:
         return self.client().bucket(bucket).blob(key).download_as_bytes()
 
+    def delete(self, bucket: str, key: str) -> None:
+        self.client().bucket(bucket).blob(key).delete()
+
 
 class GcsEmulator(_GcsServer):
     """``on_disk``: a directory the server keeps its objects in, so a stopped server restarts with them."""
@@ -231,6 +234,9 @@ class MotoS3(_Server):
     def get(self, bucket: str, key: str) -> bytes:
         return self.client().get_object(Bucket=bucket, Key=key)["Body"].read()
 
+    def delete(self, bucket: str, key: str) -> None:
+        self.client().delete_object(Bucket=bucket, Key=key)
+
 
 @contextlib.contextmanager
 def patched_env(values: dict[str, str]) -> Iterator[None]:
@@ -265,6 +271,9 @@ class StoreBucket:
 
     def get(self, key: str) -> bytes:
         return self.server.get(self.name, key)  # type: ignore[attr-defined]
+
+    def delete(self, key: str) -> None:
+        self.server.delete(self.name, key)  # type: ignore[attr-defined]
 
     @property
     def env(self) -> dict[str, str]:

@@ -79,7 +79,7 @@ def test_pip_install_then_the_readme_to_use_block_builds_from_an_empty_directory
     result = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", to_use_block()], cwd=empty, env=environment,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
-    manifest = json.loads((empty / "out" / "demo" / "dataset_info.json").read_text())
+    manifest = json.loads((empty / "out" / "demo" / "tfrbeam_dataset.json").read_text())
     assert manifest["rows_read"] == 3000
     assert sum(split["num_examples"] for split in manifest["splits"].values()) == 3000 - manifest["bad_records"]["count"]
     assert "apitools" not in result.stderr and "Traceback" not in result.stderr

@@ -30,7 +30,7 @@ def test_a_missing_file_is_file_not_found(tmp_path):
 
 
 def test_a_fifo_is_refused_at_once_naming_it(tmp_path):
-    path = tmp_path / "dataset_info.json"
+    path = tmp_path / "tfrbeam_dataset.json"
     os.mkfifo(path)
     with not_blocked_by(path), pytest.raises(RefusedFileError, match="FIFO") as refused:
         read_found(str(path), 1 << 20, "manifest")
@@ -46,7 +46,7 @@ def test_a_shard_that_is_a_fifo_is_refused_when_opened(tmp_path):
 
 
 def test_a_sparse_giant_is_refused_from_its_size_without_a_read(tmp_path):
-    path = tmp_path / "dataset_info.json"
+    path = tmp_path / "tfrbeam_dataset.json"
     with open(path, "wb") as handle:
         handle.truncate(5 << 30)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -62,7 +62,7 @@ def test_a_file_larger_than_its_size_says_is_read_to_the_cap_plus_one_only():
 
 
 def test_a_link_to_dev_zero_is_refused_as_a_link_or_as_a_device(tmp_path):
-    link = tmp_path / "dataset_info.json"
+    link = tmp_path / "tfrbeam_dataset.json"
     link.symlink_to("/dev/zero")
     with pytest.raises(RefusedFileError, match=r"symbolic link .*'/dev/zero'"):
         read_found(str(link), 1 << 20, "manifest")
@@ -72,10 +72,10 @@ def test_a_link_to_dev_zero_is_refused_as_a_link_or_as_a_device(tmp_path):
 
 def test_a_link_to_a_regular_file_is_refused_unless_links_are_followed(tmp_path):
     (tmp_path / "real.json").write_bytes(b"{}")
-    (tmp_path / "dataset_info.json").symlink_to("real.json")
+    (tmp_path / "tfrbeam_dataset.json").symlink_to("real.json")
     with pytest.raises(RefusedFileError, match="symbolic link"):
-        read_found(str(tmp_path / "dataset_info.json"), 100, "manifest")
-    assert read_found(str(tmp_path / "dataset_info.json"), 100, "manifest", follow_links=True) == b"{}"
+        read_found(str(tmp_path / "tfrbeam_dataset.json"), 100, "manifest")
+    assert read_found(str(tmp_path / "tfrbeam_dataset.json"), 100, "manifest", follow_links=True) == b"{}"
 
 
 def test_a_directory_is_refused(tmp_path):

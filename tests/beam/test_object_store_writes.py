@@ -149,7 +149,7 @@ def test_a_build_into_s3_takes_its_endpoint_from_the_pipeline_options(s3_bucket,
     result = tfrbeam.write_dataset(table, s3_bucket.url("wd"), num_shards=1, seed=1,
                                    pipeline_options=s3_bucket.pipeline_args(), progress=False)
     assert result is not None and sum(result.num_examples.values()) == 50
-    assert "wd/dataset_info.json" in s3_bucket.listing() or any(key.startswith("wd/") for key in s3_bucket.listing())
+    assert "wd/tfrbeam_dataset.json" in s3_bucket.listing() or any(key.startswith("wd/") for key in s3_bucket.listing())
 
 
 def test_the_cli_builds_into_a_bucket_with_only_the_clients_environment(bucket, tmp_path):
@@ -167,7 +167,7 @@ def test_the_cli_builds_into_a_bucket_with_only_the_clients_environment(bucket, 
     assert done.returncode == 0, done.stderr[-3000:]
     after = bucket.listing()
     assert {key: value for key, value in after.items() if not key.startswith("demo/")} == before
-    assert "demo/dataset_info.json" in after
+    assert "demo/tfrbeam_dataset.json" in after
     assert any(key.startswith("demo/train/") and key.endswith(".tfrecord") for key in after)
 
 

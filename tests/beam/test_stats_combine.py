@@ -87,7 +87,7 @@ def test_combine_fn_merges_accumulators_as_one_pass():
 
 
 def test_a_split_is_read_through_one_glob_when_one_matches_exactly(demo_build):
-    manifest = json.loads((demo_build / "dataset_info.json").read_text())
+    manifest = json.loads((demo_build / "tfrbeam_dataset.json").read_text())
     files = [str(demo_build / shard["path"]) for shard in manifest["splits"]["train"]["shards"]]
     assert files_pattern(files) == str(demo_build / "train" / "*-of-00004.tfrecord.gz")
     assert files_pattern(files[:2]) is None  # the glob would match the other shards too
@@ -97,7 +97,7 @@ def test_write_dataset_stats_is_what_the_build_calls(demo_build):
     json_path, html_path = write_dataset_stats(str(demo_build))
     assert json_path == os.path.join(str(demo_build), "stats.json") and os.path.isfile(html_path)
     stats = json.loads(pathlib.Path(json_path).read_text())
-    manifest = json.loads((demo_build / "dataset_info.json").read_text())
+    manifest = json.loads((demo_build / "tfrbeam_dataset.json").read_text())
     assert {split: entry["num_examples"] for split, entry in stats["splits"].items()} == {
         split: entry["num_examples"] for split, entry in manifest["splits"].items()
     }
@@ -124,7 +124,7 @@ def test_a_split_without_records_is_reported_with_zero_examples(tmp_path):
         "features": {"x": {"type": "int64", "shape": [], "always_present": True}},
         "splits": {split: {"num_examples": entries[0]["num_examples"], "shards": entries} for split, entries in shards.items()},
     }
-    (tmp_path / "dataset_info.json").write_text(json.dumps(manifest))
+    (tmp_path / "tfrbeam_dataset.json").write_text(json.dumps(manifest))
     with beam.Pipeline() as pipeline:
         stats = pipeline | ComputeDatasetStats(str(tmp_path))
         assert_that(stats, lambda docs: _check_empty_eval(docs[0], compute_stats(str(tmp_path))))

@@ -81,7 +81,7 @@ def json_lines(directory: pathlib.Path, prefix: str) -> list[dict]:
 
 def dataset_examples(path: pathlib.Path) -> dict[str, list[dict]]:
     """Every split's Examples, decoded, read shard by shard as the manifest lists them."""
-    manifest = json.loads((path / "dataset_info.json").read_text())
+    manifest = json.loads((path / "tfrbeam_dataset.json").read_text())
     return {split: [decode_example(record) for shard in entry["shards"] for record in read_records(str(path / shard["path"]))]
             for split, entry in manifest["splits"].items()}
 
@@ -140,7 +140,7 @@ def test_a_csv_read_by_beam_yaml_becomes_a_dataset_of_exactly_its_rows(tmp_path,
                 seed: 7
         """, beam_yaml_env)
     assert succeeded(result)
-    manifest = json.loads((tmp_path / "ds" / "dataset_info.json").read_text())
+    manifest = json.loads((tmp_path / "ds" / "tfrbeam_dataset.json").read_text())
     assert list(manifest["splits"]) == ["train", "eval"] and manifest["seed"] == 7
     assert [len(manifest["splits"][split]["shards"]) for split in ("train", "eval")] == [2, 1]
     found = dataset_examples(tmp_path / "ds")
@@ -174,7 +174,7 @@ def test_rows_the_build_cannot_convert_go_to_the_error_output_with_their_reason(
     found = {split: sorted(example["id"][0] for example in examples)
              for split, examples in dataset_examples(tmp_path / "ds").items()}
     assert found == {"train": [1, 5], "eval": [3]}
-    manifest = json.loads((tmp_path / "ds" / "dataset_info.json").read_text())
+    manifest = json.loads((tmp_path / "ds" / "tfrbeam_dataset.json").read_text())
     assert manifest["rows_read"] == 5 and manifest["bad_records"]["count"] == 2
 
 
@@ -182,7 +182,7 @@ def test_without_error_handling_the_builds_own_errors_setting_fails_on_a_bad_row
     result = write_ages(tmp_path, beam_yaml_env, {})
     assert result.returncode != 0
     assert "BadRecordError" in result.stderr and "'x7' is not an int64" in result.stderr
-    assert not (tmp_path / "ds" / "dataset_info.json").exists()
+    assert not (tmp_path / "ds" / "tfrbeam_dataset.json").exists()
 
 
 def test_read_tf_examples_gives_the_datasets_rows_with_the_manifests_schema(tmp_path, beam_yaml_env):

@@ -66,7 +66,7 @@ def test_dead_letters_hold_every_bad_row_of_every_batch(inputs):
     root, bad = inputs
     assert _build(root, "dl", on_bad_record="dead_letter", max_bad_fraction=0.01) == 0
     dataset = root / "dl"
-    manifest = json.loads((dataset / "dataset_info.json").read_text())
+    manifest = json.loads((dataset / "tfrbeam_dataset.json").read_text())
     expected_bad = sum(len(lines) for lines in bad.values())
     assert manifest["bad_records"]["count"] == expected_bad
     written: dict[str, set[int]] = {}
@@ -104,11 +104,11 @@ def test_a_build_exactly_at_max_bad_fraction_succeeds_and_a_limit_one_row_lower_
     exact = bad_count / rows
     assert exact * rows == bad_count  # the boundary is representable: bad == limit * rows exactly
     assert _build(root, "at-limit", on_bad_record="skip", max_bad_fraction=exact) == 0
-    manifest = json.loads((root / "at-limit" / "dataset_info.json").read_text())
+    manifest = json.loads((root / "at-limit" / "tfrbeam_dataset.json").read_text())
     assert manifest["bad_records"]["count"] == bad_count
     assert sum(split["num_examples"] for split in manifest["splits"].values()) == rows - bad_count
     capsys.readouterr()
     below = (bad_count - 1) / rows
     assert _build(root, "over-limit", on_bad_record="skip", max_bad_fraction=below) == 1
     assert f"error: {bad_count} of {rows} input rows" in capsys.readouterr().err
-    assert not (root / "over-limit" / "dataset_info.json").exists()
+    assert not (root / "over-limit" / "tfrbeam_dataset.json").exists()

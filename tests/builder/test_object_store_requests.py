@@ -122,13 +122,13 @@ def test_the_objects_a_killed_run_wrote_straight_into_the_output_are_removed_by_
     left = {key for key in bucket.listing() if key.startswith("ds/")}
     assert {"ds/train/train-00000-of-00003.tfrecord", "ds/train/.tfrbeam-index/train-00002-of-00003.tfrecord.index"} \
         <= left, left  # written straight to their names, not staged
-    assert "ds/dataset_info.json" not in left
+    assert "ds/tfrbeam_dataset.json" not in left
 
     table = pa.table({"id": list(range(500)), "text": [f"row {i}" for i in range(500)]})
     assert tfrbeam.write_dataset(table, bucket.url("ds"), num_shards=2, seed=2, progress=False,
                                  pipeline_options=bucket.pipeline_args()) is not None
-    manifest = json.loads(bucket.get("ds/dataset_info.json"))
-    listed = {"ds/dataset_info.json"} | {f"ds/{path}" for path in dataset_files(manifest)
+    manifest = json.loads(bucket.get("ds/tfrbeam_dataset.json"))
+    listed = {"ds/tfrbeam_dataset.json"} | {f"ds/{path}" for path in dataset_files(manifest)
                                           if not path.startswith("dali/")
                                           and not path.endswith((".idx", ".offsets"))}  # index names of before
     assert {key for key in bucket.listing() if key.startswith(("ds/", ".ds."))} == listed
@@ -220,7 +220,7 @@ def test_a_first_build_never_replaces_a_manifest_that_appeared_while_it_ran(stri
     switch = commit.publish_by_switch
 
     def planting_first(*args, **kwargs):
-        strict_bucket.put("ds/dataset_info.json", planted)
+        strict_bucket.put("ds/tfrbeam_dataset.json", planted)
         return switch(*args, **kwargs)
 
     monkeypatch.setattr(commit, "publish_by_switch", planting_first)
@@ -228,5 +228,5 @@ def test_a_first_build_never_replaces_a_manifest_that_appeared_while_it_ran(stri
     with pytest.raises(tfrbeam.errors.CommitError, match="a manifest appeared"):
         tfrbeam.write_dataset(table, strict_bucket.url("ds"), num_shards=2, seed=2, progress=False,
                               pipeline_options=strict_bucket.pipeline_args())
-    assert strict_bucket.get("ds/dataset_info.json") == planted
-    assert {key for key in strict_bucket.listing() if key.startswith(("ds/", ".ds."))} == {"ds/dataset_info.json"}
+    assert strict_bucket.get("ds/tfrbeam_dataset.json") == planted
+    assert {key for key in strict_bucket.listing() if key.startswith(("ds/", ".ds."))} == {"ds/tfrbeam_dataset.json"}

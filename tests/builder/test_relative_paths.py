@@ -27,7 +27,7 @@ def test_relative_paths_work_with_workers_started_in_another_directory(tmp_path,
         ])
         assert workers_started(log) > 0
     assert status == 0
-    manifest = json.loads((project / "out" / "demo" / "dataset_info.json").read_text())
+    manifest = json.loads((project / "out" / "demo" / "tfrbeam_dataset.json").read_text())
     assert sum(split["num_examples"] for split in manifest["splits"].values()) == manifest["rows_read"] - manifest[
         "bad_records"]["count"]
     assert [item["path"] for item in manifest["inputs"]] == [f"demo_data/csv/flights-0000{i}.csv" for i in range(3)]

@@ -32,13 +32,13 @@ def flights(count: int, start: int = 0) -> pa.Table:
 
 def written(dataset: pathlib.Path) -> list[dict]:
     """Every Example of a dataset, decoded, over its shards in manifest order."""
-    manifest = json.loads((dataset / "dataset_info.json").read_text())
+    manifest = json.loads((dataset / "tfrbeam_dataset.json").read_text())
     return [decode_example(record) for split in manifest["splits"].values() for shard in split["shards"]
             for record in read_records(str(dataset / shard["path"]))]
 
 
 def shard_files(dataset: pathlib.Path) -> dict[str, bytes]:
-    manifest = json.loads((dataset / "dataset_info.json").read_text())
+    manifest = json.loads((dataset / "tfrbeam_dataset.json").read_text())
     return {shard["path"]: (dataset / shard["path"]).read_bytes()
             for split in manifest["splits"].values() for shard in split["shards"]}
 
@@ -90,7 +90,7 @@ def _dicts_build(output: pathlib.Path, rows: list[dict], **settings) -> dict:
                "errors": {"on_bad_record": "dead_letter", "max_bad_fraction": 1.0}, **settings}
     with beam.Pipeline(options=PipelineOptions(["--runner=FnApiRunner"])) as pipeline:
         _ = pipeline | beam.Create(rows, reshuffle=False) | WriteDataset(output, **options)
-    return json.loads((output / "dataset_info.json").read_text())
+    return json.loads((output / "tfrbeam_dataset.json").read_text())
 
 
 def _dead_letters(output: pathlib.Path) -> dict[int, str]:
@@ -202,7 +202,7 @@ def test_a_parquet_reader_that_loses_rows_fails_the_build_in_one_line_and_publis
     text = _one_line(caught.value)
     assert text.startswith(f"{tmp_path / 'rows.parquet'}: row group ") and "announces 1000 rows" in text, text
     assert "gave 999" in text and "nothing was published" in text, text
-    assert not (tmp_path / "out" / "dataset_info.json").exists()
+    assert not (tmp_path / "out" / "tfrbeam_dataset.json").exists()
 
 
 def test_a_csv_reader_that_loses_rows_fails_the_build_in_one_line_and_publishes_nothing(tmp_path, monkeypatch):
@@ -215,7 +215,7 @@ def test_a_csv_reader_that_loses_rows_fails_the_build_in_one_line_and_publishes_
         _build(tmp_path, tmp_path / "rows.csv", "csv")
     expected = f"{tmp_path / 'rows.csv'}: the parser found 500 rows from line 2 on, but its reader gave 498"
     assert _one_line(caught.value).startswith(expected)
-    assert not (tmp_path / "out" / "dataset_info.json").exists()
+    assert not (tmp_path / "out" / "tfrbeam_dataset.json").exists()
 
 
 def test_the_commit_checks_each_input_against_the_rows_it_announced():

@@ -40,7 +40,7 @@ def rows_table(count: int, texts: list[str] | None = None) -> pa.Table:
 
 
 def records_of(dataset: pathlib.Path) -> list[dict]:
-    manifest = json.loads((dataset / "dataset_info.json").read_text())
+    manifest = json.loads((dataset / "tfrbeam_dataset.json").read_text())
     return [decode_example(record) for split in manifest["splits"].values() for shard in split["shards"]
             for record in read_records(str(dataset / shard["path"]))]
 
@@ -49,7 +49,7 @@ def assert_exact(dataset: pathlib.Path, table: pa.Table) -> None:
     """One record per row, each with the row's id, text and value (as the Example's float32) exactly."""
     records = sorted(records_of(dataset), key=lambda record: int(record["id"][0]))
     assert len(records) == table.num_rows
-    manifest = json.loads((dataset / "dataset_info.json").read_text())
+    manifest = json.loads((dataset / "tfrbeam_dataset.json").read_text())
     assert manifest["rows_read"] == table.num_rows and manifest["bad_records"]["count"] == 0
     for record, row in zip(records, table.to_pylist()):
         assert int(record["id"][0]) == row["id"]

@@ -35,7 +35,7 @@ def in_workdir(workdir, monkeypatch):
 
 
 def shard_bytes(dataset: pathlib.Path) -> dict[str, bytes]:
-    manifest = json.loads((dataset / "dataset_info.json").read_text())
+    manifest = json.loads((dataset / "tfrbeam_dataset.json").read_text())
     return {
         shard["path"]: (dataset / shard["path"]).read_bytes()
         for split in manifest["splits"].values()
@@ -165,7 +165,7 @@ def test_dry_run_of_a_sequence_build_prints_its_settings_and_bucket_count(workdi
 def test_the_summary_of_a_sequence_build_says_groups_and_steps(workdir, capsys):
     assert build_main([SEQUENCE_CONFIG, "--set", "output.path=out/seq"]) == 0
     out = capsys.readouterr().out
-    manifest = json.loads((workdir / "out" / "seq" / "dataset_info.json").read_text())
+    manifest = json.loads((workdir / "out" / "seq" / "tfrbeam_dataset.json").read_text())
     splits = manifest["splits"].values()
     examples = sum(split["num_examples"] for split in splits)
     steps = sum(split["steps"]["total"] for split in splits)
@@ -250,7 +250,7 @@ def test_a_signal_mid_build_is_one_line_and_a_rerun_succeeds_leaving_nothing_ext
     ours = [line for line in rest.splitlines() if line.startswith("tfrbeam build:")]
     assert ours == [f"tfrbeam build: interrupted ({signal_name}); the next run removes (or completes) what this one left"]
     assert "Traceback" not in rest and "KeyboardInterrupt" not in rest
-    assert not (tmp_path / "out" / "demo" / "dataset_info.json").exists()
+    assert not (tmp_path / "out" / "demo" / "tfrbeam_dataset.json").exists()
     rerun = subprocess.run(command + ["--quiet"], cwd=tmp_path, capture_output=True, text=True, env=environment)
     assert rerun.returncode == 0, rerun.stderr
     clean = tmp_path / "clean"
@@ -313,7 +313,7 @@ def test_progress_is_logged_without_a_terminal_with_counts_from_worker_processes
                        record.getMessage()) for record in caplog.records]
     writes = [match for match in writes if match]
     assert writes, caplog.text
-    manifest = json.loads((workdir / "out" / "progress" / "dataset_info.json").read_text())
+    manifest = json.loads((workdir / "out" / "progress" / "tfrbeam_dataset.json").read_text())
     assert int(writes[-1].group(1).replace(",", "")) == sum(split["num_examples"] for split in manifest["splits"].values())
     caplog.clear()
     with caplog.at_level("INFO"):
@@ -378,7 +378,7 @@ def test_quiet_prints_nothing_on_stdout_not_even_the_summary(workdir, capsys):
     assert build_main([DEMO_CONFIG, "--quiet", "--set", "output.path=out/quiet"]) == 0
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert json.loads((workdir / "out" / "quiet" / "dataset_info.json").read_text())["rows_read"] == 600
+    assert json.loads((workdir / "out" / "quiet" / "tfrbeam_dataset.json").read_text())["rows_read"] == 600
 
 
 def test_a_failed_build_is_one_plain_line_without_a_class_name(workdir, capsys):

@@ -26,7 +26,7 @@ def dataset(demo, tmp_path):
 
 
 def _records(dataset) -> int:
-    manifest = json.loads((dataset / "dataset_info.json").read_text())
+    manifest = json.loads((dataset / "tfrbeam_dataset.json").read_text())
     return sum(split["num_examples"] for split in manifest["splits"].values())
 
 
@@ -47,7 +47,7 @@ def test_inspect_counts_a_split_whose_directory_is_a_symlink_inside_the_dataset(
     _split_as_symlink(dataset, "eval", dataset / ".stored" / "eval")
     assert _inspected(capsys, str(dataset)) == expected  # before: the eval split was silently left out
     assert _inspected(capsys, str(dataset / "eval"))["records"] == json.loads(
-        (dataset / "dataset_info.json").read_text())["splits"]["eval"]["num_examples"]
+        (dataset / "tfrbeam_dataset.json").read_text())["splits"]["eval"]["num_examples"]
     assert main(["verify", str(dataset)]) == 0
     capsys.readouterr()
 
@@ -72,11 +72,11 @@ def test_a_split_directory_leading_out_of_the_dataset_is_refused_as_verify_refus
 
 @pytest.mark.parametrize("command", ["verify", "cat", "inspect", "stats"])
 def test_a_shard_listed_twice_fails_every_tool_in_one_line(capsys, dataset, command):
-    manifest = json.loads((dataset / "dataset_info.json").read_text())
+    manifest = json.loads((dataset / "tfrbeam_dataset.json").read_text())
     train = manifest["splits"]["train"]
     train["shards"].append(dict(train["shards"][1]))
     train["num_examples"] += train["shards"][1]["num_examples"]
-    (dataset / "dataset_info.json").write_text(json.dumps(manifest))
+    (dataset / "tfrbeam_dataset.json").write_text(json.dumps(manifest))
     assert main([command, str(dataset)]) == 1
     captured = capsys.readouterr()
     lines = [line for line in (captured.out if command == "verify" else captured.err).splitlines() if line.strip()]

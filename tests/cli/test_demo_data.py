@@ -19,7 +19,7 @@ def test_demo_data_writes_the_config_that_builds_it_from_an_empty_directory(tmp_
     said = capsys.readouterr().out
     assert said.endswith("tfrbeam build demo_data/demo.yaml\n"), said
     assert build_main(["demo_data/demo.yaml", "--quiet"]) == 0
-    manifest = json.loads((tmp_path / "out" / "demo" / "dataset_info.json").read_text())
+    manifest = json.loads((tmp_path / "out" / "demo" / "tfrbeam_dataset.json").read_text())
     assert manifest["rows_read"] == 3000 and manifest["bad_records"]["count"] == 3
     assert sorted(path.name for path in tmp_path.iterdir()) == ["demo_data", "out"]
 

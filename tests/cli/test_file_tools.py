@@ -232,7 +232,7 @@ def wide_dataset(tmp_path_factory) -> pathlib.Path:
 
 
 def test_the_manifest_keeps_the_source_column_order(wide_dataset):
-    manifest = json.loads((wide_dataset / "dataset_info.json").read_text())
+    manifest = json.loads((wide_dataset / "tfrbeam_dataset.json").read_text())
     assert list(manifest["features"]) == _SOURCE_ORDER
     assert list(manifest["parse_example_spec"]) == _SOURCE_ORDER
     assert all(list(split["examples_with_feature"]) == _SOURCE_ORDER for split in manifest["splits"].values())

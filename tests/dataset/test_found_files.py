@@ -47,7 +47,7 @@ def test_a_fifo_shard_is_refused_at_once_naming_it(dataset, reader):
 
 @pytest.mark.parametrize("reader", ["open_dataset", "open_random_access"])
 def test_a_fifo_manifest_is_refused_at_once_naming_it(dataset, reader):
-    manifest = dataset / "dataset_info.json"
+    manifest = dataset / "tfrbeam_dataset.json"
     manifest.unlink()
     os.mkfifo(manifest)
     assert _refused_in_time(manifest, reader, dataset, ManifestError).startswith(f"{manifest}: a FIFO")
@@ -56,7 +56,7 @@ def test_a_fifo_manifest_is_refused_at_once_naming_it(dataset, reader):
 @pytest.mark.parametrize("reader", ["open_dataset", "open_random_access"])
 def test_a_shard_listed_twice_is_refused_not_read_twice(dataset, reader):
     assert sorted(_read_all(reader, dataset)) == list(range(SHARDS))
-    manifest_path = dataset / "dataset_info.json"
+    manifest_path = dataset / "tfrbeam_dataset.json"
     manifest = json.loads(manifest_path.read_text())
     split = manifest["splits"]["train"]
     split["shards"].append(dict(split["shards"][2]))

@@ -56,7 +56,7 @@ def build_dir(root: pathlib.Path, sizes: list[int], stamp: bool = True) -> pathl
         "features": {"id": {"type": "int64", "shape": [], "always_present": True},
                      "pad": {"type": "bytes", "shape": [], "always_present": True}},
     }
-    (root / "dataset_info.json").write_text(json.dumps(manifest))
+    (root / "tfrbeam_dataset.json").write_text(json.dumps(manifest))
     return root
 
 
@@ -122,10 +122,10 @@ def test_a_shard_with_fewer_records_of_the_same_size_raises_with_both_counts(tmp
 
 def test_a_shard_with_more_records_than_the_manifest_raises(tmp_path):
     root = build_dir(tmp_path / "ds", [30])
-    manifest = json.loads((root / "dataset_info.json").read_text())
+    manifest = json.loads((root / "tfrbeam_dataset.json").read_text())
     manifest["splits"]["train"]["shards"][0]["num_examples"] = 29
     manifest["splits"]["train"]["num_examples"] = 29  # the split's total agrees (else the manifest validator refuses it)
-    (root / "dataset_info.json").write_text(json.dumps(manifest))
+    (root / "tfrbeam_dataset.json").write_text(json.dumps(manifest))
     with pytest.raises(ShardMismatchError, match="the manifest says 29 records, the shard has 30"):
         list(open_dataset(root, "train", batch_size=8, executor="processes", num_workers=2))
 

@@ -38,7 +38,7 @@ def dataset_dir(tmp_path_factory) -> pathlib.Path:
     manifest = {"format": "tfrbeam-dataset/1", "compression": None, "splits": splits,
                 "features": {"id": {"type": "int64", "shape": [], "always_present": True},
                              "tags": {"type": "int64", "shape": None, "always_present": False}}}
-    (root / "dataset_info.json").write_text(json.dumps(manifest))
+    (root / "tfrbeam_dataset.json").write_text(json.dumps(manifest))
     return root
 
 

@@ -194,7 +194,7 @@ def test_drop_remainder_and_len_from_a_manifest(tmp_path):
             "opt": {"type": "int64", "shape": [2], "always_present": False},
         },
     }
-    (tmp_path / "dataset_info.json").write_text(json.dumps(manifest))
+    (tmp_path / "tfrbeam_dataset.json").write_text(json.dumps(manifest))
     with pytest.raises(ConfigError, match="pass split="):
         open_dataset(tmp_path)
     train = open_dataset(tmp_path, "train", batch_size=7, executor="threads")
@@ -517,7 +517,7 @@ def test_reads_what_tfrbeam_build_writes(tmp_path, monkeypatch):
     write_demo_data("demo_data", 600)
     config = pathlib.Path(__file__).resolve().parents[2] / "configs" / "demo.yaml"
     assert build.main([str(config), "--set", f"output.path={tmp_path / 'out'}"]) == 0
-    info = json.loads((tmp_path / "out" / "dataset_info.json").read_text())
+    info = json.loads((tmp_path / "out" / "tfrbeam_dataset.json").read_text())
     for split, entry in info["splits"].items():
         dataset = open_dataset(tmp_path / "out", split, batch_size=32, shuffle_files=True, shuffle_buffer=100, seed=0)
         assert dataset.num_records == entry["num_examples"] and len(dataset) == math.ceil(entry["num_examples"] / 32)

@@ -48,7 +48,7 @@ def build(root: pathlib.Path, compression: str | None = None) -> pathlib.Path:
                      "tags": {"type": "bytes", "shape": None, "always_present": False},
                      "name": {"type": "bytes", "shape": [], "always_present": True}},
     }
-    (root / "dataset_info.json").write_text(json.dumps(manifest))
+    (root / "tfrbeam_dataset.json").write_text(json.dumps(manifest))
     return root
 
 

@@ -102,7 +102,7 @@ def write_dataset(root: pathlib.Path, users: int = 60, shards: int = 3, seed: in
             "steps_with_feature": {"t": int(steps.sum())},
         }},
     }
-    (root / "dataset_info.json").write_text(json.dumps(manifest, indent=2))
+    (root / "tfrbeam_dataset.json").write_text(json.dumps(manifest, indent=2))
     return records
 
 

@@ -40,7 +40,7 @@ def build(root: pathlib.Path) -> pathlib.Path:
         splits[split] = {"num_examples": sum(sizes), "num_bytes": 0, "shards": shards}
     manifest = {"format": "tfrbeam-dataset/1", "compression": None, "splits": splits,
                 "features": {"id": {"type": "int64", "shape": [], "always_present": True}}}
-    (root / "dataset_info.json").write_text(json.dumps(manifest))
+    (root / "tfrbeam_dataset.json").write_text(json.dumps(manifest))
     return root
 
 

@@ -52,7 +52,7 @@ def copy_dataset(source: pathlib.Path, sandbox: pathlib.Path) -> pathlib.Path:
 
 def edit_manifest(dataset: pathlib.Path, change: Callable[[dict], None]) -> None:
     """Rewrite the dataset's manifest with ``change`` applied to its JSON."""
-    path = dataset / "dataset_info.json"
+    path = dataset / "tfrbeam_dataset.json"
     manifest = json.loads(path.read_text())
     change(manifest)
     path.write_text(json.dumps(manifest))

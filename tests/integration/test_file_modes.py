@@ -46,7 +46,7 @@ def _published(workdir: pathlib.Path, mask: int) -> dict[str, pathlib.Path]:
     index_dir = dataset / "train" / ".tfrbeam-index"
     return {
         "shard": dataset / "train" / "train-00000-of-00004.tfrecord",
-        "manifest": dataset / "dataset_info.json",
+        "manifest": dataset / "tfrbeam_dataset.json",
         "read index": next(index_dir.glob("*.index")),
         "dead letters": next((dataset / "_errors").iterdir()),
         "stats.json": dataset / "stats.json",

@@ -45,7 +45,7 @@ def _snapshot(root: pathlib.Path) -> dict[str, str]:
 def test_every_tool_refuses_a_hostile_manifest_in_one_line_and_writes_nothing_outside(demo, tmp_path, capsys, mutation):
     dataset = tmp_path / "sandbox" / "ds"
     shutil.copytree(demo, dataset)
-    manifest_file = dataset / "dataset_info.json"
+    manifest_file = dataset / "tfrbeam_dataset.json"
     if MUTATIONS[mutation] is None:
         manifest_file.write_text('{"a":' + "[" * 100_000 + "]" * 100_000 + "}")
     else:

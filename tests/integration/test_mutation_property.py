@@ -127,7 +127,7 @@ def _true_counts(pristine: pathlib.Path) -> dict[str, int]:
 
 def _manifest(dataset: pathlib.Path) -> Any:
     with contextlib.suppress(ValueError, OSError, RecursionError):
-        return json.loads((dataset / "dataset_info.json").read_text())
+        return json.loads((dataset / "tfrbeam_dataset.json").read_text())
     return None
 
 
@@ -227,10 +227,10 @@ def test_every_tool_refuses_in_one_line_or_gives_the_manifests_data(demo_dataset
         truth = _true_counts(demo_dataset)
         target = data.draw(st.sampled_from(["manifest", "shard", "both", "beside"]), label="target")
         if target in ("manifest", "both"):
-            manifest = json.loads((dataset / "dataset_info.json").read_text())
+            manifest = json.loads((dataset / "tfrbeam_dataset.json").read_text())
             for _ in range(data.draw(st.integers(1, 2), label="manifest edits")):
                 _mutate_manifest(manifest, data)
-            (dataset / "dataset_info.json").write_text(json.dumps(manifest))
+            (dataset / "tfrbeam_dataset.json").write_text(json.dumps(manifest))
         if target in ("shard", "both"):
             _damage_shard(dataset, outside, data)
         _plant_beside(sandbox, dataset, outside, data.draw(st.sampled_from(BESIDE), label="beside")

@@ -39,7 +39,7 @@ def _count_manifest_reads(monkeypatch) -> list[str]:
             continue
 
         def counted(path, *args, _original=original, **kwargs):
-            if path.endswith("dataset_info.json"):
+            if path.endswith("tfrbeam_dataset.json"):
                 reads.append(path)
             return _original(path, *args, **kwargs)
 
@@ -58,10 +58,10 @@ def test_reading_every_shard_reads_the_manifest_a_constant_number_of_times(bucke
 
 def test_a_manifest_replaced_mid_read_is_still_found(bucket, many_shards):
     url = _upload(bucket, many_shards, "ds2")
-    manifest = json.loads((many_shards / "dataset_info.json").read_bytes())
+    manifest = json.loads((many_shards / "tfrbeam_dataset.json").read_bytes())
     manifest["run_id"] = "another-run"
     with pytest.raises(DatasetChangedError, match="another-run"):
         with open_dataset(url, split="train", batch_size=50, num_parallel_reads=1) as dataset:
             for index, _ in enumerate(dataset):
                 if index == 2:
-                    bucket.put("ds2/dataset_info.json", json.dumps(manifest).encode())
+                    bucket.put("ds2/tfrbeam_dataset.json", json.dumps(manifest).encode())

@@ -75,7 +75,7 @@ def test_verify_checks_a_dataset_in_a_bucket_against_its_manifest(bucket, local_
     url = _upload(bucket, local_datasets["plain"], "ds")
     done = _cli("verify", url)
     assert done.returncode == 0, done.stderr
-    assert f"OK   {url}: every shard matches dataset_info.json" in done.stdout
+    assert f"OK   {url}: every shard matches tfrbeam_dataset.json" in done.stdout
 
 
 def test_verify_finds_a_damaged_shard_in_a_bucket(bucket, local_datasets):

@@ -19,7 +19,7 @@ from tests.integration.bounded_child import ChildRun, api_command, changed_outsi
 from tests.integration.sandbox import copy_dataset
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
-MANIFEST = "dataset_info.json"
+MANIFEST = "tfrbeam_dataset.json"
 SHARD = "train/train-00001-of-00004.tfrecord"
 READ_INDEX = "train/.tfrbeam-index/train-00001-of-00004.tfrecord.index"
 OLD_INDEX = "train/.tfrbeam-index/train-00001-of-00004.tfrecord.offsets"  # what datasets written before kept too

@@ -22,7 +22,7 @@ from tests.integration.test_planted_kinds import MAX_RSS_MB, OFFSET_INDEX, READ_
 from tfrbeam.tfrecord.records import masked_crc32c
 
 TARGETS = {
-    "manifest": "dataset_info.json",
+    "manifest": "tfrbeam_dataset.json",
     "shard": SHARD,
     "read index": READ_INDEX,
     "offset index": OFFSET_INDEX,

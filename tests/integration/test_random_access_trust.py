@@ -77,7 +77,7 @@ def test_the_read_index_is_written_inside_the_dataset(demo_dataset, tmp_path):
 def test_a_dataset_replaced_after_opening_is_refused_naming_both_runs(demo_dataset, tmp_path):
     dataset = copy_dataset(demo_dataset, tmp_path / "sandbox")
     records = open_random_access(str(dataset), split="eval")
-    old_run = json.loads((dataset / "dataset_info.json").read_text())["run_id"]
+    old_run = json.loads((dataset / "tfrbeam_dataset.json").read_text())["run_id"]
     edit_manifest(dataset, lambda manifest: manifest.__setitem__("run_id", "the-next-build"))
     with pytest.raises(DatasetChangedError, match=rf"run {old_run} when reading started, run the-next-build now"):
         records[0]
@@ -93,7 +93,7 @@ def test_a_glob_of_files_keeps_its_index_beside_them(demo_dataset, tmp_path):
 
 def test_open_random_access_reads_exactly_the_manifests_records(demo_dataset, tmp_path):
     dataset = copy_dataset(demo_dataset, tmp_path / "sandbox")
-    manifest = json.loads((dataset / "dataset_info.json").read_text())
+    manifest = json.loads((dataset / "tfrbeam_dataset.json").read_text())
     records = open_random_access(str(dataset), split="train")
     assert len(records) == manifest["splits"]["train"]["num_examples"] == 2714
     assert sorted(records[len(records) - 1]) == sorted(manifest["features"])

@@ -113,7 +113,7 @@ def test_a_generated_csv_reads_back_as_it_says_or_fails_in_one_line(tmp_path_fac
     code, config_path, records = _build(tmp_path, str(data), "csv")
     if code != 0:
         _one_line_failure(capsys, code)
-        assert not os.path.exists(tmp_path / "out" / "dataset_info.json")
+        assert not os.path.exists(tmp_path / "out" / "tfrbeam_dataset.json")
         return
     config = resolve_config(load_config(config_path))
     assert sorted(records) == list(range(len(rows)))  # records in = records out

@@ -59,9 +59,9 @@ def _dataset(output: pathlib.Path) -> tuple[dict[str, bytes], dict]:
     """Every file of a dataset by relative path (shards, read indexes, dead letters), and its manifest without run keys."""
     files = {
         str(path.relative_to(output)): _content(path)
-        for path in sorted(output.rglob("*")) if path.is_file() and path.name != "dataset_info.json"
+        for path in sorted(output.rglob("*")) if path.is_file() and path.name != "tfrbeam_dataset.json"
     }
-    manifest = json.loads((output / "dataset_info.json").read_text().replace(str(output), "OUTPUT"))
+    manifest = json.loads((output / "tfrbeam_dataset.json").read_text().replace(str(output), "OUTPUT"))
     return files, {key: value for key, value in manifest.items() if key not in RUN_KEYS}
 
 
@@ -80,7 +80,7 @@ def reference(workdir):
     """Each config built by ``tfrbeam build``'s default runner (in this process, pieces held in memory)."""
     built = {config: _build(workdir, config, "default") for config in CONFIGS}
     for output in built.values():
-        manifest = json.loads((output / "dataset_info.json").read_text())
+        manifest = json.loads((output / "tfrbeam_dataset.json").read_text())
         assert (manifest["runner"], manifest["piece_store"]) == ("FnApiRunner", "memory")
     return {config: _dataset(output) for config, output in built.items()}
 
@@ -91,7 +91,7 @@ def _assert_same_as_reference(reference, output: pathlib.Path, config: str, runn
     assert sorted(files) == sorted(expected_files)
     assert [name for name in files if files[name] != expected_files[name]] == []
     assert manifest == expected_manifest
-    written = json.loads((output / "dataset_info.json").read_text())
+    written = json.loads((output / "tfrbeam_dataset.json").read_text())
     assert (written["runner"], written["piece_store"]) == (runner, piece_store)
     assert not glob.glob(str(output.parent / ".tfrbeam-*"))  # no staging, spill or lock files left
 
@@ -115,7 +115,7 @@ def test_direct_runner_multi_processing(workdir, reference, config, piece_store,
     """``tfrbeam build --workers 2`` and Beam's own direct options run the same 2 SDK worker processes."""
     output = _build(workdir, config, f"multi-{piece_store}", *workers, f"--piece_store={piece_store}")
     _assert_same_as_reference(reference, output, config, "FnApiRunner", "spill" if piece_store == "auto" else piece_store)
-    recorded = json.loads((output / "dataset_info.json").read_text())["workers"]
+    recorded = json.loads((output / "tfrbeam_dataset.json").read_text())["workers"]
     assert (recorded["count"], recorded["mode"]) == (2, "multi_processing")
 
 

@@ -32,7 +32,7 @@ def sequence_dataset(tmp_path) -> pathlib.Path:
         "splits": {"train": {"num_examples": 1, "shards": [
             {"path": "train/train-00000-of-00001.tfrecord", "num_examples": 1}]}},
     }
-    (root / "dataset_info.json").write_text(json.dumps(manifest))
+    (root / "tfrbeam_dataset.json").write_text(json.dumps(manifest))
     return root
 
 
@@ -67,7 +67,7 @@ def test_the_beam_transforms_refuse_it_when_built(sequence_dataset, tmp_path):
 
 
 def test_a_manifest_without_record_type_is_an_example_dataset(sequence_dataset, tmp_path):
-    manifest = json.loads((sequence_dataset / "dataset_info.json").read_text())
+    manifest = json.loads((sequence_dataset / "tfrbeam_dataset.json").read_text())
     del manifest["record_type"]
-    (sequence_dataset / "dataset_info.json").write_text(json.dumps(manifest))
+    (sequence_dataset / "tfrbeam_dataset.json").write_text(json.dumps(manifest))
     ComputeDatasetStats(str(sequence_dataset))  # read as Examples: no refusal when the pipeline is built

@@ -26,17 +26,17 @@ def many_shards(tmp_path) -> pathlib.Path:
 
 @pytest.fixture()
 def manifest_opens(monkeypatch) -> list[str]:
-    """Every open of a file named dataset_info.json from now on (through open() or os.open)."""
+    """Every open of a file named tfrbeam_dataset.json from now on (through open() or os.open)."""
     opened: list[str] = []
     real_open, real_os_open = builtins.open, os.open
 
     def counting_open(file, *args, **kwargs):
-        if str(file).endswith("dataset_info.json"):
+        if str(file).endswith("tfrbeam_dataset.json"):
             opened.append(str(file))
         return real_open(file, *args, **kwargs)
 
     def counting_os_open(path, *args, **kwargs):
-        if str(path).endswith("dataset_info.json"):
+        if str(path).endswith("tfrbeam_dataset.json"):
             opened.append(str(path))
         return real_os_open(path, *args, **kwargs)
 
@@ -56,14 +56,14 @@ def test_reading_every_shard_opens_the_manifest_a_fixed_number_of_times(many_sha
 
 
 def _pinned(root: pathlib.Path) -> Generation:
-    generation = Generation.of(str(root), (root / "dataset_info.json").read_bytes())
+    generation = Generation.of(str(root), (root / "tfrbeam_dataset.json").read_bytes())
     generation.check()  # the first check: read, hashed and kept as the proof
     return generation
 
 
 def test_a_manifest_rewritten_in_place_after_the_proof_is_caught(many_shards):
     generation = _pinned(many_shards)
-    manifest = many_shards / "dataset_info.json"
+    manifest = many_shards / "tfrbeam_dataset.json"
     data = manifest.read_bytes().replace(b'"run_id": "scaling-40"', b'"run_id": "other-run-1"')
     with open(manifest, "r+b") as handle:  # same inode, same size: only the content (and so the ctime) differ
         handle.write(data)
@@ -73,7 +73,7 @@ def test_a_manifest_rewritten_in_place_after_the_proof_is_caught(many_shards):
 
 def test_a_manifest_replaced_by_a_new_file_is_caught(many_shards):
     generation = _pinned(many_shards)
-    manifest = many_shards / "dataset_info.json"
+    manifest = many_shards / "tfrbeam_dataset.json"
     data = manifest.read_bytes().replace(b'"run_id": "scaling-40"', b'"run_id": "other-run-2"')
     (many_shards / "new.json").write_bytes(data)
     os.replace(many_shards / "new.json", manifest)
@@ -84,17 +84,17 @@ def test_a_manifest_replaced_by_a_new_file_is_caught(many_shards):
 def test_a_touched_manifest_with_the_same_bytes_is_still_the_pinned_generation(many_shards):
     generation = _pinned(many_shards)
     later = time.time() + 10
-    os.utime(many_shards / "dataset_info.json", (later, later))
+    os.utime(many_shards / "tfrbeam_dataset.json", (later, later))
     generation.check()
     copy = many_shards / "copy.json"  # the same bytes in a new file (a restore from a backup): the same generation
-    copy.write_bytes((many_shards / "dataset_info.json").read_bytes())
-    os.replace(copy, many_shards / "dataset_info.json")
+    copy.write_bytes((many_shards / "tfrbeam_dataset.json").read_bytes())
+    os.replace(copy, many_shards / "tfrbeam_dataset.json")
     generation.check()
 
 
 def test_a_manifest_gone_or_planted_after_the_proof_is_caught(many_shards):
     generation = _pinned(many_shards)
-    manifest = many_shards / "dataset_info.json"
+    manifest = many_shards / "tfrbeam_dataset.json"
     manifest.unlink()
     with pytest.raises(DatasetChangedError, match="the manifest is gone"):
         generation.check()

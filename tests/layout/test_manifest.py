@@ -13,14 +13,13 @@ from tfrbeam.dataset.spec import read_pinned_manifest
 from tfrbeam.errors import ConfigError, ManifestError
 from tfrbeam.layout.generation import Generation
 from tfrbeam.layout.manifest import (
-    MANIFEST_FORMAT,
-    MANIFEST_NAME,
     check_manifest,
     load_manifest,
     parse_sequence_example_spec_of,
     read_manifest,
     record_type_of,
 )
+from tfrbeam.layout.names import MANIFEST_FORMAT, MANIFEST_NAME
 
 SPLITS = {"train": {"num_examples": 1, "shards": [{"path": "train/a.tfrecord", "num_examples": 1, "num_bytes": 9,
                                                     "sha256": "0" * 64}]}}

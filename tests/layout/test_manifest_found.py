@@ -37,7 +37,7 @@ def _plant_fifo(path) -> None:
 
 
 def test_a_fifo_manifest_is_refused_at_once_by_every_reader_of_it(dataset):
-    manifest = dataset / "dataset_info.json"
+    manifest = dataset / "tfrbeam_dataset.json"
     _plant_fifo(manifest)
     with not_blocked_by(manifest):
         with pytest.raises(ManifestError, match="FIFO") as refused:
@@ -50,7 +50,7 @@ def test_a_fifo_manifest_is_refused_at_once_by_every_reader_of_it(dataset):
 
 
 def test_a_sparse_5_gb_manifest_is_refused_from_its_size_without_reading_it(dataset):
-    manifest = dataset / "dataset_info.json"
+    manifest = dataset / "tfrbeam_dataset.json"
     with open(manifest, "r+b") as handle:
         handle.truncate(5 << 30)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -63,7 +63,7 @@ def test_a_sparse_5_gb_manifest_is_refused_from_its_size_without_reading_it(data
 
 @pytest.mark.parametrize("target", ["/dev/zero", "outside"])
 def test_a_manifest_that_is_a_symlink_is_refused_wherever_it_leads(dataset, target):
-    manifest = dataset / "dataset_info.json"
+    manifest = dataset / "tfrbeam_dataset.json"
     if target == "outside":  # a valid manifest outside the dataset: following the link would read it happily
         outside = dataset.parent / "other.json"
         shutil.copy2(manifest, outside)
@@ -75,8 +75,8 @@ def test_a_manifest_that_is_a_symlink_is_refused_wherever_it_leads(dataset, targ
 
 
 def test_a_dangling_manifest_link_is_refused_not_taken_for_no_manifest(dataset):
-    (dataset / "dataset_info.json").unlink()
-    (dataset / "dataset_info.json").symlink_to("nowhere.json")
+    (dataset / "tfrbeam_dataset.json").unlink()
+    (dataset / "tfrbeam_dataset.json").symlink_to("nowhere.json")
     with pytest.raises(ManifestError, match="symbolic link"):
         read_manifest(str(dataset))
 
@@ -84,14 +84,14 @@ def test_a_dangling_manifest_link_is_refused_not_taken_for_no_manifest(dataset):
 def test_build_overwrite_asks_before_touching_anything(dataset):
     check_manifest_file(str(dataset))  # a real manifest: fine
     check_manifest_file(str(dataset / "train"))  # no manifest at all: fine
-    _plant_fifo(dataset / "dataset_info.json")
+    _plant_fifo(dataset / "tfrbeam_dataset.json")
     with pytest.raises(ManifestError, match="FIFO"):
         check_manifest_file(str(dataset))
 
 
 def _manifest_listing(dataset, *paths_by_split: tuple[str, list[int]]) -> bytes:
     """The dataset's manifest with each split's shards replaced by the given entries (by number) of train's."""
-    manifest = json.loads((dataset / "dataset_info.json").read_text())
+    manifest = json.loads((dataset / "tfrbeam_dataset.json").read_text())
     train = manifest["splits"]["train"]["shards"]
     for split, numbers in paths_by_split:
         shards = [dict(train[number]) for number in numbers]
@@ -103,13 +103,13 @@ def test_a_shard_listed_twice_in_one_split_is_invalid(dataset):
     data = _manifest_listing(dataset, ("train", [0, 1, 2, 1]))  # counts adjusted to add up, as the attack did
     with pytest.raises(ManifestError, match=r"splits\.train\.shards\[3\]\.path: .*listed twice \(first at "
                                             r"splits\.train\.shards\[1\]\.path\)"):
-        parse_manifest(data, "ds/dataset_info.json")
+        parse_manifest(data, "ds/tfrbeam_dataset.json")
 
 
 def test_a_shard_listed_in_two_splits_is_invalid(dataset):
     data = _manifest_listing(dataset, ("train", [0, 1, 2, 3]), ("eval", [3]))
     with pytest.raises(ManifestError, match=r"splits\.eval\.shards\[0\]\.path: .*listed twice"):
-        parse_manifest(data, "ds/dataset_info.json", verifiable=True)
-    (dataset / "dataset_info.json").write_bytes(data)
+        parse_manifest(data, "ds/tfrbeam_dataset.json", verifiable=True)
+    (dataset / "tfrbeam_dataset.json").write_bytes(data)
     problems = verify_dataset(str(dataset))
     assert len(problems) == 1 and "listed twice" in problems[0]

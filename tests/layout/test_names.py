@@ -18,7 +18,7 @@ def test_every_shard_and_read_index_a_build_names_is_a_built_shard_path(split, c
 
 
 @pytest.mark.parametrize("relative", [
-    "train/NOTES.md", "train/train-00000-of-00003.tfrecord.bak", "keep/data.bin", "dataset_info.json",
+    "train/NOTES.md", "train/train-00000-of-00003.tfrecord.bak", "keep/data.bin", "tfrbeam_dataset.json",
     "train/eval-00000-of-00003.tfrecord", "train/trainx-00000-of-00003.tfrecord", "x/train/train-00000-of-00003.tfrecord",
     "train-00000-of-00003.tfrecord", "train/.tfrbeam-index/NOTES.md.idx",
     "train/.tfrbeam-index/train-00000-of-00003.tfrecord.gz.idx", "train/.tfrbeam-index/NOTES.md.index",

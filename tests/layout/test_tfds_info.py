@@ -9,10 +9,14 @@ from __future__ import annotations
 import json
 import re
 
+import pyarrow as pa
 import pytest
 
+import tfrbeam
 from tfrbeam.errors import ConfigError
-from tfrbeam.layout.tfds_info import TFDS_DATASET_INFO, TFDS_FEATURES, tfds_files
+from tfrbeam.layout.manifest import verify_dataset
+from tfrbeam.layout.names import TFDS_DATASET_INFO, TFDS_FEATURES
+from tfrbeam.layout.tfds_info import tfds_files
 
 
 def manifest(**overrides):
@@ -94,3 +98,15 @@ def test_what_tfds_cannot_load_is_refused_in_one_line(changes, message):
 def test_a_name_or_version_tfds_would_refuse_is_refused_here(name, version, message):
     with pytest.raises(ConfigError, match="^" + re.escape(message)):
         tfds_files(manifest(), name, version)
+
+
+def test_verify_names_tfds_files_that_are_missing_or_do_not_describe_the_dataset(tmp_path):
+    dataset = tmp_path / "ds"
+    tfrbeam.write_dataset(pa.table({"id": list(range(30))}), str(dataset), num_shards=2, tfds="rows", progress=False)
+    assert verify_dataset(str(dataset)) == []
+    (dataset / TFDS_DATASET_INFO).write_bytes((dataset / TFDS_DATASET_INFO).read_bytes().replace(b'"rows"', b'"old"'))
+    (dataset / TFDS_FEATURES).unlink()
+    problems = verify_dataset(str(dataset))
+    assert len(problems) == 2
+    assert problems[0].startswith(f"{dataset / TFDS_DATASET_INFO}: TFDS's file does not describe this dataset")
+    assert problems[1].startswith(f"{dataset / TFDS_FEATURES}: TFDS's file cannot be read")

@@ -66,7 +66,7 @@ def canonical_row(row: dict) -> tuple:
 
 
 def split_records(dataset: pathlib.Path, split: str) -> collections.Counter:
-    manifest = json.loads((dataset / "dataset_info.json").read_text())
+    manifest = json.loads((dataset / "tfrbeam_dataset.json").read_text())
     compression = manifest.get("compression")
     return collections.Counter(
         canonical_example(decode_example(record))
@@ -82,7 +82,7 @@ def parquet_rows(paths) -> collections.Counter:
 @pytest.mark.parametrize("config", CONFIGS)
 def test_build_then_export_gives_each_splits_rows(built, tmp_path, config):
     dataset = built / config.removesuffix(".yaml")
-    manifest = json.loads((dataset / "dataset_info.json").read_text())
+    manifest = json.loads((dataset / "tfrbeam_dataset.json").read_text())
     paths = export_to_parquet(str(dataset), str(tmp_path / "parquet"))
     assert len(paths) == sum(len(entry["shards"]) for entry in manifest["splits"].values())
     for split, entry in manifest["splits"].items():
@@ -161,7 +161,7 @@ def test_beam_export_writes_the_local_exports_files_with_checksums(built, tmp_pa
         written = pipeline | ExportToParquet(str(dataset), str(tmp_path / "beam"))
         names = [path.replace(str(tmp_path / "local"), str(tmp_path / "beam")) for path in local]
         assert_that(written, equal_to(names))
-    manifest = json.loads((dataset / "dataset_info.json").read_text())
+    manifest = json.loads((dataset / "tfrbeam_dataset.json").read_text())
     for split, entry in manifest["splits"].items():
         files = sorted((tmp_path / "beam" / split).glob("*.parquet"))
         assert [path.name for path in files] == sorted(parquet_name(shard["path"]) for shard in entry["shards"])
@@ -193,7 +193,7 @@ def test_beam_export_reads_and_writes_a_non_local_filesystem(built):
         with beam.Pipeline() as pipeline:
             _ = pipeline | ExportToParquet(dataset, out)
         written = memfs.files_under(out)
-        manifest = json.loads((built / "csv_example" / "dataset_info.json").read_text())
+        manifest = json.loads((built / "csv_example" / "tfrbeam_dataset.json").read_text())
         assert sorted(written) == sorted(f"{split}/{parquet_name(shard['path'])}" for split, entry in
                                          manifest["splits"].items() for shard in entry["shards"])
         for split in manifest["splits"]:
@@ -291,7 +291,7 @@ def test_hypothesis_tables_round_trip_through_a_build(tmp_path_factory, table):
     dataset = directory / "dataset"
     assert build_main([str(config), "--quiet", "--set", f"output.path={dataset}"]) == 0
     paths = export_to_parquet(str(dataset), str(directory / "parquet"))
-    manifest = json.loads((dataset / "dataset_info.json").read_text())
+    manifest = json.loads((dataset / "tfrbeam_dataset.json").read_text())
     for split in manifest["splits"]:
         assert parquet_rows([path for path in paths if pathlib.Path(path).parent.name == split]) == split_records(dataset, split)
     assert parquet_rows(paths) == collections.Counter(canonical_row(row) for row in table.to_pylist())

@@ -167,7 +167,7 @@ def test_png_reader_decodes_every_filter_type(tmp_path):
 @needs_browser
 def test_report_renders_offline_with_one_row_per_feature_and_svg_histograms(demo_report, tmp_path):
     page = demo_report / "stats.html"
-    manifest = json.loads((demo_report / "dataset_info.json").read_text())
+    manifest = json.loads((demo_report / "tfrbeam_dataset.json").read_text())
     features = list(manifest["features"])  # the source's column order, as the manifest keeps it
     dom = _Dom()
     dom.feed(chromium("--dump-dom", page.as_uri()).stdout.decode("utf-8"))
@@ -248,7 +248,7 @@ class _Scripts(html.parser.HTMLParser):
 def test_no_string_of_the_stats_or_manifest_runs_in_the_browser(demo_report, tmp_path):
     stats = json.loads((demo_report / "stats.json").read_text())
     manifest_shapes = {name: entry.get("shape") for name, entry in
-                       json.loads((demo_report / "dataset_info.json").read_text())["features"].items()}
+                       json.loads((demo_report / "tfrbeam_dataset.json").read_text())["features"].items()}
     assert manifest_shapes
     poisoned = _poisoned(stats)
     poisoned["splits"] = _renamed(poisoned["splits"])

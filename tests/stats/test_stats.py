@@ -301,7 +301,7 @@ def test_stats_schema_decodes_every_feature_as_a_nullable_list():
 def test_write_dataset_stats_refuses_a_directory_without_manifest(tmp_path):
     from tfrbeam.errors import ConfigError
 
-    with pytest.raises(ConfigError, match=r"dataset_info\.json"):
+    with pytest.raises(ConfigError, match=r"tfrbeam_dataset\.json"):
         write_dataset_stats(str(tmp_path))
 
 

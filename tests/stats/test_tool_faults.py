@@ -98,7 +98,7 @@ def test_a_fault_at_any_export_operation_leaves_whole_parquet_files_or_none(data
     assert code == 0 and operations, err
     expected_rows = {str(path.relative_to(out)): pq.read_metadata(path).num_rows for path in out.rglob("*.parquet")}
     assert expected_rows and sum(expected_rows.values()) == sum(
-        split["num_examples"] for split in json.loads((dataset / "dataset_info.json").read_text())["splits"].values())
+        split["num_examples"] for split in json.loads((dataset / "tfrbeam_dataset.json").read_text())["splits"].values())
     before_dataset = snapshot(dataset)
     for at in range(1, len(operations) + 1):
         target = tmp_path / f"out-{at}"

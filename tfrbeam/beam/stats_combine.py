@@ -22,7 +22,8 @@ from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.examples_read import ReadExamples
 from tfrbeam.beam.filesystem import BEAM_FILES
 from tfrbeam.errors import ConfigError
-from tfrbeam.layout.manifest import MANIFEST_NAME, read_manifest
+from tfrbeam.layout.manifest import read_manifest
+from tfrbeam.layout.names import MANIFEST_NAME
 from tfrbeam.stats.accumulators import SplitAccumulator, stats_schema
 from tfrbeam.stats.compute import StatsInput, input_from_manifest, resolve_input
 from tfrbeam.stats.files import STATS_HTML, STATS_JSON

@@ -18,12 +18,13 @@ from tfrbeam.codec.example import decode_example, decode_sequence_example
 from tfrbeam.codec.json_values import value_to_json
 from tfrbeam.codec.sequence_decode import has_feature_lists
 from tfrbeam.errors import ExampleDecodeError, RecordError, TfrbeamError
-from tfrbeam.layout.manifest import MANIFEST_NAME, TF_DTYPES, listed_shard_paths, read_manifest
+from tfrbeam.layout.manifest import TF_DTYPES, find_manifest, listed_shard_paths, manifest_path, read_manifest
+from tfrbeam.layout.names import MANIFEST_NAMES, SCHEMA_PBTXT, TFDS_FEATURES
 from tfrbeam.stats.files import STATS_HTML, STATS_JSON
 from tfrbeam.stats.report import in_source_order
 from tfrbeam.tfrecord.records import RecordReader
 
-_NOT_RECORD_FILES = (MANIFEST_NAME, STATS_JSON, STATS_HTML)  # what a dataset directory holds beside its shards
+_NOT_RECORD_FILES = (*MANIFEST_NAMES, TFDS_FEATURES, SCHEMA_PBTXT, STATS_JSON, STATS_HTML)  # beside a dataset's shards
 
 
 class NoInputError(TfrbeamError, FileNotFoundError):
@@ -74,14 +75,13 @@ def _dataset_shards(argument: str) -> list[str] | None:
 
 def _has_manifest(directory: str, access: FileAccess) -> bool:
     """Anything at the manifest's name (a FIFO or a link too: reading it refuses it, naming what it is)."""
-    path = access.join(directory, MANIFEST_NAME)
-    return os.path.lexists(path) if not is_object_store(path) else access.exists(path)
+    return find_manifest(directory, access) is not None
 
 
 def _read_listing(directory: str, access: FileAccess) -> dict[str, Any]:
     manifest = read_manifest(directory, access)
     if manifest is None:  # removed since it was seen
-        raise NoInputError(f"{access.join(directory, MANIFEST_NAME)}: the dataset's manifest is gone")
+        raise NoInputError(f"{manifest_path(directory, access)}: the dataset's manifest is gone")
     return manifest
 
 

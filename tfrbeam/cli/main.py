@@ -172,12 +172,12 @@ def _is_dataset_directory(directory: str) -> bool:
     A directory of plain TFRecord files is checked file by file instead.
     """
     from tfrbeam.base.object_store import OBJECT_STORE_FILES, has_magic
-    from tfrbeam.layout.manifest import MANIFEST_NAME, write_leftovers
+    from tfrbeam.layout.manifest import find_manifest, write_leftovers
 
     files = files_for(directory)
     if is_object_store(directory) and (has_magic(directory) or OBJECT_STORE_FILES.is_file(directory)):
         return False  # a glob or an object: its files are checked one by one
-    if files.exists(files.join(directory, MANIFEST_NAME)) or write_leftovers(directory, files):
+    if find_manifest(directory, files) is not None or write_leftovers(directory, files):
         return True
     if is_object_store(directory):  # split "directories" of shards under the prefix
         below = [path[len(directory.rstrip("/")) + 1:].split("/") for path in OBJECT_STORE_FILES.list_files(directory)]

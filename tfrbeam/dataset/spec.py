@@ -27,7 +27,8 @@ from tfrbeam.codec.sequence_decode import has_feature_lists, sequence_examples_t
 from tfrbeam.dataset.splits import record_ranges
 from tfrbeam.errors import ArrowConversionError, ConfigError, ExampleDecodeError, RecordLimitError
 from tfrbeam.layout.generation import Generation
-from tfrbeam.layout.manifest import MANIFEST_NAME, RECORD_TYPES, SEQUENCE_EXAMPLE, load_manifest, record_type_of
+from tfrbeam.layout.manifest import RECORD_TYPES, SEQUENCE_EXAMPLE, find_manifest, load_manifest, record_type_of
+from tfrbeam.layout.names import MANIFEST_NAME, MANIFEST_NAMES
 from tfrbeam.layout.paths import confined_path
 from tfrbeam.tfrecord.records import RecordReader, normalize_compression
 
@@ -298,19 +299,18 @@ def _manifest_path(path: PathSpec) -> str | None:
         return _object_manifest_path(text)
     # Anything at the manifest's name is the manifest: a FIFO, a device or a link there is refused when it is read
     # (naming what it is), never taken for "no manifest".
-    if os.path.isdir(text) and os.path.lexists(os.path.join(text, MANIFEST_NAME)):
-        return os.path.join(text, MANIFEST_NAME)
-    if os.path.basename(text) == MANIFEST_NAME and os.path.lexists(text):
+    if os.path.isdir(text):
+        return find_manifest(text)
+    if os.path.basename(text) in MANIFEST_NAMES and os.path.lexists(text):
         return text
     return None
 
 
 def _object_manifest_path(text: str) -> str | None:
-    """The manifest of a dataset in a bucket: ``text`` itself, or ``text/dataset_info.json``; None when neither exists."""
-    if text.rstrip("/").rsplit("/", 1)[-1] == MANIFEST_NAME:
+    """The manifest of a dataset in a bucket: ``text`` itself, or the one under ``text``; None when neither exists."""
+    if text.rstrip("/").rsplit("/", 1)[-1] in MANIFEST_NAMES:
         return text if OBJECT_STORE_FILES.is_file(text) else None
-    candidate = OBJECT_STORE_FILES.join(text, MANIFEST_NAME)
-    return candidate if OBJECT_STORE_FILES.is_file(candidate) else None
+    return find_manifest(text, OBJECT_STORE_FILES)
 
 
 def _expand_objects(pattern: str) -> list[str]:
@@ -354,7 +354,7 @@ def read_pinned_manifest(manifest_path: str) -> tuple[dict, Generation]:
         manifest, data = load_manifest(manifest_path, files_for(manifest_path))
     except OSError as exc:
         raise ConfigError(f"{manifest_path}: cannot read the dataset manifest: {exc}") from exc
-    return manifest, Generation.of(os.path.dirname(manifest_path) or ".", data)
+    return manifest, Generation.of(os.path.dirname(manifest_path) or ".", data, os.path.basename(manifest_path))
 
 
 def _from_manifest(

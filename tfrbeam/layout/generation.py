@@ -47,15 +47,16 @@ class Generation:
     root: str
     digest: str
     run_id: str
+    manifest_name: str = MANIFEST_NAME  # LEGACY_MANIFEST_NAME for a dataset built before the manifest had its own
 
     @classmethod
-    def of(cls, root: str, manifest_data: bytes) -> Generation:
-        """The generation whose manifest has ``manifest_data``."""
-        return cls(root, hashlib.sha256(manifest_data).hexdigest(), _run_id(manifest_data))
+    def of(cls, root: str, manifest_data: bytes, manifest_name: str = MANIFEST_NAME) -> Generation:
+        """The generation whose manifest, named ``manifest_name``, has ``manifest_data``."""
+        return cls(root, hashlib.sha256(manifest_data).hexdigest(), _run_id(manifest_data), manifest_name)
 
     def check(self) -> None:
         """``DatasetChangedError`` (naming both run ids) when the dataset's manifest is not the pinned one any more."""
-        path = os.path.join(self.root, MANIFEST_NAME)
+        path = os.path.join(self.root, self.manifest_name)
         if is_object_store(path):
             self._check_object(path)
             return

@@ -1,4 +1,7 @@
-"""The dataset manifest ``{dataset}/dataset_info.json``: its names, its schema, reading it and checking a dataset against it.
+"""The dataset manifest ``{dataset}/tfrbeam_dataset.json``: finding it, its schema, reading it, checking a dataset against it.
+
+Datasets built before TFDS output took ``dataset_info.json`` have their manifest under that name; every reader
+finds it through ``find_manifest`` (the new name first), so they open as before.
 
 One home for the manifest: the build writes what ``manifest_bytes`` serialises, and ``tfrbeam
 verify``, ``tfrbeam.dataset`` and the build's own rerun check read it with ``read_manifest``, which
@@ -30,8 +33,9 @@ from tfrbeam.layout.manifest_schema import (  # noqa: F401 (the record types are
     parse_manifest_bytes,
     validate_manifest,
 )
-from tfrbeam.layout.names import ERRORS_DIR_NAME, LOCK_SUFFIX, MANIFEST_FORMAT, MANIFEST_NAME, is_staging_name, staging_prefix  # noqa: F401 (re-exported)
+from tfrbeam.layout.names import LOCK_SUFFIX, MANIFEST_NAME, MANIFEST_NAMES, is_staging_name, staging_prefix
 from tfrbeam.layout.paths import confined_path
+from tfrbeam.layout.tfds_info import tfds_files_for
 from tfrbeam.tfrecord.read_index import INDEX_DIR_NAME, index_is_current, index_paths_for, max_index_bytes, parse_read_index
 from tfrbeam.tfrecord.records import RecordReader, compression_from_name
 
@@ -109,8 +113,23 @@ def record_type_of(manifest: dict[str, Any]) -> str:
     return manifest.get("record_type", EXAMPLE)
 
 
+def find_manifest(dataset_dir: str, files: FileAccess = LOCAL_FILES,
+                  names: Sequence[str] = MANIFEST_NAMES) -> str | None:
+    """The path of ``dataset_dir``'s manifest (its own name, else the name datasets had before), or None.
+
+    A dangling link or anything else at the name counts as there, so the reader refuses it rather than miss it.
+    ``names``: the names to try, in order (a caller that lists the directory anyway asks for the new one alone).
+    """
+    for name in names:
+        path = files.join(dataset_dir, name)
+        if files.exists(path) or (not is_remote(path) and os.path.lexists(path)):
+            return path
+    return None
+
+
 def manifest_path(dataset_dir: str, files: FileAccess = LOCAL_FILES) -> str:
-    return files.join(dataset_dir, MANIFEST_NAME)
+    """Where ``dataset_dir``'s manifest is, or where a build would write it when there is none (for messages)."""
+    return find_manifest(dataset_dir, files) or files.join(dataset_dir, MANIFEST_NAME)
 
 
 def manifest_bytes(manifest: dict[str, Any]) -> bytes:
@@ -135,12 +154,11 @@ def check_manifest(manifest: Any, where: str, verifiable: bool = False) -> None:
     validate_manifest(manifest, where, verifiable)
 
 
-def read_manifest(dataset_dir: str, files: FileAccess = LOCAL_FILES, verifiable: bool = False) -> dict[str, Any] | None:
+def read_manifest(dataset_dir: str, files: FileAccess = LOCAL_FILES, verifiable: bool = False,
+                  names: Sequence[str] = MANIFEST_NAMES) -> dict[str, Any] | None:
     """The checked manifest of ``dataset_dir``, or None when there is none; ``ManifestError`` when it is damaged."""
-    path = manifest_path(dataset_dir, files)
-    if not (files.exists(path) or (not is_remote(path) and os.path.lexists(path))):  # a dangling link is refused too
-        return None
-    return load_manifest(path, files, verifiable)[0]
+    path = find_manifest(dataset_dir, files, names)
+    return None if path is None else load_manifest(path, files, verifiable)[0]
 
 
 def load_manifest(path: str, files: FileAccess = LOCAL_FILES, verifiable: bool = False) -> tuple[dict[str, Any], bytes]:
@@ -163,8 +181,8 @@ def check_manifest_file(dataset_dir: str) -> None:
 
     ``build --overwrite`` asks before it touches anything: a replace would otherwise read it after publishing.
     """
-    path = os.path.join(dataset_dir, MANIFEST_NAME)
-    if is_remote(dataset_dir) or not os.path.lexists(path):
+    path = None if is_remote(dataset_dir) else find_manifest(dataset_dir)
+    if path is None:
         return
     try:
         check_found(path, MAX_MANIFEST_BYTES, "manifest")
@@ -221,6 +239,25 @@ def verify_dataset(dataset_dir: str, files: FileAccess = LOCAL_FILES) -> list[st
         if total != entry["num_examples"]:
             problems.append(f"split {split}: the shards hold {total} examples, the manifest says {entry['num_examples']}")
         problems.extend(_unlisted_files(dataset_dir, split, listed, files))
+    problems.extend(_verify_tfds_files(dataset_dir, manifest, files))
+    return problems
+
+
+def _verify_tfds_files(dataset_dir: str, manifest: dict[str, Any], files: FileAccess) -> list[str]:
+    """``output.tfds``: TFDS's files beside the manifest must be the ones its ``tfds`` entry makes."""
+    if "tfds" not in manifest:
+        return []
+    problems = []
+    for name, expected in tfds_files_for(manifest).items():
+        path = files.join(dataset_dir, name)
+        try:
+            found = read_found(path, MAX_MANIFEST_BYTES, "TFDS file", files=files)
+        except (OSError, RefusedFileError) as error:
+            problems.append(f"{path}: TFDS's file cannot be read ({error}); rerun the same build to write it")
+            continue
+        if found != expected:
+            problems.append(f"{path}: TFDS's file does not describe this dataset (a build stopped right after its "
+                            "switch?); rerun the same build to write it")
     return problems
 
 

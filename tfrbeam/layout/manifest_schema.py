@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tfrbeam.errors import ManifestError
-from tfrbeam.layout.names import MANIFEST_FORMAT
+from tfrbeam.layout.names import MANIFEST_FORMAT, MANIFEST_NAME
 from tfrbeam.layout.paths import name_problem, path_problem
 
 EXAMPLE, SEQUENCE_EXAMPLE = "Example", "SequenceExample"
@@ -76,6 +76,10 @@ def validate_manifest(manifest: Any, where: str, verifiable: bool = False) -> No
     """
     if not isinstance(manifest, dict):
         raise ManifestError(f"{where}: a manifest is a JSON object, found {type(manifest).__name__}")
+    if "format" not in manifest and "fileFormat" in manifest:
+        raise ManifestError(f"{where}: TFDS's dataset_info.json, not a tfrbeam manifest (a tfrbeam dataset has "
+                            f"{MANIFEST_NAME}): load it with tfds.builder_from_directory, or read its TFRecord files "
+                            "by a glob")
     if manifest.get("format") != MANIFEST_FORMAT:
         raise ManifestError(f"{where}: format {manifest.get('format')!r} is not {MANIFEST_FORMAT!r}")
     record_type = manifest.get("record_type", EXAMPLE)
@@ -93,6 +97,7 @@ def validate_manifest(manifest: Any, where: str, verifiable: bool = False) -> No
     _check_listed_once(check, splits)
     check.optional(manifest, "schema_pbtxt", "", lambda value: path_problem(value) is None,
                    "the relative path of the dataset's schema.pbtxt")
+    check.optional(manifest, "tfds", "", _tfds_identity, "an object with the TFDS name and version")
     schema_keys = ("features",) if record_type == EXAMPLE else ("context_features", "sequence_features")
     for key in schema_keys:
         entries = check.required(manifest, key, "", _is_dict, "an object of features") if verifiable else (
@@ -212,6 +217,11 @@ def _short_string(value: Any) -> bool:
 
 def _sha256(value: Any) -> bool:
     return isinstance(value, str) and len(value) == 64 and all(char in "0123456789abcdef" for char in value)
+
+
+def _tfds_identity(value: Any) -> bool:
+    return (isinstance(value, dict) and set(value) == {"name", "version"}
+            and all(_short_string(item) for item in value.values()))
 
 
 def _shape(value: Any) -> bool:

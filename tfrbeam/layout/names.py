@@ -2,7 +2,8 @@
 
 - Shard names: ``ShardNaming`` makes Beam's ``prefix + template(shard, count) + suffix`` names
   (the sink); ``shard_file_name`` makes a build's ``{split}-00003-of-00008.tfrecord``.
-- Inside a dataset: the manifest, the dead-letter, index, DALI and stats names.
+- Inside a dataset: the manifest (``tfrbeam_dataset.json``; ``dataset_info.json`` before TFDS output took
+  that name), the dead-letter, index, DALI, stats, schema.pbtxt and TFDS names.
 - Beside an output ``…/name`` (a dataset directory, or a sink's file prefix): the lock file
   ``.name.tfrbeam-lock``, staging directories ``.name.tfrbeam-<run>/`` and partial files
   ``.name.tfrbeam-partial-<id>``. All hidden, so shard globs and TensorFlow never match them.
@@ -20,14 +21,20 @@ from tfrbeam.base.fileops import PARTIAL_INFIX, beside, partial_path, split_targ
 from tfrbeam.tfrecord.read_index import INDEX_DIR_NAME, INDEX_SUFFIXES
 
 __all__ = [
-    "DALI_DIR_NAME", "ERRORS_DIR_NAME", "EXPORT_NAME", "INDEX_DIR_NAME", "LOCK_SUFFIX", "MANIFEST_FORMAT", "MANIFEST_NAME",
+    "DALI_DIR_NAME", "ERRORS_DIR_NAME", "EXPORT_NAME", "INDEX_DIR_NAME", "LEGACY_MANIFEST_NAME", "LOCK_SUFFIX",
+    "MANIFEST_FORMAT", "MANIFEST_NAME", "MANIFEST_NAMES", "SCHEMA_PBTXT", "TFDS_DATASET_INFO", "TFDS_FEATURES",
     "PARTIAL_INFIX", "RECORD_SUFFIXES", "SHARD_NAME", "STAGING_INFIX", "STATS_HTML", "STATS_JSON", "ShardNaming",
     "is_built_shard_path", "is_staging_name", "lock_path", "partial_path", "shard_file_name", "staging_path", "staging_prefix",
 ]
 
 LOCK_SUFFIX = ".tfrbeam-lock"
 STAGING_INFIX = ".tfrbeam-"
-MANIFEST_NAME = "dataset_info.json"  # written last, in the dataset directory: the commit point
+MANIFEST_NAME = "tfrbeam_dataset.json"  # written last, in the dataset directory: the commit point
+LEGACY_MANIFEST_NAME = "dataset_info.json"  # the manifest's name in datasets built before TFDS output took it
+MANIFEST_NAMES = (MANIFEST_NAME, LEGACY_MANIFEST_NAME)  # a reader's order: a dataset has the first, or only the second
+TFDS_DATASET_INFO = "dataset_info.json"  # TFDS's, beside our manifest when output.tfds is set
+TFDS_FEATURES = "features.json"
+SCHEMA_PBTXT = "schema.pbtxt"  # beside the manifest, when output.schema_pbtxt is true
 MANIFEST_FORMAT = "tfrbeam-dataset/1"
 ERRORS_DIR_NAME = "_errors"  # dead-letter files of bad rows
 DALI_DIR_NAME = "dali"  # NVIDIA DALI tfrecord2idx files of the shards (output.dali_index)

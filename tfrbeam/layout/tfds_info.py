@@ -25,11 +25,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from tfrbeam.errors import ConfigError
+from tfrbeam.layout.names import TFDS_DATASET_INFO, TFDS_FEATURES
 
-__all__ = ["TFDS_DATASET_INFO", "TFDS_FEATURES", "check_tfds_identity", "tfds_files", "tfds_files_of"]
+__all__ = ["check_tfds_identity", "tfds_files", "tfds_files_for", "tfds_files_of"]
 
-TFDS_DATASET_INFO = "dataset_info.json"  # TFDS's name: a tfrbeam manifest has its own since TFDS output exists
-TFDS_FEATURES = "features.json"
 _DTYPES = {"int64": "int64", "float": "float32", "bytes": "string"}
 _SCALAR = "tensorflow_datasets.core.features.scalar.Scalar"
 _TENSOR = "tensorflow_datasets.core.features.tensor_feature.Tensor"
@@ -67,8 +66,14 @@ def tfds_files(manifest: Mapping[str, Any], name: str, version: str = "1.0.0",
 
 
 def tfds_files_of(manifest: Mapping[str, Any]) -> set[str]:
-    """The TFDS files the manifest lists beside it (none unless it was built with ``output.tfds``)."""
-    return set(manifest.get("tfds_files", ()))
+    """The names of the TFDS files beside the manifest (none unless it was built with ``output.tfds``)."""
+    return {TFDS_DATASET_INFO, TFDS_FEATURES} if isinstance(manifest.get("tfds"), dict) else set()
+
+
+def tfds_files_for(manifest: Mapping[str, Any]) -> dict[str, bytes]:
+    """The TFDS files a manifest with a ``tfds`` entry (``{"name", "version"}``) has beside it, by name."""
+    identity = manifest["tfds"]
+    return tfds_files(manifest, identity["name"], identity["version"])
 
 
 def _check_loadable(manifest: Mapping[str, Any], where: str) -> None:

@@ -24,12 +24,11 @@ from typing import Any
 
 from tfrbeam.errors import ConfigError
 
-__all__ = ["SCHEMA_PBTXT", "TFMD_INSTALL_HINT", "entries_of_schema", "parse_schema_text", "schema_files_of",
+__all__ = ["TFMD_INSTALL_HINT", "entries_of_schema", "parse_schema_text", "schema_files_of",
            "schema_of_entries", "schema_pb2", "schema_text"]
 
 _LOG = logging.getLogger(__name__)
 
-SCHEMA_PBTXT = "schema.pbtxt"  # beside the manifest, when output.schema_pbtxt is true
 TFMD_INSTALL_HINT = "pip install 'tfrbeam[tfmd]'"
 _TYPES = {"int64": "INT", "float": "FLOAT", "bytes": "BYTES"}
 # Features TFT leaves out of its parse spec (schema_utils._include_in_parsing_spec): the build leaves them out too.

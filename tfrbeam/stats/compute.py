@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import pyarrow as pa
 
 from tfrbeam.base import fileops
-from tfrbeam.base.file_access import FileAccess, files_for
+from tfrbeam.base.file_access import LOCAL_FILES, FileAccess, files_for
 from tfrbeam.base.object_store import OBJECT_STORE_FILES, input_size, is_object_store, open_to_read, opened_size
 from tfrbeam.codec.decode import examples_to_record_batch
 from tfrbeam.errors import ConfigError, DatasetChangedError, ExampleDecodeError
-from tfrbeam.layout.manifest import MANIFEST_NAME, read_manifest
+from tfrbeam.layout.manifest import find_manifest, manifest_path, read_manifest
+from tfrbeam.layout.names import MANIFEST_NAME
 from tfrbeam.layout.paths import confined_path
 from tfrbeam.stats.accumulators import SplitAccumulator, stats_schema
 from tfrbeam.stats.files import STATS_HTML, STATS_JSON
@@ -98,9 +99,7 @@ def _dataset_candidates(path: str) -> list[str]:
 
 
 def _has_manifest(directory: str) -> bool:
-    if is_object_store(directory):
-        return OBJECT_STORE_FILES.is_file(OBJECT_STORE_FILES.join(directory, MANIFEST_NAME))
-    return os.path.isfile(os.path.join(directory, MANIFEST_NAME))
+    return find_manifest(directory, OBJECT_STORE_FILES if is_object_store(directory) else LOCAL_FILES) is not None
 
 
 def input_from_manifest(directory: str, manifest: Mapping[str, Any], wanted: Sequence[str] | None,
@@ -216,9 +215,10 @@ def _manifest(directory: str) -> dict[str, Any]:
     try:
         manifest = read_manifest(directory, files_for(directory))
     except OSError as error:
-        raise ConfigError(f"{os.path.join(directory, MANIFEST_NAME)}: cannot read the dataset manifest: {error}") from error
+        raise ConfigError(f"{manifest_path(directory, files_for(directory))}: cannot read the dataset manifest: "
+                          f"{error}") from error
     if manifest is None:
-        raise ConfigError(f"{os.path.join(directory, MANIFEST_NAME)}: no dataset manifest")
+        raise ConfigError(f"{manifest_path(directory, files_for(directory))}: no dataset manifest")
     return manifest
 
 
@@ -334,7 +334,7 @@ def write_dataset_stats(
 
     The build calls this after it commits the dataset (``stats: true``); returns both paths.
     """
-    if not os.path.isfile(os.path.join(dataset_dir, MANIFEST_NAME)):
+    if find_manifest(dataset_dir) is None:
         raise ConfigError(f"{dataset_dir}: no {MANIFEST_NAME}; statistics are written for finished builds")
     _, json_path, html_path = write_pinned_stats(dataset_dir, workers=workers, thresholds=thresholds)
     return json_path, html_path
@@ -374,7 +374,7 @@ def _write_beside_manifest(stats: Mapping[str, Any], dataset_dir: str, generatio
     try:
         opened = f"{_OPEN_DIRS}/{descriptor}"
         try:
-            Generation(opened, generation.digest, generation.run_id).check()
+            Generation(opened, generation.digest, generation.run_id, generation.manifest_name).check()
         except DatasetChangedError as error:
             raise DatasetChangedError(dataset_dir, error.pinned, error.found) from None
         try:

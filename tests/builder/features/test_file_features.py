@@ -27,7 +27,7 @@ from tfrbeam.errors import ArrowConversionError, ConfigError
 
 Image = pytest.importorskip("PIL.Image")
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
 COLOURS = {"red": (220, 20, 30), "green": (20, 200, 40), "blue": (30, 40, 210)}
 
 
@@ -109,7 +109,7 @@ def test_an_image_folder_builds_into_a_dataset_of_the_files_bytes_and_header_fac
         assert (example["image/width"], example["image/height"]) == original.size
         assert example["image/channels"] == len(original.getbands())
         assert example["image/format"] == {".png": b"png", ".jpg": b"jpeg"}[pathlib.Path(path).suffix]
-    manifest = json.loads((root / "out" / "dataset_info.json").read_text())
+    manifest = json.loads((root / "out" / "tfrbeam_dataset.json").read_text())
     assert manifest["config"]["features"]["image"]["from_file"] is True
     assert manifest["config"]["features"]["image/height"] == {
         "type": "int64", "source": "path", "on_null": "error", "from_file": "height"}

@@ -287,10 +287,10 @@ def test_a_parquet_build_without_features_is_byte_identical_to_the_infer_config_
     written_tree, inferred_tree = _tree(tmp_path / "written"), _tree(tmp_path / "inferred")
     assert written_tree.keys() == inferred_tree.keys() and any(key.endswith(".tfrecord") for key in written_tree)
     for key in written_tree:
-        if key == "dataset_info.json" or "/.tfrbeam-index/" in key:  # indexes stamp the shard's mtime
+        if key == "tfrbeam_dataset.json" or "/.tfrbeam-index/" in key:  # indexes stamp the shard's mtime
             continue
         assert written_tree[key] == inferred_tree[key], key
-    manifests = [json.loads(tree["dataset_info.json"]) for tree in (written_tree, inferred_tree)]
+    manifests = [json.loads(tree["tfrbeam_dataset.json"]) for tree in (written_tree, inferred_tree)]
     assert manifests[0]["features"] == manifests[1]["features"]
     assert _without_run_fields(manifests[0]) == _without_run_fields(manifests[1])
 

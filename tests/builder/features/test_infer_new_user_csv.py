@@ -16,7 +16,7 @@ from tfrbeam.builder.inputs.batch import convert_source_batch
 from tfrbeam.builder.inputs.csv import read_csv_file
 from tfrbeam.cli.main import main as cli_main
 
-NEW_USER_CSV = pathlib.Path(__file__).resolve().parents[1] / "data" / "new-user-csv"
+NEW_USER_CSV = pathlib.Path(__file__).resolve().parents[2] / "data" / "new-user-csv"
 FERTILITY = NEW_USER_CSV / "fertility.csv"
 BREAST_CANCER = NEW_USER_CSV / "breast_cancer.csv"
 PENGUINS_RAW = NEW_USER_CSV / "penguins-raw.csv"

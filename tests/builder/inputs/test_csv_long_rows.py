@@ -251,7 +251,7 @@ def test_build_skips_or_dead_letters_long_rows_and_fail_names_them(long_row_inpu
     breaks = 100_000
     long_lines = [3, 3 + breaks + 2]
     assert _build(root, "dl", on_bad_record="dead_letter", max_bad_fraction=0.5) == 0
-    manifest = json.loads((root / "dl" / "dataset_info.json").read_text())
+    manifest = json.loads((root / "dl" / "tfrbeam_dataset.json").read_text())
     assert manifest["bad_records"]["count"] == 2 and manifest["splits"]["train"]["num_examples"] == 3
     letters = [json.loads(line) for path in sorted((root / "dl" / "_errors").glob("*.jsonl"))
                for line in path.read_text().splitlines()]
@@ -259,7 +259,7 @@ def test_build_skips_or_dead_letters_long_rows_and_fail_names_them(long_row_inpu
     assert all(len(entry["raw"].encode()) <= RAW_BYTES and "max_row_bytes=1048576" in entry["reason"]
                for entry in letters)
     assert _build(root, "skip", on_bad_record="skip", max_bad_fraction=0.5) == 0
-    assert json.loads((root / "skip" / "dataset_info.json").read_text())["splits"]["train"]["num_examples"] == 3
+    assert json.loads((root / "skip" / "tfrbeam_dataset.json").read_text())["splits"]["train"]["num_examples"] == 3
     capsys.readouterr()
     assert _build(root, "fail") == 1
     err = capsys.readouterr().err

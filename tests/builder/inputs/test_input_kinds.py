@@ -47,4 +47,4 @@ def test_an_input_of_the_wrong_kind_or_an_endless_line_is_one_line_naming_it(dem
     assert run.killed is None, (kind, run.killed, run.seconds, run.peak_mb)
     assert run.code in (1, 2) and len(run.error_lines()) == 1, run
     assert planted.name in run.error_lines()[0] and says in run.error_lines()[0], run
-    assert not (demo_inputs / "out" / "demo" / "dataset_info.json").exists()
+    assert not (demo_inputs / "out" / "demo" / "tfrbeam_dataset.json").exists()

@@ -163,7 +163,7 @@ def test_a_dataset_reshards_to_other_shards_and_seed_with_every_example_kept(tmp
     output = built(tmp_path, "reshard", {"input": {"format": "tfrecord", "path": str(source)},
                                          "output": {"path": str(tmp_path / "reshard"), "num_shards": 5},
                                          "splits": {"train": 1.0}, "shuffle": {"seed": 99}})
-    manifest = json.loads((output / "dataset_info.json").read_text())
+    manifest = json.loads((output / "tfrbeam_dataset.json").read_text())
     assert manifest["splits"]["train"]["num_examples"] == ROWS
     assert len(manifest["splits"]["train"]["shards"]) == 5
     assert decoded_rows(output) == decoded_rows(source)
@@ -177,8 +177,8 @@ def test_the_format_is_inferred_from_a_dataset_directory_and_splits_pick_what_is
     assert config.input.format == "tfrecord"
     output = built(tmp_path, "eval-only", {"input": {"path": str(source), "splits": ["eval"]},
                                            "output": {"path": str(tmp_path / "eval-only"), "num_shards": 1}})
-    eval_count = json.loads((source / "dataset_info.json").read_text())["splits"]["eval"]["num_examples"]
-    assert json.loads((output / "dataset_info.json").read_text())["splits"]["train"]["num_examples"] == eval_count
+    eval_count = json.loads((source / "tfrbeam_dataset.json").read_text())["splits"]["eval"]["num_examples"]
+    assert json.loads((output / "tfrbeam_dataset.json").read_text())["splits"]["train"]["num_examples"] == eval_count
     status, _ = build(tmp_path, "no-split", {"input": {"path": str(source), "splits": ["test"]},
                                              "output": {"path": str(tmp_path / "no-split"), "num_shards": 1}})
     assert status != 0 and not (tmp_path / "no-split").exists()
@@ -209,7 +209,7 @@ def test_projection_and_casts_read_only_the_configured_features(tmp_path):
                                       "output": {"path": str(tmp_path / "cast"), "num_shards": 1}})
     rows = sorted(decoded_rows(output).elements(), key=lambda text: json.loads(text)["id"])
     assert json.loads(rows[5]) == {"id": [5.0], "label": ["2"]}
-    manifest = json.loads((output / "dataset_info.json").read_text())
+    manifest = json.loads((output / "tfrbeam_dataset.json").read_text())
     assert sorted(manifest["features"]) == ["id", "label"]
 
 
@@ -276,7 +276,7 @@ def test_a_damaged_crc_or_a_truncated_file_fails_the_build_naming_file_and_offse
         err = capsys.readouterr().err
         assert status != 0, case
         assert "data.tfrecord" in err and f"offset {offset}" in err, (case, err)
-        assert not (output / "dataset_info.json").exists()
+        assert not (output / "tfrbeam_dataset.json").exists()
 
 
 def test_a_record_that_is_not_an_example_is_a_bad_row_naming_file_and_record(tmp_path):
@@ -300,7 +300,7 @@ def test_a_record_that_is_not_an_example_is_a_bad_row_naming_file_and_record(tmp
     assert {letter["file"] for letter in letters} == {str(directory / "a.tfrecord")}
     raw = {letter["line"]: letter["raw"] for letter in letters}
     assert base64.b64decode(raw[7].removeprefix("base64:")) == payloads[6]
-    assert json.loads((output / "dataset_info.json").read_text())["splits"]["train"]["num_examples"] == 17
+    assert json.loads((output / "tfrbeam_dataset.json").read_text())["splits"]["train"]["num_examples"] == 17
 
 
 def test_two_values_of_a_scalar_feature_are_a_bad_row_and_a_missing_one_a_null(tmp_path):
@@ -322,7 +322,7 @@ def test_a_manifest_naming_a_file_outside_the_dataset_is_refused_before_the_pipe
     (tmp_path / "data").mkdir()
     source = parquet_dataset(tmp_path / "data")  # the dataset and, beside it, the file the manifest points at
     (tmp_path / "data" / "outside.tfrecord").write_bytes(framed([example_bytes({"id": [1]})]))
-    manifest_path = source / "dataset_info.json"
+    manifest_path = source / "tfrbeam_dataset.json"
     manifest = json.loads(manifest_path.read_text())
     shard = manifest["splits"]["train"]["shards"][0]
     if hostile == "symlink":
@@ -337,26 +337,26 @@ def test_a_manifest_naming_a_file_outside_the_dataset_is_refused_before_the_pipe
                                                  "output": {"path": str(tmp_path / "hostile-out"), "num_shards": 1}})
     err = capsys.readouterr().err
     assert status != 0
-    assert "dataset_info.json" in err and "splits.train.shards[0].path" in err, err
+    assert "tfrbeam_dataset.json" in err and "splits.train.shards[0].path" in err, err
     assert not output.exists()
     assert snapshot(tmp_path / "data") == before
 
 
 def test_a_damaged_manifest_is_a_config_error_naming_file_and_key(tmp_path, capsys):
     source = parquet_dataset(tmp_path)
-    manifest_path = source / "dataset_info.json"
+    manifest_path = source / "tfrbeam_dataset.json"
     manifest = json.loads(manifest_path.read_text())
     manifest["splits"]["eval"]["shards"][0]["num_examples"] = -3
     manifest_path.write_text(json.dumps(manifest))
     status, _ = build(tmp_path, "damaged", {"input": {"format": "tfrecord", "path": str(source)},
                                             "output": {"path": str(tmp_path / "damaged-out"), "num_shards": 1}})
     err = capsys.readouterr().err
-    assert status != 0 and "dataset_info.json" in err and "num_examples" in err, err
+    assert status != 0 and "tfrbeam_dataset.json" in err and "num_examples" in err, err
 
 
 def test_a_sequence_example_dataset_is_refused_with_a_clear_message(tmp_path):
     source = parquet_dataset(tmp_path)
-    manifest_path = source / "dataset_info.json"
+    manifest_path = source / "tfrbeam_dataset.json"
     manifest = json.loads(manifest_path.read_text())
     manifest["record_type"] = "SequenceExample"
     manifest["context_features"], manifest["sequence_features"] = manifest.pop("features"), {}
@@ -454,7 +454,7 @@ def test_the_config_names_tfrecord_by_extension_and_keeps_its_keys_through_a_rou
 
 def test_a_shard_whose_size_or_record_count_differs_from_its_manifest_fails_naming_it(tmp_path, capsys):
     source = parquet_dataset(tmp_path)
-    manifest_path = source / "dataset_info.json"
+    manifest_path = source / "tfrbeam_dataset.json"
     manifest = json.loads(manifest_path.read_text())
     shard = manifest["splits"]["eval"]["shards"][1]
     shard["num_examples"] += 1
@@ -463,7 +463,7 @@ def test_a_shard_whose_size_or_record_count_differs_from_its_manifest_fails_nami
     status, output = build(tmp_path, "count", {"input": {"format": "tfrecord", "path": str(source)},
                                                "output": {"path": str(tmp_path / "count-out"), "num_shards": 1}})
     err = capsys.readouterr().err
-    assert status != 0 and not (output / "dataset_info.json").exists()
+    assert status != 0 and not (output / "tfrbeam_dataset.json").exists()
     assert shard["path"] in err and f"the manifest says {shard['num_examples']} records" in err, err
     shard["num_examples"] -= 1
     manifest["splits"]["eval"]["num_examples"] -= 1
@@ -501,10 +501,10 @@ def test_a_dataset_on_another_filesystem_is_read_through_beam_and_confined_by_pr
                                             "output": {"path": str(tmp_path / "remote"), "num_shards": 3},
                                             "splits": {"train": 0.8, "eval": 0.2}, "shuffle": {"seed": 7}})
         assert shard_bytes(remote) == shard_bytes(source)
-        manifest = json.loads((source / "dataset_info.json").read_text())
+        manifest = json.loads((source / "tfrbeam_dataset.json").read_text())
         manifest["splits"]["train"]["shards"][0]["path"] = "../other/x.tfrecord"
         (tmp_path / "hostile").mkdir()
-        (tmp_path / "hostile" / "dataset_info.json").write_text(json.dumps(manifest))
+        (tmp_path / "hostile" / "tfrbeam_dataset.json").write_text(json.dumps(manifest))
         memfs.upload(tmp_path / "hostile", "memfs://tfr-bucket/ds")
         status, _ = build(tmp_path, "remote-hostile", {"input": {"format": "tfrecord", "path": "memfs://tfr-bucket/ds"},
                                                        "output": {"path": str(tmp_path / "rh"), "num_shards": 1}})
@@ -540,7 +540,7 @@ def test_a_declared_feature_the_sampled_records_never_hold_is_read_from_later_re
 def test_a_gzip_dataset_reads_its_shards_by_their_extension(tmp_path):
     plain = parquet_dataset(tmp_path)
     gz = parquet_dataset(tmp_path, name="gz", output={"path": str(tmp_path / "gz"), "num_shards": 3, "compression": "gzip"})
-    assert json.loads((gz / "dataset_info.json").read_text())["compression"] == "gzip"
+    assert json.loads((gz / "tfrbeam_dataset.json").read_text())["compression"] == "gzip"
     again = built(tmp_path, "from-gz", {"input": {"path": str(gz)},
                                         "output": {"path": str(tmp_path / "from-gz"), "num_shards": 3},
                                         "splits": {"train": 0.8, "eval": 0.2}, "shuffle": {"seed": 7}})

@@ -124,7 +124,7 @@ def oracle(table: pa.Table, kinds: dict[str, str], splits: dict[str, float], gro
 
 def dataset_records(dataset: pathlib.Path) -> dict[str, list[bytes]]:
     """Every split's records, in shard order."""
-    manifest = json.loads((dataset / "dataset_info.json").read_text())
+    manifest = json.loads((dataset / "tfrbeam_dataset.json").read_text())
     return {name: [record for shard in split["shards"] for record in read_records(str(dataset / shard["path"]))]
             for name, split in manifest["splits"].items()}
 

@@ -274,7 +274,7 @@ def test_verify_fails_on_a_half_published_directory_and_a_damaged_manifest(workd
 
     output = workdir / "out" / "ds"
     assert _build() == 0
-    manifest_file = output / "dataset_info.json"
+    manifest_file = output / "tfrbeam_dataset.json"
     text = manifest_file.read_text()
     manifest_file.unlink()  # the state the old commit left after a kill: shards, no manifest
     capsys.readouterr()

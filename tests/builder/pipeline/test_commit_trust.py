@@ -312,7 +312,7 @@ def test_a_lock_file_naming_this_run_is_no_proof_of_holding_the_lock(tmp_path):
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time\nfrom tfrbeam.beam.publish import OutputLock, this_run\n"
          "OutputLock(sys.argv[1], this_run('second')).acquire()\nprint('held', flush=True)\ntime.sleep(30)", target],
-        stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(pathlib.Path(__file__).parents[2])))
+        stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(pathlib.Path(__file__).parents[3])))
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         first = this_run("first")
@@ -572,4 +572,4 @@ def test_a_commit_record_planted_as_a_fifo_or_a_huge_file_is_refused_in_one_line
     assert not worker.is_alive(), "commit_staged still reading the planted record after 30 s"
     assert isinstance(outcome[0], CommitError) and str(record) in str(outcome[0]), outcome
     assert "\n" not in str(outcome[0])
-    assert not (workdir / "out" / "ds" / "dataset_info.json").exists()
+    assert not (workdir / "out" / "ds" / "tfrbeam_dataset.json").exists()

@@ -20,7 +20,7 @@ from tfrbeam.layout.manifest import verify_dataset
 from tfrbeam.tfrecord.read_index import INDEX_DIR_NAME
 from tfrbeam.tfrecord.records import read_records
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
 CONFIGS = REPO_ROOT / "configs"
 # flight_id of the three rows the demo data breaks on purpose (rows 17, 345 and 678 of the middle CSV file).
 BROKEN_FLIGHT_IDS = {1018, 1346, 1679}
@@ -44,7 +44,7 @@ def build(workdir: pathlib.Path, config: str, *args: str, quiet: bool = True) ->
 
 
 def read_split(dataset: pathlib.Path, split: str) -> list[bytes]:
-    manifest = json.loads((dataset / "dataset_info.json").read_text())
+    manifest = json.loads((dataset / "tfrbeam_dataset.json").read_text())
     return [
         record
         for shard in manifest["splits"][split]["shards"]
@@ -80,10 +80,10 @@ def test_demo_build_writes_every_good_row_once_with_dead_letters(demo_dir, capsy
     dataset = demo_dir / "out" / "demo"
     summary = capsys.readouterr().out
     assert "rows read:  3,000" in summary and "bad rows:   3 (dead_letter)" in summary
-    assert str(pathlib.Path("out/demo/dataset_info.json")) in summary
+    assert str(pathlib.Path("out/demo/tfrbeam_dataset.json")) in summary
     records = read_split(dataset, "train") + read_split(dataset, "eval")
     assert collections.Counter(canonical(decode_example(record)) for record in records) == expected_demo_examples()
-    manifest = json.loads((dataset / "dataset_info.json").read_text())
+    manifest = json.loads((dataset / "tfrbeam_dataset.json").read_text())
     assert manifest["rows_read"] == 3000 and manifest["bad_records"]["count"] == 3
     assert manifest["record_type"] == "Example"
     assert [len(split["shards"]) for split in manifest["splits"].values()] == [4, 1]
@@ -110,7 +110,7 @@ def _shard_bytes(dataset: pathlib.Path) -> dict[str, bytes]:
     return {
         str(path.relative_to(dataset)): path.read_bytes()
         for path in sorted(dataset.rglob("*"))
-        if path.is_file() and path.name != "dataset_info.json" and INDEX_DIR_NAME not in path.parts
+        if path.is_file() and path.name != "tfrbeam_dataset.json" and INDEX_DIR_NAME not in path.parts
     }
 
 
@@ -152,7 +152,7 @@ def test_unshuffled_build_keeps_input_order(demo_dir):
 
 def test_skip_counts_bad_rows_without_dead_letters(demo_dir):
     assert build(demo_dir, "demo.yaml", "--set", "output.path=out/skip", "--set", "errors.on_bad_record=skip") == 0
-    manifest = json.loads((demo_dir / "out" / "skip" / "dataset_info.json").read_text())
+    manifest = json.loads((demo_dir / "out" / "skip" / "tfrbeam_dataset.json").read_text())
     assert manifest["bad_records"] == {"count": 3, "action": "skip", "dead_letter_path": None, "files": []}
     assert not (demo_dir / "out" / "skip" / "_errors").exists()
 
@@ -162,7 +162,7 @@ def test_too_many_bad_rows_fails_before_anything_is_published(demo_dir, capsys):
     error = capsys.readouterr().err.strip()
     assert error.startswith("tfrbeam build: error: 3 of 3000 input rows") and "\n" not in error
     out = demo_dir / "out" / "strict"
-    assert not (out / "dataset_info.json").exists() and not (out / "train").exists()
+    assert not (out / "tfrbeam_dataset.json").exists() and not (out / "train").exists()
     kept = list((demo_dir / "out").glob(".strict.tfrbeam-*/_errors/*.jsonl"))
     assert len(kept) == 1 and str(kept[0].parent) in error  # the dead letters stay for a look, and the error says where
 
@@ -172,7 +172,7 @@ def test_fail_on_bad_row_names_file_and_line(demo_dir, capsys):
     error = capsys.readouterr().err.strip()
     assert error.startswith("tfrbeam build: error: demo_data/csv/flights-00001.csv:19: ")
     assert "\n" not in error and "unknown" in error
-    assert not (demo_dir / "out" / "fail" / "dataset_info.json").exists()
+    assert not (demo_dir / "out" / "fail" / "tfrbeam_dataset.json").exists()
 
 
 def test_a_different_dataset_is_refused_unless_overwrite(demo_dir, capsys):
@@ -212,7 +212,7 @@ def test_verify_dataset_finds_damage(demo_dir):
 def test_csv_example_config(demo_dir):
     assert build(demo_dir, "csv_example.yaml") == 0
     dataset = demo_dir / "out" / "csv_example"
-    manifest = json.loads((dataset / "dataset_info.json").read_text())
+    manifest = json.loads((dataset / "tfrbeam_dataset.json").read_text())
     assert manifest["compression"] == "gzip" and manifest["bad_records"]["count"] == 3
     assert [shard["path"] for shard in manifest["splits"]["validation"]["shards"]] == [
         "validation/validation-00000-of-00001.tfrecord.gz"]
@@ -231,7 +231,7 @@ def test_csv_example_config(demo_dir):
 def test_parquet_example_config(demo_dir):
     assert build(demo_dir, "parquet_example.yaml") == 0
     dataset = demo_dir / "out" / "parquet_example"
-    manifest = json.loads((dataset / "dataset_info.json").read_text())
+    manifest = json.loads((dataset / "tfrbeam_dataset.json").read_text())
     null_labels = sum(1 for row in demo_table().to_pylist() if row["label"] is None)
     assert manifest["bad_records"]["count"] == null_labels > 0
     train = manifest["splits"]["train"]
@@ -256,7 +256,7 @@ def test_inferred_csv_features_are_always_present_without_null_values(tmp_path, 
         tmp_path, f"input: {{format: csv, path: '{tmp_path}/rows.csv'}}\noutput: {{path: '{tmp_path}/out', num_shards: 1}}\n"
     )
     assert build_main([config, "--quiet"]) == 0
-    manifest = json.loads((tmp_path / "out" / "dataset_info.json").read_text())
+    manifest = json.loads((tmp_path / "out" / "tfrbeam_dataset.json").read_text())
     assert {name: (f["type"], f["always_present"]) for name, f in manifest["features"].items()} == {
         "a": ("int64", True), "b": ("float", True), "c": ("bytes", True),
     }
@@ -306,10 +306,10 @@ def test_piece_store_is_chosen_once_from_the_option_and_the_runner():
 
 def test_piece_store_is_in_the_plan_and_the_manifest(demo_dir):
     assert build(demo_dir, "demo.yaml", "--set", "output.path=out/spilled", "--piece_store=spill") == 0
-    manifest = json.loads((demo_dir / "out" / "spilled" / "dataset_info.json").read_text())
+    manifest = json.loads((demo_dir / "out" / "spilled" / "tfrbeam_dataset.json").read_text())
     assert (manifest["runner"], manifest["piece_store"]) == ("FnApiRunner", "spill")
     assert build(demo_dir, "demo.yaml", "--set", "output.path=out/inline", "--piece_store=inline") == 0
-    inline = json.loads((demo_dir / "out" / "inline" / "dataset_info.json").read_text())
+    inline = json.loads((demo_dir / "out" / "inline" / "tfrbeam_dataset.json").read_text())
     # What crossed the runner, twice (the pieces into the routing stage, then the shards' slices to the writers):
     # a stub a piece and a slice (a file and a record range: keys and frames wait in spill files, under a byte a
     # record here, 12 bytes a record before issue 45); keys, offsets and the frames with the inline store, compressed
@@ -359,7 +359,7 @@ def test_presence_is_what_the_build_saw_not_what_the_schema_allows(tmp_path, mon
     (tmp_path / "cfg.yaml").write_text(
         "input: {format: parquet, path: t.parquet}\nsplits: {train: 0.5, eval: 0.5}\noutput: {path: out, num_shards: 1}\n")
     assert build_main(["cfg.yaml", "--quiet"]) == 0
-    manifest = json.loads((tmp_path / "out" / "dataset_info.json").read_text())
+    manifest = json.loads((tmp_path / "out" / "tfrbeam_dataset.json").read_text())
     assert manifest["features"]["id"]["always_present"] is True
     assert manifest["features"]["score"]["always_present"] is False
     assert manifest["parse_example_spec"]["id"] == "tf.io.FixedLenFeature([], tf.int64)"
@@ -380,7 +380,7 @@ def test_the_build_writes_dali_index_files_on_request(demo_dir):
 
     assert build(demo_dir, "demo.yaml", "--set", "output.path=out/dali", "--set", "output.dali_index=true") == 0
     dataset = demo_dir / "out" / "dali"
-    manifest = json.loads((dataset / "dataset_info.json").read_text())
+    manifest = json.loads((dataset / "tfrbeam_dataset.json").read_text())
     for split, entry in manifest["splits"].items():
         for shard in entry["shards"]:
             path = dataset / shard["path"]
@@ -402,7 +402,7 @@ def test_stats_true_writes_the_report_with_the_dataset(demo_dir):
     assert build(demo_dir, "demo.yaml", "--set", "output.path=out/with_stats", "--set", "stats=true") == 0
     dataset = demo_dir / "out" / "with_stats"
     stats = json.loads((dataset / "stats.json").read_text())
-    manifest = json.loads((dataset / "dataset_info.json").read_text())
+    manifest = json.loads((dataset / "tfrbeam_dataset.json").read_text())
     assert {split: entry["num_examples"] for split, entry in stats["splits"].items()} == {
         split: entry["num_examples"] for split, entry in manifest["splits"].items()}
     assert (dataset / "stats.html").read_text().lstrip().lower().startswith("<!doctype html")

@@ -81,7 +81,7 @@ def own_files(manifest: dict | None, with_stats: bool) -> set[str]:
     from the library, so a wrong rule there cannot pass)."""
     if manifest is None:
         return set()
-    own = {"dataset_info.json", *(("stats.json", "stats.html") if with_stats else ())}
+    own = {"tfrbeam_dataset.json", *(("stats.json", "stats.html") if with_stats else ())}
     for split, entry in manifest["splits"].items():
         for shard in entry["shards"]:
             directory, name = os.path.split(shard["path"])
@@ -120,7 +120,7 @@ def rows(tmp_path) -> pathlib.Path:
 
 
 def _manifest(output: pathlib.Path) -> dict | None:
-    return read_manifest(str(output)) if (output / "dataset_info.json").is_file() else None
+    return read_manifest(str(output)) if (output / "tfrbeam_dataset.json").is_file() else None
 
 
 # ------------------------------------------------------------------ item 7: a folder of user files, no dataset
@@ -186,8 +186,8 @@ def test_a_replace_with_new_split_names_keeps_the_users_folder_of_that_name(rows
     (("train", "eval"), {"test": b"a file where the split folder goes"}, "test"),
     (None, {"train/train-00000-of-00001.tfrecord": b"not ours"}, "train/train-00000-of-00001.tfrecord"),
     (("train", "eval"), {"test/test-00000-of-00001.tfrecord": b"a shard's exact name"}, "test/test-00000-of-00001.tfrecord"),
-    (None, {"dataset_info.json": b"{\"a TFDS\": \"dataset_info\"}"}, "dataset_info.json"),
-    (None, {"dataset_info.json/inside": b"a folder where the manifest goes"}, "dataset_info.json"),
+    (None, {"tfrbeam_dataset.json": b"{\"a TFDS\": \"dataset_info\"}"}, "tfrbeam_dataset.json"),
+    (None, {"tfrbeam_dataset.json/inside": b"a folder where the manifest goes"}, "tfrbeam_dataset.json"),
 ])
 def test_a_user_file_that_cannot_be_kept_is_refused_before_anything_changes(rows, tmp_path, old_splits, planted, named):
     """Where keeping a file is impossible (a file where a split folder goes, a shard's exact name, the manifest's
@@ -204,13 +204,13 @@ def test_a_user_file_that_cannot_be_kept_is_refused_before_anything_changes(rows
 
 
 def test_a_damaged_manifest_is_not_guessed_at(rows, tmp_path):
-    """An unreadable dataset_info.json may be anyone's (TFDS writes one too): --overwrite refuses, naming it, rather
+    """An unreadable tfrbeam_dataset.json may be anyone's (TFDS writes one too): --overwrite refuses, naming it, rather
     than guess which files beside it were a dataset's."""
     output = tmp_path / "out" / "ds"
     build(rows, output, ("train", "eval"), overwrite=False)
-    (output / "dataset_info.json").write_text("{ truncated")
+    (output / "tfrbeam_dataset.json").write_text("{ truncated")
     before = snapshot(tmp_path / "out")
-    with pytest.raises(OutputExistsError, match=r"dataset_info\.json"):
+    with pytest.raises(OutputExistsError, match=r"tfrbeam_dataset\.json"):
         build(rows, output, ("train", "eval"))
     assert snapshot(tmp_path / "out") == before
 
@@ -250,14 +250,14 @@ def test_a_publish_keeps_the_output_folders_owner_and_group(rows, tmp_path):
     assert (os.stat(output / "train").st_uid, os.stat(output / "train").st_gid) == (65534, 0)
     test_dir = os.stat(output / "test")
     assert test_dir.st_gid == 65534 and test_dir.st_mode & stat.S_ISGID
-    assert os.stat(output / "dataset_info.json").st_gid == 65534
+    assert os.stat(output / "tfrbeam_dataset.json").st_gid == 65534
 
 
 # ------------------------------------------------------------------ the property: random user trees
 
 
-_NAMES = ("train", "test", "eval", "stats.json", "stats.html", "dataset_info.json", "dataset_info.json.bak",
-          ".dataset_info.json", "dali", "_errors", ".tfrbeam-index", ".tfrbeam-notes", "notes.md",
+_NAMES = ("train", "test", "eval", "stats.json", "stats.html", "tfrbeam_dataset.json", "tfrbeam_dataset.json.bak",
+          ".tfrbeam_dataset.json", "dali", "_errors", ".tfrbeam-index", ".tfrbeam-notes", "notes.md",
           "train-00000-of-00001.tfrecord", "eval-00000-of-00002.tfrecord", "my.idx")
 _SPLIT_SETS = (("train", "eval"), ("train", "test"), ("test",), ("eval", "test"))
 _BUILT: dict[tuple[str, ...], pathlib.Path] = {}

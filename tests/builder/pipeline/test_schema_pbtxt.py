@@ -222,7 +222,7 @@ def test_in_a_bucket_a_replace_writes_it_under_a_free_name_the_manifest_lists(bu
     for seed in (1, 2):
         write_dataset(rows_table(), bucket.url("ds"), features=FEATURES, num_shards=1, seed=seed, schema_pbtxt=True,
                       overwrite=True, progress=False, pipeline_options=bucket.pipeline_args())
-        manifest = json.loads(bucket.get("ds/dataset_info.json"))
+        manifest = json.loads(bucket.get("ds/tfrbeam_dataset.json"))
         listed.append(manifest["schema_pbtxt"])
         schema = text_format.Parse(bucket.get(f"ds/{manifest['schema_pbtxt']}").decode(), schema_pb2.Schema())
         assert schema == text_format.Parse(EXPECTED_TEXT, schema_pb2.Schema())

@@ -28,7 +28,7 @@ from tfrbeam.codec.example import decode_sequence_example
 from tfrbeam.layout.manifest import verify_dataset
 from tfrbeam.tfrecord.read_index import INDEX_DIR_NAME
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
 BROKEN_FLIGHT_IDS = {1018, 1346, 1679}  # the demo CSV's three broken rows
 GROUPS = 10_000
 GENERATED_KINDS = {"user": "bytes", "t": "int64", "ctx": "int64", "v": "float", "tokens": "bytes", "emb": "float",
@@ -52,7 +52,7 @@ def _build(workdir: pathlib.Path, config: pathlib.Path | str, *args: str) -> int
 
 
 def _manifest(dataset: pathlib.Path) -> dict:
-    return json.loads((dataset / "dataset_info.json").read_text())
+    return json.loads((dataset / "tfrbeam_dataset.json").read_text())
 
 
 def _dead_letters(dataset: pathlib.Path) -> list[dict]:
@@ -254,7 +254,7 @@ def test_overflow_truncate_and_error_against_the_oracle(generated, overflow):
 
 def _shard_bytes(dataset: pathlib.Path) -> dict[str, bytes]:
     return {str(path.relative_to(dataset)): path.read_bytes() for path in sorted(dataset.rglob("*"))
-            if path.is_file() and path.name != "dataset_info.json" and INDEX_DIR_NAME not in path.parts
+            if path.is_file() and path.name != "tfrbeam_dataset.json" and INDEX_DIR_NAME not in path.parts
             and "_errors" not in path.parts}
 
 

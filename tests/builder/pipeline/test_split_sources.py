@@ -32,14 +32,14 @@ FOLDS = ["TRAIN", "TRAIN", "VALIDATION", "TEST", "TRAIN", "HOLDOUT", "", "TEST",
 
 def split_records(dataset: pathlib.Path) -> dict[str, list[dict]]:
     """Every split's decoded Examples (all shards), from the manifest."""
-    manifest = json.loads((dataset / "dataset_info.json").read_text())
+    manifest = json.loads((dataset / "tfrbeam_dataset.json").read_text())
     return {name: [decode_example(record) for shard in split["shards"]
                    for record in read_records(str(dataset / shard["path"]))]
             for name, split in manifest["splits"].items()}
 
 
 def split_bytes(dataset: pathlib.Path) -> dict[str, set[bytes]]:
-    manifest = json.loads((dataset / "dataset_info.json").read_text())
+    manifest = json.loads((dataset / "tfrbeam_dataset.json").read_text())
     return {name: {record for shard in split["shards"] for record in read_records(str(dataset / shard["path"]))}
             for name, split in manifest["splits"].items()}
 
@@ -62,7 +62,7 @@ def test_csv_rows_land_in_the_split_their_column_names_and_unknown_values_are_ba
     expected = {split: sorted(i for i, fold in enumerate(folds) if MAP.get(fold) == split) for split in MAP.values()}
     assert {split: sorted(example["id"][0] for example in examples) for split, examples in records.items()} == expected
     assert all(set(example) == {"id", "score"} for examples in records.values() for example in examples)  # not written
-    manifest = json.loads((tmp_path / "out" / "dataset_info.json").read_text())
+    manifest = json.loads((tmp_path / "out" / "tfrbeam_dataset.json").read_text())
     bad = [json.loads(line) for path in (tmp_path / "out" / "_errors").glob("*.jsonl")
            for line in path.read_text().splitlines()]
     assert sorted(row["line"] for row in bad) == [i + 2 for i, fold in enumerate(folds) if fold not in MAP]
@@ -132,7 +132,7 @@ def test_file_pattern_splits_put_each_files_rows_in_its_split_as_separate_builds
     records = split_records(tmp_path / "out")
     assert sorted(example["id"][0] for example in records["train"]) == list(range(120))
     assert sorted(example["id"][0] for example in records["eval"]) == list(range(1000, 1030))
-    manifest = json.loads((tmp_path / "out" / "dataset_info.json").read_text())
+    manifest = json.loads((tmp_path / "out" / "tfrbeam_dataset.json").read_text())
     assert [(pathlib.Path(item["path"]).name, item["split"]) for item in manifest["inputs"]] == [
         ("eval-0.csv", "eval"), ("train-0.csv", "train"), ("train-1.csv", "train")]
     assert manifest["split_assignment"].startswith("the input file: train from")
@@ -184,7 +184,7 @@ def test_write_dataset_in_a_pipeline_with_a_split_column_on_the_fnapi_runner(tmp
     folds = table.column("fold").to_pylist()
     assert {split: sorted(example["id"][0] for example in examples) for split, examples in records.items()} == {
         split: [i for i, fold in enumerate(folds) if MAP.get(fold) == split] for split in MAP.values()}
-    manifest = json.loads((tmp_path / "beam" / "dataset_info.json").read_text())
+    manifest = json.loads((tmp_path / "beam" / "tfrbeam_dataset.json").read_text())
     assert manifest["bad_records"]["count"] == sum(fold not in MAP for fold in folds)
     in_memory = tfrbeam.write_dataset(table, tmp_path / "table", splits={"column": "fold", "map": MAP},
                                       errors={"on_bad_record": "skip", "max_bad_fraction": 0.5}, progress=False)
@@ -234,7 +234,7 @@ def test_relative_globs_are_listed_from_the_working_directory_and_named_as_given
     monkeypatch.chdir(tmp_path)
     config = {"splits": {"train": "data/train-*.csv", "test": "data/test-*.csv"}, "output": {"path": "out"}}
     assert build(tmp_path, "relative", config) == 0
-    manifest = json.loads((tmp_path / "out" / "dataset_info.json").read_text())
+    manifest = json.loads((tmp_path / "out" / "tfrbeam_dataset.json").read_text())
     assert [(item["path"], item["split"]) for item in manifest["inputs"]] == [
         ("data/test-0.csv", "test"), ("data/train-0.csv", "train")]
     assert {name: split["num_examples"] for name, split in manifest["splits"].items()} == {"train": 20, "test": 5}

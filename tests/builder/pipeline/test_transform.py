@@ -43,7 +43,7 @@ def rows_table(count: int = 2000) -> pa.Table:
 
 def shard_bytes(dataset: pathlib.Path) -> dict[str, bytes]:
     """Every shard file of a dataset by its path in the dataset (the indexes carry mtimes, so they are left out)."""
-    manifest = json.loads((dataset / "dataset_info.json").read_text())
+    manifest = json.loads((dataset / "tfrbeam_dataset.json").read_text())
     return {shard["path"]: (dataset / shard["path"]).read_bytes()
             for split in manifest["splits"].values() for shard in split["shards"]}
 
@@ -73,7 +73,7 @@ def test_write_dataset_of_a_table_gives_the_bytes_tfrbeam_build_gives(tmp_path, 
     table, expected = reference
     result = tfrbeam.write_dataset(table, tmp_path / "api", splits=SPLITS, seed=5, num_shards=3, progress=False)
     assert shard_bytes(tmp_path / "api") == expected
-    assert result.manifest_path == str(tmp_path / "api" / "dataset_info.json")
+    assert result.manifest_path == str(tmp_path / "api" / "tfrbeam_dataset.json")
     assert sum(result.num_examples.values()) == table.num_rows
     assert result.summary.splitlines()[0].split() == ["split", "examples", "shards", "bytes"]
     assert read_manifest(str(tmp_path / "api"))["config"]["input"] == {
@@ -129,7 +129,7 @@ def test_a_full_disk_while_the_rows_are_staged_is_one_line_and_leaves_nothing(tm
         tfrbeam.write_dataset(table, tmp_path / "api", num_shards=3, progress=False)
     assert "\n" not in str(raised.value)
     assert sorted(tmp_path.iterdir()) == before or [p.name for p in tmp_path.iterdir()] == ["api"]
-    assert not (tmp_path / "api" / "dataset_info.json").exists()
+    assert not (tmp_path / "api" / "tfrbeam_dataset.json").exists()
     assert not [p for p in tmp_path.rglob("*") if p.name.startswith(".tfrbeam")]
 
 
@@ -172,7 +172,7 @@ def test_write_dataset_in_a_pipeline_gives_the_bytes_tfrbeam_build_gives(tmp_pat
     output = tmp_path / "beam"
     seen = _pipeline_build(output, table.to_batches(max_chunksize=300), options, schema=table.schema)
     assert shard_bytes(output) == expected
-    assert seen == [str(output / "dataset_info.json")]
+    assert seen == [str(output / "tfrbeam_dataset.json")]
     assert verify_dataset(str(output)) == []
 
 

@@ -59,7 +59,7 @@ def test_run_shows_the_cli_progress_and_summary_and_restores_logging(config_file
     messages = [record.getMessage() for record in caplog.records]
     assert any(message.startswith("shuffle and write: ") and "examples" in message for message in messages), messages
     summary = next(message for message in messages if message.startswith("built out/logged:"))
-    assert "rows read:  600" in summary and "manifest:   out/logged/dataset_info.json" in summary
+    assert "rows read:  600" in summary and "manifest:   out/logged/tfrbeam_dataset.json" in summary
     assert logging.getLogger("apache_beam").level == beam_level
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="tfrbeam"):

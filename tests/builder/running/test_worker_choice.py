@@ -87,7 +87,7 @@ def test_the_choice_is_in_the_dry_run_the_summary_and_the_manifest(tmp_path, cap
     assert "workers:     2 worker processes (--workers 2)" in capsys.readouterr().out
     assert build_main([config, "--set", "output.path=out/one"]) == 0  # --quiet would print no summary
     assert "in process, piece store memory" in capsys.readouterr().out
-    manifest = json.loads((tmp_path / "out" / "one" / "dataset_info.json").read_text())
+    manifest = json.loads((tmp_path / "out" / "one" / "tfrbeam_dataset.json").read_text())
     assert manifest["workers"]["count"] == 1 and manifest["workers"]["mode"] == "in_process"
     assert manifest["workers"]["chosen_by"].startswith("auto: ")
     assert build_main([config, "--dry-run", "--workers=0"]) == 2
@@ -131,6 +131,6 @@ def test_workers_n_runs_beams_own_sdk_worker_processes(tmp_path, monkeypatch):
 
 
 def _shards(dataset: pathlib.Path) -> dict[str, bytes]:
-    manifest = json.loads((dataset / "dataset_info.json").read_text())
+    manifest = json.loads((dataset / "tfrbeam_dataset.json").read_text())
     return {shard["path"]: (dataset / shard["path"]).read_bytes()
             for split in manifest["splits"].values() for shard in split["shards"]}

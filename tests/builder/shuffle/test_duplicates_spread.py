@@ -51,7 +51,7 @@ def affairs_like(seed: int = 42) -> pa.Table:
 
 def split_shards(dataset: pathlib.Path) -> dict[str, list[list[bytes]]]:
     """Each split's shards' records, in manifest order."""
-    manifest = json.loads((dataset / "dataset_info.json").read_text())
+    manifest = json.loads((dataset / "tfrbeam_dataset.json").read_text())
     return {name: [list(read_records(str(dataset / shard["path"]))) for shard in split["shards"]]
             for name, split in manifest["splits"].items()}
 

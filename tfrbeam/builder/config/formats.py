@@ -8,7 +8,7 @@ from typing import Any
 
 from tfrbeam.builder.config.keys import Checker, Kind, Scope
 from tfrbeam.builder.config.split_keys import split_patterns
-from tfrbeam.layout.names import MANIFEST_NAME
+from tfrbeam.layout.names import MANIFEST_NAMES
 
 __all__ = [
     "FORMAT_EXTENSIONS",
@@ -67,7 +67,7 @@ class InputFormat(Kind):
 
 def _dataset_format(path: str) -> str | None:
     """tfrecord for a local directory holding a dataset manifest (a tfrbeam dataset to re-split or re-shard)."""
-    return "tfrecord" if path and os.path.isfile(os.path.join(path, MANIFEST_NAME)) else None
+    return "tfrecord" if path and any(os.path.isfile(os.path.join(path, name)) for name in MANIFEST_NAMES) else None
 
 
 def _check_pattern_formats(check: Checker, patterns: tuple[tuple[str, str], ...]) -> None:

@@ -32,6 +32,7 @@ from tfrbeam.builder.config.keys import (
 from tfrbeam.builder.config.split_keys import ShardCounts, SplitColumn, SplitFiles, Splits, split_patterns
 from tfrbeam.builder.features.convert import FeatureSpec
 from tfrbeam.errors import ConfigError
+from tfrbeam.layout.tfds_info import check_tfds_identity
 from tfrbeam.layout.tfmd_schema import schema_pb2
 
 __all__ = [
@@ -221,6 +222,38 @@ def _tfmd_installed(scope: Scope, schema_pbtxt: bool) -> bool:
     return schema_pbtxt
 
 
+def _tfds_name(scope: Scope, name: str) -> str:
+    if not name:  # left out: "is required" says so
+        return name
+    try:
+        check_tfds_identity(name, "1.0.0", scope.path)
+    except ConfigError as error:
+        scope.check.problems.append(str(error))
+    return name
+
+
+def _tfds_version(scope: Scope, version: str) -> str:
+    try:
+        check_tfds_identity("x", version, scope.path)
+    except ConfigError as error:
+        scope.check.problems.append(str(error))
+    return version
+
+
+@dataclass(frozen=True)
+class TfdsOutput:
+    """``output.tfds``: also write TFDS's dataset_info.json and features.json, so tfds.builder_from_directory loads it."""
+
+    name: str = key(Text(), required=True, check=_tfds_name)
+    version: str = key(Text(), "1.0.0", check=_tfds_version)
+
+
+def _tfds_uncompressed(scope: Scope, tfds: TfdsOutput | None) -> TfdsOutput | None:
+    if tfds is not None and scope.value("compression") is not None:
+        scope.fail("tfds", "TFDS reads uncompressed TFRecord files only; set output.compression: none or drop tfds")
+    return tfds
+
+
 @dataclass(frozen=True)
 class OutputConfig:
     """Where and how shards are written.
@@ -238,6 +271,8 @@ class OutputConfig:
     dali_index: bool = key(Flag(), False, check=_uncompressed)
     # also write {path}/schema.pbtxt, the features as a TensorFlow Metadata schema (written only when set)
     schema_pbtxt: bool = key(Flag(), False, check=_tfmd_installed, skip_if=False)
+    # also write TFDS's dataset_info.json and features.json: tfds.builder_from_directory(path) loads the dataset
+    tfds: TfdsOutput | None = key(Section(TfdsOutput, optional=True), None, check=_tfds_uncompressed, skip_if=None)
 
     def shards_for(self, split: str) -> int | None:
         """The shard count of one split, or None when shards are sized by max_bytes_per_shard."""
@@ -356,6 +391,9 @@ def _sequence_fits(scope: Scope, sequence: SequenceConfig | None) -> SequenceCon
         scope.fail("stats", "statistics of SequenceExample datasets are not computed yet (set stats: false)")
     if scope.value("output").schema_pbtxt:
         scope.fail("output.schema_pbtxt", "a schema.pbtxt of SequenceExamples is not written yet (set it false)")
+    if scope.value("output").tfds is not None:
+        scope.fail("output.tfds", "TFDS loads datasets of tf.train.Example only (drop output.tfds for a SequenceExample "
+                   "build)")
     return sequence
 
 

@@ -46,7 +46,8 @@ from tfrbeam.errors import (
     ShardMismatchError,
     UnsupportedCompressionError,
 )
-from tfrbeam.layout.manifest import EXAMPLE, MANIFEST_NAME, load_manifest, record_type_of
+from tfrbeam.layout.manifest import EXAMPLE, find_manifest, load_manifest, record_type_of
+from tfrbeam.layout.names import MANIFEST_NAME
 from tfrbeam.layout.paths import confined_path
 from tfrbeam.tfrecord.blocks import record_blocks
 from tfrbeam.tfrecord.read_index import trusted_index
@@ -87,8 +88,8 @@ def dataset_manifest(path: str) -> tuple[str, dict[str, Any]] | None:
     """
     if any(char in path for char in "*?["):
         return None
-    manifest_file = filesystem.join(path, MANIFEST_NAME)
-    if not filesystem.exists(manifest_file):
+    manifest_file = find_manifest(path, filesystem.BEAM_FILES)
+    if manifest_file is None:
         return None
     try:
         manifest, _ = load_manifest(manifest_file, filesystem.BEAM_FILES)

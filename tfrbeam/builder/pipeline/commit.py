@@ -90,19 +90,29 @@ from tfrbeam.errors import (
     TooManyBadRecordsError,
 )
 from tfrbeam.layout.manifest import (
-    ERRORS_DIR_NAME,
     EXAMPLE,
-    MANIFEST_FORMAT,
-    MANIFEST_NAME,
     SEQUENCE_EXAMPLE,
     feature_entries,
+    find_manifest,
+    load_manifest,
     manifest_bytes,
     parse_example_spec_of,
     parse_sequence_example_spec_of,
     read_manifest,
 )
-from tfrbeam.layout.names import DALI_DIR_NAME, shard_file_name
-from tfrbeam.layout.tfmd_schema import SCHEMA_PBTXT, schema_files_of, schema_text
+from tfrbeam.layout.names import (
+    DALI_DIR_NAME,
+    ERRORS_DIR_NAME,
+    MANIFEST_FORMAT,
+    MANIFEST_NAME,
+    MANIFEST_NAMES,
+    SCHEMA_PBTXT,
+    TFDS_DATASET_INFO,
+    TFDS_FEATURES,
+    shard_file_name,
+)
+from tfrbeam.layout.tfds_info import tfds_files_for, tfds_files_of
+from tfrbeam.layout.tfmd_schema import schema_files_of, schema_text
 from tfrbeam.tfrecord.read_index import (
     dali_index_text,
     index_path_for,
@@ -296,7 +306,7 @@ def direct_writes(plan: BuildPlan, publish: bool = False) -> DirectWrites | None
     relatives, found = _planned_names(plan), _objects_under(root)
     if found & set(relatives):
         return None
-    replaces = committed_run(root) if MANIFEST_NAME in found else None  # the listing says whether there is one
+    replaces = committed_run(root) if found & set(MANIFEST_NAMES) else None  # the listing says whether there is one
     writes = DirectWrites(tuple(fs.join(root, *relative.split("/")) for relative in relatives), replaces)
     StagingDir(plan.staging_dir, plan.run, root).record_writes(writes.paths)  # before any of them is written
     _DIRECT[plan.run.run_id] = writes
@@ -551,6 +561,8 @@ def build_manifest(plan: BuildPlan, shard_plan: ShardPlan, files: Sequence[Writt
         "compression": config.output.compression,
         **schema,
         **({"schema_pbtxt": SCHEMA_PBTXT} if config.output.schema_pbtxt and sequences is None else {}),
+        **({"tfds": {"name": config.output.tfds.name, "version": config.output.tfds.version}}
+           if config.output.tfds is not None and sequences is None else {}),
         "inputs": [{**entry, "rows_read": (read_per_input or {}).get(entry["path"], 0)} for entry in plan.inputs],
         "config": normalized(config_to_dict(config)),
         "seed": config.shuffle.seed if config.shuffle.enabled else None,
@@ -663,6 +675,7 @@ def publish_by_swap(plan: BuildPlan, files: Sequence[WrittenShard], dead_letters
         for item in files:
             write_dali_index(fs.join(new_dir, *item.relative_path.split("/")), _dali_path(new_dir, item))
     _write_schema_pbtxt(manifest, new_dir)
+    write_tfds_files(manifest, new_dir)
     fs.write_bytes(fs.join(new_dir, MANIFEST_NAME), manifest_bytes(manifest), "application/json")
     if os.path.lexists(plan.output_root):
         _prepare_replace(plan.output_root, new_dir)
@@ -684,6 +697,15 @@ def _write_schema_pbtxt(manifest: dict[str, Any], root: str) -> str | None:
     path = fs.join(root, *manifest["schema_pbtxt"].split("/"))
     fs.write_bytes(path, schema_text(manifest["features"]).encode("utf-8"), "text/plain")
     return path
+
+
+def write_tfds_files(manifest: dict[str, Any], root: str) -> None:
+    """``output.tfds``: TFDS's features.json, then its dataset_info.json (what TFDS opens first), under ``root``."""
+    if "tfds" not in manifest:
+        return
+    files = tfds_files_for(manifest)
+    for name in (TFDS_FEATURES, TFDS_DATASET_INFO):
+        fs.write_bytes(fs.join(root, name), files[name], "application/json")
 
 
 def write_stats(plan: BuildPlan) -> None:
@@ -720,11 +742,15 @@ def _finish_indexes(shard_path: str) -> None:
         stamp_read_index(shard_path)
 
 
-def _old_manifest(output_root: str) -> dict | None:
+def _old_manifest(output_root: str) -> tuple[dict | None, str]:
+    """The published manifest (None when there is none or it is damaged) and its file name."""
+    path = find_manifest(output_root, BEAM_FILES)
+    if path is None:
+        return None, MANIFEST_NAME
     try:
-        return read_manifest(output_root, BEAM_FILES)
+        return load_manifest(path, BEAM_FILES)[0], posixpath.basename(path)
     except ManifestError:
-        return None
+        return None, posixpath.basename(path)
 
 
 def _prepare_replace(output_root: str, new_dir: str) -> None:
@@ -754,14 +780,15 @@ def publish_by_switch(plan: BuildPlan, files: Sequence[WrittenShard], dead_lette
     # A first build of only objects written straight: no manifest was there when it planned, under this lock,
     # and the switch below creates the manifest only if none has appeared since: nothing to read first.
     first = only_written_straight and direct is not None and direct.replaces is None
-    old = None if first else _old_manifest(root)
+    old, old_name = (None, MANIFEST_NAME) if first else _old_manifest(root)
     if direct is not None and not first and (old or {}).get("run_id") != direct.replaces:
         raise CommitError(f"the output changed while this build ran (its manifest is no longer run {direct.replaces}'s), "
                           f"so nothing was published to {plan.output_path}")
     if only_written_straight:
         # Only the run's own objects, already at their free names: no listing needed to choose names, and the
         # old dataset's objects are what its manifest lists (a delete of one already gone is no error).
-        found = written_straight | (dataset_files(old) | schema_files_of(old) if old is not None else set())
+        found = written_straight | ({old_name, *dataset_files(old), *schema_files_of(old), *tfds_files_of(old)}
+                                    if old is not None else set())
     else:  # the objects there, and those a live run that lost this lock may still write (they are not free)
         reserved = RESERVED_WRITES.get(output_key(root), set()) if object_store.is_object_store(root) else set()
         prefix = root.rstrip("/") + "/"
@@ -782,10 +809,11 @@ def publish_by_switch(plan: BuildPlan, files: Sequence[WrittenShard], dead_lette
     if staged_schema is not None:
         moves.append((staged_schema, fs.join(root, *manifest["schema_pbtxt"].split("/"))))
     final_manifest = fs.join(root, MANIFEST_NAME)
-    published = {final for _, final in moves} | {final_manifest}
+    published = {final for _, final in moves} | {final_manifest} | {fs.join(root, name) for name in tfds_files_of(manifest)}
     prefix = root.rstrip("/") + "/"
     # What the old manifest makes its own (an unreadable manifest is refused there, naming it); never a user's object.
-    own = set() if first else (DatasetNames.of_manifest(old) if old is not None else old_dataset_names(root)).files
+    own = set() if first else (DatasetNames.of_manifest(old, old_name) if old is not None
+                               else old_dataset_names(root)).files
     own -= {MANIFEST_NAME}
     doomed = sorted(prefix + name for name in found & own if prefix + name not in published)
     if not moves and not doomed:
@@ -799,6 +827,11 @@ def publish_by_switch(plan: BuildPlan, files: Sequence[WrittenShard], dead_lette
                                 switch=True, replaces=old.get("run_id") if isinstance(old, dict) else None)
         journal.write(plan.staging_dir)
         journal.apply()
+    try:  # after the switch: TFDS's dataset_info.json may be where the replaced dataset kept its manifest
+        write_tfds_files(manifest, root)
+    except OSError as error:
+        _LOG.warning("published %s, but could not write TFDS's files beside it (%s); rerun the same build to write "
+                     "them", plan.output_path, error)
     try:
         remove_published_staging(plan.staging_dir)
     except OSError as error:  # published already: what is left is the next run's to remove

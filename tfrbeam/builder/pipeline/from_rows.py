@@ -63,7 +63,8 @@ def dataset_config(path: str | os.PathLike, source: str, *, features: FeaturesOp
                    shuffle: bool = True, seed: int = 0, num_shards: int | Mapping[str, int] | None = None,
                    max_bytes_per_shard: int | str | None = None, compression: str | None = None,
                    errors: str | Mapping[str, Any] | None = None, stats: bool = False, dali_index: bool = False,
-                   schema_pbtxt: bool = False, where: str = "write_dataset") -> BuildConfig:
+                   schema_pbtxt: bool = False, tfds: str | Mapping[str, str] | None = None,
+                   where: str = "write_dataset") -> BuildConfig:
     """The BuildConfig of keyword options: each is the config key of the same name, checked as the YAML is.
 
     ``features`` is the config's mapping (a type name alone stands for ``{type: NAME}``), a
@@ -80,6 +81,8 @@ def dataset_config(path: str | os.PathLike, source: str, *, features: FeaturesOp
         output["dali_index"] = True
     if schema_pbtxt:
         output["schema_pbtxt"] = True
+    if tfds is not None:
+        output["tfds"] = {"name": tfds} if isinstance(tfds, str) else dict(tfds)
     raw: dict[str, Any] = {"output": output, "shuffle": {"enabled": shuffle, "seed": seed}, "stats": stats}
     given: dict[str, Any] = {"input": InputConfig(format=ROWS_FORMAT, path=source)}
     if splits is not None:
@@ -303,7 +306,9 @@ class WriteDataset(beam.PTransform):
     column: ``{"column": NAME, "map": {VALUE: SPLIT}}``), ``split_key``,
     ``seed``, ``num_shards`` or ``max_bytes_per_shard``, ``compression``, ``errors``
     (``on_bad_record``, or the mapping), ``stats``, ``schema_pbtxt`` (``output.schema_pbtxt``: write a
-    TensorFlow Metadata schema beside the manifest; ``features`` may also be a schema.pbtxt's path);
+    TensorFlow Metadata schema beside the manifest; ``features`` may also be a schema.pbtxt's path),
+    ``tfds`` (``output.tfds``: a TFDS dataset name, or ``{"name": ..., "version": ...}``: write the files
+    ``tfds.builder_from_directory`` loads);
     ``overwrite`` replaces another dataset.
     ``schema`` (a ``pyarrow.Schema``) is needed unless every feature has a type: a PCollection's
     rows are not seen before the pipeline runs. The output is a PCollection holding the path of
@@ -321,7 +326,8 @@ class WriteDataset(beam.PTransform):
                  split_key: str | Sequence[str] | None = None, shuffle: bool = True, seed: int = 0,
                  num_shards: int | Mapping[str, int] | None = None, max_bytes_per_shard: int | str | None = None,
                  compression: str | None = None, errors: str | Mapping[str, Any] | None = None, stats: bool = False,
-                 schema_pbtxt: bool = False, overwrite: bool = False, name: str = "pcollection"):
+                 schema_pbtxt: bool = False, tfds: str | Mapping[str, str] | None = None, overwrite: bool = False,
+                 name: str = "pcollection"):
         super().__init__()
         if not shuffle:
             raise ConfigError("WriteDataset: shuffle=False keeps input order, but a PCollection has none; keep the "
@@ -329,7 +335,7 @@ class WriteDataset(beam.PTransform):
         self.config = dataset_config(path, name, features=features, splits=splits, split_key=split_key, seed=seed,
                                      num_shards=num_shards, max_bytes_per_shard=max_bytes_per_shard,
                                      compression=compression, errors=errors, stats=stats, schema_pbtxt=schema_pbtxt,
-                                     where="WriteDataset")
+                                     tfds=tfds, where="WriteDataset")
         self.schema = schema if schema is not None else schema_of_features(self.config, "WriteDataset")
         self.overwrite = overwrite
         self.plan: BuildPlan | None = None  # set when the transform is applied
@@ -426,7 +432,8 @@ def write_dataset(data: Any, path: str | os.PathLike, *, features: FeaturesOptio
                   shuffle: bool = True, seed: int = 0, num_shards: int | Mapping[str, int] | None = None,
                   max_bytes_per_shard: int | str | None = None, compression: str | None = None,
                   errors: str | Mapping[str, Any] | None = None, stats: bool = False, schema_pbtxt: bool = False,
-                  overwrite: bool = False, pipeline_options: PipelineOptions | Sequence[str] | Mapping[str, Any] | None = None,
+                  tfds: str | Mapping[str, str] | None = None, overwrite: bool = False,
+                  pipeline_options: PipelineOptions | Sequence[str] | Mapping[str, Any] | None = None,
                   progress: bool = True, name: str = "table", keep_index: bool = False) -> BuildResult | None:
     """Build a tfrbeam dataset at ``path`` from Arrow data in memory, like ``tfrbeam build`` on a Parquet file of it.
 
@@ -443,7 +450,7 @@ def write_dataset(data: Any, path: str | os.PathLike, *, features: FeaturesOptio
     table = arrow_table(data, keep_index)
     config = dataset_config(path, name, features=features, splits=splits, split_key=split_key, shuffle=shuffle,
                             seed=seed, num_shards=num_shards, max_bytes_per_shard=max_bytes_per_shard,
-                            compression=compression, errors=errors, stats=stats, schema_pbtxt=schema_pbtxt)
+                            compression=compression, errors=errors, stats=stats, schema_pbtxt=schema_pbtxt, tfds=tfds)
     options = build_options(pipeline_options)
     plan = plan_for(config, table.schema, options, overwrite, input_bytes=table.nbytes, own_options=True)
     if table.num_rows == 0:

@@ -52,7 +52,7 @@ from tfrbeam.builder.shuffle import (
 )
 from tfrbeam.codec.encode import encode_record_batch
 from tfrbeam.errors import BadRecordError
-from tfrbeam.layout.manifest import ERRORS_DIR_NAME
+from tfrbeam.layout.names import ERRORS_DIR_NAME
 
 __all__ = ["BuildDataset", "build_pipeline", "start_build"]
 

@@ -53,8 +53,15 @@ from tfrbeam.builder.running.runners import (
 )
 from tfrbeam.builder.shuffle import INLINE, MAX_BUCKET_BITS, MEMORY, ShardingSpec, bucket_bits_for
 from tfrbeam.errors import ConfigError, ManifestError, OutputExistsError, OutputNotWritableError
-from tfrbeam.layout.manifest import check_manifest_file, read_manifest
-from tfrbeam.layout.names import DALI_DIR_NAME, ERRORS_DIR_NAME, MANIFEST_NAME, shard_file_name
+from tfrbeam.layout.manifest import check_manifest_file, find_manifest, read_manifest
+from tfrbeam.layout.names import (
+    DALI_DIR_NAME,
+    ERRORS_DIR_NAME,
+    LEGACY_MANIFEST_NAME,
+    MANIFEST_NAME,
+    MANIFEST_NAMES,
+    shard_file_name,
+)
 from tfrbeam.tfrecord.read_index import index_path_for
 
 __all__ = ["UNKNOWN_ROWS_BYTES", "BuildPlan", "check_output_dir", "plan_build", "plan_rows"]
@@ -319,8 +326,15 @@ def check_output_dir(output_root: str, resolved_config: dict, overwrite: bool, s
     if overwrite:
         check_manifest_file(output_root)  # a FIFO, link or sparse giant there: refused before anything is touched
         return
+    # In a bucket each name tried is a request: the new name, then the listing below (needed anyway) shows the old one.
+    names = (MANIFEST_NAME,) if fs.is_remote(output_root) else MANIFEST_NAMES
+    others: list[str] | None = None
     try:
-        manifest = read_manifest(output_root, BEAM_FILES)
+        manifest = read_manifest(output_root, BEAM_FILES, names=names)
+        if manifest is None and names == (MANIFEST_NAME,):
+            others = _user_entries(output_root)
+            if LEGACY_MANIFEST_NAME in others:
+                manifest = read_manifest(output_root, BEAM_FILES, names=(LEGACY_MANIFEST_NAME,))
     except ManifestError:
         raise
     except Exception as error:
@@ -338,7 +352,7 @@ def check_output_dir(output_root: str, resolved_config: dict, overwrite: bool, s
             f"{shown} holds a different dataset (its config differs at {', '.join(differing) or 'the top level'}); "
             "pass --overwrite to replace it, or choose another output.path"
         )
-    others = _user_entries(output_root)
+    others = _user_entries(output_root) if others is None else others
     if others:
         listed = ", ".join(others[:5]) + (", ..." if len(others) > 5 else "")
         raise OutputExistsError(
@@ -401,7 +415,7 @@ def _input_patterns(config: BuildConfig) -> list[tuple[str, str]]:
     if isinstance(config.split_by, SplitFiles):
         return [(f"splits.{name}", pattern) for name, pattern in config.split_by.patterns]
     path = config.input.path
-    if config.input.format == "tfrecord" and not fs.is_remote(path) and os.path.lexists(os.path.join(path, MANIFEST_NAME)):
+    if config.input.format == "tfrecord" and not fs.is_remote(path) and find_manifest(path) is not None:
         return []  # a dataset directory: it gives the shards its manifest lists, checked as input files
     return [("input.path", path)]
 

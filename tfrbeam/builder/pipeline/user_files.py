@@ -25,8 +25,9 @@ from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.filesystem import BEAM_FILES
 from tfrbeam.beam.publish import dataset_files
 from tfrbeam.errors import ManifestError, OutputExistsError, OutputNotWritableError
-from tfrbeam.layout.manifest import read_manifest
+from tfrbeam.layout.manifest import find_manifest, read_manifest
 from tfrbeam.layout.names import MANIFEST_NAME, STATS_HTML, STATS_JSON
+from tfrbeam.layout.tfds_info import tfds_files_of
 from tfrbeam.layout.tfmd_schema import schema_files_of
 
 __all__ = ["DatasetNames", "KeepPlan", "carry_over", "check_folder_owner", "keep_folder_attributes", "keep_plan",
@@ -46,9 +47,11 @@ class DatasetNames:
     folders: frozenset[str]
 
     @classmethod
-    def of_manifest(cls, manifest: dict) -> DatasetNames:
-        """What a manifest makes its dataset's: the reserved names, every listed file, every split folder."""
-        files = {*RESERVED_FILES, *dataset_files(manifest), *schema_files_of(manifest)}
+    def of_manifest(cls, manifest: dict, manifest_name: str = MANIFEST_NAME) -> DatasetNames:
+        """What a manifest named ``manifest_name`` makes its dataset's: the reserved names, that name, every listed file
+        (TFDS's too), every split folder."""
+        files = {*RESERVED_FILES, manifest_name, *dataset_files(manifest), *schema_files_of(manifest),
+                 *tfds_files_of(manifest)}
         splits = manifest.get("splits")
         return cls.of(files, splits if isinstance(splits, dict) else ())
 
@@ -97,11 +100,12 @@ def _is_folder(path: str) -> bool:
 def old_dataset_names(root: str) -> DatasetNames:
     """What the dataset at ``root`` owns: nothing without a manifest; a manifest that cannot be read is refused.
 
-    An unreadable ``dataset_info.json`` may be a damaged dataset's or another tool's (TFDS writes one
-    too): which files beside it were a dataset's would be a guess, so ``OutputExistsError`` names it.
+    An unreadable manifest may be a damaged dataset's or another tool's (TFDS writes a ``dataset_info.json``,
+    the name our manifest had before): which files beside it were a dataset's would be a guess, so
+    ``OutputExistsError`` names it.
     """
-    path = fs.join(root, MANIFEST_NAME)
-    if not (fs.exists(path) if fs.is_remote(path) else os.path.lexists(path)):
+    path = find_manifest(root, BEAM_FILES)
+    if path is None:
         return NOTHING
     manifest, problem = None, "a symbolic link"
     try:
@@ -111,11 +115,11 @@ def old_dataset_names(root: str) -> DatasetNames:
         problem = (str(error).splitlines() or [type(error).__name__])[0][:300]
     if manifest is None:
         raise OutputExistsError(
-            f"{path} is not a readable tfrbeam manifest ({problem}), and the new dataset's manifest goes there; "
+            f"{path} is not a readable tfrbeam manifest ({problem}); "
             "tfrbeam does not guess which files beside it are a dataset's: move it away (or remove a damaged "
             "dataset by hand) and rerun; nothing was changed"
         )
-    return DatasetNames.of_manifest(manifest)
+    return DatasetNames.of_manifest(manifest, posixpath.basename(path))
 
 
 @dataclasses.dataclass(frozen=True)
