@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import posixpath
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -61,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     verify = commands.add_parser(
         "verify", help="check every record's CRCs (and Example parsing); a dataset directory is checked against its manifest",
         description="Read every record of each file and check its length and data CRCs; with --examples, also that "
-        "each payload parses as a tf.train.Example. A dataset directory (one holding dataset_info.json) is checked "
+        "each payload parses as a tf.train.Example. A dataset directory (one holding tfrbeam_dataset.json) is checked "
         "against its manifest: shard counts, sizes and sha256. Exit 1 when anything is damaged.")
     verify.add_argument("paths", nargs="+", metavar="PATH", help="files, globs or directories")
     verify.add_argument("--examples", action="store_true", help="also check that every payload parses as a tf.train.Example")
@@ -194,7 +195,7 @@ _SHARD_NAME = SHARD_NAME
 
 def _verify_dataset(directory: str) -> int:
     """A directory is checked as a dataset: no manifest, or one that disagrees with the files, fails."""
-    from tfrbeam.layout.manifest import verify_dataset, write_leftovers
+    from tfrbeam.layout.manifest import manifest_path, verify_dataset, write_leftovers
 
     files = files_for(directory)
     found = verify_dataset(directory, files)
@@ -207,7 +208,8 @@ def _verify_dataset(directory: str) -> int:
     for note in write_leftovers(directory, files):
         print(f"WARN {directory}: {note}")
     if not found:
-        print(f"OK   {directory}: every shard matches dataset_info.json (counts, sha256, CRCs)")
+        print(f"OK   {directory}: every shard matches {posixpath.basename(manifest_path(directory, files))} "
+              "(counts, sha256, CRCs)")
     return len(found)
 
 

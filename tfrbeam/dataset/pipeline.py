@@ -74,7 +74,7 @@ def open_dataset(
 ) -> Dataset:
     """Open a TFRecord dataset of tf.train.Examples (or SequenceExamples) for training: a ``tfrbeam build`` directory or a glob.
 
-    - ``path_or_pattern``: a build directory (its ``dataset_info.json`` gives splits, shards,
+    - ``path_or_pattern``: a build directory (its manifest ``tfrbeam_dataset.json`` gives splits, shards,
       record counts and the feature spec; ``split`` picks one, or slices and sums them as TFDS's
       split strings do: ``"train[:10%]+eval"``, ``tfrbeam.even_splits``), or a glob / file / list of files.
     - ``feature_spec``: {name: FixedLenFeature | VarLenFeature | manifest-style dict}; default:

@@ -1,7 +1,8 @@
 """What to read: the files of a dataset (a ``tfrbeam build`` directory or a glob) and its feature spec.
 
-A build directory carries ``dataset_info.json`` (splits, shard files with record counts, the
-feature spec, compression, and whether its records are tf.train.Example or SequenceExample).
+A build directory carries its manifest ``tfrbeam_dataset.json`` (``dataset_info.json`` if built before): splits,
+shard files with record counts, the feature spec, compression, and whether its records are tf.train.Example or
+SequenceExample.
 Any other path is a glob of TFRecord files whose feature spec is given by the caller or
 inferred from the first records, of the record type the caller names (Example by default).
 """

@@ -6,7 +6,7 @@ your files"): the manifest, the files it lists (shards, their read indexes, DALI
 output is the user's and moves unchanged to the same path in the new dataset directory; a folder of the
 user's where the new dataset has a folder of that name (a ``test/`` kept beside a new split ``test``) is
 merged. Folders keep their mode (setgid and sticky bits included) and owner. Where a path of the user's
-cannot be kept (a file where a new folder or file must go, a ``dataset_info.json`` that is no readable
+cannot be kept (a file where a new folder or file must go, a manifest that is no readable
 manifest) the publish refuses before it changes anything, naming the path.
 """
 
