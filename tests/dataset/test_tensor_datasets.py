@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import pathlib
+import subprocess
+import sys
 
 import numpy as np
 import pyarrow as pa
@@ -114,3 +116,13 @@ def test_tensorflow_parses_the_tensors_with_the_manifests_fixed_len_features(ten
     ids = np.asarray(parsed["id"]["values"])
     np.testing.assert_array_equal(np.asarray(parsed["image"]["values"], np.float32), IMAGES[ids])
     np.testing.assert_array_equal(np.asarray(parsed["volume"]["values"]), VOLUMES[ids])
+
+
+def test_inspect_prints_each_tensors_fixed_len_feature_with_its_shape(tensor_dataset):
+    done = subprocess.run([sys.executable, "-m", "tfrbeam.cli.main", "inspect", "--json", str(tensor_dataset)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    spec = json.loads(done.stdout)["parse_example_spec"]
+    assert spec["image"] == "tf.io.FixedLenFeature([2, 3], tf.float32)"
+    assert spec["volume"] == "tf.io.FixedLenFeature([2, 2, 2], tf.int64)"
+    assert spec == read_manifest(str(tensor_dataset))["parse_example_spec"]

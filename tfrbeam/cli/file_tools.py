@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import math
 import os
 import posixpath
 from collections.abc import Callable, Iterator
@@ -202,13 +203,29 @@ def source_order(paths: list[str]) -> list[str]:
     return []
 
 
+def source_shapes(paths: list[str]) -> dict[str, list[int]]:
+    """The fixed shapes the manifest of the dataset ``paths`` lie in gives its features (a tensor's ``[2, 3]``)."""
+    from tfrbeam.stats.compute import dataset_holding
+
+    for path in paths:
+        directory = dataset_holding(path)
+        if directory is not None:
+            features = _manifest_of(directory).get("features") or {}
+            return {name: entry["shape"] for name, entry in features.items() if isinstance(entry.get("shape"), list)}
+    return {}
+
+
 def _manifest_order(directory: str) -> list[str]:
-    try:
-        manifest = read_manifest(directory, files_for(directory)) or {}
-    except (OSError, TfrbeamError):  # verify reports a damaged manifest; here it only orders what is printed
-        return []
+    manifest = _manifest_of(directory)
     keys = ("features", "context_features", "sequence_features")
     return [name for key in keys for name in manifest.get(key) or {}]
+
+
+def _manifest_of(directory: str) -> dict[str, Any]:
+    try:
+        return read_manifest(directory, files_for(directory)) or {}
+    except (OSError, TfrbeamError):  # verify reports a damaged manifest; here it only orders and shapes what is printed
+        return {}
 
 
 def features_to_json(features: dict[str, tuple[str | None, list]], with_kinds: bool = False,
@@ -241,15 +258,20 @@ class FeatureStats:
         known = {kind for kind in self.kinds if kind is not None}
         return known.pop() if len(known) == 1 else (None if not known else "mixed:" + ",".join(sorted(known)))
 
-    def parse_spec(self, total: int) -> str | None:
-        """A ``tf.io.parse_example`` feature for this feature, ready to paste; None when no one kind was seen."""
+    def parse_spec(self, total: int, shape: list[int] | None = None) -> str | None:
+        """A ``tf.io.parse_example`` feature for this feature, ready to paste; None when no one kind was seen.
+
+        ``shape``: the dataset's own for the feature (a tensor's ``[2, 3]``), used when every record holds that many.
+        """
         kind = self.kind()
         if kind not in TF_DTYPES:
             return None
         dtype = TF_DTYPES[kind]
         if self.present == total and self.min_count == self.max_count:
-            shape = "[]" if self.min_count == 1 else f"[{self.min_count}]"
-            return f"tf.io.FixedLenFeature({shape}, {dtype})"
+            if shape is not None and len(shape) > 1 and math.prod(shape) == self.min_count:
+                return f"tf.io.FixedLenFeature({list(shape)}, {dtype})"
+            text = "[]" if self.min_count == 1 else f"[{self.min_count}]"
+            return f"tf.io.FixedLenFeature({text}, {dtype})"
         return f"tf.io.VarLenFeature({dtype})"
 
 
@@ -263,6 +285,7 @@ class InspectReport:
     file_bytes: int = 0
     features: dict[str, FeatureStats] = dataclasses.field(default_factory=dict)
     order: list[str] = dataclasses.field(default_factory=list)  # the source's feature order (source_order)
+    shapes: dict[str, list[int]] = dataclasses.field(default_factory=dict)  # the dataset's shapes (source_shapes)
 
     def ordered_features(self) -> list[tuple[str, FeatureStats]]:
         """The features in the source's order (by name for files outside a dataset)."""
@@ -270,7 +293,7 @@ class InspectReport:
 
     def parse_example_spec(self) -> dict[str, str]:
         """The features ``tf.io.parse_example`` can be given; a feature of no kind or mixed kinds is left out."""
-        specs = {name: stats.parse_spec(self.records) for name, stats in self.ordered_features()}
+        specs = {name: stats.parse_spec(self.records, self.shapes.get(name)) for name, stats in self.ordered_features()}
         return {name: spec for name, spec in specs.items() if spec is not None}
 
     def unparseable(self) -> dict[str, str]:
@@ -285,7 +308,8 @@ def _why_no_spec(kind: str | None) -> str:
 
 def inspect_files(paths: list[str], limit: int | None = None) -> InspectReport:
     """Profile the Examples in ``paths`` (all records, or the first ``limit``)."""
-    report = InspectReport(files=paths, file_bytes=sum(input_size(path) for path in paths), order=source_order(paths))
+    report = InspectReport(files=paths, file_bytes=sum(input_size(path) for path in paths), order=source_order(paths),
+                           shapes=source_shapes(paths))
     for path in paths:
         with RecordReader(path) as reader:
             for offset, payload in reader.records_with_offsets():
