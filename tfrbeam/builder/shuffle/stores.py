@@ -568,17 +568,18 @@ class MemoryStore(PieceStore):
         if not names:
             return False
         try:
-            run = self._write_run(members)
-        finally:
+            run = held.keys_to_disk(self._write_run(members))
+        except BaseException:
             with held.lock:
                 held.merging.difference_update(names)
-        run = held.keys_to_disk(run)
-        with held.lock:
+            raise
+        with held.lock:  # they stop being merged only once dropped: another thread would take them again
             for index, name in enumerate(names):
                 held.merged[name] = run if index == 0 else None
                 held.drop(name)
                 if name in held.pieces:  # the run holds the keys now; the name only has to find it
                     held.pieces[name] = _merged_stub(held.pieces[name])
+            held.merging.difference_update(names)
         return True
 
     def _write_run(self, members: list[tuple[Piece, tuple[np.ndarray, np.ndarray, np.ndarray]]]) -> Piece:
