@@ -17,8 +17,10 @@ from tfrbeam.builder.shuffle import (
     MEMORY,
     SPILL,
     Piece,
+    PieceCoder,
     PieceRef,
     key_range_bounds,
+    make_piece_store,
     occurrence_keys,
     seeded_sort_keys,
     tally_copies,
@@ -48,6 +50,59 @@ def test_key_ranges_cut_records_sorted_by_split_and_key_by_their_top_bits():
         assert set((key[first:end] >> np.uint64(60)).tolist()) == {index} and len(set(split[first:end].tolist())) == 1
     assert key_range_bounds(split, key, 4, only=7) == [bound for bound in bounds if bound[0] == 7]
     assert key_range_bounds(np.zeros(0, np.uint16), np.zeros(0, np.uint64), 4) == []
+
+
+def test_a_piece_crosses_to_the_tally_with_its_footers_and_to_the_writers_without_them():
+    records = _pieces([bytes([n]) * (n % 7 + 1) for n in range(50)], [50], [0.5, 0.5], seed=1)[0]
+    store = make_piece_store(INLINE, "unused")
+    piece = store.add(records)
+    assert piece.footers is not None and piece.ref.location
+    coder = PieceCoder()
+    part = store.tally_part(piece, 10, 30)
+    decoded = coder.decode(coder.encode(part))
+    assert decoded.ref.packed is None and decoded.ref.data is None and decoded.ref.location == piece.ref.location
+    np.testing.assert_array_equal(decoded.footers, piece.footers[10:30])
+    np.testing.assert_array_equal(decoded.key, piece.key[10:30])
+    assert coder.estimate_size(part) == len(coder.encode(part))
+    for crossing in (store.crossing(piece), store.route_slice(piece, 10, 30)):
+        assert crossing.footers is None and coder.decode(coder.encode(crossing)).footers is None
+    # The footers are the frames' own: what a writer reads back.
+    np.testing.assert_array_equal(store.records(piece).footers, piece.footers)
+
+
+def test_every_store_gives_the_tally_the_keys_and_footers_of_each_key_range(tmp_path):
+    """Spill: a stub of a record range, read back from the keys file. Memory: whole pieces, each range found in the
+    held keys, or bisected in the keys file of a spilled run."""
+    from tfrbeam.builder.shuffle import discard_pieces
+
+    payloads = [random.Random(number).randbytes(10 + number % 30) for number in range(2000)]
+    records = _pieces(payloads, [2000], [0.7, 0.3], seed=3, with_crcs=True)[0]
+    (tmp_path / "spill").mkdir()
+    reference = make_piece_store(INLINE, "unused").add(records)
+    spill = make_piece_store(SPILL, str(tmp_path))
+    spilled = spill.add(records)
+    spill.flush()
+    memory = make_piece_store(MEMORY, str(tmp_path / "memory"), 1 << 20, merge_runs=True)
+    held = memory.add(records)
+    tiny = make_piece_store(MEMORY, str(tmp_path / "tiny"), 10, merge_runs=True)  # spilled as it comes
+    coder = PieceCoder()
+    tiny_piece = coder.decode(coder.encode(tiny.add(records)))  # as the tally gets it: its keys left on disk
+    assert len(tiny_piece) == 0
+    try:
+        for index, first, end in key_range_bounds(reference.split, reference.key, 4):
+            stub = spill.tally_part(spilled, first, end)
+            assert stub.is_stub
+            parts = [spill.with_keys(stub)]
+            for store, piece in ((memory, held), (tiny, tiny_piece)):
+                (run,) = store.runs_of([piece])
+                parts += [part for start, part in store.range_parts(run, index, 4) if start == first]
+            assert len(parts) == 3
+            for part in parts:
+                for name in ("split", "key", "footers"):
+                    np.testing.assert_array_equal(getattr(part, name), getattr(reference, name)[first:end])
+    finally:
+        spill.close(), memory.close(), tiny.close()
+        discard_pieces(str(tmp_path / "memory")), discard_pieces(str(tmp_path / "tiny"))
 
 
 def _part(keys: list[int], footers: list[int], split: int = 0, length: int = 20) -> Piece:
