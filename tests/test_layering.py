@@ -42,10 +42,9 @@ def test_no_module_imports_another_modules_private_name():
     assert graph.private_reach_ins(graph.all_imports()) == []
 
 
-def test_lazy_names_resolved_from_a_higher_layer_are_the_listed_exceptions():
-    """A package's lazy-export table may name a module of a higher layer (a string, not an import) only where its
-    ``UPWARD_EXPORTS`` lists the name: today tfrbeam.beam.WriteDataset, the build's transform offered beside the
-    other transforms. The facade (``tfrbeam``) offers every layer's names by design."""
+def test_no_package_offers_a_name_of_a_higher_layer():
+    """A package's lazy-export table names modules of its own layer or lower (a string there is as much a dependency
+    as an import). The facade (``tfrbeam``) offers every layer's names by design."""
     import importlib
 
     found = {}
@@ -56,9 +55,9 @@ def test_lazy_names_resolved_from_a_higher_layer_are_the_listed_exceptions():
         rank = graph.layer_of(name)[0]
         upward = sorted(export for export, target in getattr(module, "_EXPORTS", {}).items()
                         if graph.layer_of(target)[0] > rank)
-        if upward or getattr(module, "UPWARD_EXPORTS", ()):
-            found[name] = (upward, sorted(module.UPWARD_EXPORTS))
-    assert found == {"tfrbeam.beam": (["WriteDataset"], ["WriteDataset"])}
+        if upward:
+            found[name] = upward
+    assert found == {}
 
 
 def test_every_module_sits_in_a_layer():

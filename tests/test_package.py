@@ -84,8 +84,7 @@ def test_every_exported_name_is_its_definition_even_after_the_modules_were_impor
 def test_the_beam_package_exports_the_same_transforms():
     import tfrbeam.beam
 
-    for name in ("ReadExamples", "WriteExamples", "ReadSequenceExamples", "WriteSequenceExamples", "WriteToTFRecord",
-                 "WriteDataset"):
+    for name in ("ReadExamples", "WriteExamples", "ReadSequenceExamples", "WriteSequenceExamples", "WriteToTFRecord"):
         assert name in tfrbeam.beam.__all__
         assert getattr(tfrbeam.beam, name) is getattr(tfrbeam, name)
 

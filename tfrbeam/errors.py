@@ -2,6 +2,16 @@
 
 from __future__ import annotations
 
+__all__ = ["ArrowConversionError", "BadRecordError", "BuildFailedError", "CommitError", "CompressedInputError",
+    "ConfigError", "CorruptRecordError", "DatasetChangedError", "ExampleDecodeError", "ExampleEncodeError",
+    "GroupTooLargeError", "HeldDataMissingError", "InputError", "ManifestError", "MissingShardError",
+    "ObjectNotFoundError", "ObjectTooLargeError", "OutputExistsError", "OutputLockedError", "OutputNotWritableError",
+    "ParquetSchemaError", "PreconditionFailedError", "RandomAccessError", "RecordError", "RecordIndexError",
+    "RecordLimitError", "RecordTooLargeError", "RefusedFileError", "RowCountError", "ShardMismatchError",
+    "ShortWriteError", "ShuffledDataError", "StorageError", "StoragePermissionError", "StorageUnavailableError",
+    "TfrbeamError", "TooManyBadRecordsError", "TruncatedRecordError", "UnsafeOutputError", "UnsafePathError",
+    "UnsupportedCompressionError", "UnsupportedRunnerError"]
+
 
 class TfrbeamError(Exception):
     """Base class of every error tfrbeam raises on purpose."""

@@ -215,7 +215,7 @@ def _write_dataset(workdir: pathlib.Path, batches: list, name: str, options: lis
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from tfrbeam.beam import WriteDataset
+    from tfrbeam import WriteDataset
 
     output = workdir / "out" / "write_dataset" / name
     with beam.Pipeline(options=PipelineOptions(options)) as pipeline:

@@ -178,7 +178,7 @@ def test_write_dataset_in_a_pipeline_with_a_split_column_on_the_fnapi_runner(tmp
     table = _table()
     with beam.Pipeline(options=PipelineOptions(["--runner=FnApiRunner"])) as pipeline:
         _ = (pipeline | beam.Create(table.to_batches(max_chunksize=50), reshuffle=False)
-             | tfrbeam.beam.WriteDataset(tmp_path / "beam", schema=table.schema, splits={"column": "fold", "map": MAP},
+             | tfrbeam.WriteDataset(tmp_path / "beam", schema=table.schema, splits={"column": "fold", "map": MAP},
                                          errors={"on_bad_record": "skip", "max_bad_fraction": 0.5}))
     records = split_records(tmp_path / "beam")
     folds = table.column("fold").to_pylist()

@@ -158,7 +158,7 @@ def _pipeline_build(output: pathlib.Path, elements: list, options: list[str], **
     seen = output.parent / f"{output.name}.seen"
     with beam.Pipeline(options=PipelineOptions(options)) as pipeline:
         paths = (pipeline | beam.Create(elements, reshuffle=False)
-                 | tfrbeam.beam.WriteDataset(output, **{"splits": SPLITS, "seed": 5, "num_shards": 3, **settings}))
+                 | tfrbeam.WriteDataset(output, **{"splits": SPLITS, "seed": 5, "num_shards": 3, **settings}))
         _ = paths | beam.Map(lambda path: seen.write_text(path))
     return [seen.read_text()]
 
@@ -239,9 +239,9 @@ def test_errors_are_one_line_tfrbeam_errors(tmp_path):
         tfrbeam.write_dataset(table, tmp_path / "taken", seed=9, progress=False)
     assert "holds a different dataset (its config differs at shuffle.seed)" in _one_line(caught.value)
     with pytest.raises(ConfigError, match="a PCollection has none"):
-        tfrbeam.beam.WriteDataset(tmp_path / "x", shuffle=False)
+        tfrbeam.WriteDataset(tmp_path / "x", shuffle=False)
     with pytest.raises(ConfigError, match=r"give schema= .* \(label: no type, or a struct field\)"):
-        tfrbeam.beam.WriteDataset(tmp_path / "x", features={"id": "int64", "label": {"source": "label"}})
+        tfrbeam.WriteDataset(tmp_path / "x", features={"id": "int64", "label": {"source": "label"}})
 
 
 def test_bad_rows_go_to_dead_letters_named_by_their_row(tmp_path):
@@ -334,7 +334,7 @@ def test_a_failed_pipeline_leaves_its_staging_directory_until_discarded(tmp_path
     from tfrbeam.builder.pipeline.commit import discard_staging
 
     broken = pa.record_batch({"id": pa.array([1, None, 3], pa.int64())})
-    write = tfrbeam.beam.WriteDataset(tmp_path / "ds", features={"id": "int64"})
+    write = tfrbeam.WriteDataset(tmp_path / "ds", features={"id": "int64"})
     with pytest.raises(Exception, match=r"pcollection:2: feature 'id': is null"):
         with beam.Pipeline(options=PipelineOptions(["--runner=FnApiRunner"])) as pipeline:
             _ = pipeline | beam.Create([broken]) | write

@@ -5,7 +5,7 @@ shuffle (``tfrbeam.builder.pipeline.sequence``): rows keyed by a bucket of their
 runner, then sorted, checked and encoded as SequenceExamples, which the same shuffle writes.
 
 ``build_pipeline(pipeline, plan)`` adds the whole build to a pipeline: ``ReadTabular``, then
-``BuildDataset``, the part after reading that ``tfrbeam.beam.WriteDataset`` shares; the plan
+``BuildDataset``, the part after reading that ``tfrbeam.WriteDataset`` shares; the plan
 (``tfrbeam.builder.pipeline.plan``) was settled before, and the commit (``tfrbeam.builder.pipeline.commit``) publishes
 the staged dataset with the commit protocol only when every shard is written and counted.
 """
@@ -104,7 +104,7 @@ class BuildDataset(beam.PTransform):
 
     Takes the ``SourceBatch`` elements of the plan's inputs (``plan.input_files`` names them: their
     position in that list orders an unshuffled build) and gives the manifest the Commit step made
-    (one dict). ``tfrbeam build`` applies it after ``ReadTabular``; ``tfrbeam.beam.WriteDataset``
+    (one dict). ``tfrbeam build`` applies it after ``ReadTabular``; ``tfrbeam.WriteDataset``
     after turning a PCollection's rows into SourceBatches. ``start_build`` must run first. ``publish``: see ``build_pipeline``.
     """
 
