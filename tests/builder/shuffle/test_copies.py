@@ -193,3 +193,25 @@ def test_many_copies_of_one_record_reach_every_shard(tmp_path: pathlib.Path, sto
     records = [record for shard in shards for record in shard]
     together = sum(first == second == b"the same row" for first, second in zip(records, records[1:]))
     assert together < 150  # a uniform order puts about 300 * 299 / 1000 = 90 of them after another; before, 299
+
+
+def test_a_spilled_piece_damaged_on_disk_before_it_is_put_in_order_again_fails_when_its_shard_is_read(tmp_path):
+    """The rekeyed file carries each payload with the CRC of the old one: the writers' check finds the damage."""
+    from tfrbeam.builder.shuffle import MovedCopies
+    from tfrbeam.errors import ShuffledDataError
+
+    (tmp_path / "spill").mkdir()
+    store = make_piece_store(SPILL, str(tmp_path))
+    payloads = [bytes([number % 50]) * 40 for number in range(200)]  # 50 records, 4 copies each
+    piece = store.add(_pieces(payloads, [200], [1.0], seed=1, with_crcs=True)[0])
+    store.flush()
+    with open(piece.ref.location, "r+b") as handle:  # one payload byte of record 120
+        handle.seek(int(piece.offsets[120]) + 12 + 5)
+        handle.write(b"\xff")
+    moved = {piece.ref.location: [MovedCopies(piece.ref.location, np.arange(1, 200, 4),
+                                              occurrence_keys(piece.key[1::4], np.ones(50, np.uint64)))]}
+    rekeyed = store.rekeyed(store.crossing(piece), moved)
+    assert rekeyed.ref.location != piece.ref.location and len(rekeyed) == 200
+    with pytest.raises(ShuffledDataError, match="fails its data CRC"):
+        store.records(rekeyed)
+    store.close()

@@ -130,7 +130,7 @@ def test_a_pcollections_order_does_not_depend_on_the_order_of_its_elements(tmp_p
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from tfrbeam.beam import WriteDataset
+    from tfrbeam import WriteDataset
 
     rows = [{"id": number % 300, "text": f"row {number % 300}"} for number in range(900)]
     schema = pa.schema([("id", pa.int64()), ("text", pa.string())])

@@ -302,8 +302,12 @@ class SpillStore(PieceStore):
         return Piece.stub(piece.ref, len(piece), start, end)
 
     def _reordered(self, piece: Piece, keys: np.ndarray) -> Piece:
-        """The records framed again into a new spill file in their new order, a block at a time (``write_run``)."""
-        stored = self.records(piece)
+        """The records framed again into a new spill file in their new order, a block at a time (``write_run``).
+
+        Read without the check ``records`` makes: each payload keeps its CRC from the old file (lengths come from
+        the keys), so the shard writers' check of the new file finds any damage to the old one.
+        """
+        stored = self.unchecked_records(piece)
         path = fs.join(self.directory, f"{uuid.uuid4().hex}.bin")
         member = _RunMember(piece.split, keys, stored.buffer, stored.starts, stored.lengths, stored.footers)
         reordered = write_run(path, [member])
@@ -335,6 +339,10 @@ class SpillStore(PieceStore):
 
     def read_in_windows(self, piece: Piece) -> bool:
         return True
+
+    def unchecked_records(self, piece: Piece) -> StoredRecords:
+        """The records of ``piece`` as its spill file holds them, unchecked (see ``_reordered``)."""
+        return StoredRecords.of_frames(piece, self._frames(piece))
 
     def records(self, piece: Piece) -> StoredRecords:
         """The records of ``piece``, read back from its spill file and checked (every length and CRC) before use."""
@@ -660,7 +668,7 @@ class MemoryStore(PieceStore):
                 reordered = Piece(piece.split[order], keys[order], offsets, piece.ref, footers)
                 held.sorted[piece.ref.location] = held.pieces[piece.ref.location] = reordered
             return reordered
-        stored = self.overflow.records(piece)
+        stored = self.overflow.unchecked_records(piece)
         run = self._write_run([(dataclasses.replace(piece, key=keys), (stored.buffer, stored.starts, stored.footers))])
         stub = held.keys_to_disk(run)
         with held.lock:
