@@ -4,15 +4,17 @@ Run by hand from the repository root (the machine may be shared; the median and 
 the three tables' builds interleaved run by run):
 
     python -m benchmarks.duplicates [--rows 1000000] [--repeats 3] [--copies 2,10] [--format parquet]
+                                    [--workers N]
 
 Each table has --rows rows of the benchmark table (benchmarks/table.py), written as one Parquet file
 (or CSV) as `benchmarks.build` writes it: the first --rows rows (all distinct), and for each K in
 --copies the first --rows/K rows written K times each (every row appears K times, in an order
 shuffled once). Each is built by `python -m tfrbeam.builder` with the same config (shuffled, one
-split, 8 shards, the default runner), the whole process timed. Equal rows give equal records and
-equal shuffle keys; the shard writers order such ties in bulk (tfrbeam/builder/shuffle/order.py),
-so a table of duplicates should cost what a table of distinct rows costs. The output's record
-count is checked against the rows.
+split, 8 shards, the default runner and piece store, or ``--workers N`` and the spill store), the
+whole process timed. Equal rows give equal records; the tally of copies gives each copy a key of
+its own, and the pieces whose copies moved are put in order again
+(tfrbeam/builder/shuffle/copies.py): what that costs is the time over the distinct table's. The
+output's record count is checked against the rows.
 """
 
 from __future__ import annotations
@@ -58,14 +60,17 @@ def write_tables(rows: int, copies: list[int], fmt: str, directory: pathlib.Path
     return paths
 
 
-def build(fmt: str, input_path: pathlib.Path, work: pathlib.Path) -> tuple[float, int, float, int]:
+def build(fmt: str, input_path: pathlib.Path, work: pathlib.Path, workers: int = 1) -> tuple[float, int, float, int]:
     """One whole-process build of ``input_path``: wall s, peak RSS, CPU s and the examples written."""
     output = work / f"out-{input_path.stem}"
     shutil.rmtree(output, ignore_errors=True)
     config_path = work / f"{input_path.stem}.json"  # JSON is YAML
     config_path.write_text(json.dumps(build_config(fmt, input_path, output)))
-    seconds, rss, cpu, _ = run_measured([sys.executable, "-m", "tfrbeam.builder", str(config_path), "--quiet"])
-    manifest = json.loads((output / "dataset_info.json").read_text())
+    command = [sys.executable, "-m", "tfrbeam.builder", str(config_path), "--quiet"]
+    if workers > 1:
+        command.append(f"--workers={workers}")  # Beam's SDK worker processes, the spill store
+    seconds, rss, cpu, _ = run_measured(command)
+    manifest = json.loads((output / "tfrbeam_dataset.json").read_text())
     return seconds, rss, cpu, sum(split["num_examples"] for split in manifest["splits"].values())
 
 
@@ -79,6 +84,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--copies", default="2,10", help="comma-separated counts: every row appears K times")
     parser.add_argument("--format", default="parquet", choices=("parquet", "csv"))
+    parser.add_argument("--workers", type=int, default=1, help="build with --workers N (the spill store)")
     parser.add_argument("--work-dir", default=None, help="keep inputs and outputs here (default: a temp dir)")
     parser.add_argument("--write-tables", nargs=2, metavar=("ROWS", "DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -96,8 +102,10 @@ def main() -> None:
     runs: dict[int, list] = {count: [] for count in counts}
     for _ in range(args.repeats):
         for count in counts:
-            runs[count].append(build(args.format, work / f"copies-{count}.{args.format}", work))
-    print(f"{args.rows:,} rows of {args.format} in every table; median (range) of {args.repeats} runs each, interleaved")
+            runs[count].append(build(args.format, work / f"copies-{count}.{args.format}", work, args.workers))
+    where = f", --workers {args.workers}" if args.workers > 1 else ""
+    print(f"{args.rows:,} rows of {args.format} in every table{where}; median (range) of {args.repeats} runs each, "
+          "interleaved")
     distinct = [run[0] for run in runs[1]]
     for count in counts:
         wall = [run[0] for run in runs[count]]
