@@ -102,7 +102,7 @@ _KIND_WORDS = {"int64", "float", "bytes"}
 # Copies in files another helper of issue 25 owns (tfrbeam/builder/): (file, function) -> why they stay for now.
 _KNOWN_COPIES: dict[tuple[str, str], str] = {
     # Avro's primitive types ("float", "bytes", "long", ...) and their Arrow types: Avro's names, not feature kinds.
-    ("build/inputs/avro.py", "<module>"): "Avro primitive types",
+    ("builder/inputs/avro.py", "<module>"): "Avro primitive types",
 }
 
 

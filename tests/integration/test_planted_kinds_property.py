@@ -18,14 +18,14 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from tests.integration import test_planted_kinds as planted
 from tests.integration.bounded_child import changed_outside, kind_snapshot, run_bounded, tool_command
 from tests.integration.sandbox import copy_dataset
-from tests.integration.test_planted_kinds import MAX_RSS_MB, OFFSET_INDEX, READ_INDEX, SHARD, TOOLS
+from tests.integration.test_planted_kinds import MAX_RSS_MB, OLD_INDEX, READ_INDEX, SHARD, TOOLS
 from tfrbeam.tfrecord.records import masked_crc32c
 
 TARGETS = {
     "manifest": "tfrbeam_dataset.json",
     "shard": SHARD,
     "read index": READ_INDEX,
-    "offset index": OFFSET_INDEX,
+    "old offset index": OLD_INDEX,
     "lock": "../.ds.tfrbeam-lock",
     "staging owner record": "../.ds.tfrbeam-0123456789abcdef/owner.json",
     "input file": "../input/flights-0.csv",  # the build's only: it reads the demo's CSV files from a copy here

@@ -67,6 +67,8 @@ VALUES: dict[str, st.SearchStrategy] = {
     "splits": st.sampled_from([({"train": 0.75, "eval": 0.25}, {"train": 0.75, "eval": 0.25}),
                                ({"column": "fold", "names": ["a", "b"]}, {"a": None, "b": None})]),
     "output.num_shards": st.sampled_from([(3, 3), ({"train": 2}, {"train": 2})]),
+    "output.tfds.name": st.sampled_from([(name, name) for name in ("flights", "my_data_2", "x")]),
+    "output.tfds.version": st.sampled_from([(version, version) for version in ("1.0.0", "2.10.3")]),
 }
 _CHARS = ";|:^~"
 _NAMES = "abcdef"  # never "g", the group_by of sequence configs
@@ -111,6 +113,8 @@ def _base(path: str) -> dict:
         raw["input"]["path"] = FORMAT_PATHS[fmt]
     if path.startswith("sequence."):
         raw["sequence"] = {"group_by": ["g"]}
+    if path.startswith("output.tfds."):
+        raw["output"]["tfds"] = {"name": "flights"}
     raw.update(json.loads(json.dumps(NEEDS.get(path, {}))))
     return raw
 
