@@ -121,7 +121,8 @@ def test_the_tally_numbers_copies_across_pieces_and_leaves_records_that_only_sha
     # Numbered in (name, place) order: a's two copies are copies 0 and 1, b's first record copy 2.
     assert by_name["a"].positions.tolist() == [11] and by_name["b"].positions.tolist() == [0]
     expected = occurrence_keys(np.array([5, 5], np.uint64), np.array([1, 2], np.uint64))
-    assert by_name["a"].keys.tolist() == [int(expected[0])] and by_name["b"].keys.tolist() == [int(expected[1])]
+    assert by_name["a"].occurrences.tolist() == [1] and by_name["b"].occurrences.tolist() == [2]
+    assert by_name["a"].positions.dtype == by_name["a"].occurrences.dtype == np.uint32
     _, buckets, count, size, largest = counts.histogram
     assert count.sum() == 5 and size.sum() == 100 and set(largest.tolist()) == {20}
     assert set(buckets.tolist()) == {0} | {int(key) >> 54 for key in expected}
@@ -135,8 +136,8 @@ def test_the_tally_gives_the_same_keys_whatever_the_order_of_its_parts():
     parts = [(f"piece-{number}", 0, _part(sorted(rng.choices(range(40), k=30)), [0] * 30)) for number in range(6)]
     first = tally_copies(parts, 10)
     again = tally_copies(list(reversed(parts)), 10)
-    assert [(m.location, m.positions.tolist(), m.keys.tolist()) for m in first[1]] == [
-        (m.location, m.positions.tolist(), m.keys.tolist()) for m in again[1]]
+    assert [(m.location, m.positions.tolist(), m.occurrences.tolist()) for m in first[1]] == [
+        (m.location, m.positions.tolist(), m.occurrences.tolist()) for m in again[1]]
     for left, right in zip(first[0].histogram, again[0].histogram):
         np.testing.assert_array_equal(left, right)
     distinct = {int(key) for _, _, part in parts for key in part.key}
@@ -208,8 +209,7 @@ def test_a_spilled_piece_damaged_on_disk_before_it_is_put_in_order_again_fails_w
     with open(piece.ref.location, "r+b") as handle:  # one payload byte of record 120
         handle.seek(int(piece.offsets[120]) + 12 + 5)
         handle.write(b"\xff")
-    moved = {piece.ref.location: [MovedCopies(piece.ref.location, np.arange(1, 200, 4),
-                                              occurrence_keys(piece.key[1::4], np.ones(50, np.uint64)))]}
+    moved = {piece.ref.location: [MovedCopies.of(piece.ref.location, np.arange(1, 200, 4), np.ones(50, np.uint64))]}
     rekeyed = store.rekeyed(store.crossing(piece), moved)
     assert rekeyed.ref.location != piece.ref.location and len(rekeyed) == 200
     with pytest.raises(ShuffledDataError, match="fails its data CRC"):

@@ -84,7 +84,7 @@ def tally_copies(parts: Iterable[tuple[str, int, Piece]], bucket_bits: int) -> t
     by_unit = np.argsort(unit, kind="stable")
     bounds = np.searchsorted(unit[by_unit], np.arange(len(names) + 1))
     return RangeCounts(counts), [
-        MovedCopies(names[index], position[by_unit[low:high]], moved_keys[by_unit[low:high]])
+        MovedCopies.of(names[index], position[by_unit[low:high]], occurrence[by_unit[low:high]])
         for index, (low, high) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())) if high > low
     ]
 

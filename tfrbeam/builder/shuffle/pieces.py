@@ -198,19 +198,29 @@ class Piece:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class MovedCopies:
-    """New sort keys for some records of one prepared piece (or run): copies of a record that another copy keeps the
-    key of (``tfrbeam.builder.shuffle.copies``).
+    """Some records of one prepared piece (or run) that are copies of a record another copy keeps the key of, with
+    their copy numbers (``tfrbeam.builder.shuffle.copies``): their new keys are ``occurrence_keys(key, number)``.
 
-    ``location`` names the piece (``PieceRef.location``), ``positions`` (int64) are the records' places in it
-    and ``keys`` (uint64) their new keys.
+    ``location`` names the piece (``PieceRef.location``), ``positions`` are the records' places in it and
+    ``occurrences`` their copy numbers (unsigned, as narrow as they fit: 8 bytes a record in the side input).
     """
 
     location: str
     positions: np.ndarray
-    keys: np.ndarray
+    occurrences: np.ndarray
 
     def __len__(self) -> int:
         return len(self.positions)
+
+    @classmethod
+    def of(cls, location: str, positions: np.ndarray, occurrences: np.ndarray) -> MovedCopies:
+        return cls(location, _narrow(positions), _narrow(occurrences))
+
+
+def _narrow(values: np.ndarray) -> np.ndarray:
+    """Non-negative integers as uint32 when they fit (they nearly always do), else uint64."""
+    fits = not len(values) or int(np.max(values)) < 1 << 32
+    return np.asarray(values).astype(np.uint32 if fits else np.uint64)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

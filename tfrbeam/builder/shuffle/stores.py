@@ -13,7 +13,7 @@ import uuid
 import numpy as np
 
 from tfrbeam.beam import filesystem as fs
-from tfrbeam.builder.shuffle.keys import key_range_bounds, payload_crcs
+from tfrbeam.builder.shuffle.keys import key_range_bounds, occurrence_keys, payload_crcs
 from tfrbeam.builder.shuffle.packed import pack_frames
 from tfrbeam.builder.shuffle.pieces import (
     INLINE,
@@ -153,7 +153,7 @@ class PieceStore:
         piece = self.with_keys(piece)
         keys = piece.key.copy()
         for copies in moved[piece.ref.location]:
-            keys[copies.positions] = copies.keys
+            keys[copies.positions] = occurrence_keys(piece.key[copies.positions], copies.occurrences)
         return self._reordered(piece, keys)
 
     def _reordered(self, piece: Piece, keys: np.ndarray) -> Piece:
