@@ -84,7 +84,7 @@ def _dicts_build(output: pathlib.Path, rows: list[dict], **settings) -> dict:
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from tfrbeam.beam import WriteDataset
+    from tfrbeam import WriteDataset
 
     options = {"splits": {"train": 1.0}, "num_shards": 1, "seed": 1,
                "errors": {"on_bad_record": "dead_letter", "max_bad_fraction": 1.0}, **settings}
