@@ -231,13 +231,22 @@ def _read_local(path: str, max_bytes: int | None, image: bool, confine: str | No
         if status.st_size > max_bytes:
             return FileRead(path, size=status.st_size)
         try:
-            data = handle.read(max_bytes + 1)
+            data = _read_at_most(handle, status.st_size, max_bytes + 1)
         except OSError as error:
             return FileRead(path, problem=f"cannot read {path}: {_why(error)}")
     if len(data) > max_bytes:  # it grew while being read
         return FileRead(path, size=-1)
     facts = _header_facts(path, data) if image else {}
     return FileRead(path, size=len(data), data=data, **facts)
+
+
+def _read_at_most(handle, expected: int, limit: int) -> bytes:
+    """Up to ``limit`` bytes, asked for by the size fstat gave: a read of ``limit`` would allocate all of it up
+    front, 64 MiB for a 3-byte file (eight reader threads, 512 MiB). A file that grew is read on to the limit."""
+    data = handle.read(min(expected + 1, limit))
+    if len(data) <= expected or len(data) >= limit:
+        return data
+    return data + handle.read(limit - len(data))
 
 
 def _outside(path: str, confine: str) -> str | None:
