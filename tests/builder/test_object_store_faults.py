@@ -51,7 +51,13 @@ def _wait_for(path: str, process: subprocess.Popen, seconds: float = 180) -> boo
     return False
 
 
-@pytest.mark.parametrize("at", [2, 9, 15, 18])  # staging, the copies, the switch, the old generation's removal
+# The commit's operations, each phase's: staging the manifest, moving an index in, the manifest's switch, and
+# removing the old generation's first shard (operations 12 to 15 remove the old generation).
+_PHASES = {2: ("write", "/tfrbeam_dataset.json"), 9: ("rename", ".index"), 11: ("rename", "/ds/tfrbeam_dataset.json"),
+           14: ("delete", "/ds/train/train-00000-of-00002.tfrecord")}
+
+
+@pytest.mark.parametrize("at", sorted(_PHASES))
 def test_the_store_gone_mid_commit_and_back_leaves_a_whole_dataset_and_the_next_run_recovers(
         s3_behind_a_proxy, tmp_path, at):
     """At operation ``at`` of the commit the store stops answering (connection refused); the build fails in one line,
@@ -77,6 +83,8 @@ def test_the_store_gone_mid_commit_and_back_leaves_a_whole_dataset_and_the_next_
         if process.poll() is None:
             process.kill()
     stderr = process.stderr.read() if process.stderr else ""
+    operation = open(signal).read().splitlines()[at - 1].split()
+    assert (operation[1], operation[2].endswith(_PHASES[at][1])) == (_PHASES[at][0], True), operation
     assert process.returncode not in (0, None)
     assert "Traceback" not in stderr, stderr[-2000:]
     assert "did not answer" in stderr.strip().splitlines()[-1], stderr[-2000:]
