@@ -37,7 +37,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from tfrbeam.base import object_store
@@ -442,6 +442,9 @@ def held_or_taken(target: str, owner: RunIdentity) -> Iterator[None]:
 # ---------------------------------------------------------------------------------- staging
 
 
+_OWNERS_WRITTEN: set[str] = set()  # object-store owner records this process wrote whole (run ids make them unique)
+
+
 @dataclasses.dataclass(frozen=True)
 class StagingDir:
     """A run's staging directory, the identity written into it and the output it stages for."""
@@ -455,6 +458,8 @@ class StagingDir:
         owner = fs.join(self.path, OWNER_NAME)
         try:
             if object_store.is_object_store(owner):  # one request: create the record unless it is there
+                if owner in _OWNERS_WRITTEN:  # record_writes made it, in this process: no request at all
+                    return self
                 with contextlib.suppress(PreconditionFailedError):
                     fs.write_if_absent(owner, owner_record(self.owner, self.output))
                 return self
@@ -468,10 +473,12 @@ class StagingDir:
     def record_writes(self, paths: Sequence[str]) -> None:
         """Before the run writes objects straight into the output: ``owner.json`` names them, in one whole-object
         write, so recovery removes those a dead run wrote and never published."""
+        owner = fs.join(self.path, OWNER_NAME)
         try:
-            fs.write_bytes(fs.join(self.path, OWNER_NAME), owner_record(self.owner, self.output, paths), "application/json")
+            fs.write_bytes(owner, owner_record(self.owner, self.output, paths), "application/json")
         except OSError as error:
             raise self._not_writable(error) from error
+        _OWNERS_WRITTEN.add(owner)
 
     def _not_writable(self, error: OSError) -> OutputNotWritableError:
         reason = "the disk is full" if error.errno == errno.ENOSPC else (error.strerror or str(error))
@@ -961,13 +968,14 @@ def output_key(target: str) -> str:
     return _normalized(target)
 
 
-def entries_besides_runs_objects(target: str) -> list[str]:
+def entries_besides_runs_objects(target: str, listing: Mapping[str, int] | None = None) -> list[str]:
     """The names directly inside an output, leaving out what holds only objects that a run's owner record (beside
-    the output, naming it) says the run writes straight there: an interrupted run's, which recovery removes."""
+    the output, naming it) says the run writes straight there: an interrupted run's, which recovery removes.
+    ``listing``: the output's objects as ``fs.list_objects`` gives them, when the caller has just listed it."""
     if not object_store.is_object_store(target):
         return fs.list_names(target)
     prefix = target.rstrip("/") + "/"
-    objects = [path for path in fs.list_objects(target) if path.startswith(prefix)]
+    objects = [path for path in (fs.list_objects(target) if listing is None else listing) if path.startswith(prefix)]
     written: set[str] = set()
     for directory in _staging_dirs(target) if objects else ():
         owner = _owner_of(directory)

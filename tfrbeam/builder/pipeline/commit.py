@@ -32,7 +32,7 @@ import os
 import platform
 import posixpath
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import apache_beam as beam
@@ -285,7 +285,7 @@ def shard_destination(plan: BuildPlan, publish: bool) -> str:
     return plan.output_root if direct_writes(plan, publish) is not None else plan.staging_dir
 
 
-def direct_writes(plan: BuildPlan, publish: bool = False) -> DirectWrites | None:
+def direct_writes(plan: BuildPlan, publish: bool = False, listing: Mapping[str, int] | None = None) -> DirectWrites | None:
     """Decide, once per run, whether its shards go straight to their final names (None: they are staged and copied).
 
     Only on ``gs://`` and ``s3://``, only for a launcher (``publish=False``) that holds the output's lock now and
@@ -294,7 +294,8 @@ def direct_writes(plan: BuildPlan, publish: bool = False) -> DirectWrites | None
     just remove a dead run's objects there (its orphaned workers might still write them), and its recovery under
     this lock left no other run's staging directory there (a live run that lost its lock to this one may still
     write the names its owner record lists). A reader never sees the
-    new objects as a dataset before the manifest, written last, lists them.
+    new objects as a dataset before the manifest, written last, lists them. ``listing``: the output's objects
+    (``fs.list_objects``), listed by the caller under this lock after its recovery.
     """
     if plan.run.run_id in _DIRECT:
         return _DIRECT[plan.run.run_id]
@@ -303,7 +304,7 @@ def direct_writes(plan: BuildPlan, publish: bool = False) -> DirectWrites | None
     if (publish or not output or not holds_lock(root, plan.run.run_id) or any(count is None for count in spec.num_shards)
             or output in RECOVERED_WRITES or output not in OTHER_RUNS or OTHER_RUNS[output]):
         return None
-    relatives, found = _planned_names(plan), _objects_under(root)
+    relatives, found = _planned_names(plan), _objects_under(root, listing)
     if found & set(relatives):
         return None
     replaces = committed_run(root) if found & set(MANIFEST_NAMES) else None  # the listing says whether there is one
@@ -325,10 +326,11 @@ def _planned_names(plan: BuildPlan) -> list[str]:
     return names
 
 
-def _objects_under(root: str) -> set[str]:
-    """The names (relative to ``root``) of every object under the output prefix: one listing."""
+def _objects_under(root: str, listing: Mapping[str, int] | None = None) -> set[str]:
+    """The names (relative to ``root``) of every object under the output prefix: one listing (none when given)."""
     prefix = root.rstrip("/") + "/"
-    return {path[len(prefix):] for path in fs.list_objects(root) if path.startswith(prefix)}
+    return {path[len(prefix):] for path in (fs.list_objects(root) if listing is None else listing)
+            if path.startswith(prefix)}
 
 
 COMMIT_RECORD = "commit-ready.json"  # in the staging directory: what the launcher publishes after the pipeline

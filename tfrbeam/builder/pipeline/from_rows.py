@@ -126,7 +126,8 @@ def plan_for(config: BuildConfig, schema: pa.Schema, options: PipelineOptions | 
              input_bytes: int | None = None, own_options: bool = False) -> BuildPlan:
     """``plan_rows`` with config problems on one line."""
     try:
-        return plan_rows(config, schema, options, overwrite=overwrite, input_bytes=input_bytes, own_options=own_options)
+        return plan_rows(config, schema, options, overwrite=overwrite, input_bytes=input_bytes, own_options=own_options,
+                         launched=own_options)
     except ConfigError as error:
         raise one_line(error) from None
 

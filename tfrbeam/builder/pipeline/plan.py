@@ -18,6 +18,7 @@ import os
 import posixpath
 import re
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -134,7 +135,7 @@ def _utc_now() -> str:
 
 
 def plan_build(config: BuildConfig, options: PipelineOptions | None = None, *, overwrite: bool = False,
-               run_id: str | None = None) -> BuildPlan:
+               run_id: str | None = None, launched: bool = False) -> BuildPlan:
     """Plan ``config``: every config, input and output problem is raised here, before anything runs.
 
     Raises ConfigError (features that do not fit the input, an unknown split_key),
@@ -151,7 +152,7 @@ def plan_build(config: BuildConfig, options: PipelineOptions | None = None, *, o
     resolved_input = resolve_config(config, files=inputs)
     check_inputs_hold_rows(resolved_input.input, inputs, config.errors.allow_empty)
     plan = _planned(config, resolved_input, tuple(inputs), sum(item.size for item in inputs), options, overwrite, run_id,
-                    workers="choose")
+                    workers="choose", launched=launched)
     return dataclasses.replace(plan, input_splits=input_splits)
 
 
@@ -161,7 +162,8 @@ UNKNOWN_ROWS_BYTES = 64 << 30
 
 
 def plan_rows(config: BuildConfig, schema: pa.Schema, options: PipelineOptions | None = None, *, overwrite: bool = False,
-              run_id: str | None = None, input_bytes: int | None = None, own_options: bool = False) -> BuildPlan:
+              run_id: str | None = None, input_bytes: int | None = None, own_options: bool = False,
+              launched: bool = False) -> BuildPlan:
     """Plan a build of rows given as Arrow record batches of ``schema`` rather than read from files.
 
     ``config.input.path`` names the rows (in messages, dead letters and the manifest); the features
@@ -178,15 +180,18 @@ def plan_rows(config: BuildConfig, schema: pa.Schema, options: PipelineOptions |
     resolved_input = validate_against_schema(config, schema, where=config.input.path)
     rows = InputFile(config.input.path, input_bytes or 0, None)
     return _planned(config, resolved_input, (rows,), input_bytes if input_bytes is not None else UNKNOWN_ROWS_BYTES,
-                    options, overwrite, run_id, workers="given in memory" if own_options else "as given")
+                    options, overwrite, run_id, workers="given in memory" if own_options else "as given", launched=launched)
 
 
 def _planned(config: BuildConfig, resolved_input: BuildConfig, inputs: tuple[InputFile, ...], input_bytes: int,
-             options: PipelineOptions | None, overwrite: bool, run_id: str | None, workers: str) -> BuildPlan:
+             options: PipelineOptions | None, overwrite: bool, run_id: str | None, workers: str,
+             launched: bool = False) -> BuildPlan:
     """The plan of a config whose features were resolved against its input: split key and output checked.
 
     ``workers``: "choose" (tfrbeam build) and "given in memory" (rows in this process): ``--workers N`` or auto
-    (this process), set on ``options``; "as given": a user's pipeline, its options unchanged.
+    (this process), set on ``options``; "as given": a user's pipeline, its options unchanged. ``launched``: the
+    plan goes to ``launch``, which checks the output again under its lock; a bucket's output is then checked only
+    there, as each check costs a metadata request and a listing.
     """
     features = resolved_input.features
     columns = resolved_input.input.columns
@@ -196,7 +201,8 @@ def _planned(config: BuildConfig, resolved_input: BuildConfig, inputs: tuple[Inp
     _check_workers_can_see(options, "output.path", [config.output.path])
     output_root = output_root_of(config)
     check_output_place(output_root, config.output.path)
-    check_output_dir(output_root, normalized(config_to_dict(resolved)), overwrite, shown=config.output.path)
+    if not (launched and fs.is_remote(output_root)):
+        check_output_dir(output_root, normalized(config_to_dict(resolved)), overwrite, shown=config.output.path)
     check_users_paths_keepable(output_root, config, shown=config.output.path)
     options = options if options is not None else PipelineOptions([])
     if workers == "as given":
@@ -310,28 +316,34 @@ def _probe(directory: str, shown: str) -> None:
             os.unlink(probe)
 
 
-def _user_entries(output_root: str) -> list[str]:
+def _user_entries(output_root: str, listing: Mapping[str, int] | None = None) -> list[str]:
     """Entries of an output directory without a manifest: all the user's (a plan's probe file aside, and the objects an
     interrupted run wrote straight into a bucket output, which recovery removes: ``tfrbeam.beam.publish``)."""
-    return sorted(name for name in entries_besides_runs_objects(output_root) if not name.startswith(PROBE_PREFIX))
+    return sorted(name for name in entries_besides_runs_objects(output_root, listing)
+                  if not name.startswith(PROBE_PREFIX))
 
 
-def check_output_dir(output_root: str, resolved_config: dict, overwrite: bool, shown: str | None = None) -> None:
+def check_output_dir(output_root: str, resolved_config: dict, overwrite: bool, shown: str | None = None,
+                     listing: Mapping[str, int] | None = None) -> None:
     """Refuse to build into a directory holding another dataset (or other files) unless ``overwrite``.
 
     A directory holding the same dataset (same resolved config) may be rebuilt: the result is the
-    same bytes. A damaged manifest is replaced only with ``overwrite``.
+    same bytes. A damaged manifest is replaced only with ``overwrite``. ``listing``: a bucket output's objects
+    (``fs.list_objects``), just listed by the caller; the manifest is then read only when it is listed.
     """
     shown = shown or output_root
     if overwrite:
         check_manifest_file(output_root)  # a FIFO, link or sparse giant there: refused before anything is touched
         return
     # In a bucket each name tried is a request: the new name, then the listing below (needed anyway) shows the old one.
-    names = (MANIFEST_NAME,) if fs.is_remote(output_root) else MANIFEST_NAMES
+    names: tuple[str, ...] = (MANIFEST_NAME,) if fs.is_remote(output_root) else MANIFEST_NAMES
     others: list[str] | None = None
     try:
-        manifest = read_manifest(output_root, BEAM_FILES, names=names)
-        if manifest is None and names == (MANIFEST_NAME,):
+        if listing is not None:
+            others = _user_entries(output_root, listing)
+            names = tuple(name for name in MANIFEST_NAMES if name in others)[:1]
+        manifest = read_manifest(output_root, BEAM_FILES, names=names) if names else None
+        if manifest is None and names == (MANIFEST_NAME,) and listing is None:
             others = _user_entries(output_root)
             if LEGACY_MANIFEST_NAME in others:
                 manifest = read_manifest(output_root, BEAM_FILES, names=(LEGACY_MANIFEST_NAME,))

@@ -23,7 +23,9 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions, StandardOptions, TestOptions
 
 from tfrbeam import errors as tfrbeam_errors
+from tfrbeam.base import object_store
 from tfrbeam.base.wording import counted
+from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.publish import OutputLock, abandon
 from tfrbeam.builder.config import BuildConfig, apply_overrides, load_config, parse_config
 from tfrbeam.builder.pipeline import commit as build_commit
@@ -88,7 +90,7 @@ def run(config: str | os.PathLike | Mapping[str, Any] | BuildConfig,
     options = build_options(pipeline_options)
     started = time.monotonic()
     try:
-        plan = plan_build(as_config(config, overrides), options, overwrite=overwrite)
+        plan = plan_build(as_config(config, overrides), options, overwrite=overwrite, launched=True)
     except ConfigError as error:
         raise one_line(error) from None
     with reporting(progress):
@@ -170,7 +172,11 @@ def prepare(plan: BuildPlan, options: PipelineOptions, attach: Callable[[beam.Pi
     removed = recover_output(plan.output_root)
     if removed:
         _LOG.info("removed what %d earlier, interrupted run(s) left", len(removed))
-    check_output_dir(plan.output_root, plan.resolved_config, plan.overwrite, shown=plan.output_path)
+    # In a bucket one listing, after the recovery, serves the output's check and the choice of direct writes.
+    listing = fs.list_objects(plan.output_root) if object_store.is_object_store(plan.output_root) else None
+    check_output_dir(plan.output_root, plan.resolved_config, plan.overwrite, shown=plan.output_path, listing=listing)
+    if listing is not None:
+        build_commit.direct_writes(plan, listing=listing)  # decided once per run: the graph asks again
     pipeline = beam.Pipeline(options=options)
     try:
         attach(pipeline)
