@@ -121,6 +121,18 @@ def _s3_endpoint() -> str | None:
     return _S3.endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
 
 
+# google-cloud-storage 3.11+ fetches a bucket's metadata in the background for its tracing (one buckets.get per
+# client and bucket, and one more after every 404), billed requests that tracing off never uses
+# (googleapis/google-cloud-python#17650); this variable is the library's own switch.
+BUCKET_METADATA_PROBES_OFF = "DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA"
+
+
+def no_bucket_metadata_probes() -> None:
+    """In a process of our own (a ``tfrbeam`` command and the workers it starts): no background bucket-metadata
+    requests, unless the environment already says otherwise. A library call leaves the caller's process alone."""
+    os.environ.setdefault(BUCKET_METADATA_PROBES_OFF, "true")
+
+
 def _gcs_client() -> Any:
     def make() -> Any:
         from google.cloud import storage

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 
 from tfrbeam.base.gc_pause import gc_paused
+from tfrbeam.base.object_store import no_bucket_metadata_probes
 from tfrbeam.cli.beam_warnings import without_beam_import_warnings
 from tfrbeam.cli.exit_codes import EXIT_OK, report_error
 from tfrbeam.errors import TfrbeamError
@@ -55,6 +56,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run a dataset build; returns the exit status (130 after Ctrl-C, 143 after SIGTERM)."""
+    no_bucket_metadata_probes()
     with _INTERRUPTS.handled():
         try:
             return _build(sys.argv[1:] if argv is None else argv)
@@ -81,7 +83,8 @@ def _build(argv: list[str]) -> int:
     options = pipeline_options(rest, parser)
     started = time.monotonic()
     with launch.reporting(progress=not args.quiet, beam_log=args.verbose):
-        plan = plan_build(launch.as_config(args.config, args.overrides), options, overwrite=args.overwrite)
+        plan = plan_build(launch.as_config(args.config, args.overrides), options, overwrite=args.overwrite,
+                          launched=not args.dry_run)
         if args.dry_run:
             print(describe_plan(plan))
             return EXIT_OK

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from tfrbeam import __version__
 from tfrbeam.base.file_access import files_for
-from tfrbeam.base.object_store import input_size, is_object_store
+from tfrbeam.base.object_store import input_size, is_object_store, no_bucket_metadata_probes
 from tfrbeam.base.wording import counted
 from tfrbeam.cli import build
 from tfrbeam.cli.beam_warnings import without_beam_import_warnings
@@ -34,6 +34,7 @@ _PROGRESS_MIN_BYTES = 4 << 20
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``tfrbeam`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    no_bucket_metadata_probes()
     if argv and argv[0] == "build":
         return build.main(argv[1:])
     parser = _parser()
