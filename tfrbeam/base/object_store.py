@@ -816,7 +816,7 @@ class RangedFile:
         """Each span ``(offset, length)`` read into a writable buffer of its own, followed by ``slack`` zero bytes, in
         order; the next ``ahead`` spans are requested in the background while one is used.
 
-        For a reader that knows where its blocks lie (a shard's offset index): each block is used where its span's
+        For a reader that knows where its blocks lie (a shard's read index): each block is used where its span's
         request put it, with no copy into a read window. Closing the generator waits for its requests still running.
         """
         pool = _range_pool()

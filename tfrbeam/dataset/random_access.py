@@ -91,7 +91,7 @@ class _Shard:
     """One open shard: its bytes (memory-mapped) and every record's start.
 
     With a ``generation`` (a build directory) the shard is opened and its index read first, then
-    proven to belong to the pinned run (as ``read_segment`` does). The offsets index is written only
+    proven to belong to the pinned run (as ``read_segment`` does). The read index is written only
     where it stays inside ``root`` (the dataset directory, else the file's own directory).
     """
 

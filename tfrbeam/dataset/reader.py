@@ -328,7 +328,7 @@ def read_segment(
                                 first, limit, offset, skip, starts)
         return
     # Open, then find the start (the index is read by path), then prove both belong to the pinned run.
-    # An object is read with range requests, the next one asked for while this one is decoded; its offset index
+    # An object is read with range requests, the next one asked for while this one is decoded; its read index
     # (sized by the manifest, which the opened object must match) is requested while it is opened.
     indexed = in_background(_record_starts, segment, skip_corrupt, lambda: segment.expected_bytes) if (
         remote and segment.expected_bytes is not None) else None
@@ -350,13 +350,13 @@ def read_segment(
                                 first, limit, offset, skip, starts)
 
 
-# A shard with fewer records is walked without its offset index: in a bucket the index costs two requests, and
+# A shard with fewer records is walked without its read index: in a bucket the index costs a request, and
 # walking 10,000 headers costs 3 ms of CPU.
 INDEXED_STARTS_MIN_RECORDS = 10_000
 
 
 def _record_starts(segment: Segment, skip_corrupt: bool, size: Callable[[], int]) -> np.ndarray | None:
-    """The record starts of the segment's offset index, for a sequential read to check against the headers instead
+    """The record starts of the segment's read index, for a sequential read to check against the headers instead
     of walking them one by one in Python (a fifth of a raw epoch's CPU); None where it would not be used."""
     count = segment.expected_records
     if segment.compression is not None or skip_corrupt or count is None or count < INDEXED_STARTS_MIN_RECORDS:

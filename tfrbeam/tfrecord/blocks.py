@@ -202,7 +202,7 @@ def record_blocks(
     ``skip_corrupt``, ``on_skip`` and ``name`` mean what they mean for ``RecordReader``;
     ``verify=False`` checks nothing and leaves the payloads out (a fast walk over headers).
     Blocks are full (``block_length`` records) except at the end of the file, the range or the limit.
-    ``record_starts`` (an uncompressed file's every record start, then its size: its offset index) spares
+    ``record_starts`` (an uncompressed file's every record start, then its size: its read index) spares
     the walk over the headers where they agree with it; it changes nothing that is read (see ``_walk_by_starts``).
     """
     if block_length <= 0:
