@@ -90,6 +90,22 @@ def test_one_home_per_public_name():
     assert repeated == {}
 
 
+# A concept, the text only its home may hold, and that home: a second copy is how two homes start.
+ONE_HOME = {
+    "the table of file kinds (FIFO, device, socket ...)": ("S_ISFIFO", "tfrbeam/base/bounded_read.py"),
+    "an atomic replace of a local file": ("os.replace(", "tfrbeam/base/fileops.py"),
+    "TFRecord's CRC mask": ("0xa282ead8", "tfrbeam/tfrecord/records.py"),
+}
+
+
+@pytest.mark.parametrize("concept", sorted(ONE_HOME))
+def test_one_home_per_concept(concept):
+    marker, home = ONE_HOME[concept]
+    holders = sorted(str(path.relative_to(REPO_ROOT)) for path in (REPO_ROOT / "tfrbeam").rglob("*.py")
+                     if marker.lower() in path.read_text().lower())
+    assert holders == [home], f"{concept}: {holders}"
+
+
 def test_only_beam_and_build_import_apache_beam():
     """The format core, the reader, stats and the layout run where Beam is not installed; the commands (cli) reach
     Beam only through beam/ and builder/, which they import when a command needs them."""

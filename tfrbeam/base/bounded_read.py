@@ -18,11 +18,12 @@ import errno
 import fcntl
 import os
 import stat
+from collections.abc import Callable
 from typing import BinaryIO, cast
 
 from tfrbeam.errors import RefusedFileError
 
-__all__ = ["at_most", "check_found", "describe_mode", "open_found", "open_regular", "read_open", "read_regular"]
+__all__ = ["Refusal", "at_most", "check_found", "describe_mode", "open_found", "open_regular", "read_open", "read_regular"]
 
 _CHUNK = 64 << 10  # reads past the size fstat gave (below malloc's mmap threshold: cheap to allocate)
 
@@ -74,23 +75,32 @@ def open_regular(path: str, what: str = "file", *, follow_links: bool = True) ->
         raise
 
 
-def open_found(path: str, what: str, *, follow_links: bool) -> tuple[int, os.stat_result]:
+Refusal = Callable[[str, os.stat_result], str]  # the one line refusing a path that is no regular file, given its stat
+
+
+def open_found(path: str, what: str, *, follow_links: bool, refusal: Refusal | None = None) -> tuple[int, os.stat_result]:
     """A descriptor of the local regular file ``path`` (blocking reads) and its ``fstat``; ``RefusedFileError`` else.
 
     The kind is checked before the open (a device is never opened) and again on the open descriptor,
-    so a file swapped in between is caught too. ``FileNotFoundError`` when there is none.
+    so a file swapped in between is caught too. ``FileNotFoundError`` when there is none. ``refusal`` words
+    the error for a file that is not tfrbeam's own (a user's file named in a table); by default it says that
+    no ``what`` of tfrbeam's is such a thing.
     """
-    _refuse_unless_regular(path, os.stat(path, follow_symlinks=follow_links), what)
+    def refuse(info: os.stat_result) -> None:
+        if not stat.S_ISREG(info.st_mode):
+            raise RefusedFileError(refusal(path, info) if refusal is not None else _kind_refusal(path, info, what))
+
+    refuse(os.stat(path, follow_symlinks=follow_links))
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
     try:
         descriptor = os.open(path, flags)
     except OSError as error:
         if error.errno in (errno.ELOOP, errno.ENXIO):  # swapped for a link or a socket since the look
-            raise RefusedFileError(_kind_refusal(path, os.lstat(path), what)) from error
+            refuse(os.lstat(path) if error.errno == errno.ELOOP else os.stat(path))
         raise
     try:
         info = os.fstat(descriptor)
-        _refuse_unless_regular(path, info, what)
+        refuse(info)
         fcntl.fcntl(descriptor, fcntl.F_SETFL, fcntl.fcntl(descriptor, fcntl.F_GETFL) & ~os.O_NONBLOCK)
     except BaseException:
         os.close(descriptor)

@@ -15,18 +15,18 @@ outside it (``..``, absolute, another scheme) or a symlink leading out of it is 
 
 from __future__ import annotations
 
-import errno
 import importlib.util
 import io
 import os
 import posixpath
-import stat
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tfrbeam.base.bounded_read import describe_mode, open_found
 from tfrbeam.beam import filesystem
+from tfrbeam.errors import RefusedFileError
 
 __all__ = [
     "BATCH_FILE_BYTES",
@@ -180,45 +180,15 @@ def _read_one(path: str, max_bytes: int | None, image: bool, confine: str | None
     return FileRead(path, size=size, data=data, **facts)
 
 
-class _NotRegular(Exception):
-    """A path that names something other than a regular file; the message says what it is."""
-
-
-_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"), (stat.S_ISSOCK, "a socket"))
-
-
-def _open_regular(path: str) -> tuple[int, os.stat_result]:
-    """A read-only descriptor of a regular file and its fstat, opened without blocking (a FIFO with no writer
-    would block the open itself); anything else is _NotRegular. (A private helper until tfrbeam.base has a
-    shared bounded open.)"""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError as error:
-        if error.errno == errno.ENXIO:  # a socket, or a device with no driver behind it
-            _check_kind(path, os.stat(path))
-        raise
-    try:
-        status = os.fstat(fd)
-        _check_kind(path, status)
-        os.set_blocking(fd, True)
-        return fd, status
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def _check_kind(path: str, status: os.stat_result) -> None:
-    if not stat.S_ISREG(status.st_mode):
-        kind = next((name for test, name in _KINDS if test(status.st_mode)), "not a file")
-        raise _NotRegular(f"{path} is {kind}, not a regular file; from_file reads regular files only")
+def _not_regular(path: str, info: os.stat_result) -> str:
+    return f"{path} is {describe_mode(info.st_mode)}, not a regular file; from_file reads regular files only"
 
 
 def _read_local(path: str, max_bytes: int | None, image: bool, confine: str | None) -> FileRead:
     """A local file typed and sized by fstat before any read: at most max_bytes + 1 bytes of it are read."""
     try:
-        fd, status = _open_regular(path)
-    except _NotRegular as refused:
+        fd, status = open_found(path, "file", follow_links=True, refusal=_not_regular)
+    except RefusedFileError as refused:
         return FileRead(path, problem=str(refused))
     except OSError as error:
         return FileRead(path, problem=f"cannot read {path}: {_why(error)}")
