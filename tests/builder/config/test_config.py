@@ -14,6 +14,7 @@ from tfrbeam.builder.config import (
     ConfigError,
     CsvOptions,
     FeatureSpec,
+    ShuffleConfig,
     apply_overrides,
     config_to_dict,
     load_config,
@@ -636,3 +637,9 @@ def test_an_orc_avro_or_json_lines_file_given_as_the_config_is_one_line_naming_i
         message = str(caught.value)
         assert message == (f"{tmp_path / name}: not a YAML build config but {kind} data file; write one with: "
                            "tfrbeam infer-config DATA_FILE > build.yaml"), message
+
+
+def test_the_effective_seed_is_the_seed_only_when_the_rows_are_shuffled():
+    """One home for "which seed orders this build": the manifest, the shard graph and the sequence build ask it."""
+    assert ShuffleConfig(enabled=True, seed=7).effective_seed == 7
+    assert ShuffleConfig(enabled=False, seed=7).effective_seed is None

@@ -205,6 +205,11 @@ class ShuffleConfig:
     enabled: bool = key(Flag(), True)
     seed: int = key(Integer(0, (1 << 64) - 1), 0)
 
+    @property
+    def effective_seed(self) -> int | None:
+        """The seed the build's order depends on: None when the rows keep their input order."""
+        return self.seed if self.enabled else None
+
 
 def _uncompressed(scope: Scope, dali_index: bool) -> bool:
     if dali_index and scope.value("compression") is not None:

@@ -177,7 +177,7 @@ class _ConvertAndKey(beam.DoFn):
         self._split_column = ColumnSplits(split_by, tuple(run.config.splits)) if isinstance(split_by, SplitColumn) else None
         # File-pattern splits: each input file's split (the plan listed every glob once).
         self._file_split = {item.path: split for item, split in zip(run.input_files, run.input_splits)}
-        self._seed = run.config.shuffle.seed if run.config.shuffle.enabled else None
+        self._seed = run.config.shuffle.effective_seed
         self._action = run.config.errors.on_bad_record
         self._input_index = {path: index for index, path in enumerate(sorted(input_paths))}
         cap = spec.max_bytes_per_shard

@@ -260,7 +260,7 @@ class SequenceStage:
         config = plan.config
         assert config.sequence is not None  # only sequence builds have this stage
         return cls(sequence=config.sequence, features=plan.features, split_key=config.split_key or config.sequence.group_by,
-                   fractions=config.fractions, seed=config.shuffle.seed if config.shuffle.enabled else None,
+                   fractions=config.fractions, seed=config.shuffle.effective_seed,
                    action=config.errors.on_bad_record, input_paths=tuple(sorted(item.path for item in plan.input_files)))
 
     @property
