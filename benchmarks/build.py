@@ -501,7 +501,7 @@ def run_ours_on_pool(fmt: str, input_path: pathlib.Path, work: pathlib.Path, wor
     run = run_job([sys.executable, "-m", "tfrbeam.builder", str(config_path), "--quiet", f"--piece_store={store}"],
                   work, f"ours-{store}-{fmt}-{repeat}{'-' + label if label else ''}", workers)
     manifest = json.loads((output / "tfrbeam_dataset.json").read_text())
-    run["shuffled_per_row"] = manifest["shuffled_bytes"] / manifest["rows_read"]
+    run["shuffled_per_row"] = manifest["run"]["shuffled_bytes"] / manifest["rows_read"]
     return run
 
 

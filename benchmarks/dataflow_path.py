@@ -188,7 +188,7 @@ def main() -> None:
             run = run_job([sys.executable, "-m", "tfrbeam.builder", str(config), "--quiet", f"--piece_store={store}"],
                           work, f"ours-{store}-{repeat}", args.workers)
             manifest = json.loads((output / "tfrbeam_dataset.json").read_text())
-            run["shuffled_per_row"] = manifest["shuffled_bytes"] / manifest["rows_read"]
+            run["shuffled_per_row"] = manifest["run"]["shuffled_bytes"] / manifest["rows_read"]
             ours[store].append(run)
         if not args.ours_only:
             shutil.rmtree(work / "baseline", ignore_errors=True)

@@ -59,7 +59,7 @@ def test_reading_every_shard_reads_the_manifest_a_constant_number_of_times(bucke
 def test_a_manifest_replaced_mid_read_is_still_found(bucket, many_shards):
     url = _upload(bucket, many_shards, "ds2")
     manifest = json.loads((many_shards / "tfrbeam_dataset.json").read_bytes())
-    manifest["run_id"] = "another-run"
+    manifest["run"]["run_id"] = "another-run"
     with pytest.raises(DatasetChangedError, match="another-run"):
         with open_dataset(url, split="train", batch_size=50, num_parallel_reads=1) as dataset:
             for index, _ in enumerate(dataset):

@@ -77,8 +77,8 @@ def test_the_read_index_is_written_inside_the_dataset(demo_dataset, tmp_path):
 def test_a_dataset_replaced_after_opening_is_refused_naming_both_runs(demo_dataset, tmp_path):
     dataset = copy_dataset(demo_dataset, tmp_path / "sandbox")
     records = open_random_access(str(dataset), split="eval")
-    old_run = json.loads((dataset / "tfrbeam_dataset.json").read_text())["run_id"]
-    edit_manifest(dataset, lambda manifest: manifest.__setitem__("run_id", "the-next-build"))
+    old_run = json.loads((dataset / "tfrbeam_dataset.json").read_text())["run"]["run_id"]
+    edit_manifest(dataset, lambda manifest: manifest["run"].__setitem__("run_id", "the-next-build"))
     with pytest.raises(DatasetChangedError, match=rf"run {old_run} when reading started, run the-next-build now"):
         records[0]
 

@@ -24,8 +24,6 @@ from tfrbeam.tfrecord.read_index import parse_read_index
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 CONFIGS = {name: REPO_ROOT / "configs" / f"{name}.yaml" for name in ("demo", "csv_example", "sequence_example")}
-# What differs between two runs of one build by design: when, which run, and how it ran.
-RUN_KEYS = ("started", "finished", "run_id", "runner", "piece_store", "workers", "shuffled_bytes")
 INPUT_GLOBS = {"demo": "csv/flights-*.csv", "csv_example": "csv/*.csv", "sequence_example": "sequences/*.csv"}
 MULTI_PROCESSING = ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]
 
@@ -56,13 +54,14 @@ def _build(workdir: pathlib.Path, config: str, name: str, *args: str) -> pathlib
 
 
 def _dataset(output: pathlib.Path) -> tuple[dict[str, bytes], dict]:
-    """Every file of a dataset by relative path (shards, read indexes, dead letters), and its manifest without run keys."""
+    """Every file of a dataset by relative path (shards, read indexes, dead letters), and its manifest without its run
+    record (what differs between two runs of one build by design: when, which run, and how it ran)."""
     files = {
         str(path.relative_to(output)): _content(path)
         for path in sorted(output.rglob("*")) if path.is_file() and path.name != "tfrbeam_dataset.json"
     }
     manifest = json.loads((output / "tfrbeam_dataset.json").read_text().replace(str(output), "OUTPUT"))
-    return files, {key: value for key, value in manifest.items() if key not in RUN_KEYS}
+    return files, {key: value for key, value in manifest.items() if key != "run"}
 
 
 def _content(path: pathlib.Path) -> bytes | tuple:
@@ -81,7 +80,7 @@ def reference(workdir):
     built = {config: _build(workdir, config, "default") for config in CONFIGS}
     for output in built.values():
         manifest = json.loads((output / "tfrbeam_dataset.json").read_text())
-        assert (manifest["runner"], manifest["piece_store"]) == ("FnApiRunner", "memory")
+        assert (manifest["run"]["runner"], manifest["run"]["piece_store"]) == ("FnApiRunner", "memory")
     return {config: _dataset(output) for config, output in built.items()}
 
 
@@ -92,7 +91,7 @@ def _assert_same_as_reference(reference, output: pathlib.Path, config: str, runn
     assert [name for name in files if files[name] != expected_files[name]] == []
     assert manifest == expected_manifest
     written = json.loads((output / "tfrbeam_dataset.json").read_text())
-    assert (written["runner"], written["piece_store"]) == (runner, piece_store)
+    assert (written["run"]["runner"], written["run"]["piece_store"]) == (runner, piece_store)
     assert not glob.glob(str(output.parent / ".tfrbeam-*"))  # no staging, spill or lock files left
 
 
@@ -115,7 +114,7 @@ def test_direct_runner_multi_processing(workdir, reference, config, piece_store,
     """``tfrbeam build --workers 2`` and Beam's own direct options run the same 2 SDK worker processes."""
     output = _build(workdir, config, f"multi-{piece_store}", *workers, f"--piece_store={piece_store}")
     _assert_same_as_reference(reference, output, config, "FnApiRunner", "spill" if piece_store == "auto" else piece_store)
-    recorded = json.loads((output / "tfrbeam_dataset.json").read_text())["workers"]
+    recorded = json.loads((output / "tfrbeam_dataset.json").read_text())["run"]["workers"]
     assert (recorded["count"], recorded["mode"]) == (2, "multi_processing")
 
 

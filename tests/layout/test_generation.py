@@ -21,8 +21,8 @@ def test_a_replace_during_an_epoch_raises_naming_both_runs(tmp_path, monkeypatch
     new = tmp_path / "out" / "other"
     config = pathlib.Path(__file__).resolve().parents[2] / "configs" / "demo.yaml"
     assert build_main([str(config), "--quiet", "--set", "output.path=out/other", "--set", "shuffle.seed=99"]) == 0
-    old_run = json.loads((old / "tfrbeam_dataset.json").read_text())["run_id"]
-    new_run = json.loads((new / "tfrbeam_dataset.json").read_text())["run_id"]
+    old_run = json.loads((old / "tfrbeam_dataset.json").read_text())["run"]["run_id"]
+    new_run = json.loads((new / "tfrbeam_dataset.json").read_text())["run"]["run_id"]
     expected = _records(open_dataset(str(old), "train", batch_size=8, prefetch=0, executor="threads"))
     dataset = open_dataset(str(old), "train", batch_size=8, prefetch=0, executor="threads")
     pinned = dataset_generation(str(old))

@@ -1,7 +1,9 @@
-"""Datasets built before the manifest had a name of its own (``dataset_info.json``, now TFDS's) still open everywhere.
+"""Datasets built before still open everywhere: manifests of format 1 (how the run went at the top level, not in a
+``run`` record), under their own name or the one they had before TFDS output took it (``dataset_info.json``).
 
-A dataset of today is turned into one of before by renaming its manifest back; every reader and tool must find it,
-and a build replacing it must leave no stale manifest (locally and in a bucket) nor touch the user's files.
+A dataset of today is turned into one of before by writing its manifest back in format 1 (and renaming it); every
+reader and tool must find it, and a build replacing it must leave no stale manifest (locally and in a bucket) nor
+touch the user's files.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ import pyarrow as pa
 import pytest
 
 import tfrbeam
+from tfrbeam.beam.publish import committed_run
 from tfrbeam.errors import ManifestError
+from tfrbeam.layout.generation import Generation
 from tfrbeam.layout.manifest import find_manifest, read_manifest
 from tfrbeam.layout.names import LEGACY_MANIFEST_NAME, MANIFEST_NAME
 
@@ -27,11 +31,20 @@ def _table(offset: int = 0) -> pa.Table:
     return pa.table({"id": list(range(offset, offset + ROWS)), "text": [f"row {i}" for i in range(offset, offset + ROWS)]})
 
 
-def _legacy_dataset(tmp_path: pathlib.Path) -> pathlib.Path:
+def _format_1(data: bytes) -> bytes:
+    """A manifest of today as a build before wrote it: format 1, the run record's keys at the top level."""
+    manifest = json.loads(data)
+    run = manifest.pop("run")
+    return (json.dumps({**manifest, "format": "tfrbeam-dataset/1", **run}, indent=2) + "\n").encode()
+
+
+def _legacy_dataset(tmp_path: pathlib.Path, name: str = LEGACY_MANIFEST_NAME) -> pathlib.Path:
     dataset = tmp_path / "old"
     tfrbeam.write_dataset(_table(), str(dataset), splits={"train": 0.75, "eval": 0.25}, num_shards=2, seed=5,
                           progress=False)
-    os.rename(dataset / MANIFEST_NAME, dataset / LEGACY_MANIFEST_NAME)
+    data = _format_1((dataset / MANIFEST_NAME).read_bytes())
+    os.remove(dataset / MANIFEST_NAME)
+    (dataset / name).write_bytes(data)
     return dataset
 
 
@@ -43,9 +56,13 @@ def _ids(dataset) -> list[int]:
     return sorted(int(value) for batch in dataset for value in batch["id"])
 
 
-def test_a_dataset_built_before_opens_in_the_reader_random_access_and_every_tool(tmp_path):
-    dataset = _legacy_dataset(tmp_path)
-    assert find_manifest(str(dataset)) == str(dataset / LEGACY_MANIFEST_NAME)
+@pytest.mark.parametrize("name", [LEGACY_MANIFEST_NAME, MANIFEST_NAME])
+def test_a_dataset_built_before_opens_in_the_reader_random_access_and_every_tool(tmp_path, name):
+    dataset = _legacy_dataset(tmp_path, name)
+    assert find_manifest(str(dataset)) == str(dataset / name)
+    run_id = json.loads((dataset / name).read_text())["run_id"]
+    assert committed_run(str(dataset)) == run_id  # what a build replacing it or recovering a crash asks
+    assert Generation.of(str(dataset), (dataset / name).read_bytes(), name).run_id == run_id
     assert _ids(tfrbeam.open_dataset(str(dataset), split="train+eval", batch_size=32)) == list(range(ROWS))
     assert len(tfrbeam.open_random_access(str(dataset), split="train")) == read_manifest(str(dataset))["splits"][
         "train"]["num_examples"]
@@ -63,11 +80,13 @@ def test_a_dataset_built_before_is_an_input_of_a_build(tmp_path):
     assert result is not None and sum(result.num_examples.values()) == ROWS
 
 
-def test_a_replace_of_a_dataset_built_before_leaves_one_manifest_and_the_users_files(tmp_path):
-    dataset = _legacy_dataset(tmp_path)
+@pytest.mark.parametrize("name", [LEGACY_MANIFEST_NAME, MANIFEST_NAME])
+def test_a_replace_of_a_dataset_built_before_leaves_one_manifest_and_the_users_files(tmp_path, name):
+    dataset = _legacy_dataset(tmp_path, name)
     (dataset / "NOTES.md").write_text("mine")
-    tfrbeam.write_dataset(_table(1000), str(dataset), num_shards=2, seed=5, progress=False, overwrite=True)
+    result = tfrbeam.write_dataset(_table(1000), str(dataset), num_shards=2, seed=5, progress=False, overwrite=True)
     assert (dataset / MANIFEST_NAME).is_file() and not (dataset / LEGACY_MANIFEST_NAME).exists()
+    assert committed_run(str(dataset)) == result.plan.run.run_id
     assert (dataset / "NOTES.md").read_text() == "mine"
     assert _ids(tfrbeam.open_dataset(str(dataset), split="train", batch_size=64)) == list(
         range(1000, 1000 + ROWS))
@@ -92,12 +111,14 @@ def test_a_directory_tfds_wrote_is_refused_in_one_line_naming_its_file(tmp_path)
     assert str(tfds_dir / LEGACY_MANIFEST_NAME) in message and "TFDS" in message and "\n" not in message
 
 
-@pytest.mark.parametrize("with_tfds", [False, True])
-def test_a_replace_in_a_bucket_of_a_dataset_built_before(bucket, with_tfds):
+@pytest.mark.parametrize("with_tfds, name", [(False, LEGACY_MANIFEST_NAME), (True, LEGACY_MANIFEST_NAME),
+                                             (False, MANIFEST_NAME)])
+def test_a_replace_in_a_bucket_of_a_dataset_built_before(bucket, with_tfds, name):
     options = {"num_shards": 2, "seed": 5, "progress": False, "pipeline_options": bucket.pipeline_args()}
     tfrbeam.write_dataset(_table(), bucket.url("ds"), **options)
-    bucket.put(f"ds/{LEGACY_MANIFEST_NAME}", bucket.get(f"ds/{MANIFEST_NAME}"))
+    data = _format_1(bucket.get(f"ds/{MANIFEST_NAME}"))
     bucket.delete(f"ds/{MANIFEST_NAME}")
+    bucket.put(f"ds/{name}", data)
     bucket.put("ds/NOTES.md", b"mine")
     bucket.put("elsewhere/keep.bin", b"\x01")
     assert _ids(tfrbeam.open_dataset(bucket.url("ds"), split="train", batch_size=64)) == list(range(ROWS))

@@ -6,6 +6,7 @@ import ast
 import json
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 import tfrbeam
@@ -19,11 +20,14 @@ from tfrbeam.layout.manifest import (
     read_manifest,
     record_type_of,
 )
+from tfrbeam.layout.manifest_schema import run_record
 from tfrbeam.layout.names import MANIFEST_FORMAT, MANIFEST_NAME
 
 SPLITS = {"train": {"num_examples": 1, "shards": [{"path": "train/a.tfrecord", "num_examples": 1, "num_bytes": 9,
                                                     "sha256": "0" * 64}]}}
 SEQUENCE_KEYS = {"context_features": {}, "sequence_features": {}, "sequence": {}}
+# How one run made a dataset, not what the dataset is: in the manifest's "run" record since format 2.
+RUN_ONLY = {"run_id", "started", "finished", "runner", "piece_store", "workers", "shuffled_bytes"}
 
 
 def test_a_manifest_without_record_type_is_an_example_one():
@@ -43,6 +47,40 @@ def test_each_record_type_requires_its_own_schema_keys():
                        "m", verifiable=True)
     with pytest.raises(ManifestError, match="m: record_type 'Tensor' is not one of Example, SequenceExample"):
         check_manifest({"format": MANIFEST_FORMAT, "record_type": "Tensor", "splits": SPLITS}, "m")
+
+
+def test_a_build_keeps_how_it_ran_in_one_run_record_apart_from_the_dataset(tmp_path):
+    result = tfrbeam.write_dataset(pa.table({"id": list(range(40))}), str(tmp_path / "ds"), num_shards=1, progress=False)
+    manifest = json.loads((tmp_path / "ds" / MANIFEST_NAME).read_text())
+    assert manifest["format"] == MANIFEST_FORMAT == "tfrbeam-dataset/2"
+    assert RUN_ONLY & set(manifest) == set()
+    assert set(manifest["run"]) == RUN_ONLY
+    assert manifest["run"]["runner"] == "FnApiRunner" and manifest["run"]["workers"]["mode"] == "in_process"
+    assert run_record(manifest) == manifest["run"] and manifest == result.manifest
+    assert Generation.of(str(tmp_path / "ds"), (tmp_path / "ds" / MANIFEST_NAME).read_bytes()).run_id == (
+        manifest["run"]["run_id"])
+
+
+def test_a_format_1_manifest_with_how_it_ran_at_the_top_level_still_reads(tmp_path):
+    run = {"run_id": "r0", "started": "2026-01-01T00:00:00Z", "finished": "2026-01-01T00:00:09Z", "runner": "FnApiRunner",
+           "piece_store": "memory", "workers": {"count": 1, "mode": "in_process", "chosen_by": "auto"},
+           "shuffled_bytes": 12}
+    old = {"format": "tfrbeam-dataset/1", "splits": SPLITS, "features": {}, **run}
+    data = json.dumps(old).encode()
+    path = _written(tmp_path / "ds", data)
+    assert load_manifest(str(path), verifiable=True) == (old, data)
+    assert run_record(old) == run
+    assert Generation.of(str(tmp_path / "ds"), data).run_id == "r0"
+    new = {"format": MANIFEST_FORMAT, "splits": SPLITS, "features": {}, "run": run}
+    check_manifest(new, "new", verifiable=True)
+    assert run_record(new) == run and run_record({**new, "run_id": "stray"}) == run  # format 2 reads only its record
+    assert run_record({"format": MANIFEST_FORMAT, "splits": SPLITS}) == {}
+    with pytest.raises(ManifestError, match=r"^m: run: expected an object"):
+        check_manifest({**new, "run": ["r0"]}, "m")
+    with pytest.raises(ManifestError, match=r"^m: run\.run_id: expected a string"):
+        check_manifest({**new, "run": {**run, "run_id": 7}}, "m")
+    with pytest.raises(ManifestError, match=r"^m: format 'tfrbeam-dataset/3' is not"):
+        check_manifest({**new, "format": "tfrbeam-dataset/3"}, "m")
 
 
 def test_the_parse_sequence_example_spec():

@@ -55,6 +55,7 @@ from tfrbeam.errors import (
     StorageError,
 )
 from tfrbeam.layout.manifest import MAX_MANIFEST_BYTES, read_manifest
+from tfrbeam.layout.manifest_schema import run_id_of
 from tfrbeam.layout.names import (
     DALI_DIR_NAME,
     is_built_shard_path,
@@ -822,7 +823,7 @@ def committed_run(target: str) -> str | None:
         manifest = read_manifest(target, BEAM_FILES)
     except (ManifestError, OSError):
         return None
-    return None if manifest is None else manifest.get("run_id")
+    return None if manifest is None else run_id_of(manifest)
 
 
 # ---------------------------------------------------------------------------------- recovery

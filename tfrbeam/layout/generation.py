@@ -1,7 +1,7 @@
 """Pinning one generation of a dataset for a read, so a concurrent ``--overwrite`` can never mix two.
 
 A build publishes a dataset by swapping whole directories (``tfrbeam.beam.filesystem``'s exchange),
-and each build's manifest carries its own ``run_id``. A read pins the manifest's bytes when it starts;
+and each build's manifest carries its own run id (in its ``run`` record). A read pins the manifest's bytes when it starts;
 each time it opens a shard it checks, *after* the open (and after reading the shard's index),
 that the manifest is still those bytes. Manifests are unique per run, and a replaced generation
 never comes back, so an unchanged manifest proves that the open file belongs to the pinned run;
@@ -32,7 +32,7 @@ from tfrbeam.base.bounded_read import open_found, read_open
 from tfrbeam.base.file_access import read_found
 from tfrbeam.base.object_store import is_object_store, object_version, open_to_read
 from tfrbeam.errors import DatasetChangedError, ObjectNotFoundError, RefusedFileError
-from tfrbeam.layout.manifest_schema import MAX_MANIFEST_BYTES
+from tfrbeam.layout.manifest_schema import MAX_MANIFEST_BYTES, run_id_of
 from tfrbeam.layout.names import MANIFEST_NAME
 
 _MAX_HELD = 16  # manifests a process keeps open as proofs (the least recently proven is closed first)
@@ -153,8 +153,9 @@ _OBJECT_PROOFS: dict[tuple[str, str], str] = {}
 
 
 def _run_id(data: bytes) -> str:
+    """The manifest's run id, for messages (the pin itself is the bytes' digest)."""
     try:
-        value = json.loads(data.decode("utf-8")).get("run_id")
+        value = run_id_of(json.loads(data.decode("utf-8")))
     except (ValueError, UnicodeDecodeError, RecursionError, AttributeError):
         return "unknown (an unreadable manifest)"
-    return str(value)[:200] if value is not None else "unknown (no run_id)"
+    return value[:200] if value is not None else "unknown (no run_id)"

@@ -5,6 +5,10 @@ reader. ``parse_manifest_bytes`` bounds its size before parsing and its nesting 
 ``validate_manifest`` checks the type and range of every key a reader uses, so a bad manifest is
 one ``ManifestError`` line naming the key path (``splits.train.shards[3].num_bytes: expected a
 non-negative integer, got 'abc'``), never a traceback deep inside a reader.
+
+What a dataset is (splits, shards, counts, sizes, hashes, features, config) and how one run made it are apart:
+the run's keys (``RUN_KEYS``) sit in one ``run`` record, so two builds of the same data on different runners
+differ only there. Manifests of format 1 have those keys at the top level; ``run_record`` reads either.
 """
 
 from __future__ import annotations
@@ -15,13 +19,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from tfrbeam.errors import ManifestError
-from tfrbeam.layout.names import MANIFEST_FORMAT, MANIFEST_NAME
+from tfrbeam.layout.names import LEGACY_MANIFEST_FORMAT, MANIFEST_FORMAT, MANIFEST_NAME
 from tfrbeam.layout.paths import name_problem, path_problem
 
 EXAMPLE, SEQUENCE_EXAMPLE = "Example", "SequenceExample"
 RECORD_TYPES = (EXAMPLE, SEQUENCE_EXAMPLE)
 FEATURE_KINDS = ("int64", "float", "bytes")
 COMPRESSIONS = (None, "none", "gzip", "zlib")
+MANIFEST_FORMATS = (MANIFEST_FORMAT, LEGACY_MANIFEST_FORMAT)  # what a reader accepts
+# The manifest's "run" record: which run published this generation, when, and how the runner ran it.
+RUN_KEYS = ("run_id", "started", "finished", "runner", "piece_store", "workers", "shuffled_bytes")
 MAX_MANIFEST_BYTES = 512 << 20  # far above a million shards' entries; refused before json.loads
 MAX_DEPTH = 32  # a manifest nests about 6 deep (its config a little more)
 MAX_COUNT = 1 << 53  # examples or bytes: exact in a float, far above any dataset
@@ -80,14 +87,19 @@ def validate_manifest(manifest: Any, where: str, verifiable: bool = False) -> No
         raise ManifestError(f"{where}: TFDS's dataset_info.json, not a tfrbeam manifest (a tfrbeam dataset has "
                             f"{MANIFEST_NAME}): load it with tfds.builder_from_directory, or read its TFRecord files "
                             "by a glob")
-    if manifest.get("format") != MANIFEST_FORMAT:
-        raise ManifestError(f"{where}: format {manifest.get('format')!r} is not {MANIFEST_FORMAT!r}")
+    if manifest.get("format") not in MANIFEST_FORMATS:
+        raise ManifestError(f"{where}: format {manifest.get('format')!r} is not {MANIFEST_FORMAT!r} (nor "
+                            f"{LEGACY_MANIFEST_FORMAT!r}); it was written by a newer tfrbeam or another tool")
     record_type = manifest.get("record_type", EXAMPLE)
     if record_type not in RECORD_TYPES:
         raise ManifestError(f"{where}: record_type {record_type!r} is not one of {', '.join(RECORD_TYPES)}")
     check = _Checker(where)
     check.optional(manifest, "compression", "", lambda value: value in COMPRESSIONS, f"one of {COMPRESSIONS}")
-    check.optional(manifest, "run_id", "", _short_string, "a string of at most 200 characters")
+    if manifest["format"] == LEGACY_MANIFEST_FORMAT:
+        check.optional(manifest, "run_id", "", _short_string, "a string of at most 200 characters")
+    else:
+        run = check.optional(manifest, "run", "", _is_dict, "an object")
+        check.optional(run or {}, "run_id", "run", _short_string, "a string of at most 200 characters")
     splits = check.required(manifest, "splits", "", lambda value: isinstance(value, dict), "an object of splits")
     for name, split in splits.items():
         problem = name_problem(name)
@@ -107,6 +119,21 @@ def validate_manifest(manifest: Any, where: str, verifiable: bool = False) -> No
     if record_type == SEQUENCE_EXAMPLE and verifiable:
         check.required(manifest, "sequence", "", _is_dict, "an object")
     _check_inputs(check, manifest)
+
+
+def run_record(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """How the run that published this generation went (``RUN_KEYS``, those present): the manifest's ``run`` record,
+    or in a format 1 manifest the same keys at its top level. ``{}`` when there is none."""
+    if manifest.get("format") == LEGACY_MANIFEST_FORMAT:
+        return {key: manifest[key] for key in RUN_KEYS if key in manifest}
+    run = manifest.get("run")
+    return dict(run) if isinstance(run, dict) else {}
+
+
+def run_id_of(manifest: Mapping[str, Any]) -> str | None:
+    """The id of the run that published the manifest's generation (what recovery and the commit compare), or None."""
+    run_id = run_record(manifest).get("run_id")
+    return run_id if isinstance(run_id, str) else None
 
 
 def _check_inputs(check: _Checker, manifest: dict) -> None:

@@ -21,8 +21,8 @@ from tfrbeam.base.fileops import PARTIAL_INFIX, beside, partial_path, split_targ
 from tfrbeam.tfrecord.read_index import INDEX_DIR_NAME, INDEX_SUFFIXES
 
 __all__ = [
-    "DALI_DIR_NAME", "ERRORS_DIR_NAME", "EXPORT_NAME", "INDEX_DIR_NAME", "LEGACY_MANIFEST_NAME", "LOCK_SUFFIX",
-    "MANIFEST_FORMAT", "MANIFEST_NAME", "MANIFEST_NAMES", "SCHEMA_PBTXT", "TFDS_DATASET_INFO", "TFDS_FEATURES",
+    "DALI_DIR_NAME", "ERRORS_DIR_NAME", "EXPORT_NAME", "INDEX_DIR_NAME", "LEGACY_MANIFEST_FORMAT", "LEGACY_MANIFEST_NAME",
+    "LOCK_SUFFIX", "MANIFEST_FORMAT", "MANIFEST_NAME", "MANIFEST_NAMES", "SCHEMA_PBTXT", "TFDS_DATASET_INFO", "TFDS_FEATURES",
     "PARTIAL_INFIX", "RECORD_SUFFIXES", "SHARD_NAME", "STAGING_INFIX", "STATS_HTML", "STATS_JSON", "ShardNaming",
     "is_built_shard_path", "is_staging_name", "lock_path", "partial_path", "shard_file_name", "staging_path", "staging_prefix",
 ]
@@ -35,7 +35,8 @@ MANIFEST_NAMES = (MANIFEST_NAME, LEGACY_MANIFEST_NAME)  # a reader's order: a da
 TFDS_DATASET_INFO = "dataset_info.json"  # TFDS's, beside our manifest when output.tfds is set
 TFDS_FEATURES = "features.json"
 SCHEMA_PBTXT = "schema.pbtxt"  # beside the manifest, when output.schema_pbtxt is true
-MANIFEST_FORMAT = "tfrbeam-dataset/1"
+MANIFEST_FORMAT = "tfrbeam-dataset/2"  # what a build writes: how the run went in one "run" record
+LEGACY_MANIFEST_FORMAT = "tfrbeam-dataset/1"  # still read: the run's keys (run_id, runner, ...) at the top level
 ERRORS_DIR_NAME = "_errors"  # dead-letter files of bad rows
 DALI_DIR_NAME = "dali"  # NVIDIA DALI tfrecord2idx files of the shards (output.dali_index)
 STATS_JSON = "stats.json"

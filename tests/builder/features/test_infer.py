@@ -296,9 +296,9 @@ def test_a_parquet_build_without_features_is_byte_identical_to_the_infer_config_
 
 
 def _without_run_fields(manifest: dict) -> dict:
-    """The manifest without what names this run (its id, time and output path)."""
+    """The manifest without what names this run (its run record and output path)."""
     config = {**manifest["config"], "output": {**manifest["config"]["output"], "path": None}}
-    return {**{key: value for key, value in manifest.items() if key not in ("run_id", "started", "finished")}, "config": config}
+    return {**{key: value for key, value in manifest.items() if key != "run"}, "config": config}
 
 
 # ------------------------------------------------------------------------------ --sequence-by

@@ -77,7 +77,7 @@ def _state(output: pathlib.Path) -> tuple[str | None, int | None]:
         assert not output.exists() or not list(output.rglob("*.tfrecord")), f"shards without a manifest in {output}"
         return None, None
     assert verify_dataset(str(output)) == [], verify_dataset(str(output))
-    return manifest["run_id"], manifest["seed"]
+    return manifest["run"]["run_id"], manifest["seed"]
 
 
 def _assert_clean(output: pathlib.Path) -> None:
@@ -481,7 +481,7 @@ def test_a_planted_staging_dir_with_a_symlinked_old_dataset_moves_nothing_in(wor
 
     output = workdir / "out" / "ds"
     assert _build() == 0
-    run_id = read_manifest(str(output))["run_id"]
+    run_id = read_manifest(str(output))["run"]["run_id"]
     victim = workdir / "victim"
     victim.mkdir()
     (victim / "secret.txt").write_text("secret")

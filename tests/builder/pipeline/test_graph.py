@@ -307,7 +307,7 @@ def test_piece_store_is_chosen_once_from_the_option_and_the_runner():
 def test_piece_store_is_in_the_plan_and_the_manifest(demo_dir):
     assert build(demo_dir, "demo.yaml", "--set", "output.path=out/spilled", "--piece_store=spill") == 0
     manifest = json.loads((demo_dir / "out" / "spilled" / "tfrbeam_dataset.json").read_text())
-    assert (manifest["runner"], manifest["piece_store"]) == ("FnApiRunner", "spill")
+    assert (manifest["run"]["runner"], manifest["run"]["piece_store"]) == ("FnApiRunner", "spill")
     assert build(demo_dir, "demo.yaml", "--set", "output.path=out/inline", "--piece_store=inline") == 0
     inline = json.loads((demo_dir / "out" / "inline" / "tfrbeam_dataset.json").read_text())
     # What crossed the runner, twice (the pieces into the routing stage, then the shards' slices to the writers):
@@ -315,8 +315,8 @@ def test_piece_store_is_in_the_plan_and_the_manifest(demo_dir):
     # record here, 12 bytes a record before issue 45); keys, offsets and the frames with the inline store, compressed
     # in blocks (the demo's Examples repeat their feature names: under half their size each time).
     shard_bytes = sum(split["num_bytes"] for split in inline["splits"].values())
-    assert 0 < manifest["shuffled_bytes"] < inline["rows_read"]
-    assert 2 * 12 * inline["rows_read"] < inline["shuffled_bytes"] < shard_bytes
+    assert 0 < manifest["run"]["shuffled_bytes"] < inline["rows_read"]
+    assert 2 * 12 * inline["rows_read"] < inline["run"]["shuffled_bytes"] < shard_bytes
     assert build(demo_dir, "demo.yaml", "--set", "output.path=out/bad", "--piece_store=memory",
                  "--direct_running_mode=multi_processing") == 2
 

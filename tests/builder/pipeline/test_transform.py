@@ -139,7 +139,7 @@ def test_write_dataset_on_worker_processes_gives_the_same_bytes(tmp_path, refere
     result = tfrbeam.write_dataset(table, tmp_path / "api", splits=SPLITS, seed=5, num_shards=3, progress=False,
                                    pipeline_options=["--workers=2"])
     assert shard_bytes(tmp_path / "api") == expected
-    assert result.manifest["workers"]["count"] == 2 and result.manifest["piece_store"] == "spill"
+    assert result.manifest["run"]["workers"]["count"] == 2 and result.manifest["run"]["piece_store"] == "spill"
     assert sorted(path.name for path in tmp_path.iterdir()) == ["api"]  # no staging left beside it
 
 
@@ -255,7 +255,7 @@ def test_bad_rows_go_to_dead_letters_named_by_their_row(tmp_path):
 
 
 def _dataset_state(output: pathlib.Path) -> tuple[str, dict[str, bytes]]:
-    return read_manifest(str(output))["run_id"], shard_bytes(output)
+    return read_manifest(str(output))["run"]["run_id"], shard_bytes(output)
 
 
 def test_the_publish_in_a_pipeline_leaves_the_old_dataset_or_the_new_one_under_a_fault(tmp_path):

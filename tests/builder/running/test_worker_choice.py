@@ -88,8 +88,8 @@ def test_the_choice_is_in_the_dry_run_the_summary_and_the_manifest(tmp_path, cap
     assert build_main([config, "--set", "output.path=out/one"]) == 0  # --quiet would print no summary
     assert "in process, piece store memory" in capsys.readouterr().out
     manifest = json.loads((tmp_path / "out" / "one" / "tfrbeam_dataset.json").read_text())
-    assert manifest["workers"]["count"] == 1 and manifest["workers"]["mode"] == "in_process"
-    assert manifest["workers"]["chosen_by"].startswith("auto: ")
+    assert manifest["run"]["workers"]["count"] == 1 and manifest["run"]["workers"]["mode"] == "in_process"
+    assert manifest["run"]["workers"]["chosen_by"].startswith("auto: ")
     assert build_main([config, "--dry-run", "--workers=0"]) == 2
     assert "--workers: '0' is not a worker count" in capsys.readouterr().err
 

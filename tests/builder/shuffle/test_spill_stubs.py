@@ -76,7 +76,7 @@ def test_a_spill_build_says_its_pieces_crossed_the_runner_without_their_keys(tmp
                                    pipeline_options=["--piece_store=spill"])
     assert result is not None and sum(result.num_examples.values()) == rows
     manifest = json.loads((tmp_path / "spill" / "tfrbeam_dataset.json").read_text())
-    assert manifest["shuffled_bytes"] < rows, manifest["shuffled_bytes"]
+    assert manifest["run"]["shuffled_bytes"] < rows, manifest["run"]["shuffled_bytes"]
     tfrbeam.write_dataset(table, tmp_path / "memory", num_shards=4, seed=1, progress=False)
     for split in manifest["splits"].values():
         for shard in split["shards"]:

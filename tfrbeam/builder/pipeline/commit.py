@@ -100,6 +100,7 @@ from tfrbeam.layout.manifest import (
     parse_sequence_example_spec_of,
     read_manifest,
 )
+from tfrbeam.layout.manifest_schema import run_id_of
 from tfrbeam.layout.names import (
     DALI_DIR_NAME,
     ERRORS_DIR_NAME,
@@ -380,7 +381,7 @@ class StagedCommit:
 
     def untrusted(self, plan: BuildPlan) -> str | None:
         """Why the record is not this run's staged dataset (another run, a path outside the staging directory)."""
-        if self.run_id != plan.run.run_id or self.manifest.get("run_id") != plan.run.run_id:
+        if self.run_id != plan.run.run_id or run_id_of(self.manifest) != plan.run.run_id:
             return f"the record is run {self.run_id}'s, not this run's ({plan.run.run_id})"
         staged = [path for item in self.files for path in (item.temp_path, item.temp_index_path)
                   if path is not None] + [item.temp_path for item in self.dead_letters]
@@ -460,7 +461,7 @@ def _what_the_output_holds(plan: BuildPlan) -> str:
         manifest = read_manifest(plan.output_root, BEAM_FILES)
     except (ManifestError, OSError):
         manifest = None
-    if manifest is not None and manifest.get("run_id") == plan.run.run_id:
+    if manifest is not None and run_id_of(manifest) == plan.run.run_id:
         return "the new dataset is published nonetheless"
     if manifest is not None:
         return (f"nothing was published: the old dataset at {plan.output_path} is intact; free space and rerun "
@@ -578,21 +579,25 @@ def build_manifest(plan: BuildPlan, shard_plan: ShardPlan, files: Sequence[Writt
             + (" (of each group)" if sequences is not None else "") + " against cumulative fractions; independent of the seed"
         ),
         "versions": {"tfrbeam": tfrbeam.__version__, "apache_beam": beam.__version__, "python": platform.python_version()},
-        "runner": plan.runner,
-        "piece_store": plan.piece_store,
-        "workers": {"count": plan.workers.count, "mode": plan.workers.mode, "chosen_by": plan.workers.reason},
-        # What the shuffle's elements took as the runner moved them (frames too with the inline store, compressed):
-        # the prepared pieces into the routing stage (a memory store's stay in this process), then the shards' slices.
-        "shuffled_bytes": shard_plan.piece_bytes + sum(item.received_bytes for item in files),
-        "run_id": plan.run.run_id,
-        "started": plan.started,
-        "finished": _utc_now(),
         "rows_read": rows_read,
         "bad_records": {
             "count": bad,
             "action": config.errors.on_bad_record,
             "dead_letter_path": plan.dead_letter_path if dead_letters else None,
             "files": sorted(item.relative_path for item in dead_letters),
+        },
+        # How this run made the dataset, apart from what the dataset is (manifest_schema.RUN_KEYS). Its run_id
+        # names the generation: the commit, recovery and pinned readers' messages find it with run_id_of.
+        "run": {
+            "run_id": plan.run.run_id,
+            "started": plan.started,
+            "finished": _utc_now(),
+            "runner": plan.runner,
+            "piece_store": plan.piece_store,
+            "workers": {"count": plan.workers.count, "mode": plan.workers.mode, "chosen_by": plan.workers.reason},
+            # What the shuffle's elements took as the runner moved them (frames too with the inline store, compressed):
+            # the prepared pieces into the routing stage (a memory store's stay in this process), then the shards' slices.
+            "shuffled_bytes": shard_plan.piece_bytes + sum(item.received_bytes for item in files),
         },
     }
 
@@ -783,7 +788,7 @@ def publish_by_switch(plan: BuildPlan, files: Sequence[WrittenShard], dead_lette
     # and the switch below creates the manifest only if none has appeared since: nothing to read first.
     first = only_written_straight and direct is not None and direct.replaces is None
     old, old_name = (None, MANIFEST_NAME) if first else _old_manifest(root)
-    if direct is not None and not first and (old or {}).get("run_id") != direct.replaces:
+    if direct is not None and not first and run_id_of(old or {}) != direct.replaces:
         raise CommitError(f"the output changed while this build ran (its manifest is no longer run {direct.replaces}'s), "
                           f"so nothing was published to {plan.output_path}")
     if only_written_straight:
@@ -826,7 +831,7 @@ def publish_by_switch(plan: BuildPlan, files: Sequence[WrittenShard], dead_lette
         staged_manifest = fs.join(plan.staging_dir, MANIFEST_NAME)
         fs.write_bytes(staged_manifest, manifest_bytes(manifest), "application/json")
         journal = CommitJournal(plan.run.run_id, root, tuple(doomed), (*moves, (staged_manifest, final_manifest)),
-                                switch=True, replaces=old.get("run_id") if isinstance(old, dict) else None)
+                                switch=True, replaces=run_id_of(old) if isinstance(old, dict) else None)
         journal.write(plan.staging_dir)
         journal.apply()
     try:  # after the switch: TFDS's dataset_info.json may be where the replaced dataset kept its manifest

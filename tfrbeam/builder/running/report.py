@@ -19,6 +19,7 @@ from tfrbeam.builder.pipeline.plan import BuildPlan
 from tfrbeam.builder.pipeline.splits import describe_split_source
 from tfrbeam.builder.running.progress import WRITTEN, progress_dir, read_progress
 from tfrbeam.builder.shuffle import MEMORY
+from tfrbeam.layout.manifest_schema import run_record
 
 __all__ = ["PROGRESS_LOG_SECONDS", "build_progress", "describe_plan", "summary_table"]
 
@@ -168,9 +169,10 @@ def summary_table(manifest: dict, seconds: float, run: BuildPlan) -> str:
     if bad.get("dead_letter_path"):
         bad_line += f" -> {bad['dead_letter_path']}"
     rate = rows_read / seconds if seconds > 0 else 0.0
+    ran = run_record(manifest)
     lines += [f"rows read:  {rows_read:,}", *(_groups_lines(manifest) if sequences else []), bad_line,
-        f"time:       {seconds:.1f} s ({rate:,.0f} rows/s, runner {manifest['runner']}, "
-        f"{_workers_text(manifest.get('workers'))}piece store {manifest.get('piece_store', 'auto')})",
+        f"time:       {seconds:.1f} s ({rate:,.0f} rows/s, runner {ran.get('runner', 'unknown')}, "
+        f"{_workers_text(ran.get('workers'))}piece store {ran.get('piece_store', 'auto')})",
         f"manifest:   {run.manifest_path}",
     ]
     return "\n".join(lines)

@@ -179,7 +179,7 @@ class PlanShards(BucketCounts):
     It takes the prepared pieces (ordered builds) or the tally of copies' counts of every key range (shuffled builds,
     ``copies.RangeCounts``: the buckets of the records' final keys). It also sums what the pieces take as they leave
     the stage that prepares them (``crossing_bytes``): the first of the shuffle's two crossings of the runner (inline
-    and spill stores), for the manifest's ``shuffled_bytes``.
+    and spill stores), for the manifest's ``run.shuffled_bytes``.
     """
 
     def __init__(self, spec: ShardingSpec, store: PieceStore | None = None):
