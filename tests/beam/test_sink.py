@@ -44,7 +44,7 @@ from tfrbeam.tfrecord.read_index import (
     load_offsets,
     load_split_table,
 )
-from tfrbeam.tfrecord.records import RECORD_OVERHEAD, read_records
+from tfrbeam.tfrecord.records import RECORD_OVERHEAD, RecordWriter, read_records
 
 # Duplicates on purpose: "exactly once" is checked as multiset equality.
 RECORDS = [b"r%04d" % (i % 450) * (1 + i % 9) for i in range(600)]
@@ -327,6 +327,16 @@ def test_codecs_tensorflow_cannot_read_are_refused(tmp_path):
         WriteToTFRecord(str(tmp_path / "o"), compression="snappy")
     assert make_sink_spec(str(tmp_path / "o"), compression_type=CompressionTypes.DEFLATE).codec() == "zlib"
     assert make_sink_spec(str(tmp_path / "o"), file_name_suffix=".zlib").codec() == "zlib"
+
+
+def test_auto_goes_by_the_output_name_never_by_an_earlier_runs_file_there(tmp_path):
+    """Measured (issue 44): "auto" looked inside the final file's path, so a GZIP file an earlier run left under a
+    name without a suffix made the new run write GZIP too."""
+    path = tmp_path / "out.tfrecord"
+    with RecordWriter(str(path), "gzip") as writer:
+        writer.write(b"old")
+    assert make_sink_spec(str(path), shard_name_template="").codec() is None
+    assert make_sink_spec(str(path), shard_name_template="", compression="gzip").codec() == "gzip"
 
 
 # --------------------------------------------------------------------------------------------

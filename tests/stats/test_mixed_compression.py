@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import collections
 import errno
+import json
 import os
 import pathlib
 import shutil
 import zlib
 
 import apache_beam as beam
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
+import tfrbeam
+from tests import memfs
 from tests.conftest import TESTDATA
 from tfrbeam.base import fileops
 from tfrbeam.beam.parquet_export import ExportToParquet
@@ -115,3 +119,34 @@ def test_a_failed_beam_export_publishes_no_file(mixed, tmp_path, monkeypatch):
             _ = pipeline | ExportToParquet(str(mixed / "*"), str(out))
     published = collections.Counter(path.suffix for path in out.rglob("*") if not path.name.startswith("."))
     assert published == collections.Counter()
+
+
+@pytest.fixture
+def gzip_dataset_without_suffixes(tmp_path) -> str:
+    """A GZIP dataset on a non-local filesystem (memfs://, as gs:// would be) whose shard names give no hint: the
+    manifest alone says gzip, and nothing there can be looked inside before the read."""
+    root = tmp_path / "ds"
+    tfrbeam.write_dataset(pa.table({"x": list(range(30))}), str(root), splits={"train": 1.0}, num_shards=2,
+                          shuffle=False, progress=False, compression="gzip")
+    manifest_file = root / "tfrbeam_dataset.json"
+    manifest = json.loads(manifest_file.read_text())
+    assert manifest["compression"] == "gzip"
+    for shard in manifest["splits"]["train"]["shards"]:
+        renamed = shard["path"].removesuffix(".gz")
+        (root / shard["path"]).rename(root / renamed)
+        shard["path"] = renamed
+    manifest_file.write_text(json.dumps(manifest))
+    url = memfs.upload(root, "memfs://bucket/gzip-ds")
+    yield url
+    memfs.clear("memfs://bucket")
+
+
+def test_beam_stats_and_export_read_a_datasets_shards_with_its_manifests_compression(gzip_dataset_without_suffixes,
+                                                                                       tmp_path):
+    """Measured (issue 44): stats guessed the codec from each shard's name, so these shards read as uncompressed."""
+    with beam.Pipeline() as pipeline:
+        stats = pipeline | ComputeDatasetStats(gzip_dataset_without_suffixes)
+        assert_that(stats | beam.Map(lambda document: document["splits"]["train"]["num_examples"]), equal_to([30]))
+    with beam.Pipeline() as pipeline:
+        _ = pipeline | ExportToParquet(gzip_dataset_without_suffixes, str(tmp_path / "out"))
+    assert sum(pq.read_table(path).num_rows for path in (tmp_path / "out").rglob("*.parquet")) == 30

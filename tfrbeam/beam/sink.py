@@ -65,7 +65,7 @@ from tfrbeam.beam.publish import (
     this_run,
 )
 from tfrbeam.beam.runner_support import refuse_lossy_runner
-from tfrbeam.beam.source import compression_for_file, resolve_compression
+from tfrbeam.beam.source import resolve_compression
 from tfrbeam.errors import (
     CommitError,
     ConfigError,
@@ -84,7 +84,7 @@ from tfrbeam.tfrecord.read_index import (
     read_index_bytes,
     stamp_read_index,
 )
-from tfrbeam.tfrecord.records import RECORD_OVERHEAD, RecordWriter, frame_records
+from tfrbeam.tfrecord.records import AUTO_COMPRESSION, RECORD_OVERHEAD, RecordWriter, frame_records, normalize_compression
 
 __all__ = ["FrameRecordsFn", "FramedBatch", "WriteFramedBatches", "WriteToTFRecord", "frame_batch", "make_sink_spec"]
 
@@ -166,8 +166,9 @@ class SinkSpec:
     def codec(self) -> str | None:
         """None, "gzip" or "zlib" for this output; refuses codecs TensorFlow cannot read."""
         final_name = self.naming().name(0, max(self.num_shards, 1))
-        requested = "auto" if self.compression is None else self.compression
-        return compression_for_file(resolve_compression(self.compression_type, requested), final_name)
+        requested = AUTO_COMPRESSION if self.compression is None else self.compression
+        # A file about to be written: its name decides, never what an earlier run left at that path.
+        return normalize_compression(resolve_compression(self.compression_type, requested), final_name, reading=False)
 
     def target(self) -> str:
         """What the commit protocol locks and stages beside: the file prefix."""
@@ -733,7 +734,7 @@ def make_sink_spec(
         raise TypeError(f"file_name_suffix must be a string or ValueProvider; got {file_name_suffix!r} instead")
     if not CompressionTypes.is_valid_compression_type(compression_type):
         raise TypeError(f"compression_type must be CompressionType object but was {type(compression_type)}")
-    resolve_compression(compression_type, "auto" if compression is None else compression)  # refuse bad codecs now
+    resolve_compression(compression_type, AUTO_COMPRESSION if compression is None else compression)  # refuse bad codecs now
     if num_shards is None or int(num_shards) < 0:
         raise ValueError(f"num_shards must be 0 (let the sink decide) or a positive count, got {num_shards!r}")
     for name, limit in (("max_records_per_shard", max_records_per_shard), ("max_bytes_per_shard", max_bytes_per_shard)):

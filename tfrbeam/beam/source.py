@@ -56,14 +56,16 @@ from apache_beam.typehints import Any as AnyHint, Tuple as TupleHint
 from tfrbeam.base.object_store import is_object_store, open_ranged
 from tfrbeam.beam.filesystem import exists, match_metadata, open_read, report_source_lineage
 from tfrbeam.beam.runner_support import refuse_lossy_runner
-from tfrbeam.errors import ConfigError, CorruptRecordError, TfrbeamError, TruncatedRecordError, UnsupportedCompressionError
+from tfrbeam.errors import CorruptRecordError, TfrbeamError, TruncatedRecordError
 from tfrbeam.tfrecord.blocks import RecordBlock, record_blocks
 from tfrbeam.tfrecord.read_index import SplitTable, index_path_for, load_split_table
 from tfrbeam.tfrecord.records import (
+    AUTO_COMPRESSION,
     HEADER_SIZE,
     RECORD_OVERHEAD,
     RecordReader,
     SkippedRegion,
+    combine_compressions,
     compression_from_name,
     find_record_start,
     masked_crc32c,
@@ -78,68 +80,15 @@ _INFINITY = float("inf")  # the stop of a range read to its end: a compressed fi
 
 # Beam's re-raise of a DoFn's error: Exception._tagged_with_step, set on ours in _ReadRange (see there).
 _unpack_header = struct.Struct("<QI").unpack
-# Codecs Beam can read and write but TensorFlow's TFRecordDataset cannot (it reads '', GZIP, ZLIB).
-_REFUSED_COMPRESSION_TYPES = {
-    CompressionTypes.BZIP2: "BZIP2",
-    CompressionTypes.ZSTD: "ZSTD",
-    CompressionTypes.LZMA: "LZMA",
-}
-# Beam's DEFLATE is zlib.compressobj() with the default 15-bit window: a zlib-wrapped (RFC 1950)
-# stream, byte for byte what TensorFlow calls ZLIB. So DEFLATE is accepted and read as ZLIB.
-_FROM_COMPRESSION_TYPE = {
-    CompressionTypes.AUTO: "auto",
-    CompressionTypes.UNCOMPRESSED: None,
-    CompressionTypes.GZIP: "gzip",
-    CompressionTypes.DEFLATE: "zlib",
-}
-
-
-def _refuse_codec(codec: str, where: str) -> UnsupportedCompressionError:
-    return UnsupportedCompressionError(
-        f"{where}: {codec} compression is refused: TensorFlow reads TFRecord files only uncompressed, "
-        "GZIP or ZLIB (TFRecordDataset(compression_type='' | 'GZIP' | 'ZLIB')), so a TFRecord file "
-        f"compressed with {codec} could not be read by it. apache_beam's tfrecordio would read it; tfrbeam "
-        "does not, on purpose. Use CompressionTypes.UNCOMPRESSED, GZIP or DEFLATE (= ZLIB), or "
-        "compression=None / 'gzip' / 'zlib'."
-    )
-
-
 def resolve_compression(compression_type: str = CompressionTypes.AUTO, compression: str | None = "auto") -> str | None:
     """Combine Beam's ``compression_type`` and our ``compression`` into "auto", None, "gzip" or "zlib".
 
-    Either may be left at "auto"; when both are set they must agree.
+    Either may be left at "auto"; when both are set they must agree. The names and their codecs are
+    ``tfrbeam.tfrecord.records``' (DEFLATE is ZLIB; BZIP2, ZSTD and LZMA are refused).
     """
-    if compression_type in _REFUSED_COMPRESSION_TYPES:
-        raise _refuse_codec(_REFUSED_COMPRESSION_TYPES[compression_type], f"compression_type={compression_type!r}")
-    if compression_type not in _FROM_COMPRESSION_TYPE:
+    if not CompressionTypes.is_valid_compression_type(compression_type):
         raise TypeError(f"compression_type must be one of apache_beam's CompressionTypes, got {compression_type!r}")
-    from_type = _FROM_COMPRESSION_TYPE[compression_type]
-    ours = (
-        "auto" if isinstance(compression, str) and compression.strip().lower() == "auto" else normalize_compression(compression)
-    )
-    if from_type == "auto":
-        return ours
-    if ours != "auto" and ours != from_type:
-        raise ConfigError(
-            f"compression_type={compression_type!r} and compression={compression!r} disagree; give only one of them"
-        )
-    return from_type
-
-
-def compression_for_file(compression: str | None, path: str) -> str | None:
-    """The codec of one file: ``compression`` itself, or for "auto" the one its extension implies.
-
-    "auto" follows Beam (.gz gzip, .deflate zlib; .bz2 .zst .zstd .xz .lzma refused) and also
-    reads .gzip as gzip and .zlib / .zz as zlib, the names TensorFlow users give such files.
-    """
-    if compression != "auto":
-        return compression
-    detected = CompressionTypes.detect_compression_type(path)
-    if detected in _REFUSED_COMPRESSION_TYPES:
-        raise _refuse_codec(_REFUSED_COMPRESSION_TYPES[detected], f"{path} (compression 'auto' goes by its extension)")
-    if detected == CompressionTypes.UNCOMPRESSED:
-        return compression_from_name(path)
-    return _FROM_COMPRESSION_TYPE[detected]
+    return combine_compressions(compression_type, compression)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,7 +145,7 @@ class FilePlan:
 
 def plan_file(path: str, size: int, mtime: float | None, options: ReadOptions) -> FilePlan:
     """Decide how ``path`` can be split: compressed files never, uncompressed ones by index or (opt-in) by scan."""
-    if compression_for_file(options.compression, path) is not None:
+    if normalize_compression(options.compression, path) is not None:
         return FilePlan(path, size, WHOLE)
     index = load_split_table(path, size, mtime, read=_read_front_if_exists)
     if index is not None:
@@ -276,7 +225,7 @@ def _range_reader(
     path: str, tracker: iobase.RangeTracker, options: ReadOptions, get_plan: Callable[[], FilePlan]
 ) -> Iterator[RecordReader | None]:
     """A RecordReader positioned at the first record start in the tracker's range (None: no record starts there)."""
-    compression = compression_for_file(options.compression, path)
+    compression = normalize_compression(options.compression, path)
     with _range_start(path, tracker, options, get_plan) as found:
         if found is None:
             yield None
@@ -334,7 +283,7 @@ def read_range_batches(
     at the first record the tracker refuses. Records starting at or after the range's stop are
     not read at all. ``get_plan`` is only called for ranges that start after byte 0.
     """
-    compression = compression_for_file(options.compression, path)
+    compression = normalize_compression(options.compression, path)
     stop = tracker.stop_position()
     with _range_start(path, tracker, options, get_plan) as found:
         if found is None:
@@ -561,7 +510,7 @@ class TFRecordFileSource(iobase.BoundedSource):
         self._path = path
         self._size = size
         self._mtime = mtime
-        self._compression = compression_for_file(options.compression, path)
+        self._compression = normalize_compression(options.compression, path)
         if stop is None:
             stop = _INFINITY if self._compression else size
         self._start = start
@@ -738,8 +687,8 @@ def _refuse_pattern_codec(pattern: str, compression: str | None) -> None:
     """With "auto", a pattern that itself ends in .bz2 / .zst / .xz ... is refused before the pipeline runs."""
     name = pattern.replace("\\", "/").rsplit("/", 1)[-1]
     extension = name[name.rfind("."):] if "." in name else ""
-    if compression == "auto" and extension and not any(char in extension for char in "*?[]{}"):
-        compression_for_file(compression, pattern)
+    if compression == AUTO_COMPRESSION and extension and not any(char in extension for char in "*?[]{}"):
+        compression_from_name(pattern, look_inside=False)
 
 
 class DecodedBatchSource(TFRecordSource):

@@ -31,7 +31,7 @@ from tfrbeam.layout.generation import Generation
 from tfrbeam.layout.manifest import RECORD_TYPES, SEQUENCE_EXAMPLE, find_manifest, load_manifest, record_type_of
 from tfrbeam.layout.names import MANIFEST_NAME, MANIFEST_NAMES
 from tfrbeam.layout.paths import confined_path
-from tfrbeam.tfrecord.records import RecordReader, normalize_compression
+from tfrbeam.tfrecord.records import RecordReader, dataset_compression, normalize_compression
 
 _LOG = logging.getLogger(__name__)
 
@@ -377,8 +377,7 @@ def _from_manifest(
         if len(splits) != 1:
             raise ConfigError(f"{root} has splits {sorted(splits)}: pass split= one of them")
         split = next(iter(splits))
-    stored = manifest.get("compression")
-    codec = normalize_compression(stored if compression == "auto" else compression)
+    codec = dataset_compression(manifest, compression)
 
     def shard_file(name: str, number: int) -> ShardFile:
         shard = splits[name]["shards"][number]

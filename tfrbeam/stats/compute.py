@@ -33,7 +33,7 @@ from tfrbeam.stats.accumulators import SplitAccumulator, stats_schema
 from tfrbeam.stats.files import STATS_HTML, STATS_JSON
 from tfrbeam.stats.report import dataset_stats
 from tfrbeam.tfrecord.blocks import RecordBlock, record_blocks
-from tfrbeam.tfrecord.records import compression_from_name
+from tfrbeam.tfrecord.records import manifest_compression
 
 if TYPE_CHECKING:
     from tfrbeam.dataset.reader import Segment
@@ -105,7 +105,7 @@ def _has_manifest(directory: str) -> bool:
 def input_from_manifest(directory: str, manifest: Mapping[str, Any], wanted: Sequence[str] | None,
                         files: FileAccess) -> StatsInput:
     """What statistics (and the export) read of a build directory, from its manifest alone: shard paths joined
-    by ``files`` (any filesystem), types and shapes of its features, compression from the shard names."""
+    by ``files`` (any filesystem), types and shapes of its features, and its shards' compression."""
     require_examples(manifest, directory)
     names = list(wanted) if wanted else list(manifest["splits"])
     for name in names:
@@ -118,11 +118,12 @@ def input_from_manifest(directory: str, manifest: Mapping[str, Any], wanted: Seq
                           for number, shard in enumerate(manifest["splits"][name]["shards"]))
               for name in names}
     features = manifest.get("features") or {}
+    codec = manifest_compression(manifest)  # the manifest's word, not a guess from a shard's name
     return StatsInput(
         splits=splits,
         feature_types={name: entry["type"] for name, entry in features.items()},
         shapes={name: entry.get("shape") for name, entry in features.items()},
-        compressions={path: compression_from_name(path) for paths in splits.values() for path in paths},
+        compressions={path: codec for paths in splits.values() for path in paths},
         source=directory,
         manifest=dict(manifest),
     )

@@ -2,7 +2,9 @@
 
 A record is ``uint64 length (LE) | uint32 masked_crc32c(length bytes) | payload |
 uint32 masked_crc32c(payload)``. Files may be uncompressed, GZIP or ZLIB (the only codecs
-TensorFlow reads). This module has no Beam imports: the Beam source and sink build on it.
+TensorFlow reads); this module is the one place that resolves a compression argument (its
+spellings, "auto" by a file's name or first bytes, a dataset's codec from its manifest). It
+has no Beam imports: the Beam source and sink build on it.
 
 Integrity rules (stricter than TensorFlow and Beam, on purpose):
 - A partial record at end of file is an error. TensorFlow treats a partial *header* (1-11 bytes)
@@ -24,7 +26,7 @@ import struct
 import uuid
 import warnings
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, BinaryIO, Protocol, Union, cast
 
 import crc32c as _crc32c
@@ -34,6 +36,7 @@ from tfrbeam.base import fileops
 from tfrbeam.base.fileops import partial_path
 from tfrbeam.base.object_store import open_to_read
 from tfrbeam.errors import (
+    ConfigError,
     CorruptRecordError,
     RecordError,
     RecordTooLargeError,
@@ -47,7 +50,8 @@ HEADER_SIZE = 12  # uint64 length + uint32 masked crc of the length
 FOOTER_SIZE = 4  # uint32 masked crc of the payload
 RECORD_OVERHEAD = HEADER_SIZE + FOOTER_SIZE
 MAX_PAYLOAD_SIZE = 2**31 - 1
-COMPRESSIONS = (None, "gzip", "zlib")
+COMPRESSIONS = (None, "gzip", "zlib")  # the codecs TensorFlow reads
+AUTO_COMPRESSION = "auto"  # by the file's name, or a local file's first bytes
 _MASK_DELTA = 0xA282EAD8
 _READ_CHUNK = 1 << 20
 # A file object may allocate the whole size asked for, so a damaged length never asks for more.
@@ -186,42 +190,79 @@ def frame_buffer(data: bytes | bytearray | memoryview, offsets: Iterable[int]) -
     return frame_records(view[start:end] for start, end in zip(bounds, bounds[1:]))
 
 
-def normalize_compression(compression: str | None, name: str = "", *, reading: bool = True) -> str | None:
-    """Map a compression argument to None, "gzip" or "zlib"; "auto" is ``compression_from_name(name, reading)``.
+# Compression: the one place that says what a compression argument means. Every entry point (the readers, the Beam
+# source and sink, stats, export, the builder) resolves through it, so one spelling is one codec everywhere.
+# Every accepted spelling, compared stripped and lower-cased: ours, TensorFlow's ('' | 'GZIP' | 'ZLIB') and Beam's
+# CompressionTypes. Beam's DEFLATE is zlib.compressobj() with a 15-bit window: a zlib (RFC 1950) stream, byte for
+# byte what TensorFlow calls ZLIB.
+_COMPRESSION_NAMES: dict[str, str | None] = {
+    "": None, "none": None, "uncompressed": None,
+    "gzip": "gzip", "gz": "gzip",
+    "zlib": "zlib", "zz": "zlib", "deflate": "zlib",
+    AUTO_COMPRESSION: AUTO_COMPRESSION,
+}
+# Codecs Beam reads and writes but TensorFlow cannot: refused by name and by file suffix.
+_REFUSED_COMPRESSIONS = {"bzip2": "BZIP2", "bz2": "BZIP2", "zstd": "ZSTD", "zst": "ZSTD", "lzma": "LZMA", "xz": "LZMA"}
+# "auto" by name: Beam's suffixes (.gz, .deflate) and the names TensorFlow users give such files (.gzip, .zlib, .zz).
+_COMPRESSION_SUFFIXES = {".gz": "gzip", ".gzip": "gzip", ".zlib": "zlib", ".zz": "zlib", ".deflate": "zlib"}
 
-    Anything else is refused: TensorFlow's TFRecord readers understand only those three.
-    """
-    if compression is None:
-        return None
-    key = str(compression).strip().lower()
-    if key == "auto":
-        return compression_from_name(name, look_inside=reading)
-    if key in ("", "none", "uncompressed"):
-        return None
-    if key in ("gzip", "gz"):
-        return "gzip"
-    if key in ("zlib", "zz", "deflate"):
-        return "zlib"
-    raise UnsupportedCompressionError(
-        f"compression {compression!r} is not supported: TensorFlow reads TFRecord files only "
-        "uncompressed, GZIP or ZLIB (TFRecordDataset(compression_type='' | 'GZIP' | 'ZLIB')), so a "
-        f"file compressed with {compression!r} could not be read by it. Use None, 'gzip' or 'zlib'."
+
+def refused_compression(codec: str, where: str) -> UnsupportedCompressionError:
+    """The one-line refusal of a codec TensorFlow cannot read, naming where it was asked for."""
+    beams = " (apache_beam's tfrecordio would; tfrbeam does not, on purpose)" if codec in _REFUSED_COMPRESSIONS.values() else ""
+    return UnsupportedCompressionError(
+        f"{where}: {codec} compression is refused: TensorFlow reads TFRecord files only uncompressed, GZIP or ZLIB "
+        "(TFRecordDataset(compression_type='' | 'GZIP' | 'ZLIB')), so a TFRecord file compressed with "
+        f"{codec} could not be read by it{beams}. Use compression=None, 'gzip' or 'zlib' (Beam's "
+        "CompressionTypes.UNCOMPRESSED, GZIP or DEFLATE)."
     )
 
 
+def canonical_compression(compression: str | None) -> str | None:
+    """Any accepted spelling as None, "gzip", "zlib" or "auto"; anything else is refused."""
+    if compression is None:
+        return None
+    key = str(compression).strip().lower()
+    if key in _COMPRESSION_NAMES:
+        return _COMPRESSION_NAMES[key]
+    raise refused_compression(_REFUSED_COMPRESSIONS.get(key, repr(compression)), f"compression {compression!r}")
+
+
+def normalize_compression(compression: str | None, name: str = "", *, reading: bool = True) -> str | None:
+    """The codec of the file ``name``: None, "gzip" or "zlib"; "auto" is ``compression_from_name(name, reading)``."""
+    codec = canonical_compression(compression)
+    return compression_from_name(name, look_inside=reading) if codec == AUTO_COMPRESSION else codec
+
+
+def combine_compressions(compression_type: str | None, compression: str | None) -> str | None:
+    """Beam's ``compression_type`` and our ``compression`` as one: "auto" yields to the other; two set ones must
+    agree. Beam's CompressionTypes are plain strings ("gzip", "deflate", ...), resolved as any other spelling."""
+    one, other = canonical_compression(compression_type), canonical_compression(compression)
+    if one == AUTO_COMPRESSION:
+        return other
+    if other not in (AUTO_COMPRESSION, one):
+        raise ConfigError(f"compression_type={compression_type!r} and compression={compression!r} disagree; "
+                          "give only one of them")
+    return one
+
+
 def compression_from_name(name: str, look_inside: bool = True) -> str | None:
-    """The compression of a file to read: .gz / .gzip is gzip, .zlib / .zz zlib; any other name, by its first bytes.
+    """The codec "auto" gives a file: by its suffix (``.gz``/``.gzip`` gzip, ``.zlib``/``.zz``/``.deflate`` zlib;
+    ``.bz2``/``.zst``/``.zstd``/``.xz``/``.lzma`` refused), else, for a local file to read, by its first bytes.
 
     TensorFlow writes GZIP files under any name (``TFRecordWriter("x.tfrecord", "GZIP")``), so a local file whose
     name implies none is looked inside (unless ``look_inside`` is False, as for a file about to be written): gzip's
     magic bytes 1f 8b, or a zlib header, make it compressed, unless its first 12 bytes are a valid TFRecord header.
     """
-    lower = os.fspath(name).lower()
-    if lower.endswith((".gz", ".gzip")):
-        return "gzip"
-    if lower.endswith((".zlib", ".zz")):
-        return "zlib"
-    return _compression_of_first_bytes(os.fspath(name)) if look_inside else None
+    path = os.fspath(name)
+    lower = path.lower()
+    for suffix, codec in _COMPRESSION_SUFFIXES.items():
+        if lower.endswith(suffix):
+            return codec
+    extension = lower[lower.rfind(".") + 1:] if "." in lower.rsplit("/", 1)[-1] else ""
+    if extension in _REFUSED_COMPRESSIONS:
+        raise refused_compression(_REFUSED_COMPRESSIONS[extension], f"{path} (compression 'auto' goes by its extension)")
+    return _compression_of_first_bytes(path) if look_inside else None
 
 
 def _compression_of_first_bytes(path: str) -> str | None:
@@ -241,6 +282,21 @@ def _compression_of_first_bytes(path: str) -> str | None:
     if len(head) >= 2 and head[0] & 0x0F == 8 and head[0] >> 4 <= 7 and (head[0] << 8 | head[1]) % 31 == 0:
         return "zlib"
     return None
+
+
+def manifest_compression(manifest: Mapping[str, Any]) -> str | None:
+    """A dataset's codec: what its manifest's ``compression`` says (missing or "none": uncompressed)."""
+    codec = canonical_compression(manifest.get("compression"))
+    if codec == AUTO_COMPRESSION:
+        raise ConfigError("a dataset manifest's compression is none, gzip or zlib, never 'auto'")
+    return codec
+
+
+def dataset_compression(manifest: Mapping[str, Any], compression: str | None = AUTO_COMPRESSION) -> str | None:
+    """The codec to read a dataset's shards with: ``compression`` when given, for "auto" the manifest's (never a guess
+    from a shard's name)."""
+    codec = canonical_compression(compression)
+    return manifest_compression(manifest) if codec == AUTO_COMPRESSION else codec
 
 
 def _name_of(target: object) -> str:
@@ -710,7 +766,7 @@ def read_records(
 ) -> Iterator[bytes]:
     """Yield the payload of every record in a TFRecord file (a path or a binary file object).
 
-    ``compression="auto"`` picks by extension (.gz gzip, .zlib/.zz zlib), else by the file's first bytes
+    ``compression="auto"`` picks by extension (.gz gzip, .zlib/.zz/.deflate zlib), else by the file's first bytes
     (``compression_from_name``). Damage raises ``CorruptRecordError`` / ``TruncatedRecordError`` with the path and
     byte offset, unless ``skip_corrupt=True``, which skips bad records, logs each skipped range and calls ``on_skip``.
     """
