@@ -174,3 +174,64 @@ def test_a_top_level_module_outside_the_layers_is_found(planted):
     planted({"tfrbeam/__init__.py": "", "tfrbeam/records.py": "x = 1\n"})
     assert graph.layer_of("tfrbeam.records") is None
     assert graph.layer_of("tfrbeam.errors") == (0, "tfrbeam.errors")
+
+
+# Compression has one home (issue 44): tfrbeam/tfrecord/records.py says what every spelling means. Elsewhere a
+# compression or codec value is passed on, never compared with a spelling ("auto", "none", "gzip", ...).
+COMPRESSION_HOME = "tfrbeam/tfrecord/records.py"
+COMPRESSION_EXEMPT = {
+    # Whole-file codecs of CSV/JSON/... build inputs (bzip2, xz, zstd included), not a TFRecord's compression.
+    "tfrbeam/builder/inputs/compressed.py": None,
+    # verify's `compression in (None, "none")`: layout/ is being reworked with the manifest; it should ask
+    # records.manifest_compression instead.
+    "tfrbeam/layout/manifest.py": {"none"},
+}
+
+
+def _names_a_compression(name: str) -> bool:
+    return bool({"compression", "compressions", "codec"} & set(name.lower().split("_")))
+
+
+def _compression_named(node: ast.AST) -> bool:
+    """``compression``, ``self._codec``, ``options.compression.strip().lower()``, ``compressions[path]``, ..."""
+    while isinstance(node, (ast.Call, ast.Subscript, ast.Attribute)):
+        if isinstance(node, ast.Attribute) and _names_a_compression(node.attr):
+            return True
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return isinstance(node, ast.Name) and _names_a_compression(node.id)
+
+
+def _string_literals(node: ast.AST) -> list[str]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return [value for element in node.elts for value in _string_literals(element)]
+    return []
+
+
+def compression_spelling_comparisons(root: pathlib.Path) -> list[str]:
+    """Each comparison of a compression- or codec-named value with a string literal outside the home."""
+    found = []
+    for path in sorted((root / "tfrbeam").rglob("*.py")):
+        relative = path.relative_to(root).as_posix()
+        if relative == COMPRESSION_HOME or (relative in COMPRESSION_EXEMPT and COMPRESSION_EXEMPT[relative] is None):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.Compare):
+                continue
+            operands = [node.left, *node.comparators]
+            literals = {value for operand in operands for value in _string_literals(operand)}
+            if literals - (COMPRESSION_EXEMPT.get(relative) or set()) and any(map(_compression_named, operands)):
+                found.append(f"{relative}:{node.lineno} compares a compression with {sorted(literals)}")
+    return found
+
+
+def test_only_the_compression_home_compares_compression_spellings():
+    assert compression_spelling_comparisons(REPO_ROOT) == []
+
+
+def test_a_compression_spelling_compared_elsewhere_is_found(tmp_path):
+    (tmp_path / "tfrbeam" / "dataset").mkdir(parents=True)
+    (tmp_path / "tfrbeam" / "dataset" / "spec.py").write_text(
+        'def codec(compression, stored):\n    return stored if compression.strip().lower() == "auto" else compression\n')
+    assert compression_spelling_comparisons(tmp_path) == ['tfrbeam/dataset/spec.py:2 compares a compression with [\'auto\']']

@@ -51,7 +51,7 @@ from tfrbeam.layout.names import MANIFEST_NAME
 from tfrbeam.layout.paths import confined_path
 from tfrbeam.tfrecord.blocks import record_blocks
 from tfrbeam.tfrecord.read_index import trusted_index
-from tfrbeam.tfrecord.records import normalize_compression
+from tfrbeam.tfrecord.records import manifest_compression, normalize_compression
 
 __all__ = [
     "dataset_manifest",
@@ -143,7 +143,7 @@ def shard_records(input_config: InputConfig) -> dict[str, int]:
 
 def _check_compression(manifest_file: str, manifest: dict[str, Any]) -> None:
     try:
-        normalize_compression(manifest.get("compression"))
+        manifest_compression(manifest)
     except UnsupportedCompressionError as error:
         raise ConfigError(f"input.path: {manifest_file}: compression: {error}") from error
 
@@ -262,7 +262,8 @@ def _narrowed(name: str, list_type: pa.DataType, chunks: list[pa.Array], records
 
 
 def file_compression(input_config: InputConfig, path: str) -> str | None:
-    """A file's compression: input.compression, or with "auto" its extension's (.gz gzip, .zlib zlib)."""
+    """A file's compression: input.compression, or with "auto" its name's (.gz gzip, .zlib zlib) or a local file's
+    first bytes' (``normalize_compression``)."""
     return normalize_compression(input_config.tfrecord.compression, path)
 
 
