@@ -34,3 +34,19 @@ def test_the_progress_bar_moves_on_to_the_shuffle_and_write_phase_and_prints_log
     line = next(part for part in re.split(r"[\r\n]", err) if "a line while the bar is drawn" in part)
     assert line == "WARNING a line while the bar is drawn"  # on a line of its own, not appended to the bar
     assert any(part.startswith("shuffling and writing") for part in err.split("\r")), err
+
+
+def test_the_summary_says_how_the_run_went_from_the_run_record_or_a_format_1_manifests_top_level():
+    from types import SimpleNamespace
+
+    from tfrbeam.builder.running.report import summary_table
+
+    run = {"run_id": "r", "runner": "PortableRunner", "piece_store": "spill", "shuffled_bytes": 9,
+           "workers": {"count": 2, "mode": "multi_processing", "chosen_by": "--workers 2"}}
+    dataset = {"rows_read": 10, "bad_records": {"count": 0, "action": "fail"},
+               "splits": {"train": {"num_examples": 10, "num_bytes": 99, "shards": [{"path": "train/a"}]}}}
+    plan = SimpleNamespace(manifest_path="out/tfrbeam_dataset.json")
+    written = summary_table({"format": "tfrbeam-dataset/2", **dataset, "run": run}, 2.0, plan)  # type: ignore[arg-type]
+    before = summary_table({"format": "tfrbeam-dataset/1", **dataset, **run}, 2.0, plan)  # type: ignore[arg-type]
+    assert "time:       2.0 s (5 rows/s, runner PortableRunner, 2 worker processes, piece store spill)" in written
+    assert before == written
