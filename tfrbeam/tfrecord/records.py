@@ -192,6 +192,7 @@ def frame_buffer(data: bytes | bytearray | memoryview, offsets: Iterable[int]) -
 
 # Compression: the one place that says what a compression argument means. Every entry point (the readers, the Beam
 # source and sink, stats, export, the builder) resolves through it, so one spelling is one codec everywhere.
+
 # Every accepted spelling, compared stripped and lower-cased: ours, TensorFlow's ('' | 'GZIP' | 'ZLIB') and Beam's
 # CompressionTypes. Beam's DEFLATE is zlib.compressobj() with a 15-bit window: a zlib (RFC 1950) stream, byte for
 # byte what TensorFlow calls ZLIB.
