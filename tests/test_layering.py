@@ -182,9 +182,6 @@ COMPRESSION_HOME = "tfrbeam/tfrecord/records.py"
 COMPRESSION_EXEMPT = {
     # Whole-file codecs of CSV/JSON/... build inputs (bzip2, xz, zstd included), not a TFRecord's compression.
     "tfrbeam/builder/inputs/compressed.py": None,
-    # verify's `compression in (None, "none")`: layout/ is being reworked with the manifest; it should ask
-    # records.manifest_compression instead.
-    "tfrbeam/layout/manifest.py": {"none"},
 }
 
 

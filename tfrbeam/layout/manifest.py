@@ -37,7 +37,7 @@ from tfrbeam.layout.names import LOCK_SUFFIX, MANIFEST_NAME, MANIFEST_NAMES, is_
 from tfrbeam.layout.paths import confined_path
 from tfrbeam.layout.tfds_info import tfds_files_for
 from tfrbeam.tfrecord.read_index import INDEX_DIR_NAME, index_is_current, index_paths_for, max_index_bytes, parse_read_index
-from tfrbeam.tfrecord.records import RecordReader, compression_from_name
+from tfrbeam.tfrecord.records import RecordReader, compression_from_name, manifest_compression
 
 _READ_CHUNK = 1 << 20
 
@@ -234,7 +234,7 @@ def verify_dataset(dataset_dir: str, files: FileAccess = LOCAL_FILES) -> list[st
         shards = entry["shards"]
         listed = {shard["path"] for shard in shards}
         for shard in shards:
-            problems.extend(_verify_shard(dataset_dir, shard, manifest.get("compression"), files))
+            problems.extend(_verify_shard(dataset_dir, shard, manifest_compression(manifest), files))
         total = sum(shard["num_examples"] for shard in shards)
         if total != entry["num_examples"]:
             problems.append(f"split {split}: the shards hold {total} examples, the manifest says {entry['num_examples']}")
@@ -304,7 +304,7 @@ def _verify_shard(dataset_dir: str, shard: dict[str, Any], compression: str | No
         problems.append(f"{path}: sha256 {handle.sha256.hexdigest()} differs from the manifest's {shard['sha256']}")
     if not problems and records != shard["num_examples"]:
         problems.append(f"{path}: {records} records, the manifest says {shard['num_examples']}")
-    if compression in (None, "none") and compression_from_name(path) is None:
+    if compression is None and compression_from_name(path) is None:
         problems.extend(_verify_index(path, handle.size, records, files))
     return problems
 
