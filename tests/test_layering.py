@@ -95,6 +95,10 @@ ONE_HOME = {
     "the table of file kinds (FIFO, device, socket ...)": ("S_ISFIFO", "tfrbeam/base/bounded_read.py"),
     "an atomic replace of a local file": ("os.replace(", "tfrbeam/base/fileops.py"),
     "TFRecord's CRC mask": ("0xa282ead8", "tfrbeam/tfrecord/records.py"),
+    "the run's identity file in its staging directory": ('"owner.json"', "tfrbeam/layout/names.py"),
+    "the commit's journal": ('"commit.json"', "tfrbeam/layout/names.py"),
+    "the staged dataset's record": ('"commit-ready.json"', "tfrbeam/layout/names.py"),
+    "the manifest's name": ('"tfrbeam_dataset.json"', "tfrbeam/layout/names.py"),
 }
 
 

@@ -10,9 +10,9 @@ import resource
 import pytest
 
 from tests.planted import not_blocked_by
-from tfrbeam.beam.publish import JOURNAL_NAME, OWNER_NAME, CommitJournal, OutputLock, _owner_of, this_run
+from tfrbeam.beam.publish import CommitJournal, OutputLock, _owner_of, this_run
 from tfrbeam.errors import CommitError
-from tfrbeam.layout.names import lock_path, staging_path
+from tfrbeam.layout.names import JOURNAL_NAME, OWNER_NAME, lock_path, staging_path
 
 
 def _planted(path: pathlib.Path, kind: str) -> pathlib.Path:

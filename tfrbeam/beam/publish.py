@@ -57,7 +57,10 @@ from tfrbeam.errors import (
 from tfrbeam.layout.manifest import MAX_MANIFEST_BYTES, read_manifest
 from tfrbeam.layout.manifest_schema import run_id_of
 from tfrbeam.layout.names import (
+    ABANDONED_NAME,
     DALI_DIR_NAME,
+    JOURNAL_NAME,
+    OWNER_NAME,
     is_built_shard_path,
     is_staging_name,
     lock_path,
@@ -77,9 +80,6 @@ _LOG = logging.getLogger(__name__)
 # Up to 5 s for a lock holder to write its identity (1 s was too little for a process on a loaded machine).
 _HOLDER_WAITS, _HOLDER_WAIT_SECONDS = 100, 0.05
 
-OWNER_NAME = "owner.json"
-ABANDONED_NAME = "abandoned.json"  # owner.json renamed: the run is over, its staging directory is garbage
-JOURNAL_NAME = "commit.json"
 
 
 # ----------------------------------------------------------------------------------- run identity

@@ -52,9 +52,6 @@ from apache_beam.utils.windowed_value import WindowedValue
 from tfrbeam.base.object_store import S3Settings, configure_s3
 from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.publish import (
-    ABANDONED_NAME,
-    JOURNAL_NAME,
-    OWNER_NAME,
     CommitJournal,
     StagingDir,
     abandon,
@@ -75,7 +72,7 @@ from tfrbeam.errors import (
     ShortWriteError,
     TfrbeamError,
 )
-from tfrbeam.layout.names import ShardNaming
+from tfrbeam.layout.names import ABANDONED_NAME, JOURNAL_NAME, OWNER_NAME, ShardNaming
 from tfrbeam.tfrecord.read_index import (
     ReadIndexBuilder,
     index_path_for,

@@ -7,6 +7,8 @@
 - Beside an output ``…/name`` (a dataset directory, or a sink's file prefix): the lock file
   ``.name.tfrbeam-lock``, staging directories ``.name.tfrbeam-<run>/`` and partial files
   ``.name.tfrbeam-partial-<id>``. All hidden, so shard globs and TensorFlow never match them.
+- Inside a staging directory: the run's ``owner.json`` (``abandoned.json`` once it is over), the commit's
+  journal and record, the new and the old dataset, and held rows.
 
 Two names are defined lower down and re-exported here: partial files belong to the atomic write
 (``tfrbeam.base.fileops``), the read-index directory and names to the index (``tfrbeam.tfrecord.read_index``).
@@ -21,6 +23,7 @@ from tfrbeam.base.fileops import PARTIAL_INFIX, beside, partial_path, split_targ
 from tfrbeam.tfrecord.read_index import INDEX_DIR_NAME, INDEX_SUFFIXES
 
 __all__ = [
+    "ABANDONED_NAME", "COMMIT_RECORD", "HELD_ROWS_DIR", "JOURNAL_NAME", "NEW_DATASET_DIR", "OLD_DATASET_DIR", "OWNER_NAME",
     "DALI_DIR_NAME", "ERRORS_DIR_NAME", "EXPORT_NAME", "INDEX_DIR_NAME", "LEGACY_MANIFEST_FORMAT", "LEGACY_MANIFEST_NAME",
     "LOCK_SUFFIX", "MANIFEST_FORMAT", "MANIFEST_NAME", "MANIFEST_NAMES", "SCHEMA_PBTXT", "TFDS_DATASET_INFO", "TFDS_FEATURES",
     "PARTIAL_INFIX", "RECORD_SUFFIXES", "SHARD_NAME", "STAGING_INFIX", "STATS_HTML", "STATS_JSON", "ShardNaming",
@@ -44,6 +47,14 @@ STATS_HTML = "stats.html"
 SHARD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*-\d{5,}-of-\d{5,}\.tfrecord(\.gz|\.zlib)?")  # a build's shard file
 EXPORT_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*-\d{5,}-of-\d{5,}\.parquet")  # what export writes of a shard
 RECORD_SUFFIXES = (".gz", ".zlib", ".tfrecord", ".tfrecords", ".tfr")  # stripped from a shard's name on export
+# Inside a run's staging directory (``staging_path``):
+OWNER_NAME = "owner.json"  # the run's identity and the output it writes: recovery trusts the directory by it
+ABANDONED_NAME = "abandoned.json"  # owner.json renamed: the run is over, its staging directory is garbage
+JOURNAL_NAME = "commit.json"  # the commit's journal, once a publish has begun
+COMMIT_RECORD = "commit-ready.json"  # a staged dataset's record, for the launcher to publish after the pipeline
+NEW_DATASET_DIR = "dataset"  # the new dataset, assembled before the swap
+OLD_DATASET_DIR = "old"  # the replaced dataset, until it is deleted
+HELD_ROWS_DIR = "held-rows"  # the batches a run holds past its memory budget
 
 def shard_file_name(split: str, shard: int, num_shards: int, compression: str | None) -> str:
     """``{split}-{shard:05d}-of-{num_shards:05d}.tfrecord`` plus ``.gz`` / ``.zlib`` when compressed.

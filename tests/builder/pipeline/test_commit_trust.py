@@ -386,8 +386,9 @@ def test_library_callers_publish_in_the_pipeline_or_from_their_launcher(workdir)
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from tfrbeam.builder.config import load_config
-    from tfrbeam.builder.pipeline.commit import COMMIT_RECORD, commit_staged
+    from tfrbeam.builder.pipeline.commit import commit_staged
     from tfrbeam.builder.pipeline.graph import build_pipeline
+    from tfrbeam.layout.names import COMMIT_RECORD
 
     output = workdir / "out" / "ds"
     before = _parent_snapshot(output)
@@ -544,9 +545,10 @@ def test_a_commit_record_planted_as_a_fifo_or_a_huge_file_is_refused_in_one_line
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from tfrbeam.builder.config import load_config
-    from tfrbeam.builder.pipeline.commit import COMMIT_RECORD, commit_staged
+    from tfrbeam.builder.pipeline.commit import commit_staged
     from tfrbeam.builder.pipeline.graph import build_pipeline
     from tfrbeam.errors import CommitError
+    from tfrbeam.layout.names import COMMIT_RECORD
 
     config = load_config("cfg.yaml", [])
     with beam.Pipeline(options=PipelineOptions([])) as pipeline:

@@ -82,7 +82,8 @@ def test_rows_are_held_exactly_when_the_pieces_are(tmp_path, args, held):
 def test_batches_past_the_budget_are_spilled_under_the_run_and_read_back(tmp_path):
     """A run keeps at most its budget of batches in memory; the batch past it sends them all to one Arrow file under
     its staging dir, which goes when the last of them is released."""
-    from tfrbeam.builder.pipeline.held_rows import HELD_ROWS_DIR, held_bytes
+    from tfrbeam.builder.pipeline.held_rows import held_bytes
+    from tfrbeam.layout.names import HELD_ROWS_DIR
 
     run = str(tmp_path / "staging")
     batches = [pa.record_batch({"v": list(range(start, start + 1000)), "s": [f"row {start + i:06d}" for i in range(1000)]})
@@ -108,7 +109,7 @@ def test_batches_past_the_budget_are_spilled_under_the_run_and_read_back(tmp_pat
 
 def test_a_spilled_batch_that_is_gone_is_a_clear_error_and_releasing_it_only_warns(tmp_path, caplog):
     """Reading it back names the file; releasing it (a temp file's cleanup) must not fail the build."""
-    from tfrbeam.builder.pipeline.held_rows import HELD_ROWS_DIR
+    from tfrbeam.layout.names import HELD_ROWS_DIR
 
     ref = hold_rows(str(tmp_path), _batch([1, 2, 3]), 0)
     (spilled,) = (tmp_path / HELD_ROWS_DIR).iterdir()
@@ -124,8 +125,8 @@ def test_a_spilled_batch_that_is_gone_is_a_clear_error_and_releasing_it_only_war
 @pytest.mark.parametrize("where", ["values", "end"])
 def test_a_spilled_batch_changed_on_disk_is_refused_naming_its_file(tmp_path, where):
     """A flipped byte in an Arrow value buffer still decodes (to another value): the file's CRC32C refuses it."""
-    from tfrbeam.builder.pipeline.held_rows import HELD_ROWS_DIR
     from tfrbeam.errors import ShuffledDataError
+    from tfrbeam.layout.names import HELD_ROWS_DIR
 
     batch = pa.record_batch({"v": list(range(1000, 2000))})
     ref = hold_rows(str(tmp_path), batch, 0)
@@ -164,7 +165,8 @@ def test_spilled_batches_go_to_one_file_per_budget_and_a_bucket_reads_each_file_
     held when the budget is reached goes to one run file, a segment per bucket: files grow with the bytes spilled,
     and encoding a bucket reads one segment of each run."""
     from tfrbeam.builder.pipeline import held_rows
-    from tfrbeam.builder.pipeline.held_rows import HELD_ROWS_DIR, held_bytes
+    from tfrbeam.builder.pipeline.held_rows import held_bytes
+    from tfrbeam.layout.names import HELD_ROWS_DIR
 
     run = str(tmp_path / "run")
     sources, buckets = 30, 12

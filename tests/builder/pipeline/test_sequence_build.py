@@ -347,6 +347,7 @@ def test_held_rows_stay_within_the_memory_store_budget_and_the_rest_is_spilled(s
     """--memory_store_bytes bounds the rows held between the converter and the encoder as well as the pieces:
     batches past it wait in run files under the staging directory, one per budget's worth; the bytes are the reference's."""
     from tfrbeam.builder.pipeline import held_rows
+    from tfrbeam.layout.names import HELD_ROWS_DIR
 
     directory, reference = small
     budget = 256 << 10
@@ -368,7 +369,7 @@ def test_held_rows_stay_within_the_memory_store_budget_and_the_rest_is_spilled(s
     assert _shard_bytes(directory / "out" / "bounded") == reference
     assert 0 < max(peaks) <= budget and sum(count for _, count in spilled) > len(peaks) // 2
     assert 1 < len(spilled) < sum(count for _, count in spilled) // 2  # several batches to a file
-    assert all(f"{os.sep}{held_rows.HELD_ROWS_DIR}{os.sep}" in path for path, _ in spilled)
+    assert all(f"{os.sep}{HELD_ROWS_DIR}{os.sep}" in path for path, _ in spilled)
     assert held_rows.runs_holding_rows() == [] and not any(os.path.exists(path) for path, _ in spilled)
 
 

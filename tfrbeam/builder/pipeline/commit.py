@@ -102,11 +102,14 @@ from tfrbeam.layout.manifest import (
 )
 from tfrbeam.layout.manifest_schema import run_id_of
 from tfrbeam.layout.names import (
+    COMMIT_RECORD,
     DALI_DIR_NAME,
     ERRORS_DIR_NAME,
     MANIFEST_FORMAT,
     MANIFEST_NAME,
     MANIFEST_NAMES,
+    NEW_DATASET_DIR,
+    OLD_DATASET_DIR,
     SCHEMA_PBTXT,
     TFDS_DATASET_INFO,
     TFDS_FEATURES,
@@ -124,15 +127,13 @@ from tfrbeam.tfrecord.read_index import (
 )
 
 __all__ = [
-    "COMMIT_RECORD", "CommitDataset", "DeadLetterFile", "DirectWrites", "NEW_DATASET_DIR", "OLD_DATASET_DIR", "StagedCommit",
+    "CommitDataset", "DeadLetterFile", "DirectWrites", "StagedCommit",
     "commit_staged", "direct_writes", "discard_staging", "discard_unpublished", "publish_staged", "recover_output",
     "shard_destination",
 ]
 
 _LOG = logging.getLogger(__name__)
 
-NEW_DATASET_DIR = "dataset"  # inside the staging directory: the new dataset, assembled before the swap
-OLD_DATASET_DIR = "old"  # inside the staging directory: the replaced dataset, until it is deleted
 
 
 @dataclasses.dataclass(frozen=True)
@@ -334,7 +335,6 @@ def _objects_under(root: str, listing: Mapping[str, int] | None = None) -> set[s
             if path.startswith(prefix)}
 
 
-COMMIT_RECORD = "commit-ready.json"  # in the staging directory: what the launcher publishes after the pipeline
 
 
 @dataclasses.dataclass(frozen=True)

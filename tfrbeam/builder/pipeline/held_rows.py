@@ -39,14 +39,14 @@ from apache_beam import coders
 
 from tfrbeam.beam import filesystem as fs
 from tfrbeam.errors import HeldDataMissingError, ShuffledDataError
+from tfrbeam.layout.names import HELD_ROWS_DIR
 
 __all__ = [
-    "HELD_ROWS_DIR", "HeldRows", "HeldRowsCoder", "discard_held_rows", "held_batches", "held_bytes", "hold_rows",
+    "HeldRows", "HeldRowsCoder", "discard_held_rows", "held_batches", "held_bytes", "hold_rows",
     "release_rows", "runs_holding_rows",
 ]
 
 _LOG = logging.getLogger(__name__)
-HELD_ROWS_DIR = "held-rows"  # under the run's staging directory: the batches past the run's budget
 
 
 @dataclasses.dataclass(frozen=True)
