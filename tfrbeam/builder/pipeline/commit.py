@@ -568,7 +568,7 @@ def build_manifest(plan: BuildPlan, shard_plan: ShardPlan, files: Sequence[Writt
            if config.output.tfds is not None and sequences is None else {}),
         "inputs": [{**entry, "rows_read": (read_per_input or {}).get(entry["path"], 0)} for entry in plan.inputs],
         "config": normalized(config_to_dict(config)),
-        "seed": config.shuffle.seed if config.shuffle.enabled else None,
+        "seed": config.shuffle.effective_seed,
         "order": (
             f"shuffled: sorted by a seed-keyed mix of each {record}'s XXH3-128 content hash, ties by bytes"
             if config.shuffle.enabled else "input order: input files sorted by path, then row order"
