@@ -32,6 +32,14 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("tfrbeam.dataset",),
     ("tfrbeam.stats",),
     ("tfrbeam.beam",),
+    # The builder's rooms, lowest first: what a column becomes, the config, reading inputs (and counting progress),
+    # the shuffle, the pipeline (plan, graph, commit, runners) and running it; the package's own face above them.
+    ("tfrbeam.builder.features",),
+    ("tfrbeam.builder.config",),
+    ("tfrbeam.builder.inputs",),
+    ("tfrbeam.builder.shuffle",),
+    ("tfrbeam.builder.pipeline",),
+    ("tfrbeam.builder.running",),
     ("tfrbeam.builder",),
     ("tfrbeam.cli",),
 )

@@ -39,7 +39,7 @@ DEFINED_IN = {
     "even_splits": "tfrbeam.dataset.splits",
     "mix": "tfrbeam.dataset.mixing",
     "WriteDataset": "tfrbeam.builder.pipeline.from_rows",
-    "write_dataset": "tfrbeam.builder.pipeline.from_rows",
+    "write_dataset": "tfrbeam.builder.running.write_table",
 }
 
 

@@ -38,7 +38,7 @@ _EXPORTS = {
     "WriteSequenceExamples": "tfrbeam.beam.sequence_examples",
     # dataset builds from rows (tfrbeam.builder)
     "WriteDataset": "tfrbeam.builder.pipeline.from_rows",
-    "write_dataset": "tfrbeam.builder.pipeline.from_rows",
+    "write_dataset": "tfrbeam.builder.running.write_table",
     # training-side reader
     "open_dataset": "tfrbeam.dataset",
     "open_random_access": "tfrbeam.dataset",

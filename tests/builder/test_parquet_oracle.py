@@ -20,9 +20,9 @@ import pytest
 
 from tests.helpers import expected_bad, expected_rows, pyarrow_read, same_values
 from tfrbeam.builder.config import parse_config
-from tfrbeam.builder.features.resolve import resolve_config
 from tfrbeam.builder.inputs.batch import convert_source_batch
 from tfrbeam.builder.inputs.parquet import read_parquet_file
+from tfrbeam.builder.pipeline.resolve import resolve_config
 from tfrbeam.errors import ConfigError, InputError
 
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "data" / "parquet-testing"

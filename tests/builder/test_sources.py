@@ -13,10 +13,10 @@ import yaml
 
 from tfrbeam.builder.config import config_to_dict, load_config, parse_config
 from tfrbeam.builder.features.convert import FeatureSpec, source_column, source_type
-from tfrbeam.builder.features.infer_config import infer_config
-from tfrbeam.builder.features.resolve import resolve_config, validate_against_schema
 from tfrbeam.builder.inputs.batch import convert_source_batch
 from tfrbeam.builder.inputs.parquet import read_parquet_file
+from tfrbeam.builder.pipeline.infer_config import infer_config
+from tfrbeam.builder.pipeline.resolve import resolve_config, validate_against_schema
 from tfrbeam.errors import ConfigError
 
 CLASH = pa.schema([("a.b", pa.int64()), ("a", pa.struct([("b", pa.int64())]))])

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 from tfrbeam.builder.config import load_config
-from tfrbeam.builder.features.resolve import resolve_config
+from tfrbeam.builder.pipeline.resolve import resolve_config
 from tfrbeam.cli.build import main as build_main
 from tfrbeam.codec.example import decode_example
 from tfrbeam.tfrecord.records import read_records

@@ -282,7 +282,7 @@ def test_hypothesis_tables_round_trip_through_plain_tfrecord_files(tmp_path_fact
 @given(tables(layouts=("scalar", "nullable", "list")))
 def test_hypothesis_tables_round_trip_through_a_build(tmp_path_factory, table):
     """Parquet input -> tfrbeam build (config from infer-config) -> export: every split's rows, and all of them the input's."""
-    from tfrbeam.builder.features.infer_config import infer_config
+    from tfrbeam.builder.pipeline.infer_config import infer_config
 
     directory = tmp_path_factory.mktemp("build-rt")
     pq.write_table(table, directory / "input.parquet")

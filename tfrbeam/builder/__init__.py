@@ -1,10 +1,11 @@
 """The dataset builder: a YAML config becomes a plan, the plan a Beam pipeline, and its staged output a
 committed dataset (config -> plan -> graph -> commit).
 
-Its rooms: ``config`` (the frozen config and its YAML), ``features`` (specs, inference, conversion, file
-contents), ``inputs`` (the readers), ``shuffle`` (keys, pieces, balanced shards), ``pipeline`` (plan,
-graph, sequence builds, splits, rows in memory, commit) and ``running`` (launcher, runners, progress,
-report).
+Its rooms, lowest first, each importing only those before it (tests/test_layering.py): ``features``
+(specs, conversion, file contents), ``config`` (the frozen config and its YAML), ``inputs`` (the
+readers, the plan-time sample, progress counters), ``shuffle`` (keys, pieces, balanced shards),
+``pipeline`` (feature resolution and inference, runners and workers, plan, graph, sequence builds,
+splits, rows from a pipeline, commit) and ``running`` (launcher, ``write_dataset``, report).
 
 May import every package below it, Apache Beam among them; the ``tfrbeam build`` command that drives
 it is ``tfrbeam.cli.build``.
@@ -22,7 +23,7 @@ _EXPORTS = {
     "BuildResult": "tfrbeam.builder.running.launch",
     "WriteDataset": "tfrbeam.builder.pipeline.from_rows",
     "run": "tfrbeam.builder.running.launch",
-    "write_dataset": "tfrbeam.builder.pipeline.from_rows",
+    "write_dataset": "tfrbeam.builder.running.write_table",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -96,7 +96,7 @@ def _parser() -> argparse.ArgumentParser:
                                 "(CSV, Parquet, JSON lines, ORC, Avro)")
     infer.add_argument("input", metavar="INPUT", help="a file or glob")
     # tfrbeam.builder.config.INPUT_FORMATS, not imported here (it loads pyarrow;
-    # tests/builder/features/test_infer.py checks they agree).
+    # tests/builder/pipeline/test_infer.py checks they agree).
     infer.add_argument("--format", choices=("csv", "parquet", "jsonl", "orc", "avro", "tfrecord"), default=None,
                        help="the input's format (default: from the file's extension)")
     infer.add_argument("--sequence-by", default=None, metavar="COL",
@@ -439,7 +439,7 @@ def _records_progress(label: str) -> Callable[[int, int | None], None]:
 
 
 def _run_infer_config(args: argparse.Namespace) -> int:
-    from tfrbeam.builder.features.infer_config import infer_config
+    from tfrbeam.builder.pipeline.infer_config import infer_config
 
     sys.stdout.write(infer_config(args.input, format=args.format, sequence_by=args.sequence_by, order_by=args.order_by,
                                   header=args.header))

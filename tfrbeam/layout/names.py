@@ -24,6 +24,7 @@ from tfrbeam.tfrecord.read_index import INDEX_DIR_NAME, INDEX_SUFFIXES
 
 __all__ = [
     "ABANDONED_NAME", "COMMIT_RECORD", "HELD_ROWS_DIR", "JOURNAL_NAME", "NEW_DATASET_DIR", "OLD_DATASET_DIR", "OWNER_NAME",
+    "TABLE_FILE_NAME",
     "DALI_DIR_NAME", "ERRORS_DIR_NAME", "EXPORT_NAME", "INDEX_DIR_NAME", "LEGACY_MANIFEST_FORMAT", "LEGACY_MANIFEST_NAME",
     "LOCK_SUFFIX", "MANIFEST_FORMAT", "MANIFEST_NAME", "MANIFEST_NAMES", "SCHEMA_PBTXT", "TFDS_DATASET_INFO", "TFDS_FEATURES",
     "PARTIAL_INFIX", "RECORD_SUFFIXES", "SHARD_NAME", "STAGING_INFIX", "STATS_HTML", "STATS_JSON", "ShardNaming",
@@ -55,6 +56,7 @@ COMMIT_RECORD = "commit-ready.json"  # a staged dataset's record, for the launch
 NEW_DATASET_DIR = "dataset"  # the new dataset, assembled before the swap
 OLD_DATASET_DIR = "old"  # the replaced dataset, until it is deleted
 HELD_ROWS_DIR = "held-rows"  # the batches a run holds past its memory budget
+TABLE_FILE_NAME = "write-dataset-rows.arrow"  # the table write_dataset was given, for the pipeline's workers
 
 def shard_file_name(split: str, shard: int, num_shards: int, compression: str | None) -> str:
     """``{split}-{shard:05d}-of-{num_shards:05d}.tfrecord`` plus ``.gz`` / ``.zlib`` when compressed.

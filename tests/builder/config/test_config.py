@@ -22,7 +22,7 @@ from tfrbeam.builder.config import (
     parse_size,
     parse_yaml,
 )
-from tfrbeam.builder.features.resolve import resolve_config, validate_against_schema
+from tfrbeam.builder.pipeline.resolve import resolve_config, validate_against_schema
 
 ISSUE_EXAMPLE = textwrap.dedent(
     """

@@ -42,7 +42,8 @@ from tfrbeam.builder.config.keys import (
     Tokens,
     config_keys,
 )
-from tfrbeam.builder.pipeline.from_rows import dataset_config, write_dataset
+from tfrbeam.builder.pipeline.from_rows import dataset_config
+from tfrbeam.builder.running.write_table import write_dataset
 
 KEYS = dict(config_keys(BuildConfig))
 BASE = {"input": {"path": "data/x.csv"}, "output": {"path": "out"}}

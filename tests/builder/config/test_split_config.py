@@ -9,7 +9,7 @@ import pytest
 
 from tests.helpers import config_problems
 from tfrbeam.builder.config import SplitColumn, SplitFiles, config_to_dict, parse_config
-from tfrbeam.builder.features.resolve import validate_against_schema
+from tfrbeam.builder.pipeline.resolve import validate_against_schema
 from tfrbeam.errors import ConfigError
 
 

@@ -344,8 +344,8 @@ def test_files_on_a_remote_filesystem_are_read_relative_to_the_remote_listing(im
 
 def test_infer_config_keeps_a_column_of_paths_as_text_and_from_file_added_resolves(images, tmp_path):
     from tfrbeam.builder.config import load_config
-    from tfrbeam.builder.features.infer_config import infer_config
-    from tfrbeam.builder.features.resolve import resolve_config
+    from tfrbeam.builder.pipeline.infer_config import infer_config
+    from tfrbeam.builder.pipeline.resolve import resolve_config
 
     root, _ = images
     text = infer_config(str(root / "labels.csv"))

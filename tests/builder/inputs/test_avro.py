@@ -17,7 +17,6 @@ from apache_beam.testing.util import assert_that, equal_to
 
 import tfrbeam.builder.inputs.avro as avro_read
 from tfrbeam.builder.config.schema import InputConfig
-from tfrbeam.builder.features.infer_config import infer_config
 from tfrbeam.builder.inputs.avro import (
     arrow_schema,
     avro_blocks,
@@ -28,6 +27,7 @@ from tfrbeam.builder.inputs.avro import (
 )
 from tfrbeam.builder.inputs.files import list_inputs
 from tfrbeam.builder.inputs.read import ReadTabular
+from tfrbeam.builder.pipeline.infer_config import infer_config
 from tfrbeam.cli.build import main as build_main
 from tfrbeam.errors import ConfigError, InputError, ParquetSchemaError
 

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from tfrbeam.builder.features.infer_config import infer_config
+from tfrbeam.builder.pipeline.infer_config import infer_config
 from tfrbeam.cli.build import main as build_main
 
 ROWS = 300

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import yaml
 
-from tfrbeam.builder.features.infer_config import infer_config
 from tfrbeam.builder.inputs.files import list_inputs
+from tfrbeam.builder.pipeline.infer_config import infer_config
 from tfrbeam.cli.build import main as build_main
 from tfrbeam.codec.example import decode_example
 from tfrbeam.tfrecord.records import read_records

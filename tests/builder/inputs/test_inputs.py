@@ -28,7 +28,6 @@ import tfrbeam.builder.inputs.read as beam_read
 from tests.helpers import expected_bad, expected_rows, pyarrow_read
 from tfrbeam.builder.config import parse_config
 from tfrbeam.builder.config.schema import CsvOptions, InputConfig
-from tfrbeam.builder.features.resolve import resolve_config
 from tfrbeam.builder.inputs.batch import convert_source_batch
 from tfrbeam.builder.inputs.csv import read_csv_file, read_csv_range
 from tfrbeam.builder.inputs.csv_text import csv_ranges, scan_csv_range
@@ -36,6 +35,7 @@ from tfrbeam.builder.inputs.files import list_inputs
 from tfrbeam.builder.inputs.parquet import read_parquet_file
 from tfrbeam.builder.inputs.read import ReadTabular
 from tfrbeam.builder.inputs.sample import inspect_input
+from tfrbeam.builder.pipeline.resolve import resolve_config
 from tfrbeam.errors import ConfigError, InputError, TfrbeamError
 
 
@@ -510,7 +510,7 @@ _BAD_DATA_PROBE = """
 import json, sys
 sys.path.insert(0, {repo!r})
 from tfrbeam.builder.config import parse_config
-from tfrbeam.builder.features.resolve import resolve_config
+from tfrbeam.builder.pipeline.resolve import resolve_config
 from tfrbeam.builder.inputs.batch import convert_source_batch
 from tfrbeam.builder.inputs.parquet import read_parquet_file
 from tfrbeam.errors import TfrbeamError

@@ -23,8 +23,8 @@ import pytest
 import yaml
 
 from tfrbeam.builder.config import parse_config
-from tfrbeam.builder.features.infer_config import infer_config
 from tfrbeam.builder.inputs.tfrecord import read_tfrecord_piece, tfrecord_pieces
+from tfrbeam.builder.pipeline.infer_config import infer_config
 from tfrbeam.cli.build import main as build_main
 from tfrbeam.codec.decode import examples_to_record_batch
 from tfrbeam.errors import ConfigError

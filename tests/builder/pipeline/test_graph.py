@@ -285,7 +285,7 @@ def test_piece_store_is_chosen_once_from_the_option_and_the_runner():
     """auto: memory only when every worker runs in this process, spill for other local runners, inline elsewhere."""
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from tfrbeam.builder.running.runners import choose_piece_store, held_piece_budget, workers_share_this_process
+    from tfrbeam.builder.pipeline.runners import choose_piece_store, held_piece_budget, workers_share_this_process
 
     def store(*args: str) -> str:
         return choose_piece_store(PipelineOptions(list(args)))
@@ -420,7 +420,7 @@ def test_the_memory_store_budget_is_fixed_not_a_share_of_ram(monkeypatch):
 
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from tfrbeam.builder.running import runners
+    from tfrbeam.builder.pipeline import runners
 
     def machine_with(ram: int) -> None:
         pages = {"SC_PHYS_PAGES": ram // 4096, "SC_PAGE_SIZE": 4096}

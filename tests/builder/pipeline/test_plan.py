@@ -7,7 +7,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from tfrbeam.builder.config import parse_config
 from tfrbeam.builder.pipeline.plan import plan_build
-from tfrbeam.builder.running.runners import runner_name
+from tfrbeam.builder.pipeline.runners import runner_name
 
 
 @pytest.mark.parametrize("args, name", [

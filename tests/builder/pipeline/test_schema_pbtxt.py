@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tfrbeam.builder import run
-from tfrbeam.builder.pipeline.from_rows import write_dataset
+from tfrbeam.builder.running.write_table import write_dataset
 from tfrbeam.cli.main import main as cli_main
 from tfrbeam.errors import BadRecordError, ConfigError, OutputExistsError
 from tfrbeam.layout.manifest import read_manifest, verify_dataset

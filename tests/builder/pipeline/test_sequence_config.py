@@ -15,7 +15,7 @@ from tfrbeam.builder.config import (
     parse_config,
     parse_yaml,
 )
-from tfrbeam.builder.features.resolve import validate_against_schema
+from tfrbeam.builder.pipeline.resolve import validate_against_schema
 
 SCHEMA = pa.schema([("tailnum", pa.string()), ("carrier", pa.string()), ("t", pa.int64()), ("delay", pa.float64()),
                     ("tags", pa.list_(pa.string()))])

@@ -2,7 +2,7 @@
 they are parsed from (parse.py).
 
 Owns what a config holds and how its text is checked, nothing that reads the input: resolving a
-config against its input files is tfrbeam.builder.features.resolve; which text encodings a CSV may name is
+config against its input files is tfrbeam.builder.pipeline.resolve; which text encodings a CSV may name is
 encodings.py (the CSV readers import it from here). May import tfrbeam.errors and builder.features;
 never builder.inputs, whose readers import this package.
 """
@@ -14,6 +14,7 @@ from tfrbeam.builder.config.parse import (
     apply_overrides,
     config_to_dict,
     load_config,
+    one_line,
     parse_config,
     parse_yaml,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "config_to_dict",
     "format_from_path",
     "load_config",
+    "one_line",
     "parse_config",
     "parse_size",
     "parse_yaml",

@@ -23,6 +23,7 @@ __all__ = [
     "apply_overrides",
     "config_to_dict",
     "load_config",
+    "one_line",
     "parse_config",
     "parse_yaml",
 ]
@@ -231,6 +232,15 @@ def _deep_copy(value: Any) -> Any:
     return value
 
 
+
+
+def one_line(error: ConfigError) -> ConfigError:
+    """A config error listing its problems on one line ("heading: first; second") instead of one per line."""
+    text = str(error)
+    if "\n" not in text:
+        return error
+    heading, _, problems = text.partition(":\n")
+    return ConfigError(f"{heading}: {'; '.join(line.strip() for line in problems.splitlines() if line.strip())}")
 
 
 def parse_config(raw: Any, where: str = "<config>", given: Mapping[str, Any] | None = None) -> BuildConfig:

@@ -22,6 +22,7 @@ from tfrbeam.builder.inputs.files import InputFile, is_compressed, openable
 from tfrbeam.builder.inputs.jsonl import count_line_breaks, jsonl_schema, read_jsonl_file, read_jsonl_range
 from tfrbeam.builder.inputs.orc import read_orc_stripes, stripe_listing_and_rows
 from tfrbeam.builder.inputs.parquet import read_parquet_row_group, row_group_listing
+from tfrbeam.builder.inputs.progress import ProgressCounter, progress_dir
 from tfrbeam.builder.inputs.sample import input_files
 from tfrbeam.builder.inputs.tfrecord import (
     file_compression,
@@ -30,7 +31,6 @@ from tfrbeam.builder.inputs.tfrecord import (
     tfrecord_pieces_and_records,
     tfrecord_schema,
 )
-from tfrbeam.builder.running.progress import ProgressCounter, progress_dir
 from tfrbeam.errors import RowCountError
 
 __all__ = ["ReadTabular", "converted_ahead", "rows_checked"]

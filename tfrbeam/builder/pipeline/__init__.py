@@ -1,2 +1,3 @@
-"""The build as a Beam pipeline: the plan, the graph (read → convert → key → shuffle → shard), sequence
-builds, splits from the data, datasets from rows in memory, and the commit that publishes the result."""
+"""The build as a Beam pipeline: the config resolved against its inputs (and inferred for ``infer-config``), the
+runner and its workers, the plan, the graph (read → convert → key → shuffle → shard), sequence builds, splits from
+the data, rows from a pipeline of your own, and the commit that publishes the result."""

@@ -74,7 +74,7 @@ def build_pipeline(pipeline: beam.Pipeline, plan: BuildPlan | BuildConfig, *, ov
     build`` does (see docs/commit.md: only the launcher publishes).
 
     The shuffle keeps its pieces in the plan's piece store (``plan.piece_store``, chosen when the
-    build was planned: see ``tfrbeam.builder.running.runners.choose_piece_store``). After a failed run,
+    build was planned: see ``tfrbeam.builder.pipeline.runners.choose_piece_store``). After a failed run,
     ``tfrbeam.builder.pipeline.commit.discard_staging`` frees what the store holds.
 
     A config is planned here (``plan_build``: ConfigError, OutputExistsError, OutputNotWritableError

@@ -30,19 +30,10 @@ from tfrbeam.beam.filesystem import BEAM_FILES
 from tfrbeam.beam.publish import RunIdentity, entries_besides_runs_objects, staging_path, this_run
 from tfrbeam.builder.config import BuildConfig, SplitFiles, config_to_dict
 from tfrbeam.builder.features.convert import FeatureSpec
-from tfrbeam.builder.features.resolve import resolve_config, validate_against_schema, with_features
 from tfrbeam.builder.inputs.files import InputFile
 from tfrbeam.builder.inputs.sample import check_inputs_hold_rows, input_files
-from tfrbeam.builder.pipeline.splits import list_split_inputs
-from tfrbeam.builder.pipeline.user_files import (
-    RESERVED_FILES,
-    DatasetNames,
-    check_folder_owner,
-    keep_plan,
-    old_dataset_names,
-    refuse_conflicts,
-)
-from tfrbeam.builder.running.runners import (
+from tfrbeam.builder.pipeline.resolve import resolve_config, validate_against_schema, with_features
+from tfrbeam.builder.pipeline.runners import (
     IN_PROCESS,
     WorkerChoice,
     apply_workers,
@@ -51,6 +42,15 @@ from tfrbeam.builder.running.runners import (
     held_piece_budget,
     runner_name,
     workers_as_given,
+)
+from tfrbeam.builder.pipeline.splits import list_split_inputs
+from tfrbeam.builder.pipeline.user_files import (
+    RESERVED_FILES,
+    DatasetNames,
+    check_folder_owner,
+    keep_plan,
+    old_dataset_names,
+    refuse_conflicts,
 )
 from tfrbeam.builder.shuffle import INLINE, MAX_BUCKET_BITS, MEMORY, ShardingSpec, bucket_bits_for
 from tfrbeam.errors import ConfigError, ManifestError, OutputExistsError, OutputNotWritableError
@@ -89,8 +89,8 @@ class BuildPlan:
     run: RunIdentity
     runner: str
     overwrite: bool
-    piece_store: str = INLINE  # where the shuffle's pieces wait (tfrbeam.builder.running.runners.choose_piece_store)
-    workers: WorkerChoice = IN_PROCESS  # tfrbeam.builder.running.runners.choose_workers
+    piece_store: str = INLINE  # where the shuffle's pieces wait (tfrbeam.builder.pipeline.runners.choose_piece_store)
+    workers: WorkerChoice = IN_PROCESS  # tfrbeam.builder.pipeline.runners.choose_workers
     memory_store_bytes: int = 0  # a memory store holds this many bytes of pieces (and held rows), spills the rest
     sequence_buckets: int = 0  # sequence builds: the GroupByKey's buckets of group keys (tfrbeam.builder.pipeline.sequence)
     input_splits: tuple[int, ...] = ()  # file-pattern splits: the split index of each input file

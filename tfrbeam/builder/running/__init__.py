@@ -1,2 +1,2 @@
-"""Running a planned build: the launcher (lock, recover, run, publish), the runner and its workers, progress
-across processes, and the report a build shows."""
+"""Running a planned build from this process: the launcher (lock, recover, run, publish), ``write_dataset`` (a
+table in memory), the command line's options and the report a build shows."""

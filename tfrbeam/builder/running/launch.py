@@ -27,17 +27,17 @@ from tfrbeam.base import object_store
 from tfrbeam.base.wording import counted
 from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.publish import OutputLock, abandon
-from tfrbeam.builder.config import BuildConfig, apply_overrides, load_config, parse_config
+from tfrbeam.builder.config import BuildConfig, apply_overrides, load_config, one_line, parse_config
 from tfrbeam.builder.pipeline import commit as build_commit
 from tfrbeam.builder.pipeline.commit import discard_staging, recover_output
 from tfrbeam.builder.pipeline.graph import build_pipeline
 from tfrbeam.builder.pipeline.plan import BuildPlan, check_output_dir, plan_build
+from tfrbeam.builder.pipeline.runners import DEFAULT_RUNNER
 from tfrbeam.builder.running.report import build_progress, summary_table
-from tfrbeam.builder.running.runners import DEFAULT_RUNNER
 from tfrbeam.errors import BuildFailedError, ConfigError, TfrbeamError, TooManyBadRecordsError
 
 __all__ = [
-    "BuildResult", "as_config", "build_options", "execute", "launch", "one_line", "pipeline_error", "prepare", "publish",
+    "BuildResult", "as_config", "build_options", "execute", "launch", "pipeline_error", "prepare", "publish",
     "reporting", "run",
 ]
 
@@ -98,15 +98,6 @@ def run(config: str | os.PathLike | Mapping[str, Any] | BuildConfig,
         if result is not None:
             _LOG.info("built %s:\n%s", result.path, result.summary)
     return result
-
-
-def one_line(error: ConfigError) -> ConfigError:
-    """A config error listing its problems on one line ("heading: first; second") instead of one per line."""
-    text = str(error)
-    if "\n" not in text:
-        return error
-    heading, _, problems = text.partition(":\n")
-    return ConfigError(f"{heading}: {'; '.join(line.strip() for line in problems.splitlines() if line.strip())}")
 
 
 def as_config(config: str | os.PathLike | Mapping[str, Any] | BuildConfig, overrides: Sequence[str] = ()) -> BuildConfig:

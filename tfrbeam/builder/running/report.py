@@ -15,9 +15,9 @@ import time
 
 from tfrbeam.base.wording import counted
 from tfrbeam.builder.features.convert import FeatureSpec
+from tfrbeam.builder.inputs.progress import WRITTEN, progress_dir, read_progress
 from tfrbeam.builder.pipeline.plan import BuildPlan
 from tfrbeam.builder.pipeline.splits import describe_split_source
-from tfrbeam.builder.running.progress import WRITTEN, progress_dir, read_progress
 from tfrbeam.builder.shuffle import MEMORY
 from tfrbeam.layout.manifest_schema import run_record
 

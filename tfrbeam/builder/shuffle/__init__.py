@@ -5,7 +5,7 @@ The modules, in the order a record meets them: ``keys`` (digests, sort keys, spl
 copies), ``balance`` (bucket counts and the shard plan), ``route`` (pieces cut by shard), ``received``
 and ``write`` (the shard writer) and ``transform`` (the Beam transforms). This package re-exports
 their public names. TFRecord framing itself is ``tfrbeam.tfrecord.frames``. May import the layers
-below the build and, within it, only ``tfrbeam.builder.running.progress``: the config, plan and
+below the build and, within it, only ``tfrbeam.builder.inputs.progress``: the config, plan and
 graph import the shuffle, never the other way.
 
 How a record finds its place (the same on every runner, worker count, input order and batching):

@@ -53,7 +53,7 @@ _CHECK_NAMES = {"length": "length (not the one its piece recorded)", "length_crc
 class PieceStore:
     """Where prepared pieces wait for the shard writers, behind ``add`` and ``records`` (as TFDS's Shuffler).
 
-    A store is chosen once, when the build is planned (``tfrbeam.builder.running.runners.choose_piece_store``),
+    A store is chosen once, when the build is planned (``tfrbeam.builder.pipeline.runners.choose_piece_store``),
     and is pickled into the DoFns that prepare pieces and write shards; ``open`` / ``flush`` /
     ``close`` bracket its use inside one worker (DoFn setup, finish_bundle, teardown).
     """

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from tfrbeam.builder.running.progress import progress_dir
+from tfrbeam.builder.inputs.progress import progress_dir
 from tfrbeam.builder.shuffle.balance import PlanShards, ShardingSpec
 from tfrbeam.builder.shuffle.copies import TallyCopies
 from tfrbeam.builder.shuffle.pieces import Piece

@@ -17,7 +17,7 @@ import numpy as np
 
 from tfrbeam.base.wording import counted
 from tfrbeam.beam import filesystem as fs
-from tfrbeam.builder.running.progress import WRITTEN, ProgressCounter
+from tfrbeam.builder.inputs.progress import WRITTEN, ProgressCounter
 from tfrbeam.builder.shuffle.balance import ShardingSpec, ShardPlan, SplitPlan
 from tfrbeam.builder.shuffle.coders import PieceCoder
 from tfrbeam.builder.shuffle.order import KeptOrder, TieCheck, TiedRecordsDiffer, kept_order, shard_order

@@ -1,4 +1,4 @@
-"""How many workers a build runs (tfrbeam/builder/running/runners.py choose_workers): ``--workers N|auto`` and
+"""How many workers a build runs (tfrbeam/builder/pipeline/runners.py choose_workers): ``--workers N|auto`` and
 Beam's own options."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import threading
 import pytest
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
 
-from tfrbeam.builder.running.runners import (
+from tfrbeam.builder.pipeline.runners import (
     AUTO_WORKERS,
     WorkerChoice,
     apply_workers,

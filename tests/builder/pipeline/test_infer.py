@@ -11,11 +11,11 @@ import pytest
 import yaml
 
 from tfrbeam.builder.config import load_config
-from tfrbeam.builder.features.infer_config import infer_config
-from tfrbeam.builder.features.resolve import resolve_config
 from tfrbeam.builder.inputs.batch import convert_source_batch
 from tfrbeam.builder.inputs.csv import read_csv_file
 from tfrbeam.builder.inputs.parquet import read_parquet_file
+from tfrbeam.builder.pipeline.infer_config import infer_config
+from tfrbeam.builder.pipeline.resolve import resolve_config
 from tfrbeam.errors import ConfigError, InputError
 
 
@@ -375,7 +375,7 @@ def test_the_infer_config_command_takes_sequence_by(tmp_path, capsys):
     ("logs/2024-??/part-*.csv.gz", "logs/2024-01/part-0.csv.gz", "part"),
 ])
 def test_infer_config_names_the_output_after_the_input_not_its_first_file(input_path, first_file, expected):
-    from tfrbeam.builder.features.infer_config import output_stem
+    from tfrbeam.builder.pipeline.infer_config import output_stem
 
     assert output_stem(input_path, first_file) == expected
 

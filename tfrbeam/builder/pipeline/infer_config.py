@@ -40,11 +40,11 @@ from tfrbeam.builder.config import (
     format_from_path,
 )
 from tfrbeam.builder.features.convert import NULL_TOKEN_CANDIDATES, FeatureSpec, infer_schema_features, infer_text_type
-from tfrbeam.builder.features.resolve import float32_note, resolve_with_sample
 from tfrbeam.builder.inputs.csv_text import unnamed_column_name
 from tfrbeam.builder.inputs.files import list_inputs, open_input
 from tfrbeam.builder.inputs.sample import SAMPLE_ROWS, input_files, inspect_input, typed_sample
 from tfrbeam.builder.inputs.tfrecord import dataset_manifest
+from tfrbeam.builder.pipeline.resolve import float32_note, resolve_with_sample
 from tfrbeam.errors import ConfigError
 
 __all__ = ["infer_config"]

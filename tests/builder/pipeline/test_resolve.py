@@ -1,4 +1,4 @@
-"""Resolving a config against its input (tfrbeam.builder.features.resolve): the input is sampled once, the result is unchanged."""
+"""Resolving a config against its input (tfrbeam.builder.pipeline.resolve): the input is sampled once, the result is unchanged."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from apache_beam.io.filesystems import FileSystems
 import tfrbeam.builder.inputs.csv as csv_read
 from tfrbeam.builder.config import parse_config
 from tfrbeam.builder.config.schema import CsvOptions, InputConfig
-from tfrbeam.builder.features.resolve import resolve_config
 from tfrbeam.builder.inputs.sample import inspect_input, read_csv_sample
+from tfrbeam.builder.pipeline.resolve import resolve_config
 
 # Codes (NA is Namibia) quoted as strings, a bare NA where one is missing, NA in a number column: the
 # inference reads the sample as it is, with NA as a null token, and with the codes as probe tokens.

@@ -11,10 +11,10 @@ import yaml
 
 from tfrbeam.builder.config import config_to_dict, load_config, parse_config
 from tfrbeam.builder.features.convert import infer_text_type
-from tfrbeam.builder.features.infer_config import _sniff_csv, infer_config
-from tfrbeam.builder.features.resolve import resolve_config
 from tfrbeam.builder.inputs.batch import convert_source_batch
 from tfrbeam.builder.inputs.csv import read_csv_file
+from tfrbeam.builder.pipeline.infer_config import _sniff_csv, infer_config
+from tfrbeam.builder.pipeline.resolve import resolve_config
 from tfrbeam.cli.build import main as build_main
 from tfrbeam.codec.example import decode_example
 from tfrbeam.errors import ConfigError
@@ -120,7 +120,7 @@ def test_whole_floats_float32_cannot_hold_are_named_in_infer_config_and_the_buil
     assert ratio_line == "  ratio: {type: float, on_null: error}"
     assert yaml.safe_load(text)["features"]["day"] == {"type": "float", "on_null": "error"}
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="tfrbeam.builder.features.resolve"):
+    with caplog.at_level(logging.WARNING, logger="tfrbeam.builder.pipeline.resolve"):
         built = built_features(tmp_path, data)
     assert built["day"].type == "float"
     lines = [record.getMessage() for record in caplog.records if "float32" in record.getMessage()]
@@ -130,7 +130,7 @@ def test_whole_floats_float32_cannot_hold_are_named_in_infer_config_and_the_buil
 def test_a_declared_float_feature_with_such_values_is_named_in_the_build_log_too(tmp_path, caplog):
     data = tmp_path / "ids.csv"
     data.write_text("id\n123456789\n5\n")
-    with caplog.at_level(logging.WARNING, logger="tfrbeam.builder.features.resolve"):
+    with caplog.at_level(logging.WARNING, logger="tfrbeam.builder.pipeline.resolve"):
         resolve_config(load(tmp_path, f"input: {{path: '{data}'}}\nfeatures: {{id: {{type: float}}}}\n"
                                       f"output: {{path: '{tmp_path / 'out'}'}}\n"))
     lines = [record.getMessage() for record in caplog.records if "float32" in record.getMessage()]

@@ -10,10 +10,10 @@ import pytest
 import yaml
 
 from tfrbeam.builder.config import load_config
-from tfrbeam.builder.features.infer_config import infer_config
-from tfrbeam.builder.features.resolve import resolve_config
 from tfrbeam.builder.inputs.batch import convert_source_batch
 from tfrbeam.builder.inputs.csv import read_csv_file
+from tfrbeam.builder.pipeline.infer_config import infer_config
+from tfrbeam.builder.pipeline.resolve import resolve_config
 from tfrbeam.cli.main import main as cli_main
 
 NEW_USER_CSV = pathlib.Path(__file__).resolve().parents[2] / "data" / "new-user-csv"
