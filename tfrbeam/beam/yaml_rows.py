@@ -21,7 +21,7 @@ from apache_beam.typehints.schemas import schema_from_element_type
 
 from tfrbeam.beam.stats_combine import read_batches, resolve_beam_input
 from tfrbeam.errors import ConfigError, ExampleDecodeError
-from tfrbeam.stats.export import NotText, as_text, export_schema, text_columns, with_binary
+from tfrbeam.stats.export import NotText, as_text, export_schema, flat_schema, text_columns, with_binary
 
 __all__ = ["PROVIDERS_FILE", "ReadTFExamples", "arrow_schema_of", "plain_values", "row_type_of"]
 
@@ -114,7 +114,7 @@ class ReadTFExamples(beam.PTransform):
         if unknown:
             raise ConfigError(f"ReadTFExamples: binary names {unknown}, which are not features of {path} "
                               f"(it has {sorted(features)})")
-        self._schema = export_schema(features, binary=binary or ())
+        self._schema = flat_schema(export_schema(features, binary=binary or ()))  # Beam rows: a tensor's values flat
         if split_field is not None and (self._input.manifest is None or split_field in features):
             reason = "it is a feature's name" if self._input.manifest is not None else "plain TFRecord files have no splits"
             raise ConfigError(f"ReadTFExamples: split_field {split_field!r} cannot be used: {reason}")

@@ -1,13 +1,14 @@
 """TFRecord Examples -> Parquet: one Parquet file per shard, with the schema the manifest (or the files) give.
 
 Schema: a scalar feature (shape ``[]``) is a scalar column, a fixed-length one (``[n]``) a
-``fixed_size_list``, a variable-length one a ``list``; a feature some examples lack is nullable
-and null there. Types: int64, float32 (what an Example holds), and for bytes ``string`` when every
-value of the feature in every exported file is UTF-8 (the rule ``cat`` shows text by), else
-``binary``: no value is changed. An Example does not say which bytes are text, so the export finds
-out: locally it writes every bytes feature as text and starts again with a feature as ``binary``
-when a value is not UTF-8 (a binary column shows itself in its first block); the Beam export reads
-the bytes features once before it writes. Parquet page checksums
+``fixed_size_list``, a numeric tensor (``[2, 3]``) Arrow's ``fixed_shape_tensor`` of its shape (its
+values row-major in a ``fixed_size_list``, the shape in the Parquet file's Arrow schema), a variable-length
+one a ``list``; a feature some examples lack is nullable and null there. Types: int64, float32 (what
+an Example holds), and for bytes ``string`` when every value of the feature in every exported file is
+UTF-8 (the rule ``cat`` shows text by), else ``binary``: no value is changed. An Example does not say
+which bytes are text, so the export finds out: locally it writes every bytes feature as text and
+starts again with a feature as ``binary`` when a value is not UTF-8 (a binary column shows itself in
+its first block); the Beam export reads the bytes features once before it writes. Parquet page checksums
 are written (``write_page_checksum``). Each input file is read with its own compression (a folder
 may mix GZIP, ZLIB and uncompressed files). The export is published as a whole: every file is
 written to a temp name beside its target, and only when all are whole are they renamed to their
@@ -89,8 +90,32 @@ def export_field(name: str, kind: str, shape: Sequence[int] | None, always_prese
         # A fixed length of 0 (a feature inferred from records that all hold no values) is a list:
         # Arrow cannot build fixed_size_list<0> arrays (pyarrow dies with SIGFPE).
         return pa.field(name, pa.list_(value_type), nullable=True)
+    if len(shape) > 1 and kind != "bytes":
+        # Nested fixed-size lists would say the shape too, but pyarrow cannot read them back from Parquet where an
+        # optional tensor is missing; the canonical tensor type keeps the values flat and the shape in the schema.
+        return pa.field(name, pa.fixed_shape_tensor(value_type, list(shape)), nullable=not always_present)
     arrow_type = value_type if len(shape) == 0 else pa.list_(value_type, size)
     return pa.field(name, arrow_type, nullable=not always_present)
+
+
+def flat_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with each tensor column as the fixed-size list of all its values that holds it: what an Example
+    holds, and what the decoder makes."""
+    return pa.schema([field.with_type(_flat_type(field.type)) for field in schema])
+
+
+def _flat_type(arrow_type: pa.DataType) -> pa.DataType:
+    return arrow_type.storage_type if isinstance(arrow_type, pa.FixedShapeTensorType) else arrow_type
+
+
+def with_tensor_shapes(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """A batch of ``flat_schema(schema)`` as ``schema``: each tensor column's flat values as a tensor of its shape,
+    without a copy (a missing tensor stays null)."""
+    if flat_schema(schema) == schema:
+        return batch
+    columns = [pa.ExtensionArray.from_storage(field.type, column) if column.type != field.type else column
+               for field, column in zip(schema, batch.columns)]
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
 def export_schema(features: Mapping[str, Mapping[str, Any]], columns: Sequence[str] | None = None,
@@ -147,7 +172,7 @@ def as_text(batch: pa.RecordBatch, schema: pa.Schema, where: str) -> pa.RecordBa
 def non_text_features(records: str | BinaryIO, name: str, schema: pa.Schema, compression: str | None,
                       block_length: int = BLOCK_RECORDS) -> frozenset[str]:
     """The text columns of ``schema`` holding a value that is not UTF-8 in one TFRecord file (only they are decoded)."""
-    text = pa.schema([field for field in schema if field.name in set(text_columns(schema))])
+    text = flat_schema(pa.schema([field for field in schema if field.name in set(text_columns(schema))]))
     raw = with_binary(text, text.names)
     found: set[str] = set()
     for block in record_blocks(records, compression, block_length=block_length, name=name):
@@ -277,10 +302,11 @@ def write_parquet(records: str | BinaryIO, name: str, target: str | BinaryIO, sc
     Raises ``NotText`` when a text column of ``schema`` meets a value that is not UTF-8.
     """
     rows = 0
-    raw = with_binary(schema, text_columns(schema))
+    flat = flat_schema(schema)
+    raw = with_binary(flat, text_columns(flat))
     with parquet_writer(target, schema) as writer:
         for block in record_blocks(records, compression, block_length=block_length, name=name):
-            batch = as_text(decode_block(name, block, raw), schema, name)
+            batch = with_tensor_shapes(as_text(decode_block(name, block, raw), flat, name), schema)
             writer.write_batch(batch)
             rows += batch.num_rows
             if progress is not None:

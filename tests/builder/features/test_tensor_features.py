@@ -3,10 +3,13 @@ their shape; a value whose lists do not have the shape's sizes is a bad row nami
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pyarrow as pa
 import pytest
 
+import tfrbeam
 from tfrbeam.builder.features.convert import (
     BatchProvenance,
     FeatureSpec,
@@ -84,3 +87,14 @@ def test_a_declared_shape_must_fit_the_column_type():
         resolve_spec(FeatureSpec("g", None, "g", tensor_shape=(2, 2)), pa.float32())
     with pytest.raises(ArrowConversionError, match="permutation"):
         resolve_spec(FeatureSpec("g", None, "g"), pa.fixed_shape_tensor(pa.float32(), [2, 3], permutation=[1, 0]))
+
+
+def test_a_tensor_type_made_by_name_has_no_permutation_and_is_row_major(tmp_path):
+    """``pa.fixed_shape_tensor(type, shape)`` (as pyarrow reads one back from Parquet) has permutation None: row-major,
+    not a TypeError from comparing None."""
+    storage = pa.array([[0.5, 1.5, 2.5, 3.5], [4.0, 5.0, 6.0, 7.0]], pa.list_(pa.float32(), 4))
+    column = pa.ExtensionArray.from_storage(pa.fixed_shape_tensor(pa.float32(), [2, 2]), storage)
+    assert column.type.permutation is None
+    tfrbeam.write_dataset(pa.table({"x": column}), str(tmp_path / "ds"), num_shards=1, shuffle=False, progress=False)
+    manifest = json.loads((tmp_path / "ds" / "tfrbeam_dataset.json").read_text())
+    assert manifest["features"]["x"]["shape"] == [2, 2]

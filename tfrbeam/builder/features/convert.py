@@ -369,7 +369,8 @@ def tensor_nesting(arrow_type: pa.DataType) -> tuple[pa.DataType, tuple[int | No
 
 def _inferred_tensor_shape(source: str, arrow_type: pa.DataType, sizes: tuple[int | None, ...]) -> tuple[int, ...]:
     """The shape a nested list or fixed_shape_tensor column gives a feature without a declared shape."""
-    if isinstance(arrow_type, pa.FixedShapeTensorType) and arrow_type.permutation not in (None, sorted(arrow_type.permutation)):
+    permutation = arrow_type.permutation if isinstance(arrow_type, pa.FixedShapeTensorType) else None
+    if permutation is not None and list(permutation) != sorted(permutation):  # None: row-major (a type made by name)
         raise ArrowConversionError(f"column {source!r} is a fixed_shape_tensor with permutation {arrow_type.permutation}; "
                                    "only row-major tensors (no permutation) can be written flat")
     if any(size is None for size in sizes):
