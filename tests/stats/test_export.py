@@ -326,16 +326,20 @@ def test_a_tensor_feature_is_exported_in_its_shape_and_builds_back_into_the_same
     Beam export; the Parquet file builds back into a dataset of the same shapes."""
     import tfrbeam
 
-    floats = np.arange(6 * 2 * 3, dtype=np.float32).reshape(6, 2, 3)
-    ints = np.arange(6 * 2 * 2, dtype=np.int64).reshape(6, 2, 2) - 7
-    table = pa.table({"id": list(range(6)), "x": pa.FixedShapeTensorArray.from_numpy_ndarray(floats),
+    rows = 20_000  # three chunks in, three blocks of 8,192 records decoded and shaped apart
+    floats = np.arange(rows * 2 * 3, dtype=np.float32).reshape(rows, 2, 3)
+    ints = np.arange(rows * 2 * 2, dtype=np.int64).reshape(rows, 2, 2) - 7
+    whole = pa.table({"id": list(range(rows)), "x": pa.FixedShapeTensorArray.from_numpy_ndarray(floats),
                       "y": pa.array(ints.tolist(), pa.list_(pa.list_(pa.int64(), 2), 2))})
+    table = pa.concat_tables([whole.slice(0, 7_000), whole.slice(7_000, 6_000), whole.slice(13_000)])
+    assert table.column("x").num_chunks == 3
     tfrbeam.write_dataset(table, str(tmp_path / "ds"), num_shards=1, shuffle=False, progress=False)
     assert main(["export", str(tmp_path / "ds"), str(tmp_path / "local")]) == 0
     with beam.Pipeline() as pipeline:
         _ = pipeline | ExportToParquet(str(tmp_path / "ds"), str(tmp_path / "beam"))
     for out in ("local", "beam"):
         exported = pq.read_table(next((tmp_path / out).rglob("*.parquet")))
+        assert exported.num_rows == rows and exported.column("id").to_pylist() == list(range(rows))
         assert exported.schema.field("x").type == pa.fixed_shape_tensor(pa.float32(), [2, 3])
         assert exported.schema.field("y").type == pa.fixed_shape_tensor(pa.int64(), [2, 2])
         assert np.array_equal(exported.column("x").combine_chunks().to_numpy_ndarray(), floats)

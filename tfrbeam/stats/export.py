@@ -111,8 +111,6 @@ def _flat_type(arrow_type: pa.DataType) -> pa.DataType:
 def with_tensor_shapes(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     """A batch of ``flat_schema(schema)`` as ``schema``: each tensor column's flat values as a tensor of its shape,
     without a copy (a missing tensor stays null)."""
-    if flat_schema(schema) == schema:
-        return batch
     columns = [pa.ExtensionArray.from_storage(field.type, column) if column.type != field.type else column
                for field, column in zip(schema, batch.columns)]
     return pa.RecordBatch.from_arrays(columns, schema=schema)
@@ -303,10 +301,11 @@ def write_parquet(records: str | BinaryIO, name: str, target: str | BinaryIO, sc
     """
     rows = 0
     flat = flat_schema(schema)
-    raw = with_binary(flat, text_columns(flat))
+    raw, shaped = with_binary(flat, text_columns(flat)), flat != schema
     with parquet_writer(target, schema) as writer:
         for block in record_blocks(records, compression, block_length=block_length, name=name):
-            batch = with_tensor_shapes(as_text(decode_block(name, block, raw), flat, name), schema)
+            batch = as_text(decode_block(name, block, raw), flat, name)
+            batch = with_tensor_shapes(batch, schema) if shaped else batch
             writer.write_batch(batch)
             rows += batch.num_rows
             if progress is not None:
