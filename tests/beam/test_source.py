@@ -169,23 +169,34 @@ def test_files_indexed_before_the_one_read_index_still_split_exactly(tmp_path, f
 
 def test_a_split_reads_the_front_of_the_read_index_only(tmp_path, monkeypatch):
     """Planning ranges needs the split table (16 bytes a MiB), not the record starts (8 bytes a record) after it."""
-    from tfrbeam.beam import source as source_module
+    from tfrbeam.tfrecord.read_index import index_path_for
 
     payloads = [b"x" * 20] * 100_000  # 3.6 MB of 36-byte records: 800 kB of record starts
     path = tmp_path / "small-records.tfrecord"
     write_records(path, payloads)
-    read_bytes: list[int] = []
-    front = source_module._read_front_if_exists
+    read_bytes: list[tuple[str, int]] = []
+    open_read = source_module.open_read  # every file the source opens, it opens through the file systems' open_read
 
-    def counted(index_path: str, limit: int) -> bytes | None:
-        data = front(index_path, limit)
-        read_bytes.append(len(data or b""))
-        return data
+    class Counted:
+        def __init__(self, opened: str):
+            self.opened, self.handle = opened, open_read(opened)
 
-    monkeypatch.setattr(source_module, "_read_front_if_exists", counted)
+        def read(self, size: int = -1) -> bytes:
+            data = self.handle.read(size)
+            read_bytes.append((self.opened, len(data)))
+            return data
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc_info) -> None:
+            self.handle.close()
+
+    monkeypatch.setattr(source_module, "open_read", Counted)
     bundles = list(TFRecordSource(str(path)).split(desired_bundle_size=500_000))
+    monkeypatch.undo()
     assert {bundle.source.plan().mode for bundle in bundles} == {INDEXED} and len(bundles) > 5
-    assert read_bytes == [52 + 16 * 4]
+    assert read_bytes == [(index_path_for(str(path)), 52 + 16 * 4)]
     assert [record for bundle in bundles for record in read(bundle.source, bundle.start_position,
                                                             bundle.stop_position)] == payloads
 
@@ -460,6 +471,27 @@ def test_damage_the_index_walk_crosses_raises_or_is_skipped_consistently(tmp_pat
     assert whole == payloads[:victim] + payloads[victim + 1:]
     for x in range(starts[victim - 1] - 5, starts[victim + 2] + 5):
         assert read(lenient, 0, x) + read(lenient, x, size) == whole, x
+
+
+def test_a_header_the_index_walk_crosses_is_judged_as_the_record_reader_judges_it(tmp_path):
+    """Record 58's header is sound but claims a length that leaves its footer cut off by the end of the file: a range
+    whose walk crosses it raises the very error (type, check, offset, words) of a reader of the whole file."""
+    payloads = [bytes([n]) * (20 + n) for n in range(60)]
+    path = tmp_path / "f.tfrecord"
+    starts = write_records(path, payloads, interval=1000)
+    stat, size = os.stat(path), os.path.getsize(path)
+    with open(path, "r+b") as handle:  # same size and mtime: the index stays current
+        handle.seek(starts[58])
+        handle.write(frame_records([bytes(size - starts[58] - 14)])[:12])
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    with pytest.raises(TruncatedRecordError) as whole:
+        list(read_records(str(path), None))
+    source = file_source(path)
+    assert source.plan().mode == INDEXED
+    with pytest.raises(TruncatedRecordError) as walked:
+        read(source, starts[58] + 3, size)
+    assert (walked.value.check, walked.value.offset) == ("truncated_footer", starts[58])
+    assert (type(walked.value), str(walked.value)) == (type(whole.value), str(whole.value))
 
 
 # ---------------------------------------------------------------------------------------------

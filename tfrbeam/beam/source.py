@@ -36,7 +36,6 @@ import contextlib
 import dataclasses
 import logging
 import math
-import struct
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, BinaryIO
@@ -56,7 +55,7 @@ from apache_beam.typehints import Any as AnyHint, Tuple as TupleHint
 from tfrbeam.base.object_store import is_object_store, open_ranged
 from tfrbeam.beam.filesystem import exists, match_metadata, open_read, report_source_lineage
 from tfrbeam.beam.runner_support import refuse_lossy_runner
-from tfrbeam.errors import CorruptRecordError, TfrbeamError, TruncatedRecordError
+from tfrbeam.errors import RecordError, TfrbeamError
 from tfrbeam.tfrecord.blocks import RecordBlock, record_blocks
 from tfrbeam.tfrecord.read_index import SplitTable, index_path_for, load_split_table
 from tfrbeam.tfrecord.records import (
@@ -68,8 +67,8 @@ from tfrbeam.tfrecord.records import (
     combine_compressions,
     compression_from_name,
     find_record_start,
-    masked_crc32c,
     normalize_compression,
+    record_length,
 )
 
 _LOG = logging.getLogger(__name__)
@@ -79,7 +78,6 @@ DEFAULT_DESIRED_BUNDLE_SIZE = 64 << 20
 _INFINITY = float("inf")  # the stop of a range read to its end: a compressed file's, unknown until read
 
 # Beam's re-raise of a DoFn's error: Exception._tagged_with_step, set on ours in _ReadRange (see there).
-_unpack_header = struct.Struct("<QI").unpack
 def resolve_compression(compression_type: str = CompressionTypes.AUTO, compression: str | None = "auto") -> str | None:
     """Combine Beam's ``compression_type`` and our ``compression`` into "auto", None, "gzip" or "zlib".
 
@@ -346,45 +344,26 @@ def _first_record_start(handle: BinaryIO, plan: FilePlan, start: int, stop: int 
 def _walk_headers(handle: BinaryIO, plan: FilePlan, start: int, skip_corrupt: bool) -> int | None:
     """Walk record headers from the index entry at or before ``start`` to the first record start >= ``start``.
 
-    Each header's length CRC is checked. A bad or cut-off record resynchronises exactly as
-    ``RecordReader`` does under skip_corrupt (so neighbouring ranges agree), or raises.
+    Each header is checked by ``records.header_problem`` (length CRC, length, fit in the file). A bad or cut-off
+    record resynchronises exactly as ``RecordReader`` does under skip_corrupt (so neighbouring ranges agree), or raises.
     """
     assert plan.index is not None
     position, _ = plan.index.entry_at_or_before(start)
+    hint = f"the read index {index_path_for(plan.path)} leads here; if the file was rewritten by another tool, delete the index"
     while position < start:
         handle.seek(position)
-        header = handle.read(HEADER_SIZE)
-        problem = _header_problem(plan, position, header)
-        if problem is None:
-            position += RECORD_OVERHEAD + _unpack_header(header)[0]
-            continue
-        if not skip_corrupt:
-            raise problem
-        found = find_record_start(handle, position + 1, name=plan.path, size=plan.size)
-        if found is None:
-            return None
-        position = found
+        try:
+            length = record_length(handle.read(HEADER_SIZE), plan.path, position, plan.size, hint=hint)
+        except RecordError:
+            if not skip_corrupt:
+                raise
+            found = find_record_start(handle, position + 1, name=plan.path, size=plan.size)
+            if found is None:
+                return None
+            position = found
+        else:
+            position += RECORD_OVERHEAD + length
     return position
-
-
-def _header_problem(plan: FilePlan, position: int, header: bytes) -> TfrbeamError | None:
-    """Why the record at ``position`` cannot be stepped over, or None when its header is sound."""
-    if len(header) < HEADER_SIZE:
-        return TruncatedRecordError(
-            plan.path, position, "truncated_header", f"only {len(header)} of 12 header bytes before the end of the file"
-        )
-    length, length_crc = _unpack_header(header)
-    if masked_crc32c(header[:8]) != length_crc:
-        return CorruptRecordError(
-            plan.path, position, "length_crc",
-            f"the read index {index_path_for(plan.path)} leads here; if the file was rewritten by another tool, delete the index",
-        )
-    if position + RECORD_OVERHEAD + length > plan.size:
-        return TruncatedRecordError(
-            plan.path, position, "truncated_payload",
-            f"the header announces {length} payload bytes, the file ends {plan.size - position - HEADER_SIZE} bytes later",
-        )
-    return None
 
 
 def _never() -> bool:

@@ -38,8 +38,8 @@ from tfrbeam.tfrecord.records import (
     RECORD_OVERHEAD,
     RecordReader,
     SkippedRegion,
-    masked_crc32c,
     normalize_compression,
+    sound_header,
     unmask_crcs,
 )
 
@@ -559,10 +559,9 @@ def _bytes_needed(buffer: np.ndarray, pos: int, end: int) -> int | None:
     if end - pos < HEADER_SIZE:
         return HEADER_SIZE
     header = buffer[pos:pos + HEADER_SIZE].tobytes()
-    length = _unpack_length(header)[0]
-    if length > MAX_PAYLOAD_SIZE or masked_crc32c(header[:8]) != struct.unpack_from("<I", header, 8)[0]:
+    if not sound_header(header):
         return None
-    return length + RECORD_OVERHEAD
+    return _unpack_length(header)[0] + RECORD_OVERHEAD
 
 
 def _check_block(buffer: np.ndarray, starts: list[int] | np.ndarray, verify: bool) -> RecordBlock | None:

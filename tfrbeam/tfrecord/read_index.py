@@ -66,7 +66,7 @@ from tfrbeam.base.bounded_read import open_found, open_regular, read_regular
 from tfrbeam.base.object_store import is_object_store, read_small_object
 from tfrbeam.errors import RecordError, RecordIndexError, RefusedFileError
 from tfrbeam.tfrecord.blocks import length_crcs_match, record_blocks
-from tfrbeam.tfrecord.records import HEADER_SIZE, MAX_PAYLOAD_SIZE, RECORD_OVERHEAD, mask_crc, masked_crc32c
+from tfrbeam.tfrecord.records import HEADER_SIZE, MAX_PAYLOAD_SIZE, RECORD_OVERHEAD, mask_crc, masked_crc32c, sound_header
 
 _LOG = logging.getLogger(__name__)
 
@@ -637,8 +637,7 @@ def walk_problem(data_path: str, start: int, records: int, end: int, file_size: 
             header = handle.read(HEADER_SIZE)
             if len(header) < HEADER_SIZE:
                 return f"offset {start} is past the end of the file"
-            length, stored = struct.unpack("<QI", header)
-            if length > MAX_PAYLOAD_SIZE or masked_crc32c(header[:8]) != stored:
+            if not sound_header(header):
                 return f"no record starts at offset {start} (its length CRC does not match)"
             reached, walked = start, 0
             limit = records + 1 if end == file_size else records  # at the end of the file, nothing may follow

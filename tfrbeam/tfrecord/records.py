@@ -91,8 +91,9 @@ WriteTarget = Union[str, "os.PathLike[str]", WritableFile]
 _crc = _crc32c.crc32c
 _second = operator.itemgetter(1)
 _pack_header = struct.Struct("<QI").pack
-_unpack_header = struct.Struct("<QI").unpack_from
+_unpack_header = struct.Struct("<QI").unpack_from  # a record header: uint64 length, uint32 masked CRC of those 8 bytes
 _pack_length = struct.Struct("<Q").pack
+_unpack_length = struct.Struct("<Q").unpack_from
 _pack_crc = struct.Struct("<I").pack
 _unpack_crc = struct.Struct("<I").unpack_from
 
@@ -275,7 +276,7 @@ def _compression_of_first_bytes(path: str) -> str | None:
             head = handle.read(HEADER_SIZE)
     except OSError:
         return None  # the reader that follows reports why it cannot read the file
-    if len(head) == HEADER_SIZE and masked_crc32c(head[:8]) == _unpack_crc(head, 8)[0]:
+    if sound_header(head):
         return None  # a valid length header: an uncompressed TFRecord file (a chance match is 1 in 2^32)
     if head[:2] == b"\x1f\x8b":
         return "gzip"
@@ -615,7 +616,7 @@ class RecordReader:
         """Yield ``(offset, payload)`` for each record, raising or skipping on damage."""
         crc = _crc
         headers = _HEADERS
-        unpack_header = _unpack_header
+        unpack_length = _unpack_length
         unpack_crc = _unpack_crc
         verify = self.verify
         stats = self.stats
@@ -626,24 +627,19 @@ class RecordReader:
                     return
                 continue
             buffer, pos = self._buffer, self._pos
-            length, length_crc = unpack_header(buffer, pos)
-            # Datasets repeat a few lengths: comparing with the cached header replaces a CRC call.
-            if verify and buffer[pos:pos + HEADER_SIZE] != headers[length]:
-                detail = _crc_detail(length_crc, buffer[pos:pos + 8])
-                self._fail(CorruptRecordError(self.path, self.offset, "length_crc", detail, self._compressed))
-                continue
-            if length > MAX_PAYLOAD_SIZE:  # checked before a byte is buffered for it: a bomb's header claims 2^40
-                self._fail(CorruptRecordError(self.path, self.offset, "length_too_large", _too_large_detail(length),
-                                              self._compressed))
+            length = unpack_length(buffer, pos)[0]
+            # Datasets repeat a few lengths: comparing with the cached header replaces a CRC call. The length is
+            # checked before a byte is buffered for it: a bomb's header claims 2^40.
+            if (verify and buffer[pos:pos + HEADER_SIZE] != headers[length]) or length > MAX_PAYLOAD_SIZE:
+                self._fail(self._header_error(self._size, verify))
                 continue
             end = pos + HEADER_SIZE + length + FOOTER_SIZE
             if end > len(buffer):
-                left = None if self._size is None else self._size - self.offset  # known without reading
-                if left is not None and RECORD_OVERHEAD + length > left:
-                    self._fail(self._truncation_error(length, left))
+                if self._size is not None and self.offset + RECORD_OVERHEAD + length > self._size:  # known unread
+                    self._fail(self._header_error(self._size, verify))
                     continue
-                if not self._fill(HEADER_SIZE + length + FOOTER_SIZE):
-                    self._fail(self._truncation_error(length))
+                if not self._fill(HEADER_SIZE + length + FOOTER_SIZE):  # the stream ends in this record
+                    self._fail(self._header_error(self.offset + len(self._buffer) - self._pos, verify))
                     continue
                 buffer, pos = self._buffer, self._pos
                 end = pos + HEADER_SIZE + length + FOOTER_SIZE
@@ -673,23 +669,15 @@ class RecordReader:
         if self.tf_compatible_eof:
             _LOG.info("%s: ignoring a partial %d-byte header at end of file (tf_compatible_eof)", self.path, remaining)
             return True
-        self._fail(TruncatedRecordError(
-            self.path, self.offset, "truncated_header",
-            f"only {remaining} of 12 header bytes before the end of the file", self._compressed,
-        ))
+        self._fail(self._header_error(self.offset + remaining, self.verify))
         return False
 
-    def _truncation_error(self, length: int, remaining: int | None = None) -> TruncatedRecordError:
-        """The file ends inside the record at the cursor; ``remaining`` is the bytes left from it (default: buffered)."""
-        if remaining is None:
-            remaining = len(self._buffer) - self._pos
-        if remaining < HEADER_SIZE + length:
-            check = "truncated_payload"
-            detail = f"the header announces {length} payload bytes, {remaining - HEADER_SIZE} are present"
-        else:
-            check = "truncated_footer"
-            detail = f"{remaining - HEADER_SIZE - length} of 4 footer bytes are present"
-        return TruncatedRecordError(self.path, self.offset, check, detail, self._compressed)
+    def _header_error(self, size: int | None, verify: bool) -> RecordError:
+        """What ``header_problem`` finds in the header at the cursor (the caller knows it finds something)."""
+        problem = header_problem(self._buffer[self._pos:self._pos + HEADER_SIZE], self.path, self.offset, size,
+                                 compressed=self._compressed, verify=verify)
+        assert problem is not None, "the reader and header_problem disagree about a header"
+        return problem
 
     def _fail(self, error: RecordError) -> None:
         """Raise ``error``, or with skip_corrupt resynchronise past it and report the skipped range."""
@@ -725,13 +713,11 @@ class RecordReader:
     def _valid_record_here(self) -> bool:
         """Whether the bytes at the cursor hold a record whose length CRC and data CRC both validate."""
         buffer, pos = self._buffer, self._pos
-        length, length_crc = _unpack_header(buffer, pos)
-        if masked_crc32c(buffer[pos:pos + 8]) != length_crc:
-            return False
         # The first 8 bytes of an 8-byte payload pass the length CRC (its data CRC follows them),
         # so a candidate's length must also fit what is left of the file.
-        if length > MAX_PAYLOAD_SIZE or (self._size is not None and self.offset + RECORD_OVERHEAD + length > self._size):
+        if not sound_header(buffer[pos:pos + HEADER_SIZE], None if self._size is None else self._size - self.offset):
             return False
+        length = _unpack_length(buffer, pos)[0]
         if not self._fill(HEADER_SIZE + length + FOOTER_SIZE):
             return False
         buffer, pos = self._buffer, self._pos
@@ -752,8 +738,59 @@ def _size_of(fileobj: Any) -> int | None:
         return None
 
 
-def _crc_detail(stored: int, length_bytes: bytes) -> str:
-    return f"stored {stored:#010x}, computed {masked_crc32c(length_bytes):#010x} for length bytes {length_bytes.hex()}"
+# A record header, the one place it is checked one at a time (the block readers check many at once with numpy, by
+# the same rule: tests hold them to sound_header). It is sound when it has 12 bytes, its masked CRC matches its
+# 8 length bytes, the length is at most MAX_PAYLOAD_SIZE and, when the file's size is known, the record fits.
+
+
+def sound_header(header: bytes | bytearray | memoryview, room: int | None = None) -> bool:
+    """Whether ``header`` is a sound record header (see above); ``room`` is the bytes from it to the end of the file.
+
+    The cheap yes or no of resynchronising scans, which try offset after offset; ``header_problem`` says why not.
+    """
+    if len(header) < HEADER_SIZE:
+        return False
+    length, length_crc = _unpack_header(header)
+    return (masked_crc32c(header[:8]) == length_crc and length <= MAX_PAYLOAD_SIZE
+            and (room is None or RECORD_OVERHEAD + length <= room))
+
+
+def header_problem(header: bytes | bytearray | memoryview, path: str, offset: int, size: int | None = None, *,
+                   compressed: bool = False, verify: bool = True, hint: str = "") -> RecordError | None:
+    """Why the record whose header (12 bytes, fewer at end of file) is at ``offset`` of ``path`` cannot be read.
+
+    The error names the file, the offset and the failed check: truncated_header, length_crc (not checked when
+    ``verify`` is False), length_too_large, and, when the file's ``size`` is known, truncated_payload or
+    truncated_footer. ``hint`` is added to a length_crc error's detail (what led the reader there). None: sound.
+    """
+    if len(header) < HEADER_SIZE:
+        return TruncatedRecordError(path, offset, "truncated_header",
+                                    f"only {len(header)} of 12 header bytes before the end of the file", compressed)
+    length, stored = _unpack_header(header)
+    computed = masked_crc32c(header[:8])
+    if verify and computed != stored:
+        detail = f"stored {stored:#010x}, computed {computed:#010x} for length bytes {bytes(header[:8]).hex()}"
+        return CorruptRecordError(path, offset, "length_crc", f"{detail}; {hint}" if hint else detail, compressed)
+    if length > MAX_PAYLOAD_SIZE:
+        return CorruptRecordError(path, offset, "length_too_large", _too_large_detail(length), compressed)
+    remaining = None if size is None else size - offset
+    if remaining is None or RECORD_OVERHEAD + length <= remaining:
+        return None
+    if remaining < HEADER_SIZE + length:
+        return TruncatedRecordError(path, offset, "truncated_payload",
+                                    f"the header announces {length} payload bytes, {remaining - HEADER_SIZE} are present",
+                                    compressed)
+    return TruncatedRecordError(path, offset, "truncated_footer",
+                                f"{remaining - HEADER_SIZE - length} of 4 footer bytes are present", compressed)
+
+
+def record_length(header: bytes | bytearray | memoryview, path: str, offset: int, size: int | None = None, *,
+                  compressed: bool = False, hint: str = "") -> int:
+    """The payload length a sound record header announces; raises ``header_problem``'s error for any other."""
+    problem = header_problem(header, path, offset, size, compressed=compressed, hint=hint)
+    if problem is not None:
+        raise problem
+    return _unpack_length(header)[0]
 
 
 def read_records(
@@ -812,9 +849,9 @@ def find_record_start(
 
 def _whole_record_at(fileobj: BinaryIO, offset: int, header: bytes) -> bool:
     """Whether a record with valid length and data CRCs starts at ``offset`` (its length is known to fit)."""
-    length, length_crc = _unpack_header(header)
-    if masked_crc32c(header[:8]) != length_crc:
+    if not sound_header(header):
         return False
+    length = _unpack_length(header)[0]
     fileobj.seek(offset + HEADER_SIZE)
     body = _read_exactly(fileobj, length + FOOTER_SIZE)
     return len(body) == length + FOOTER_SIZE and masked_crc32c(memoryview(body)[:length]) == _unpack_crc(body, length)[0]
