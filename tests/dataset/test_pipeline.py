@@ -577,8 +577,8 @@ def test_state_dict_reads_the_shard_sizes_once(files, monkeypatch):
     import tfrbeam.dataset.pipeline as dataset_pipeline
 
     sizes = []
-    real_size = dataset_pipeline._size
-    monkeypatch.setattr(dataset_pipeline, "_size", lambda path: sizes.append(path) or real_size(path))
+    real_size = dataset_pipeline.input_size  # the public helper that sizes a local file or an object
+    monkeypatch.setattr(dataset_pipeline, "input_size", lambda path: sizes.append(path) or real_size(path))
     dataset = open_dataset(str(files / "*.tfrecord"), batch_size=10, executor="threads")
     first = dataset.state_dict()
     assert dataset.state_dict() == first and len(sizes) == len(dataset.segments)

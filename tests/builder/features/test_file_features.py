@@ -191,13 +191,13 @@ def test_reads_run_concurrently_and_relative_paths_are_taken_from_the_input_file
     for index in range(8):
         (tmp_path / f"{index}.bin").write_bytes(bytes([index]))
     barrier = threading.Barrier(8, timeout=10)
-    real = file_features._read_local  # local files: typed by fstat, then read
+    real = file_features.open_found  # every local file read opens its file through this public helper
 
-    def waiting(path: str, *rest):
+    def waiting(path: str, *rest, **options):
         barrier.wait()
-        return real(path, *rest)
+        return real(path, *rest, **options)
 
-    monkeypatch.setattr(file_features, "_read_local", waiting)
+    monkeypatch.setattr(file_features, "open_found", waiting)
     monkeypatch.chdir(REPO_ROOT)  # not where the files are
     batch = pa.record_batch({"path": [f"{index}.bin" for index in range(8)]})
     spec = resolve_spec(FeatureSpec("blob", "bytes", "path", file=FileOptions()), pa.string())
@@ -394,8 +394,9 @@ def test_a_batch_over_the_file_budget_stops_reading_early(tmp_path, monkeypatch)
         (tmp_path / f"{index}.bin").write_bytes(b"z" * 10)
     monkeypatch.setattr(file_features, "BATCH_FILE_BYTES", 15)
     calls = []
-    real = file_features._read_local  # local files: typed by fstat, then read
-    monkeypatch.setattr(file_features, "_read_local", lambda path, *rest: calls.append(path) or real(path, *rest))
+    real = file_features.open_found  # every local file read opens its file through this public helper
+    monkeypatch.setattr(file_features, "open_found",
+                        lambda path, *rest, **options: calls.append(path) or real(path, *rest, **options))
     with pytest.raises(file_features.FileBatchTooLarge, match="more than 15 bytes"):
         file_features.read_files([f"{index}.bin" for index in range(200)], str(tmp_path), 100, image=False)
     assert 2 <= len(calls) < 100  # the reads after the budget ran out were skipped

@@ -694,14 +694,16 @@ def test_a_row_group_is_decoded_ahead_of_the_caller_in_order_and_its_errors_reac
     pq.write_table(pa.table({"a": list(range(1000))}), path, row_group_size=1000)
     monkeypatch.setattr(parquet_read, "_PARQUET_BATCH_ROWS", 100)
     made = []
-    batches = parquet_read._parquet_row_group_batches
+    read_ahead = parquet_read.read_ahead  # the public helper the reader hands its decoding generator to
 
-    def counted(*args):
-        for source in batches(*args):
-            made.append(source.num_rows)
-            yield source
+    def counted(items, *rest):
+        def decoded():
+            for source in items:
+                made.append(source.num_rows)
+                yield source
+        return read_ahead(decoded(), *rest)
 
-    monkeypatch.setattr(parquet_read, "_parquet_row_group_batches", counted)
+    monkeypatch.setattr(parquet_read, "read_ahead", counted)
     sources = parquet_read.read_parquet_row_group(path, 0, 0)
     first = next(sources)
     deadline = time.monotonic() + 5
@@ -716,7 +718,7 @@ def test_a_row_group_is_decoded_ahead_of_the_caller_in_order_and_its_errors_reac
     next(early)
     early.close()
     assert not [t for t in threading.enumerate() if t.name == "tfrbeam-parquet-read"]
-    monkeypatch.setattr(parquet_read, "_parquet_row_group_batches", batches)
+    monkeypatch.setattr(parquet_read, "read_ahead", read_ahead)
     damaged = tmp_path / "damaged.parquet"
     pq.write_table(pa.table({"a": list(range(1000))}), damaged, write_page_checksum=True, use_dictionary=False,
                    compression="none")
