@@ -106,6 +106,10 @@ ONE_HOME: dict[str, tuple[str | re.Pattern[str], str]] = {
     "a record header's length CRC check": (re.compile(r"masked_crc32c\([^()]*(:\s*8\]|\+\s*8\])"),
                                            "tfrbeam/tfrecord/records.py"),
     "a record header's layout (length, length CRC)": ('"<QI"', "tfrbeam/tfrecord/records.py"),
+    # The suffix a file of each codec is written with, and so read back by under "auto": records.COMPRESSION_SUFFIX.
+    "the suffix a compressed TFRecord file is written with": (
+        re.compile(r"""["'](gzip|zlib)["']\s*:\s*["']\.(gz|zlib)["']"""), "tfrbeam/tfrecord/records.py"),
+    "TFRecord's ZLIB suffix": ('".zlib"', "tfrbeam/tfrecord/records.py"),
 }
 
 

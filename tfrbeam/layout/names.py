@@ -10,8 +10,9 @@
 - Inside a staging directory: the run's ``owner.json`` (``abandoned.json`` once it is over), the commit's
   journal and record, the new and the old dataset, and held rows.
 
-Two names are defined lower down and re-exported here: partial files belong to the atomic write
-(``tfrbeam.base.fileops``), the read-index directory and names to the index (``tfrbeam.tfrecord.read_index``).
+Some names are defined lower down and used or re-exported here: partial files belong to the atomic write
+(``tfrbeam.base.fileops``), the read-index directory and names to the index (``tfrbeam.tfrecord.read_index``), a
+compressed shard's suffix (``.gz``, ``.zlib``) to the compression resolver (``tfrbeam.tfrecord.records``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import re
 
 from tfrbeam.base.fileops import PARTIAL_INFIX, beside, partial_path, split_target
 from tfrbeam.tfrecord.read_index import INDEX_DIR_NAME, INDEX_SUFFIXES
+from tfrbeam.tfrecord.records import COMPRESSION_SUFFIX, compression_suffix
 
 __all__ = [
     "ABANDONED_NAME", "COMMIT_RECORD", "HELD_ROWS_DIR", "JOURNAL_NAME", "NEW_DATASET_DIR", "OLD_DATASET_DIR", "OWNER_NAME",
@@ -45,9 +47,11 @@ ERRORS_DIR_NAME = "_errors"  # dead-letter files of bad rows
 DALI_DIR_NAME = "dali"  # NVIDIA DALI tfrecord2idx files of the shards (output.dali_index)
 STATS_JSON = "stats.json"
 STATS_HTML = "stats.html"
-SHARD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*-\d{5,}-of-\d{5,}\.tfrecord(\.gz|\.zlib)?")  # a build's shard file
+_COMPRESSED_SUFFIXES = tuple(suffix for suffix in COMPRESSION_SUFFIX.values() if suffix)  # .gz, .zlib
+SHARD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*-\d{5,}-of-\d{5,}\.tfrecord"  # a build's shard file
+                        f"({'|'.join(map(re.escape, _COMPRESSED_SUFFIXES))})?")
 EXPORT_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*-\d{5,}-of-\d{5,}\.parquet")  # what export writes of a shard
-RECORD_SUFFIXES = (".gz", ".zlib", ".tfrecord", ".tfrecords", ".tfr")  # stripped from a shard's name on export
+RECORD_SUFFIXES = (*_COMPRESSED_SUFFIXES, ".tfrecord", ".tfrecords", ".tfr")  # stripped from a shard's name on export
 # Inside a run's staging directory (``staging_path``):
 OWNER_NAME = "owner.json"  # the run's identity and the output it writes: recovery trusts the directory by it
 ABANDONED_NAME = "abandoned.json"  # owner.json renamed: the run is over, its staging directory is garbage
@@ -64,8 +68,7 @@ def shard_file_name(split: str, shard: int, num_shards: int, compression: str | 
     Both numbers take the width of the larger (at least 5), so names sort in shard order.
     """
     width = max(5, len(str(num_shards)))
-    suffix = {None: "", "gzip": ".gz", "zlib": ".zlib"}[compression]
-    return f"{split}-{shard:0{width}d}-of-{num_shards:0{width}d}.tfrecord{suffix}"
+    return f"{split}-{shard:0{width}d}-of-{num_shards:0{width}d}.tfrecord{compression_suffix(compression)}"
 
 
 def is_built_shard_path(relative: str) -> bool:
@@ -78,7 +81,7 @@ def is_built_shard_path(relative: str) -> bool:
     parts = relative.split("/")
     if len(parts) == 3 and parts[1] == INDEX_DIR_NAME and parts[2].endswith(INDEX_SUFFIXES):
         shard = parts[2].rsplit(".", 1)[0]
-        return not shard.endswith((".gz", ".zlib")) and is_built_shard_path(f"{parts[0]}/{shard}")
+        return not shard.endswith(_COMPRESSED_SUFFIXES) and is_built_shard_path(f"{parts[0]}/{shard}")
     return (len(parts) == 2 and SHARD_NAME.fullmatch(parts[1]) is not None
             and parts[1].startswith(parts[0] + "-") and parts[1][len(parts[0]) + 1:len(parts[0]) + 2].isdigit())
 

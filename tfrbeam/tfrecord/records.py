@@ -27,6 +27,7 @@ import uuid
 import warnings
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from types import MappingProxyType
 from typing import Any, BinaryIO, Protocol, Union, cast
 
 import crc32c as _crc32c
@@ -205,8 +206,11 @@ _COMPRESSION_NAMES: dict[str, str | None] = {
 }
 # Codecs Beam reads and writes but TensorFlow cannot: refused by name and by file suffix.
 _REFUSED_COMPRESSIONS = {"bzip2": "BZIP2", "bz2": "BZIP2", "zstd": "ZSTD", "zst": "ZSTD", "lzma": "LZMA", "xz": "LZMA"}
+# The suffix tfrbeam writes after the name of a file of each codec (a build's shards): "auto" reads each back as it.
+COMPRESSION_SUFFIX: Mapping[str | None, str] = MappingProxyType({None: "", "gzip": ".gz", "zlib": ".zlib"})
 # "auto" by name: Beam's suffixes (.gz, .deflate) and the names TensorFlow users give such files (.gzip, .zlib, .zz).
-_COMPRESSION_SUFFIXES = {".gz": "gzip", ".gzip": "gzip", ".zlib": "zlib", ".zz": "zlib", ".deflate": "zlib"}
+_COMPRESSION_SUFFIXES = {COMPRESSION_SUFFIX["gzip"]: "gzip", ".gzip": "gzip", COMPRESSION_SUFFIX["zlib"]: "zlib",
+                         ".zz": "zlib", ".deflate": "zlib"}
 
 
 def refused_compression(codec: str, where: str) -> UnsupportedCompressionError:
@@ -234,6 +238,14 @@ def normalize_compression(compression: str | None, name: str = "", *, reading: b
     """The codec of the file ``name``: None, "gzip" or "zlib"; "auto" is ``compression_from_name(name, reading)``."""
     codec = canonical_compression(compression)
     return compression_from_name(name, look_inside=reading) if codec == AUTO_COMPRESSION else codec
+
+
+def compression_suffix(compression: str | None) -> str:
+    """The suffix of a file written with ``compression`` (any spelling): "", ".gz" or ".zlib"; "auto" is refused."""
+    codec = canonical_compression(compression)
+    if codec == AUTO_COMPRESSION:
+        raise ConfigError("a file's suffix follows its codec: give none, gzip or zlib, not 'auto'")
+    return COMPRESSION_SUFFIX[codec]
 
 
 def combine_compressions(compression_type: str | None, compression: str | None) -> str | None:

@@ -9,6 +9,7 @@ from typing import Any
 from tfrbeam.builder.config.keys import Checker, Kind, Scope
 from tfrbeam.builder.config.split_keys import split_patterns
 from tfrbeam.layout.names import MANIFEST_NAMES
+from tfrbeam.tfrecord.records import compression_suffix
 
 __all__ = [
     "FORMAT_EXTENSIONS",
@@ -31,7 +32,7 @@ _COMPRESSION_SUFFIXES = (".gz", ".bz2", ".xz", ".lzma", ".zst", ".zstd", ".defla
 
 def format_from_path(path: str) -> str | None:
     """The input format a path's (or glob's) extension names, a compression suffix (.gz, ...) left aside; or None."""
-    lower = without_compression_suffix(path).removesuffix(".zlib")  # TFRecord's own ZLIB files
+    lower = without_compression_suffix(path).removesuffix(compression_suffix("zlib"))  # TFRecord's own ZLIB files
     return next((fmt for extension, fmt in FORMAT_EXTENSIONS.items() if lower.endswith(extension)), None)
 
 
