@@ -670,13 +670,41 @@ def test_protobuf_itself_agrees_on_a_batch():
     assert examples_to_record_batch([record]).to_pydict() == {"a": [[1, -(2**63)]], "b": [[0.5]], "c": [[b"", b"q"]]}
 
 
-def test_long_names_whose_hashes_collide_are_still_told_apart(monkeypatch):
-    monkeypatch.setattr(columnar_decode._Walk, "_hash_names", lambda self, start, length: np.zeros(len(start), np.uint64))
-    records = [encode_example({"feature_alpha": [i], "feature_beta": [float(i)], "feature_gamma": b"g"}) for i in range(4)]
-    records.append(encode_example({"feature_beta": [9.0], "feature_delta": [7]}))
+def _names_sharing_a_hash() -> tuple[str, str]:
+    """Two printable 16-byte names to which the lockstep walk's 64-bit name hash gives one value.
+
+    ``_Walk._hash_names`` mixes each 8-byte word in as ``xorshift29((digest ^ word) * C)``; picking the second
+    name's first word fixes its second word (the one that makes ``digest ^ word`` equal), until that is printable.
+    """
+    mask = 2**64 - 1
+
+    def mix(digest: int, word: bytes) -> int:
+        digest = ((digest ^ int.from_bytes(word, "little")) * 0xFF51AFD7ED558CCD) & mask
+        return digest ^ (digest >> 29)
+
+    start = (16 * 0x9E3779B97F4A7C15) & mask
+    first, second = b"feature_", b"number_1"
+    before_second = mix(start, first) ^ int.from_bytes(second, "little")
+    for n in range(1_000_000):
+        other_first = b"f%07d" % n
+        other_second = (mix(start, other_first) ^ before_second).to_bytes(8, "little")
+        if all(0x20 <= byte < 0x7F for byte in other_second):
+            return (first + second).decode(), (other_first + other_second).decode()
+    raise AssertionError("no printable name shares the hash")
+
+
+def test_long_names_whose_hashes_collide_are_still_told_apart():
+    one, other = _names_sharing_a_hash()
+    records = [encode_example({one: [i], "z": [float(i)]}) for i in range(4)]
+    records.append(encode_example({other: [7], "z": [9.0]}))
+    walk = columnar_decode._Walk(wire.RecordBuffer.from_input(records), None)
+    found = bytes(walk.buf)
+    hashes = walk._hash_names(np.array([found.find(name.encode()) for name in (one, other)]), np.array([16, 16]))
+    assert hashes[0] == hashes[1]  # the names really collide (else _names_sharing_a_hash must follow the hash)
     assert fast_path_records(records).all()
     batch = assert_matches_oracle(records)
-    assert batch.column("feature_delta").to_pylist() == [None] * 4 + [[7]]
+    assert batch.column(one).to_pylist() == [[0], [1], [2], [3], None]
+    assert batch.column(other).to_pylist() == [None] * 4 + [[7]]
 
 
 @pytest.mark.parametrize("count", [1, 2, 5])
