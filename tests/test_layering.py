@@ -113,13 +113,24 @@ ONE_HOME: dict[str, tuple[str | re.Pattern[str], str]] = {
 }
 
 
+# Concepts whose one home is built while modules being edited by other work still hold their own copy: each is a
+# strict xfail, which fails the day the last copy goes, so the entry then moves up into ONE_HOME.
+ONE_HOME_PENDING: dict[str, tuple[str | re.Pattern[str], str, str]] = {
+    "a TFRecord feature's shape inferred from each record's count of values": (
+        "value_lengths()", "tfrbeam/codec/infer.py",
+        "dataset/spec.py (infer_feature_spec) and builder/inputs/tfrecord.py (_sampled_schema) still infer on their own"),
+}
+
+
 def _holds(marker: str | re.Pattern[str], text: str) -> bool:
     return bool(marker.search(text)) if isinstance(marker, re.Pattern) else marker.lower() in text.lower()
 
 
-@pytest.mark.parametrize("concept", sorted(ONE_HOME))
+@pytest.mark.parametrize("concept", sorted(ONE_HOME) + [
+    pytest.param(concept, marks=pytest.mark.xfail(strict=True, reason=ONE_HOME_PENDING[concept][2]))
+    for concept in sorted(ONE_HOME_PENDING)])
 def test_one_home_per_concept(concept):
-    marker, home = ONE_HOME[concept]
+    marker, home = ONE_HOME[concept] if concept in ONE_HOME else ONE_HOME_PENDING[concept][:2]
     holders = sorted(str(path.relative_to(REPO_ROOT)) for path in (REPO_ROOT / "tfrbeam").rglob("*.py")
                      if _holds(marker, path.read_text()))
     assert holders == [home], f"{concept}: {holders}"
