@@ -480,14 +480,15 @@ def _refused_keeping_the_old_dataset(demo_dir: pathlib.Path, capsys, name: str, 
 
 def test_a_spill_file_damaged_on_disk_fails_the_build_naming_it_and_the_old_dataset_stays(demo_dir, capsys, monkeypatch):
     from tests.integration.sandbox import snapshot
-    from tfrbeam.builder.shuffle import stores
+    from tfrbeam.builder.shuffle import held
 
     assert build(demo_dir, "demo.yaml", "--set", "output.path=out/spill-damaged", "--piece_store=spill") == 0
     capsys.readouterr()
     before = snapshot(demo_dir / "out")
-    write_file, write_run, damaged = stores._write_file, stores.write_run, []
+    write_spill_file, damaged = held.write_spill_file, []
 
-    def damage(path: str) -> None:  # the first spill file's bytes change on disk once written
+    def damaging_write(path, blocks, overlap=False):  # the first spill file's bytes change on disk once written
+        write_spill_file(path, blocks, overlap)
         size = os.path.getsize(path)
         if not damaged and size > 100:
             damaged.append(path)
@@ -497,16 +498,6 @@ def test_a_spill_file_damaged_on_disk_fails_the_build_naming_it_and_the_old_data
                 handle.seek(size // 2)
                 handle.write(bytes([byte[0] ^ 0x08]))
 
-    def damaging_write(path, data):  # a piece spilled alone
-        write_file(path, data)
-        damage(path)
-
-    def damaging_run(path, members):  # pieces gathered into one run
-        piece = write_run(path, members)
-        damage(path)
-        return piece
-
-    monkeypatch.setattr(stores, "_write_file", damaging_write)
-    monkeypatch.setattr(stores, "write_run", damaging_run)
+    monkeypatch.setattr(held, "write_spill_file", damaging_write)  # every spill file: a piece alone, or a run
     error = _refused_keeping_the_old_dataset(demo_dir, capsys, "spill-damaged", "spill", before)
     assert damaged and f"{os.path.basename(damaged[0])}: record " in error and "changed or damaged on disk" in error

@@ -35,7 +35,7 @@ def test_a_run_holds_batches_until_each_is_released():
     release_rows([second])  # released twice: nothing happens
     discard_held_rows("run-b")
     assert runs_holding_rows() == []
-    with pytest.raises(HeldDataMissingError, match="not in this process"):
+    with pytest.raises(HeldDataMissingError, match="is not held in this process"):
         held_batches([other])
 
 
@@ -116,7 +116,7 @@ def test_a_spilled_batch_that_is_gone_is_a_clear_error_and_releasing_it_only_war
     spilled.unlink()
     with pytest.raises(HeldDataMissingError, match=r"held rows spilled there cannot be read back .*staging directory"):
         held_batches([ref])
-    with caplog.at_level("WARNING", logger="tfrbeam.builder.pipeline.held_rows"):
+    with caplog.at_level("WARNING", logger="tfrbeam.builder.shuffle.held"):
         release_rows([ref])
     assert "could not delete spilled held rows" in caplog.text
     assert runs_holding_rows() == []

@@ -343,33 +343,50 @@ def test_in_process_runs_send_only_references_through_the_group_by_key(small, mo
     assert _shard_bytes(directory / "out" / "sent") == reference
 
 
+def _spill_writes(monkeypatch, before=None, after=None) -> list[tuple[str, int]]:
+    """(path, bytes) of every held-rows run file written, through the spilling store's one file writer; ``before`` and
+    ``after`` a write get its path (to fail it, or to change the file on disk)."""
+    from tfrbeam.builder.shuffle import held
+    from tfrbeam.layout.names import HELD_ROWS_DIR
+
+    written, real = [], held.write_spill_file
+
+    def write(path, blocks, overlap=False):
+        if f"{os.sep}{HELD_ROWS_DIR}{os.sep}" not in path:  # the pieces' spill files
+            return real(path, blocks, overlap)
+        if before is not None:
+            before(path)
+        real(path, blocks, overlap)
+        written.append((path, os.path.getsize(path)))
+        if after is not None:
+            after(path)
+
+    monkeypatch.setattr(held, "write_spill_file", write)
+    return written
+
+
 def test_held_rows_stay_within_the_memory_store_budget_and_the_rest_is_spilled(small, monkeypatch):
     """--memory_store_bytes bounds the rows held between the converter and the encoder as well as the pieces:
     batches past it wait in run files under the staging directory, one per budget's worth; the bytes are the reference's."""
     from tfrbeam.builder.pipeline import held_rows
-    from tfrbeam.layout.names import HELD_ROWS_DIR
 
     directory, reference = small
     budget = 256 << 10
-    peaks, spilled, real_hold, real_write = [], [], held_rows.hold_rows, held_rows._write_run
+    peaks, real_hold = [], held_rows.hold_rows
 
     def hold(run_key, batch, *args):
         ref = real_hold(run_key, batch, *args)
-        peaks.append(held_rows.held_bytes(run_key)[1])
+        peaks.append(held_rows.held_bytes(run_key))
         return ref
 
-    def write(path, members):
-        spilled.append((path, len(members)))
-        return real_write(path, members)
-
     monkeypatch.setattr(sequence_stage, "hold_rows", hold)
-    monkeypatch.setattr(held_rows, "_write_run", write)
+    spilled = _spill_writes(monkeypatch)
     monkeypatch.setattr(build_plan, "SEQUENCE_BUCKET_INPUT_BYTES", 64 << 10)  # many buckets, many batches
     assert _build(directory, generated_config(directory, "bounded"), f"--memory_store_bytes={budget}") == 0
     assert _shard_bytes(directory / "out" / "bounded") == reference
-    assert 0 < max(peaks) <= budget and sum(count for _, count in spilled) > len(peaks) // 2
-    assert 1 < len(spilled) < sum(count for _, count in spilled) // 2  # several batches to a file
-    assert all(f"{os.sep}{HELD_ROWS_DIR}{os.sep}" in path for path, _ in spilled)
+    assert 0 < max(size for _, size in peaks) <= budget
+    # Most batches were spilled (a file's worth, then the budget's worth again), several to a file.
+    assert 1 < len(spilled) < len(peaks) // 4 and sum(size for _, size in spilled) > len(spilled) * budget // 2
     assert held_rows.runs_holding_rows() == [] and not any(os.path.exists(path) for path, _ in spilled)
 
 
@@ -379,9 +396,7 @@ def test_threads_spilling_held_rows_at_once_give_the_reference_bytes(small, monk
     from tfrbeam.builder.pipeline import held_rows
 
     directory, reference = small
-    runs = []
-    real_write = held_rows._write_run
-    monkeypatch.setattr(held_rows, "_write_run", lambda path, members: runs.append(len(members)) or real_write(path, members))
+    runs = _spill_writes(monkeypatch)
     monkeypatch.setattr(build_plan, "SEQUENCE_BUCKET_INPUT_BYTES", 64 << 10)  # many buckets, many batches
     assert _build(directory, generated_config(directory, "threads"), "--direct_running_mode=multi_threading",
                   "--direct_num_workers=2", "--memory_store_bytes=128KiB") == 0
@@ -401,13 +416,14 @@ def test_a_full_disk_while_spilling_held_rows_fails_the_rebuild_and_keeps_the_ol
     assert _build(directory, config) == 0
     published = _shard_bytes(directory / "out" / "full-disk")
     assert published == reference
+
     writes = []
 
-    def full(path, members):
+    def full(path):
         writes.append(path)
         raise OSError(errno.ENOSPC, "No space left on device", path)
 
-    monkeypatch.setattr(held_rows, "_write_run", full)
+    _spill_writes(monkeypatch, before=full)
     capsys.readouterr()
     assert _build(directory, config, "--overwrite", "--memory_store_bytes=0") == 1
     assert writes and "No space left on device" in capsys.readouterr().err
@@ -427,18 +443,16 @@ def test_a_held_rows_file_changed_on_disk_fails_the_rebuild_in_one_line_and_noth
     config = generated_config(directory, "changed-held")
     assert _build(directory, config) == 0
     before = snapshot(directory / "out")
-    real_write, damaged = held_rows._write_run, []
+    damaged: list[str] = []
 
-    def damaging_write(path, members):
-        spilled = real_write(path, members)
+    def damage(path):
         if not damaged:
             damaged.append(path)
             data = bytearray(pathlib.Path(path).read_bytes())
             data[len(data) // 2] ^= 0x01
             pathlib.Path(path).write_bytes(bytes(data))
-        return spilled
 
-    monkeypatch.setattr(held_rows, "_write_run", damaging_write)
+    _spill_writes(monkeypatch, after=damage)
     capsys.readouterr()
     assert _build(directory, config, "--overwrite", "--memory_store_bytes=0") == 1
     error = capsys.readouterr().err.strip()

@@ -453,7 +453,7 @@ def test_held_pieces_survive_rerouting_and_retried_writes(tmp_path):
 def test_a_shard_writer_reads_spilled_parts_a_window_at_a_time(tmp_path, monkeypatch):
     """Memory bound: however big a shard, a writer reads a spilled part at most its share of
     SHARD_READ_BYTES at once (plus one record), and writes the same bytes as when it read it whole."""
-    from tfrbeam.builder.shuffle import SpillStore, received, write
+    from tfrbeam.builder.shuffle import held, received, write
 
     rng = random.Random(21)
     payloads = [rng.randbytes(rng.randint(8, 40)) for _ in range(3025)]  # ~60 KB of records, two pieces, one shard
@@ -462,13 +462,13 @@ def test_a_shard_writer_reads_spilled_parts_a_window_at_a_time(tmp_path, monkeyp
     pieces = _pieces(payloads, [1500, 1525], [1.0], seed=4, with_crcs=True)
     _run(pieces, spec, tmp_path / "whole")
     reads: list[int] = []
-    read_frames = SpillStore._frames
+    read_spilled = held.read_spilled
 
-    def counted(store, piece):
-        reads.append(piece.num_bytes)
-        return read_frames(store, piece)
+    def counted(path, offset, size, what):
+        reads.append(size)
+        return read_spilled(path, offset, size, what)
 
-    monkeypatch.setattr(SpillStore, "_frames", counted)
+    monkeypatch.setattr(held, "read_spilled", counted)
     monkeypatch.setattr(received, "SHARD_READ_BYTES", 4096)
     monkeypatch.setattr(write, "WRITE_BLOCK_BYTES", 2048)  # a block needs less than a window
     for store, budget in ((SPILL, 0), (MEMORY, 0)):  # a memory store over its budget spills every piece

@@ -13,6 +13,7 @@ import uuid
 import numpy as np
 
 from tfrbeam.beam import filesystem as fs
+from tfrbeam.builder.shuffle import held as spilling
 from tfrbeam.builder.shuffle.keys import key_range_bounds, occurrence_keys, payload_crcs
 from tfrbeam.builder.shuffle.packed import pack_frames
 from tfrbeam.builder.shuffle.pieces import (
@@ -191,7 +192,7 @@ def write_run(path: str, members: list[_RunMember]) -> Piece:
     """Frame the members' records into the file ``path`` in (split, key) order: one spilled piece of them all.
 
     Framed a block at a time from where the payloads are (no copy of the run is held), one thread
-    writing each block while the next is framed (the write releases the GIL).
+    writing each block while the next is framed (``write_spill_file``).
     """
     split, key = np.concatenate([m.split for m in members]), np.concatenate([m.key for m in members])
     order = split_key_order(split, key)
@@ -202,16 +203,10 @@ def write_run(path: str, members: list[_RunMember]) -> Piece:
     payloads = [np.ascontiguousarray(m.payloads, dtype=np.uint8) for m in members]
     prefixes = np.concatenate([payload_prefixes(data, m.starts, m.lengths) for data, m in zip(payloads, members)])[order]
     views = [memoryview(data) for data in payloads]  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
-    with fs.create(path) as handle, concurrent.futures.ThreadPoolExecutor(1, "tfrbeam-spill-run") as writer:
-        written: concurrent.futures.Future | None = None
-        for low, high in byte_blocks(lengths + RECORD_OVERHEAD, _RUN_BLOCK_BYTES, _RUN_BLOCK_RECORDS):
-            frames = join_frames_in_buffers(views, member_of[low:high], starts[low:high], lengths[low:high],
-                                            footers[low:high], prefixes[low:high])
-            if written is not None:
-                written.result()
-            written = writer.submit(handle.write, frames)
-        if written is not None:
-            written.result()
+    blocks = (join_frames_in_buffers(views, member_of[low:high], starts[low:high], lengths[low:high], footers[low:high],
+                                     prefixes[low:high])
+              for low, high in byte_blocks(lengths + RECORD_OVERHEAD, _RUN_BLOCK_BYTES, _RUN_BLOCK_RECORDS))
+    spilling.write_spill_file(path, blocks, overlap=True)
     offsets = np.zeros(len(order) + 1, dtype=np.int64)
     np.cumsum(lengths + RECORD_OVERHEAD, out=offsets[1:])
     return Piece(split[order], key[order], offsets, PieceRef(SPILL, location=path), footers)
@@ -264,7 +259,7 @@ class SpillStore(PieceStore):
         if self._executor is None:
             self.open()
         assert self._executor is not None  # open() made it
-        piece = Piece(split, key, offsets, PieceRef(SPILL, location=fs.join(self.directory, f"{uuid.uuid4().hex}.bin")),
+        piece = Piece(split, key, offsets, PieceRef(SPILL, location=spilling.spill_path(self.directory, ".bin")),
                       frame_footers(frames, offsets))
         self._wait(keep=1)
         self._pending.append(self._executor.submit(_write_piece, piece, frames, self._keys_beside(piece)))
@@ -272,7 +267,7 @@ class SpillStore(PieceStore):
 
     def add_run(self, pieces: list[KeyedRecords]) -> Piece:
         """The pieces' records framed into one spill file in (split, key) order: a writer reads one part of it."""
-        path = fs.join(self.directory, f"{uuid.uuid4().hex}.bin")
+        path = spilling.spill_path(self.directory, ".bin")
         piece = write_run(path, [_RunMember.of(records) for records in pieces])
         if self._keys_beside(piece):
             _write_keys(piece)
@@ -308,7 +303,7 @@ class SpillStore(PieceStore):
         the keys), so the shard writers' check of the new file finds any damage to the old one.
         """
         stored = self.unchecked_records(piece)
-        path = fs.join(self.directory, f"{uuid.uuid4().hex}.bin")
+        path = spilling.spill_path(self.directory, ".bin")
         member = _RunMember(piece.split, keys, stored.buffer, stored.starts, stored.lengths, stored.footers)
         reordered = write_run(path, [member])
         if self._keys_beside(reordered):
@@ -350,21 +345,12 @@ class SpillStore(PieceStore):
         damage = _first_damaged(frames, piece.offsets)
         if damage is not None:
             record, check = damage
-            raise ShuffledDataError(
-                f"{piece.ref.location}: record {record} of the {len(piece)} read from byte {piece.ref.offset} "
-                f"fails its {_CHECK_NAMES.get(check, check)}: the spill file was changed or damaged on disk while the run "
-                "used it. Nothing is published; run the build again, and if it recurs, check the disk under the staging "
-                "directory"
-            )
+            raise spilling.damaged_spill(piece.ref.location, f"record {record} of the {len(piece)} read from byte "
+                                         f"{piece.ref.offset} fails its {_CHECK_NAMES.get(check, check)}")
         return StoredRecords.of_frames(piece, frames)
 
     def _frames(self, piece: Piece) -> np.ndarray:
-        ref, size = piece.ref, piece.num_bytes
-        with fs.open_read(ref.location) as handle:
-            handle.seek(ref.offset)
-            data = handle.read(size)
-        if len(data) != size:
-            raise RuntimeError(f"{ref.location}: spill file ends {size - len(data)} bytes early (was it deleted?)")
+        data = spilling.read_spilled(piece.ref.location, piece.ref.offset, piece.num_bytes, "records")
         return np.frombuffer(data, dtype=np.uint8)
 
 
@@ -386,8 +372,7 @@ def _write_piece(piece: Piece, frames: np.ndarray, with_keys: bool) -> None:
 
 
 def _write_file(path: str, data: np.ndarray) -> None:
-    with fs.create(path) as handle:
-        handle.write(memoryview(np.ascontiguousarray(data)))  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
+    spilling.write_spill_file(path, [memoryview(np.ascontiguousarray(data))])  # type: ignore[arg-type]  # an ndarray is a buffer; numpy types it so only for 3.12+
 
 
 _KEYS_SUFFIX = ".keys"
@@ -442,24 +427,23 @@ def _read_array(handle: typing.BinaryIO, path: str, dtype: str, offset: int, cou
     return np.frombuffer(data, dtype=dtype)
 
 
-class _HeldPieces:
+class _HeldPieces(spilling.Holding[str]):
     """The pieces one run holds in this process's memory, each dropped after its last shard slice is written.
 
     A held piece is its payloads where the encoder put them, with each record's start and masked
-    CRC in (split, key) order: it was put in order by moving its keys only, never its bytes.
+    CRC in (split, key) order: it was put in order by moving its keys only, never its bytes. The
+    budget counts them by name (``Holding``); those being written into a spilled run are its ``spilling``.
     """
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        super().__init__()
         self.buffers: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # payloads, starts, footers
         self.pending: dict[str, int] = {}  # per piece, shard slices not yet written
         self.released: dict[str, set[int]] = {}  # per piece, the shards whose slice was written
         self.shards_written: set[int] = set()
-        self.bytes = 0
         # Every piece the run's store made (held or spilled), by location: it crosses the runner as its name.
         self.pieces: dict[str, Piece] = {}
         self.sorted: dict[str, Piece] = {}  # per held piece, its keys and frame offsets (for merging it into a run)
-        self.merging: set[str] = set()  # held pieces being written into a spilled run
         # Per piece merged into a spilled run: the run for the first piece of each run, None for the others.
         self.merged: dict[str, Piece | None] = {}
         # Per spilled piece or run whose keys wait in a file beside it (not in memory): its record count.
@@ -482,16 +466,20 @@ class _HeldPieces:
         return _merged_stub(piece)
 
     def drop(self, name: str) -> None:
-        self.bytes -= self.buffers.pop(name)[0].nbytes
+        del self.buffers[name]
+        self.free(name)
         self.sorted.pop(name, None)
         self.pending.pop(name, None)
         self.released.pop(name, None)
 
+    def discarded(self) -> None:
+        for name in list(self.buffers):
+            self.drop(name)
+
 
 # The runs whose pieces are held in this process, by staging directory: an entry lives from the
 # first piece a run holds until its last shard is written or ``discard_pieces`` ends the run.
-_RUNS_HOLDING: dict[str, _HeldPieces] = {}
-_RUNS_LOCK = threading.Lock()
+_PIECES = spilling.HeldRuns("pieces", _HeldPieces)
 
 
 class MemoryStore(PieceStore):
@@ -526,20 +514,10 @@ class MemoryStore(PieceStore):
         self.merge_runs = merge_runs
 
     def _holding(self, create: bool = False) -> _HeldPieces | None:
-        with _RUNS_LOCK:
-            held = _RUNS_HOLDING.get(self.run_key)
-            if held is None and create:
-                held = _RUNS_HOLDING[self.run_key] = _HeldPieces()
-            return held
+        return _PIECES.open(self.run_key) if create else _PIECES.get(self.run_key)
 
     def _held(self, create: bool = False) -> _HeldPieces:
-        held = self._holding(create)
-        if held is None:
-            raise RuntimeError(
-                f"the pieces of the run staging in {self.run_key} are not held in this process: they were prepared by "
-                "a worker in another process, or the run ended (use piece store spill or inline with such runners)"
-            )
-        return held
+        return _PIECES.open(self.run_key) if create else _PIECES.require(self.run_key, "the pieces")
 
     def add(self, records: KeyedRecords) -> Piece:
         """Hold the piece's payloads as they are, ordered by moving its keys only; spill it past the budget.
@@ -564,9 +542,7 @@ class MemoryStore(PieceStore):
     def _hold_within_budget(self, held: _HeldPieces, records: KeyedRecords) -> Piece | None:
         """The piece held in memory if it fits the budget, else None."""
         with held.lock:
-            fits = held.bytes + records.data.nbytes <= self.budget
-            if fits:
-                held.bytes += records.data.nbytes
+            fits = held.reserve(records.data.nbytes, self.budget)
         return self._hold(held, records) if fits else None
 
     def _spill_held_run(self, held: _HeldPieces) -> bool:
@@ -574,32 +550,21 @@ class MemoryStore(PieceStore):
 
         False when there was none to write (another thread took them, or nothing fits beside this piece).
         """
-        with held.lock:
-            names = [name for name in held.sorted if name not in held.merging]
-            members = [(held.sorted[name], held.buffers[name]) for name in names]
-            held.merging.update(names)
-        if not names:
-            return False
-        try:
-            run = held.keys_to_disk(self._write_run(members))
-        except BaseException:
-            with held.lock:
-                held.merging.difference_update(names)
-            raise
-        with held.lock:  # they stop being merged only once dropped: another thread would take them again
+        def placed(names: list, run: Piece) -> None:
             for index, name in enumerate(names):
                 held.merged[name] = run if index == 0 else None
                 held.drop(name)
                 if name in held.pieces:  # the run holds the keys now; the name only has to find it
                     held.pieces[name] = _merged_stub(held.pieces[name])
-            held.merging.difference_update(names)
-        return True
+
+        return held.spill(lambda names: [(held.sorted[name], held.buffers[name]) for name in names],
+                          lambda members: held.keys_to_disk(self._write_run(members)), placed)
 
     def _write_run(self, members: list[tuple[Piece, tuple[np.ndarray, np.ndarray, np.ndarray]]]) -> Piece:
         """Held pieces' records in one spill file in (split, key) order: the run, a spilled piece of them all."""
         run = [_RunMember(piece.split, piece.key, data, starts, piece.framed_lengths - RECORD_OVERHEAD, footers)
                for piece, (data, starts, footers) in members]
-        path = fs.join(self.overflow.directory, f"{uuid.uuid4().hex}.bin")
+        path = spilling.spill_path(self.overflow.directory, ".bin")
         return dataclasses.replace(write_run(path, run), ref=PieceRef(SPILL, location=path, run=self.run_key))
 
     def runs_of(self, pieces: list[Piece]) -> list[Piece]:
@@ -691,6 +656,7 @@ class MemoryStore(PieceStore):
         piece = Piece(records.split[order], records.key[order], frame_offsets, PieceRef(MEMORY, location=name), footers)
         with held.lock:
             held.buffers[name] = (records.data, records.offsets[:-1][order], footers)
+            held.keep(name, records.data.nbytes)
             held.sorted[name] = piece
             held.pending[name] = 0
         return piece
@@ -762,37 +728,26 @@ def _merged_stub(piece: Piece) -> Piece:
 
 def discard_pieces(run_key: str) -> None:
     """Free every piece the run staging in ``run_key`` holds in this process's memory (its end, or after a failure)."""
-    with _RUNS_LOCK:
-        held = _RUNS_HOLDING.pop(run_key, None)
-    if held is not None:
-        with held.lock:
-            for name in list(held.buffers):
-                held.drop(name)
+    _PIECES.end(run_key)
 
 
 def runs_holding_pieces() -> list[str]:
     """The runs that hold pieces in this process's memory now (none once every build has ended)."""
-    with _RUNS_LOCK:
-        return sorted(_RUNS_HOLDING)
+    return _PIECES.runs()
 
 
 def registered_piece(run_key: str, location: str) -> Piece:
     """The piece a memory store of run ``run_key`` made at ``location``, as it is in this process's memory."""
-    with _RUNS_LOCK:
-        held = _RUNS_HOLDING.get(run_key)
+    held = _PIECES.get(run_key)
     piece = held.pieces.get(location) if held is not None else None
     if piece is None:
-        raise RuntimeError(
-            f"piece {location} of the run staging in {run_key} is not held in this process: it was prepared by a "
-            "worker in another process, or the run ended (use piece store spill or inline with such runners)"
-        )
+        raise spilling.missing(run_key, f"piece {location}", "the run ended")
     return piece
 
 
 def is_registered(piece: Piece) -> bool:
     """Whether ``piece`` can cross the runner as its name: the registry holds it, or its keys are in a file beside it."""
-    with _RUNS_LOCK:
-        held = _RUNS_HOLDING.get(piece.ref.run)
+    held = _PIECES.get(piece.ref.run)
     if held is None:
         return False
     with held.lock:
