@@ -1,7 +1,8 @@
 """Seeded global shuffle, hash splits and exactly balanced shards, written to a temp location.
 
 The modules, in the order a record meets them: ``keys`` (digests, sort keys, splits; no Beam),
-``pieces`` (the shuffled unit), ``stores`` (where pieces wait), ``coders``, ``copies`` (the tally of
+``pieces`` (the shuffled unit), ``stores`` (where pieces wait; ``held``, the spilling store a memory
+store shares with a sequence build's held rows), ``coders``, ``copies`` (the tally of
 copies), ``balance`` (bucket counts and the shard plan), ``route`` (pieces cut by shard), ``received``
 and ``write`` (the shard writer) and ``transform`` (the Beam transforms). This package re-exports
 their public names. TFRecord framing itself is ``tfrbeam.tfrecord.frames``. May import the layers
@@ -72,7 +73,8 @@ once when the build is planned:
   no routing stage and no GroupByKey, each a whole stage on the local runners
   (``WriteShardsFromPieceList``). A piece is dropped once its last shard slice is written, the
   run's holding once its last shard is written (or by ``discard_pieces`` after a failure):
-  nothing outlives the run.
+  nothing outlives the run. Its registry, budget and spill are ``held``'s, shared with the rows a
+  sequence build holds (``tfrbeam.builder.pipeline.held_rows``).
 
 A shard writer merges its slices by (key, frame bytes), keeps its exact rank range and writes the
 frames (header and footer bytes made with numpy, one join per block). No element is larger than
