@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from tfrbeam.codec.decode import examples_to_record_batch
 from tfrbeam.codec.example import decode_example, encode_example
-from tfrbeam.codec.infer import FeatureSample, InferredFeature, KindCount, infer_columns
+from tfrbeam.codec.infer import FeatureSample, InferredFeature, KindCount, infer_column, infer_columns
 from tfrbeam.codec.kinds import ARROW_TYPES, TF_DTYPES
 from tfrbeam.tfrecord.records import RecordWriter
 
@@ -46,6 +46,22 @@ def test_a_feature_with_no_kind_has_no_type_and_one_held_as_two_kinds_has_no_one
     assert (y.kinds, y.kind, y.majority_kind, y.shape, y.one_value_each) == (("int64", "bytes"), None, "int64", None, False)
     assert dict(y.by_kind) == {"int64": KindCount(2, 1, 2), "bytes": KindCount(2, 1, 1)}
     assert (sample.records, y.always_present, x.always_present) == (4, True, False)
+
+
+def test_a_feature_lists_steps_are_its_rows():
+    """A feature list's steps (one column's flattened rows) are its sample: one value in every step is a scalar step."""
+    steps = pa.array([[[1], [2]], [[3]], []], pa.list_(pa.list_(pa.int64()))).flatten()
+    feature = infer_column("ids", steps)
+    assert (feature.sampled, feature.present, feature.kind, feature.shape) == (3, 3, "int64", ())
+
+
+def test_a_feature_list_with_no_steps_keeps_its_kind_and_is_variable_length():
+    feature = infer_column("ids", pa.array([], pa.list_(pa.int64())))
+    assert (feature.kind, feature.present, feature.shape, feature.majority_kind) == ("int64", 0, None, "int64")
+    sample = FeatureSample()
+    sample.add_columns([("x", pa.array([None, None], pa.list_(pa.float32())))], 2)
+    sample.add_columns([("x", pa.array([[1.0], [2.0, 3.0]], pa.list_(pa.float32())))], 2)
+    assert dict(sample.features()["x"].by_kind) == {"float": KindCount(2, 1, 2)}
 
 
 def test_records_added_one_at_a_time_count_as_a_batch_of_them_does():

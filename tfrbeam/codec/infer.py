@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from tfrbeam.codec.kinds import ARROW_TYPES
 
-__all__ = ["FeatureSample", "InferredFeature", "KindCount", "infer_columns"]
+__all__ = ["FeatureSample", "InferredFeature", "KindCount", "infer_column", "infer_columns"]
 
 _KIND_OF_VALUES = {arrow_type: kind for kind, arrow_type in ARROW_TYPES.items()}  # what the decoder gives each kind
 
@@ -33,6 +33,8 @@ class KindCount:
     max_values: int
 
     def merged(self, other: KindCount) -> KindCount:
+        if not other.records or not self.records:  # a column whose rows all lack the feature still names its kind
+            return self if self.records else other
         return KindCount(self.records + other.records, min(self.min_values, other.min_values),
                          max(self.max_values, other.max_values))
 
@@ -116,11 +118,11 @@ class FeatureSample:
         self.records += rows
         for name, column in columns:
             held = len(column) - column.null_count
-            if not held:
-                self._counts.setdefault(name, {})
-                continue
-            lengths = pc.min_max(column.value_lengths())
-            self._add(name, _kind_of(column.type.value_type), KindCount(held, lengths["min"].as_py(), lengths["max"].as_py()))
+            count = KindCount(0, 0, 0)  # no row holds it: the column still names its kind
+            if held:
+                lengths = pc.min_max(column.value_lengths())
+                count = KindCount(held, lengths["min"].as_py(), lengths["max"].as_py())
+            self._add(name, _kind_of(column.type.value_type), count)
 
     def add_decoded(self, features: Mapping[str, tuple[str | None, Sized]]) -> None:
         """One record as ``example.decode_example(payload, kinds=True)`` gives it: name -> (kind, values).
@@ -147,6 +149,11 @@ def infer_columns(columns: Iterable[tuple[str, pa.Array]], rows: int) -> dict[st
     sample = FeatureSample()
     sample.add_columns(columns, rows)
     return sample.features()
+
+
+def infer_column(name: str, column: pa.Array) -> InferredFeature:
+    """What one decoded column shows, each row a record, or a step of a feature list (whose steps are its own rows)."""
+    return infer_columns([(name, column)], len(column))[name]
 
 
 def _kind_of(value_type: pa.DataType) -> str | None:
