@@ -70,12 +70,10 @@ ALLOWED_FILES: dict[str, str] = {
     "builder/pipeline/test_sequence_build.py": _STORE,
     "builder/pipeline/test_graph.py": _STORE,
     "builder/shuffle/test_shuffle.py": _STORE,
-    "beam/test_source.py": _HEADER,
     "tfrecord/test_records.py": _HEADER,
     "tfrecord/test_read_index.py": _HEADER,
     "stats/test_stats_generation.py": _STORE,
     "integration/test_object_store_reads.py": _HEADER,
-    "beam/test_compat_write.py": _HEADER,
 }
 
 _PATCH_CALLS = {"setattr", "delattr"}
