@@ -218,7 +218,7 @@ def _write_run(path: str, members: list[tuple[int, int, pa.RecordBatch]]) -> dic
                 placed.update((number, _Spilled(segment, index)) for index, (number, _) in enumerate(parts))
                 yield memoryview(data)
 
-    held.write_spill_file(path, segments(), overlap=True)
+    held.write_spill_file(path, segments())
     return placed
 
 

@@ -20,6 +20,7 @@ Only for runs whose every worker runs in this process (the in-process local runn
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import logging
 import threading
 import uuid
@@ -182,20 +183,23 @@ def spill_path(directory: str, suffix: str) -> str:
 
 def write_spill_file(path: str, blocks: Iterable, overlap: bool = False) -> None:
     """Write ``blocks`` (buffers) to the new file ``path``. With ``overlap`` one thread writes each block while the next
-    is made (``blocks`` may be a generator that frames them; the write releases the GIL): at most two are held."""
+    is made (``blocks`` may be a generator that frames them; the write releases the GIL): at most two are held. The
+    thread starts only for a second block: a file of one (every batch of a budget of 0) would pay ~1 ms for it."""
     with fs.create(path) as handle:
-        if not overlap:
-            for block in blocks:
+        pending = iter(blocks)
+        first = next(pending, None)
+        second = next(pending, None) if overlap and first is not None else None
+        if second is None:
+            for block in (pending if first is None else itertools.chain([first], pending)):
                 handle.write(block)
             return
+        assert first is not None  # a second block comes after a first
         with concurrent.futures.ThreadPoolExecutor(1, "tfrbeam-spill-run") as writer:
-            written: concurrent.futures.Future | None = None
-            for block in blocks:
-                if written is not None:
-                    written.result()
-                written = writer.submit(handle.write, block)
-            if written is not None:
+            written = writer.submit(handle.write, first)
+            for block in itertools.chain([second], pending):
                 written.result()
+                written = writer.submit(handle.write, block)
+            written.result()
 
 
 def read_spilled(path: str, offset: int, size: int, what: str) -> bytes:
