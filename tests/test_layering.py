@@ -110,6 +110,11 @@ ONE_HOME: dict[str, tuple[str | re.Pattern[str], str]] = {
     "the suffix a compressed TFRecord file is written with": (
         re.compile(r"""["'](gzip|zlib)["']\s*:\s*["']\.(gz|zlib)["']"""), "tfrbeam/tfrecord/records.py"),
     "TFRecord's ZLIB suffix": ('".zlib"', "tfrbeam/tfrecord/records.py"),
+    # One spilling store: the memory store's pieces and a sequence build's held rows are kinds of held.py, whose
+    # registry alone says a run's data is not in this process, and whose spill-file reads alone say a file changed.
+    "what a run holds in this process, by run (the spilling store's registry)": (
+        "spill or inline with such runners", "tfrbeam/builder/shuffle/held.py"),
+    "a spill file changed under the run": ("damaged on disk while the run used it", "tfrbeam/builder/shuffle/held.py"),
 }
 
 
