@@ -25,7 +25,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from benchmarks.dataset import baseline_python
 from tfrbeam.codec.example import decode_example, decode_sequence_example
-from tfrbeam.layout.manifest import SEQUENCE_EXAMPLE, read_manifest, record_type_of
+from tfrbeam.layout.dataset_dir import DatasetDirectory
+from tfrbeam.layout.manifest_schema import SEQUENCE_EXAMPLE
 from tfrbeam.tfrecord.records import read_records
 
 _TF_SIDE = r'''
@@ -95,16 +96,17 @@ def main() -> None:
     parser.add_argument("dataset", type=pathlib.Path)
     parser.add_argument("--venv-dir", type=pathlib.Path, default=pathlib.Path(tempfile.gettempdir()) / "tfrbeam-bench-venvs")
     args = parser.parse_args()
-    manifest = read_manifest(str(args.dataset))
-    if manifest is None:
+    dataset = DatasetDirectory.find(str(args.dataset))
+    if dataset is None:
         raise SystemExit(f"{args.dataset}: no tfrbeam_dataset.json (give a tfrbeam build directory)")
-    sequence = record_type_of(manifest) == SEQUENCE_EXAMPLE
-    paths = [str(args.dataset / shard["path"]) for split in manifest["splits"].values() for shard in split["shards"]]
+    sequence = dataset.record_type == SEQUENCE_EXAMPLE
+    paths = [shard.path for shard in dataset.shards()]
+    specs = dataset.manifest.rest
     job = {
         "sequence": sequence,
-        "spec": manifest["parse_sequence_example_spec"] if sequence else {"features": manifest["parse_example_spec"]},
+        "spec": specs["parse_sequence_example_spec"] if sequence else {"features": specs["parse_example_spec"]},
         "paths": paths,
-        "compression": {"gzip": "GZIP", "zlib": "ZLIB"}.get(manifest.get("compression") or "", None),
+        "compression": {"gzip": "GZIP", "zlib": "ZLIB"}.get(dataset.compression or "", None),
         "records": [_decoded(payload, sequence) for path in paths for payload in read_records(path)],
     }
     with tempfile.TemporaryDirectory() as work:

@@ -27,8 +27,9 @@ from benchmarks.build import NUM_SHARDS
 from benchmarks.object_store_cost import JOBS, STORES, Requests, measure_store
 from benchmarks.write_dataset import _write_table
 from tfrbeam.beam import filesystem as fs
-from tfrbeam.beam.publish import dataset_files
 from tfrbeam.errors import TfrbeamError
+from tfrbeam.layout.manifest import dataset_files
+from tfrbeam.layout.manifest_schema import Manifest
 from tfrbeam.layout.names import MANIFEST_NAME
 from tfrbeam.tfrecord.read_index import index_path_for, parse_read_index
 
@@ -131,7 +132,7 @@ def test_the_objects_a_killed_run_wrote_straight_into_the_output_are_removed_by_
     table = pa.table({"id": list(range(500)), "text": [f"row {i}" for i in range(500)]})
     assert tfrbeam.write_dataset(table, bucket.url("ds"), num_shards=2, seed=2, progress=False,
                                  pipeline_options=bucket.pipeline_args()) is not None
-    manifest = json.loads(bucket.get("ds/tfrbeam_dataset.json"))
+    manifest = Manifest.from_bytes(bucket.get("ds/tfrbeam_dataset.json"), "ds/tfrbeam_dataset.json")
     listed = {"ds/tfrbeam_dataset.json"} | {f"ds/{path}" for path in dataset_files(manifest)
                                           if not path.startswith("dali/")
                                           and not path.endswith((".idx", ".offsets"))}  # index names of before

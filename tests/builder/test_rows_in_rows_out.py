@@ -239,7 +239,7 @@ def test_the_manifest_records_the_rows_read_of_each_input(tmp_path):
     pq.write_table(flights(300), tmp_path / "in" / "a.parquet", row_group_size=100)
     pq.write_table(flights(120, 300), tmp_path / "in" / "b.parquet")
     result = _build(tmp_path, tmp_path / "in" / "*.parquet", "parquet")
-    manifest = read_manifest(str(tmp_path / "out"))
+    manifest = read_manifest(str(tmp_path / "out")).to_dict()
     assert [(entry["path"], entry["rows_read"]) for entry in manifest["inputs"]] == [
         (str(tmp_path / "in" / "a.parquet"), 300), (str(tmp_path / "in" / "b.parquet"), 120)]
     assert result is not None and manifest["rows_read"] == 420 == sum(result.num_examples.values())

@@ -47,7 +47,7 @@ def tensor_dataset(tmp_path_factory) -> pathlib.Path:
 
 
 def test_the_manifest_has_each_tensor_features_shape(tensor_dataset):
-    manifest = read_manifest(str(tensor_dataset))
+    manifest = read_manifest(str(tensor_dataset)).to_dict()
     assert manifest["features"]["image"]["shape"] == [2, 3]
     assert manifest["features"]["volume"]["shape"] == [2, 2, 2]
     assert manifest["parse_example_spec"]["volume"] == "tf.io.FixedLenFeature([2, 2, 2], tf.int64)"
@@ -70,7 +70,7 @@ def test_write_dataset_takes_a_numpy_column_of_2d_values(tmp_path):
     values = np.arange(6 * 2 * 3, dtype=np.float64).reshape(6, 2, 3)
     tfrbeam.write_dataset({"id": np.arange(6), "x": values}, tmp_path / "out", splits={"train": 1.0}, shuffle=False,
                           progress=False)
-    assert read_manifest(str(tmp_path / "out"))["features"]["x"]["shape"] == [2, 3]
+    assert read_manifest(str(tmp_path / "out")).to_dict()["features"]["x"]["shape"] == [2, 3]
     batch = next(iter(open_dataset(str(tmp_path / "out"), "train", batch_size=6)))
     assert batch["x"].shape == (6, 2, 3)
     np.testing.assert_array_equal(batch["x"], values.astype(np.float32))
@@ -110,7 +110,7 @@ def tf_python(request, tmp_path_factory) -> pathlib.Path:
 
 
 def test_tensorflow_parses_the_tensors_with_the_manifests_fixed_len_features(tensor_dataset, tf_python):
-    spec = read_manifest(str(tensor_dataset))["parse_example_spec"]
+    spec = read_manifest(str(tensor_dataset)).to_dict()["parse_example_spec"]
     parsed = run_in_tf_venv(tf_python, _PARSE_WITH_TF, str(tensor_dataset), json.dumps(spec))
     assert parsed["image"]["shape"] == [ROWS, 2, 3] and parsed["volume"]["shape"] == [ROWS, 2, 2, 2]
     ids = np.asarray(parsed["id"]["values"])
@@ -125,4 +125,4 @@ def test_inspect_prints_each_tensors_fixed_len_feature_with_its_shape(tensor_dat
     spec = json.loads(done.stdout)["parse_example_spec"]
     assert spec["image"] == "tf.io.FixedLenFeature([2, 3], tf.float32)"
     assert spec["volume"] == "tf.io.FixedLenFeature([2, 2, 2], tf.int64)"
-    assert spec == read_manifest(str(tensor_dataset))["parse_example_spec"]
+    assert spec == read_manifest(str(tensor_dataset)).to_dict()["parse_example_spec"]

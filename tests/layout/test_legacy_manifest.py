@@ -64,8 +64,8 @@ def test_a_dataset_built_before_opens_in_the_reader_random_access_and_every_tool
     assert committed_run(str(dataset)) == run_id  # what a build replacing it or recovering a crash asks
     assert Generation.of(str(dataset), (dataset / name).read_bytes(), name).run_id == run_id
     assert _ids(tfrbeam.open_dataset(str(dataset), split="train+eval", batch_size=32)) == list(range(ROWS))
-    assert len(tfrbeam.open_random_access(str(dataset), split="train")) == read_manifest(str(dataset))["splits"][
-        "train"]["num_examples"]
+    assert len(tfrbeam.open_random_access(str(dataset), split="train")) == read_manifest(str(dataset)).split(
+        "train").num_examples
     for command in (["verify", str(dataset)], ["inspect", str(dataset)], ["cat", str(dataset), "--limit", "2"],
                     ["stats", str(dataset), "--output-dir", str(tmp_path / "stats")]):
         result = _cli(*command, cwd=tmp_path)
@@ -96,7 +96,7 @@ def test_a_replace_with_tfds_output_puts_tfds_files_where_the_old_manifest_was(t
     dataset = _legacy_dataset(tmp_path)
     tfrbeam.write_dataset(_table(), str(dataset), num_shards=2, seed=5, progress=False, overwrite=True, tfds="rows")
     assert json.loads((dataset / LEGACY_MANIFEST_NAME).read_text())["name"] == "rows"
-    assert read_manifest(str(dataset))["tfds"] == {"name": "rows", "version": "1.0.0"}
+    assert read_manifest(str(dataset)).to_dict()["tfds"] == {"name": "rows", "version": "1.0.0"}
     assert _cli("verify", str(dataset), cwd=tmp_path).returncode == 0
 
 

@@ -18,9 +18,8 @@ from tfrbeam.layout.manifest import (
     load_manifest,
     parse_sequence_example_spec_of,
     read_manifest,
-    record_type_of,
 )
-from tfrbeam.layout.manifest_schema import run_record
+from tfrbeam.layout.manifest_schema import Manifest, run_record
 from tfrbeam.layout.names import MANIFEST_FORMAT, MANIFEST_NAME
 
 SPLITS = {"train": {"num_examples": 1, "shards": [{"path": "train/a.tfrecord", "num_examples": 1, "num_bytes": 9,
@@ -33,7 +32,7 @@ RUN_ONLY = {"run_id", "started", "finished", "runner", "piece_store", "workers",
 def test_a_manifest_without_record_type_is_an_example_one():
     old = {"format": MANIFEST_FORMAT, "splits": SPLITS, "features": {}}
     check_manifest(old, "old", verifiable=True)
-    assert record_type_of(old) == "Example"
+    assert Manifest.from_dict(old, "old").record_type == "Example"
 
 
 def test_each_record_type_requires_its_own_schema_keys():
@@ -68,7 +67,7 @@ def test_a_format_1_manifest_with_how_it_ran_at_the_top_level_still_reads(tmp_pa
     old = {"format": "tfrbeam-dataset/1", "splits": SPLITS, "features": {}, **run}
     data = json.dumps(old).encode()
     path = _written(tmp_path / "ds", data)
-    assert load_manifest(str(path), verifiable=True) == (old, data)
+    assert load_manifest(str(path), verifiable=True) == (Manifest.from_dict(old, "old"), data)
     assert run_record(old) == run
     assert Generation.of(str(tmp_path / "ds"), data).run_id == "r0"
     new = {"format": MANIFEST_FORMAT, "splits": SPLITS, "features": {}, "run": run}
@@ -112,8 +111,8 @@ def test_load_manifest_gives_the_checked_manifest_and_the_bytes_it_read(tmp_path
     manifest = {"format": MANIFEST_FORMAT, "splits": SPLITS, "features": {}, "run_id": "r1"}
     data = (json.dumps(manifest, indent=2) + "\n").encode()
     path = _written(tmp_path / "ds", data)
-    assert load_manifest(str(path)) == (manifest, data)
-    assert read_manifest(str(tmp_path / "ds")) == manifest
+    assert load_manifest(str(path)) == (Manifest.from_dict(manifest, "m"), data)
+    assert read_manifest(str(tmp_path / "ds")) == Manifest.from_dict(manifest, "m")
     assert read_manifest(str(tmp_path / "none")) is None
     with pytest.raises(FileNotFoundError):
         load_manifest(str(tmp_path / "none" / MANIFEST_NAME))
@@ -126,7 +125,8 @@ def test_the_dataset_reader_pins_the_manifest_the_layout_reads_with_its_own_erro
     manifest = {"format": MANIFEST_FORMAT, "splits": SPLITS, "features": {}, "run_id": "r1"}
     data = json.dumps(manifest).encode()
     path = _written(tmp_path / "ds", data)
-    assert read_pinned_manifest(str(path)) == (manifest, Generation.of(str(tmp_path / "ds"), data))
+    pinned = read_pinned_manifest(str(path))
+    assert (pinned.manifest, pinned.generation) == (Manifest.from_dict(manifest, "m"), Generation.of(str(tmp_path / "ds"), data))
     missing = tmp_path / "gone" / MANIFEST_NAME
     with pytest.raises(ConfigError, match=f"^{missing}: cannot read the dataset manifest: .*No such file") as caught:
         read_pinned_manifest(str(missing))

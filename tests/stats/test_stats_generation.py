@@ -31,12 +31,12 @@ def _build(tmp_path: pathlib.Path, shards: int) -> str:
     """Build (or replace) tmp_path/ds; the shard count sets the shard names, so a replace removes the old ones."""
     run({"input": {"format": "csv", "path": str(tmp_path / "rows.csv")}, "splits": {"train": 0.5, "eval": 0.5},
          "output": {"path": str(tmp_path / "ds"), "num_shards": shards}}, overwrite=True, progress=False)
-    return read_manifest(str(tmp_path / "ds"))["run"]["run_id"]
+    return read_manifest(str(tmp_path / "ds")).run_id
 
 
 def test_stats_racing_a_replace_names_both_runs_and_writes_nothing(dataset, monkeypatch, capsys):
     """The replace lands while stats reads the shards: their old names are gone. One line naming both runs, exit 1."""
-    first = read_manifest(str(dataset))["run"]["run_id"]
+    first = read_manifest(str(dataset)).run_id
     replaced: list[str] = []
     original = compute._accumulate_splits
 
@@ -54,7 +54,7 @@ def test_stats_racing_a_replace_names_both_runs_and_writes_nothing(dataset, monk
 def test_a_replace_between_the_check_and_the_write_leaves_no_statistics_in_the_new_dataset(dataset, monkeypatch):
     """The replace lands after the statistics were computed and checked, as the files are written: they go with the
     old directory, not beside the new manifest, and DatasetChangedError names both runs."""
-    first = read_manifest(str(dataset))["run"]["run_id"]
+    first = read_manifest(str(dataset)).run_id
     replaced: list[str] = []
     original = compute.write_stats_files
 

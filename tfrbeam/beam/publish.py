@@ -54,11 +54,9 @@ from tfrbeam.errors import (
     RefusedFileError,
     StorageError,
 )
-from tfrbeam.layout.manifest import MAX_MANIFEST_BYTES, read_manifest
-from tfrbeam.layout.manifest_schema import run_id_of
+from tfrbeam.layout.manifest import MAX_MANIFEST_BYTES, dataset_files, read_manifest
 from tfrbeam.layout.names import (
     ABANDONED_NAME,
-    DALI_DIR_NAME,
     JOURNAL_NAME,
     OWNER_NAME,
     is_built_shard_path,
@@ -67,10 +65,9 @@ from tfrbeam.layout.names import (
     staging_path,
     staging_prefix,
 )
-from tfrbeam.tfrecord.read_index import index_paths_for
 
 __all__ = [
-    "CommitJournal", "OutputLock", "RunIdentity", "StagingDir", "dataset_files", "dead_staging_dirs", "delete_missing_ok",
+    "CommitJournal", "OutputLock", "RunIdentity", "StagingDir", "dead_staging_dirs", "delete_missing_ok",
     "delete_staging", "is_gone", "lock_path",
     "owner_record", "recover", "remove_published_staging",
     "staging_path", "swap_into_place", "this_run",
@@ -742,22 +739,9 @@ def _listed_paths(target: str) -> set[str]:
         manifest = read_manifest(target, BEAM_FILES)
     except (ManifestError, OSError):
         return set()
+    if manifest is None:
+        return set()
     return {fs.join(target, *relative.split("/")) for relative in dataset_files(manifest)}
-
-
-def dataset_files(manifest: dict | None) -> set[str]:
-    """Relative paths of the files a manifest makes part of its dataset: shards, their indexes, DALI and dead-letter files."""
-    own: set[str] = set()
-    splits = (manifest or {}).get("splits")
-    for name, split in (splits.items() if isinstance(splits, dict) else ()):
-        for shard in (split.get("shards") if isinstance(split, dict) else None) or ():
-            path = shard.get("path") if isinstance(shard, dict) else None
-            if isinstance(path, str):
-                own.update({path, *index_paths_for(path),
-                            posixpath.join(DALI_DIR_NAME, str(name), posixpath.basename(path) + ".idx")})
-    files = ((manifest or {}).get("bad_records") or {}).get("files") if isinstance(manifest, dict) else None
-    own.update(path for path in files or () if isinstance(path, str))
-    return own
 
 
 def is_gone(error: BaseException) -> bool:
@@ -823,7 +807,7 @@ def committed_run(target: str) -> str | None:
         manifest = read_manifest(target, BEAM_FILES)
     except (ManifestError, OSError):
         return None
-    return None if manifest is None else run_id_of(manifest)
+    return None if manifest is None else manifest.run_id
 
 
 # ---------------------------------------------------------------------------------- recovery

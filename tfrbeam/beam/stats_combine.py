@@ -22,10 +22,10 @@ from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.examples_read import ReadExamples
 from tfrbeam.beam.filesystem import BEAM_FILES
 from tfrbeam.errors import ConfigError
-from tfrbeam.layout.manifest import read_manifest
+from tfrbeam.layout.dataset_dir import DatasetDirectory
 from tfrbeam.layout.names import MANIFEST_NAME
 from tfrbeam.stats.accumulators import SplitAccumulator, stats_schema
-from tfrbeam.stats.compute import StatsInput, input_from_manifest, resolve_input
+from tfrbeam.stats.compute import StatsInput, input_from_dataset, resolve_input
 from tfrbeam.stats.files import STATS_HTML, STATS_JSON
 from tfrbeam.stats.report import dataset_stats
 
@@ -105,9 +105,9 @@ def resolve_beam_input(path: str, splits: Sequence[str] | None = None) -> StatsI
     """``resolve_input`` on any Beam filesystem: a build directory's manifest is read through Beam's FileSystems
     (``gs://`` and the like work); plain TFRecord files (no manifest) are local, features inferred as
     ``open_dataset`` does."""
-    manifest = read_manifest(path, BEAM_FILES)
-    if manifest is not None:
-        return input_from_manifest(path, manifest, splits, BEAM_FILES)
+    dataset = DatasetDirectory.find(path, BEAM_FILES)
+    if dataset is not None:
+        return input_from_dataset(dataset, splits)
     if is_remote(path):
         raise ConfigError(f"{path}: no {MANIFEST_NAME} there; on a non-local filesystem only a directory written by "
                           "`tfrbeam build` can be read (plain TFRecord files are read from local paths)")

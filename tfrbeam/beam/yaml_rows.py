@@ -21,6 +21,7 @@ from apache_beam.typehints.schemas import schema_from_element_type
 
 from tfrbeam.beam.stats_combine import read_batches, resolve_beam_input
 from tfrbeam.errors import ConfigError, ExampleDecodeError
+from tfrbeam.layout.manifest_schema import Manifest
 from tfrbeam.stats.export import NotText, as_text, export_schema, flat_schema, text_columns, with_binary
 
 __all__ = ["PROVIDERS_FILE", "ReadTFExamples", "arrow_schema_of", "plain_values", "row_type_of"]
@@ -139,11 +140,11 @@ class ReadTFExamples(beam.PTransform):
         return reads[0] if len(reads) == 1 else reads | "FlattenSplits" >> beam.Flatten().with_output_types(row_type)
 
 
-def _features_of(manifest: Mapping[str, Any] | None, types: Mapping[str, str],
-                 shapes: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+def _features_of(manifest: Manifest | None, types: Mapping[str, str],
+                 shapes: Mapping[str, Any]) -> dict[str, Any]:
     """The manifest's features, or, for plain files, the inferred ones (nullable: a later record may lack any)."""
     if manifest is not None:
-        return dict(manifest.get("features") or {})
+        return dict(manifest.features or {})
     return {name: {"type": kind, "shape": shapes.get(name), "always_present": False} for name, kind in types.items()}
 
 

@@ -19,7 +19,9 @@ from tfrbeam.codec.example import decode_example, decode_sequence_example
 from tfrbeam.codec.json_values import value_to_json
 from tfrbeam.codec.sequence_decode import has_feature_lists
 from tfrbeam.errors import ExampleDecodeError, RecordError, TfrbeamError
-from tfrbeam.layout.manifest import TF_DTYPES, find_manifest, listed_shard_paths, manifest_path, read_manifest
+from tfrbeam.layout.dataset_dir import DatasetDirectory
+from tfrbeam.layout.manifest import TF_DTYPES, find_manifest, manifest_path, read_manifest
+from tfrbeam.layout.manifest_schema import Manifest
 from tfrbeam.layout.names import MANIFEST_NAMES, SCHEMA_PBTXT, TFDS_FEATURES
 from tfrbeam.stats.files import STATS_HTML, STATS_JSON
 from tfrbeam.stats.report import in_source_order
@@ -36,7 +38,7 @@ def expand_record_paths(arguments: list[str]) -> list[str]:
     """Files named by paths, globs and directories (recursively; hidden and ``_``-prefixed entries skipped).
 
     A dataset directory, or one of its split directories, gives the shards its manifest lists, confined to
-    the dataset as ``verify`` checks them (``listed_shard_paths``): a damaged manifest is refused, and a
+    the dataset as ``verify`` checks them (``DatasetDirectory.shards``): a damaged manifest is refused, and a
     split directory that is a symlink is read (inside the dataset) or refused (leading out), never skipped.
     """
     files: list[str] = []
@@ -65,12 +67,12 @@ def _dataset_shards(argument: str) -> list[str] | None:
     access = files_for(argument)
     directory = argument.rstrip("/") or argument
     if _has_manifest(directory, access):
-        return listed_shard_paths(directory, _read_listing(directory, access), files=access)
+        return [shard.path for shard in _read_listing(directory, access).shards()]
     parent, split = (posixpath if is_object_store(directory) else os.path).split(directory)
     if parent and split and _has_manifest(parent, access):
-        manifest = _read_listing(parent, access)
-        if split in manifest["splits"]:
-            return listed_shard_paths(parent, manifest, [split], files=access)
+        dataset = _read_listing(parent, access)
+        if split in dataset.split_names:
+            return [shard.path for shard in dataset.shards([split])]
     return None
 
 
@@ -79,11 +81,11 @@ def _has_manifest(directory: str, access: FileAccess) -> bool:
     return find_manifest(directory, access) is not None
 
 
-def _read_listing(directory: str, access: FileAccess) -> dict[str, Any]:
-    manifest = read_manifest(directory, access)
-    if manifest is None:  # removed since it was seen
+def _read_listing(directory: str, access: FileAccess) -> DatasetDirectory:
+    dataset = DatasetDirectory.find(directory, access)
+    if dataset is None:  # removed since it was seen
         raise NoInputError(f"{manifest_path(directory, access)}: the dataset's manifest is gone")
-    return manifest
+    return dataset
 
 
 def _objects_named(argument: str) -> list[str]:
@@ -210,22 +212,25 @@ def source_shapes(paths: list[str]) -> dict[str, list[int]]:
     for path in paths:
         directory = dataset_holding(path)
         if directory is not None:
-            features = _manifest_of(directory).get("features") or {}
+            manifest = _manifest_of(directory)
+            features = (manifest.features if manifest is not None else None) or {}
             return {name: entry["shape"] for name, entry in features.items() if isinstance(entry.get("shape"), list)}
     return {}
 
 
 def _manifest_order(directory: str) -> list[str]:
     manifest = _manifest_of(directory)
-    keys = ("features", "context_features", "sequence_features")
-    return [name for key in keys for name in manifest.get(key) or {}]
+    if manifest is None:
+        return []
+    return [name for entries in (manifest.features, manifest.context_features, manifest.sequence_features)
+            for name in entries or {}]
 
 
-def _manifest_of(directory: str) -> dict[str, Any]:
+def _manifest_of(directory: str) -> Manifest | None:
     try:
-        return read_manifest(directory, files_for(directory)) or {}
+        return read_manifest(directory, files_for(directory))
     except (OSError, TfrbeamError):  # verify reports a damaged manifest; here it only orders and shapes what is printed
-        return {}
+        return None
 
 
 def features_to_json(features: dict[str, tuple[str | None, list]], with_kinds: bool = False,

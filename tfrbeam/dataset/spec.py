@@ -27,11 +27,12 @@ from tfrbeam.codec.kinds import ARROW_TYPES, FEATURE_TYPES
 from tfrbeam.codec.sequence_decode import has_feature_lists, sequence_examples_to_record_batches
 from tfrbeam.dataset.splits import record_ranges
 from tfrbeam.errors import ArrowConversionError, ConfigError, ExampleDecodeError, RecordLimitError
+from tfrbeam.layout.dataset_dir import DatasetDirectory
 from tfrbeam.layout.generation import Generation
-from tfrbeam.layout.manifest import RECORD_TYPES, SEQUENCE_EXAMPLE, find_manifest, load_manifest, record_type_of
+from tfrbeam.layout.manifest import find_manifest
+from tfrbeam.layout.manifest_schema import RECORD_TYPES, SEQUENCE_EXAMPLE, Manifest
 from tfrbeam.layout.names import MANIFEST_NAME, MANIFEST_NAMES
-from tfrbeam.layout.paths import confined_path
-from tfrbeam.tfrecord.records import RecordReader, dataset_compression, normalize_compression
+from tfrbeam.tfrecord.records import RecordReader, normalize_compression
 
 _LOG = logging.getLogger(__name__)
 
@@ -216,7 +217,7 @@ class Source:
 
     files: tuple[ShardFile, ...]
     features: dict[str, Feature]
-    manifest: dict | None
+    manifest: Manifest | None
     split: str | None
     inferred: bool
     record_type: str = "Example"
@@ -348,49 +349,41 @@ def _expand(path: PathSpec) -> list[str]:
     return found
 
 
-def read_pinned_manifest(manifest_path: str) -> tuple[dict, Generation]:
-    """The checked manifest at ``manifest_path`` (read and checked by ``tfrbeam.layout.manifest``) and the
-    generation it pins (its bytes' digest and run id)."""
+def read_pinned_manifest(manifest_path: str) -> DatasetDirectory:
+    """The dataset whose manifest is ``manifest_path``, read and checked once (``DatasetDirectory``); its
+    ``generation`` pins it (the bytes' digest and run id)."""
     try:
-        manifest, data = load_manifest(manifest_path, files_for(manifest_path))
+        return DatasetDirectory.of_manifest(manifest_path, files_for(manifest_path))
     except OSError as exc:
         raise ConfigError(f"{manifest_path}: cannot read the dataset manifest: {exc}") from exc
-    return manifest, Generation.of(os.path.dirname(manifest_path) or ".", data, os.path.basename(manifest_path))
 
 
 def _from_manifest(
     manifest_path: str, split: str | None, feature_spec: Mapping[str, Any] | None, compression: str | None,
     record_type: str | None = None,
 ) -> Source:
-    root = os.path.dirname(manifest_path)
-    manifest, generation = read_pinned_manifest(manifest_path)
-    stored_type = record_type_of(manifest)
-    if stored_type not in RECORD_TYPES:
-        raise ConfigError(f"{manifest_path}: record_type {stored_type!r} is not one of {', '.join(RECORD_TYPES)}")
+    dataset = read_pinned_manifest(manifest_path)
+    root, manifest, stored_type = dataset.path, dataset.manifest, dataset.record_type
     if record_type is not None and record_type != stored_type:
         raise ConfigError(
             f"{root} holds {stored_type} records (its manifest says so), but record_type={record_type!r} was "
             "passed; leave record_type out to read what the manifest says"
         )
-    splits = manifest.get("splits") or {}
     if split is None:
-        if len(splits) != 1:
-            raise ConfigError(f"{root} has splits {sorted(splits)}: pass split= one of them")
-        split = next(iter(splits))
-    codec = dataset_compression(manifest, compression)
+        if len(manifest.splits) != 1:
+            raise ConfigError(f"{root} has splits {sorted(manifest.split_names)}: pass split= one of them")
+        split = manifest.split_names[0]
+    codec = dataset.compression_for(compression)
 
     def shard_file(name: str, number: int) -> ShardFile:
-        shard = splits[name]["shards"][number]
-        return ShardFile(
-            confined_path(root, shard["path"], f"{manifest_path}: splits.{name}.shards[{number}].path"),
-            codec, int(shard["num_examples"]), int(shard["num_bytes"]) if shard.get("num_bytes") is not None else None,
-        )
+        shard = dataset.shard(name, number)
+        return ShardFile(shard.path, codec, shard.num_examples, shard.num_bytes)
 
     ranges: tuple[tuple[int, int], ...] | None = None
-    if split in splits:
-        files = tuple(shard_file(split, number) for number in range(len(splits[split]["shards"])))
+    if split in manifest.split_names:
+        files = tuple(shard_file(split, number) for number in range(len(manifest.split(split).shards)))
     else:  # a split string: TFDS's slices, "+" and even parts (tfrbeam.dataset.splits)
-        lengths = {name: [int(shard["num_examples"]) for shard in entry["shards"]] for name, entry in splits.items()}
+        lengths = {entry.name: [shard.num_examples for shard in entry.shards] for entry in manifest.splits}
         try:
             pieces = record_ranges(split, lengths)
         except ConfigError as error:
@@ -402,14 +395,14 @@ def _from_manifest(
     elif stored_type == SEQUENCE_EXAMPLE:
         features = _manifest_sequence_features(manifest, manifest_path)
     else:
-        features = {name: feature_from_manifest(name, entry) for name, entry in manifest.get("features", {}).items()}
-    return Source(files, features, manifest, split, False, stored_type, generation, ranges)
+        features = {name: feature_from_manifest(name, entry) for name, entry in (manifest.features or {}).items()}
+    return Source(files, features, manifest, split, False, stored_type, dataset.generation, ranges)
 
 
-def _manifest_sequence_features(manifest: Mapping[str, Any], manifest_path: str) -> dict[str, Feature]:
+def _manifest_sequence_features(manifest: Manifest, manifest_path: str) -> dict[str, Feature]:
     """The context features, then the feature lists, of a SequenceExample manifest (one name space)."""
-    context = manifest.get("context_features", {})
-    lists = manifest.get("sequence_features", {})
+    context = manifest.context_features or {}
+    lists = manifest.sequence_features or {}
     both = sorted(set(context) & set(lists))
     if both:
         raise ConfigError(

@@ -15,7 +15,6 @@ manifest is missing, or disagrees with the files beside it, is not a valid datas
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import posixpath
 from collections.abc import Iterable, Sequence
@@ -30,12 +29,14 @@ from tfrbeam.layout.manifest_schema import (  # noqa: F401 (the record types are
     MAX_MANIFEST_BYTES,
     RECORD_TYPES,
     SEQUENCE_EXAMPLE,
-    parse_manifest_bytes,
+    Manifest,
+    Shard,
     validate_manifest,
 )
-from tfrbeam.layout.names import LOCK_SUFFIX, MANIFEST_NAME, MANIFEST_NAMES, is_staging_name, staging_prefix
+from tfrbeam.layout.names import DALI_DIR_NAME, LOCK_SUFFIX, MANIFEST_NAME, MANIFEST_NAMES, is_staging_name, staging_prefix
 from tfrbeam.layout.paths import confined_path
-from tfrbeam.layout.tfds_info import tfds_files_for
+from tfrbeam.layout.tfds_info import tfds_files_for, tfds_files_of
+from tfrbeam.layout.tfmd_schema import schema_files_of
 from tfrbeam.tfrecord.read_index import INDEX_DIR_NAME, index_is_current, index_paths_for, max_index_bytes, parse_read_index
 from tfrbeam.tfrecord.records import RecordReader, compression_from_name, manifest_compression
 
@@ -108,11 +109,6 @@ def _spec_strings(entries: dict[str, dict[str, Any]], fixed: str) -> dict[str, s
     return spec_strings
 
 
-def record_type_of(manifest: dict[str, Any]) -> str:
-    """What a dataset's records are: "Example" or "SequenceExample" (manifests before record_type: Example)."""
-    return manifest.get("record_type", EXAMPLE)
-
-
 def find_manifest(dataset_dir: str, files: FileAccess = LOCAL_FILES,
                   names: Sequence[str] = MANIFEST_NAMES) -> str | None:
     """The path of ``dataset_dir``'s manifest (its own name, else the name datasets had before), or None.
@@ -133,20 +129,17 @@ def manifest_path(dataset_dir: str, files: FileAccess = LOCAL_FILES) -> str:
 
 
 def manifest_bytes(manifest: dict[str, Any]) -> bytes:
-    """The manifest as written: indented JSON, keys in the order the build put them, one trailing newline."""
-    check_manifest(manifest, "<new manifest>", verifiable=True)
-    return (json.dumps(manifest, indent=2, sort_keys=False) + "\n").encode("utf-8")
+    """A new manifest's bytes as written (``Manifest.to_bytes``), checked as ``verify`` needs it first."""
+    return Manifest.from_dict(manifest, "<new manifest>", verifiable=True).to_bytes()
 
 
-def parse_manifest(data: bytes, where: str, verifiable: bool = False) -> dict[str, Any]:
+def parse_manifest(data: bytes, where: str, verifiable: bool = False) -> Manifest:
     """A manifest from its bytes; ``ManifestError`` naming ``where`` and the key when it is not a valid manifest.
 
     ``verifiable`` also requires what ``verify_dataset`` checks against (sizes, sha256, features).
-    Parsing and checking are ``tfrbeam.layout.manifest_schema``'s, the one validator every reader uses.
+    Parsing and checking are ``Manifest.from_bytes``'s, through the one validator every reader uses.
     """
-    manifest = parse_manifest_bytes(data, where)
-    check_manifest(manifest, where, verifiable)
-    return manifest
+    return Manifest.from_bytes(data, where, verifiable)
 
 
 def check_manifest(manifest: Any, where: str, verifiable: bool = False) -> None:
@@ -155,13 +148,13 @@ def check_manifest(manifest: Any, where: str, verifiable: bool = False) -> None:
 
 
 def read_manifest(dataset_dir: str, files: FileAccess = LOCAL_FILES, verifiable: bool = False,
-                  names: Sequence[str] = MANIFEST_NAMES) -> dict[str, Any] | None:
+                  names: Sequence[str] = MANIFEST_NAMES) -> Manifest | None:
     """The checked manifest of ``dataset_dir``, or None when there is none; ``ManifestError`` when it is damaged."""
     path = find_manifest(dataset_dir, files, names)
     return None if path is None else load_manifest(path, files, verifiable)[0]
 
 
-def load_manifest(path: str, files: FileAccess = LOCAL_FILES, verifiable: bool = False) -> tuple[dict[str, Any], bytes]:
+def load_manifest(path: str, files: FileAccess = LOCAL_FILES, verifiable: bool = False) -> tuple[Manifest, bytes]:
     """The checked manifest at ``path`` and the bytes it was parsed from (a reader pins its generation by them).
 
     ``OSError`` when it cannot be read (the caller says what that means to it); ``ManifestError`` when it is damaged
@@ -230,25 +223,24 @@ def verify_dataset(dataset_dir: str, files: FileAccess = LOCAL_FILES) -> list[st
             "(rerun the build to recover)"
         ]
     problems: list[str] = []
-    for split, entry in manifest["splits"].items():
-        shards = entry["shards"]
-        listed = {shard["path"] for shard in shards}
-        for shard in shards:
-            problems.extend(_verify_shard(dataset_dir, shard, manifest_compression(manifest), files))
-        total = sum(shard["num_examples"] for shard in shards)
-        if total != entry["num_examples"]:
-            problems.append(f"split {split}: the shards hold {total} examples, the manifest says {entry['num_examples']}")
-        problems.extend(_unlisted_files(dataset_dir, split, listed, files))
+    compression = manifest_compression({"compression": manifest.compression})
+    for split in manifest.splits:
+        for shard in split.shards:
+            problems.extend(_verify_shard(dataset_dir, shard, compression, files))
+        total = sum(shard.num_examples for shard in split.shards)
+        if total != split.num_examples:
+            problems.append(f"split {split.name}: the shards hold {total} examples, the manifest says {split.num_examples}")
+        problems.extend(_unlisted_files(dataset_dir, split.name, {shard.path for shard in split.shards}, files))
     problems.extend(_verify_tfds_files(dataset_dir, manifest, files))
     return problems
 
 
-def _verify_tfds_files(dataset_dir: str, manifest: dict[str, Any], files: FileAccess) -> list[str]:
+def _verify_tfds_files(dataset_dir: str, manifest: Manifest, files: FileAccess) -> list[str]:
     """``output.tfds``: TFDS's files beside the manifest must be the ones its ``tfds`` entry makes."""
-    if "tfds" not in manifest:
+    if "tfds" not in manifest.rest:
         return []
     problems = []
-    for name, expected in tfds_files_for(manifest).items():
+    for name, expected in tfds_files_for(manifest.to_dict()).items():
         path = files.join(dataset_dir, name)
         try:
             found = read_found(path, MAX_MANIFEST_BYTES, "TFDS file", files=files)
@@ -261,23 +253,26 @@ def _verify_tfds_files(dataset_dir: str, manifest: dict[str, Any], files: FileAc
     return problems
 
 
-def listed_shard_paths(dataset_dir: str, manifest: dict[str, Any], splits: Sequence[str] | None = None,
-                       files: FileAccess = LOCAL_FILES) -> list[str]:
-    """The shards of ``splits`` (default: every split), in the manifest's order, each confined to the dataset.
-
-    What ``verify`` checks, and what ``cat`` and ``inspect`` read of a dataset: a split directory that is a
-    symlink is followed while it stays inside the dataset and refused (``UnsafePathError``) when it leads out.
-    """
-    chosen = manifest["splits"] if splits is None else splits
-    return [shard_path(dataset_dir, shard, files) for split in chosen for shard in manifest["splits"][split]["shards"]]
-
-
-def shard_path(dataset_dir: str, shard: dict[str, Any], files: FileAccess = LOCAL_FILES) -> str:
-    """A manifest's shard entry as a path inside ``dataset_dir`` (``confined_path``: ``UnsafePathError`` otherwise)."""
-    return confined_path(dataset_dir, shard["path"], f"{dataset_dir}: shard path", files.join)
+def dataset_files(manifest: Manifest) -> set[str]:
+    """Relative paths of the files a manifest makes part of its dataset: shards, their read indexes, DALI indexes,
+    dead-letter files, its ``schema.pbtxt`` and TFDS's files (what a replace may delete, and nothing of the user's)."""
+    own: set[str] = set()
+    for split in manifest.splits:
+        for shard in split.shards:
+            own.update({shard.path, *index_paths_for(shard.path),
+                        posixpath.join(DALI_DIR_NAME, split.name, posixpath.basename(shard.path) + ".idx")})
+    bad_records = manifest.rest.get("bad_records")
+    listed = bad_records.get("files") if isinstance(bad_records, dict) else None
+    own.update(path for path in listed or () if isinstance(path, str))
+    return own | schema_files_of(manifest.rest) | tfds_files_of(manifest.rest)
 
 
-def _verify_shard(dataset_dir: str, shard: dict[str, Any], compression: str | None, files: FileAccess) -> list[str]:
+def shard_path(dataset_dir: str, shard: Shard, files: FileAccess = LOCAL_FILES) -> str:
+    """A manifest's shard as a path inside ``dataset_dir`` (``confined_path``: ``UnsafePathError`` otherwise)."""
+    return confined_path(dataset_dir, shard.path, f"{dataset_dir}: shard path", files.join)
+
+
+def _verify_shard(dataset_dir: str, shard: Shard, compression: str | None, files: FileAccess) -> list[str]:
     try:
         path = shard_path(dataset_dir, shard, files)
     except ManifestError as error:
@@ -298,12 +293,12 @@ def _verify_shard(dataset_dir: str, shard: dict[str, Any], compression: str | No
         problems.append(str(error))
     handle.drain()
     handle.close()
-    if handle.size != shard["num_bytes"]:
-        problems.append(f"{path}: {handle.size} bytes, the manifest says {shard['num_bytes']}")
-    if handle.sha256.hexdigest() != shard["sha256"]:
-        problems.append(f"{path}: sha256 {handle.sha256.hexdigest()} differs from the manifest's {shard['sha256']}")
-    if not problems and records != shard["num_examples"]:
-        problems.append(f"{path}: {records} records, the manifest says {shard['num_examples']}")
+    if handle.size != shard.num_bytes:
+        problems.append(f"{path}: {handle.size} bytes, the manifest says {shard.num_bytes}")
+    if handle.sha256.hexdigest() != shard.sha256:
+        problems.append(f"{path}: sha256 {handle.sha256.hexdigest()} differs from the manifest's {shard.sha256}")
+    if not problems and records != shard.num_examples:
+        problems.append(f"{path}: {records} records, the manifest says {shard.num_examples}")
     if compression is None and compression_from_name(path) is None:
         problems.extend(_verify_index(path, handle.size, records, files))
     return problems

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from tfrbeam.errors import ManifestError
@@ -156,6 +157,7 @@ def _check_split(check: _Checker, split: Any, key: str, verifiable: bool) -> Non
     if not isinstance(split, dict):
         check.fail(key, f"expected an object, got {_show(split)}")
     total = check.required(split, "num_examples", key, _count, "a non-negative integer")
+    check.optional(split, "num_bytes", key, _count, "a non-negative integer")
     shards = check.required(split, "shards", key, lambda value: isinstance(value, list) and len(value) <= MAX_SHARDS,
                             "a list of shards")
     for number, shard in enumerate(shards):
@@ -262,3 +264,128 @@ def _shape(value: Any) -> bool:
 def _show(value: Any) -> str:
     text = json.dumps(value) if isinstance(value, (str, int, float, bool)) or value is None else type(value).__name__
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One shard as the manifest lists it: its path relative to the dataset, records, and (when recorded) size and sha256."""
+
+    path: str
+    num_examples: int
+    num_bytes: int | None = None
+    sha256: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        entry: dict[str, Any] = {"path": self.path, "num_examples": self.num_examples}
+        if self.num_bytes is not None:
+            entry["num_bytes"] = self.num_bytes
+        if self.sha256 is not None:
+            entry["sha256"] = self.sha256
+        return entry
+
+
+@dataclass(frozen=True)
+class Split:
+    """One split: its examples, bytes and shards in the manifest's order; ``rest`` holds the per-split figures a build
+    adds beside them (``examples_with_feature``, a sequence build's groups and steps), as written."""
+
+    name: str
+    num_examples: int
+    shards: tuple[Shard, ...]
+    num_bytes: int | None = None
+    rest: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        entry: dict[str, Any] = {"num_examples": self.num_examples}
+        if self.num_bytes is not None:
+            entry["num_bytes"] = self.num_bytes
+        return {**entry, "shards": [shard.to_dict() for shard in self.shards], **self.rest}
+
+
+# The top-level keys Manifest holds in fields of their own; every other key is kept as written in ``rest``.
+_FIELD_KEYS = ("format", "record_type", "splits", "compression", "features", "context_features", "sequence_features")
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A dataset's manifest, checked: built only by ``from_bytes`` or ``from_dict`` (through ``validate_manifest``)
+    and written only by ``to_bytes``, so a build's manifest round-trips byte for byte.
+
+    ``record_type`` is resolved (a manifest without one holds Examples); ``compression`` is as written (None or
+    "none": uncompressed; ``tfrbeam.tfrecord.records`` resolves it). ``run`` is the run record (``RUN_KEYS``; a
+    format 1 manifest's are at its top level). Feature entries are as written ({type, shape, always_present}).
+    """
+
+    format: str
+    record_type: str
+    splits: tuple[Split, ...]
+    compression: str | None
+    features: Mapping[str, Mapping[str, Any]] | None
+    context_features: Mapping[str, Mapping[str, Any]] | None
+    sequence_features: Mapping[str, Mapping[str, Any]] | None
+    run: Mapping[str, Any]
+    rest: Mapping[str, Any]  # config, inputs, seed, versions, rows_read, bad_records, parse specs, tfds, ...
+    keys: tuple[str, ...] = field(repr=False)  # the top-level keys in the order written: the bytes round-trip
+
+    @classmethod
+    def from_bytes(cls, data: bytes, where: str, verifiable: bool = False) -> Manifest:
+        """The manifest of ``data``, bounded, parsed and checked; ``ManifestError`` naming ``where`` and the key."""
+        return cls.from_dict(parse_manifest_bytes(data, where), where, verifiable)
+
+    @classmethod
+    def from_dict(cls, value: Any, where: str, verifiable: bool = False) -> Manifest:
+        """The manifest of a JSON value, checked by ``validate_manifest`` first (``verifiable``: as ``verify`` needs)."""
+        validate_manifest(value, where, verifiable)
+        legacy = value["format"] == LEGACY_MANIFEST_FORMAT
+        return cls(
+            format=value["format"],
+            record_type=value.get("record_type", EXAMPLE),
+            splits=tuple(_split(name, entry) for name, entry in value["splits"].items()),
+            compression=value.get("compression"),
+            features=value.get("features"),
+            context_features=value.get("context_features"),
+            sequence_features=value.get("sequence_features"),
+            run=run_record(value),
+            rest={key: item for key, item in value.items()
+                  if key not in _FIELD_KEYS and key != "run" and not (legacy and key in RUN_KEYS)},
+            keys=tuple(value),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The manifest as its JSON object, keys in the order written."""
+        known: dict[str, Any] = {
+            "format": self.format, "record_type": self.record_type,
+            "splits": {split.name: split.to_dict() for split in self.splits}, "compression": self.compression,
+            "features": self.features, "context_features": self.context_features,
+            "sequence_features": self.sequence_features,
+            **(dict(self.run) if self.format == LEGACY_MANIFEST_FORMAT else {"run": dict(self.run)}),
+        }
+        return {key: known[key] if key in known else self.rest[key] for key in self.keys}
+
+    def to_bytes(self) -> bytes:
+        """The manifest as written: indented JSON, keys in the order the build put them, one trailing newline."""
+        return (json.dumps(self.to_dict(), indent=2, sort_keys=False) + "\n").encode("utf-8")
+
+    @property
+    def split_names(self) -> tuple[str, ...]:
+        return tuple(split.name for split in self.splits)
+
+    def split(self, name: str) -> Split:
+        """The split ``name``; ``KeyError`` when the manifest has none of that name."""
+        for split in self.splits:
+            if split.name == name:
+                return split
+        raise KeyError(name)
+
+    @property
+    def run_id(self) -> str | None:
+        """The id of the run that published this generation (what recovery and the commit compare), or None."""
+        run_id = self.run.get("run_id")
+        return run_id if isinstance(run_id, str) else None
+
+
+def _split(name: str, entry: Mapping[str, Any]) -> Split:
+    shards = tuple(Shard(shard["path"], shard["num_examples"], shard.get("num_bytes"), shard.get("sha256"))
+                   for shard in entry["shards"])
+    return Split(name, entry["num_examples"], shards, entry.get("num_bytes"),
+                 {key: item for key, item in entry.items() if key not in ("num_examples", "num_bytes", "shards")})

@@ -22,18 +22,18 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import pyarrow as pa
 
 from tfrbeam.base import fileops
-from tfrbeam.base.file_access import LOCAL_FILES, FileAccess, files_for
+from tfrbeam.base.file_access import LOCAL_FILES, files_for
 from tfrbeam.base.object_store import OBJECT_STORE_FILES, input_size, is_object_store, open_to_read, opened_size
 from tfrbeam.codec.decode import examples_to_record_batch
 from tfrbeam.errors import ConfigError, DatasetChangedError, ExampleDecodeError
-from tfrbeam.layout.manifest import find_manifest, manifest_path, read_manifest
+from tfrbeam.layout.dataset_dir import DatasetDirectory
+from tfrbeam.layout.manifest import find_manifest, manifest_path
+from tfrbeam.layout.manifest_schema import EXAMPLE, Manifest
 from tfrbeam.layout.names import MANIFEST_NAME
-from tfrbeam.layout.paths import confined_path
 from tfrbeam.stats.accumulators import SplitAccumulator, stats_schema
 from tfrbeam.stats.files import STATS_HTML, STATS_JSON
 from tfrbeam.stats.report import dataset_stats
 from tfrbeam.tfrecord.blocks import RecordBlock, record_blocks
-from tfrbeam.tfrecord.records import manifest_compression
 
 if TYPE_CHECKING:
     from tfrbeam.dataset.reader import Segment
@@ -59,16 +59,16 @@ class StatsInput:
     shapes: dict[str, Any]
     compressions: Mapping[str, str | None]  # every file's path: its codec (None, "gzip" or "zlib")
     source: str
-    manifest: dict | None = None
+    manifest: Manifest | None = None
+    counts: Mapping[str, int] = dataclasses.field(default_factory=dict)  # a dataset's shard path: its manifest's records
     segments: Mapping[str, Segment] = dataclasses.field(default_factory=dict)  # a shard's path: its manifest figures
     generation: Generation | None = None  # a dataset's manifest as it was when the read started
 
 
-def require_examples(manifest: Mapping[str, Any], where: str) -> None:
-    """Refuse a dataset of SequenceExamples (``record_type``; missing means Example) in one line, before any work."""
-    record_type = manifest.get("record_type", "Example")
-    if record_type != "Example":
-        raise ConfigError(f"{where} holds {record_type}s; stats/export read Example datasets only")
+def require_examples(dataset: DatasetDirectory) -> None:
+    """Refuse a dataset of SequenceExamples in one line, before any work."""
+    if dataset.record_type != EXAMPLE:
+        raise ConfigError(f"{dataset.path} holds {dataset.record_type}s; stats/export read Example datasets only")
 
 
 def require_example_dataset(path: str) -> None:
@@ -76,7 +76,7 @@ def require_example_dataset(path: str) -> None:
     or shards (files or a glob) inside one."""
     directory = dataset_holding(path)
     if directory is not None:
-        require_examples(_manifest(directory), directory)
+        require_examples(_dataset(directory))
 
 
 def dataset_holding(path: str) -> str | None:
@@ -102,30 +102,24 @@ def _has_manifest(directory: str) -> bool:
     return find_manifest(directory, OBJECT_STORE_FILES if is_object_store(directory) else LOCAL_FILES) is not None
 
 
-def input_from_manifest(directory: str, manifest: Mapping[str, Any], wanted: Sequence[str] | None,
-                        files: FileAccess) -> StatsInput:
+def input_from_dataset(dataset: DatasetDirectory, wanted: Sequence[str] | None) -> StatsInput:
     """What statistics (and the export) read of a build directory, from its manifest alone: shard paths joined
-    by ``files`` (any filesystem), types and shapes of its features, and its shards' compression."""
-    require_examples(manifest, directory)
-    names = list(wanted) if wanted else list(manifest["splits"])
-    for name in names:
-        if name not in manifest["splits"]:
-            raise ConfigError(f"{directory}: has no split {name!r} (splits: {', '.join(manifest['splits'])})")
+    by the directory's ``files`` (any filesystem), types and shapes of its features, and its shards' compression."""
+    require_examples(dataset)
+    names = list(wanted) if wanted else list(dataset.split_names)
     if not names:
-        raise ConfigError(f"{directory}: the manifest lists no splits")
-    splits = {name: tuple(confined_path(directory, shard["path"], f"{directory}: splits.{name}.shards[{number}].path",
-                                        files.join)
-                          for number, shard in enumerate(manifest["splits"][name]["shards"]))
-              for name in names}
-    features = manifest.get("features") or {}
-    codec = manifest_compression(manifest)  # the manifest's word, not a guess from a shard's name
+        raise ConfigError(f"{dataset.path}: the manifest lists no splits")
+    shards = {name: dataset.shards([name]) for name in names}
+    features = dataset.manifest.features or {}
+    codec = dataset.compression  # the manifest's word, not a guess from a shard's name
     return StatsInput(
-        splits=splits,
+        splits={name: tuple(shard.path for shard in listed) for name, listed in shards.items()},
         feature_types={name: entry["type"] for name, entry in features.items()},
         shapes={name: entry.get("shape") for name, entry in features.items()},
-        compressions={path: codec for paths in splits.values() for path in paths},
-        source=directory,
-        manifest=dict(manifest),
+        compressions={shard.path: codec for listed in shards.values() for shard in listed},
+        source=dataset.path,
+        manifest=dataset.manifest,
+        counts={shard.path: shard.num_examples for listed in shards.values() for shard in listed},
     )
 
 
@@ -151,9 +145,9 @@ def _from_build(directory: str, wanted: Sequence[str] | None) -> StatsInput:
     manifest."""
     from tfrbeam.dataset import open_dataset
 
-    manifest = _manifest(directory)
-    require_examples(manifest, directory)
-    names = list(wanted) if wanted else list(manifest["splits"])
+    dataset = _dataset(directory)
+    require_examples(dataset)
+    names = list(wanted) if wanted else list(dataset.split_names)
     sources = {name: open_dataset(directory, split=name).source for name in names}
     if not sources:
         raise ConfigError(f"{directory}: the manifest lists no splits")
@@ -163,7 +157,7 @@ def _from_build(directory: str, wanted: Sequence[str] | None) -> StatsInput:
         assert source.generation is not None
         if source.generation.digest != first.generation.digest:
             raise DatasetChangedError(directory, first.generation.run_id, source.generation.run_id)
-    features = first.manifest.get("features") or {}
+    features = first.manifest.features or {}
     return StatsInput(
         splits={name: tuple(shard.path for shard in source.files) for name, source in sources.items()},
         feature_types={name: entry["type"] for name, entry in features.items()},
@@ -171,6 +165,8 @@ def _from_build(directory: str, wanted: Sequence[str] | None) -> StatsInput:
         compressions={shard.path: shard.compression for source in sources.values() for shard in source.files},
         source=directory,
         manifest=first.manifest,
+        counts={shard.path: shard.num_records for source in sources.values() for shard in source.files
+                if shard.num_records is not None},
         segments={shard.path: _segment(shard, first.generation) for source in sources.values() for shard in source.files},
         generation=first.generation,
     )
@@ -212,15 +208,12 @@ def check_shard_records(segment: Segment | None, records: int) -> None:
         check_shard_count(segment, records)
 
 
-def _manifest(directory: str) -> dict[str, Any]:
+def _dataset(directory: str) -> DatasetDirectory:
+    files = files_for(directory)
     try:
-        manifest = read_manifest(directory, files_for(directory))
+        return DatasetDirectory.open(directory, files)
     except OSError as error:
-        raise ConfigError(f"{manifest_path(directory, files_for(directory))}: cannot read the dataset manifest: "
-                          f"{error}") from error
-    if manifest is None:
-        raise ConfigError(f"{manifest_path(directory, files_for(directory))}: no dataset manifest")
-    return manifest
+        raise ConfigError(f"{manifest_path(directory, files)}: cannot read the dataset manifest: {error}") from error
 
 
 def accumulate_file(

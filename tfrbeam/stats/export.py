@@ -223,13 +223,9 @@ def plan_export(
     """
     source = source if source is not None else resolve_input(path, splits)
     if source.manifest is not None:
-        features = source.manifest.get("features") or {}
-        counts = {
-            join(path, *shard["path"].split("/")): int(shard["num_examples"])
-            for entry in source.manifest["splits"].values() for shard in entry["shards"]
-        }
+        features = source.manifest.features or {}
         files: tuple[tuple[str, str, int | None, str | None], ...] = tuple(
-            (record, output_path(output_dir, (split, parquet_name(record)), join), counts.get(record), split)
+            (record, output_path(output_dir, (split, parquet_name(record)), join), source.counts.get(record), split)
             for split, records in source.splits.items() for record in records
         )
     else:

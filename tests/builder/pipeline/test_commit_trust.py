@@ -147,7 +147,7 @@ def test_recovery_acts_on_no_journal_whose_run_is_not_the_owners(workdir, caplog
     assert _build("--overwrite", "--set", "shuffle.seed=7") == 0
     assert _parent_snapshot(output) == before and (output / "NOTES.md").read_text() == "mine"
     assert len(_warnings_naming(caplog, planted)) == 1
-    assert read_manifest(str(output))["seed"] == 7
+    assert read_manifest(str(output)).to_dict()["seed"] == 7
 
 
 def test_a_staging_dir_holding_only_an_empty_owner_json_is_removed(workdir):
@@ -344,7 +344,7 @@ def test_user_files_inside_split_and_errors_directories_survive_a_rebuild(workdi
         assert {relative: (output / relative).read_bytes() for relative in mine} == mine, args
         assert _parent_snapshot(output) == before
         _assert_clean(output)
-    manifest = read_manifest(str(output))
+    manifest = read_manifest(str(output)).to_dict()
     assert manifest["seed"] == 7 and all((output / shard["path"]).exists()
                                          for split in manifest["splits"].values() for shard in split["shards"])
     assert not list(output.rglob("*.previous"))
@@ -395,14 +395,14 @@ def test_library_callers_publish_in_the_pipeline_or_from_their_launcher(workdir)
     config = load_config("cfg.yaml", [])
     with beam.Pipeline(options=PipelineOptions([])) as pipeline:
         plan = build_pipeline(pipeline, config)
-    assert read_manifest(str(output))["run"]["run_id"] == plan.run.run_id
+    assert read_manifest(str(output)).run_id == plan.run.run_id
     staged_config = load_config("cfg.yaml", ["shuffle.seed=7"])
     with beam.Pipeline(options=PipelineOptions([])) as pipeline:
         plan = build_pipeline(pipeline, staged_config, overwrite=True, publish=False)
-    assert read_manifest(str(output))["seed"] != 7  # staged, not published
+    assert read_manifest(str(output)).to_dict()["seed"] != 7  # staged, not published
     assert (pathlib.Path(plan.staging_dir) / COMMIT_RECORD).exists()
     manifest = commit_staged(plan)
-    assert manifest is not None and read_manifest(str(output))["run"]["run_id"] == plan.run.run_id
+    assert manifest is not None and read_manifest(str(output)).run_id == plan.run.run_id
     assert _parent_snapshot(output) == before
     _assert_clean(output)
 
@@ -453,7 +453,7 @@ def test_a_full_disk_between_the_two_renames_of_a_swap_keeps_the_old_dataset_for
     error = capsys.readouterr().err.strip()
     assert "\n" not in error and "disk is full" in error and "holds no complete dataset now" in error, error
     assert not output.exists()
-    kept = [path for path in (workdir / "out").glob(".ds.tfrbeam-*/old") if read_manifest(str(path))["run"]["run_id"] == old_run]
+    kept = [path for path in (workdir / "out").glob(".ds.tfrbeam-*/old") if read_manifest(str(path)).run_id == old_run]
     assert kept, "the old dataset was discarded"
     assert _build("--overwrite", "--set", "shuffle.seed=7") == 0  # recovery completes the swap, then this run replaces it
     assert _state(output)[1] == 7 and (output / "NOTES.txt").read_text() == "mine"

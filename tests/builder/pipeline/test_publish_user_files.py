@@ -120,7 +120,7 @@ def rows(tmp_path) -> pathlib.Path:
 
 
 def _manifest(output: pathlib.Path) -> dict | None:
-    return read_manifest(str(output)) if (output / "tfrbeam_dataset.json").is_file() else None
+    return read_manifest(str(output)).to_dict() if (output / "tfrbeam_dataset.json").is_file() else None
 
 
 # ------------------------------------------------------------------ item 7: a folder of user files, no dataset

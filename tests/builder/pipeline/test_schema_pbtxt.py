@@ -108,14 +108,14 @@ def test_the_build_writes_schema_pbtxt_beside_the_manifest_field_by_field(built)
     assert by_name["score"].WhichOneof("shape_type") == "value_count" and not by_name["score"].HasField("presence")
     assert by_name["tags"].WhichOneof("shape_type") is None  # variable length: no bounds are claimed
     assert by_name["embedding"].shape.dim[0].size == 3
-    manifest = read_manifest(str(built))
+    manifest = read_manifest(str(built)).to_dict()
     assert manifest["schema_pbtxt"] == "schema.pbtxt"
     verify_dataset(str(built))
 
 
 def test_tft_feature_spec_of_the_schema_is_the_manifests_and_inspects_parse_spec(built, capsys):
     spec = tft_feature_spec(read_schema(built / "schema.pbtxt"))
-    assert spec == read_manifest(str(built))["parse_example_spec"]
+    assert spec == read_manifest(str(built)).to_dict()["parse_example_spec"]
     assert cli_main(["inspect", "--json", str(built / "train"), str(built / "eval")]) == 0
     assert spec == json.loads(capsys.readouterr().out)["parse_example_spec"]
     assert spec["score"] == "tf.io.VarLenFeature(tf.float32)" and spec["id"] == "tf.io.FixedLenFeature([], tf.int64)"
@@ -126,7 +126,7 @@ def test_a_schema_in_gives_the_same_schema_out(built, tmp_path):
     out = tmp_path / "again"
     write_dataset(rows_table(), out, features=str(given), num_shards=1, schema_pbtxt=True, progress=False)
     assert read_schema(out / "schema.pbtxt") == read_schema(given)
-    manifest = read_manifest(str(out))
+    manifest = read_manifest(str(out)).to_dict()
     assert {name: entry["shape"] for name, entry in manifest["features"].items()} == {
         "id": [], "score": [], "name": [], "embedding": [3], "tags": None, "pair": [2]}
     assert manifest["config"]["features"]["score"]["on_null"] == "omit"
@@ -184,7 +184,7 @@ def test_deprecated_features_are_left_out_as_tft_leaves_them_out(tmp_path):
     path.write_text('feature { name: "id" type: INT presence { min_fraction: 1 min_count: 1 } shape { } }\n'
                     'feature { name: "old" type: BYTES lifecycle_stage: DEPRECATED }')
     write_dataset(rows_table(), tmp_path / "out", features=str(path), num_shards=1, progress=False)
-    assert list(read_manifest(str(tmp_path / "out"))["features"]) == ["id"]
+    assert list(read_manifest(str(tmp_path / "out")).to_dict()["features"]) == ["id"]
 
 
 def test_without_tensorflow_metadata_the_options_name_the_extra(built, tmp_path, monkeypatch):

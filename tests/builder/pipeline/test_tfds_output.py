@@ -70,7 +70,7 @@ def tfrbeam_cli(*args: str, cwd: pathlib.Path) -> subprocess.CompletedProcess:
 
 def our_first_records(dataset: pathlib.Path, split: str, count: int) -> list[dict]:
     """The first ``count`` records of ``split`` in shard order, decoded by tfrbeam: what TFDS's ``[:N]`` reads."""
-    manifest = read_manifest(str(dataset))
+    manifest = read_manifest(str(dataset)).to_dict()
     records = []
     for shard in manifest["splits"][split]["shards"]:
         records.extend(read_records(str(dataset / shard["path"])))
@@ -101,7 +101,7 @@ def as_tfds_values(example: dict, features: dict) -> dict:
 
 
 def check_loaded_by_tfds(dataset: pathlib.Path, tf_python: pathlib.Path, split: str = "train") -> None:
-    manifest = read_manifest(str(dataset))
+    manifest = read_manifest(str(dataset)).to_dict()
     spec = manifest["parse_example_spec"]
     loaded = run_in_tf_venv(tf_python, TFDS_SCRIPT, str(dataset), f"{split}[:10%]", json.dumps(spec))
     for name, entry in manifest["splits"].items():

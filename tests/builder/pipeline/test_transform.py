@@ -76,7 +76,7 @@ def test_write_dataset_of_a_table_gives_the_bytes_tfrbeam_build_gives(tmp_path, 
     assert result.manifest_path == str(tmp_path / "api" / "tfrbeam_dataset.json")
     assert sum(result.num_examples.values()) == table.num_rows
     assert result.summary.splitlines()[0].split() == ["split", "examples", "shards", "bytes"]
-    assert read_manifest(str(tmp_path / "api"))["config"]["input"] == {
+    assert read_manifest(str(tmp_path / "api")).to_dict()["config"]["input"] == {
         "format": "arrow", "path": "table", "columns": None, "split_bytes": 64 << 20}
     assert verify_dataset(str(tmp_path / "api")) == []
 
@@ -255,7 +255,7 @@ def test_bad_rows_go_to_dead_letters_named_by_their_row(tmp_path):
 
 
 def _dataset_state(output: pathlib.Path) -> tuple[str, dict[str, bytes]]:
-    return read_manifest(str(output))["run"]["run_id"], shard_bytes(output)
+    return read_manifest(str(output)).run_id, shard_bytes(output)
 
 
 def test_the_publish_in_a_pipeline_leaves_the_old_dataset_or_the_new_one_under_a_fault(tmp_path):
@@ -349,7 +349,7 @@ def test_a_dict_that_does_not_fit_the_schema_is_a_bad_row_and_tables_are_taken_w
     settings = {"features": {"id": "int64", "name": "bytes"}, "num_shards": 1, "splits": {"train": 1.0},
                 "errors": {"on_bad_record": "dead_letter", "max_bad_fraction": 0.5}}
     _pipeline_build(tmp_path / "dicts", rows, ["--runner=FnApiRunner"], **settings)
-    manifest = read_manifest(str(tmp_path / "dicts"))
+    manifest = read_manifest(str(tmp_path / "dicts")).to_dict()
     assert (manifest["rows_read"], manifest["bad_records"]["count"]) == (3, 1)
     letters = (tmp_path / "dicts" / "_errors" / "00000-pcollection.jsonl").read_text().splitlines()
     [letter] = [json.loads(line) for line in letters]

@@ -2,7 +2,7 @@
 TFRecord files, decoded as SourceBatches to be re-split, re-shuffled, re-sharded, projected or cast.
 
 A dataset directory's manifest is data found on disk, not config: it is read and checked by
-tfrbeam.layout (read_manifest's validation, confined_path for every shard path, see docs/trust.md),
+tfrbeam.layout (``DatasetDirectory``: the manifest's validation, every shard path confined, see docs/trust.md),
 and any problem is a ConfigError naming the manifest and its key before the pipeline starts. Its
 features give the schema the records are decoded as. A glob's schema is inferred by decoding the
 first records (tfrecord_schema): a feature with exactly one value wherever it is present is a
@@ -22,7 +22,7 @@ import base64
 import collections
 import contextlib
 import logging
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -44,14 +44,14 @@ from tfrbeam.errors import (
     RecordError,
     RecordLimitError,
     ShardMismatchError,
-    UnsupportedCompressionError,
 )
-from tfrbeam.layout.manifest import EXAMPLE, find_manifest, load_manifest, record_type_of
+from tfrbeam.layout.dataset_dir import DatasetDirectory, DatasetShard
+from tfrbeam.layout.manifest import manifest_path
+from tfrbeam.layout.manifest_schema import EXAMPLE
 from tfrbeam.layout.names import MANIFEST_NAME
-from tfrbeam.layout.paths import confined_path
 from tfrbeam.tfrecord.blocks import record_blocks
 from tfrbeam.tfrecord.read_index import trusted_index
-from tfrbeam.tfrecord.records import manifest_compression, normalize_compression
+from tfrbeam.tfrecord.records import normalize_compression
 
 __all__ = [
     "dataset_manifest",
@@ -81,89 +81,73 @@ Piece = tuple[int, "int | None", int]  # (start offset, stop offset or None: the
 # ------------------------------------------------------------------------------------ the dataset
 
 
-def dataset_manifest(path: str) -> tuple[str, dict[str, Any]] | None:
-    """(manifest path, checked manifest) when ``path`` is a dataset directory, None when it holds no manifest.
+def dataset_manifest(path: str) -> DatasetDirectory | None:
+    """The dataset directory ``path`` is (its manifest read and checked), None when it holds no manifest.
 
     A manifest that is damaged, unreadable or not of Example records is a ConfigError naming it.
     """
     if any(char in path for char in "*?["):
         return None
-    manifest_file = find_manifest(path, filesystem.BEAM_FILES)
-    if manifest_file is None:
-        return None
     try:
-        manifest, _ = load_manifest(manifest_file, filesystem.BEAM_FILES)
+        dataset = DatasetDirectory.find(path, filesystem.BEAM_FILES)
     except ManifestError as error:
         raise ConfigError(f"input.path: {error}") from error
     except OSError as error:
-        raise ConfigError(f"input.path: {manifest_file}: cannot read the dataset manifest: {error}") from error
-    record_type = record_type_of(manifest)
-    if record_type != EXAMPLE:
-        raise ConfigError(f"input.path: {manifest_file}: the dataset holds {record_type} records; input.format "
-                          "tfrecord reads tf.train.Example records only (read a SequenceExample dataset with "
-                          "tfrbeam.dataset instead)")
-    return manifest_file, manifest
+        raise ConfigError(f"input.path: {manifest_path(path, filesystem.BEAM_FILES)}: cannot read the dataset "
+                          f"manifest: {error}") from error
+    if dataset is not None and dataset.record_type != EXAMPLE:
+        raise ConfigError(f"input.path: {dataset.manifest_path}: the dataset holds {dataset.record_type} records; "
+                          "input.format tfrecord reads tf.train.Example records only (read a SequenceExample dataset "
+                          "with tfrbeam.dataset instead)")
+    return dataset
 
 
 def tfrecord_inputs(input_config: InputConfig) -> list[InputFile]:
     """The files a tfrecord input reads: a dataset's shards of input.splits (every split when left out), each
     confined to the dataset directory, in manifest order; or the files a glob matches."""
-    found = dataset_manifest(input_config.path)
-    if found is None:
+    dataset = dataset_manifest(input_config.path)
+    if dataset is None:
         if input_config.tfrecord.splits is not None:
             raise ConfigError(f"input.splits: {input_config.path!r} is not a dataset directory (it holds no "
                               f"{MANIFEST_NAME}); input.splits picks splits of a dataset")
         return list_inputs(input_config.path)
-    manifest_file, manifest = found
-    splits = manifest["splits"]
-    wanted = input_config.tfrecord.splits or tuple(splits)
-    unknown = [name for name in wanted if name not in splits]
+    wanted = input_config.tfrecord.splits or dataset.split_names
+    unknown = [name for name in wanted if name not in dataset.split_names]
     if unknown:
-        raise ConfigError(f"input.splits: {', '.join(map(repr, unknown))} is not a split of {manifest_file} "
-                          f"(splits: {', '.join(splits)})")
-    _check_compression(manifest_file, manifest)
-    files = [_shard_file(input_config.path, shard, f"{manifest_file}: splits.{split}.shards[{number}]")
-             for split in wanted for number, shard in enumerate(splits[split]["shards"])]
+        raise ConfigError(f"input.splits: {', '.join(map(repr, unknown))} is not a split of {dataset.manifest_path} "
+                          f"(splits: {', '.join(dataset.split_names)})")
+    try:
+        shards = dataset.shards(wanted)
+    except ManifestError as error:
+        raise ConfigError(f"input.path: {error}") from error
+    files = [_shard_file(shard, f"{dataset.manifest_path}: splits.{shard.split}.shards[{shard.number}]")
+             for shard in shards]
     if not files:
-        raise ConfigError(f"input.path: {manifest_file} lists no shards in splits {', '.join(wanted)}")
+        raise ConfigError(f"input.path: {dataset.manifest_path} lists no shards in splits {', '.join(wanted)}")
     return files
 
 
 def shard_records(input_config: InputConfig) -> dict[str, int]:
     """Each shard of a dataset input (by path, as tfrecord_inputs gives it) and the records its manifest counts;
     {} for a glob. The reader checks a shard it reads to its end against it."""
-    found = dataset_manifest(input_config.path)
-    if found is None:
+    dataset = dataset_manifest(input_config.path)
+    if dataset is None:
         return {}
-    root, splits = input_config.path, found[1]["splits"]
-    return {confined_path(root, shard["path"], "path", filesystem.join): int(shard["num_examples"])
-            for split in input_config.tfrecord.splits or tuple(splits) if split in splits
-            for shard in splits[split]["shards"]}
+    wanted = [name for name in input_config.tfrecord.splits or dataset.split_names if name in dataset.split_names]
+    return {shard.path: shard.num_examples for shard in dataset.shards(wanted)}
 
 
-def _check_compression(manifest_file: str, manifest: dict[str, Any]) -> None:
-    try:
-        manifest_compression(manifest)
-    except UnsupportedCompressionError as error:
-        raise ConfigError(f"input.path: {manifest_file}: compression: {error}") from error
-
-
-def _shard_file(root: str, shard: dict[str, Any], key: str) -> InputFile:
-    """A shard the manifest names, proven inside the dataset directory (no .., absolute path or symlink out), that
-    exists and has the size the manifest gives it."""
-    relative = shard["path"]
-    try:
-        path = confined_path(root, relative, f"{key}.path", filesystem.join)
-    except ManifestError as error:
-        raise ConfigError(f"input.path: {error}") from error
-    matches = [meta for meta in filesystem.match(path).values() if meta.path == path]
+def _shard_file(shard: DatasetShard, key: str) -> InputFile:
+    """A shard the manifest names (its path proven inside the dataset directory) that exists and has the size the
+    manifest gives it."""
+    matches = [meta for meta in filesystem.match(shard.path).values() if meta.path == shard.path]
     if not matches:
-        raise ConfigError(f"input.path: {key}.path: {relative!r} does not exist; the dataset is incomplete "
+        raise ConfigError(f"input.path: {key}.path: {shard.path!r} does not exist; the dataset is incomplete "
                           "(tfrbeam verify checks it)")
     size = int(matches[0].size_in_bytes)
-    if shard.get("num_bytes") is not None and shard["num_bytes"] != size:
-        raise ConfigError(f"input.path: {key}.num_bytes: {ShardMismatchError(path, 'bytes', shard['num_bytes'], size)}")
-    return InputFile(path, size, getattr(matches[0], "last_updated_in_seconds", None))
+    if shard.num_bytes is not None and shard.num_bytes != size:
+        raise ConfigError(f"input.path: {key}.num_bytes: {ShardMismatchError(shard.path, 'bytes', shard.num_bytes, size)}")
+    return InputFile(shard.path, size, getattr(matches[0], "last_updated_in_seconds", None))
 
 
 # ------------------------------------------------------------------------------------- the schema
@@ -174,9 +158,9 @@ def tfrecord_schema(input_config: InputConfig, files: Sequence[InputFile], sampl
     """The schema the records are decoded as: a dataset's manifest features, or a glob's inferred from its first
     records (sample_records of them, in path order) with the declared features none of them holds added as lists
     of their type's kind (read from the records that hold them)."""
-    found = dataset_manifest(input_config.path)
-    if found is not None:
-        return manifest_schema(found[1]["features"])
+    dataset = dataset_manifest(input_config.path)
+    if dataset is not None:
+        return manifest_schema(dataset.manifest.features or {})
     schema = _sampled_schema(input_config, files, sample_records)
     for spec in declared or ():
         kind = _DECLARED_KINDS.get(spec.type or "")
@@ -187,7 +171,7 @@ def tfrecord_schema(input_config: InputConfig, files: Sequence[InputFile], sampl
     return schema
 
 
-def manifest_schema(features: dict[str, dict[str, Any]]) -> pa.Schema:
+def manifest_schema(features: Mapping[str, Mapping[str, Any]]) -> pa.Schema:
     """A manifest's features as Arrow fields: shape [] a scalar, [n] a fixed-size list, null a list; nullable unless
     always present."""
     fields = []

@@ -53,7 +53,6 @@ from tfrbeam.beam.publish import (
     StagingDir,
     committed_run,
     confined,
-    dataset_files,
     delete_staging,
     held_or_taken,
     holds_lock,
@@ -92,6 +91,7 @@ from tfrbeam.errors import (
 from tfrbeam.layout.manifest import (
     EXAMPLE,
     SEQUENCE_EXAMPLE,
+    dataset_files,
     feature_entries,
     find_manifest,
     load_manifest,
@@ -100,7 +100,7 @@ from tfrbeam.layout.manifest import (
     parse_sequence_example_spec_of,
     read_manifest,
 )
-from tfrbeam.layout.manifest_schema import run_id_of
+from tfrbeam.layout.manifest_schema import Manifest, run_id_of
 from tfrbeam.layout.names import (
     COMMIT_RECORD,
     DALI_DIR_NAME,
@@ -461,7 +461,7 @@ def _what_the_output_holds(plan: BuildPlan) -> str:
         manifest = read_manifest(plan.output_root, BEAM_FILES)
     except (ManifestError, OSError):
         manifest = None
-    if manifest is not None and run_id_of(manifest) == plan.run.run_id:
+    if manifest is not None and manifest.run_id == plan.run.run_id:
         return "the new dataset is published nonetheless"
     if manifest is not None:
         return (f"nothing was published: the old dataset at {plan.output_path} is intact; free space and rerun "
@@ -749,7 +749,7 @@ def _finish_indexes(shard_path: str) -> None:
         stamp_read_index(shard_path)
 
 
-def _old_manifest(output_root: str) -> tuple[dict | None, str]:
+def _old_manifest(output_root: str) -> tuple[Manifest | None, str]:
     """The published manifest (None when there is none or it is damaged) and its file name."""
     path = find_manifest(output_root, BEAM_FILES)
     if path is None:
@@ -788,14 +788,13 @@ def publish_by_switch(plan: BuildPlan, files: Sequence[WrittenShard], dead_lette
     # and the switch below creates the manifest only if none has appeared since: nothing to read first.
     first = only_written_straight and direct is not None and direct.replaces is None
     old, old_name = (None, MANIFEST_NAME) if first else _old_manifest(root)
-    if direct is not None and not first and run_id_of(old or {}) != direct.replaces:
+    if direct is not None and not first and (old.run_id if old is not None else None) != direct.replaces:
         raise CommitError(f"the output changed while this build ran (its manifest is no longer run {direct.replaces}'s), "
                           f"so nothing was published to {plan.output_path}")
     if only_written_straight:
         # Only the run's own objects, already at their free names: no listing needed to choose names, and the
         # old dataset's objects are what its manifest lists (a delete of one already gone is no error).
-        found = written_straight | ({old_name, *dataset_files(old), *schema_files_of(old), *tfds_files_of(old)}
-                                    if old is not None else set())
+        found = written_straight | ({old_name, *dataset_files(old)} if old is not None else set())
     else:  # the objects there, and those a live run that lost this lock may still write (they are not free)
         reserved = RESERVED_WRITES.get(output_key(root), set()) if object_store.is_object_store(root) else set()
         prefix = root.rstrip("/") + "/"
@@ -831,7 +830,7 @@ def publish_by_switch(plan: BuildPlan, files: Sequence[WrittenShard], dead_lette
         staged_manifest = fs.join(plan.staging_dir, MANIFEST_NAME)
         fs.write_bytes(staged_manifest, manifest_bytes(manifest), "application/json")
         journal = CommitJournal(plan.run.run_id, root, tuple(doomed), (*moves, (staged_manifest, final_manifest)),
-                                switch=True, replaces=run_id_of(old) if isinstance(old, dict) else None)
+                                switch=True, replaces=old.run_id if old is not None else None)
         journal.write(plan.staging_dir)
         journal.apply()
     try:  # after the switch: TFDS's dataset_info.json may be where the replaced dataset kept its manifest

@@ -356,7 +356,7 @@ def check_output_dir(output_root: str, resolved_config: dict, overwrite: bool, s
             "the network and the credentials"
         ) from error
     if manifest is not None:
-        previous = manifest.get("config")
+        previous = manifest.rest.get("config")
         if previous == normalized(resolved_config):
             return
         differing = _differing_keys(previous or {}, normalized(resolved_config))

@@ -23,12 +23,10 @@ from collections.abc import Iterable
 from tfrbeam.base import fileops
 from tfrbeam.beam import filesystem as fs
 from tfrbeam.beam.filesystem import BEAM_FILES
-from tfrbeam.beam.publish import dataset_files
 from tfrbeam.errors import ManifestError, OutputExistsError, OutputNotWritableError
-from tfrbeam.layout.manifest import find_manifest, read_manifest
+from tfrbeam.layout.manifest import dataset_files, find_manifest, read_manifest
+from tfrbeam.layout.manifest_schema import Manifest
 from tfrbeam.layout.names import MANIFEST_NAME, STATS_HTML, STATS_JSON
-from tfrbeam.layout.tfds_info import tfds_files_of
-from tfrbeam.layout.tfmd_schema import schema_files_of
 
 __all__ = ["DatasetNames", "KeepPlan", "carry_over", "check_folder_owner", "keep_folder_attributes", "keep_plan",
            "old_dataset_names", "refuse_conflicts"]
@@ -47,13 +45,10 @@ class DatasetNames:
     folders: frozenset[str]
 
     @classmethod
-    def of_manifest(cls, manifest: dict, manifest_name: str = MANIFEST_NAME) -> DatasetNames:
+    def of_manifest(cls, manifest: Manifest, manifest_name: str = MANIFEST_NAME) -> DatasetNames:
         """What a manifest named ``manifest_name`` makes its dataset's: the reserved names, that name, every listed file
         (TFDS's too), every split folder."""
-        files = {*RESERVED_FILES, manifest_name, *dataset_files(manifest), *schema_files_of(manifest),
-                 *tfds_files_of(manifest)}
-        splits = manifest.get("splits")
-        return cls.of(files, splits if isinstance(splits, dict) else ())
+        return cls.of({*RESERVED_FILES, manifest_name, *dataset_files(manifest)}, manifest.split_names)
 
     @classmethod
     def of_tree(cls, root: str) -> DatasetNames:
