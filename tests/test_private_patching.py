@@ -68,8 +68,6 @@ _STORE = "store/held-rows spy, owned by the spilling-store work"
 _HEADER = "record-header work"
 ALLOWED_FILES: dict[str, str] = {
     "builder/pipeline/test_commit_faults.py": _STORE,
-    "tfrecord/test_records.py": _HEADER,
-    "tfrecord/test_read_index.py": _HEADER,
     "stats/test_stats_generation.py": _STORE,
     "integration/test_object_store_reads.py": _HEADER,
 }

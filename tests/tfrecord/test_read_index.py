@@ -18,6 +18,7 @@ from hypothesis import given, settings, strategies as st
 
 from tests.helpers import index_as_written_before, record_offsets, write_index
 from tests.planted import not_blocked_by
+from tfrbeam.base import fileops
 from tfrbeam.cli.main import main
 from tfrbeam.errors import RecordIndexError
 from tfrbeam.tfrecord import read_index
@@ -318,15 +319,16 @@ def test_stamping_a_shards_index_streams_it_a_chunk_at_a_time(tmp_path, monkeypa
     # An index that changes between its check and its copy is refused, and left as it was.
     before = index_path.read_bytes()
     changed_at = read_index.table_length(before, "x") + 48
-    chunks = read_index._stamped_chunks
+    mutating = fileops.mutating
 
-    def changed_meanwhile(read, start, stop, mtime, where):
-        with open(index_path, "r+b") as handle:
-            handle.seek(changed_at)
-            handle.write(b"\xff")
-        yield from chunks(read, start, stop, mtime, where)
+    def changed_meanwhile(op, path, action):  # the fault hook: the stamp's copy is written after the checks
+        if (op, path) == ("write", str(index_path)):
+            with open(index_path, "r+b") as handle:
+                handle.seek(changed_at)
+                handle.write(b"\xff")
+        return mutating(op, path, action)
 
-    monkeypatch.setattr(read_index, "_stamped_chunks", changed_meanwhile)
+    monkeypatch.setattr(fileops, "mutating", changed_meanwhile)
     with pytest.raises(RecordIndexError, match="changed while it was being stamped; nothing was written"):
         stamp_read_index(str(data_path), str(index_path))
     after = bytearray(before)

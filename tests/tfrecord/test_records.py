@@ -7,14 +7,14 @@ import hashlib
 import io
 import json
 import logging
-import warnings
+import subprocess
+import sys
 import zlib
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tfrbeam.errors import CorruptRecordError, RecordTooLargeError, TruncatedRecordError, UnsupportedCompressionError
-from tfrbeam.tfrecord import records
 from tfrbeam.tfrecord.records import (
     RecordReader,
     RecordWriter,
@@ -426,17 +426,19 @@ def test_find_record_start_skips_to_the_next_valid_record():
     assert find_record_start(io.BytesIO(data), 1, limit=second) is None
 
 
-def test_missing_hardware_crc_warns_loudly(monkeypatch, caplog):
-    monkeypatch.setattr(records._crc32c, "hardware_based", False)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        records._warn_if_software_crc()
-    assert any("hardware" in str(w.message) for w in caught)
-    monkeypatch.setattr(records._crc32c, "hardware_based", True)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        records._warn_if_software_crc()
-    assert not caught
+def _import_output(hardware_crc: bool) -> str:
+    """What importing the record module prints in a fresh process where crc32c reports hardware support or not."""
+    code = f"import crc32c\ncrc32c.hardware_based = {hardware_crc}\nimport tfrbeam.tfrecord.records"
+    done = subprocess.run([sys.executable, "-W", "always", "-c", code], capture_output=True, text=True, check=True)
+    return done.stderr
+
+
+def test_missing_hardware_crc_warns_loudly():
+    """Without hardware CRC32C every record is several times slower: importing tfrbeam says so, as a warning and a log."""
+    printed = _import_output(hardware_crc=False)
+    assert "RuntimeWarning: tfrbeam: the crc32c package found no hardware CRC32C support" in printed
+    assert printed.count("several times slower") == 2  # the warning, and the log record
+    assert _import_output(hardware_crc=True) == ""
 
 
 def test_resync_ignores_candidates_whose_length_does_not_fit_the_file():
