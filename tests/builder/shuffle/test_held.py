@@ -116,3 +116,28 @@ def test_spill_files_are_written_read_back_whole_and_deleted(tmp_path, caplog):
     with caplog.at_level("WARNING"):
         held.delete_spilled([path], "things")  # gone already: a warning, not a failure
     assert "is already gone" in caplog.text
+
+
+@pytest.mark.parametrize("damage", ["cut", "deleted"])
+def test_a_spilled_piece_whose_file_is_cut_or_gone_is_one_error_naming_the_file(tmp_path, damage):
+    """Read back through the one spill reader: a file cut short is damage on disk (ShuffledDataError), a file that is
+    gone is data the run no longer has (HeldDataMissingError); each names the file, never a bare OSError."""
+    import random
+
+    from tests.builder.shuffle.test_shuffle import _dataset, _pieces
+    from tfrbeam.builder.shuffle import SpillStore
+
+    store = SpillStore(str(tmp_path / "spill"))
+    (records,) = _pieces(_dataset(50, random.Random(3)), [50], [1.0], seed=1)
+    piece = store.add(records)
+    store.flush()
+    store.close()
+    path = tmp_path / "spill" / piece.ref.location.rsplit("/", 1)[-1]
+    if damage == "cut":
+        path.write_bytes(path.read_bytes()[:-7])
+        expected, message = ShuffledDataError, rf"{path}: records spilled there end 7 bytes early .*changed or damaged"
+    else:
+        path.unlink()
+        expected, message = HeldDataMissingError, rf"{path} \(bytes 0 to .*cannot be read back"
+    with pytest.raises(expected, match=message):
+        store.records(piece)
