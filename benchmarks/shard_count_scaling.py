@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import os
 import pathlib
 import statistics
@@ -26,7 +25,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from tfrbeam.codec.example import encode_example
 from tfrbeam.dataset import open_dataset, open_random_access
-from tfrbeam.layout.manifest import MANIFEST_NAME, manifest_bytes
+from tfrbeam.layout.manifest_schema import Manifest
+from tfrbeam.layout.names import MANIFEST_NAME
 from tfrbeam.tfrecord.records import frame_record
 
 
@@ -44,7 +44,7 @@ def write_one_record_shards(directory: pathlib.Path, count: int) -> pathlib.Path
     manifest = {"format": "tfrbeam-dataset/1", "record_type": "Example", "run_id": f"scaling-{count}",
                 "compression": "none", "splits": {"train": {"num_examples": count, "shards": shards}},
                 "features": {"x": {"type": "int64", "shape": [], "always_present": True}}}
-    (directory / MANIFEST_NAME).write_bytes(manifest_bytes(json.loads(json.dumps(manifest))))
+    (directory / MANIFEST_NAME).write_bytes(Manifest.from_dict(manifest, "<new manifest>", verifiable=True).to_bytes())
     return directory
 
 

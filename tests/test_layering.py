@@ -115,6 +115,12 @@ ONE_HOME: dict[str, tuple[str | re.Pattern[str], str]] = {
     "what a run holds in this process, by run (the spilling store's registry)": (
         "spill or inline with such runners", "tfrbeam/builder/shuffle/held.py"),
     "a spill file changed under the run": ("damaged on disk while the run used it", "tfrbeam/builder/shuffle/held.py"),
+    # The manifest is read into a Manifest in one place: everyone else asks it (or a DatasetDirectory) for a shard's
+    # path and the record type, never a dict (before: spec, stats, export, the tfrecord input, verify, TFDS's files).
+    "a shard's path read out of a manifest's JSON": (re.compile(r"""shard\[["']path["']\]"""),
+                                                    "tfrbeam/layout/manifest_schema.py"),
+    "a manifest's record type defaulted to Example by hand": (re.compile(r"""\.get\(\s*["']record_type["']"""),
+                                                              "tfrbeam/layout/manifest_schema.py"),
 }
 
 

@@ -66,3 +66,30 @@ def test_a_bad_manifest_is_one_line_naming_the_key(edit, message):
 def test_bytes_over_the_bound_are_refused_before_parsing():
     with pytest.raises(ManifestError, match=r"^m: JSON nested \d+ deep, more than a manifest.s 32"):
         Manifest.from_bytes(b"[" * 40 + b"]" * 40, "m")
+
+
+def test_no_dict_shares_a_value_with_a_manifest():
+    source = {"format": "tfrbeam-dataset/2", "config": {"seed": 1}, "features": {"id": {"type": "int64"}},
+              "splits": {"train": {"num_examples": 0, "shards": [], "examples_with_feature": {"id": 0}}}}
+    manifest = Manifest.from_dict(source, "m")
+    source["config"]["seed"] = 2
+    source["features"]["id"]["type"] = "bytes"
+    written = manifest.to_dict()
+    written["config"]["seed"] = 3
+    written["splits"]["train"]["examples_with_feature"]["id"] = 9
+    assert manifest.rest["config"] == {"seed": 1} and manifest.features == {"id": {"type": "int64"}}
+    assert manifest.split("train").rest == {"examples_with_feature": {"id": 0}}
+
+
+def test_a_renamed_manifest_lists_its_files_under_their_new_names_and_nothing_else_changes():
+    shard = {"path": "train/a.tfrecord", "num_examples": 1, "num_bytes": 9, "sha256": SHA}
+    source = {"format": "tfrbeam-dataset/2", "splits": {"train": {"num_examples": 1, "num_bytes": 9, "shards": [shard]}},
+              "schema_pbtxt": "schema.pbtxt", "bad_records": {"count": 1, "files": ["_errors/x.jsonl"]}}
+    manifest = Manifest.from_dict(source, "m")
+    renamed = manifest.renamed({"train/a.tfrecord": "train/a-gR1.tfrecord", "schema.pbtxt": "schema-gR1.pbtxt",
+                                "_errors/x.jsonl": "_errors/x-gR1.jsonl"})
+    assert renamed.split("train").shards == (Shard("train/a-gR1.tfrecord", 1, 9, SHA),)
+    assert renamed.rest == {"schema_pbtxt": "schema-gR1.pbtxt", "bad_records": {"count": 1, "files": ["_errors/x-gR1.jsonl"]}}
+    assert manifest == Manifest.from_dict(source, "m") and renamed.keys == manifest.keys
+    with pytest.raises(ManifestError, match=r"splits\.train\.shards\[0\]\.path"):
+        manifest.renamed({"train/a.tfrecord": "../out.tfrecord"})

@@ -15,6 +15,7 @@ import pytest
 import tfrbeam
 from tfrbeam.errors import ConfigError
 from tfrbeam.layout.manifest import verify_dataset
+from tfrbeam.layout.manifest_schema import Manifest
 from tfrbeam.layout.names import TFDS_DATASET_INFO, TFDS_FEATURES
 from tfrbeam.layout.tfds_info import tfds_files
 
@@ -34,7 +35,7 @@ def manifest(**overrides):
         },
     }
     base.update(overrides)
-    return base
+    return Manifest.from_dict(base, "m")
 
 
 def test_dataset_info_names_each_splits_shards_as_tfds_writes_them():

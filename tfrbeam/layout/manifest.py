@@ -3,9 +3,10 @@
 Datasets built before TFDS output took ``dataset_info.json`` have their manifest under that name; every reader
 finds it through ``find_manifest`` (the new name first), so they open as before.
 
-One home for the manifest: the build writes what ``manifest_bytes`` serialises, and ``tfrbeam
-verify``, ``tfrbeam.dataset`` and the build's own rerun check read it with ``read_manifest``, which
-refuses a manifest that lacks a key its readers need (``ManifestError`` naming the key). Paths
+One home for the manifest: it is a ``Manifest`` (``tfrbeam.layout.manifest_schema``), which the build writes
+with ``Manifest.to_bytes`` and every reader gets from ``read_manifest`` / ``load_manifest`` (or a
+``tfrbeam.layout.dataset_dir.DatasetDirectory``), refused when it lacks a key its readers need
+(``ManifestError`` naming the key). Paths
 inside the manifest are relative to the dataset directory, so a dataset can be copied or moved whole.
 
 The manifest is the commit point of a build (see ``tfrbeam.beam.publish``): a directory whose
@@ -128,11 +129,6 @@ def manifest_path(dataset_dir: str, files: FileAccess = LOCAL_FILES) -> str:
     return find_manifest(dataset_dir, files) or files.join(dataset_dir, MANIFEST_NAME)
 
 
-def manifest_bytes(manifest: dict[str, Any]) -> bytes:
-    """A new manifest's bytes as written (``Manifest.to_bytes``), checked as ``verify`` needs it first."""
-    return Manifest.from_dict(manifest, "<new manifest>", verifiable=True).to_bytes()
-
-
 def parse_manifest(data: bytes, where: str, verifiable: bool = False) -> Manifest:
     """A manifest from its bytes; ``ManifestError`` naming ``where`` and the key when it is not a valid manifest.
 
@@ -237,10 +233,10 @@ def verify_dataset(dataset_dir: str, files: FileAccess = LOCAL_FILES) -> list[st
 
 def _verify_tfds_files(dataset_dir: str, manifest: Manifest, files: FileAccess) -> list[str]:
     """``output.tfds``: TFDS's files beside the manifest must be the ones its ``tfds`` entry makes."""
-    if "tfds" not in manifest.rest:
+    if not tfds_files_of(manifest):
         return []
     problems = []
-    for name, expected in tfds_files_for(manifest.to_dict()).items():
+    for name, expected in tfds_files_for(manifest).items():
         path = files.join(dataset_dir, name)
         try:
             found = read_found(path, MAX_MANIFEST_BYTES, "TFDS file", files=files)
@@ -264,7 +260,7 @@ def dataset_files(manifest: Manifest) -> set[str]:
     bad_records = manifest.rest.get("bad_records")
     listed = bad_records.get("files") if isinstance(bad_records, dict) else None
     own.update(path for path in listed or () if isinstance(path, str))
-    return own | schema_files_of(manifest.rest) | tfds_files_of(manifest.rest)
+    return own | schema_files_of(manifest) | tfds_files_of(manifest)
 
 
 def shard_path(dataset_dir: str, shard: Shard, files: FileAccess = LOCAL_FILES) -> str:

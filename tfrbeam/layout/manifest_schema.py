@@ -1,4 +1,5 @@
-"""The manifest's schema: one typed, bounded validator that every reader and ``verify`` apply.
+"""The manifest's schema: one typed, bounded validator that every reader and ``verify`` apply, and the ``Manifest``
+it guards (frozen; made only from a validated value, written only by ``Manifest.to_bytes``).
 
 A manifest is found, not made: it may be damaged, from another tool, or written to attack the
 reader. ``parse_manifest_bytes`` bounds its size before parsing and its nesting while parsing;
@@ -13,6 +14,7 @@ differ only there. Manifests of format 1 have those keys at the top level; ``run
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from collections.abc import Mapping
@@ -299,7 +301,7 @@ class Split:
         entry: dict[str, Any] = {"num_examples": self.num_examples}
         if self.num_bytes is not None:
             entry["num_bytes"] = self.num_bytes
-        return {**entry, "shards": [shard.to_dict() for shard in self.shards], **self.rest}
+        return {**entry, "shards": [shard.to_dict() for shard in self.shards], **copy.deepcopy(dict(self.rest))}
 
 
 # The top-level keys Manifest holds in fields of their own; every other key is kept as written in ``rest``.
@@ -337,6 +339,7 @@ class Manifest:
         """The manifest of a JSON value, checked by ``validate_manifest`` first (``verifiable``: as ``verify`` needs)."""
         validate_manifest(value, where, verifiable)
         legacy = value["format"] == LEGACY_MANIFEST_FORMAT
+        value = {key: item if key == "splits" else copy.deepcopy(item) for key, item in value.items()}  # none shared
         return cls(
             format=value["format"],
             record_type=value.get("record_type", EXAMPLE),
@@ -352,7 +355,7 @@ class Manifest:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """The manifest as its JSON object, keys in the order written."""
+        """The manifest as its JSON object, keys in the order written (a copy: changing it changes no Manifest)."""
         known: dict[str, Any] = {
             "format": self.format, "record_type": self.record_type,
             "splits": {split.name: split.to_dict() for split in self.splits}, "compression": self.compression,
@@ -360,11 +363,26 @@ class Manifest:
             "sequence_features": self.sequence_features,
             **(dict(self.run) if self.format == LEGACY_MANIFEST_FORMAT else {"run": dict(self.run)}),
         }
-        return {key: known[key] if key in known else self.rest[key] for key in self.keys}
+        return {key: known[key] if key == "splits" else copy.deepcopy(known[key] if key in known else self.rest[key])
+                for key in self.keys}
 
     def to_bytes(self) -> bytes:
         """The manifest as written: indented JSON, keys in the order the build put them, one trailing newline."""
         return (json.dumps(self.to_dict(), indent=2, sort_keys=False) + "\n").encode("utf-8")
+
+    def renamed(self, names: Mapping[str, str]) -> Manifest:
+        """The manifest with the files it lists (shards, dead-letter files, schema.pbtxt) renamed by ``names`` (a path
+        not in it is kept), checked again: a replace in a bucket publishes taken names under new ones."""
+        value = self.to_dict()
+        for split in value["splits"].values():
+            for shard in split["shards"]:
+                shard["path"] = names.get(shard["path"], shard["path"])
+        if "schema_pbtxt" in value:
+            value["schema_pbtxt"] = names.get(value["schema_pbtxt"], value["schema_pbtxt"])
+        bad = value.get("bad_records") or {}
+        if bad.get("files"):
+            bad["files"] = sorted(names.get(path, path) for path in bad["files"])
+        return Manifest.from_dict(value, "<renamed manifest>")
 
     @property
     def split_names(self) -> tuple[str, ...]:
@@ -388,4 +406,4 @@ def _split(name: str, entry: Mapping[str, Any]) -> Split:
     shards = tuple(Shard(shard["path"], shard["num_examples"], shard.get("num_bytes"), shard.get("sha256"))
                    for shard in entry["shards"])
     return Split(name, entry["num_examples"], shards, entry.get("num_bytes"),
-                 {key: item for key, item in entry.items() if key not in ("num_examples", "num_bytes", "shards")})
+                 {key: copy.deepcopy(item) for key, item in entry.items() if key not in ("num_examples", "num_bytes", "shards")})

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tfrbeam.errors import ConfigError
+from tfrbeam.layout.manifest_schema import EXAMPLE, Manifest, Split
 from tfrbeam.layout.names import TFDS_DATASET_INFO, TFDS_FEATURES
 
 __all__ = ["check_tfds_identity", "tfds_files", "tfds_files_for", "tfds_files_of"]
@@ -47,7 +48,7 @@ def check_tfds_identity(name: Any, version: Any, where: str) -> None:
         raise ConfigError(f"{where}.version: {version!r} is not a TFDS version (MAJOR.MINOR.PATCH, e.g. 1.0.0)")
 
 
-def tfds_files(manifest: Mapping[str, Any], name: str, version: str = "1.0.0",
+def tfds_files(manifest: Manifest, name: str, version: str = "1.0.0",
                where: str = "output.tfds") -> dict[str, bytes]:
     """TFDS's ``dataset_info.json`` and ``features.json`` for the dataset ``manifest`` describes, by file name."""
     check_tfds_identity(name, version, where)
@@ -55,49 +56,49 @@ def tfds_files(manifest: Mapping[str, Any], name: str, version: str = "1.0.0",
     info = {
         "fileFormat": "tfrecord",
         "name": name,
-        "splits": [_split_info(split, entry, where) for split, entry in manifest["splits"].items()],
+        "splits": [_split_info(split, where) for split in manifest.splits],
         "version": version,
     }
     features = {
-        "featuresDict": {"features": {feature: _feature(entry) for feature, entry in manifest["features"].items()}},
+        "featuresDict": {"features": {feature: _feature(entry) for feature, entry in (manifest.features or {}).items()}},
         "pythonClassName": _FEATURES_DICT,
     }
     return {TFDS_DATASET_INFO: _json_bytes(info), TFDS_FEATURES: _json_bytes(features)}
 
 
-def tfds_files_of(manifest: Mapping[str, Any]) -> set[str]:
+def tfds_files_of(manifest: Manifest) -> set[str]:
     """The names of the TFDS files beside the manifest (none unless it was built with ``output.tfds``)."""
-    return {TFDS_DATASET_INFO, TFDS_FEATURES} if isinstance(manifest.get("tfds"), dict) else set()
+    return {TFDS_DATASET_INFO, TFDS_FEATURES} if "tfds" in manifest.rest else set()
 
 
-def tfds_files_for(manifest: Mapping[str, Any]) -> dict[str, bytes]:
+def tfds_files_for(manifest: Manifest) -> dict[str, bytes]:
     """The TFDS files a manifest with a ``tfds`` entry (``{"name", "version"}``) has beside it, by name."""
-    identity = manifest["tfds"]
+    identity = manifest.rest["tfds"]
     return tfds_files(manifest, identity["name"], identity["version"])
 
 
-def _check_loadable(manifest: Mapping[str, Any], where: str) -> None:
-    if manifest.get("record_type", "Example") != "Example":
+def _check_loadable(manifest: Manifest, where: str) -> None:
+    if manifest.record_type != EXAMPLE:
         raise ConfigError(f"{where}: TFDS loads datasets of tf.train.Example only, and this build writes "
-                          f"{manifest['record_type']}s (remove {where})")
-    if manifest.get("compression"):
+                          f"{manifest.record_type}s (remove {where})")
+    if manifest.compression:
         raise ConfigError(f"{where}: TFDS reads uncompressed TFRecord files only, and this build writes "
-                          f"{manifest['compression']} ones (set output.compression to none, or remove {where})")
+                          f"{manifest.compression} ones (set output.compression to none, or remove {where})")
 
 
-def _split_info(split: str, entry: Mapping[str, Any], where: str) -> dict[str, Any]:
-    shards = entry["shards"]
-    matches = [_SHARD.match(shard["path"]) for shard in shards]
+def _split_info(split: Split, where: str) -> dict[str, Any]:
+    shards = split.shards
+    matches = [_SHARD.match(shard.path) for shard in shards]
     prefixes = {match["prefix"] for match in matches if match}
     for index, (shard, match) in enumerate(zip(shards, matches)):
         if not match or len(prefixes) != 1 or int(match["index"]) != index or int(match["count"]) != len(shards):
-            raise ConfigError(f"{where}: shard {shard['path']!r} of split {split!r} does not follow its split's "
+            raise ConfigError(f"{where}: shard {shard.path!r} of split {split.name!r} does not follow its split's "
                               "PREFIX-NNNNN-of-NNNNN.tfrecord names, the one layout a TFDS template can describe")
     return {
-        "filepathTemplate": (prefixes.pop() if prefixes else f"{split}/{split}-") + "{SHARD_X_OF_Y}.{FILEFORMAT}",
-        "name": split,
-        "numBytes": str(entry["num_bytes"]),
-        "shardLengths": [str(shard["num_examples"]) for shard in shards],
+        "filepathTemplate": (prefixes.pop() if prefixes else f"{split.name}/{split.name}-") + "{SHARD_X_OF_Y}.{FILEFORMAT}",
+        "name": split.name,
+        "numBytes": str(split.num_bytes),
+        "shardLengths": [str(shard.num_examples) for shard in shards],
     }
 
 

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tfrbeam.errors import ConfigError
+from tfrbeam.layout.manifest_schema import Manifest
 
 __all__ = ["TFMD_INSTALL_HINT", "entries_of_schema", "parse_schema_text", "schema_files_of",
            "schema_of_entries", "schema_pb2", "schema_text"]
@@ -142,7 +143,7 @@ def _entry_of_feature(pb: Any, feature: Any, at: str) -> dict[str, Any]:
     return {"type": kinds[type_name], "shape": shape, "always_present": required}
 
 
-def schema_files_of(manifest: Any) -> set[str]:
+def schema_files_of(manifest: Manifest) -> set[str]:
     """The ``schema.pbtxt`` a manifest lists as its dataset's (``schema_pbtxt``), as a set of at most one relative path."""
-    path = manifest.get("schema_pbtxt") if isinstance(manifest, dict) else None
+    path = manifest.rest.get("schema_pbtxt")
     return {path} if isinstance(path, str) else set()

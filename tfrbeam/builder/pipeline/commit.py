@@ -95,7 +95,6 @@ from tfrbeam.layout.manifest import (
     feature_entries,
     find_manifest,
     load_manifest,
-    manifest_bytes,
     parse_example_spec_of,
     parse_sequence_example_spec_of,
     read_manifest,
@@ -416,10 +415,11 @@ def publish_staged(plan: BuildPlan, staged: StagedCommit) -> None:
             raise commit_failed(plan, error, "recovering what an earlier run left") from error
         _check_output_unchanged(plan)
         try:
+            manifest = Manifest.from_dict(staged.manifest, "<new manifest>", verifiable=True)
             if fs.is_remote(plan.output_root):
-                publish_by_switch(plan, staged.files, staged.dead_letters, staged.manifest)
+                publish_by_switch(plan, staged.files, staged.dead_letters, manifest)
             else:
-                publish_by_swap(plan, staged.files, staged.dead_letters, staged.manifest)
+                publish_by_swap(plan, staged.files, staged.dead_letters, manifest)
         except OSError as error:  # before the commit point: after it a failure is only a warning
             raise commit_failed(plan, error, "publishing") from error
     _LOG.info("wrote %s", plan.manifest_path)
@@ -665,7 +665,7 @@ def _staged_moves(plan: BuildPlan, files: Sequence[WrittenShard], dead_letters: 
 
 
 def publish_by_swap(plan: BuildPlan, files: Sequence[WrittenShard], dead_letters: Sequence[DeadLetterFile],
-                    manifest: dict[str, Any]) -> None:
+                    manifest: Manifest) -> None:
     """Local output: assemble the dataset in the staging directory, then swap it in with one atomic step."""
     new_dir = fs.join(plan.staging_dir, NEW_DATASET_DIR)
     old_dir = fs.join(plan.staging_dir, OLD_DATASET_DIR)
@@ -683,7 +683,7 @@ def publish_by_swap(plan: BuildPlan, files: Sequence[WrittenShard], dead_letters
             write_dali_index(fs.join(new_dir, *item.relative_path.split("/")), _dali_path(new_dir, item))
     _write_schema_pbtxt(manifest, new_dir)
     write_tfds_files(manifest, new_dir)
-    fs.write_bytes(fs.join(new_dir, MANIFEST_NAME), manifest_bytes(manifest), "application/json")
+    fs.write_bytes(fs.join(new_dir, MANIFEST_NAME), manifest.to_bytes(), "application/json")
     if os.path.lexists(plan.output_root):
         _prepare_replace(plan.output_root, new_dir)
     replaced = swap_into_place(new_dir, plan.output_root, old_dir)  # the commit point
@@ -697,18 +697,18 @@ def publish_by_swap(plan: BuildPlan, files: Sequence[WrittenShard], dead_letters
         write_stats(plan)
 
 
-def _write_schema_pbtxt(manifest: dict[str, Any], root: str) -> str | None:
+def _write_schema_pbtxt(manifest: Manifest, root: str) -> str | None:
     """``output.schema_pbtxt``: the features as a TFMD schema, at the path the manifest lists under ``root``."""
-    if "schema_pbtxt" not in manifest:
-        return None
-    path = fs.join(root, *manifest["schema_pbtxt"].split("/"))
-    fs.write_bytes(path, schema_text(manifest["features"]).encode("utf-8"), "text/plain")
-    return path
+    for relative in schema_files_of(manifest):
+        path = fs.join(root, *relative.split("/"))
+        fs.write_bytes(path, schema_text(manifest.features or {}).encode("utf-8"), "text/plain")
+        return path
+    return None
 
 
-def write_tfds_files(manifest: dict[str, Any], root: str) -> None:
+def write_tfds_files(manifest: Manifest, root: str) -> None:
     """``output.tfds``: TFDS's features.json, then its dataset_info.json (what TFDS opens first), under ``root``."""
-    if "tfds" not in manifest:
+    if not tfds_files_of(manifest):
         return
     files = tfds_files_for(manifest)
     for name in (TFDS_FEATURES, TFDS_DATASET_INFO):
@@ -769,7 +769,7 @@ def _prepare_replace(output_root: str, new_dir: str) -> None:
 
 
 def publish_by_switch(plan: BuildPlan, files: Sequence[WrittenShard], dead_letters: Sequence[DeadLetterFile],
-                      manifest: dict[str, Any]) -> None:
+                      manifest: Manifest) -> None:
     """Object stores: the new objects under names no object there has, then the manifest in one write, then GC.
 
     A rename in a bucket is a copy and a delete, so no set of renames is atomic; one whole-object
@@ -783,7 +783,7 @@ def publish_by_switch(plan: BuildPlan, files: Sequence[WrittenShard], dead_lette
     direct = _DIRECT.get(plan.run.run_id)
     written_straight = {path[len(root.rstrip("/")) + 1:] for path in direct.paths} if direct is not None else set()
     only_written_straight = (direct is not None and not dead_letters and not plan.config.output.dali_index
-                             and "schema_pbtxt" not in manifest)
+                             and not schema_files_of(manifest))
     # A first build of only objects written straight: no manifest was there when it planned, under this lock,
     # and the switch below creates the manifest only if none has appeared since: nothing to read first.
     first = only_written_straight and direct is not None and direct.replaces is None
@@ -803,7 +803,7 @@ def publish_by_switch(plan: BuildPlan, files: Sequence[WrittenShard], dead_lette
                           + sorted(schema_files_of(manifest)), found - written_straight, plan.run.run_id)
     files = [dataclasses.replace(item, relative_path=renamed[item.relative_path]) for item in files]
     dead_letters = [dataclasses.replace(item, relative_path=renamed[item.relative_path]) for item in dead_letters]
-    manifest = _with_paths(manifest, renamed)
+    manifest = manifest.renamed(renamed)
     # Objects written straight to their final names stay where they are: only staged ones move.
     moves = [(staged, final) for staged, final in _staged_moves(plan, files, dead_letters, root) if staged != final]
     if plan.config.output.dali_index:  # written from the staged shards, moved in with them
@@ -813,7 +813,7 @@ def publish_by_switch(plan: BuildPlan, files: Sequence[WrittenShard], dead_lette
             moves.append((staged, _dali_path(root, item)))
     staged_schema = _write_schema_pbtxt(manifest, plan.staging_dir)  # moved in with the shards, before the switch
     if staged_schema is not None:
-        moves.append((staged_schema, fs.join(root, *manifest["schema_pbtxt"].split("/"))))
+        moves.append((staged_schema, fs.join(root, *next(iter(schema_files_of(manifest))).split("/"))))
     final_manifest = fs.join(root, MANIFEST_NAME)
     published = {final for _, final in moves} | {final_manifest} | {fs.join(root, name) for name in tfds_files_of(manifest)}
     prefix = root.rstrip("/") + "/"
@@ -825,10 +825,10 @@ def publish_by_switch(plan: BuildPlan, files: Sequence[WrittenShard], dead_lette
     if not moves and not doomed:
         # Nothing to move and nothing to collect: the switch alone (one whole-object write) publishes; a crash
         # before it leaves the objects owner.json names for the next run to remove.
-        _switch(plan, final_manifest, manifest_bytes(manifest), first)
+        _switch(plan, final_manifest, manifest.to_bytes(), first)
     else:
         staged_manifest = fs.join(plan.staging_dir, MANIFEST_NAME)
-        fs.write_bytes(staged_manifest, manifest_bytes(manifest), "application/json")
+        fs.write_bytes(staged_manifest, manifest.to_bytes(), "application/json")
         journal = CommitJournal(plan.run.run_id, root, tuple(doomed), (*moves, (staged_manifest, final_manifest)),
                                 switch=True, replaces=old.run_id if old is not None else None)
         journal.write(plan.staging_dir)
@@ -879,20 +879,6 @@ def _free_names(relatives: Sequence[str], taken: set[str], run_id: str) -> dict[
         return bool({relative, *index_paths_for(relative)} & taken)
 
     return {relative: generation_name(relative, run_id) if clashes(relative) else relative for relative in relatives}
-
-
-def _with_paths(manifest: dict[str, Any], renamed: dict[str, str]) -> dict[str, Any]:
-    """The manifest with its shards', dead-letter files' and schema.pbtxt's paths as published."""
-    updated = json.loads(json.dumps(manifest))
-    for split in updated["splits"].values():
-        for shard in split["shards"]:
-            shard["path"] = renamed.get(shard["path"], shard["path"])
-    if "schema_pbtxt" in updated:
-        updated["schema_pbtxt"] = renamed.get(updated["schema_pbtxt"], updated["schema_pbtxt"])
-    bad = updated.get("bad_records") or {}
-    if bad.get("files"):
-        bad["files"] = sorted(renamed.get(path, path) for path in bad["files"])
-    return updated
 
 
 def recover_output(output_root: str, keep: str | None = None) -> list[str]:
