@@ -475,7 +475,7 @@ def test_a_failed_build_holds_no_rows_afterwards(tmp_path, monkeypatch, capsys):
     assert _build(tmp_path, config) == 1
     assert "tfrbeam build: error: sequence group k='big'" in _error(capsys)
     assert runs_holding_rows() == []
-    monkeypatch.setattr(commit, "discard_held_rows", lambda run_key: None)  # without the cleanup, rows stay held
+    monkeypatch.setattr(commit, "discard_held", lambda run_key: None)  # without the cleanup, rows stay held
     assert _build(tmp_path, config) == 1
     left = runs_holding_rows()
     assert len(left) == 1  # the failed bucket's rows at least (it never got to release them)

@@ -65,7 +65,6 @@ from tfrbeam.beam.publish import (
     write_whole,
 )
 from tfrbeam.builder.config import config_to_dict
-from tfrbeam.builder.pipeline.held_rows import discard_held_rows
 from tfrbeam.builder.pipeline.plan import BuildPlan, check_output_dir, normalized
 from tfrbeam.builder.pipeline.sequence import SequenceCounts, SequenceStage
 from tfrbeam.builder.pipeline.splits import describe_split_source
@@ -77,7 +76,8 @@ from tfrbeam.builder.pipeline.user_files import (
     old_dataset_names,
     refuse_conflicts,
 )
-from tfrbeam.builder.shuffle import ShardPlan, WrittenShard, discard_pieces
+from tfrbeam.builder.shuffle import ShardPlan, WrittenShard
+from tfrbeam.builder.shuffle.held import discard_held
 from tfrbeam.errors import (
     CommitError,
     ManifestError,
@@ -906,8 +906,7 @@ def discard_staging(plan: BuildPlan, keep_dead_letters: bool = False) -> None:
     A store that fails this too (it stopped answering) leaves the directory to the next run's recovery: the
     run's failure is what its caller reports, not this.
     """
-    discard_pieces(plan.staging_dir)
-    discard_held_rows(plan.staging_dir)
+    discard_held(plan.staging_dir)
     try:
         direct = _DIRECT.get(plan.run.run_id)
         if direct is not None:  # before owner.json, which names them for the next run, goes

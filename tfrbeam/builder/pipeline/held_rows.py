@@ -17,7 +17,7 @@ worth), not with source batches times buckets (issue 45).
 The encoder takes a bucket's batches and releases them once the bucket is encoded; a run file is deleted when the last
 of its batches is released (as every run file holds rows of nearly every bucket, that is about when the last bucket
 is encoded). The run's entry goes with its last batch; after a failed run the commit's cleanup
-(``discard_held_rows``, with the held pieces) frees whatever is left.
+(``held.discard_held``, with the held pieces) frees whatever is left.
 """
 
 from __future__ import annotations

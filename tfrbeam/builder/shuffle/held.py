@@ -5,9 +5,8 @@ Only for runs whose every worker runs in this process (the in-process local runn
 
 - Registry: a run's holding of each kind (``HeldRuns``: pieces, rows) lives under its staging directory's name, in one
   process-wide table with one lock, from the first thing it holds until it lets go of the last (``HeldRuns.end``).
-  After a failure the commit's cleanup frees each kind (``HeldRuns.end``; ``discard_held`` frees every kind of a run
-  at once), so nothing outlives a build: ``runs_holding()`` is empty after it. A holding that is not there is one
-  ``HeldDataMissingError``.
+  After a failure the commit's cleanup frees every kind of the run at once (``discard_held``), so nothing outlives a
+  build: ``runs_holding()`` is empty after it. A holding that is not there is one ``HeldDataMissingError``.
 - Budget: a ``Holding`` counts the bytes it keeps in memory against ``--memory_store_bytes`` (``reserve``; each kind
   gets the budget), and gives them back as each item is used (``free``).
 - Spill: past the budget, ``Holding.spill`` writes every item held then (and not being written by another thread) to
