@@ -40,13 +40,16 @@ def test_the_summary_says_how_the_run_went_from_the_run_record_or_a_format_1_man
     from types import SimpleNamespace
 
     from tfrbeam.builder.running.report import summary_table
+    from tfrbeam.layout.manifest_schema import Manifest
 
     run = {"run_id": "r", "runner": "PortableRunner", "piece_store": "spill", "shuffled_bytes": 9,
            "workers": {"count": 2, "mode": "multi_processing", "chosen_by": "--workers 2"}}
     dataset = {"rows_read": 10, "bad_records": {"count": 0, "action": "fail"},
-               "splits": {"train": {"num_examples": 10, "num_bytes": 99, "shards": [{"path": "train/a"}]}}}
+               "splits": {"train": {"num_examples": 10, "num_bytes": 99, "shards": [{"path": "train/a", "num_examples": 10}]}}}
     plan = SimpleNamespace(manifest_path="out/tfrbeam_dataset.json")
-    written = summary_table({"format": "tfrbeam-dataset/2", **dataset, "run": run}, 2.0, plan)  # type: ignore[arg-type]
-    before = summary_table({"format": "tfrbeam-dataset/1", **dataset, **run}, 2.0, plan)  # type: ignore[arg-type]
+    format_2 = Manifest.from_dict({"format": "tfrbeam-dataset/2", **dataset, "run": run}, "m")
+    format_1 = Manifest.from_dict({"format": "tfrbeam-dataset/1", **dataset, **run}, "m")
+    written = summary_table(format_2, 2.0, plan)  # type: ignore[arg-type]
+    before = summary_table(format_1, 2.0, plan)  # type: ignore[arg-type]
     assert "time:       2.0 s (5 rows/s, runner PortableRunner, 2 worker processes, piece store spill)" in written
     assert before == written

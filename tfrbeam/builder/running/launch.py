@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import re
@@ -35,6 +36,7 @@ from tfrbeam.builder.pipeline.plan import BuildPlan, check_output_dir, plan_buil
 from tfrbeam.builder.pipeline.runners import DEFAULT_RUNNER
 from tfrbeam.builder.running.report import build_progress, summary_table
 from tfrbeam.errors import BuildFailedError, ConfigError, TfrbeamError, TooManyBadRecordsError
+from tfrbeam.layout.manifest_schema import Manifest
 
 __all__ = [
     "BuildResult", "as_config", "build_options", "execute", "launch", "pipeline_error", "prepare", "publish",
@@ -63,12 +65,17 @@ class BuildResult:
     @property
     def num_examples(self) -> dict[str, int]:
         """Examples (SequenceExamples) per split."""
-        return {name: split["num_examples"] for name, split in self.manifest["splits"].items()}
+        return {split.name: split.num_examples for split in self._checked.splits}
 
     @property
     def summary(self) -> str:
         """The table ``tfrbeam build`` prints at the end: per split examples, shards and bytes; bad rows; time."""
-        return summary_table(self.manifest, self.seconds, self.plan)
+        return summary_table(self._checked, self.seconds, self.plan)
+
+    @functools.cached_property
+    def _checked(self) -> Manifest:
+        """``manifest`` (the JSON object written) as the one ``Manifest`` the layout reads it as."""
+        return Manifest.from_dict(self.manifest, self.plan.manifest_path)
 
     def __str__(self) -> str:
         return self.summary

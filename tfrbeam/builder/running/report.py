@@ -19,7 +19,7 @@ from tfrbeam.builder.inputs.progress import WRITTEN, progress_dir, read_progress
 from tfrbeam.builder.pipeline.plan import BuildPlan
 from tfrbeam.builder.pipeline.splits import describe_split_source
 from tfrbeam.builder.shuffle import MEMORY
-from tfrbeam.layout.manifest_schema import run_record
+from tfrbeam.layout.manifest_schema import Manifest
 
 __all__ = ["PROGRESS_LOG_SECONDS", "build_progress", "describe_plan", "summary_table"]
 
@@ -153,23 +153,23 @@ def _duration(seconds: float) -> str:
     return f"{hours} h {minutes:02d} min"
 
 
-def summary_table(manifest: dict, seconds: float, run: BuildPlan) -> str:
+def summary_table(manifest: Manifest, seconds: float, run: BuildPlan) -> str:
     """The end-of-build table: rows read, examples, shards and bytes per split, bad rows, time and speed."""
-    rows_read = manifest["rows_read"]
-    sequences = "sequence" in manifest
+    rows_read = manifest.rest["rows_read"]
+    sequences = "sequence" in manifest.rest
     lines = [f"{'split':<12}{'sequences' if sequences else 'examples':>12}{'shards':>8}{'bytes':>16}"]
-    for name, split in manifest["splits"].items():
-        lines.append(f"{name:<12}{split['num_examples']:>12,}{len(split['shards']):>8}{split['num_bytes']:>16,}")
-    total_examples = sum(split["num_examples"] for split in manifest["splits"].values())
-    total_bytes = sum(split["num_bytes"] for split in manifest["splits"].values())
-    total_shards = sum(len(split["shards"]) for split in manifest["splits"].values())
+    for split in manifest.splits:
+        lines.append(f"{split.name:<12}{split.num_examples:>12,}{len(split.shards):>8}{split.num_bytes or 0:>16,}")
+    total_examples = sum(split.num_examples for split in manifest.splits)
+    total_bytes = sum(split.num_bytes or 0 for split in manifest.splits)
+    total_shards = sum(len(split.shards) for split in manifest.splits)
     lines.append(f"{'total':<12}{total_examples:>12,}{total_shards:>8}{total_bytes:>16,}")
-    bad = manifest["bad_records"]
+    bad = manifest.rest["bad_records"]
     bad_line = f"bad rows:   {bad['count']:,} ({bad['action']})"
     if bad.get("dead_letter_path"):
         bad_line += f" -> {bad['dead_letter_path']}"
     rate = rows_read / seconds if seconds > 0 else 0.0
-    ran = run_record(manifest)
+    ran = manifest.run
     lines += [f"rows read:  {rows_read:,}", *(_groups_lines(manifest) if sequences else []), bad_line,
         f"time:       {seconds:.1f} s ({rate:,.0f} rows/s, runner {ran.get('runner', 'unknown')}, "
         f"{_workers_text(ran.get('workers'))}piece store {ran.get('piece_store', 'auto')})",
@@ -187,15 +187,15 @@ def _workers_text(workers: dict | None) -> str:
     return "in process, " if workers["mode"] == "in_process" else "the runner's workers, "
 
 
-def _groups_lines(manifest: dict) -> list[str]:
+def _groups_lines(manifest: Manifest) -> list[str]:
     """The summary's lines on a sequence build: groups kept and dropped, steps per SequenceExample."""
-    splits = manifest["splits"].values()
+    splits = [split.rest for split in manifest.splits]  # a sequence build's per-split figures
     kept, cut = sum(split["num_groups"] for split in splits), sum(split["split_groups"] for split in splits)
     few = sum(split["dropped_groups"]["too_few_steps"] for split in splits)
     bad = sum(split["dropped_groups"]["bad"] for split in splits)
-    examples = sum(split["num_examples"] for split in splits)
+    examples = sum(split.num_examples for split in manifest.splits)
     steps = sum(split["steps"]["total"] for split in splits)
-    shortest = min((split["steps"]["min"] for split in splits if split["num_examples"]), default=0)
+    shortest = min((split.rest["steps"]["min"] for split in manifest.splits if split.num_examples), default=0)
     longest = max((split["steps"]["max"] for split in splits), default=0)
     truncated = sum(split["truncated_steps"] for split in splits)
     return [f"groups:     {kept:,} kept ({cut:,} cut by max_steps), {few:,} under min_steps, {bad:,} bad",
