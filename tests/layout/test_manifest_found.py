@@ -13,7 +13,8 @@ import pytest
 
 from tests.planted import not_blocked_by
 from tfrbeam.errors import ManifestError
-from tfrbeam.layout.manifest import check_manifest_file, load_manifest, parse_manifest, read_manifest, verify_dataset
+from tfrbeam.layout.manifest import check_manifest_file, load_manifest, read_manifest, verify_dataset
+from tfrbeam.layout.manifest_schema import Manifest
 
 
 @pytest.fixture()
@@ -103,13 +104,13 @@ def test_a_shard_listed_twice_in_one_split_is_invalid(dataset):
     data = _manifest_listing(dataset, ("train", [0, 1, 2, 1]))  # counts adjusted to add up, as the attack did
     with pytest.raises(ManifestError, match=r"splits\.train\.shards\[3\]\.path: .*listed twice \(first at "
                                             r"splits\.train\.shards\[1\]\.path\)"):
-        parse_manifest(data, "ds/tfrbeam_dataset.json")
+        Manifest.from_bytes(data, "ds/tfrbeam_dataset.json")
 
 
 def test_a_shard_listed_in_two_splits_is_invalid(dataset):
     data = _manifest_listing(dataset, ("train", [0, 1, 2, 3]), ("eval", [3]))
     with pytest.raises(ManifestError, match=r"splits\.eval\.shards\[0\]\.path: .*listed twice"):
-        parse_manifest(data, "ds/tfrbeam_dataset.json", verifiable=True)
+        Manifest.from_bytes(data, "ds/tfrbeam_dataset.json", verifiable=True)
     (dataset / "tfrbeam_dataset.json").write_bytes(data)
     problems = verify_dataset(str(dataset))
     assert len(problems) == 1 and "listed twice" in problems[0]

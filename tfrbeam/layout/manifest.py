@@ -129,15 +129,6 @@ def manifest_path(dataset_dir: str, files: FileAccess = LOCAL_FILES) -> str:
     return find_manifest(dataset_dir, files) or files.join(dataset_dir, MANIFEST_NAME)
 
 
-def parse_manifest(data: bytes, where: str, verifiable: bool = False) -> Manifest:
-    """A manifest from its bytes; ``ManifestError`` naming ``where`` and the key when it is not a valid manifest.
-
-    ``verifiable`` also requires what ``verify_dataset`` checks against (sizes, sha256, features).
-    Parsing and checking are ``Manifest.from_bytes``'s, through the one validator every reader uses.
-    """
-    return Manifest.from_bytes(data, where, verifiable)
-
-
 def check_manifest(manifest: Any, where: str, verifiable: bool = False) -> None:
     """Raise ``ManifestError`` naming the first missing, mistyped or out-of-range key readers rely on."""
     validate_manifest(manifest, where, verifiable)
@@ -161,7 +152,7 @@ def load_manifest(path: str, files: FileAccess = LOCAL_FILES, verifiable: bool =
         data = read_found(path, MAX_MANIFEST_BYTES, "manifest", files=files)
     except RefusedFileError as error:
         raise ManifestError(str(error)) from error
-    return parse_manifest(data, path, verifiable), data
+    return Manifest.from_bytes(data, path, verifiable), data
 
 
 def check_manifest_file(dataset_dir: str) -> None:
