@@ -14,12 +14,11 @@ from tfrbeam.dataset.spec import read_pinned_manifest
 from tfrbeam.errors import ConfigError, ManifestError
 from tfrbeam.layout.generation import Generation
 from tfrbeam.layout.manifest import (
-    check_manifest,
     load_manifest,
     parse_sequence_example_spec_of,
     read_manifest,
 )
-from tfrbeam.layout.manifest_schema import Manifest, run_record
+from tfrbeam.layout.manifest_schema import Manifest, run_record, validate_manifest
 from tfrbeam.layout.names import MANIFEST_FORMAT, MANIFEST_NAME
 
 SPLITS = {"train": {"num_examples": 1, "shards": [{"path": "train/a.tfrecord", "num_examples": 1, "num_bytes": 9,
@@ -31,21 +30,21 @@ RUN_ONLY = {"run_id", "started", "finished", "runner", "piece_store", "workers",
 
 def test_a_manifest_without_record_type_is_an_example_one():
     old = {"format": MANIFEST_FORMAT, "splits": SPLITS, "features": {}}
-    check_manifest(old, "old", verifiable=True)
+    validate_manifest(old, "old", verifiable=True)
     assert Manifest.from_dict(old, "old").record_type == "Example"
 
 
 def test_each_record_type_requires_its_own_schema_keys():
-    check_manifest({"format": MANIFEST_FORMAT, "record_type": "SequenceExample", "splits": SPLITS, **SEQUENCE_KEYS},
+    validate_manifest({"format": MANIFEST_FORMAT, "record_type": "SequenceExample", "splits": SPLITS, **SEQUENCE_KEYS},
                    "m", verifiable=True)
     with pytest.raises(ManifestError, match="m: the key context_features is missing"):
-        check_manifest({"format": MANIFEST_FORMAT, "record_type": "SequenceExample", "splits": SPLITS, "features": {}},
+        validate_manifest({"format": MANIFEST_FORMAT, "record_type": "SequenceExample", "splits": SPLITS, "features": {}},
                        "m", verifiable=True)
     with pytest.raises(ManifestError, match="m: the key features is missing"):
-        check_manifest({"format": MANIFEST_FORMAT, "record_type": "Example", "splits": SPLITS, **SEQUENCE_KEYS},
+        validate_manifest({"format": MANIFEST_FORMAT, "record_type": "Example", "splits": SPLITS, **SEQUENCE_KEYS},
                        "m", verifiable=True)
     with pytest.raises(ManifestError, match="m: record_type 'Tensor' is not one of Example, SequenceExample"):
-        check_manifest({"format": MANIFEST_FORMAT, "record_type": "Tensor", "splits": SPLITS}, "m")
+        validate_manifest({"format": MANIFEST_FORMAT, "record_type": "Tensor", "splits": SPLITS}, "m")
 
 
 def test_a_build_keeps_how_it_ran_in_one_run_record_apart_from_the_dataset(tmp_path):
@@ -71,15 +70,15 @@ def test_a_format_1_manifest_with_how_it_ran_at_the_top_level_still_reads(tmp_pa
     assert run_record(old) == run
     assert Generation.of(str(tmp_path / "ds"), data).run_id == "r0"
     new = {"format": MANIFEST_FORMAT, "splits": SPLITS, "features": {}, "run": run}
-    check_manifest(new, "new", verifiable=True)
+    validate_manifest(new, "new", verifiable=True)
     assert run_record(new) == run and run_record({**new, "run_id": "stray"}) == run  # format 2 reads only its record
     assert run_record({"format": MANIFEST_FORMAT, "splits": SPLITS}) == {}
     with pytest.raises(ManifestError, match=r"^m: run: expected an object"):
-        check_manifest({**new, "run": ["r0"]}, "m")
+        validate_manifest({**new, "run": ["r0"]}, "m")
     with pytest.raises(ManifestError, match=r"^m: run\.run_id: expected a string"):
-        check_manifest({**new, "run": {**run, "run_id": 7}}, "m")
+        validate_manifest({**new, "run": {**run, "run_id": 7}}, "m")
     with pytest.raises(ManifestError, match=r"^m: format 'tfrbeam-dataset/3' is not"):
-        check_manifest({**new, "format": "tfrbeam-dataset/3"}, "m")
+        validate_manifest({**new, "format": "tfrbeam-dataset/3"}, "m")
 
 
 def test_the_parse_sequence_example_spec():

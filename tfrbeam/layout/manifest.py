@@ -32,7 +32,6 @@ from tfrbeam.layout.manifest_schema import (  # noqa: F401 (the record types are
     SEQUENCE_EXAMPLE,
     Manifest,
     Shard,
-    validate_manifest,
 )
 from tfrbeam.layout.names import DALI_DIR_NAME, LOCK_SUFFIX, MANIFEST_NAME, MANIFEST_NAMES, is_staging_name, staging_prefix
 from tfrbeam.layout.paths import confined_path
@@ -127,11 +126,6 @@ def find_manifest(dataset_dir: str, files: FileAccess = LOCAL_FILES,
 def manifest_path(dataset_dir: str, files: FileAccess = LOCAL_FILES) -> str:
     """Where ``dataset_dir``'s manifest is, or where a build would write it when there is none (for messages)."""
     return find_manifest(dataset_dir, files) or files.join(dataset_dir, MANIFEST_NAME)
-
-
-def check_manifest(manifest: Any, where: str, verifiable: bool = False) -> None:
-    """Raise ``ManifestError`` naming the first missing, mistyped or out-of-range key readers rely on."""
-    validate_manifest(manifest, where, verifiable)
 
 
 def read_manifest(dataset_dir: str, files: FileAccess = LOCAL_FILES, verifiable: bool = False,
