@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 from tfrbeam.base.file_access import FileAccess, files_for
@@ -42,9 +42,9 @@ class DatasetDirectory:
 
     path: str
     manifest_path: str
-    manifest: Manifest
-    data: bytes
-    files: FileAccess
+    manifest: Manifest = field(repr=False)
+    data: bytes = field(repr=False)
+    files: FileAccess = field(repr=False)
 
     @classmethod
     def open(cls, path: str, files: FileAccess | None = None, verifiable: bool = False) -> DatasetDirectory:
