@@ -16,10 +16,9 @@ from functools import cached_property
 from tfrbeam.base.file_access import FileAccess, files_for
 from tfrbeam.errors import ConfigError, ManifestError
 from tfrbeam.layout.generation import Generation
-from tfrbeam.layout.manifest import find_manifest, load_manifest, manifest_path
+from tfrbeam.layout.manifest import find_manifest, load_manifest, manifest_path, shard_compression, shard_path
 from tfrbeam.layout.manifest_schema import Manifest, Split
-from tfrbeam.layout.paths import confined_path
-from tfrbeam.tfrecord.records import AUTO_COMPRESSION, dataset_compression
+from tfrbeam.tfrecord.records import AUTO_COMPRESSION
 
 __all__ = ["DatasetDirectory", "DatasetShard"]
 
@@ -99,8 +98,7 @@ class DatasetDirectory:
 
     def _shard(self, split: Split, number: int) -> DatasetShard:
         shard = split.shards[number]
-        path = confined_path(self.path, shard.path, f"{self.manifest_path}: splits.{split.name}.shards[{number}].path",
-                             self.files.join)
+        path = shard_path(self.path, self.manifest_path, split.name, number, shard, self.files)
         return DatasetShard(split.name, number, path, shard.num_examples, shard.num_bytes, shard.sha256)
 
     @property
@@ -115,7 +113,7 @@ class DatasetDirectory:
 
     def compression_for(self, requested: str | None) -> str | None:
         """The codec to read the shards with: ``requested`` when given, for "auto" the manifest's."""
-        return dataset_compression({"compression": self.manifest.compression}, requested)
+        return shard_compression(self.manifest, requested)
 
     @property
     def run_id(self) -> str | None:

@@ -38,7 +38,7 @@ from tfrbeam.layout.paths import confined_path
 from tfrbeam.layout.tfds_info import tfds_files_for, tfds_files_of
 from tfrbeam.layout.tfmd_schema import schema_files_of
 from tfrbeam.tfrecord.read_index import INDEX_DIR_NAME, index_is_current, index_paths_for, max_index_bytes, parse_read_index
-from tfrbeam.tfrecord.records import RecordReader, compression_from_name, manifest_compression
+from tfrbeam.tfrecord.records import AUTO_COMPRESSION, RecordReader, compression_from_name, dataset_compression
 
 _READ_CHUNK = 1 << 20
 
@@ -192,22 +192,28 @@ def verify_dataset(dataset_dir: str, files: FileAccess = LOCAL_FILES) -> list[st
     Returns the problems found, one line each; an empty list means the dataset is intact. No
     manifest, a damaged one, or a commit still in progress is a problem too.
     """
-    try:
-        manifest = read_manifest(dataset_dir, files, verifiable=True)
-    except ManifestError as error:
-        return [str(error)]
-    except OSError as error:
-        return [f"{manifest_path(dataset_dir, files)}: cannot read the manifest: {error}"]
-    if manifest is None:
+    found = find_manifest(dataset_dir, files)
+    if found is None:
         return [
             f"{manifest_path(dataset_dir, files)}: no manifest: not a tfrbeam dataset, or its build did not finish "
             "(rerun the build to recover)"
         ]
+    try:
+        manifest = load_manifest(found, files, verifiable=True)[0]
+    except ManifestError as error:
+        return [str(error)]
+    except OSError as error:
+        return [f"{found}: cannot read the manifest: {error}"]
     problems: list[str] = []
-    compression = manifest_compression({"compression": manifest.compression})
+    compression = shard_compression(manifest)
     for split in manifest.splits:
-        for shard in split.shards:
-            problems.extend(_verify_shard(dataset_dir, shard, compression, files))
+        for number, shard in enumerate(split.shards):
+            try:
+                path = shard_path(dataset_dir, found, split.name, number, shard, files)
+            except ManifestError as error:
+                problems.append(str(error))
+                continue
+            problems.extend(_verify_shard(path, shard, compression, files))
         total = sum(shard.num_examples for shard in split.shards)
         if total != split.num_examples:
             problems.append(f"split {split.name}: the shards hold {total} examples, the manifest says {split.num_examples}")
@@ -248,16 +254,20 @@ def dataset_files(manifest: Manifest) -> set[str]:
     return own | schema_files_of(manifest) | tfds_files_of(manifest)
 
 
-def shard_path(dataset_dir: str, shard: Shard, files: FileAccess = LOCAL_FILES) -> str:
-    """A manifest's shard as a path inside ``dataset_dir`` (``confined_path``: ``UnsafePathError`` otherwise)."""
-    return confined_path(dataset_dir, shard.path, f"{dataset_dir}: shard path", files.join)
+def shard_path(dataset_dir: str, manifest_file: str, split: str, number: int, shard: Shard,
+               files: FileAccess = LOCAL_FILES) -> str:
+    """Shard ``number`` of ``split`` as a path inside ``dataset_dir`` (``confined_path``: otherwise ``UnsafePathError``
+    naming the manifest and the key, ``splits.train.shards[3].path``)."""
+    return confined_path(dataset_dir, shard.path, f"{manifest_file}: splits.{split}.shards[{number}].path", files.join)
 
 
-def _verify_shard(dataset_dir: str, shard: Shard, compression: str | None, files: FileAccess) -> list[str]:
-    try:
-        path = shard_path(dataset_dir, shard, files)
-    except ManifestError as error:
-        return [str(error)]
+def shard_compression(manifest: Manifest, requested: str | None = AUTO_COMPRESSION) -> str | None:
+    """The codec to read a dataset's shards with: ``requested`` when given, for "auto" the manifest's (resolved by
+    ``tfrbeam.tfrecord.records``, never guessed from a shard's name)."""
+    return dataset_compression({"compression": manifest.compression}, requested)
+
+
+def _verify_shard(path: str, shard: Shard, compression: str | None, files: FileAccess) -> list[str]:
     if not files.exists(path):
         return [f"{path}: listed in the manifest but missing"]
     try:
