@@ -270,7 +270,10 @@ def _show(value: Any) -> str:
 
 @dataclass(frozen=True)
 class Shard:
-    """One shard as the manifest lists it: its path relative to the dataset, records, and (when recorded) size and sha256."""
+    """One shard as the manifest lists it: its path relative to the dataset, records, and (when recorded) size and sha256.
+
+    Another key in a shard's entry is not kept (a build writes none): readers need these four only.
+    """
 
     path: str
     num_examples: int
