@@ -121,16 +121,15 @@ ONE_HOME: dict[str, tuple[str | re.Pattern[str], str]] = {
                                                     "tfrbeam/layout/manifest_schema.py"),
     "a manifest's record type defaulted to Example by hand": (re.compile(r"""\.get\(\s*["']record_type["']"""),
                                                               "tfrbeam/layout/manifest_schema.py"),
+    # Which features TFRecords hold, of which kind and shape: codec.infer alone counts each record's values (before:
+    # open_dataset's spec, the builder's TFRecord input and inspect each had their own rules).
+    "a TFRecord feature's shape inferred from each record's count of values": ("value_lengths()", "tfrbeam/codec/infer.py"),
 }
 
 
 # Concepts whose one home is built while modules being edited by other work still hold their own copy: each is a
 # strict xfail, which fails the day the last copy goes, so the entry then moves up into ONE_HOME.
-ONE_HOME_PENDING: dict[str, tuple[str | re.Pattern[str], str, str]] = {
-    "a TFRecord feature's shape inferred from each record's count of values": (
-        "value_lengths()", "tfrbeam/codec/infer.py",
-        "dataset/spec.py (infer_feature_spec) and builder/inputs/tfrecord.py (_sampled_schema) still infer on their own"),
-}
+ONE_HOME_PENDING: dict[str, tuple[str | re.Pattern[str], str, str]] = {}
 
 
 def _holds(marker: str | re.Pattern[str], text: str) -> bool:

@@ -16,6 +16,7 @@ from typing import Any
 from tfrbeam.base.file_access import FileAccess, files_for
 from tfrbeam.base.object_store import OBJECT_STORE_FILES, has_magic, input_size, is_object_store, object_glob
 from tfrbeam.codec.example import decode_example, decode_sequence_example
+from tfrbeam.codec.infer import FeatureSample, InferredFeature
 from tfrbeam.codec.json_values import value_to_json
 from tfrbeam.codec.sequence_decode import has_feature_lists
 from tfrbeam.errors import ExampleDecodeError, RecordError, TfrbeamError
@@ -244,40 +245,43 @@ def features_to_json(features: dict[str, tuple[str | None, list]], with_kinds: b
     return rendered
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class FeatureStats:
-    """What ``inspect`` learns about one feature across records."""
+    """What ``inspect`` learns about one feature across records: the one inference's (``codec.infer``), in inspect's
+    words."""
 
-    kinds: set[str | None] = dataclasses.field(default_factory=set)
-    present: int = 0
-    min_count: int | None = None
-    max_count: int | None = None
+    inferred: InferredFeature
 
-    def add(self, kind: str | None, count: int) -> None:
-        self.kinds.add(kind)
-        self.present += 1
-        self.min_count = count if self.min_count is None else min(self.min_count, count)
-        self.max_count = count if self.max_count is None else max(self.max_count, count)
+    @property
+    def present(self) -> int:
+        return self.inferred.present
+
+    @property
+    def min_count(self) -> int:
+        return self.inferred.min_values
+
+    @property
+    def max_count(self) -> int:
+        return self.inferred.max_values
 
     def kind(self) -> str | None:
-        known = {kind for kind in self.kinds if kind is not None}
-        return known.pop() if len(known) == 1 else (None if not known else "mixed:" + ",".join(sorted(known)))
+        known = self.inferred.kinds
+        return known[0] if len(known) == 1 else (None if not known else "mixed:" + ",".join(sorted(known)))
 
-    def parse_spec(self, total: int, shape: list[int] | None = None) -> str | None:
+    def parse_spec(self, shape: list[int] | None = None) -> str | None:
         """A ``tf.io.parse_example`` feature for this feature, ready to paste; None when no one kind was seen.
 
         ``shape``: the dataset's own for the feature (a tensor's ``[2, 3]``), used when every record holds that many.
         """
-        kind = self.kind()
+        kind, fixed = self.inferred.kind, self.inferred.shape
         if kind not in TF_DTYPES:
             return None
         dtype = TF_DTYPES[kind]
-        if self.present == total and self.min_count == self.max_count:
-            if shape is not None and len(shape) > 1 and math.prod(shape) == self.min_count:
-                return f"tf.io.FixedLenFeature({list(shape)}, {dtype})"
-            text = "[]" if self.min_count == 1 else f"[{self.min_count}]"
-            return f"tf.io.FixedLenFeature({text}, {dtype})"
-        return f"tf.io.VarLenFeature({dtype})"
+        if fixed is None:
+            return f"tf.io.VarLenFeature({dtype})"
+        if shape is not None and len(shape) > 1 and math.prod(shape) == self.min_count:
+            return f"tf.io.FixedLenFeature({list(shape)}, {dtype})"
+        return f"tf.io.FixedLenFeature({list(fixed)}, {dtype})"
 
 
 @dataclasses.dataclass
@@ -288,23 +292,27 @@ class InspectReport:
     records: int = 0
     payload_bytes: int = 0
     file_bytes: int = 0
-    features: dict[str, FeatureStats] = dataclasses.field(default_factory=dict)
+    sample: FeatureSample = dataclasses.field(default_factory=FeatureSample)  # every record looked at
     order: list[str] = dataclasses.field(default_factory=list)  # the source's feature order (source_order)
     shapes: dict[str, list[int]] = dataclasses.field(default_factory=dict)  # the dataset's shapes (source_shapes)
 
+    @property
+    def features(self) -> dict[str, FeatureStats]:
+        return {name: FeatureStats(inferred) for name, inferred in self.sample.features().items()}
+
     def ordered_features(self) -> list[tuple[str, FeatureStats]]:
         """The features in the source's order (by name for files outside a dataset)."""
-        return [(name, self.features[name]) for name in in_source_order(self.features, self.order)]
+        features = self.features
+        return [(name, features[name]) for name in in_source_order(features, self.order)]
 
     def parse_example_spec(self) -> dict[str, str]:
         """The features ``tf.io.parse_example`` can be given; a feature of no kind or mixed kinds is left out."""
-        specs = {name: stats.parse_spec(self.records, self.shapes.get(name)) for name, stats in self.ordered_features()}
+        specs = {name: stats.parse_spec(self.shapes.get(name)) for name, stats in self.ordered_features()}
         return {name: spec for name, spec in specs.items() if spec is not None}
 
     def unparseable(self) -> dict[str, str]:
         """Features left out of the parse spec, each with why: no kind in any record, or several kinds."""
-        return {name: _why_no_spec(stats.kind()) for name, stats in self.ordered_features()
-                if stats.parse_spec(self.records) is None}
+        return {name: _why_no_spec(stats.kind()) for name, stats in self.ordered_features() if stats.parse_spec() is None}
 
 
 def _why_no_spec(kind: str | None) -> str:
@@ -328,8 +336,7 @@ def inspect_files(paths: list[str], limit: int | None = None) -> InspectReport:
                     raise ExampleDecodeError(f"{path}: the record at offset {offset} does not decode: {error}") from error
                 report.records += 1
                 report.payload_bytes += len(payload)
-                for name, (kind, values) in features.items():
-                    report.features.setdefault(name, FeatureStats()).add(kind, len(values))
+                report.sample.add_decoded(features)
     return report
 
 

@@ -23,6 +23,7 @@ import pyarrow as pa
 from tfrbeam.base.file_access import files_for
 from tfrbeam.base.object_store import OBJECT_STORE_FILES, is_object_store, object_glob
 from tfrbeam.codec.decode import DEFAULT_MAX_FEATURES, examples_to_record_batch
+from tfrbeam.codec.infer import infer_column
 from tfrbeam.codec.kinds import ARROW_TYPES, FEATURE_TYPES
 from tfrbeam.codec.sequence_decode import has_feature_lists, sequence_examples_to_record_batches
 from tfrbeam.dataset.splits import record_ranges
@@ -504,20 +505,13 @@ def check_record_type(records: Any, record_type: str, where: Callable[[int], tup
 def _inferred(
     columns: Iterable[tuple[str, pa.Array]], sampled: int, what: str = "feature"
 ) -> Iterator[tuple[str, ContextFeature]]:
-    """The spec each list<kind> column of a decoded sample suggests (null rows: variable length)."""
+    """The spec the one inference (``codec.infer``) gives each list<kind> column of a decoded sample."""
     for name, column in columns:
-        value_type = column.type.value_type
-        if pa.types.is_null(value_type):
+        feature = infer_column(name, column)
+        if feature.kind is None:
             _LOG.warning(
                 "%s %r has no kind in the first %d records; leaving it out (pass feature_spec to read it)",
                 what, name, sampled,
             )
             continue
-        dtype = "int64" if pa.types.is_integer(value_type) else "float" if pa.types.is_floating(value_type) else "bytes"
-        lengths = column.value_lengths().to_numpy(zero_copy_only=False)
-        # Always empty is variable-length too: a fixed shape (0,) says nothing a reader can use.
-        if column.null_count or len(set(lengths.tolist())) != 1 or lengths[0] == 0:
-            yield name, VarLenFeature(dtype)
-        else:
-            width = int(lengths[0])
-            yield name, FixedLenFeature(() if width == 1 else (width,), dtype)
+        yield name, (VarLenFeature(feature.kind) if feature.shape is None else FixedLenFeature(feature.shape, feature.kind))

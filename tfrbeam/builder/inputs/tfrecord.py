@@ -19,7 +19,6 @@ block that does not decode is decoded record by record to name its bad records (
 from __future__ import annotations
 
 import base64
-import collections
 import contextlib
 import logging
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
@@ -34,6 +33,7 @@ from tfrbeam.builder.features.convert import TIMESTAMP, BadRow, FeatureSpec
 from tfrbeam.builder.inputs.ahead import read_ahead
 from tfrbeam.builder.inputs.batch import SourceBatch
 from tfrbeam.builder.inputs.files import InputFile, list_inputs
+from tfrbeam.codec.infer import FeatureSample
 from tfrbeam.codec.kinds import ARROW_TYPES
 from tfrbeam.errors import (
     ArrowConversionError,
@@ -189,28 +189,24 @@ def manifest_schema(features: Mapping[str, Mapping[str, Any]]) -> pa.Schema:
 
 
 def _sampled_schema(input_config: InputConfig, files: Sequence[InputFile], sample_records: int) -> pa.Schema:
-    """The schema of a glob's first records, decoded without one (list columns), each narrowed to a scalar where
-    every record holding it holds one value. Features with no kind in the sample are left out (logged)."""
-    columns: dict[str, list[pa.Array]] = collections.defaultdict(list)
-    seen = 0
+    """The schema of a glob's first records as the one inference (``codec.infer``) sees them: each feature a list
+    of the kind most records hold (records of another kind: bad rows), a scalar where every record holding it
+    holds one value, nullable where one lacks it. Features with no kind in the sample are left out (logged)."""
+    sample = FeatureSample()
     for item in files:
-        for batch in _sample_batches(item.path, file_compression(input_config, item.path), sample_records - seen):
-            for name in batch.schema.names:
-                columns[name].append(batch.column(name))
-            seen += batch.num_rows
-        if seen >= sample_records:
+        for batch in _sample_batches(item.path, file_compression(input_config, item.path), sample_records - sample.records):
+            sample.add_batch(batch)
+        if sample.records >= sample_records:
             break
     fields = []
-    for name in sorted(columns):
-        votes: collections.Counter = collections.Counter()
-        for chunk in columns[name]:
-            if not pa.types.is_null(chunk.type.value_type):
-                votes[chunk.type] += len(chunk) - chunk.null_count
-        if not votes:
+    for name, feature in sorted(sample.features().items()):
+        if feature.majority_kind is None:
             _LOG.warning("%s: feature %r has no value in the first %d records; it is left out", input_config.path,
-                         name, seen)
+                         name, sample.records)
             continue
-        fields.append(_narrowed(name, votes.most_common(1)[0][0], columns[name], seen))  # other kinds: bad rows
+        value_type = ARROW_TYPES[feature.majority_kind]
+        fields.append(pa.field(name, value_type if feature.one_value_each else pa.list_(value_type),
+                               nullable=not feature.always_present))
     return pa.schema(fields)
 
 
@@ -229,17 +225,6 @@ def _sample_batches(path: str, compression: str | None, limit: int) -> Iterator[
                     yield _decode([block.payload(index)])
                 except _DECODE_ERRORS:
                     continue  # a bad row when the build reads it
-
-
-def _narrowed(name: str, list_type: pa.DataType, chunks: list[pa.Array], records: int) -> pa.Field:
-    """The feature's field: a scalar when every sampled record holding it (in its kind) holds one value; nullable
-    when some record lacks it."""
-    present = [chunk.drop_null() for chunk in chunks]
-    lengths = np.concatenate([np.asarray(chunk.value_lengths()) for chunk in present if chunk.type == list_type]
-                             or [np.zeros(0, np.int32)])
-    nullable = sum(len(chunk) for chunk in present) < records
-    scalar = len(lengths) > 0 and bool((lengths == 1).all())
-    return pa.field(name, list_type.value_type if scalar else list_type, nullable=nullable)
 
 
 # --------------------------------------------------------------------------------------- reading
