@@ -38,13 +38,13 @@ def test_stats_racing_a_replace_names_both_runs_and_writes_nothing(dataset, monk
     """The replace lands while stats reads the shards: their old names are gone. One line naming both runs, exit 1."""
     first = read_manifest(str(dataset)).run_id
     replaced: list[str] = []
-    original = compute._accumulate_splits
+    original = compute.check_shard_sizes  # the first look at the shards, after the dataset was resolved
 
-    def replace_first(source: Any, workers: Any) -> Any:
+    def replace_first(segments: Any) -> Any:
         replaced.append(_build(dataset.parent, shards=3))
-        return original(source, workers)
+        return original(segments)
 
-    monkeypatch.setattr(compute, "_accumulate_splits", replace_first)
+    monkeypatch.setattr(compute, "check_shard_sizes", replace_first)
     assert cli_main(["stats", str(dataset)]) == 1
     err = capsys.readouterr().err
     assert first in err and replaced[0] in err and "No such file" not in err and len(err.strip().splitlines()) == 1
