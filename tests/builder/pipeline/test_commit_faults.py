@@ -72,7 +72,8 @@ def _faulted(workdir: pathlib.Path, kind: str, at: int, *args: str) -> tuple[int
 
 def _state(output: pathlib.Path) -> tuple[str | None, int | None]:
     """(run id, seed) of the valid dataset in ``output``; (None, None) when there is none. Fails on anything else."""
-    manifest = read_manifest(str(output)) if output.exists() else None
+    found = read_manifest(str(output)) if output.exists() else None
+    manifest = None if found is None else found.to_dict()
     if manifest is None:
         assert not output.exists() or not list(output.rglob("*.tfrecord")), f"shards without a manifest in {output}"
         return None, None
@@ -117,8 +118,10 @@ def test_a_fault_at_any_commit_operation_of_a_replace_leaves_old_or_new(workdir,
 
 def test_a_crash_at_any_commit_operation_of_a_sequence_build_leaves_old_or_new(sequence_workdir):
     _sweep_faults_over_a_replace(sequence_workdir, "crash")
-    manifest = read_manifest(str(sequence_workdir / "out" / "ds"))
-    assert manifest is not None and manifest["record_type"] == "SequenceExample"
+    found = read_manifest(str(sequence_workdir / "out" / "ds"))
+    assert found is not None
+    manifest = found.to_dict()
+    assert manifest["record_type"] == "SequenceExample"
     assert manifest["bad_records"]["files"] == ["_errors/00000-rows.csv.jsonl"]
 
 
@@ -317,48 +320,51 @@ def test_a_full_disk_while_writing_shards_names_the_file_and_keeps_the_old_datas
 
 
 def _held_row_operations(monkeypatch, fail_at: int | None = None) -> list[str]:
-    """Log (and optionally fail with ENOSPC at number ``fail_at``) every file operation on spilled held rows."""
+    """Log (and optionally fail with ENOSPC at number ``fail_at``) every file operation on spilled held rows: the
+    spilling store's one writer and reader of spill files, and the file system's deletes."""
     import errno
 
-    from tfrbeam.builder.pipeline import held_rows
+    from tfrbeam.beam import filesystem as fs
+    from tfrbeam.builder.shuffle import held
+    from tfrbeam.layout.names import HELD_ROWS_DIR
 
     log: list[str] = []
-    real_write, real_read, real_delete = held_rows._write_run, held_rows._read_segment, held_rows.fs.delete_files
+    real_write, real_read, real_delete, real_unlink = held.write_spill_file, held.read_spilled, fs.delete_files, fs.unlink_local
 
     def step(op: str, path: str) -> None:
         log.append(f"{op} {path}")
         if len(log) == fail_at:
             raise OSError(errno.ENOSPC, "No space left on device (injected)", path)
 
-    written: set[str] = set()
+    def ours(path: str) -> bool:  # held rows' run files; the pieces' spill files and the rest are not counted here
+        return f"{os.sep}{HELD_ROWS_DIR}{os.sep}" in path
 
-    def write(path, batch):
-        step("write", path)
-        written.add(path)
-        return real_write(path, batch)
+    def write(path, blocks, overlap=False):
+        if ours(path):
+            step("write", path)
+        return real_write(path, blocks, overlap)
 
-    def read(spilled):
-        step("read", spilled.path)
-        return real_read(spilled)
+    def read(path, offset, size, what):
+        if ours(path):
+            step("read", path)
+        return real_read(path, offset, size, what)
 
     def delete(paths):
         paths = list(paths)
         for path in paths:
-            if path in written:  # the file-system layer deletes other files too: only spilled rows count here
+            if ours(path):
                 step("delete", path)
         real_delete(paths)
 
-    real_unlink = held_rows.fs.unlink_local
-
     def unlink(path):  # local spill files are unlinked one call each
-        if path in written:
+        if ours(path):
             step("delete", path)
         real_unlink(path)
 
-    monkeypatch.setattr(held_rows, "_write_run", write)
-    monkeypatch.setattr(held_rows, "_read_segment", read)
-    monkeypatch.setattr(held_rows.fs, "delete_files", delete)
-    monkeypatch.setattr(held_rows.fs, "unlink_local", unlink)
+    monkeypatch.setattr(held, "write_spill_file", write)
+    monkeypatch.setattr(held, "read_spilled", read)
+    monkeypatch.setattr(fs, "delete_files", delete)
+    monkeypatch.setattr(fs, "unlink_local", unlink)
     return log
 
 
@@ -392,14 +398,14 @@ def test_a_fault_at_any_held_rows_operation_of_a_sequence_replace_leaves_old_or_
 
 _PAUSE_AFTER_FIRST_SPILL = """
 import pathlib, sys, time
-from tfrbeam.builder.pipeline import held_rows
-real = held_rows._write_run
-def write(path, members):
-    spilled = real(path, members)
-    pathlib.Path(sys.argv[1]).touch()
-    time.sleep(120)
-    return spilled
-held_rows._write_run = write
+from tfrbeam.builder.shuffle import held
+real = held.write_spill_file
+def write(path, blocks, overlap=False):
+    real(path, blocks, overlap)
+    if "held-rows" in path:
+        pathlib.Path(sys.argv[1]).touch()
+        time.sleep(120)
+held.write_spill_file = write
 from tfrbeam.cli.build import main
 sys.exit(main(sys.argv[2:]))
 """
@@ -481,7 +487,7 @@ def test_a_planted_staging_dir_with_a_symlinked_old_dataset_moves_nothing_in(wor
 
     output = workdir / "out" / "ds"
     assert _build() == 0
-    run_id = read_manifest(str(output))["run"]["run_id"]
+    run_id = read_manifest(str(output)).run_id
     victim = workdir / "victim"
     victim.mkdir()
     (victim / "secret.txt").write_text("secret")
