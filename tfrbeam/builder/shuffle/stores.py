@@ -491,7 +491,7 @@ class MemoryStore(PieceStore):
     whole holding once its last shard is written, or by ``discard_pieces`` after a failure.
 
     Why a local build keeps this graph, not the GroupByKey graph Dataflow runs (``InlineStore``): on the 1M-row
-    benchmark build (Parquet, shuffled, 8 shards, 2 cores, 2026-12-07) it takes 0.52x the wall time, 0.58x the
+    benchmark build (Parquet, shuffled, 8 shards, 2 cores) it takes 0.52x the wall time, 0.58x the
     CPU and 882 MiB against 1,344 MiB at peak, median of 5 paired runs, with byte-identical shards
     (docs/performance.md, "The house move, before and after").
 
