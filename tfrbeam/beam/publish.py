@@ -57,6 +57,7 @@ from tfrbeam.errors import (
 from tfrbeam.layout.manifest import MAX_MANIFEST_BYTES, dataset_files, read_manifest
 from tfrbeam.layout.names import (
     ABANDONED_NAME,
+    INDEX_DIR_NAME,
     JOURNAL_NAME,
     OWNER_NAME,
     is_built_shard_path,
@@ -848,7 +849,7 @@ def confined(path: str, target: str, staging: str, prefix_output: bool = False) 
     if prefix_output:
         directory, name = target.rsplit(sep, 1)
         head, base = path.rsplit(sep, 1)
-        if base.startswith(name) and head in (directory, directory + sep + ".tfrbeam-index"):
+        if base.startswith(name) and head in (directory, directory + sep + INDEX_DIR_NAME):
             return _no_symlink_below(directory, path)
     return False
 

@@ -22,7 +22,7 @@ from tfrbeam.cli import build
 from tfrbeam.cli.beam_warnings import without_beam_import_warnings
 from tfrbeam.cli.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE, report_error
 from tfrbeam.errors import ConfigError, OutputNotWritableError, TfrbeamError
-from tfrbeam.layout.names import SHARD_NAME
+from tfrbeam.layout.names import DALI_INDEX_SUFFIX, SHARD_NAME
 
 if TYPE_CHECKING:
     from tfrbeam.cli.file_tools import InspectReport
@@ -324,7 +324,7 @@ def _run_index(args: argparse.Namespace) -> int:
             f"several input files are named {clashing[0]!r}: their DALI indexes would overwrite each other in {args.dali}"
         )
     for path, name in zip(paths, names):
-        out = os.path.join(args.dali, name + ".idx")
+        out = os.path.join(args.dali, name + DALI_INDEX_SUFFIX)
         count = write_dali_index(path, out)
         print(f"OK   {path}: {counted(count, 'record')} -> {out}")
     return EXIT_OK

@@ -33,7 +33,15 @@ from tfrbeam.layout.manifest_schema import (  # noqa: F401 (the record types are
     Manifest,
     Shard,
 )
-from tfrbeam.layout.names import DALI_DIR_NAME, LOCK_SUFFIX, MANIFEST_NAME, MANIFEST_NAMES, is_staging_name, staging_prefix
+from tfrbeam.layout.names import (
+    LOCK_SUFFIX,
+    MANIFEST_NAME,
+    MANIFEST_NAMES,
+    STAGING_INFIX,
+    dali_index_path,
+    is_staging_name,
+    staging_prefix,
+)
 from tfrbeam.layout.paths import confined_path
 from tfrbeam.layout.tfds_info import tfds_files_for, tfds_files_of
 from tfrbeam.layout.tfmd_schema import schema_files_of
@@ -247,7 +255,7 @@ def dataset_files(manifest: Manifest) -> set[str]:
     for split in manifest.splits:
         for shard in split.shards:
             own.update({shard.path, *index_paths_for(shard.path),
-                        posixpath.join(DALI_DIR_NAME, split.name, posixpath.basename(shard.path) + ".idx")})
+                        dali_index_path(split.name, shard.path)})
     bad_records = manifest.rest.get("bad_records")
     listed = bad_records.get("files") if isinstance(bad_records, dict) else None
     own.update(path for path in listed or () if isinstance(path, str))
@@ -342,6 +350,6 @@ def write_leftovers(dataset_dir: str, files: FileAccess = LOCAL_FILES) -> list[s
         path = files.join(directory, name)
         if is_staging_name(dataset_dir, name):
             notes.append(f"{path}: a staging directory of an interrupted or running build (the next build removes it)")
-        elif name == prefix[: -len(".tfrbeam-")] + LOCK_SUFFIX:
+        elif name == prefix[: -len(STAGING_INFIX)] + LOCK_SUFFIX:
             notes.append(f"{path}: a lock file (a build is running, or one was killed; the next build takes it over)")
     return notes

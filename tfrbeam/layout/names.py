@@ -18,6 +18,7 @@ compressed shard's suffix (``.gz``, ``.zlib``) to the compression resolver (``tf
 from __future__ import annotations
 
 import dataclasses
+import posixpath
 import re
 
 from tfrbeam.base.fileops import PARTIAL_INFIX, beside, partial_path, split_target
@@ -25,12 +26,13 @@ from tfrbeam.tfrecord.read_index import INDEX_DIR_NAME, INDEX_SUFFIXES
 from tfrbeam.tfrecord.records import COMPRESSION_SUFFIX, compression_suffix
 
 __all__ = [
-    "ABANDONED_NAME", "COMMIT_RECORD", "HELD_ROWS_DIR", "JOURNAL_NAME", "NEW_DATASET_DIR", "OLD_DATASET_DIR", "OWNER_NAME",
-    "TABLE_FILE_NAME",
-    "DALI_DIR_NAME", "ERRORS_DIR_NAME", "EXPORT_NAME", "INDEX_DIR_NAME", "LEGACY_MANIFEST_FORMAT", "LEGACY_MANIFEST_NAME",
-    "LOCK_SUFFIX", "MANIFEST_FORMAT", "MANIFEST_NAME", "MANIFEST_NAMES", "SCHEMA_PBTXT", "TFDS_DATASET_INFO", "TFDS_FEATURES",
-    "PARTIAL_INFIX", "RECORD_SUFFIXES", "SHARD_NAME", "STAGING_INFIX", "STATS_HTML", "STATS_JSON", "ShardNaming",
-    "is_built_shard_path", "is_staging_name", "lock_path", "partial_path", "shard_file_name", "staging_path", "staging_prefix",
+    "ABANDONED_NAME", "COMMIT_RECORD", "HELD_ROWS_DIR", "JOURNAL_NAME", "NEW_DATASET_DIR", "OLD_DATASET_DIR",
+    "OWNER_NAME", "TABLE_FILE_NAME", "DALI_DIR_NAME", "DALI_INDEX_SUFFIX", "ERRORS_DIR_NAME", "EXPORT_NAME",
+    "INDEX_DIR_NAME", "LEGACY_MANIFEST_FORMAT", "LEGACY_MANIFEST_NAME", "LOCK_SUFFIX", "MANIFEST_FORMAT",
+    "MANIFEST_NAME", "MANIFEST_NAMES", "SCHEMA_PBTXT", "TFDS_DATASET_INFO", "TFDS_FEATURES", "PARTIAL_INFIX",
+    "PROBE_PREFIX", "RECORD_SUFFIXES", "SHARD_NAME", "STAGING_INFIX", "STATS_HTML", "STATS_JSON", "ShardNaming",
+    "dali_index_path", "is_built_shard_path", "is_staging_name", "lock_path", "partial_path", "shard_file_name",
+    "staging_path", "staging_prefix",
 ]
 
 LOCK_SUFFIX = ".tfrbeam-lock"
@@ -45,6 +47,8 @@ MANIFEST_FORMAT = "tfrbeam-dataset/2"  # what a build writes: how the run went i
 LEGACY_MANIFEST_FORMAT = "tfrbeam-dataset/1"  # still read: the run's keys (run_id, runner, ...) at the top level
 ERRORS_DIR_NAME = "_errors"  # dead-letter files of bad rows
 DALI_DIR_NAME = "dali"  # NVIDIA DALI tfrecord2idx files of the shards (output.dali_index)
+DALI_INDEX_SUFFIX = ".idx"  # a DALI index is named after its TFRecord file: {file name}.idx
+PROBE_PREFIX = ".tfrbeam-probe-"  # the file that proves a directory writable, removed at once
 STATS_JSON = "stats.json"
 STATS_HTML = "stats.html"
 _COMPRESSED_SUFFIXES = tuple(suffix for suffix in COMPRESSION_SUFFIX.values() if suffix)  # .gz, .zlib
@@ -61,6 +65,11 @@ NEW_DATASET_DIR = "dataset"  # the new dataset, assembled before the swap
 OLD_DATASET_DIR = "old"  # the replaced dataset, until it is deleted
 HELD_ROWS_DIR = "held-rows"  # the batches a run holds past its memory budget
 TABLE_FILE_NAME = "write-dataset-rows.arrow"  # the table write_dataset was given, for the pipeline's workers
+
+def dali_index_path(split: str, shard_path: str) -> str:
+    """Where a shard's DALI index lies inside its dataset: ``dali/{split}/{shard file name}.idx``."""
+    return posixpath.join(DALI_DIR_NAME, split, posixpath.basename(shard_path) + DALI_INDEX_SUFFIX)
+
 
 def shard_file_name(split: str, shard: int, num_shards: int, compression: str | None) -> str:
     """``{split}-{shard:05d}-of-{num_shards:05d}.tfrecord`` plus ``.gz`` / ``.zlib`` when compressed.

@@ -102,7 +102,6 @@ from tfrbeam.layout.manifest import (
 from tfrbeam.layout.manifest_schema import Manifest, run_id_of
 from tfrbeam.layout.names import (
     COMMIT_RECORD,
-    DALI_DIR_NAME,
     ERRORS_DIR_NAME,
     MANIFEST_FORMAT,
     MANIFEST_NAME,
@@ -112,6 +111,7 @@ from tfrbeam.layout.names import (
     SCHEMA_PBTXT,
     TFDS_DATASET_INFO,
     TFDS_FEATURES,
+    dali_index_path,
     shard_file_name,
 )
 from tfrbeam.layout.tfds_info import tfds_files_for, tfds_files_of
@@ -740,7 +740,7 @@ def load_offsets_of(staged_shard: str) -> Any:
 
 def _dali_path(root: str, item: WrittenShard) -> str:
     """Where a shard's DALI index goes: ``{root}/dali/{split}/{shard file name}.idx``."""
-    return fs.join(root, DALI_DIR_NAME, item.split, posixpath.basename(item.relative_path) + ".idx")
+    return fs.join(root, *dali_index_path(item.split, item.relative_path).split("/"))
 
 
 def _finish_indexes(shard_path: str) -> None:
@@ -808,7 +808,7 @@ def publish_by_switch(plan: BuildPlan, files: Sequence[WrittenShard], dead_lette
     moves = [(staged, final) for staged, final in _staged_moves(plan, files, dead_letters, root) if staged != final]
     if plan.config.output.dali_index:  # written from the staged shards, moved in with them
         for item in files:
-            staged = fs.join(plan.staging_dir, DALI_DIR_NAME, item.split, posixpath.basename(item.relative_path) + ".idx")
+            staged = fs.join(plan.staging_dir, *dali_index_path(item.split, item.relative_path).split("/"))
             fs.write_bytes(staged, dali_index_text(load_offsets_of(item.temp_path)).encode("ascii"), "text/plain")
             moves.append((staged, _dali_path(root, item)))
     staged_schema = _write_schema_pbtxt(manifest, plan.staging_dir)  # moved in with the shards, before the switch

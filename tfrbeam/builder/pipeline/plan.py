@@ -61,13 +61,13 @@ from tfrbeam.layout.names import (
     LEGACY_MANIFEST_NAME,
     MANIFEST_NAME,
     MANIFEST_NAMES,
+    PROBE_PREFIX,
     shard_file_name,
 )
 from tfrbeam.tfrecord.read_index import index_path_for
 
 __all__ = ["UNKNOWN_ROWS_BYTES", "BuildPlan", "check_output_dir", "plan_build", "plan_rows"]
 
-PROBE_PREFIX = ".tfrbeam-probe-"  # the file that proves a directory writable, removed at once
 
 # One bucket holds about this many input bytes (more in memory: CSV text is about its Arrow size,
 # Parquet expands a few times), so one worker's grouping is bounded whatever the input size.
