@@ -124,6 +124,8 @@ ONE_HOME: dict[str, tuple[str | re.Pattern[str], str]] = {
     # Which features TFRecords hold, of which kind and shape: codec.infer alone counts each record's values (before:
     # open_dataset's spec, the builder's TFRecord input and inspect each had their own rules).
     "a TFRecord feature's shape inferred from each record's count of values": ("value_lengths()", "tfrbeam/codec/infer.py"),
+    # A --runner value resolved as Beam resolves it (any case, "Runner" optional): runners.known_runner alone.
+    "a runner's name resolved from --runner": ('+ "runner"', "tfrbeam/builder/pipeline/runners.py"),
     # Names beside a dataset's files (before: the commit's cleanup and the manifest each spelled them out).
     "the read indexes' directory": ('".tfrbeam-index"', "tfrbeam/tfrecord/read_index.py"),
     "a shard's DALI index path": (re.compile(r"basename\([^()]*\)\s*\+\s*(DALI_INDEX_SUFFIX|[\"']\.idx[\"'])"),

@@ -40,3 +40,27 @@ def test_a_dataflow_build_refuses_a_local_input(table_file, gcs_bucket):
 
     with pytest.raises(ConfigError, match=r"input.path: .*rows.parquet is on this machine"):
         plan_build(_config(table_file, gcs_bucket.url("out")), PipelineOptions(DATAFLOW))
+
+
+@pytest.mark.parametrize("spelling", ["dataflow", "Dataflow", "dataflowrunner"])
+def test_beams_short_runner_names_are_the_runner_they_name(table_file, gcs_bucket, spelling):
+    """Beam takes ``--runner dataflow`` (any case, "Runner" optional) for DataflowRunner; so does every check of ours."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    options = PipelineOptions([f"--runner={spelling}", *DATAFLOW[1:]])
+    with pytest.raises(ConfigError, match=r"input.path: .*rows.parquet is on this machine, but DataflowRunner's workers"):
+        plan_build(_config(table_file, gcs_bucket.url("out")), options)
+
+
+@pytest.mark.parametrize(("spelling", "name", "local"), [
+    ("direct", "DirectRunner", True), ("DIRECTRUNNER", "DirectRunner", True), ("prism", "PrismRunner", True),
+    ("apache_beam.runners.direct.direct_runner.DirectRunner", "DirectRunner", True),
+    ("dataflow", "DataflowRunner", False), ("my.own.Runner", "Runner", False),
+])
+def test_a_runner_is_named_as_beam_resolves_it(spelling, name, local):
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from tfrbeam.builder.pipeline.runners import runner_name, uses_local_workers
+
+    options = PipelineOptions([f"--runner={spelling}"])
+    assert (runner_name(options), uses_local_workers(options)) == (name, local)

@@ -20,8 +20,8 @@ from tfrbeam.errors import ConfigError
 
 __all__ = [
     "AUTO", "AUTO_WORKERS", "DEFAULT_RUNNER", "IN_PROCESS", "PieceStoreOptions", "WorkerChoice", "WorkerCountOptions",
-    "apply_workers", "choose_piece_store", "choose_workers", "held_piece_budget", "runner_name", "uses_local_workers",
-    "workers_as_given", "workers_share_this_process",
+    "apply_workers", "choose_piece_store", "choose_workers", "held_piece_budget", "known_runner", "runner_name",
+    "uses_local_workers", "workers_as_given", "workers_share_this_process",
 ]
 
 
@@ -185,11 +185,20 @@ def apply_workers(options: PipelineOptions, choice: WorkerChoice) -> None:
         direct.direct_running_mode = "in_memory"
 
 
+def known_runner(name: str) -> str | None:
+    """The class name Beam creates for a ``--runner`` value of its own (any case, "Runner" optional: ``dataflow``),
+    or None when the value is no runner Beam knows by name."""
+    known = {runner.lower(): runner for runner in StandardOptions.KNOWN_RUNNER_NAMES}
+    lowered = name.lower()
+    return known.get(lowered) or known.get(lowered + "runner")
+
+
 def runner_name(options: PipelineOptions | None) -> str:
-    """The runner's class name (``DirectRunner`` when none is set), without its module path."""
+    """The runner's class name, as Beam resolves ``--runner`` (``DirectRunner`` when none is set), without its module
+    path: every check of ours that depends on the runner asks this, so ``--runner dataflow`` is DataflowRunner."""
     runner = options.view_as(StandardOptions).runner if options is not None else None
     name = runner if isinstance(runner, str) else type(runner).__name__ if runner else "DirectRunner"
-    return name.rsplit(".", 1)[-1]
+    return known_runner(name) or name.rsplit(".", 1)[-1]
 
 
 def uses_local_workers(options: PipelineOptions) -> bool:

@@ -14,6 +14,7 @@ from typing import NoReturn
 
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
 
+from tfrbeam.builder.pipeline.runners import known_runner
 from tfrbeam.builder.running.launch import build_options
 from tfrbeam.errors import ConfigError
 
@@ -97,13 +98,11 @@ def _check_runner(options: PipelineOptions) -> None:
     runner = options.view_as(StandardOptions).runner
     if not isinstance(runner, str):
         return
-    known = {name.lower(): name for name in StandardOptions.KNOWN_RUNNER_NAMES}
-    lowered = runner.lower()
-    if "." not in runner and lowered not in known and lowered + "runner" not in known:
+    if "." not in runner and known_runner(runner) is None:
         raise ConfigError(f"--runner: {runner!r} is not a Beam runner"
                           f"{_did_you_mean(runner, list(StandardOptions.KNOWN_RUNNER_NAMES))} "
                           f"(runners: {', '.join(StandardOptions.KNOWN_RUNNER_NAMES)})")
-    if lowered in ("dataflow", "dataflowrunner"):
+    if known_runner(runner) == "DataflowRunner":
         cloud = options.view_as(GoogleCloudOptions)
         missing = [flag for attribute, flag in _DATAFLOW_REQUIRED if not getattr(cloud, attribute)]
         if missing:
