@@ -7,6 +7,7 @@ checks on the tree, and on small planted trees so that each check is seen to fai
 from __future__ import annotations
 
 import ast
+import collections
 import importlib.util
 import pathlib
 import re
@@ -278,3 +279,10 @@ def test_a_compression_spelling_compared_elsewhere_is_found(tmp_path):
     (tmp_path / "tfrbeam" / "dataset" / "spec.py").write_text(
         'def codec(compression, stored):\n    return stored if compression.strip().lower() == "auto" else compression\n')
     assert compression_spelling_comparisons(tmp_path) == ['tfrbeam/dataset/spec.py:2 compares a compression with [\'auto\']']
+
+
+def test_every_test_file_has_a_name_of_its_own():
+    """pytest imports test files by their base name (the test folders are not packages), so two ``test_x.py`` in
+    different folders stop the suite at collection."""
+    names = collections.Counter(path.name for path in (REPO_ROOT / "tests").rglob("test_*.py"))
+    assert sorted(name for name, count in names.items() if count > 1) == []
